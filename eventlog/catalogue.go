@@ -1,0 +1,349 @@
+package eventlog
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"time"
+)
+
+// The event catalogue: every event type the broker writes, with its payload. Field names are the
+// JSON names in the log; the log is the schema, so a field is never renamed or repurposed, only
+// added. Times are RFC 3339 UTC, durations are milliseconds, IDs are ULIDs, secrets appear only
+// as SHA-256 hashes (hex).
+
+// Every event belongs to exactly one stream, named by the entity it changes.
+
+// JobStream names the stream of one job's events.
+func JobStream(jobID string) string { return "job/" + jobID }
+
+// WorkerStream names the stream of one worker's events.
+func WorkerStream(workerID string) string { return "worker/" + workerID }
+
+// TenantStream names the stream of one tenant's intake, quota and credential events.
+func TenantStream(tenant string) string { return "tenant/" + tenant }
+
+// Payload is a typed event payload from the catalogue.
+type Payload interface {
+	// EventType is the event's type name in the log, e.g. "job.submitted".
+	EventType() string
+}
+
+// ---- job/<id> ----------------------------------------------------------------------------
+
+// JobSubmitted records that a client submitted the job. It is queued, unless a JobScheduled follows in the
+// same append (a delay or run_at in the future).
+type JobSubmitted struct {
+	JobID          string            `json:"job_id"`
+	Tenant         string            `json:"tenant"`
+	Queue          string            `json:"queue"`
+	Type           string            `json:"type"`
+	Payload        json.RawMessage   `json:"payload"`
+	Priority       int               `json:"priority"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	MaxAttempts    int               `json:"max_attempts"`
+	LeaseTTLMillis int64             `json:"lease_ttl_ms"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	// RequestHash is the SHA-256 (hex) of the canonical submit request, compared when the same
+	// idempotency key comes again.
+	RequestHash   string `json:"request_hash,omitempty"`
+	ReservationID string `json:"reservation_id,omitempty"`
+	APIKeyID      string `json:"api_key_id,omitempty"` // who submitted it, for audits
+}
+
+// JobScheduled records that the job waits until RunAt before it can be leased (a delayed submit).
+type JobScheduled struct {
+	JobID  string    `json:"job_id"`
+	RunAt  time.Time `json:"run_at"`
+	Reason string    `json:"reason"` // "delay" or "run_at"
+}
+
+// JobLeased records that the dispatcher granted the job to a worker. At most one lease per job is valid;
+// every worker operation on the job must carry LeaseID, and a completion must echo Nonce.
+type JobLeased struct {
+	JobID     string    `json:"job_id"`
+	LeaseID   string    `json:"lease_id"`
+	WorkerID  string    `json:"worker_id"`
+	SessionID string    `json:"session_id,omitempty"`
+	Nonce     string    `json:"nonce"`
+	Attempt   int       `json:"attempt"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// JobLeaseExtended records that a lease's expiry moved without a heartbeat being logged: the fresh grace every
+// active lease gets after a restart. Heartbeats themselves are not events.
+type JobLeaseExtended struct {
+	JobID     string    `json:"job_id"`
+	LeaseID   string    `json:"lease_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Reason    string    `json:"reason"` // "restart_grace"
+}
+
+// JobProgress records that the worker holding the lease appended an event (a log line, progress, or any
+// worker-defined type) to the job. It is streamed to clients as it is.
+type JobProgress struct {
+	JobID   string          `json:"job_id"`
+	LeaseID string          `json:"lease_id"`
+	Kind    string          `json:"event_type"` // "log", "progress", or a worker-defined type
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// JobSucceeded records that the current lease holder completed the job. Terminal.
+type JobSucceeded struct {
+	JobID      string          `json:"job_id"`
+	LeaseID    string          `json:"lease_id"`
+	Attempt    int             `json:"attempt"`
+	Output     json.RawMessage `json:"output"`
+	OutputHash string          `json:"output_hash"`         // hex SHA-256 of the canonical output
+	Signature  string          `json:"signature,omitempty"` // base64 Ed25519, when the worker has a key
+}
+
+// JobFailed records that the current lease holder reported a failed attempt. A JobRetryScheduled or a
+// JobDeadLettered (or, for a cancel-requested job failed with "cancelled", a JobCancelled)
+// follows in the same append.
+type JobFailed struct {
+	JobID     string `json:"job_id"`
+	LeaseID   string `json:"lease_id"`
+	Attempt   int    `json:"attempt"`
+	ErrorCode string `json:"error_code"`
+	Message   string `json:"message,omitempty"`
+	Retryable bool   `json:"retryable"`
+}
+
+// JobRetryScheduled records that after a failed attempt the job waits out its backoff, then is
+// queued again.
+type JobRetryScheduled struct {
+	JobID         string    `json:"job_id"`
+	Attempt       int       `json:"attempt"` // the attempt that failed
+	BackoffMillis int64     `json:"backoff_ms"`
+	RunAt         time.Time `json:"run_at"`
+}
+
+// JobLeaseExpired records that the lease ran out without a completion or failure. It counts as a failed
+// attempt; a JobRetryScheduled, JobDeadLettered or JobCancelled follows in the same append.
+type JobLeaseExpired struct {
+	JobID    string `json:"job_id"`
+	LeaseID  string `json:"lease_id"`
+	WorkerID string `json:"worker_id"`
+	Attempt  int    `json:"attempt"`
+}
+
+// Dead-letter reasons.
+const (
+	DeadMaxAttempts  = "max_attempts"
+	DeadNonRetryable = "non_retryable"
+	DeadLeaseExpired = "lease_expired"
+)
+
+// JobDeadLettered records that the job failed for good: terminal (status "failed") until re-driven.
+type JobDeadLettered struct {
+	JobID   string `json:"job_id"`
+	Reason  string `json:"reason"` // DeadMaxAttempts, DeadNonRetryable or DeadLeaseExpired
+	Attempt int    `json:"attempt"`
+}
+
+// JobCancelRequested records that a client asked to cancel a leased job; the worker is told, and the job is
+// cancelled when the worker fails it with "cancelled" or its lease expires.
+type JobCancelRequested struct {
+	JobID    string `json:"job_id"`
+	APIKeyID string `json:"api_key_id,omitempty"`
+}
+
+// JobCancelled records that the job will not run (again). Terminal.
+type JobCancelled struct {
+	JobID    string `json:"job_id"`
+	Reason   string `json:"reason"` // "requested", "worker_acknowledged", "lease_expired"
+	APIKeyID string `json:"api_key_id,omitempty"`
+}
+
+// JobRedriven records that a dead-lettered job was put back in its queue with a fresh attempt budget.
+type JobRedriven struct {
+	JobID       string `json:"job_id"`
+	MaxAttempts int    `json:"max_attempts"`
+	APIKeyID    string `json:"api_key_id,omitempty"`
+}
+
+// ---- worker/<id> -------------------------------------------------------------------------
+
+// WorkerRegistered records that a worker enrolled and was issued a token (stored only as its hash).
+type WorkerRegistered struct {
+	WorkerID      string            `json:"worker_id"`
+	Tenant        string            `json:"tenant"`
+	Name          string            `json:"name"`
+	Queues        []string          `json:"queues"`
+	Capacity      int               `json:"capacity"`
+	PublicKey     string            `json:"public_key,omitempty"` // base64 Ed25519 public key
+	Labels        map[string]string `json:"labels,omitempty"`
+	TokenHash     string            `json:"token_hash"`
+	ExpiresAt     time.Time         `json:"expires_at"`
+	EnrollTokenID string            `json:"enroll_token_id,omitempty"`
+}
+
+// WorkerTokenRotated records that the worker's token was replaced; the old one stops working.
+type WorkerTokenRotated struct {
+	WorkerID  string    `json:"worker_id"`
+	TokenHash string    `json:"token_hash"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// WorkerRevoked records that the worker may no longer connect; its session ends and its leases
+// are released for retry at once.
+type WorkerRevoked struct {
+	WorkerID string `json:"worker_id"`
+	By       string `json:"by"` // "admin" or the id of the API key that revoked it
+	Reason   string `json:"reason,omitempty"`
+}
+
+// WorkerSessionStarted records that the worker connected.
+type WorkerSessionStarted struct {
+	WorkerID  string `json:"worker_id"`
+	SessionID string `json:"session_id"`
+	Transport string `json:"transport"` // "websocket" or "longpoll"
+	Capacity  int    `json:"capacity"`
+}
+
+// WorkerSessionEnded records that the worker disconnected, went silent, was revoked, or the server
+// stopped.
+type WorkerSessionEnded struct {
+	WorkerID  string `json:"worker_id"`
+	SessionID string `json:"session_id"`
+	Reason    string `json:"reason"` // "closed", "heartbeat_timeout", "revoked", "shutdown"
+}
+
+// ---- tenant/<name> -----------------------------------------------------------------------
+
+// TenantQuotaSet records the tenant's new limits. Zero means unlimited.
+type TenantQuotaSet struct {
+	Tenant     string `json:"tenant"`
+	MaxActive  int    `json:"max_active"`
+	MaxRunning int    `json:"max_running"`
+}
+
+// ReservationMade records that one slot of the tenant's max_active is held until ExpiresAt.
+type ReservationMade struct {
+	Tenant        string    `json:"tenant"`
+	ReservationID string    `json:"reservation_id"`
+	ExpiresAt     time.Time `json:"expires_at"`
+}
+
+// ReservationConsumed records that a submit named the reservation; its slot became the job's.
+type ReservationConsumed struct {
+	Tenant        string `json:"tenant"`
+	ReservationID string `json:"reservation_id"`
+	JobID         string `json:"job_id"`
+}
+
+// ReservationReleased records that the client gave the slot back.
+type ReservationReleased struct {
+	Tenant        string `json:"tenant"`
+	ReservationID string `json:"reservation_id"`
+}
+
+// ReservationExpired records that the reservation's TTL ran out unused.
+type ReservationExpired struct {
+	Tenant        string `json:"tenant"`
+	ReservationID string `json:"reservation_id"`
+}
+
+// APIKeyCreated records a new API key for the tenant (stored only as its hash).
+type APIKeyCreated struct {
+	Tenant  string `json:"tenant"`
+	KeyID   string `json:"key_id"`
+	KeyHash string `json:"key_hash"`
+}
+
+// APIKeyRevoked records that the key no longer works.
+type APIKeyRevoked struct {
+	Tenant string `json:"tenant"`
+	KeyID  string `json:"key_id"`
+}
+
+// EnrollTokenCreated records a token that lets Uses workers register for the tenant until ExpiresAt.
+type EnrollTokenCreated struct {
+	Tenant    string    `json:"tenant"`
+	TokenID   string    `json:"token_id"`
+	TokenHash string    `json:"token_hash"`
+	Uses      int       `json:"uses"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// EnrollTokenUsed records that a worker registered with the token; one use is gone.
+type EnrollTokenUsed struct {
+	Tenant   string `json:"tenant"`
+	TokenID  string `json:"token_id"`
+	WorkerID string `json:"worker_id"`
+}
+
+func (JobSubmitted) EventType() string         { return "job.submitted" }
+func (JobScheduled) EventType() string         { return "job.scheduled" }
+func (JobLeased) EventType() string            { return "job.leased" }
+func (JobLeaseExtended) EventType() string     { return "job.lease_extended" }
+func (JobProgress) EventType() string          { return "job.progress" }
+func (JobSucceeded) EventType() string         { return "job.succeeded" }
+func (JobFailed) EventType() string            { return "job.failed" }
+func (JobRetryScheduled) EventType() string    { return "job.retry_scheduled" }
+func (JobLeaseExpired) EventType() string      { return "job.lease_expired" }
+func (JobDeadLettered) EventType() string      { return "job.dead_lettered" }
+func (JobCancelRequested) EventType() string   { return "job.cancel_requested" }
+func (JobCancelled) EventType() string         { return "job.cancelled" }
+func (JobRedriven) EventType() string          { return "job.redriven" }
+func (WorkerRegistered) EventType() string     { return "worker.registered" }
+func (WorkerTokenRotated) EventType() string   { return "worker.token_rotated" }
+func (WorkerRevoked) EventType() string        { return "worker.revoked" }
+func (WorkerSessionStarted) EventType() string { return "worker.session_started" }
+func (WorkerSessionEnded) EventType() string   { return "worker.session_ended" }
+func (TenantQuotaSet) EventType() string       { return "tenant.quota_set" }
+func (ReservationMade) EventType() string      { return "tenant.reservation_made" }
+func (ReservationConsumed) EventType() string  { return "tenant.reservation_consumed" }
+func (ReservationReleased) EventType() string  { return "tenant.reservation_released" }
+func (ReservationExpired) EventType() string   { return "tenant.reservation_expired" }
+func (APIKeyCreated) EventType() string        { return "tenant.api_key_created" }
+func (APIKeyRevoked) EventType() string        { return "tenant.api_key_revoked" }
+func (EnrollTokenCreated) EventType() string   { return "tenant.enroll_token_created" }
+func (EnrollTokenUsed) EventType() string      { return "tenant.enroll_token_used" }
+
+// catalogue maps each event type to its payload's Go type.
+var catalogue = func() map[string]reflect.Type {
+	m := make(map[string]reflect.Type)
+	for _, p := range Catalogue() {
+		m[p.EventType()] = reflect.TypeOf(p)
+	}
+	return m
+}()
+
+// Catalogue returns a zero value of every payload type, in catalogue order.
+func Catalogue() []Payload {
+	return []Payload{
+		JobSubmitted{}, JobScheduled{}, JobLeased{}, JobLeaseExtended{}, JobProgress{},
+		JobSucceeded{}, JobFailed{}, JobRetryScheduled{}, JobLeaseExpired{}, JobDeadLettered{},
+		JobCancelRequested{}, JobCancelled{}, JobRedriven{},
+		WorkerRegistered{}, WorkerTokenRotated{}, WorkerRevoked{}, WorkerSessionStarted{},
+		WorkerSessionEnded{},
+		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
+		ReservationExpired{}, APIKeyCreated{}, APIKeyRevoked{}, EnrollTokenCreated{},
+		EnrollTokenUsed{},
+	}
+}
+
+// NewEvent encodes a payload as an event of the given stream.
+func NewEvent(stream string, p Payload) (Event, error) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return Event{}, fmt.Errorf("eventlog: encode %s: %w", p.EventType(), err)
+	}
+	return Event{Stream: stream, Type: p.EventType(), Data: data}, nil
+}
+
+// Decode returns the typed payload of a record (a value, e.g. JobLeased, not a pointer). An
+// unknown type gives ErrUnknownType and data that does not fit the type an error; neither panics.
+func Decode(typ string, data []byte) (Payload, error) {
+	t, ok := catalogue[typ]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownType, typ)
+	}
+	v := reflect.New(t)
+	if err := json.Unmarshal(data, v.Interface()); err != nil {
+		return nil, fmt.Errorf("eventlog: decode %s: %w", typ, err)
+	}
+	return v.Elem().Interface().(Payload), nil
+}

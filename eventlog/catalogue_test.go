@@ -1,0 +1,89 @@
+package eventlog_test
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+)
+
+func TestCatalogueRoundTrip(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 21, 14, 5, 0, 0, time.UTC)
+	samples := []eventlog.Payload{
+		eventlog.JobSubmitted{JobID: "01J", Tenant: "acme", Queue: "gpu", Type: "render", Payload: json.RawMessage(`{"frame":1}`),
+			Priority: 5, Labels: map[string]string{"zone": "eu"}, MaxAttempts: 3, LeaseTTLMillis: 30000,
+			IdempotencyKey: "k1", RequestHash: "ab", ReservationID: "r1", APIKeyID: "key1"},
+		eventlog.JobScheduled{JobID: "01J", RunAt: at, Reason: "delay"},
+		eventlog.JobLeased{JobID: "01J", LeaseID: "L", WorkerID: "W", SessionID: "S", Nonce: "n", Attempt: 1, ExpiresAt: at},
+		eventlog.JobSucceeded{JobID: "01J", LeaseID: "L", Attempt: 1, Output: json.RawMessage(`{"ok":true}`), OutputHash: "cd", Signature: "sig"},
+		eventlog.JobFailed{JobID: "01J", LeaseID: "L", Attempt: 1, ErrorCode: "boom", Message: "m", Retryable: true},
+		eventlog.JobRetryScheduled{JobID: "01J", Attempt: 1, BackoffMillis: 10000, RunAt: at},
+		eventlog.JobDeadLettered{JobID: "01J", Reason: eventlog.DeadLeaseExpired, Attempt: 3},
+		eventlog.WorkerRegistered{WorkerID: "W", Tenant: "acme", Name: "lab-pc", Queues: []string{"gpu"}, Capacity: 2, TokenHash: "h", ExpiresAt: at},
+		eventlog.ReservationMade{Tenant: "acme", ReservationID: "r1", ExpiresAt: at},
+		eventlog.EnrollTokenCreated{Tenant: "acme", TokenID: "e", TokenHash: "h", Uses: 5, ExpiresAt: at},
+	}
+	for _, p := range samples {
+		ev, err := eventlog.NewEvent("job/01J", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := eventlog.Decode(ev.Type, ev.Data)
+		if err != nil {
+			t.Fatalf("%s: %v", ev.Type, err)
+		}
+		if !reflect.DeepEqual(got, p) {
+			t.Fatalf("%s round trip:\n got %#v\nwant %#v", ev.Type, got, p)
+		}
+	}
+}
+
+func TestCatalogueIsComplete(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for _, p := range eventlog.Catalogue() {
+		typ := p.EventType()
+		if seen[typ] {
+			t.Fatalf("event type %q listed twice", typ)
+		}
+		seen[typ] = true
+		ev, err := eventlog.NewEvent("s", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := eventlog.Decode(typ, ev.Data)
+		if err != nil || reflect.TypeOf(got) != reflect.TypeOf(p) {
+			t.Fatalf("%s decodes to %T, %v", typ, got, err)
+		}
+	}
+	for _, typ := range []string{
+		"job.submitted", "job.scheduled", "job.leased", "job.lease_extended", "job.progress",
+		"job.succeeded", "job.failed", "job.retry_scheduled", "job.lease_expired", "job.dead_lettered",
+		"job.cancel_requested", "job.cancelled", "job.redriven",
+		"worker.registered", "worker.token_rotated", "worker.revoked", "worker.session_started", "worker.session_ended",
+		"tenant.quota_set", "tenant.reservation_made", "tenant.reservation_consumed", "tenant.reservation_released",
+		"tenant.reservation_expired", "tenant.api_key_created", "tenant.api_key_revoked",
+		"tenant.enroll_token_created", "tenant.enroll_token_used",
+	} {
+		if !seen[typ] {
+			t.Errorf("the catalogue lacks %q", typ)
+		}
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	t.Parallel()
+	if _, err := eventlog.Decode("job.exploded", []byte(`{}`)); !errors.Is(err, eventlog.ErrUnknownType) {
+		t.Fatalf("unknown type: %v, want ErrUnknownType", err)
+	}
+	if _, err := eventlog.Decode("job.leased", []byte(`{"attempt":"one"}`)); err == nil {
+		t.Fatal("a payload of the wrong shape decoded")
+	}
+	if _, err := eventlog.Decode("job.leased", []byte(`not json`)); err == nil {
+		t.Fatal("bytes that are not JSON decoded")
+	}
+}

@@ -1,0 +1,69 @@
+// Package eventlog is tether's append-only, hash-chained event log on Pebble, and the catalogue
+// of events it holds. Every state change in tether is a record here; every view is a fold of it.
+//
+// # Records
+//
+// A record is an event (stream, type, JSON data) that the log has given a seq (global, gap-free,
+// from 1), a time (the server clock when it was sequenced, never decreasing along the log) and a
+// hash. Its encoding, format version 1, all integers big-endian:
+//
+//	offset  size  field
+//	     0     1  version = 0x01
+//	     1     8  seq
+//	     9     8  time, Unix nanoseconds (two's complement)
+//	    17     2  S = len(stream)           1..256
+//	    19     2  T = len(type)             1..128
+//	    21     4  D = len(data)             0..4 MiB
+//	    25     S  stream, UTF-8, no NUL
+//	  25+S     T  type, UTF-8, no NUL
+//	25+S+T     D  data, JSON
+//	25+S+T+D  32  hash
+//
+// The body is every byte before the hash. The hash is the chain:
+//
+//	hash(1) = SHA-256(Genesis  || body(1))
+//	hash(n) = SHA-256(hash(n-1) || body(n))
+//	Genesis = SHA-256("tether/eventlog/genesis/v1")
+//
+// so the hash of the head commits to every record before it, and a receipt {seq, hash} proves a
+// record is in the log. Changing any byte of any record, dropping one, or reordering two breaks
+// every hash from there on; Verify names the first bad seq.
+//
+// # Keys in Pebble
+//
+//	meta/format                      "tether.eventlog.v1"; written once, when the store is created
+//	log/ <seq: 8 bytes BE>           the encoded record, hash included
+//	idx/ <stream> 0x00 <seq: 8 BE>   empty; one per record, for reading a stream in order
+//	ckpt/<name>                      <seq: 8 BE> <hash of record seq: 32> <snapshot bytes>
+//
+// INVARIANT: the log/ keys are exactly 1..head, each holding the record of that seq.
+// INVARIANT: a record and its idx/ key are written in the same Pebble batch.
+// INVARIANT: a checkpoint's hash is the hash of the record at its seq.
+// INVARIANT: records are written to Pebble's WAL in seq order, so what survives a crash is a
+// prefix of the log.
+//
+// # Ordering rules
+//
+//  1. Nothing is acknowledged before it is fsynced: Append returns, and AppendAsync's callback
+//     runs, only after the fsync that covers the records has returned without error.
+//  2. Group commit: every append that arrives while earlier batches are being written joins the
+//     next Pebble batch, and Pebble covers every batch whose WAL write finished by the time an
+//     fsync starts with that one fsync. A single sequencer goroutine assigns seqs and hashes and
+//     applies batches in seq order without waiting for their fsyncs; a syncer goroutine waits
+//     for each batch's fsync in the same order and only then publishes and acknowledges it.
+//  3. Readers see only durable records. Pebble makes a batch readable before its fsync; every
+//     read here is bounded by the durable head, which moves only after the fsync.
+//  4. A failed write or fsync fails that batch and every later one, including batches whose own
+//     fsync appeared to succeed, and the log refuses all further appends (ErrFailed). Failed is
+//     closed so the server can stop: after a failed fsync the kernel may have dropped the dirty
+//     pages, and only a restart that reads back what is really on disk is safe.
+//  5. Appends from one goroutine are sequenced in call order, so an actor may pipeline: apply
+//     its events to its own state, hand them over, and go on, as long as it waits for the
+//     callback before anything that others can see.
+//
+// # Opening
+//
+// Open creates a log in a missing or empty directory. It refuses a non-empty directory without a
+// Pebble store and a Pebble store without the format marker (ErrNotTetherLog), and a store whose
+// last record does not chain from the one before it (ErrChainBroken). Verify checks the rest.
+package eventlog

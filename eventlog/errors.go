@@ -1,0 +1,45 @@
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Callers match them with errors.Is; the messages carry the details.
+var (
+	// ErrNotTetherLog is returned by Open for a directory that holds something other than a
+	// tether event log (another Pebble database, or unrelated files).
+	ErrNotTetherLog = errors.New("eventlog: not a tether event log")
+	// ErrCorruptRecord is returned when stored bytes do not decode as a record.
+	ErrCorruptRecord = errors.New("eventlog: corrupt record")
+	// ErrChainBroken is returned when the hash chain or the seq order does not hold; the
+	// error is a *ChainError that names the first bad seq.
+	ErrChainBroken = errors.New("eventlog: hash chain broken")
+	// ErrFailed is returned by every append after a write or fsync failed. The log never
+	// acknowledges anything after such a failure; the process should stop.
+	ErrFailed = errors.New("eventlog: log failed")
+	// ErrClosed is returned by operations on a closed log.
+	ErrClosed = errors.New("eventlog: log closed")
+	// ErrInvalidEvent is returned by Append for an event that breaks the envelope's rules
+	// (empty or oversize stream or type, data that is not JSON or is too large).
+	ErrInvalidEvent = errors.New("eventlog: invalid event")
+	// ErrNotFound is returned for a seq or checkpoint that is not in the durable log.
+	ErrNotFound = errors.New("eventlog: not found")
+	// ErrUnknownType is returned by Decode for an event type that is not in the catalogue.
+	ErrUnknownType = errors.New("eventlog: unknown event type")
+	// ErrReadOnly is returned by writes to a log opened read-only.
+	ErrReadOnly = errors.New("eventlog: log is read-only")
+)
+
+// ChainError names the first record at which the log stops being a valid chain.
+type ChainError struct {
+	Seq    uint64 // the first bad seq
+	Reason string
+}
+
+func (e *ChainError) Error() string {
+	return fmt.Sprintf("eventlog: hash chain broken at seq %d: %s", e.Seq, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrChainBroken) hold.
+func (e *ChainError) Unwrap() error { return ErrChainBroken }

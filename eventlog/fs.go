@@ -1,0 +1,97 @@
+package eventlog
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+)
+
+// syncCounter counts and times every sync that Pebble issues through the filesystem, so the
+// log can report what group commit achieves (events per fsync) and what fsyncs cost.
+type syncCounter struct {
+	syncs atomic.Uint64
+	nanos atomic.Uint64
+}
+
+func (c *syncCounter) observe(start time.Time) {
+	c.syncs.Add(1)
+	c.nanos.Add(uint64(time.Since(start)))
+}
+
+// countingFS wraps a vfs.FS so that every file it hands out reports its syncs to a counter.
+type countingFS struct {
+	vfs.FS
+	c *syncCounter
+}
+
+func (fs countingFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return countingFile{File: f, c: fs.c}, nil
+}
+
+func (fs countingFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.Create(name, cat))
+}
+
+func (fs countingFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.FS.Open(name, opts...))
+}
+
+func (fs countingFS) OpenReadWrite(name string, cat vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.FS.OpenReadWrite(name, cat, opts...))
+}
+
+func (fs countingFS) OpenDir(name string) (vfs.File, error) {
+	return fs.wrap(fs.FS.OpenDir(name))
+}
+
+func (fs countingFS) ReuseForWrite(oldname, newname string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.ReuseForWrite(oldname, newname, cat))
+}
+
+// Unwrap lets Pebble see through the wrapper where it looks for the underlying FS.
+func (fs countingFS) Unwrap() vfs.FS { return fs.FS }
+
+type countingFile struct {
+	vfs.File
+	c *syncCounter
+}
+
+func (f countingFile) Sync() error {
+	defer f.c.observe(time.Now())
+	return f.File.Sync()
+}
+
+func (f countingFile) SyncData() error {
+	defer f.c.observe(time.Now())
+	return f.File.SyncData()
+}
+
+func (f countingFile) SyncTo(length int64) (bool, error) {
+	defer f.c.observe(time.Now())
+	return f.File.SyncTo(length)
+}
+
+// pebbleFatal is what our Pebble logger panics with instead of exiting the process. Pebble calls
+// Fatalf when a commit fails after a WAL write or sync error; the committer recovers it and turns
+// it into a failed log. A Fatalf on one of Pebble's own goroutines (a failed MANIFEST sync, say)
+// is not recovered and ends the process: a storage failure stops the server.
+type pebbleFatal struct{ msg string }
+
+func (p pebbleFatal) Error() string { return "pebble: " + p.msg }
+
+// pebbleLogger sends Pebble's log lines to zap.
+type pebbleLogger struct{ log *zap.SugaredLogger }
+
+func (l pebbleLogger) Infof(format string, args ...any)  { l.log.Debugf(format, args...) }
+func (l pebbleLogger) Errorf(format string, args ...any) { l.log.Errorf(format, args...) }
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error(msg)
+	panic(pebbleFatal{msg: msg})
+}

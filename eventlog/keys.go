@@ -1,0 +1,65 @@
+package eventlog
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Key prefixes; doc.go draws the layout.
+const (
+	prefixLog  = "log/"
+	prefixIdx  = "idx/"
+	prefixCkpt = "ckpt/"
+	keyFormat  = "meta/format"
+
+	// formatMarker is the value of keyFormat: it tells a tether log from any other Pebble store.
+	formatMarker = "tether.eventlog.v1"
+)
+
+// logKey returns "log/" + seq as 8 big-endian bytes, so keys sort in seq order.
+func logKey(seq uint64) []byte {
+	k := make([]byte, len(prefixLog)+8)
+	putLogKey(k, seq)
+	return k
+}
+
+func putLogKey(dst []byte, seq uint64) {
+	copy(dst, prefixLog)
+	binary.BigEndian.PutUint64(dst[len(prefixLog):], seq)
+}
+
+// logKeySeq parses a key made by logKey.
+func logKeySeq(k []byte) (uint64, error) {
+	if len(k) != len(prefixLog)+8 || string(k[:len(prefixLog)]) != prefixLog {
+		return 0, fmt.Errorf("%w: malformed log key %q", ErrCorruptRecord, k)
+	}
+	return binary.BigEndian.Uint64(k[len(prefixLog):]), nil
+}
+
+// logKeyEnd is the exclusive upper bound of every log key.
+var logKeyEnd = []byte("log0") // '0' is the byte after '/'
+
+// idxKeyLen is the length of the index key for a stream.
+func idxKeyLen(stream string) int { return len(prefixIdx) + len(stream) + 1 + 8 }
+
+// putIdxKey writes "idx/" + stream + 0x00 + seq (8 bytes big-endian). The NUL separator keeps
+// one stream's keys from interleaving with a stream whose name extends it ("job/a" vs "job/ab");
+// stream names may not contain NUL.
+func putIdxKey(dst []byte, stream string, seq uint64) {
+	n := copy(dst, prefixIdx)
+	n += copy(dst[n:], stream)
+	dst[n] = 0
+	binary.BigEndian.PutUint64(dst[n+1:], seq)
+}
+
+func idxKey(stream string, seq uint64) []byte {
+	k := make([]byte, idxKeyLen(stream))
+	putIdxKey(k, stream, seq)
+	return k
+}
+
+// idxKeySeq returns the seq at the end of an index key.
+func idxKeySeq(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) }
+
+// ckptKey returns "ckpt/" + name.
+func ckptKey(name string) []byte { return []byte(prefixCkpt + name) }

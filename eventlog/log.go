@@ -1,0 +1,616 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+)
+
+// Event is what a producer appends: the log assigns its seq, time and hash.
+type Event struct {
+	Stream string
+	Type   string
+	Data   []byte // JSON; the log keeps a reference until the append is done, do not modify it
+}
+
+// Receipt says where an append landed: the seqs of its first and last records and the chain
+// hash of the last one. A client can later prove the append with it (tether replay receipt).
+type Receipt struct {
+	First, Last uint64
+	Hash        Hash
+}
+
+// Head is the last durable record's position in the chain. The empty log's head is
+// {Seq: 0, Hash: Genesis}.
+type Head struct {
+	Seq  uint64
+	Hash Hash
+	Time time.Time // zero for the empty log
+}
+
+// Limits on what one append may carry.
+const (
+	EventsPerAppendMax = 10_000
+	// batchBytesMax bounds one Pebble batch, well under Pebble's large-batch threshold (half the
+	// memtable), so a batch is an ordinary WAL record plus memtable insert.
+	batchBytesMax = 4 << 20
+)
+
+// Options configure Open. The zero value is ready for production use on the OS filesystem.
+type Options struct {
+	// FS is the filesystem; tests use vfs.NewMem, vfs.NewCrashableMem or errorfs.
+	FS vfs.FS
+	// Clock stamps records; the simulator injects its virtual clock. Default time.Now.
+	Clock func() time.Time
+	// Logger receives Pebble's log lines. Default: no logging.
+	Logger *zap.Logger
+	// ReadOnly opens the log for reading only: appends and checkpoints fail with ErrReadOnly.
+	ReadOnly bool
+	// PendingBytesMax bounds the bytes of appends accepted but not yet durable; producers wait
+	// beyond it. Default 64 MiB.
+	PendingBytesMax int
+	// MemTableSize is Pebble's memtable size. Default 64 MiB.
+	MemTableSize uint64
+}
+
+func (o *Options) setDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.PendingBytesMax <= 0 {
+		o.PendingBytesMax = 64 << 20
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = 64 << 20
+	}
+}
+
+// Stats are counters for metrics and benchmarks.
+type Stats struct {
+	Events   uint64        // records made durable by this process
+	Batches  uint64        // Pebble batches they were committed in
+	Syncs    uint64        // fsyncs the filesystem performed (WAL, MANIFEST and tables)
+	SyncTime time.Duration // total time spent in those fsyncs
+}
+
+// Log is the append-only, hash-chained event log. It is safe for concurrent use.
+type Log struct {
+	db    *pebble.DB
+	opts  Options
+	syncs *syncCounter
+
+	mu sync.Mutex
+	// work is signalled when pending gets a request or the log starts closing; space when
+	// pendingBytes shrinks or the log fails.
+	work, space  *sync.Cond
+	pending      []*appendReq
+	pendingBytes int   // bytes accepted and not yet durable (pending and in flight)
+	closing      bool  // Close was called; no new appends
+	err          error // sticky: the first write or sync failure, wrapped in ErrFailed
+	durable      Head  // INVARIANT: every record with seq <= durable.Seq is fsynced
+	advanced     chan struct{}
+	failed       chan struct{}
+	stats        Stats
+	// abandoned is set when a Pebble write panicked. Pebble may still hold its commit mutex
+	// then, and DB.Close would wait for it forever, so Close leaves the store alone.
+	abandoned atomic.Bool
+
+	// next is the last sequenced (not necessarily durable) record; only the sequencer goroutine
+	// touches it after Open.
+	next Head
+
+	toSync chan inflight // sequencer → syncer, in seq order
+	done   chan struct{} // closed when the syncer exits
+}
+
+// appendReq is one Append or AppendAsync call on its way through the pipeline.
+type appendReq struct {
+	events  []Event
+	bytes   int
+	receipt Receipt
+	done    func(Receipt, error)
+}
+
+// inflight is a Pebble batch applied to the memtable and WAL whose fsync is not yet confirmed.
+type inflight struct {
+	batch *pebble.Batch
+	reqs  []*appendReq
+	head  Head
+	bytes int
+}
+
+// Open opens the log in dir, creating it if dir is missing or empty. It refuses a directory that
+// holds something other than a tether log (ErrNotTetherLog), and a log whose last record does not
+// chain from the one before it (ErrChainBroken).
+func Open(dir string, opts Options) (*Log, error) {
+	opts.setDefaults()
+	l := &Log{opts: opts, syncs: &syncCounter{}}
+	fs := countingFS{FS: opts.FS, c: l.syncs}
+	if err := checkDir(fs, dir, opts.ReadOnly); err != nil {
+		return nil, err
+	}
+	db, err := pebble.Open(dir, &pebble.Options{
+		FS:           fs,
+		Logger:       pebbleLogger{log: opts.Logger.Named("pebble").Sugar()},
+		ReadOnly:     opts.ReadOnly,
+		MemTableSize: opts.MemTableSize,
+		// The log's keys only grow at the end; newest formats keep compactions cheap.
+		FormatMajorVersion: pebble.FormatNewest,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
+	}
+	l.db = db
+	if err := l.initFormat(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	head, err := l.recoverHead()
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	l.durable, l.next = head, head
+	l.work, l.space = sync.NewCond(&l.mu), sync.NewCond(&l.mu)
+	l.advanced, l.failed = make(chan struct{}), make(chan struct{})
+	l.done = make(chan struct{})
+	if opts.ReadOnly {
+		close(l.done)
+		return l, nil
+	}
+	// The channel's capacity bounds how many batches may wait for their fsync; Pebble
+	// group-commits those waits into as few fsyncs as the disk allows.
+	l.toSync = make(chan inflight, 64)
+	go l.sequence()
+	go l.syncLoop()
+	return l, nil
+}
+
+// checkDir refuses a non-empty directory that holds no Pebble database, so that a mistyped
+// --data flag never fills someone's home directory with Pebble files.
+func checkDir(fs vfs.FS, dir string, readOnly bool) error {
+	names, err := fs.List(dir)
+	if err != nil || len(names) == 0 {
+		if readOnly {
+			return fmt.Errorf("%w: %s does not exist or is empty", ErrNotTetherLog, dir)
+		}
+		return nil // Pebble creates it
+	}
+	desc, err := pebble.Peek(dir, fs)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrNotTetherLog, dir, err)
+	}
+	if !desc.Exists {
+		return fmt.Errorf("%w: %s is not empty and holds no event log", ErrNotTetherLog, dir)
+	}
+	return nil
+}
+
+// initFormat checks the format marker, writing it into a brand-new store.
+func (l *Log) initFormat() error {
+	v, closer, err := l.db.Get([]byte(keyFormat))
+	switch {
+	case err == nil:
+		marker := string(v)
+		_ = closer.Close()
+		if marker != formatMarker {
+			return fmt.Errorf("%w: format marker %q, want %q", ErrNotTetherLog, marker, formatMarker)
+		}
+		return nil
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("eventlog: read format marker: %w", err)
+	}
+	// No marker: only an empty store may become a log.
+	it, err := l.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("eventlog: %w", err)
+	}
+	empty := !it.First()
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("eventlog: %w", err)
+	}
+	if !empty || l.opts.ReadOnly {
+		return fmt.Errorf("%w: the Pebble store has no tether format marker", ErrNotTetherLog)
+	}
+	return l.guard(func() error {
+		return l.db.Set([]byte(keyFormat), []byte(formatMarker), pebble.Sync)
+	})
+}
+
+// recoverHead finds the last record and checks that it chains from its predecessor.
+func (l *Log) recoverHead() (Head, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefixLog), UpperBound: logKeyEnd})
+	if err != nil {
+		return Head{}, fmt.Errorf("eventlog: %w", err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		if err := it.Error(); err != nil {
+			return Head{}, fmt.Errorf("eventlog: read head: %w", err)
+		}
+		return Head{Hash: Genesis}, nil
+	}
+	last, err := decodeAt(it)
+	if err != nil {
+		return Head{}, err
+	}
+	prev := Genesis
+	if last.Seq > 1 {
+		if !it.Prev() {
+			return Head{}, &ChainError{Seq: last.Seq, Reason: fmt.Sprintf("seq %d is missing", last.Seq-1)}
+		}
+		before, err := decodeAt(it)
+		if err != nil {
+			return Head{}, err
+		}
+		if before.Seq != last.Seq-1 {
+			return Head{}, &ChainError{Seq: last.Seq, Reason: fmt.Sprintf("seq %d is missing", last.Seq-1)}
+		}
+		prev = before.Hash
+	}
+	if !last.ChainsFrom(prev) {
+		return Head{}, &ChainError{Seq: last.Seq, Reason: "the head record's hash does not match its contents"}
+	}
+	return Head{Seq: last.Seq, Hash: last.Hash, Time: last.Time}, nil
+}
+
+// decodeAt decodes the record under a log iterator and checks it against its key.
+func decodeAt(it *pebble.Iterator) (Record, error) {
+	seq, err := logKeySeq(it.Key())
+	if err != nil {
+		return Record{}, err
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return Record{}, fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+	}
+	r, err := DecodeRecord(v)
+	if err != nil {
+		return Record{}, &ChainError{Seq: seq, Reason: err.Error()}
+	}
+	if r.Seq != seq {
+		return Record{}, &ChainError{Seq: seq, Reason: fmt.Sprintf("record under key %d says seq %d", seq, r.Seq)}
+	}
+	return r, nil
+}
+
+// Append appends events atomically and returns once they are fsynced. If ctx ends first, Append
+// returns ctx's error, but the events may still become durable: cancellation cannot withdraw
+// them from the group commit they joined.
+func (l *Log) Append(ctx context.Context, events ...Event) (Receipt, error) {
+	if err := ctx.Err(); err != nil {
+		return Receipt{}, err
+	}
+	type result struct {
+		r   Receipt
+		err error
+	}
+	ch := make(chan result, 1)
+	l.AppendAsync(events, func(r Receipt, err error) { ch <- result{r, err} })
+	select {
+	case res := <-ch:
+		return res.r, res.err
+	case <-ctx.Done():
+		return Receipt{}, ctx.Err()
+	}
+}
+
+// AppendAsync hands events to the group commit without waiting. done is called exactly once,
+// after the events are fsynced (with their receipt) or when the append fails; calls happen in
+// seq order on the log's own goroutine, so done must be quick and must not call back into the
+// log's blocking methods. AppendAsync blocks only while the pending budget is full.
+//
+// Successive AppendAsync calls from one goroutine are sequenced in call order. This is what
+// lets an actor pipeline: decide, hand the events over, and take its next message at once.
+func (l *Log) AppendAsync(events []Event, done func(Receipt, error)) {
+	size, err := l.validate(events)
+	if err != nil {
+		done(Receipt{}, err)
+		return
+	}
+	l.mu.Lock()
+	for l.err == nil && !l.closing && l.pendingBytes > 0 && l.pendingBytes+size > l.opts.PendingBytesMax {
+		l.space.Wait()
+	}
+	switch {
+	case l.err != nil:
+		err = l.err
+	case l.closing:
+		err = ErrClosed
+	}
+	if err != nil {
+		l.mu.Unlock()
+		done(Receipt{}, err)
+		return
+	}
+	l.pending = append(l.pending, &appendReq{events: events, bytes: size, done: done})
+	l.pendingBytes += size
+	l.work.Signal()
+	l.mu.Unlock()
+}
+
+// validate checks the envelope rules and returns the encoded size of the events.
+func (l *Log) validate(events []Event) (int, error) {
+	if l.opts.ReadOnly {
+		return 0, ErrReadOnly
+	}
+	if len(events) == 0 || len(events) > EventsPerAppendMax {
+		return 0, fmt.Errorf("%w: %d events in one append, want 1..%d", ErrInvalidEvent, len(events), EventsPerAppendMax)
+	}
+	size := 0
+	for i, e := range events {
+		if err := checkName("stream", e.Stream, StreamLenMax); err != nil {
+			return 0, fmt.Errorf("event %d: %w", i, err)
+		}
+		if err := checkName("type", e.Type, TypeLenMax); err != nil {
+			return 0, fmt.Errorf("event %d: %w", i, err)
+		}
+		if len(e.Data) > DataLenMax {
+			return 0, fmt.Errorf("event %d: %w: data is %d bytes, limit %d", i, ErrInvalidEvent, len(e.Data), DataLenMax)
+		}
+		if !json.Valid(e.Data) {
+			return 0, fmt.Errorf("event %d: %w: data is not valid JSON", i, ErrInvalidEvent)
+		}
+		size += encodedLen(e.Stream, e.Type, e.Data) + idxKeyLen(e.Stream)
+	}
+	if size > l.opts.PendingBytesMax {
+		return 0, fmt.Errorf("%w: append of %d bytes exceeds the pending limit %d", ErrInvalidEvent, size, l.opts.PendingBytesMax)
+	}
+	return size, nil
+}
+
+func checkName(what, s string, max int) error {
+	switch {
+	case s == "" || len(s) > max:
+		return fmt.Errorf("%w: %s must be 1..%d bytes, got %d", ErrInvalidEvent, what, max, len(s))
+	case !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s must be UTF-8 without NUL", ErrInvalidEvent, what)
+	}
+	return nil
+}
+
+// sequence is the first pipeline stage: it takes everything pending, assigns seqs, times and
+// hashes, and applies it as one Pebble batch without waiting for the fsync, then hands the batch
+// to the syncer. While the syncer waits on one fsync, the next batch is already being built.
+func (l *Log) sequence() {
+	defer close(l.toSync)
+	for {
+		reqs, size, ok := l.take()
+		if !ok {
+			return
+		}
+		if err := l.Err(); err != nil {
+			l.finish(reqs, size, err)
+			continue
+		}
+		batch, head := l.build(reqs)
+		if err := l.guard(func() error { return l.db.ApplyNoSyncWait(batch, pebble.Sync) }); err != nil {
+			l.fail(err)
+			l.finish(reqs, size, l.Err())
+			continue
+		}
+		l.next = head
+		l.toSync <- inflight{batch: batch, reqs: reqs, head: head, bytes: size}
+	}
+}
+
+// take waits for pending requests and removes up to batchBytesMax of them (at least one).
+// It reports false once the log is closing and nothing is left.
+func (l *Log) take() ([]*appendReq, int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(l.pending) == 0 {
+		if l.closing {
+			return nil, 0, false
+		}
+		l.work.Wait()
+	}
+	n, size := 0, 0
+	for n < len(l.pending) && (n == 0 || size+l.pending[n].bytes <= batchBytesMax) {
+		size += l.pending[n].bytes
+		n++
+	}
+	reqs := make([]*appendReq, n)
+	copy(reqs, l.pending)
+	rest := copy(l.pending, l.pending[n:])
+	clear(l.pending[rest:])
+	l.pending = l.pending[:rest]
+	return reqs, size, true
+}
+
+// build encodes the requests' events into one Pebble batch, writing each record straight into
+// the batch's memory.
+func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head) {
+	head := l.next
+	now := l.opts.Clock().UnixNano()
+	if last := head.Time.UnixNano(); !head.Time.IsZero() && now < last {
+		now = last // the log's time never runs backwards, even when the clock does
+	}
+	batch := l.db.NewBatch()
+	for _, r := range reqs {
+		r.receipt.First = head.Seq + 1
+		for _, e := range r.events {
+			head.Seq++
+			op := batch.SetDeferred(len(prefixLog)+8, encodedLen(e.Stream, e.Type, e.Data))
+			putLogKey(op.Key, head.Seq)
+			head.Hash = encodeRecord(op.Value, head.Hash, head.Seq, now, e.Stream, e.Type, e.Data)
+			_ = op.Finish()
+			idx := batch.SetDeferred(idxKeyLen(e.Stream), 0)
+			putIdxKey(idx.Key, e.Stream, head.Seq)
+			_ = idx.Finish()
+		}
+		r.receipt.Last, r.receipt.Hash = head.Seq, head.Hash
+	}
+	head.Time = time.Unix(0, now).UTC()
+	return batch, head
+}
+
+// syncLoop is the second pipeline stage: it waits for each batch's fsync in order, publishes
+// the new durable head, and only then completes the appends.
+func (l *Log) syncLoop() {
+	defer close(l.done)
+	for f := range l.toSync {
+		err := f.batch.SyncWait()
+		_ = f.batch.Close()
+		l.mu.Lock()
+		if err != nil && l.err == nil {
+			l.failLocked(err)
+		}
+		// A batch behind a failed one is never acknowledged, even if its own sync returned nil:
+		// what is durable must stay a prefix of what was acknowledged.
+		if err = l.err; err == nil {
+			l.durable = f.head
+			l.stats.Events += f.head.Seq - f.reqs[0].receipt.First + 1
+			l.stats.Batches++
+			close(l.advanced)
+			l.advanced = make(chan struct{})
+		}
+		l.mu.Unlock()
+		l.finish(f.reqs, f.bytes, err)
+	}
+}
+
+// finish completes requests and returns their bytes to the pending budget.
+func (l *Log) finish(reqs []*appendReq, size int, err error) {
+	l.mu.Lock()
+	l.pendingBytes -= size
+	l.space.Broadcast()
+	l.mu.Unlock()
+	for _, r := range reqs {
+		if err != nil {
+			r.done(Receipt{}, err)
+		} else {
+			r.done(r.receipt, nil)
+		}
+	}
+}
+
+// guard runs a Pebble write and turns a panic into an error. Pebble panics when a commit meets
+// a WAL that has already failed (with the error itself) and calls our Fatalf logger, which
+// panics with pebbleFatal, when a commit fails; either way the store can take no more writes,
+// and the caller fails the log.
+func (l *Log) guard(write func() error) (err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		l.abandoned.Store(true)
+		if e, ok := r.(error); ok {
+			err = fmt.Errorf("pebble write: %w", e)
+		} else {
+			err = fmt.Errorf("pebble write: %v", r)
+		}
+	}()
+	return write()
+}
+
+// fail records the first storage failure; from then on nothing more is acknowledged.
+func (l *Log) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.failLocked(err)
+	}
+}
+
+func (l *Log) failLocked(err error) {
+	l.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	l.opts.Logger.Error("event log failed; no further appends will be acknowledged", zap.Error(err))
+	close(l.failed)
+	l.space.Broadcast()
+}
+
+// Err returns the failure that stopped the log, or nil.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Failed is closed when a write or fsync fails. The server watches it and stops.
+func (l *Log) Failed() <-chan struct{} { return l.failed }
+
+// Head returns the durable head.
+func (l *Log) Head() Head {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.durable
+}
+
+// Advanced returns a channel that is closed when the durable head next moves.
+func (l *Log) Advanced() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.advanced
+}
+
+// WaitDurable blocks until the record at seq is durable, the log fails, or ctx ends.
+func (l *Log) WaitDurable(ctx context.Context, seq uint64) error {
+	for {
+		l.mu.Lock()
+		durable, advanced, err := l.durable.Seq, l.advanced, l.err
+		l.mu.Unlock()
+		switch {
+		case durable >= seq:
+			return nil
+		case err != nil:
+			return err
+		}
+		select {
+		case <-advanced:
+		case <-l.failed:
+		case <-l.done:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	s := l.stats
+	l.mu.Unlock()
+	s.Syncs = l.syncs.syncs.Load()
+	s.SyncTime = time.Duration(l.syncs.nanos.Load())
+	return s
+}
+
+// Close stops taking appends, commits what was already accepted, and closes the store.
+// Appends accepted before Close complete normally; later ones get ErrClosed. After a failure
+// that left Pebble unable to close, Close returns the failure and leaves the store to the
+// process's exit.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closing = true
+	l.work.Broadcast()
+	l.space.Broadcast()
+	l.mu.Unlock()
+	<-l.done
+	if l.abandoned.Load() {
+		return l.Err()
+	}
+	return l.guard(l.db.Close)
+}
