@@ -1,0 +1,49 @@
+package transport
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Readiness reports whether the server can take traffic: nil once recovery is done, else the
+// reason it cannot. Status is a JSON-encodable summary shown on /readyz.
+type Readiness interface {
+	Ready() error
+	Status() any
+}
+
+// OpsHandler serves the operations endpoints:
+//
+//	GET /healthz  200 while the process is up
+//	GET /readyz   200 with the status once ready, 503 with the reason before that
+func OpsHandler(r Readiness) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := r.Ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: "NOT_READY", Message: err.Error()}})
+			return
+		}
+		writeJSON(w, http.StatusOK, r.Status())
+	})
+	return mux
+}
+
+// errorBody is the error shape of every endpoint (DESIGN §5).
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,42 @@
+package transport
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+type fakeReadiness struct{ err error }
+
+func (f fakeReadiness) Ready() error { return f.err }
+func (f fakeReadiness) Status() any  { return map[string]int{"head_seq": 42} }
+
+func TestOpsHandler(t *testing.T) {
+	t.Parallel()
+	get := func(h http.Handler, path string) (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: body is not JSON: %q", path, rec.Body.String())
+		}
+		return rec.Code, body
+	}
+	notReady := OpsHandler(fakeReadiness{err: errors.New("replaying the log")})
+	if code, _ := get(notReady, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while recovering = %d, want 200", code)
+	}
+	code, body := get(notReady, "/readyz")
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz while recovering = %d, want 503", code)
+	}
+	if e, _ := body["error"].(map[string]any); e["code"] != "NOT_READY" || e["message"] != "replaying the log" {
+		t.Fatalf("/readyz error body = %v", body)
+	}
+	code, body = get(OpsHandler(fakeReadiness{}), "/readyz")
+	if code != http.StatusOK || body["head_seq"] != float64(42) {
+		t.Fatalf("/readyz when ready = %d %v", code, body)
+	}
+}
