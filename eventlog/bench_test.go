@@ -50,6 +50,7 @@ func BenchmarkAppend(b *testing.B) {
 				b.Fatalf("%d events durable, want %d", events, b.N)
 			}
 			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(events)/float64(after.Batches-before.Batches), "events/batch")
 			if syncs := after.Syncs - before.Syncs; syncs > 0 {
 				b.ReportMetric(float64(events)/float64(syncs), "events/fsync")
 			}

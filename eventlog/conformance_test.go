@@ -17,7 +17,7 @@ func TestConformanceDisk(t *testing.T) {
 
 func TestConformanceCrashableMem(t *testing.T) {
 	t.Parallel()
-	eventlogtest.Run(t, func(t *testing.T) eventlogtest.Store {
-		return eventlogtest.Store{FS: vfs.NewCrashableMem(), Dir: "/data/log"}
-	})
+	eventlogtest.Run(t, func(*testing.T) eventlogtest.Store { return crashableStore() })
 }
+
+func crashableStore() eventlogtest.Store { return eventlogtest.CrashableMem() }

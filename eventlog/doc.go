@@ -51,6 +51,8 @@
 //     fsync starts with that one fsync. A single sequencer goroutine assigns seqs and hashes and
 //     applies batches in seq order without waiting for their fsyncs; a syncer goroutine waits
 //     for each batch's fsync in the same order and only then publishes and acknowledges it.
+//     While an fsync is under way the sequencer yields once before it takes, so that what
+//     arrives meanwhile goes into one batch rather than many.
 //  3. Readers see only durable records. Pebble makes a batch readable before its fsync; every
 //     read here is bounded by the durable head, which moves only after the fsync.
 //  4. A failed write or fsync fails that batch and every later one, including batches whose own

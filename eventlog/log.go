@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -311,10 +312,11 @@ func (l *Log) Append(ctx context.Context, events ...Event) (Receipt, error) {
 	}
 }
 
-// AppendAsync hands events to the group commit without waiting. done is called exactly once,
-// after the events are fsynced (with their receipt) or when the append fails; calls happen in
-// seq order on the log's own goroutine, so done must be quick and must not call back into the
-// log's blocking methods. AppendAsync blocks only while the pending budget is full.
+// AppendAsync hands events to the group commit without waiting. done is called exactly once:
+// before AppendAsync returns if the events are invalid or the log is closed or failed;
+// otherwise on the log's own goroutine, in seq order, once the events are fsynced or the
+// append has failed. done must be quick and must not call the log's blocking methods.
+// AppendAsync blocks only while the pending budget (Options.PendingBytesMax) is full.
 //
 // Successive AppendAsync calls from one goroutine are sequenced in call order. This is what
 // lets an actor pipeline: decide, hand the events over, and take its next message at once.
@@ -391,6 +393,11 @@ func checkName(what, s string, max int) error {
 func (l *Log) sequence() {
 	defer close(l.toSync)
 	for {
+		if len(l.toSync) > 0 {
+			// An fsync is under way, and whatever we apply now waits for the next one anyway:
+			// let more producers run first, so it goes in one batch instead of many.
+			runtime.Gosched()
+		}
 		reqs, size, ok := l.take()
 		if !ok {
 			return

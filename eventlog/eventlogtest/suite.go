@@ -9,13 +9,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/tetherhq/tether/eventlog"
 )
@@ -24,6 +27,19 @@ import (
 type Store struct {
 	FS  vfs.FS
 	Dir string
+	// Crash, when the backend can simulate a power cut, returns the store as the cut would
+	// leave it at this instant: everything synced, and each unsynced write with probability
+	// keepUnsyncedPercent. Backends that cannot crash leave it nil and skip the crash tests.
+	Crash func(keepUnsyncedPercent int, rng *rand.Rand) Store
+}
+
+// CrashableMem returns an empty store on Pebble's crashable in-memory filesystem.
+func CrashableMem() Store { return crashableMem(vfs.NewCrashableMem()) }
+
+func crashableMem(fs *vfs.MemFS) Store {
+	return Store{FS: fs, Dir: "/data/log", Crash: func(keep int, rng *rand.Rand) Store {
+		return crashableMem(fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: keep, RNG: rng}))
+	}}
 }
 
 // Run runs the suite. newStore must return a fresh, empty store for each call.
@@ -46,6 +62,8 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"RefusesForeignDirectories", testForeignDirectories},
 		{"VerifyNamesTamperedSeq", testVerifyTampered},
 		{"OpenRefusesBrokenHead", testBrokenHead},
+		{"ReadersSeeOnlyDurableRecords", testReadersSeeOnlyDurable},
+		{"CrashKeepsAcknowledgedAppends", testCrash},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}
@@ -640,3 +658,86 @@ func testBrokenHead(t *testing.T, s Store) {
 		t.Fatalf("open of a log with a broken head: %v, want a chain error at seq 3", err)
 	}
 }
+
+func testCrash(t *testing.T, s Store) {
+	if s.Crash == nil {
+		t.Skip("this backend cannot simulate a power cut")
+	}
+	for seed := range uint64(4) {
+		s = CrashRecovery(t, s, seed+1) // each round crashes the history the last one left
+	}
+}
+
+// testReadersSeeOnlyDurable holds the WAL's fsync open and checks that nothing of the appends
+// waiting for it can be read, although Pebble already holds them in its memtable.
+func testReadersSeeOnlyDurable(t *testing.T, s Store) {
+	var (
+		armed   atomicBool
+		reached = make(chan struct{}, 1)
+		release = make(chan struct{})
+	)
+	gate := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		isSync := op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo
+		if armed.get() && isSync && strings.HasSuffix(op.Path, ".log") {
+			select {
+			case reached <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return nil
+	})
+	l := Open(t, Store{FS: errorfs.Wrap(s.FS, gate), Dir: s.Dir}, eventlog.Options{})
+	var releaseOnce sync.Once
+	open := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(open) // runs before the log's Close, which would wait for the held fsync
+	ctx := context.Background()
+	if _, err := l.Append(ctx, Event("job/d", 1)); err != nil {
+		t.Fatal(err)
+	}
+	sub := l.Subscribe(2)
+	armed.set(true)
+	done := make(chan error, 1)
+	l.AppendAsync([]eventlog.Event{Event("job/d", 2), Event("job/d", 3)}, func(_ eventlog.Receipt, err error) { done <- err })
+	<-reached // the batch is in Pebble and its fsync has started, but not returned
+
+	if h := l.Head(); h.Seq != 1 {
+		t.Fatalf("durable head is %d while the fsync of 2..3 is held", h.Seq)
+	}
+	if _, err := l.Get(2); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Fatalf("Get(2) before its fsync: %v, want ErrNotFound", err)
+	}
+	if got := Collect(t, l.Range(1, 0)); len(got) != 1 {
+		t.Fatalf("Range saw %v before the fsync", seqs(got))
+	}
+	if got := Collect(t, l.Stream("job/d", 0)); len(got) != 1 {
+		t.Fatalf("Stream saw %v before the fsync", seqs(got))
+	}
+	expired, cancel := context.WithCancel(ctx)
+	cancel()
+	if recs, err := sub.Next(expired, 10); !errors.Is(err, context.Canceled) {
+		t.Fatalf("subscription delivered %v, %v before the fsync", seqs(recs), err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("append acknowledged (%v) before its fsync returned", err)
+	default:
+	}
+
+	armed.set(false)
+	open()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := sub.Next(ctx, 10); err != nil || !slices.Equal(seqs(recs), []uint64{2, 3}) {
+		t.Fatalf("after the fsync the subscription delivered %v, %v; want 2 3", seqs(recs), err)
+	}
+}
+
+type atomicBool struct {
+	mu sync.Mutex
+	v  bool
+}
+
+func (b *atomicBool) get() bool  { b.mu.Lock(); defer b.mu.Unlock(); return b.v }
+func (b *atomicBool) set(v bool) { b.mu.Lock(); b.v = v; b.mu.Unlock() }
