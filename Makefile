@@ -11,7 +11,8 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-6s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 run: ## start the server on the embedded data dir ./tether-data at 127.0.0.1:8080
-	$(GO) run ./cmd/tether server --data $(DATA) --addr $(ADDR)
+	$(GO) build -o bin/tether ./cmd/tether
+	exec bin/tether server --data $(DATA) --addr $(ADDR)
 
 test: ## vet and run every test (conformance, 200-seed crash, fault and fuzz-corpus tests)
 	$(GO) vet ./...

@@ -97,5 +97,7 @@ func (l *logFlags) logger() (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want json, text or auto", l.format)
 	}
 	cfg.Level = zap.NewAtomicLevelAt(level)
+	cfg.EncoderConfig.TimeKey = "time"
+	cfg.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 	return cfg.Build()
 }
