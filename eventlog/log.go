@@ -281,6 +281,12 @@ func decodeAt(it *pebble.Iterator) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("eventlog: read seq %d: %w", seq, err)
 	}
+	return decodeStored(seq, v)
+}
+
+// decodeStored decodes the value stored under log/<seq>; a value that does not decode, or that
+// holds another seq, breaks the chain at seq.
+func decodeStored(seq uint64, v []byte) (Record, error) {
 	r, err := DecodeRecord(v)
 	if err != nil {
 		return Record{}, &ChainError{Seq: seq, Reason: err.Error()}

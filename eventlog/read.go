@@ -29,14 +29,7 @@ func (l *Log) get(seq uint64) (Record, error) {
 		return Record{}, fmt.Errorf("eventlog: read seq %d: %w", seq, err)
 	}
 	defer closer.Close()
-	r, err := DecodeRecord(v)
-	if err != nil {
-		return Record{}, &ChainError{Seq: seq, Reason: err.Error()}
-	}
-	if r.Seq != seq {
-		return Record{}, &ChainError{Seq: seq, Reason: fmt.Sprintf("record under key %d says seq %d", seq, r.Seq)}
-	}
-	return r, nil
+	return decodeStored(seq, v)
 }
 
 // Range yields the durable records from seq `from` to seq `to`, both inclusive, in order; to == 0

@@ -560,15 +560,43 @@ func testForeignDirectories(t *testing.T, s Store) {
 	}
 }
 
-// rewrite opens the closed log's Pebble store directly and applies fn, as an attacker or a bad
-// disk would: Pebble's own checksums stay valid.
-func rewrite(t *testing.T, s Store, fn func(db *pebble.DB)) {
+// fill appends n events to the store's log, one per append, and closes it.
+func fill(t *testing.T, s Store, stream string, n int) {
+	t.Helper()
+	l := Open(t, s, eventlog.Options{})
+	for i := range n {
+		if _, err := l.Append(context.Background(), Event(stream, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tamper opens the closed log's Pebble store directly and replaces the value stored for seq
+// with change(value), or deletes it if change returns nil, as an attacker or a bad disk would:
+// Pebble's own checksums stay valid.
+func tamper(t *testing.T, s Store, seq uint64, change func(stored []byte) []byte) {
 	t.Helper()
 	db, err := pebble.Open(s.Dir, &pebble.Options{FS: s.FS})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn(db)
+	v, closer, err := db.Get(logKey(seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := change(bytes.Clone(v))
+	_ = closer.Close()
+	if changed == nil {
+		err = db.Delete(logKey(seq), pebble.Sync)
+	} else {
+		err = db.Set(logKey(seq), changed, pebble.Sync)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -583,27 +611,9 @@ func logKey(seq uint64) []byte {
 }
 
 func testVerifyTampered(t *testing.T, s Store) {
-	l := Open(t, s, eventlog.Options{})
-	for i := range 10 {
-		if _, err := l.Append(context.Background(), Event("job/v", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rewrite(t, s, func(db *pebble.DB) {
-		v, closer, err := db.Get(logKey(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tampered := bytes.Replace(v, []byte(`"n":3`), []byte(`"n":7`), 1)
-		_ = closer.Close()
-		if err := db.Set(logKey(4), tampered, pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
-	})
-	l = Open(t, s, eventlog.Options{}) // the head still chains: only Verify can tell
+	fill(t, s, "job/v", 10)
+	tamper(t, s, 4, func(v []byte) []byte { return bytes.Replace(v, []byte(`"n":3`), []byte(`"n":7`), 1) })
+	l := Open(t, s, eventlog.Options{}) // the head still chains: only Verify can tell
 	_, err := l.Verify(context.Background())
 	var ce *eventlog.ChainError
 	if !errors.As(err, &ce) || ce.Seq != 4 {
@@ -612,11 +622,7 @@ func testVerifyTampered(t *testing.T, s Store) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rewrite(t, s, func(db *pebble.DB) {
-		if err := db.Delete(logKey(7), pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
-	})
+	tamper(t, s, 7, func([]byte) []byte { return nil })
 	l = Open(t, s, eventlog.Options{})
 	// Record 4 is still the first bad one; Range from 5 finds the hole at 7.
 	for _, err := range l.Range(5, 0) {
@@ -631,26 +637,10 @@ func testVerifyTampered(t *testing.T, s Store) {
 }
 
 func testBrokenHead(t *testing.T, s Store) {
-	l := Open(t, s, eventlog.Options{})
-	for i := range 3 {
-		if _, err := l.Append(context.Background(), Event("job/h", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rewrite(t, s, func(db *pebble.DB) {
-		v, closer, err := db.Get(logKey(3))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tampered := bytes.Clone(v)
-		_ = closer.Close()
-		tampered[len(tampered)-1] ^= 1 // flip a bit of the stored hash
-		if err := db.Set(logKey(3), tampered, pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
+	fill(t, s, "job/h", 3)
+	tamper(t, s, 3, func(v []byte) []byte {
+		v[len(v)-1] ^= 1 // flip a bit of the stored hash
+		return v
 	})
 	_, err := eventlog.Open(s.Dir, eventlog.Options{FS: s.FS})
 	var ce *eventlog.ChainError
