@@ -146,14 +146,18 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err := checkDir(fs, dir, opts.ReadOnly); err != nil {
 		return nil, err
 	}
-	db, err := pebble.Open(dir, &pebble.Options{
+	popts := &pebble.Options{
 		FS:           fs,
 		Logger:       pebbleLogger{log: opts.Logger.Named("pebble").Sugar()},
 		ReadOnly:     opts.ReadOnly,
 		MemTableSize: opts.MemTableSize,
-		// The log's keys only grow at the end; newest formats keep compactions cheap.
-		FormatMajorVersion: pebble.FormatNewest,
-	})
+	}
+	if !opts.ReadOnly {
+		// New stores get this Pebble's newest on-disk format. A read-only open must not ask
+		// for it: ratcheting an older store's format is a write.
+		popts.FormatMajorVersion = pebble.FormatNewest
+	}
+	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
@@ -188,10 +192,13 @@ func Open(dir string, opts Options) (*Log, error) {
 func checkDir(fs vfs.FS, dir string, readOnly bool) error {
 	names, err := fs.List(dir)
 	if err != nil || len(names) == 0 {
-		if readOnly {
-			return fmt.Errorf("%w: %s does not exist or is empty", ErrNotTetherLog, dir)
+		switch {
+		case readOnly && err != nil:
+			return fmt.Errorf("%w: %s: %v", ErrNotTetherLog, dir, err)
+		case readOnly:
+			return fmt.Errorf("%w: %s is empty", ErrNotTetherLog, dir)
 		}
-		return nil // Pebble creates it
+		return nil // Pebble creates it, or reports why it cannot
 	}
 	desc, err := pebble.Peek(dir, fs)
 	if err != nil {
@@ -565,13 +572,6 @@ func (l *Log) Head() Head {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.durable
-}
-
-// Advanced returns a channel that is closed when the durable head next moves.
-func (l *Log) Advanced() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.advanced
 }
 
 // WaitDurable blocks until the record at seq is durable, the log fails, or ctx ends.

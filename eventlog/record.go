@@ -25,18 +25,6 @@ type Hash [sha256.Size]byte
 // String returns the hash as lowercase hex, the form used in receipts and exports.
 func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 
-// ParseHash parses the lowercase or uppercase hex form of a Hash.
-func ParseHash(s string) (Hash, error) {
-	var h Hash
-	if len(s) != 2*len(h) {
-		return h, fmt.Errorf("eventlog: hash must be %d hex digits, got %d", 2*len(h), len(s))
-	}
-	if _, err := hex.Decode(h[:], []byte(s)); err != nil {
-		return h, fmt.Errorf("eventlog: hash: %w", err)
-	}
-	return h, nil
-}
-
 // Genesis is the hash the first record chains from: SHA-256 of the ASCII string
 // "tether/eventlog/genesis/v1".
 var Genesis = Hash(sha256.Sum256([]byte("tether/eventlog/genesis/v1")))
@@ -70,6 +58,14 @@ func encodedLen(stream, typ string, data []byte) int {
 // encodeRecord writes the record into dst, which must be exactly encodedLen bytes, computes its
 // hash from prev and stores it in the last 32 bytes. It returns the hash.
 func encodeRecord(dst []byte, prev Hash, seq uint64, unixNano int64, stream, typ string, data []byte) Hash {
+	n := putBody(dst, seq, unixNano, stream, typ, data)
+	h := chainHash(prev, dst[:n])
+	copy(dst[n:], h[:])
+	return h
+}
+
+// putBody writes everything but the hash and returns its length.
+func putBody(dst []byte, seq uint64, unixNano int64, stream, typ string, data []byte) int {
 	dst[offVersion] = recordVersion
 	binary.BigEndian.PutUint64(dst[offSeq:], seq)
 	binary.BigEndian.PutUint64(dst[offTime:], uint64(unixNano))
@@ -80,9 +76,7 @@ func encodeRecord(dst []byte, prev Hash, seq uint64, unixNano int64, stream, typ
 	n += copy(dst[n:], stream)
 	n += copy(dst[n:], typ)
 	n += copy(dst[n:], data)
-	h := chainHash(prev, dst[:n])
-	copy(dst[n:], h[:])
-	return h
+	return n
 }
 
 // chainHash is the chain's link function: SHA-256(prev || body).
@@ -140,8 +134,8 @@ func DecodeRecord(b []byte) (Record, error) {
 // It is the inverse of DecodeRecord, used by tools that export and re-verify records.
 func (r Record) Encode() []byte {
 	b := make([]byte, encodedLen(r.Stream, r.Type, r.Data))
-	encodeRecord(b, Hash{}, r.Seq, r.Time.UnixNano(), r.Stream, r.Type, r.Data)
-	copy(b[len(b)-hashLen:], r.Hash[:])
+	n := putBody(b, r.Seq, r.Time.UnixNano(), r.Stream, r.Type, r.Data)
+	copy(b[n:], r.Hash[:])
 	return b
 }
 
