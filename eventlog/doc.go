@@ -46,11 +46,11 @@
 //
 //  1. Nothing is acknowledged before it is fsynced: Append returns, and AppendAsync's callback
 //     runs, only after the fsync that covers the records has returned without error.
-//  2. Group commit: every append that arrives while earlier batches are being written joins the
-//     next Pebble batch, and Pebble covers every batch whose WAL write finished by the time an
-//     fsync starts with that one fsync. A single sequencer goroutine assigns seqs and hashes and
-//     applies batches in seq order without waiting for their fsyncs; a syncer goroutine waits
-//     for each batch's fsync in the same order and only then publishes and acknowledges it.
+//  2. Group commit: a single sequencer goroutine takes everything pending (up to 4 MiB) as one
+//     Pebble batch, assigns seqs and hashes, and applies it without waiting for its fsync; Pebble
+//     covers every batch whose WAL write finished by the time an fsync starts with that one
+//     fsync. A syncer goroutine waits for each batch's fsync in seq order and only then
+//     publishes and acknowledges it.
 //     While an fsync is under way the sequencer yields once before it takes, so that what
 //     arrives meanwhile goes into one batch rather than many.
 //  3. Readers see only durable records. Pebble makes a batch readable before its fsync; every

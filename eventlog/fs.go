@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -77,15 +78,10 @@ func (f countingFile) SyncTo(length int64) (bool, error) {
 	return f.File.SyncTo(length)
 }
 
-// pebbleFatal is what our Pebble logger panics with instead of exiting the process. Pebble calls
-// Fatalf when a commit fails after a WAL write or sync error; the committer recovers it and turns
-// it into a failed log. A Fatalf on one of Pebble's own goroutines (a failed MANIFEST sync, say)
-// is not recovered and ends the process: a storage failure stops the server.
-type pebbleFatal struct{ msg string }
-
-func (p pebbleFatal) Error() string { return "pebble: " + p.msg }
-
-// pebbleLogger sends Pebble's log lines to zap.
+// pebbleLogger sends Pebble's log lines to zap. Its Fatalf panics instead of exiting: Pebble
+// calls Fatalf when a commit fails after a WAL write or sync error, and Log.guard recovers the
+// panic into a failed log. A Fatalf on one of Pebble's own goroutines (a failed MANIFEST sync,
+// say) is not recovered and ends the process: a storage failure stops the server.
 type pebbleLogger struct{ log *zap.SugaredLogger }
 
 func (l pebbleLogger) Infof(format string, args ...any)  { l.log.Debugf(format, args...) }
@@ -93,5 +89,5 @@ func (l pebbleLogger) Errorf(format string, args ...any) { l.log.Errorf(format, 
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Error(msg)
-	panic(pebbleFatal{msg: msg})
+	panic(errors.New("pebble: " + msg))
 }

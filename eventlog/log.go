@@ -521,10 +521,10 @@ func (l *Log) finish(reqs []*appendReq, size int, err error) {
 	}
 }
 
-// guard runs a Pebble write and turns a panic into an error. Pebble panics when a commit meets
-// a WAL that has already failed (with the error itself) and calls our Fatalf logger, which
-// panics with pebbleFatal, when a commit fails; either way the store can take no more writes,
-// and the caller fails the log.
+// guard runs a Pebble write and turns a panic into an error. Pebble panics with the error itself
+// when a commit meets a WAL that has already failed, and calls our Fatalf logger, which panics,
+// when a commit fails; either way the store can take no more writes, and the caller fails the
+// log.
 func (l *Log) guard(write func() error) (err error) {
 	defer func() {
 		r := recover()

@@ -23,7 +23,7 @@ func OpsHandler(r Readiness) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.Ready(); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: "NOT_READY", Message: err.Error()}})
+			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: "NOT_READY", Message: err.Error(), Details: map[string]any{}}})
 			return
 		}
 		writeJSON(w, http.StatusOK, r.Status())
@@ -31,7 +31,7 @@ func OpsHandler(r Readiness) http.Handler {
 	return mux
 }
 
-// errorBody is the error shape of every endpoint (DESIGN §5).
+// errorBody is the error shape of every endpoint (DESIGN §5); details is always an object.
 type errorBody struct {
 	Error errorDetail `json:"error"`
 }

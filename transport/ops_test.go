@@ -32,8 +32,12 @@ func TestOpsHandler(t *testing.T) {
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz while recovering = %d, want 503", code)
 	}
-	if e, _ := body["error"].(map[string]any); e["code"] != "NOT_READY" || e["message"] != "replaying the log" {
+	e, _ := body["error"].(map[string]any)
+	if e["code"] != "NOT_READY" || e["message"] != "replaying the log" {
 		t.Fatalf("/readyz error body = %v", body)
+	}
+	if details, ok := e["details"].(map[string]any); !ok || len(details) != 0 {
+		t.Fatalf("/readyz error details = %#v, want {}", e["details"])
 	}
 	code, body = get(OpsHandler(fakeReadiness{}), "/readyz")
 	if code != http.StatusOK || body["head_seq"] != float64(42) {

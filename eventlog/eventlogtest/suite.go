@@ -602,6 +602,8 @@ func tamper(t *testing.T, s Store, seq uint64, change func(stored []byte) []byte
 	}
 }
 
+// logKey spells out the documented key layout, "log/" + 8-byte big-endian seq, independently of
+// the package, so that a change of the on-disk layout fails here.
 func logKey(seq uint64) []byte {
 	k := []byte("log/\x00\x00\x00\x00\x00\x00\x00\x00")
 	for i := range 8 {
