@@ -126,6 +126,9 @@ type JobLeaseExpired struct {
 	LeaseID  string `json:"lease_id"`
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"`
+	// Reason is "expired" when the lease ran out, "worker_revoked" when the worker was revoked and
+	// its leases were released at once.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Dead-letter reasons.
@@ -331,7 +334,7 @@ func NewEvent(stream string, p Payload) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("eventlog: encode %s: %w", p.EventType(), err)
 	}
-	return Event{Stream: stream, Type: p.EventType(), Data: data}, nil
+	return Event{Stream: stream, Type: p.EventType(), Data: data, encoded: true}, nil
 }
 
 // Decode returns the typed payload of a record (a value, e.g. JobLeased, not a pointer). An
@@ -346,4 +349,65 @@ func Decode(typ string, data []byte) (Payload, error) {
 		return nil, fmt.Errorf("eventlog: decode %s: %w", typ, err)
 	}
 	return v.Elem().Interface().(Payload), nil
+}
+
+// StreamOf names the stream a payload belongs to: the job, worker or tenant it changes.
+func StreamOf(p Payload) string {
+	switch e := p.(type) {
+	case JobSubmitted:
+		return JobStream(e.JobID)
+	case JobScheduled:
+		return JobStream(e.JobID)
+	case JobLeased:
+		return JobStream(e.JobID)
+	case JobLeaseExtended:
+		return JobStream(e.JobID)
+	case JobProgress:
+		return JobStream(e.JobID)
+	case JobSucceeded:
+		return JobStream(e.JobID)
+	case JobFailed:
+		return JobStream(e.JobID)
+	case JobRetryScheduled:
+		return JobStream(e.JobID)
+	case JobLeaseExpired:
+		return JobStream(e.JobID)
+	case JobDeadLettered:
+		return JobStream(e.JobID)
+	case JobCancelRequested:
+		return JobStream(e.JobID)
+	case JobCancelled:
+		return JobStream(e.JobID)
+	case JobRedriven:
+		return JobStream(e.JobID)
+	case WorkerRegistered:
+		return WorkerStream(e.WorkerID)
+	case WorkerTokenRotated:
+		return WorkerStream(e.WorkerID)
+	case WorkerRevoked:
+		return WorkerStream(e.WorkerID)
+	case WorkerSessionStarted:
+		return WorkerStream(e.WorkerID)
+	case WorkerSessionEnded:
+		return WorkerStream(e.WorkerID)
+	case TenantQuotaSet:
+		return TenantStream(e.Tenant)
+	case ReservationMade:
+		return TenantStream(e.Tenant)
+	case ReservationConsumed:
+		return TenantStream(e.Tenant)
+	case ReservationReleased:
+		return TenantStream(e.Tenant)
+	case ReservationExpired:
+		return TenantStream(e.Tenant)
+	case APIKeyCreated:
+		return TenantStream(e.Tenant)
+	case APIKeyRevoked:
+		return TenantStream(e.Tenant)
+	case EnrollTokenCreated:
+		return TenantStream(e.Tenant)
+	case EnrollTokenUsed:
+		return TenantStream(e.Tenant)
+	}
+	panic(fmt.Sprintf("eventlog: StreamOf: %T is not in the catalogue", p))
 }

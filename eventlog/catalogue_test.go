@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,10 @@ func TestCatalogueIsComplete(t *testing.T) {
 		got, err := eventlog.Decode(typ, ev.Data)
 		if err != nil || reflect.TypeOf(got) != reflect.TypeOf(p) {
 			t.Fatalf("%s decodes to %T, %v", typ, got, err)
+		}
+		// Every payload names its entity's stream, whose kind matches its type's prefix.
+		if kind, _, _ := strings.Cut(typ, "."); !strings.HasPrefix(eventlog.StreamOf(p), kind+"/") {
+			t.Errorf("%s belongs to stream %q", typ, eventlog.StreamOf(p))
 		}
 	}
 	for _, typ := range []string{

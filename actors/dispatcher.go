@@ -1,0 +1,558 @@
+package actors
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// Dispatcher owns every job that is not leased: it holds the queued and scheduled jobs in
+// priority heaps, matches them to worker credit, and decides what happens to a waiting or
+// terminal job (cancel, re-drive). Leased jobs belong to their job actors; the dispatcher routes
+// every job command to the job's actor while it holds a lease, and answers the rest itself.
+//
+// Matching: sessions with credit take turns, one job per turn; each takes the best ready job of
+// its tenant across its queues (higher priority, then older); a tenant at max_running gets
+// nothing until a lease ends. The dispatcher picks the lease id, so it knows which lease a
+// job's actor reports on.
+type Dispatcher struct {
+	// rebuiltAt is the seq the dispatcher's state was rebuilt at; notices of events at or
+	// before it are already part of that state.
+	rebuiltAt  uint64
+	waiting    map[string]*entry
+	ready      map[string]*readyHeap // by tenant + "\x00" + queue
+	scheduled  scheduleHeap
+	leased     map[string]leaseRef // by job id
+	sessions   map[string]*slot
+	hungry     []string // sessions with credit, in turn order
+	running    map[string]int
+	maxRunning map[string]int
+	redriving  map[string]bool
+	tick       TimerID
+	tickAt     time.Time
+	pipe       pipeline
+}
+
+// Waiting is a job the dispatcher should hold: newly submitted, re-queued after a failure, or
+// re-driven. RunAt after now means scheduled.
+type Waiting struct {
+	ID        string
+	Tenant    string
+	Queue     string
+	Priority  int
+	SubmitSeq uint64
+	RunAt     time.Time
+}
+
+// Notices to the dispatcher. Seq is the seq of the event a notice announces.
+type (
+	// Enqueue hands newly waiting jobs to the dispatcher.
+	Enqueue struct {
+		Jobs []Waiting
+		Seq  uint64
+	}
+	// SessionCredit lets the dispatcher assign a session N more jobs, up to its capacity.
+	SessionCredit struct {
+		SessionID string
+		N         int
+	}
+	// QuotaChanged carries a tenant's new max_running.
+	QuotaChanged struct {
+		Tenant     string
+		MaxRunning int
+	}
+	// WorkerRevokedNotice says a worker was revoked.
+	WorkerRevokedNotice struct {
+		WorkerID string
+		Seq      uint64
+	}
+	sessionStarted struct {
+		SessionID, WorkerID, Tenant string
+		Queues                      []string
+		Capacity                    int
+		Seq                         uint64
+	}
+	sessionEnded struct{ SessionID string }
+	// leaseEnded: the job's lease ended durably; Requeue is set when the job waits again.
+	leaseEnded struct {
+		JobID, LeaseID string
+		Requeue        *Waiting
+		Seq            uint64
+	}
+	// leaseRefused: the job's actor found the job not waiting. Idle: it holds no lease either.
+	leaseRefused struct {
+		JobID, LeaseID string
+		Idle           bool
+	}
+	// extend: a heartbeat listed the lease.
+	extend struct{ WorkerID, JobID, LeaseID string }
+	// redriveJob: a re-drive the tenant admitted against its quota.
+	redriveJob struct{ Redrive }
+	// startLease asks a job's actor to lease the job.
+	startLease struct{ JobID, LeaseID, SessionID, WorkerID string }
+	// releaseLease asks a job's actor to give up the worker's lease at once.
+	releaseLease struct{ WorkerID string }
+	// revokeSession ends a revoked worker's session.
+	revokeSession struct{}
+	dispatchTick  struct{}
+)
+
+type entry struct {
+	Waiting
+	readyIndex, schedIndex int // -1 when not in that heap
+}
+
+type leaseRef struct{ leaseID, sessionID, tenant, workerID string }
+
+type slot struct {
+	id, workerID, tenant string
+	queues               []string
+	capacity             int
+	credit               int
+	held                 int
+}
+
+// NewDispatcher returns the dispatcher's behaviour.
+func NewDispatcher() *Dispatcher { return &Dispatcher{} }
+
+// Recover implements Behaviour: the waiting jobs, leases, sessions and limits are read back from
+// the projections. A session that was open gets credit for its free capacity.
+func (d *Dispatcher) Recover(env Env) {
+	*d = Dispatcher{
+		waiting: map[string]*entry{}, ready: map[string]*readyHeap{}, leased: map[string]leaseRef{},
+		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
+		redriving: map[string]bool{},
+	}
+	now := env.Now()
+	env.Read(func(s *projections.Set) {
+		d.rebuiltAt = s.Seq()
+		for _, j := range s.AllWaiting() {
+			d.add(Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: j.RunAt}, now)
+		}
+		held := map[string]int{}
+		for _, j := range s.Leases() {
+			d.leased[j.ID] = leaseRef{leaseID: j.Lease.LeaseID, sessionID: j.Lease.SessionID, tenant: j.Tenant, workerID: j.Lease.WorkerID}
+			d.running[j.Tenant]++
+			held[j.Lease.SessionID]++
+		}
+		for _, name := range s.TenantNames() {
+			d.maxRunning[name] = s.Tenant(name).MaxRunning
+		}
+		for _, w := range s.OpenSessions() {
+			sl := &slot{id: w.Session.ID, workerID: w.ID, tenant: w.Tenant, queues: w.Queues, capacity: w.Session.Capacity, held: held[w.Session.ID]}
+			sl.credit = max(sl.capacity-sl.held, 0)
+			d.sessions[sl.id] = sl
+			if sl.credit > 0 {
+				d.hungry = append(d.hungry, sl.id)
+			}
+		}
+	})
+	d.dispatch(env)
+}
+
+// Receive implements Behaviour.
+func (d *Dispatcher) Receive(env Env, msg any) {
+	switch m := msg.(type) {
+	case Enqueue:
+		if m.Seq > d.rebuiltAt {
+			now := env.Now()
+			for _, w := range m.Jobs {
+				d.add(w, now)
+			}
+		}
+	case sessionStarted:
+		if _, ok := d.sessions[m.SessionID]; !ok && m.Seq > d.rebuiltAt {
+			d.sessions[m.SessionID] = &slot{id: m.SessionID, workerID: m.WorkerID, tenant: m.Tenant, queues: m.Queues, capacity: m.Capacity}
+		}
+		return
+	case sessionEnded:
+		delete(d.sessions, m.SessionID)
+		return
+	case SessionCredit:
+		s := d.sessions[m.SessionID]
+		if s == nil {
+			return
+		}
+		had := s.credit
+		s.credit = min(s.credit+max(m.N, 0), s.capacity-s.held)
+		if had <= 0 && s.credit > 0 {
+			d.hungry = append(d.hungry, s.id)
+		}
+	case leaseEnded:
+		d.leaseEnded(env, m)
+	case leaseRefused:
+		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID {
+			d.unlease(m.JobID, lr, true)
+		}
+		if m.Idle {
+			env.Stop(JobRef(m.JobID))
+		}
+	case QuotaChanged:
+		d.maxRunning[m.Tenant] = m.MaxRunning
+	case WorkerRevokedNotice:
+		for _, s := range d.sessions {
+			if s.workerID == m.WorkerID {
+				env.Send(SessionRef(s.id), revokeSession{})
+			}
+		}
+		for id, lr := range d.leased {
+			if lr.workerID == m.WorkerID {
+				env.Send(JobRef(id), releaseLease{WorkerID: m.WorkerID})
+			}
+		}
+		return
+	case dispatchTick:
+		d.tick, d.tickAt = 0, time.Time{}
+	case Cancel:
+		if !d.route(env, m.JobID, "", m) {
+			d.cancel(env, m)
+		}
+		return
+	case redriveJob:
+		d.redrive(env, m)
+		return
+	case Progress:
+		if !d.route(env, m.JobID, m.LeaseID, m) {
+			env.Send(env.Sender(), ProgressAck{Err: d.notLeased(env, m.WorkerID, m.JobID)})
+		}
+		return
+	case Fail:
+		if !d.route(env, m.JobID, m.LeaseID, m) {
+			env.Send(env.Sender(), Done{Err: d.notLeased(env, m.WorkerID, m.JobID)})
+		}
+		return
+	case Complete:
+		if !d.route(env, m.JobID, m.LeaseID, m) {
+			d.repeatedCompletion(env, m)
+		}
+		return
+	case extend:
+		d.route(env, m.JobID, m.LeaseID, m)
+		return
+	case Persisted:
+		d.persisted(env, m)
+	}
+	d.dispatch(env)
+}
+
+// route forwards a job command to the job's actor if the job is leased and reports whether it
+// did. A command naming another lease is answered LEASE_MISMATCH here.
+func (d *Dispatcher) route(env Env, jobID, leaseID string, msg any) bool {
+	lr, ok := d.leased[jobID]
+	if !ok {
+		return false
+	}
+	if leaseID != "" && leaseID != lr.leaseID {
+		switch msg.(type) {
+		case Progress:
+			env.Send(env.Sender(), ProgressAck{Err: leaseMismatch(jobID)})
+		case Complete, Fail:
+			env.Send(env.Sender(), Done{Err: leaseMismatch(jobID)})
+		}
+		return true
+	}
+	env.Forward(JobRef(jobID), msg, env.Sender())
+	return true
+}
+
+func leaseMismatch(jobID string) *Rejection {
+	return reject(CodeLeaseMismatch, "the lease is not the current lease of job %s", jobID)
+}
+
+// notLeased answers a worker's command on a job no lease covers: JOB_NOT_FOUND when the job is
+// not the worker's tenant's, else LEASE_MISMATCH.
+func (d *Dispatcher) notLeased(env Env, workerID, jobID string) *Rejection {
+	found := false
+	env.Read(func(s *projections.Set) {
+		w, wok := s.Worker(workerID)
+		j := s.JobRef(jobID)
+		found = wok && j != nil && j.Tenant == w.Tenant
+	})
+	if !found {
+		return reject(CodeJobNotFound, "no job %q", clip(jobID))
+	}
+	return leaseMismatch(jobID)
+}
+
+// repeatedCompletion answers a completion for a job no lease covers: the completion that was
+// accepted, sent again, is accepted again; anything else is refused.
+func (d *Dispatcher) repeatedCompletion(env Env, m Complete) {
+	var j *projections.Job
+	env.Read(func(s *projections.Set) {
+		if x := s.JobRef(m.JobID); x != nil && x.Status == projections.StatusSucceeded && x.SucceededLease == m.LeaseID {
+			j = x.Clone()
+		}
+	})
+	if j == nil {
+		env.Send(env.Sender(), Done{Err: d.notLeased(env, m.WorkerID, m.JobID)})
+		return
+	}
+	if hash, err := OutputHash(orNull(m.Output)); err != nil || hash != j.OutputHash {
+		env.Send(env.Sender(), Done{Err: reject(CodeCompletionConflict, "job %s was completed with a different output", j.ID)})
+		return
+	}
+	env.Send(env.Sender(), Done{Receipt: Receipt{Seq: j.SucceededSeq}})
+}
+
+func (d *Dispatcher) cancel(env Env, m Cancel) {
+	var j *projections.Job
+	env.Read(func(s *projections.Set) { j = s.JobRef(m.JobID); j = cloneIf(j, j != nil && j.Tenant == m.Tenant) })
+	switch {
+	case j == nil:
+		env.Send(env.Sender(), Done{Err: reject(CodeJobNotFound, "no job %q", clip(m.JobID))})
+	case d.waiting[m.JobID] != nil:
+		d.remove(m.JobID)
+		d.pipe.persist(env, []eventlog.Payload{eventlog.JobCancelled{JobID: m.JobID, Reason: "requested", APIKeyID: m.APIKeyID}}, replyDone{env.Sender()})
+	case j.Status.Terminal() || d.redriving[m.JobID]:
+		env.Send(env.Sender(), Done{Err: reject(CodeAlreadyTerminal, "job %s is %s", j.ID, j.Status)})
+	default: // cancelled or re-queued a moment ago; answer once that is durable
+		d.pipe.whenSettled(func() {
+			env.Send(env.Sender(), Done{Err: reject(CodeAlreadyTerminal, "job %s is no longer cancellable", j.ID)})
+		})
+	}
+}
+
+func cloneIf(j *projections.Job, ok bool) *projections.Job {
+	if !ok {
+		return nil
+	}
+	return j.Clone()
+}
+
+type redriveDone struct {
+	reply   Ref
+	tenant  string
+	waiting Waiting
+}
+
+func (d *Dispatcher) redrive(env Env, m redriveJob) {
+	var j *projections.Job
+	env.Read(func(s *projections.Set) { j = s.JobRef(m.JobID); j = cloneIf(j, j != nil && j.Tenant == m.Tenant) })
+	if j == nil || j.Status != projections.StatusFailed || d.redriving[m.JobID] {
+		r := reject(CodeNotDeadLettered, "job %q is not in the dead-letter queue", clip(m.JobID))
+		if j == nil {
+			r = reject(CodeJobNotFound, "no job %q", clip(m.JobID))
+		}
+		env.Send(TenantRef(m.Tenant), redriveSettled{})
+		env.Send(env.Sender(), Done{Err: r})
+		return
+	}
+	d.redriving[j.ID] = true
+	budget := j.MaxAttempts - j.AttemptBase
+	d.pipe.persist(env, []eventlog.Payload{eventlog.JobRedriven{JobID: j.ID, MaxAttempts: j.Attempt + budget, APIKeyID: m.APIKeyID}},
+		redriveDone{reply: env.Sender(), tenant: j.Tenant, waiting: Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq}})
+}
+
+func (d *Dispatcher) persisted(env Env, m Persisted) {
+	defer d.pipe.settled()
+	var err *Rejection
+	if m.Err != nil {
+		err = unavailable(m.Err)
+	}
+	switch t := m.Then.(type) {
+	case replyDone:
+		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
+	case redriveDone:
+		delete(d.redriving, t.waiting.ID)
+		if err == nil && m.Receipt.Last > d.rebuiltAt {
+			d.add(t.waiting, env.Now())
+		}
+		env.Send(TenantRef(t.tenant), redriveSettled{})
+		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
+	}
+}
+
+func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
+	lr, ok := d.leased[m.JobID]
+	switch {
+	case ok && lr.leaseID == m.LeaseID:
+		d.unlease(m.JobID, lr, false)
+		env.Stop(JobRef(m.JobID))
+	case !ok && m.Seq <= d.rebuiltAt:
+		env.Stop(JobRef(m.JobID)) // ended before the rebuild, which already counted it
+		return
+	default:
+		return // a lease the dispatcher no longer tracks
+	}
+	if m.Requeue != nil && m.Seq > d.rebuiltAt {
+		d.add(*m.Requeue, env.Now())
+	}
+}
+
+// unlease forgets a lease. A refused lease gives its credit back; an ended one does not: the
+// worker grants credit again when it is ready for more.
+func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
+	delete(d.leased, jobID)
+	d.running[lr.tenant]--
+	if s := d.sessions[lr.sessionID]; s != nil {
+		s.held--
+		if refund {
+			if s.credit == 0 {
+				d.hungry = append(d.hungry, s.id)
+			}
+			s.credit++
+		}
+	}
+}
+
+func (d *Dispatcher) add(w Waiting, now time.Time) {
+	if _, ok := d.waiting[w.ID]; ok {
+		return
+	}
+	if _, ok := d.leased[w.ID]; ok {
+		return
+	}
+	e := &entry{Waiting: w, readyIndex: -1, schedIndex: -1}
+	d.waiting[w.ID] = e
+	if w.RunAt.After(now) {
+		heap.Push(&d.scheduled, e)
+		return
+	}
+	d.readyHeap(e).push(e)
+}
+
+func (d *Dispatcher) readyHeap(e *entry) *readyHeap {
+	k := e.Tenant + "\x00" + e.Queue
+	h := d.ready[k]
+	if h == nil {
+		h = &readyHeap{}
+		d.ready[k] = h
+	}
+	return h
+}
+
+func (d *Dispatcher) remove(id string) {
+	e := d.waiting[id]
+	if e == nil {
+		return
+	}
+	delete(d.waiting, id)
+	if e.readyIndex >= 0 {
+		heap.Remove(d.readyHeap(e), e.readyIndex)
+	}
+	if e.schedIndex >= 0 {
+		heap.Remove(&d.scheduled, e.schedIndex)
+	}
+}
+
+// dispatch moves due jobs to their ready heaps, hands out jobs while any session with credit
+// can take one, and sets the timer for the next scheduled job.
+func (d *Dispatcher) dispatch(env Env) {
+	now := env.Now()
+	for len(d.scheduled) > 0 && !d.scheduled[0].RunAt.After(now) {
+		e := heap.Pop(&d.scheduled).(*entry)
+		d.readyHeap(e).push(e)
+	}
+	for progressed := true; progressed; {
+		progressed = false
+		for i := 0; i < len(d.hungry); {
+			s := d.sessions[d.hungry[i]]
+			if s == nil || s.credit <= 0 {
+				d.hungry = append(d.hungry[:i], d.hungry[i+1:]...)
+				continue
+			}
+			if limit := d.maxRunning[s.tenant]; limit > 0 && d.running[s.tenant] >= limit {
+				i++
+				continue
+			}
+			e := d.best(s)
+			if e == nil {
+				i++
+				continue
+			}
+			d.lease(env, s, e)
+			progressed = true
+			i++
+		}
+	}
+	if len(d.scheduled) > 0 {
+		next := d.scheduled[0].RunAt
+		if d.tickAt.IsZero() || next.Before(d.tickAt) {
+			if d.tick != 0 {
+				env.Cancel(d.tick)
+			}
+			d.tick, d.tickAt = env.After(next.Sub(now), dispatchTick{}), next
+		}
+	}
+}
+
+// best returns the session's tenant's best ready job over the session's queues.
+func (d *Dispatcher) best(s *slot) *entry {
+	var best *entry
+	for _, q := range s.queues {
+		h := d.ready[s.tenant+"\x00"+q]
+		if h == nil || h.Len() == 0 {
+			continue
+		}
+		if top := (*h)[0]; best == nil || projections.CompareDispatch(top.Priority, top.SubmitSeq, best.Priority, best.SubmitSeq) < 0 {
+			best = top
+		}
+	}
+	return best
+}
+
+func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
+	d.remove(e.ID)
+	lr := leaseRef{leaseID: NewID(env), sessionID: s.id, tenant: s.tenant, workerID: s.workerID}
+	d.leased[e.ID] = lr
+	s.credit--
+	s.held++
+	d.running[s.tenant]++
+	env.Send(JobRef(e.ID), startLease{JobID: e.ID, LeaseID: lr.leaseID, SessionID: s.id, WorkerID: s.workerID})
+}
+
+// readyHeap orders ready jobs for dispatch.
+type readyHeap []*entry
+
+func (h readyHeap) Len() int { return len(h) }
+func (h readyHeap) Less(i, j int) bool {
+	return projections.CompareDispatch(h[i].Priority, h[i].SubmitSeq, h[j].Priority, h[j].SubmitSeq) < 0
+}
+func (h readyHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].readyIndex, h[j].readyIndex = i, j
+}
+func (h *readyHeap) Push(x any) {
+	e := x.(*entry)
+	e.readyIndex = len(*h)
+	*h = append(*h, e)
+}
+func (h *readyHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.readyIndex = -1
+	return e
+}
+func (h *readyHeap) push(e *entry) { heap.Push(h, e) }
+
+// scheduleHeap orders scheduled jobs by when they fall due.
+type scheduleHeap []*entry
+
+func (h scheduleHeap) Len() int { return len(h) }
+func (h scheduleHeap) Less(i, j int) bool {
+	if c := h[i].RunAt.Compare(h[j].RunAt); c != 0 {
+		return c < 0
+	}
+	return h[i].SubmitSeq < h[j].SubmitSeq
+}
+func (h scheduleHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].schedIndex, h[j].schedIndex = i, j
+}
+func (h *scheduleHeap) Push(x any) {
+	e := x.(*entry)
+	e.schedIndex = len(*h)
+	*h = append(*h, e)
+}
+func (h *scheduleHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.schedIndex = -1
+	return e
+}

@@ -1,0 +1,389 @@
+package actors
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// Job is the behaviour of one in-flight job: from the lease the dispatcher starts until the
+// lease ends (completed, failed, expired, released or cancelled). Its state is the job's
+// snapshot as the projections hold it, with the events it decided folded in at once.
+//
+// While no lease is held, the job belongs to the dispatcher, and the actor forwards every
+// command there; commands that arrive while the end of a lease is not durable yet wait, then
+// follow the lease-ended notice, so the dispatcher sees them in that order.
+type Job struct {
+	id        string
+	job       *projections.Job
+	publicKey string
+	timer     TimerID
+	ending    bool // a decision ended the lease; the events are not durable yet
+	stash     []stashed
+	pipe      pipeline
+}
+
+type stashed struct {
+	msg    any
+	sender Ref
+}
+
+// Lease timing and retry backoff.
+const (
+	BackoffBase = 10 * time.Second
+	BackoffMax  = 300 * time.Second
+	// BackoffJitterFraction bounds the jitter added to a backoff: up to a tenth of it.
+	BackoffJitterFraction = 10
+)
+
+// Backoff is the wait before a retry after the n-th failed attempt (n from 1):
+// min(300 s, 10 s·2^(n-1)).
+func Backoff(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if n > 6 { // 10 s·2^5 = 320 s is already past the cap
+		return BackoffMax
+	}
+	return min(BackoffMax, BackoffBase<<(n-1))
+}
+
+// NewJob returns the behaviour of the actor of job id.
+func NewJob(id string) *Job { return &Job{id: id} }
+
+type leaseTimer struct{ leaseID string }
+
+type (
+	leaseGranted struct{}
+	graceGranted struct{}
+	progressDone struct {
+		reply  Ref
+		number int
+	}
+	cancelRequestDone struct {
+		reply     Ref
+		sessionID string
+		leaseID   string
+	}
+	leaseEndDone struct {
+		reply     Ref // zero for expiries and releases
+		leaseID   string
+		sessionID string
+		requeue   *Waiting
+	}
+	// leaseGone tells a session the lease ended.
+	leaseGone struct{ LeaseID string }
+)
+
+// Recover implements Behaviour. A job found leased (after a restart of the server or of this
+// actor) gets a fresh lease_ttl of grace, logged, because heartbeat extensions live only in
+// memory.
+func (a *Job) Recover(env Env) {
+	a.job, a.publicKey, a.ending, a.stash, a.pipe = nil, "", false, nil, pipeline{}
+	env.Read(func(s *projections.Set) {
+		if j, ok := s.Job(a.id); ok {
+			a.job = j
+			if j.Lease != nil {
+				a.publicKey = s.PublicKey(j.Lease.WorkerID)
+			}
+		}
+	})
+	if a.job == nil || a.job.Lease == nil {
+		return
+	}
+	l := a.job.Lease
+	ev := eventlog.JobLeaseExtended{JobID: a.id, LeaseID: l.LeaseID, ExpiresAt: env.Now().Add(a.job.LeaseTTL).UTC(), Reason: "restart_grace"}
+	a.decide(env, []eventlog.Payload{ev}, graceGranted{})
+	a.armTimer(env)
+}
+
+// Receive implements Behaviour.
+func (a *Job) Receive(env Env, msg any) {
+	if p, ok := msg.(Persisted); ok {
+		a.persisted(env, p)
+		return
+	}
+	if a.ending {
+		if m, ok := msg.(startLease); ok {
+			env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID})
+			return
+		}
+		if _, timer := msg.(leaseTimer); !timer {
+			a.stash = append(a.stash, stashed{msg, env.Sender()})
+		}
+		return
+	}
+	if m, ok := msg.(startLease); ok {
+		a.start(env, m)
+		return
+	}
+	if a.job == nil || a.job.Lease == nil {
+		switch msg.(type) {
+		case leaseTimer, releaseLease:
+		default:
+			env.Forward(DispatcherRef(), msg, env.Sender())
+		}
+		return
+	}
+	switch m := msg.(type) {
+	case Progress:
+		a.progress(env, m)
+	case Complete:
+		a.complete(env, m)
+	case Fail:
+		a.fail(env, m)
+	case Cancel:
+		a.cancel(env, m)
+	case extend:
+		if a.holds(m.WorkerID, m.LeaseID) {
+			a.job.Lease.ExpiresAt = env.Now().Add(a.job.LeaseTTL)
+		}
+	case leaseTimer:
+		a.expire(env, m)
+	case releaseLease:
+		if a.job.Lease.WorkerID == m.WorkerID {
+			a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: a.job.Lease.LeaseID, WorkerID: m.WorkerID, Attempt: a.job.Attempt, Reason: "worker_revoked"})
+		}
+	}
+}
+
+func (a *Job) holds(workerID, leaseID string) bool {
+	l := a.job.Lease
+	return l != nil && l.LeaseID == leaseID && l.WorkerID == workerID
+}
+
+// decide folds events into the actor's state at once and persists them.
+func (a *Job) decide(env Env, events []eventlog.Payload, then any) {
+	now := env.Now()
+	for _, e := range events {
+		a.job.Fold(0, now, e)
+	}
+	a.pipe.persist(env, events, then)
+}
+
+func (a *Job) start(env Env, m startLease) {
+	if a.job == nil { // a fresh actor: its Recover found no job, or ran before the job existed
+		a.Recover(env)
+	}
+	if a.job == nil || !a.job.Waiting() || a.job.Lease != nil {
+		env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID, Idle: a.job == nil || a.job.Lease == nil})
+		return
+	}
+	env.Read(func(s *projections.Set) { a.publicKey = s.PublicKey(m.WorkerID) })
+	var nonce [16]byte
+	r := env.Rand()
+	for i := range nonce {
+		nonce[i] = byte(r.Uint32())
+	}
+	ev := eventlog.JobLeased{
+		JobID: a.id, LeaseID: m.LeaseID, WorkerID: m.WorkerID, SessionID: m.SessionID,
+		Nonce: hex.EncodeToString(nonce[:]), Attempt: a.job.Attempt + 1,
+		ExpiresAt: env.Now().Add(a.job.LeaseTTL).UTC(),
+	}
+	a.decide(env, []eventlog.Payload{ev}, leaseGranted{})
+	a.armTimer(env)
+}
+
+func (a *Job) armTimer(env Env) {
+	env.Cancel(a.timer)
+	a.timer = env.After(max(a.job.Lease.ExpiresAt.Sub(env.Now()), 0), leaseTimer{a.job.Lease.LeaseID})
+}
+
+func (a *Job) progress(env Env, m Progress) {
+	switch {
+	case !a.holds(m.WorkerID, m.LeaseID):
+		env.Send(env.Sender(), ProgressAck{Err: leaseMismatch(a.id)})
+		return
+	case !validName(m.Kind, EventTypeLenMax, true):
+		env.Send(env.Sender(), ProgressAck{Err: reject(CodeInvalidArgument, "event_type must be 1..%d of [A-Za-z0-9_.:/-]", EventTypeLenMax)})
+		return
+	case len(m.Data) > ProgressDataBytesMax:
+		env.Send(env.Sender(), ProgressAck{Err: reject(CodePayloadTooLarge, "event data is %d bytes; the limit is %d", len(m.Data), ProgressDataBytesMax)})
+		return
+	case len(m.Data) > 0 && !json.Valid(m.Data):
+		env.Send(env.Sender(), ProgressAck{Err: reject(CodeInvalidArgument, "event data is not valid JSON")})
+		return
+	}
+	a.decide(env, []eventlog.Payload{eventlog.JobProgress{JobID: a.id, LeaseID: m.LeaseID, Kind: m.Kind, Data: m.Data}},
+		progressDone{reply: env.Sender(), number: a.job.Events + 1})
+}
+
+func orNull(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
+}
+
+func (a *Job) complete(env Env, m Complete) {
+	reply := func(r *Rejection) { env.Send(env.Sender(), Done{Err: r}) }
+	if !a.holds(m.WorkerID, m.LeaseID) {
+		reply(leaseMismatch(a.id))
+		return
+	}
+	if m.Nonce != a.job.Lease.Nonce {
+		reply(reject(CodeLeaseMismatch, "the nonce is not the one the lease was granted with"))
+		return
+	}
+	output := orNull(m.Output)
+	if len(output) > OutputBytesMax {
+		reply(reject(CodePayloadTooLarge, "output is %d bytes; the limit is %d", len(output), OutputBytesMax))
+		return
+	}
+	hash, err := OutputHash(output)
+	if err != nil {
+		reply(reject(CodeInvalidArgument, "output is not valid JSON: %v", err))
+		return
+	}
+	if m.OutputHash != "" && m.OutputHash != hash {
+		reply(reject(CodeInvalidArgument, "output_hash %q is not the SHA-256 of the canonical output", clip(m.OutputHash)))
+		return
+	}
+	if a.publicKey != "" && !verifyCompletion(a.publicKey, m.Signature, a.id, m.LeaseID, m.Nonce, hash) {
+		reply(reject(CodeSignatureInvalid, "the signature does not verify with the worker's registered key"))
+		return
+	}
+	a.end(env, env.Sender(), eventlog.JobSucceeded{JobID: a.id, LeaseID: m.LeaseID, Attempt: a.job.Attempt, Output: output, OutputHash: hash, Signature: m.Signature})
+}
+
+// Limits on a failure report.
+const errorCodeLenMax = 64
+
+func (a *Job) fail(env Env, m Fail) {
+	if !a.holds(m.WorkerID, m.LeaseID) {
+		env.Send(env.Sender(), Done{Err: leaseMismatch(a.id)})
+		return
+	}
+	code := m.Code
+	if code == "" {
+		code = "error"
+	}
+	if !validName(code, errorCodeLenMax, true) {
+		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "error_code must be 1..%d of [A-Za-z0-9_.:/-]", errorCodeLenMax)})
+		return
+	}
+	msg := m.Message
+	if len(msg) > ErrorMessageLenMax {
+		msg = msg[:ErrorMessageLenMax]
+	}
+	a.end(env, env.Sender(), eventlog.JobFailed{JobID: a.id, LeaseID: m.LeaseID, Attempt: a.job.Attempt, ErrorCode: code, Message: msg, Retryable: m.Retryable})
+}
+
+func (a *Job) cancel(env Env, m Cancel) {
+	if m.Tenant != a.job.Tenant {
+		env.Send(env.Sender(), Done{Err: reject(CodeJobNotFound, "no job %q", clip(m.JobID))})
+		return
+	}
+	if a.job.CancelRequested {
+		reply := env.Sender()
+		a.pipe.whenSettled(func() { env.Send(reply, Done{}) })
+		return
+	}
+	a.decide(env, []eventlog.Payload{eventlog.JobCancelRequested{JobID: a.id, APIKeyID: m.APIKeyID}},
+		cancelRequestDone{reply: env.Sender(), sessionID: a.job.Lease.SessionID, leaseID: a.job.Lease.LeaseID})
+}
+
+func (a *Job) expire(env Env, m leaseTimer) {
+	l := a.job.Lease
+	if l.LeaseID != m.leaseID {
+		return // a timer of an earlier lease
+	}
+	if now := env.Now(); now.Before(l.ExpiresAt) { // extended by heartbeats, or the clock went back
+		a.armTimer(env)
+		return
+	}
+	a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: l.LeaseID, WorkerID: l.WorkerID, Attempt: a.job.Attempt, Reason: "expired"})
+}
+
+// end ends the lease with the given event and what must follow it in the same append: for a
+// success nothing; for a failure, expiry or release a cancel (if one was asked for), a retry
+// with backoff, or the dead-letter queue.
+func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
+	j, l := a.job, a.job.Lease
+	events := []eventlog.Payload{ev}
+	var requeue *Waiting
+	if _, ok := ev.(eventlog.JobSucceeded); !ok {
+		retryable, released, expired := true, false, false
+		switch e := ev.(type) {
+		case eventlog.JobFailed:
+			retryable = e.Retryable
+		case eventlog.JobLeaseExpired:
+			released, expired = e.Reason == "worker_revoked", true
+		}
+		switch {
+		case j.CancelRequested:
+			reason := "worker_acknowledged"
+			if expired {
+				reason = "lease_expired"
+			}
+			events = append(events, eventlog.JobCancelled{JobID: a.id, Reason: reason})
+		case retryable && j.Attempt < j.MaxAttempts:
+			var backoff time.Duration
+			if !released {
+				backoff = Backoff(j.Attempt - j.AttemptBase)
+				backoff += time.Duration(env.Rand().Int64N(int64(backoff)/BackoffJitterFraction + 1))
+			}
+			runAt := env.Now().Add(backoff).UTC()
+			events = append(events, eventlog.JobRetryScheduled{JobID: a.id, Attempt: j.Attempt, BackoffMillis: backoff.Milliseconds(), RunAt: runAt})
+			requeue = &Waiting{ID: a.id, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: runAt}
+		default:
+			reason := eventlog.DeadMaxAttempts
+			switch {
+			case expired:
+				reason = eventlog.DeadLeaseExpired
+			case !retryable:
+				reason = eventlog.DeadNonRetryable
+			}
+			events = append(events, eventlog.JobDeadLettered{JobID: a.id, Reason: reason, Attempt: j.Attempt})
+		}
+	}
+	env.Cancel(a.timer)
+	a.ending = true
+	a.decide(env, events, leaseEndDone{reply: reply, leaseID: l.LeaseID, sessionID: l.SessionID, requeue: requeue})
+}
+
+func (a *Job) persisted(env Env, m Persisted) {
+	defer a.pipe.settled()
+	var err *Rejection
+	if m.Err != nil {
+		err = unavailable(m.Err)
+	}
+	rc := receiptOf(m.Receipt)
+	switch t := m.Then.(type) {
+	case leaseGranted:
+		if err == nil && a.job.Lease != nil {
+			l := a.job.Lease
+			env.Send(SessionRef(l.SessionID), Assignment{
+				JobID: a.id, LeaseID: l.LeaseID, Nonce: l.Nonce, Queue: a.job.Queue, JobType: a.job.Type,
+				Payload: a.job.Payload, Attempt: l.Attempt, LeaseExpiresAt: l.ExpiresAt,
+			})
+		}
+	case progressDone:
+		env.Send(t.reply, ProgressAck{Number: t.number, Receipt: rc, Err: err})
+	case cancelRequestDone:
+		if err == nil {
+			env.Send(SessionRef(t.sessionID), CancelNotice{JobID: a.id, LeaseID: t.leaseID})
+		}
+		env.Send(t.reply, Done{Receipt: rc, Err: err})
+	case leaseEndDone:
+		if err != nil {
+			if !t.reply.IsZero() {
+				env.Send(t.reply, Done{Err: err})
+			}
+			return
+		}
+		a.ending = false
+		env.Send(DispatcherRef(), leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last})
+		env.Send(SessionRef(t.sessionID), leaseGone{LeaseID: t.leaseID})
+		if !t.reply.IsZero() {
+			env.Send(t.reply, Done{Receipt: rc})
+		}
+		for _, s := range a.stash {
+			env.Forward(DispatcherRef(), s.msg, s.sender)
+		}
+		a.stash = nil
+	}
+}

@@ -1,0 +1,201 @@
+package actors
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Commands from the facade and the replies they get. Every reply carries Err (a *Rejection) or
+// the receipt of the last event the command caused; a command that caused no event (an
+// idempotent hit, a repeated completion) carries the receipt of the event that did.
+
+// Submit asks a tenant to accept jobs, all or none.
+type Submit struct {
+	Tenant   string
+	Jobs     []JobSpec
+	APIKeyID string
+}
+
+// Submitted answers Submit.
+type Submitted struct {
+	Jobs    []SubmittedJob
+	Receipt Receipt
+	Err     *Rejection
+}
+
+// SubmittedJob is one accepted job. IdempotentHit says an earlier submit with the same key and
+// body created it.
+type SubmittedJob struct {
+	ID            string
+	IdempotentHit bool
+}
+
+// Reserve asks a tenant to hold one max_active slot for TTL (0: ReservationTTLDefault).
+type Reserve struct {
+	Tenant string
+	TTL    time.Duration
+}
+
+// Reserved answers Reserve.
+type Reserved struct {
+	ID        string
+	ExpiresAt time.Time
+	Receipt   Receipt
+	Err       *Rejection
+}
+
+// Release gives a reservation back.
+type Release struct {
+	Tenant string
+	ID     string
+}
+
+// SetQuota sets a tenant's limits; zero means unlimited.
+type SetQuota struct {
+	Tenant     string
+	MaxActive  int
+	MaxRunning int
+}
+
+// RegisterWorker enrolls a worker. The shell makes the token; only its hash reaches the log.
+type RegisterWorker struct {
+	Tenant    string
+	Name      string
+	Queues    []string
+	Capacity  int
+	PublicKey string // base64 Ed25519, optional
+	Labels    map[string]string
+	TokenHash string
+	ExpiresAt time.Time
+}
+
+// Registered answers RegisterWorker.
+type Registered struct {
+	WorkerID string
+	Receipt  Receipt
+	Err      *Rejection
+}
+
+// RevokeWorker stops a worker for good: its session ends and its leases go back at once.
+type RevokeWorker struct {
+	Tenant   string
+	WorkerID string
+	By       string
+}
+
+// Cancel asks for a job to be cancelled.
+type Cancel struct {
+	Tenant   string
+	JobID    string
+	APIKeyID string
+}
+
+// Redrive puts a dead-lettered job back in its queue with a fresh attempt budget.
+type Redrive struct {
+	Tenant   string
+	JobID    string
+	APIKeyID string
+}
+
+// Done answers a command that returns nothing but its receipt.
+type Done struct {
+	Receipt Receipt
+	Err     *Rejection
+}
+
+// Worker operations on a leased job. WorkerID is the authenticated worker.
+
+// Progress appends a worker event to a job.
+type Progress struct {
+	WorkerID string
+	JobID    string
+	LeaseID  string
+	Kind     string
+	Data     json.RawMessage
+}
+
+// ProgressAck answers Progress with the event's number in the job's stream.
+type ProgressAck struct {
+	Number  int
+	Receipt Receipt
+	Err     *Rejection
+}
+
+// Complete reports a job's output.
+type Complete struct {
+	WorkerID   string
+	JobID      string
+	LeaseID    string
+	Nonce      string
+	Output     json.RawMessage
+	OutputHash string // optional; checked against Output when given
+	Signature  string // base64 Ed25519; required when the worker registered a key
+}
+
+// Fail reports a failed attempt.
+type Fail struct {
+	WorkerID  string
+	JobID     string
+	LeaseID   string
+	Code      string
+	Message   string
+	Retryable bool
+}
+
+// Session commands. The facade sends them to SessionRef(id).
+
+// OpenSession starts a worker's session. The session's frames go to the sink its actor was
+// made with.
+type OpenSession struct {
+	WorkerID  string
+	Transport string // "websocket" or "longpoll"
+	Capacity  int    // 0: the registered capacity
+}
+
+// SessionOpened answers OpenSession.
+type SessionOpened struct {
+	HeartbeatInterval time.Duration
+	LeaseTTL          time.Duration
+	Receipt           Receipt
+	Err               *Rejection
+}
+
+// Credit lets the server assign n more jobs to the session.
+type Credit struct{ N int }
+
+// Heartbeat says the worker is alive and still works on Leases.
+type Heartbeat struct{ Leases []string }
+
+// HeartbeatAck lists the leases the worker should stop (cancel requested) or forget (unknown:
+// ended, expired or never its own).
+type HeartbeatAck struct {
+	CancelRequested []string
+	Unknown         []string
+	Err             *Rejection
+}
+
+// CloseSession ends a session from the worker's side.
+type CloseSession struct{ Reason string }
+
+// Frames a session sends to its Sink.
+
+// Assignment hands a leased job to the worker.
+type Assignment struct {
+	JobID          string
+	LeaseID        string
+	Nonce          string
+	Queue          string
+	JobType        string
+	Payload        json.RawMessage
+	Attempt        int
+	LeaseExpiresAt time.Time
+}
+
+// CancelNotice tells the worker a client asked to cancel the job it holds.
+type CancelNotice struct {
+	JobID   string
+	LeaseID string
+}
+
+// SessionEnded tells the sink the session is over (Reason as in worker.session_ended).
+type SessionEnded struct{ Reason string }

@@ -1,0 +1,43 @@
+package actors
+
+import "fmt"
+
+// Code is a stable rejection code; transport maps each to one HTTP status in one place.
+type Code string
+
+// Rejection codes. Their meaning never changes once released; new ones may be added.
+const (
+	CodeInvalidArgument      Code = "INVALID_ARGUMENT"       // 400
+	CodePayloadTooLarge      Code = "PAYLOAD_TOO_LARGE"      // 413
+	CodeJobNotFound          Code = "JOB_NOT_FOUND"          // 404
+	CodeWorkerNotFound       Code = "WORKER_NOT_FOUND"       // 404
+	CodeReservationNotFound  Code = "RESERVATION_NOT_FOUND"  // 404
+	CodeLeaseMismatch        Code = "LEASE_MISMATCH"         // 409
+	CodeAlreadyTerminal      Code = "ALREADY_TERMINAL"       // 409
+	CodeNotDeadLettered      Code = "NOT_DEAD_LETTERED"      // 409
+	CodeCompletionConflict   Code = "COMPLETION_CONFLICT"    // 409
+	CodeSessionClosed        Code = "SESSION_CLOSED"         // 409
+	CodeSignatureInvalid     Code = "SIGNATURE_INVALID"      // 400
+	CodeIdempotencyKeyReused Code = "IDEMPOTENCY_KEY_REUSED" // 422
+	CodeQuotaExceeded        Code = "QUOTA_EXCEEDED"         // 429
+	CodeWorkerRevoked        Code = "WORKER_REVOKED"         // 403
+	CodeUnavailable          Code = "UNAVAILABLE"            // 503: the log failed, the server is stopping
+)
+
+// Rejection is a refused command: a value, not a failure of the broker.
+type Rejection struct {
+	Code    Code           `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+func (r *Rejection) Error() string { return string(r.Code) + ": " + r.Message }
+
+func reject(code Code, format string, args ...any) *Rejection {
+	return &Rejection{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// unavailable is the answer to a command whose events could not be made durable.
+func unavailable(err error) *Rejection {
+	return reject(CodeUnavailable, "the event log failed and the server is stopping: %v", err)
+}

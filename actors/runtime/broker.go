@@ -1,0 +1,454 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// Config configures a Broker.
+type Config struct {
+	Dir    string
+	FS     vfs.FS // nil: the OS file system
+	Logger *zap.Logger
+	Clock  func() time.Time // nil: time.Now
+	Limits actors.Limits
+	// CheckpointEvery is how many events pass between projection checkpoints, which bound the
+	// tail replayed at start-up. 0: 100,000.
+	CheckpointEvery uint64
+	// Decorate, if set, wraps every behaviour the runtime makes; tests use it to inject faults.
+	Decorate func(ref actors.Ref, b actors.Behaviour) actors.Behaviour
+}
+
+// CheckpointName is the name of the projections' checkpoint in the log.
+const CheckpointName = "projections"
+
+// ErrClosed is returned by calls on a Broker that is closing or closed.
+var ErrClosed = errors.New("runtime: broker closed")
+
+// Broker is the core of tether in one process: the event log, the projections, and the
+// supervised actors that run the behaviours. Its methods are the facade transport calls; each
+// one that changes state returns once its events are durable, with their receipt.
+type Broker struct {
+	cfg    Config
+	log    *zap.Logger
+	elog   *eventlog.Log
+	clock  func() time.Time
+	system *actor.ActorSystem
+	pool   *pool
+	props  map[actors.RefKind]*actor.Props
+
+	mu  sync.RWMutex // guards set
+	set *projections.Set
+
+	refsMu     sync.Mutex
+	dispatcher *actor.PID
+	tenants    map[string]*actor.PID
+	jobs       map[string]*actor.PID
+	sessions   map[string]*actor.PID
+
+	// issued and applied count persists: issued when handed to the log, applied once their
+	// events are in the projections (or failed). They complete in the order they were issued.
+	issueMu sync.Mutex
+	issued  uint64
+	closed  bool // set under issueMu once the log is closed
+	applyMu sync.Mutex
+	applied uint64
+	advance *sync.Cond
+
+	commits        chan commit
+	committerDone  chan struct{}
+	lastCheckpoint uint64
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed when Close starts: no new calls
+	stopped   chan struct{} // closed when Close is done: no reply will come any more
+}
+
+type commit struct {
+	to          *actor.PID
+	incarnation uint64
+	payloads    []eventlog.Payload
+	then        any
+	receipt     eventlog.Receipt
+	err         error
+}
+
+// Open opens the log in cfg.Dir, rebuilds the projections from the newest checkpoint and the
+// tail after it, ends the sessions the last run left open, starts the actors, gives every active
+// lease a fresh lease_ttl of grace, and returns a Broker that is ready.
+func Open(cfg Config) (*Broker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.CheckpointEvery == 0 {
+		cfg.CheckpointEvery = 100_000
+	}
+	elog, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog")})
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		cfg: cfg, log: cfg.Logger.Named("broker"), elog: elog, clock: cfg.Clock,
+		tenants: map[string]*actor.PID{}, jobs: map[string]*actor.PID{}, sessions: map[string]*actor.PID{},
+		commits: make(chan commit, 4096), committerDone: make(chan struct{}), closing: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	b.advance = sync.NewCond(&b.applyMu)
+	if err := b.recover(); err != nil {
+		_ = elog.Close()
+		return nil, err
+	}
+	b.startActors()
+	go b.commitLoop()
+	if err := b.resume(); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// recover rebuilds the projections: the newest checkpoint, then every record after it.
+func (b *Broker) recover() error {
+	start := time.Now()
+	b.set = projections.New()
+	if ck, err := b.elog.LoadCheckpoint(CheckpointName); err == nil {
+		if s, err := projections.UnmarshalCheckpoint(ck.Data); err == nil && s.Seq() == ck.Seq {
+			b.set = s
+		} else {
+			b.log.Warn("checkpoint unusable; replaying the whole log", zap.Error(err))
+		}
+	} else if !errors.Is(err, eventlog.ErrNotFound) {
+		b.log.Warn("checkpoint unreadable; replaying the whole log", zap.Error(err))
+	}
+	from := b.set.Seq()
+	b.lastCheckpoint = from
+	for r, err := range b.elog.Range(from+1, 0) {
+		if err != nil {
+			return err
+		}
+		if err := b.set.ApplyRecord(r); err != nil {
+			return err
+		}
+	}
+	b.log.Info("projections rebuilt", zap.Uint64("checkpoint_seq", from), zap.Uint64("head_seq", b.set.Seq()),
+		zap.Uint64("replayed", b.set.Seq()-from), zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+func (b *Broker) startActors() {
+	core := b.log.Core()
+	b.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(zapslog.NewHandler(core, zapslog.WithName("protoactor")))
+	}))
+	b.system.EventStream.Subscribe(func(evt any) {
+		if e, ok := evt.(*actor.SupervisorEvent); ok {
+			b.log.Error("supervisor acted on a failure", zap.Stringer("actor", e.Child), zap.Any("reason", e.Reason), zap.Stringer("directive", e.Directive))
+		}
+	})
+	// One OneForOne supervisor (a protoactor guardian) per kind of actor: a failing actor is
+	// restarted alone, up to 10 times in 10 seconds, then stopped.
+	b.pool = newPool(defaultPoolWorkers(), 300)
+	b.props = map[actors.RefKind]*actor.Props{}
+	for _, k := range []actors.RefKind{actors.RefDispatcher, actors.RefTenant, actors.RefJob, actors.RefSession} {
+		strategy := actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)
+		b.props[k] = actor.PropsFromFunc(nil, actor.WithGuardian(strategy), actor.WithDispatcher(b.pool))
+	}
+	b.dispatcher = b.spawn(actors.DispatcherRef(), func() actors.Behaviour { return actors.NewDispatcher() })
+}
+
+func (b *Broker) spawn(ref actors.Ref, make func() actors.Behaviour) *actor.PID {
+	if d := b.cfg.Decorate; d != nil {
+		inner := make
+		make = func() actors.Behaviour { return d(ref, inner()) }
+	}
+	h := newHost(b, ref, make)
+	props := *b.props[ref.Kind]
+	return b.system.Root.Spawn(props.Configure(actor.WithProducer(func() actor.Actor { return h })))
+}
+
+// resume ends the sessions the last run left open (their connections are gone) and starts an
+// actor for every leased job, which logs a fresh lease_ttl of grace; it returns once all of it
+// is durable.
+func (b *Broker) resume() error {
+	var ended []eventlog.Payload
+	var leased []string
+	b.mu.RLock()
+	for _, w := range b.set.OpenSessions() {
+		ended = append(ended, eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: "shutdown"})
+	}
+	for _, j := range b.set.Leases() {
+		leased = append(leased, j.ID)
+	}
+	b.mu.RUnlock()
+	if len(ended) > 0 {
+		done := make(chan error, 1)
+		b.persist(nil, 0, ended, done)
+		if err := <-done; err != nil {
+			return err
+		}
+	}
+	for _, id := range leased {
+		if _, err := b.system.Root.RequestFuture(b.jobPID(id), ping{}, time.Minute).Result(); err != nil {
+			return fmt.Errorf("runtime: resuming job %s: %w", id, err)
+		}
+	}
+	b.drain()
+	if len(leased) > 0 {
+		b.log.Info("leases resumed with a fresh lease_ttl of grace", zap.Int("leases", len(leased)))
+	}
+	return b.elog.Err()
+}
+
+// persist hands a behaviour's events to the log. When they are durable the committer applies
+// them to the projections and then tells the actor; to == nil sends the outcome to then, a
+// chan error, instead.
+func (b *Broker) persist(to *actor.PID, incarnation uint64, payloads []eventlog.Payload, then any) {
+	events := make([]eventlog.Event, len(payloads))
+	for i, p := range payloads {
+		e, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
+		if err != nil {
+			panic(err) // a catalogue payload always encodes
+		}
+		events[i] = e
+	}
+	c := commit{to: to, incarnation: incarnation, payloads: payloads, then: then}
+	b.issueMu.Lock()
+	if b.closed {
+		b.issueMu.Unlock()
+		return // a timer fired during Close; the log takes nothing more
+	}
+	b.issued++
+	b.elog.AppendAsync(events, func(r eventlog.Receipt, err error) {
+		c.receipt, c.err = r, err
+		b.commits <- c
+	})
+	b.issueMu.Unlock()
+}
+
+// commitLoop applies durable events to the projections, in log order, and only then delivers
+// Persisted: an actor that hears its events are durable can read them back.
+func (b *Broker) commitLoop() {
+	defer close(b.committerDone)
+	batch := make([]commit, 0, 256)
+	for c := range b.commits {
+		batch = append(batch[:0], c)
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case c, ok := <-b.commits:
+				if !ok {
+					break more
+				}
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		b.mu.Lock()
+		for _, c := range batch {
+			if c.err != nil {
+				continue
+			}
+			for i, p := range c.payloads {
+				if err := b.set.Apply(c.receipt.First+uint64(i), c.receipt.Time, p); err != nil {
+					b.mu.Unlock()
+					b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree", zap.Error(err))
+				}
+			}
+		}
+		b.mu.Unlock()
+		for _, c := range batch {
+			switch {
+			case c.to != nil:
+				b.system.Root.Send(c.to, persisted{incarnation: c.incarnation, p: actors.Persisted{Then: c.then, Receipt: c.receipt, Err: c.err}})
+			case c.then != nil:
+				c.then.(chan error) <- c.err
+			}
+		}
+		b.applyMu.Lock()
+		b.applied += uint64(len(batch))
+		b.advance.Broadcast()
+		b.applyMu.Unlock()
+		b.maybeCheckpoint()
+	}
+}
+
+// drain waits until every persist issued so far is applied.
+func (b *Broker) drain() {
+	b.issueMu.Lock()
+	target := b.issued
+	b.issueMu.Unlock()
+	b.applyMu.Lock()
+	for b.applied < target {
+		b.advance.Wait()
+	}
+	b.applyMu.Unlock()
+}
+
+func (b *Broker) maybeCheckpoint() {
+	if b.set.Seq()-b.lastCheckpoint < b.cfg.CheckpointEvery {
+		return
+	}
+	if err := b.checkpoint(); err != nil {
+		b.log.Error("checkpoint failed", zap.Error(err))
+	}
+}
+
+// checkpoint saves the projections. Only the committer writes the Set, so it reads it without
+// the lock; elsewhere the caller must hold b.mu.
+func (b *Broker) checkpoint() error {
+	start := time.Now()
+	data, err := b.set.MarshalCheckpoint()
+	if err != nil {
+		return err
+	}
+	seq := b.set.Seq()
+	if err := b.elog.SaveCheckpoint(CheckpointName, seq, data); err != nil {
+		return err
+	}
+	b.lastCheckpoint = seq
+	b.log.Info("checkpoint saved", zap.Uint64("seq", seq), zap.Int("bytes", len(data)), zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+// send delivers a message to the actor a Ref names, spawning tenant and job actors on first
+// use. A message to a session that is gone is dropped.
+func (b *Broker) send(to actors.Ref, msg envelope) {
+	switch to.Kind {
+	case actors.RefExternal:
+		to.External.(*sink).deliver(msg.msg)
+		return
+	case actors.RefDispatcher:
+		b.system.Root.Send(b.dispatcher, msg)
+		return
+	case actors.RefTenant:
+		b.system.Root.Send(b.tenantPID(to.ID), msg)
+	case actors.RefJob:
+		b.system.Root.Send(b.jobPID(to.ID), msg)
+	case actors.RefSession:
+		b.refsMu.Lock()
+		pid := b.sessions[to.ID]
+		b.refsMu.Unlock()
+		if pid != nil {
+			b.system.Root.Send(pid, msg)
+		}
+	}
+}
+
+func (b *Broker) tenantPID(name string) *actor.PID {
+	b.refsMu.Lock()
+	defer b.refsMu.Unlock()
+	pid := b.tenants[name]
+	if pid == nil {
+		limits := b.cfg.Limits
+		pid = b.spawn(actors.TenantRef(name), func() actors.Behaviour { return actors.NewTenant(name, limits) })
+		b.tenants[name] = pid
+	}
+	return pid
+}
+
+func (b *Broker) jobPID(id string) *actor.PID {
+	b.refsMu.Lock()
+	defer b.refsMu.Unlock()
+	pid := b.jobs[id]
+	if pid == nil {
+		pid = b.spawn(actors.JobRef(id), func() actors.Behaviour { return actors.NewJob(id) })
+		b.jobs[id] = pid
+	}
+	return pid
+}
+
+// stop unbinds a Ref at once, so the next message to it starts a new actor, and stops the old
+// actor after the messages already in its mailbox.
+func (b *Broker) stop(ref actors.Ref) {
+	b.refsMu.Lock()
+	var pid *actor.PID
+	switch ref.Kind {
+	case actors.RefJob:
+		pid = b.jobs[ref.ID]
+		delete(b.jobs, ref.ID)
+	case actors.RefSession:
+		pid = b.sessions[ref.ID]
+		delete(b.sessions, ref.ID)
+	}
+	b.refsMu.Unlock()
+	if pid != nil {
+		b.system.Root.Poison(pid)
+	}
+}
+
+// forget drops a binding when its actor stopped on its own (its supervisor gave up on it).
+func (b *Broker) forget(ref actors.Ref, pid *actor.PID) {
+	b.refsMu.Lock()
+	defer b.refsMu.Unlock()
+	m := map[actors.RefKind]map[string]*actor.PID{actors.RefJob: b.jobs, actors.RefSession: b.sessions, actors.RefTenant: b.tenants}[ref.Kind]
+	if m != nil && m[ref.ID] != nil && m[ref.ID].Equal(pid) {
+		delete(m, ref.ID)
+	}
+}
+
+// Failed is closed when the event log fails; the server must stop.
+func (b *Broker) Failed() <-chan struct{} { return b.elog.Failed() }
+
+// Err is the log's failure, or nil.
+func (b *Broker) Err() error { return b.elog.Err() }
+
+// Head is the log's durable head.
+func (b *Broker) Head() eventlog.Head { return b.elog.Head() }
+
+// Log returns the event log, for reads.
+func (b *Broker) Log() *eventlog.Log { return b.elog }
+
+// Close ends every session ("shutdown"), waits for the appends in flight, saves a checkpoint,
+// stops the actors and closes the log.
+func (b *Broker) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		close(b.closing)
+		b.refsMu.Lock()
+		var sessions []*actor.PID
+		for _, pid := range b.sessions {
+			sessions = append(sessions, pid)
+		}
+		b.refsMu.Unlock()
+		for _, pid := range sessions {
+			b.system.Root.Send(pid, envelope{msg: actors.CloseSession{Reason: "shutdown"}})
+			_, _ = b.system.Root.RequestFuture(pid, ping{}, 5*time.Second).Result()
+		}
+		b.drain()
+		if b.elog.Err() == nil {
+			b.mu.Lock()
+			if b.set.Seq() > b.lastCheckpoint {
+				err = b.checkpoint()
+			}
+			b.mu.Unlock()
+		}
+		b.system.Shutdown()
+		b.pool.close()
+		b.issueMu.Lock()
+		b.closed = true
+		cerr := b.elog.Close()
+		b.issueMu.Unlock()
+		if err == nil {
+			err = cerr
+		}
+		close(b.commits)
+		<-b.committerDone
+		close(b.stopped)
+	})
+	return err
+}

@@ -1,0 +1,327 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/projections"
+)
+
+// call sends msg to an actor as an external caller and waits for the one reply.
+func (b *Broker) call(ctx context.Context, to actors.Ref, msg any) (any, error) {
+	select {
+	case <-b.closing:
+		return nil, ErrClosed
+	default:
+	}
+	reply := make(chan any, 1)
+	s := &sink{deliver: func(m any) {
+		select {
+		case reply <- m:
+		default:
+		}
+	}}
+	b.send(to, envelope{msg: msg, sender: actors.Ref{Kind: actors.RefExternal, External: s}})
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.elog.Failed():
+		return nil, b.elog.Err()
+	case <-b.stopped:
+		return nil, ErrClosed
+	}
+}
+
+// callFor is call for a reply of a known type.
+func callFor[T any](ctx context.Context, b *Broker, to actors.Ref, msg any) (T, error) {
+	r, err := b.call(ctx, to, msg)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return r.(T), nil
+}
+
+// fill completes a receipt that names only a seq (an idempotent hit, a repeated completion)
+// with that record's chain hash.
+func (b *Broker) fill(r actors.Receipt) actors.Receipt {
+	if r.Hash == "" && r.Seq != 0 {
+		if rec, err := b.elog.Get(r.Seq); err == nil {
+			r.Hash = rec.Hash.String()
+		}
+	}
+	return r
+}
+
+// errOf turns a rejection into an error, keeping a nil *Rejection a nil error.
+func errOf(r *actors.Rejection) error {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
+// SubmitResult is one job a submit accepted.
+type SubmitResult struct {
+	Job           *projections.Job
+	IdempotentHit bool
+}
+
+// Submit accepts a batch of jobs for a tenant, all or none.
+func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...actors.JobSpec) ([]SubmitResult, actors.Receipt, error) {
+	r, err := callFor[actors.Submitted](ctx, b, actors.TenantRef(tenant), actors.Submit{Tenant: tenant, Jobs: specs, APIKeyID: apiKeyID})
+	if err != nil || r.Err != nil {
+		return nil, actors.Receipt{}, firstErr(err, r.Err)
+	}
+	out := make([]SubmitResult, len(r.Jobs))
+	b.mu.RLock()
+	for i, j := range r.Jobs {
+		job, _ := b.set.Job(j.ID)
+		out[i] = SubmitResult{Job: job, IdempotentHit: j.IdempotentHit}
+	}
+	b.mu.RUnlock()
+	return out, b.fill(r.Receipt), nil
+}
+
+func firstErr(err error, r *actors.Rejection) error {
+	if err != nil {
+		return err
+	}
+	return errOf(r)
+}
+
+// Get returns a tenant's job; another tenant's job is not found.
+func (b *Broker) Get(tenant, id string) (*projections.Job, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	j, ok := b.set.Job(id)
+	if !ok || j.Tenant != tenant {
+		return nil, false
+	}
+	return j, true
+}
+
+// List returns one page of a tenant's jobs and whether more follow.
+func (b *Broker) List(f projections.JobFilter) ([]*projections.Job, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.set.List(f, b.clock())
+}
+
+// Read runs fn with the projections under the read lock, for views the facade does not wrap.
+// fn must not keep or modify what it reads.
+func (b *Broker) Read(fn func(*projections.Set)) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	fn(b.set)
+}
+
+// Cancel cancels a tenant's job: at once when it waits, by request when it is leased.
+func (b *Broker) Cancel(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
+	return b.done(ctx, actors.DispatcherRef(), actors.Cancel{Tenant: tenant, JobID: id, APIKeyID: apiKeyID})
+}
+
+// Retry re-drives a dead-lettered job with a fresh attempt budget.
+func (b *Broker) Retry(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
+	return b.done(ctx, actors.TenantRef(tenant), actors.Redrive{Tenant: tenant, JobID: id, APIKeyID: apiKeyID})
+}
+
+func (b *Broker) done(ctx context.Context, to actors.Ref, msg any) (actors.Receipt, error) {
+	r, err := callFor[actors.Done](ctx, b, to, msg)
+	if err != nil || r.Err != nil {
+		return actors.Receipt{}, firstErr(err, r.Err)
+	}
+	return b.fill(r.Receipt), nil
+}
+
+// Reserve holds one of a tenant's max_active slots for ttl (0: 300 s).
+func (b *Broker) Reserve(ctx context.Context, tenant string, ttl time.Duration) (id string, expiresAt time.Time, rc actors.Receipt, err error) {
+	r, err := callFor[actors.Reserved](ctx, b, actors.TenantRef(tenant), actors.Reserve{Tenant: tenant, TTL: ttl})
+	if err != nil || r.Err != nil {
+		return "", time.Time{}, actors.Receipt{}, firstErr(err, r.Err)
+	}
+	return r.ID, r.ExpiresAt, r.Receipt, nil
+}
+
+// Release gives a reservation back.
+func (b *Broker) Release(ctx context.Context, tenant, id string) (actors.Receipt, error) {
+	return b.done(ctx, actors.TenantRef(tenant), actors.Release{Tenant: tenant, ID: id})
+}
+
+// SetQuota sets a tenant's max_active and max_running (0: unlimited).
+func (b *Broker) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning int) (actors.Receipt, error) {
+	return b.done(ctx, actors.TenantRef(tenant), actors.SetQuota{Tenant: tenant, MaxActive: maxActive, MaxRunning: maxRunning})
+}
+
+// Quota returns a tenant's limits and usage.
+func (b *Broker) Quota(tenant string) projections.Tenant {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.set.Tenant(tenant)
+}
+
+// WorkerSpec is what a worker registers with.
+type WorkerSpec struct {
+	Name      string
+	Queues    []string
+	Capacity  int
+	PublicKey string // base64 Ed25519, optional
+	Labels    map[string]string
+	TokenTTL  time.Duration // 0: 7 days
+}
+
+// WorkerTokenTTLDefault is how long a worker token lasts unless the registration says otherwise.
+const WorkerTokenTTLDefault = 7 * 24 * time.Hour
+
+// Registration is a registered worker and its token, which is shown only here.
+type Registration struct {
+	WorkerID  string
+	Token     string
+	ExpiresAt time.Time
+	Receipt   actors.Receipt
+}
+
+// RegisterWorker enrolls a worker for a tenant and issues its token: 256 random bits, of which
+// only the SHA-256 is logged.
+func (b *Broker) RegisterWorker(ctx context.Context, tenant string, spec WorkerSpec) (Registration, error) {
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return Registration{}, err
+	}
+	token := "tw_" + base64.RawURLEncoding.EncodeToString(raw[:])
+	ttl := spec.TokenTTL
+	if ttl <= 0 {
+		ttl = WorkerTokenTTLDefault
+	}
+	exp := b.clock().Add(ttl).UTC()
+	r, err := callFor[actors.Registered](ctx, b, actors.TenantRef(tenant), actors.RegisterWorker{
+		Tenant: tenant, Name: spec.Name, Queues: spec.Queues, Capacity: spec.Capacity, PublicKey: spec.PublicKey,
+		Labels: spec.Labels, TokenHash: TokenHash(token), ExpiresAt: exp,
+	})
+	if err != nil || r.Err != nil {
+		return Registration{}, firstErr(err, r.Err)
+	}
+	return Registration{WorkerID: r.WorkerID, Token: token, ExpiresAt: exp, Receipt: r.Receipt}, nil
+}
+
+// TokenHash is how a secret token is stored and looked up: lowercase hex SHA-256.
+func TokenHash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// WorkerByToken finds the worker a token belongs to, whatever its state; callers check
+// Revoked and ExpiresAt.
+func (b *Broker) WorkerByToken(token string) (projections.Worker, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.set.WorkerByTokenHash(TokenHash(token))
+}
+
+// RevokeWorker revokes a tenant's worker: its session ends and its leases go back at once.
+func (b *Broker) RevokeWorker(ctx context.Context, tenant, workerID, by string) (actors.Receipt, error) {
+	return b.done(ctx, actors.TenantRef(tenant), actors.RevokeWorker{Tenant: tenant, WorkerID: workerID, By: by})
+}
+
+// Session is a connected worker. Frames carries what the server sends the worker: Assignment,
+// CancelNotice, and a final SessionEnded after which the channel is closed.
+type Session struct {
+	ID                string
+	WorkerID          string
+	HeartbeatInterval time.Duration
+	LeaseTTL          time.Duration
+	Frames            <-chan any
+
+	b   *Broker
+	ref actors.Ref
+}
+
+// framesMax bounds what a session buffers for its connection: assignments never exceed the
+// capacity and cancel notices the leases, so a full buffer means the connection stopped reading.
+const framesMax = 2*actors.CapacityMax + 8
+
+// Connect opens a session for a worker over a transport ("websocket" or "longpoll"), with a
+// capacity no larger than the registered one (0: the registered one).
+func (b *Broker) Connect(ctx context.Context, workerID, transport string, capacity int) (*Session, error) {
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	id := "s_" + hex.EncodeToString(raw[:])
+	frames := make(chan any, framesMax)
+	ref := actors.SessionRef(id)
+	var closed bool // only the session actor's goroutine delivers, one frame at a time
+	out := &sink{deliver: func(m any) {
+		if closed {
+			return
+		}
+		select {
+		case frames <- m:
+		default:
+			b.log.Error("a worker connection stopped reading; its session is closed", zap.String("session", id))
+			b.send(ref, envelope{msg: actors.CloseSession{Reason: "closed"}})
+			return
+		}
+		if _, end := m.(actors.SessionEnded); end {
+			closed = true
+			close(frames)
+		}
+	}}
+	b.refsMu.Lock()
+	b.sessions[id] = b.spawn(ref, func() actors.Behaviour {
+		return actors.NewSession(id, actors.Ref{Kind: actors.RefExternal, External: out})
+	})
+	b.refsMu.Unlock()
+	r, err := callFor[actors.SessionOpened](ctx, b, ref, actors.OpenSession{WorkerID: workerID, Transport: transport, Capacity: capacity})
+	if err != nil || r.Err != nil {
+		return nil, firstErr(err, r.Err)
+	}
+	return &Session{ID: id, WorkerID: workerID, HeartbeatInterval: r.HeartbeatInterval, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref}, nil
+}
+
+// Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps
+// the session's credit; the session actor has nothing to add.
+func (s *Session) Credit(n int) {
+	s.b.send(actors.DispatcherRef(), envelope{msg: actors.SessionCredit{SessionID: s.ID, N: n}})
+}
+
+// Heartbeat extends the listed leases and says which of them to cancel or forget.
+func (s *Session) Heartbeat(ctx context.Context, leases []string) (actors.HeartbeatAck, error) {
+	r, err := callFor[actors.HeartbeatAck](ctx, s.b, s.ref, actors.Heartbeat{Leases: leases})
+	if err == nil && r.Err != nil {
+		err = r.Err
+	}
+	return r, err
+}
+
+// Progress appends an event to a leased job and returns its number in the job's stream.
+func (s *Session) Progress(ctx context.Context, jobID, leaseID, kind string, data json.RawMessage) (int, actors.Receipt, error) {
+	r, err := callFor[actors.ProgressAck](ctx, s.b, actors.DispatcherRef(), actors.Progress{WorkerID: s.WorkerID, JobID: jobID, LeaseID: leaseID, Kind: kind, Data: data})
+	if err != nil || r.Err != nil {
+		return 0, actors.Receipt{}, firstErr(err, r.Err)
+	}
+	return r.Number, r.Receipt, nil
+}
+
+// Complete reports a job's output (WorkerID is filled in).
+func (s *Session) Complete(ctx context.Context, c actors.Complete) (actors.Receipt, error) {
+	c.WorkerID = s.WorkerID
+	return s.b.done(ctx, actors.DispatcherRef(), c)
+}
+
+// Fail reports a failed attempt (WorkerID is filled in).
+func (s *Session) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error) {
+	f.WorkerID = s.WorkerID
+	return s.b.done(ctx, actors.DispatcherRef(), f)
+}
+
+// Close ends the session; its leases run out on schedule unless the worker reconnects in time.
+func (s *Session) Close() { s.b.send(s.ref, envelope{msg: actors.CloseSession{Reason: "closed"}}) }

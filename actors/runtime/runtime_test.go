@@ -1,0 +1,189 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/projections"
+)
+
+func open(t testing.TB, cfg runtime.Config) *runtime.Broker {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	if cfg.Logger == nil {
+		if tt, ok := t.(*testing.T); ok {
+			cfg.Logger = zaptest.NewLogger(tt)
+		}
+	}
+	b, err := runtime.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// worker registers and connects a worker of tenant "acme" serving queue "q".
+func worker(t testing.TB, b *runtime.Broker, capacity int) *runtime.Session {
+	t.Helper()
+	reg, err := b.RegisterWorker(ctx(t), "acme", runtime.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.Connect(ctx(t), reg.WorkerID, "websocket", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func next(t testing.TB, s *runtime.Session) actors.Assignment {
+	t.Helper()
+	for {
+		select {
+		case f, ok := <-s.Frames:
+			if !ok {
+				t.Fatal("session ended")
+			}
+			if a, ok := f.(actors.Assignment); ok {
+				return a
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no assignment within 30 s")
+		}
+	}
+}
+
+func TestSubmitLeaseComplete(t *testing.T) {
+	t.Parallel()
+	b := open(t, runtime.Config{})
+	defer b.Close()
+	res, rc, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t", Payload: json.RawMessage(`{"n":1}`), IdempotencyKey: "k1"})
+	if err != nil || rc.Seq == 0 || len(rc.Hash) != 64 || res[0].Job.Status != projections.StatusQueued {
+		t.Fatalf("submit: %+v %+v %v", res, rc, err)
+	}
+	again, rc2, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t", Payload: json.RawMessage(`{ "n": 1 }`), IdempotencyKey: "k1"})
+	if err != nil || !again[0].IdempotentHit || again[0].Job.ID != res[0].Job.ID || rc2 != rc {
+		t.Fatalf("idempotent resubmit: %+v %+v %v (first receipt %+v)", again, rc2, err, rc)
+	}
+	s := worker(t, b, 2)
+	s.Credit(2)
+	a := next(t, s)
+	if a.JobID != res[0].Job.ID || a.Attempt != 1 {
+		t.Fatalf("assignment %+v", a)
+	}
+	if _, err := s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`"done"`)}); err != nil {
+		t.Fatal(err)
+	}
+	j, ok := b.Get("acme", a.JobID)
+	if !ok || j.Status != projections.StatusSucceeded || string(j.Output) != `"done"` {
+		t.Fatalf("job %+v", j)
+	}
+	if _, ok := b.Get("other", a.JobID); ok {
+		t.Fatal("another tenant sees the job")
+	}
+	_, err = s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: "stale", Nonce: a.Nonce, Output: json.RawMessage(`"done"`)})
+	if r, ok := err.(*actors.Rejection); !ok || r.Code != actors.CodeLeaseMismatch {
+		t.Fatalf("stale lease: %v", err)
+	}
+}
+
+// TestRestart runs a workload, stops the broker cleanly, opens it again, and checks that every
+// job and quota is as it was and that the open lease got its grace.
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := open(t, runtime.Config{Dir: dir, CheckpointEvery: 7})
+	if _, err := b.SetQuota(ctx(t), "acme", 50, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.Reserve(ctx(t), "acme", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var specs []actors.JobSpec
+	for i := range 20 {
+		specs = append(specs, actors.JobSpec{Queue: "q", Type: "t", Payload: json.RawMessage(fmt.Sprint(i))})
+	}
+	if _, _, err := b.Submit(ctx(t), "acme", "", specs...); err != nil {
+		t.Fatal(err)
+	}
+	s := worker(t, b, 5)
+	s.Credit(5)
+	for i := range 5 {
+		a := next(t, s)
+		switch i {
+		case 0, 1, 2:
+			if _, err := s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
+				t.Fatal(err)
+			}
+		case 3:
+			if _, err := s.Fail(ctx(t), actors.Fail{JobID: a.JobID, LeaseID: a.LeaseID, Code: "boom", Retryable: false}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := snapshot(t, b)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b2 := open(t, runtime.Config{Dir: dir})
+	defer b2.Close()
+	after := snapshot(t, b2)
+	// The lease still open got a grace extension and its session ended: those two events, and
+	// nothing else, differ.
+	if after.quota.Active != before.quota.Active || after.quota.Running != 1 || len(after.quota.Reservations) != 1 || after.quota.MaxActive != 50 {
+		t.Fatalf("quota before %+v, after %+v", before.quota, after.quota)
+	}
+	for id, st := range before.status {
+		if after.status[id] != st {
+			t.Fatalf("job %s was %s, is %s", id, st, after.status[id])
+		}
+	}
+	if n := count(after.status, projections.StatusSucceeded); n != 3 {
+		t.Fatalf("%d succeeded, want 3", n)
+	}
+	var leased *projections.Job
+	b2.Read(func(s *projections.Set) { leased = s.Leases()[0] })
+	if time.Until(leased.Lease.ExpiresAt) < 25*time.Second {
+		t.Fatalf("the open lease got no grace: expires %s", leased.Lease.ExpiresAt)
+	}
+}
+
+type snap struct {
+	status map[string]projections.Status
+	quota  projections.Tenant
+}
+
+func snapshot(t *testing.T, b *runtime.Broker) snap {
+	t.Helper()
+	jobs, _ := b.List(projections.JobFilter{Tenant: "acme"})
+	s := snap{status: map[string]projections.Status{}, quota: b.Quota("acme")}
+	for _, j := range jobs {
+		s.status[j.ID] = j.Status
+	}
+	return s
+}
+
+func count(m map[string]projections.Status, st projections.Status) int {
+	n := 0
+	for _, v := range m {
+		if v == st {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,198 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// Liveness of a session.
+const (
+	HeartbeatInterval = 10 * time.Second
+	// HeartbeatMissesMax heartbeats may be missed before the session ends; its leases then run
+	// out on their own schedule, so a worker that reconnects in time keeps its jobs.
+	HeartbeatMissesMax = 3
+)
+
+// Session is the behaviour of one connected worker: it forwards the worker's credit to the
+// dispatcher, delivers assignments and cancel notices to the worker's connection (the Sink),
+// answers heartbeats and ends the session when they stop or the worker is revoked.
+type Session struct {
+	id       string
+	workerID string
+	sink     Ref
+	open     bool
+	closed   bool
+	lastSeen time.Time
+	timer    TimerID
+	leases   map[string]*heldLease
+	pipe     pipeline
+}
+
+type heldLease struct {
+	jobID           string
+	cancelRequested bool
+}
+
+// NewSession returns the behaviour of session id, whose frames go to sink.
+func NewSession(id string, sink Ref) *Session {
+	return &Session{id: id, sink: sink, leases: map[string]*heldLease{}}
+}
+
+type livenessCheck struct{}
+
+type (
+	sessionOpenDone struct {
+		reply Ref
+		note  sessionStarted
+	}
+	sessionEndDone struct{ reason string }
+)
+
+// Recover implements Behaviour. A session's state is its connection; a session actor that
+// restarts cannot know what the worker holds, so it ends the session and the worker reconnects.
+func (s *Session) Recover(env Env) {
+	s.leases, s.pipe = map[string]*heldLease{}, pipeline{}
+	env.Read(func(set *projections.Set) {
+		for _, w := range set.OpenSessions() {
+			if w.Session.ID == s.id {
+				s.workerID = w.ID
+			}
+		}
+	})
+	if s.workerID != "" {
+		s.end(env, "closed")
+	}
+}
+
+// Receive implements Behaviour.
+func (s *Session) Receive(env Env, msg any) {
+	switch m := msg.(type) {
+	case OpenSession:
+		s.openSession(env, m)
+	case Credit:
+		if s.open && m.N > 0 {
+			env.Send(DispatcherRef(), SessionCredit{SessionID: s.id, N: min(m.N, CapacityMax)})
+		}
+	case Heartbeat:
+		s.heartbeat(env, m)
+	case Assignment:
+		s.leases[m.LeaseID] = &heldLease{jobID: m.JobID}
+		if s.open {
+			env.Send(s.sink, m)
+		}
+	case CancelNotice:
+		if l := s.leases[m.LeaseID]; l != nil {
+			l.cancelRequested = true
+		}
+		if s.open {
+			env.Send(s.sink, m)
+		}
+	case leaseGone:
+		delete(s.leases, m.LeaseID)
+	case livenessCheck:
+		if !s.open {
+			return
+		}
+		deadline := s.lastSeen.Add(HeartbeatInterval * HeartbeatMissesMax)
+		if now := env.Now(); now.Before(deadline) {
+			s.timer = env.After(min(deadline.Sub(now), HeartbeatInterval), livenessCheck{})
+			return
+		}
+		s.end(env, "heartbeat_timeout")
+	case CloseSession:
+		if s.open {
+			s.end(env, m.Reason)
+		}
+	case revokeSession:
+		if s.open {
+			s.end(env, "revoked")
+		}
+	case Persisted:
+		s.persisted(env, m)
+	}
+}
+
+func (s *Session) openSession(env Env, m OpenSession) {
+	if s.open || s.closed {
+		env.Send(env.Sender(), SessionOpened{Err: reject(CodeSessionClosed, "session %s was already opened", s.id)})
+		return
+	}
+	var w projections.Worker
+	var ok bool
+	env.Read(func(set *projections.Set) { w, ok = set.Worker(m.WorkerID) })
+	now := env.Now()
+	switch {
+	case !ok:
+		env.Send(env.Sender(), SessionOpened{Err: reject(CodeWorkerNotFound, "no worker %q", clip(m.WorkerID))})
+		s.closed = true
+		env.Stop(SessionRef(s.id))
+		return
+	case w.Revoked || !now.Before(w.ExpiresAt):
+		env.Send(env.Sender(), SessionOpened{Err: reject(CodeWorkerRevoked, "worker %s is revoked or its token expired", w.ID)})
+		s.closed = true
+		env.Stop(SessionRef(s.id))
+		return
+	}
+	if w.Session != nil { // an older connection of the same worker; this one replaces it
+		env.Send(SessionRef(w.Session.ID), CloseSession{Reason: "closed"})
+	}
+	capacity := w.Capacity
+	if m.Capacity > 0 {
+		capacity = min(m.Capacity, w.Capacity)
+	}
+	transport := m.Transport
+	if transport != "longpoll" {
+		transport = "websocket"
+	}
+	s.workerID, s.open, s.lastSeen = w.ID, true, now
+	s.timer = env.After(HeartbeatInterval, livenessCheck{})
+	s.pipe.persist(env, []eventlog.Payload{eventlog.WorkerSessionStarted{WorkerID: w.ID, SessionID: s.id, Transport: transport, Capacity: capacity}},
+		sessionOpenDone{reply: env.Sender(), note: sessionStarted{SessionID: s.id, WorkerID: w.ID, Tenant: w.Tenant, Queues: w.Queues, Capacity: capacity}})
+}
+
+func (s *Session) heartbeat(env Env, m Heartbeat) {
+	if !s.open {
+		env.Send(env.Sender(), HeartbeatAck{Err: reject(CodeSessionClosed, "session %s is closed", s.id)})
+		return
+	}
+	s.lastSeen = env.Now()
+	var ack HeartbeatAck
+	for _, id := range m.Leases[:min(len(m.Leases), CapacityMax)] {
+		l := s.leases[id]
+		if l == nil {
+			ack.Unknown = append(ack.Unknown, id)
+			continue
+		}
+		if l.cancelRequested {
+			ack.CancelRequested = append(ack.CancelRequested, id)
+		}
+		env.Send(DispatcherRef(), extend{WorkerID: s.workerID, JobID: l.jobID, LeaseID: id})
+	}
+	env.Send(env.Sender(), ack)
+}
+
+func (s *Session) end(env Env, reason string) {
+	s.open, s.closed = false, true
+	env.Cancel(s.timer)
+	s.pipe.persist(env, []eventlog.Payload{eventlog.WorkerSessionEnded{WorkerID: s.workerID, SessionID: s.id, Reason: reason}}, sessionEndDone{reason})
+}
+
+func (s *Session) persisted(env Env, m Persisted) {
+	defer s.pipe.settled()
+	switch t := m.Then.(type) {
+	case sessionOpenDone:
+		if m.Err != nil {
+			env.Send(t.reply, SessionOpened{Err: unavailable(m.Err)})
+			return
+		}
+		t.note.Seq = m.Receipt.Last
+		env.Send(DispatcherRef(), t.note)
+		env.Send(t.reply, SessionOpened{HeartbeatInterval: HeartbeatInterval, LeaseTTL: DefaultLeaseTTL, Receipt: receiptOf(m.Receipt)})
+	case sessionEndDone:
+		env.Send(DispatcherRef(), sessionEnded{SessionID: s.id})
+		env.Send(s.sink, SessionEnded{Reason: t.reason})
+		env.Stop(SessionRef(s.id))
+	}
+}

@@ -1,0 +1,149 @@
+package actors
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// JobSpec is one job as a client submits it.
+type JobSpec struct {
+	Queue    string          `json:"queue"`
+	Type     string          `json:"type"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	Priority int             `json:"priority,omitempty"`
+	// Delay and RunAt postpone the first lease; at most one may be set.
+	Delay          time.Duration     `json:"delay,omitempty"`
+	RunAt          time.Time         `json:"run_at,omitzero"`
+	MaxAttempts    int               `json:"max_attempts,omitempty"` // 0: DefaultMaxAttempts
+	LeaseTTL       time.Duration     `json:"lease_ttl,omitempty"`    // 0: DefaultLeaseTTL
+	Labels         map[string]string `json:"labels,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	ReservationID  string            `json:"reservation_id,omitempty"`
+}
+
+// Limits and defaults of intake. Names put the qualifier last (leaseTTLMax), as the rest of
+// the code does.
+const (
+	DefaultPayloadBytesMax = 1 << 20
+	QueueLenMax            = 64
+	TypeLenMax             = 128
+	PriorityMin            = -100
+	PriorityMax            = 100
+	MaxAttemptsMax         = 100
+	DefaultMaxAttempts     = 5
+	LeaseTTLMin            = 5 * time.Second
+	LeaseTTLMax            = time.Hour
+	DefaultLeaseTTL        = 30 * time.Second
+	DelayMax               = 366 * 24 * time.Hour
+	LabelsMax              = 32
+	LabelKeyLenMax         = 64
+	LabelValueLenMax       = 256
+	IdempotencyKeyLenMax   = 256
+	BatchJobsMax           = 1000
+	ReservationTTLDefault  = 300 * time.Second
+	ReservationTTLMax      = 24 * time.Hour
+	ReservationsMax        = 10_000 // active reservations per tenant
+	ProgressDataBytesMax   = 64 << 10
+	OutputBytesMax         = 1 << 20
+	ErrorMessageLenMax     = 4096
+	EventTypeLenMax        = 64
+)
+
+// Limits that an operator may change.
+type Limits struct {
+	PayloadBytesMax int // of one job's payload; 0: DefaultPayloadBytesMax
+}
+
+func (l Limits) payloadBytesMax() int {
+	if l.PayloadBytesMax <= 0 {
+		return DefaultPayloadBytesMax
+	}
+	return l.PayloadBytesMax
+}
+
+// normalize validates a spec and fills its defaults. The error names the field.
+func (s *JobSpec) normalize(l Limits) *Rejection {
+	switch {
+	case !validName(s.Queue, QueueLenMax, false):
+		return reject(CodeInvalidArgument, "queue %q must be 1..%d of [A-Za-z0-9_-]", clip(s.Queue), QueueLenMax)
+	case !validName(s.Type, TypeLenMax, true):
+		return reject(CodeInvalidArgument, "type %q must be 1..%d of [A-Za-z0-9_.:/-]", clip(s.Type), TypeLenMax)
+	case len(s.Payload) > l.payloadBytesMax():
+		return reject(CodePayloadTooLarge, "payload is %d bytes; the limit is %d", len(s.Payload), l.payloadBytesMax())
+	case s.Priority < PriorityMin || s.Priority > PriorityMax:
+		return reject(CodeInvalidArgument, "priority %d is outside %d..%d", s.Priority, PriorityMin, PriorityMax)
+	case s.MaxAttempts < 0 || s.MaxAttempts > MaxAttemptsMax:
+		return reject(CodeInvalidArgument, "max_attempts %d is outside 1..%d", s.MaxAttempts, MaxAttemptsMax)
+	case s.LeaseTTL != 0 && (s.LeaseTTL < LeaseTTLMin || s.LeaseTTL > LeaseTTLMax):
+		return reject(CodeInvalidArgument, "lease_ttl %s is outside %s..%s", s.LeaseTTL, LeaseTTLMin, LeaseTTLMax)
+	case s.Delay < 0 || s.Delay > DelayMax:
+		return reject(CodeInvalidArgument, "delay %s is outside 0..%s", s.Delay, DelayMax)
+	case s.Delay != 0 && !s.RunAt.IsZero():
+		return reject(CodeInvalidArgument, "give delay or run_at, not both")
+	case len(s.Labels) > LabelsMax:
+		return reject(CodeInvalidArgument, "%d labels; the limit is %d", len(s.Labels), LabelsMax)
+	case len(s.IdempotencyKey) > IdempotencyKeyLenMax:
+		return reject(CodeInvalidArgument, "idempotency key is %d bytes; the limit is %d", len(s.IdempotencyKey), IdempotencyKeyLenMax)
+	case len(s.ReservationID) > 64:
+		return reject(CodeInvalidArgument, "reservation_id is too long")
+	}
+	for k, v := range s.Labels {
+		if !validName(k, LabelKeyLenMax, true) || len(v) > LabelValueLenMax {
+			return reject(CodeInvalidArgument, "label %q must be 1..%d of [A-Za-z0-9_.:/-] with a value of at most %d bytes", clip(k), LabelKeyLenMax, LabelValueLenMax)
+		}
+	}
+	if len(bytes.TrimSpace(s.Payload)) == 0 {
+		s.Payload = json.RawMessage("null")
+	}
+	if !json.Valid(s.Payload) {
+		return reject(CodeInvalidArgument, "payload is not valid JSON")
+	}
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = DefaultMaxAttempts
+	}
+	if s.LeaseTTL == 0 {
+		s.LeaseTTL = DefaultLeaseTTL
+	}
+	return nil
+}
+
+// requestHash identifies a submit for idempotency: equal specs, whitespace in the payload
+// aside, hash equal.
+func (s *JobSpec) requestHash() string {
+	c := *s
+	c.IdempotencyKey = ""
+	if p, err := Canonical(s.Payload); err == nil {
+		c.Payload = p
+	}
+	b, _ := json.Marshal(c)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// validName reports whether s has 1..max bytes of [A-Za-z0-9_-], plus [.:/] when dotted.
+func validName(s string, max int, dotted bool) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		case dotted && (c == '.' || c == ':' || c == '/'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// clip shortens a rejected value before it is echoed in a message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

@@ -1,0 +1,423 @@
+package actors
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// Tenant is the intake of one tenant: it validates submits, keeps the idempotency index, the
+// quota and the reservations, and registers and revokes the tenant's workers. One actor per
+// tenant serialises all of it, so two submits can never both take the last slot.
+//
+// Usage against max_active is the committed count of non-terminal jobs (from the projections)
+// plus the jobs this actor admitted that are not durable yet, plus its reservations. Jobs leave
+// the count only through committed terminal events, so the count can run high for a moment,
+// never low.
+type Tenant struct {
+	name   string
+	limits Limits
+
+	maxActive    int
+	reservations map[string]reservation
+	// pendingJobs counts jobs admitted (submitted, or re-driven and not yet settled) whose
+	// events are not in the projections yet.
+	pendingJobs int
+	pendingIdem map[string]pendingKey
+	revoking    map[string]bool
+	pipe        pipeline
+}
+
+type reservation struct {
+	expiresAt time.Time
+	timer     TimerID
+}
+
+type pendingKey struct{ jobID, requestHash string }
+
+// NewTenant returns the behaviour of a tenant's actor.
+func NewTenant(name string, limits Limits) *Tenant {
+	return &Tenant{name: name, limits: limits}
+}
+
+// Recover implements Behaviour.
+func (t *Tenant) Recover(env Env) {
+	var q projections.Tenant
+	env.Read(func(s *projections.Set) { q = s.Tenant(t.name) })
+	t.maxActive = q.MaxActive
+	t.reservations = map[string]reservation{}
+	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
+	now := env.Now()
+	for id, exp := range q.Reservations {
+		t.reservations[id] = reservation{expiresAt: exp, timer: env.After(max(exp.Sub(now), 0), reservationExpiry{id})}
+	}
+}
+
+type reservationExpiry struct{ id string }
+
+// redriveSettled tells the tenant that a re-drive it admitted is durable or refused.
+type redriveSettled struct{}
+
+type submitDone struct {
+	reply   Ref
+	jobs    []SubmittedJob
+	waiting []Waiting // with SubmitSeq holding the event's index in the append until durable
+	keys    []string
+	newJobs int
+}
+
+type replyDone struct{ reply Ref }
+
+type revokeDone struct {
+	reply    Ref
+	workerID string
+}
+
+type quotaDone struct {
+	reply      Ref
+	maxRunning int
+}
+
+type reserveDone struct {
+	reply     Ref
+	id        string
+	expiresAt time.Time
+}
+
+type registerDone struct {
+	reply    Ref
+	workerID string
+}
+
+// Receive implements Behaviour.
+func (t *Tenant) Receive(env Env, msg any) {
+	switch m := msg.(type) {
+	case Submit:
+		t.submit(env, m)
+	case Reserve:
+		t.reserve(env, m)
+	case Release:
+		t.release(env, m)
+	case reservationExpiry:
+		t.expire(env, m)
+	case SetQuota:
+		if m.MaxActive < 0 || m.MaxRunning < 0 {
+			env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "limits must be 0 (unlimited) or more")})
+			return
+		}
+		t.maxActive = m.MaxActive
+		t.pipe.persist(env, []eventlog.Payload{eventlog.TenantQuotaSet{Tenant: t.name, MaxActive: m.MaxActive, MaxRunning: m.MaxRunning}},
+			quotaDone{reply: env.Sender(), maxRunning: m.MaxRunning})
+	case RegisterWorker:
+		t.register(env, m)
+	case RevokeWorker:
+		t.revoke(env, m)
+	case Redrive:
+		t.redrive(env, m)
+	case redriveSettled:
+		t.pendingJobs--
+	case Persisted:
+		t.persisted(env, m)
+	}
+}
+
+func (t *Tenant) usage(env Env) int {
+	var active int
+	env.Read(func(s *projections.Set) {
+		if q := s.Tenant(t.name); q.Name != "" {
+			active = q.Active
+		}
+	})
+	return active + t.pendingJobs + len(t.reservations)
+}
+
+func (t *Tenant) submit(env Env, m Submit) {
+	reply := env.Sender()
+	if len(m.Jobs) == 0 || len(m.Jobs) > BatchJobsMax {
+		env.Send(reply, Submitted{Err: reject(CodeInvalidArgument, "a batch holds 1..%d jobs, not %d", BatchJobsMax, len(m.Jobs))})
+		return
+	}
+	now := env.Now()
+	out := make([]SubmittedJob, len(m.Jobs))
+	hashes := make([]string, len(m.Jobs))
+	consumed := map[string]bool{}
+	newJobs, hitSeq := 0, uint64(0)
+	for i := range m.Jobs {
+		spec := &m.Jobs[i]
+		if r := spec.normalize(t.limits); r != nil {
+			if len(m.Jobs) > 1 {
+				r.Details = map[string]any{"index": i}
+			}
+			env.Send(reply, Submitted{Err: r})
+			return
+		}
+		hashes[i] = spec.requestHash()
+		if key := spec.IdempotencyKey; key != "" {
+			id, hash, seq, ok := t.lookupKey(env, key, now)
+			for j := range i { // an earlier job of the same batch
+				if m.Jobs[j].IdempotencyKey == key && !out[j].IdempotentHit {
+					id, hash, ok = out[j].ID, hashes[j], true
+				}
+			}
+			if ok {
+				if hash != hashes[i] {
+					env.Send(reply, Submitted{Err: &Rejection{Code: CodeIdempotencyKeyReused,
+						Message: "the idempotency key was used for a different request", Details: map[string]any{"job_id": id}}})
+					return
+				}
+				out[i] = SubmittedJob{ID: id, IdempotentHit: true}
+				hitSeq = max(hitSeq, seq)
+				continue
+			}
+		}
+		if rid := spec.ReservationID; rid != "" {
+			r, ok := t.reservations[rid]
+			if !ok || !now.Before(r.expiresAt) || consumed[rid] {
+				env.Send(reply, Submitted{Err: reject(CodeReservationNotFound, "reservation %q is not active", clip(rid))})
+				return
+			}
+			consumed[rid] = true
+		}
+		out[i] = SubmittedJob{ID: NewID(env)}
+		newJobs++
+	}
+	if t.maxActive > 0 && newJobs > 0 {
+		if u := t.usage(env) + newJobs - len(consumed); u > t.maxActive {
+			env.Send(reply, Submitted{Err: &Rejection{Code: CodeQuotaExceeded,
+				Message: "the tenant's max_active would be exceeded", Details: map[string]any{"max_active": t.maxActive, "requested": newJobs}}})
+			return
+		}
+	}
+	if newJobs == 0 {
+		// Every job was there already; answer once the submits that made them are durable.
+		t.pipe.whenSettled(func() { env.Send(reply, Submitted{Jobs: out, Receipt: Receipt{Seq: hitSeq}}) })
+		return
+	}
+	done := submitDone{reply: reply, jobs: out, newJobs: newJobs}
+	events := make([]eventlog.Payload, 0, newJobs)
+	for i, spec := range m.Jobs {
+		if out[i].IdempotentHit {
+			continue
+		}
+		id := out[i].ID
+		runAt, reason := spec.RunAt, "run_at"
+		if spec.Delay > 0 {
+			runAt, reason = now.Add(spec.Delay), "delay"
+		}
+		done.waiting = append(done.waiting, Waiting{ID: id, Tenant: t.name, Queue: spec.Queue, Priority: spec.Priority, SubmitSeq: uint64(len(events))})
+		events = append(events, eventlog.JobSubmitted{
+			JobID: id, Tenant: t.name, Queue: spec.Queue, Type: spec.Type, Payload: spec.Payload,
+			Priority: spec.Priority, Labels: spec.Labels, MaxAttempts: spec.MaxAttempts,
+			LeaseTTLMillis: spec.LeaseTTL.Milliseconds(), IdempotencyKey: spec.IdempotencyKey,
+			RequestHash: hashes[i], ReservationID: spec.ReservationID, APIKeyID: m.APIKeyID,
+		})
+		if runAt.After(now) {
+			done.waiting[len(done.waiting)-1].RunAt = runAt
+			events = append(events, eventlog.JobScheduled{JobID: id, RunAt: runAt.UTC(), Reason: reason})
+		}
+		if spec.ReservationID != "" {
+			t.dropReservation(env, spec.ReservationID)
+			events = append(events, eventlog.ReservationConsumed{Tenant: t.name, ReservationID: spec.ReservationID, JobID: id})
+		}
+		if spec.IdempotencyKey != "" {
+			t.pendingIdem[spec.IdempotencyKey] = pendingKey{jobID: id, requestHash: hashes[i]}
+			done.keys = append(done.keys, spec.IdempotencyKey)
+		}
+	}
+	t.pendingJobs += newJobs
+	t.pipe.persist(env, events, done)
+}
+
+// lookupKey finds the job an idempotency key names: one admitted here and not durable yet, or
+// one in the projections that has not expired.
+func (t *Tenant) lookupKey(env Env, key string, now time.Time) (id, hash string, seq uint64, ok bool) {
+	if p, ok := t.pendingIdem[key]; ok {
+		return p.jobID, p.requestHash, 0, true
+	}
+	var e projections.Idempotency
+	env.Read(func(s *projections.Set) {
+		e, ok = s.Idempotency(t.name, key, now)
+		if ok {
+			seq = s.JobRef(e.JobID).SubmitSeq
+		}
+	})
+	return e.JobID, e.RequestHash, seq, ok
+}
+
+func (t *Tenant) reserve(env Env, m Reserve) {
+	ttl := m.TTL
+	if ttl == 0 {
+		ttl = ReservationTTLDefault
+	}
+	switch {
+	case ttl < 0 || ttl > ReservationTTLMax:
+		env.Send(env.Sender(), Reserved{Err: reject(CodeInvalidArgument, "ttl %s is outside 1s..%s", ttl, ReservationTTLMax)})
+		return
+	case len(t.reservations) >= ReservationsMax:
+		env.Send(env.Sender(), Reserved{Err: reject(CodeQuotaExceeded, "the tenant holds %d reservations, the most allowed", ReservationsMax)})
+		return
+	case t.maxActive > 0 && t.usage(env)+1 > t.maxActive:
+		env.Send(env.Sender(), Reserved{Err: &Rejection{Code: CodeQuotaExceeded,
+			Message: "the tenant's max_active is reached", Details: map[string]any{"max_active": t.maxActive}}})
+		return
+	}
+	id := NewID(env)
+	exp := env.Now().Add(ttl).UTC()
+	t.reservations[id] = reservation{expiresAt: exp, timer: env.After(ttl, reservationExpiry{id})}
+	t.pipe.persist(env, []eventlog.Payload{eventlog.ReservationMade{Tenant: t.name, ReservationID: id, ExpiresAt: exp}},
+		reserveDone{reply: env.Sender(), id: id, expiresAt: exp})
+}
+
+func (t *Tenant) release(env Env, m Release) {
+	if _, ok := t.reservations[m.ID]; !ok {
+		env.Send(env.Sender(), Done{Err: reject(CodeReservationNotFound, "reservation %q is not active", clip(m.ID))})
+		return
+	}
+	t.dropReservation(env, m.ID)
+	t.pipe.persist(env, []eventlog.Payload{eventlog.ReservationReleased{Tenant: t.name, ReservationID: m.ID}}, replyDone{env.Sender()})
+}
+
+func (t *Tenant) expire(env Env, m reservationExpiry) {
+	r, ok := t.reservations[m.id]
+	if !ok {
+		return // consumed or released meanwhile
+	}
+	if now := env.Now(); now.Before(r.expiresAt) { // the clock went back
+		r.timer = env.After(r.expiresAt.Sub(now), m)
+		t.reservations[m.id] = r
+		return
+	}
+	delete(t.reservations, m.id)
+	t.pipe.persist(env, []eventlog.Payload{eventlog.ReservationExpired{Tenant: t.name, ReservationID: m.id}}, nil)
+}
+
+func (t *Tenant) dropReservation(env Env, id string) {
+	env.Cancel(t.reservations[id].timer)
+	delete(t.reservations, id)
+}
+
+// Worker registration limits.
+const (
+	WorkerNameLenMax = 128
+	WorkerQueuesMax  = 32
+	CapacityMax      = 1000
+)
+
+func (t *Tenant) register(env Env, m RegisterWorker) {
+	bad := func(format string, args ...any) {
+		env.Send(env.Sender(), Registered{Err: reject(CodeInvalidArgument, format, args...)})
+	}
+	if len(m.Name) == 0 || len(m.Name) > WorkerNameLenMax {
+		bad("name must be 1..%d bytes", WorkerNameLenMax)
+		return
+	}
+	if len(m.Queues) == 0 || len(m.Queues) > WorkerQueuesMax {
+		bad("a worker serves 1..%d queues", WorkerQueuesMax)
+		return
+	}
+	for _, q := range m.Queues {
+		if !validName(q, QueueLenMax, false) {
+			bad("queue %q must be 1..%d of [A-Za-z0-9_-]", clip(q), QueueLenMax)
+			return
+		}
+	}
+	if m.Capacity < 1 || m.Capacity > CapacityMax {
+		bad("capacity %d is outside 1..%d", m.Capacity, CapacityMax)
+		return
+	}
+	if m.PublicKey != "" {
+		if k, err := base64.StdEncoding.DecodeString(m.PublicKey); err != nil || len(k) != ed25519.PublicKeySize {
+			bad("public_key must be a base64 Ed25519 public key of %d bytes", ed25519.PublicKeySize)
+			return
+		}
+	}
+	if len(m.Labels) > LabelsMax {
+		bad("%d labels; the limit is %d", len(m.Labels), LabelsMax)
+		return
+	}
+	id := NewID(env)
+	t.pipe.persist(env, []eventlog.Payload{eventlog.WorkerRegistered{
+		WorkerID: id, Tenant: t.name, Name: m.Name, Queues: m.Queues, Capacity: m.Capacity,
+		PublicKey: m.PublicKey, Labels: m.Labels, TokenHash: m.TokenHash, ExpiresAt: m.ExpiresAt.UTC(),
+	}}, registerDone{reply: env.Sender(), workerID: id})
+}
+
+func (t *Tenant) revoke(env Env, m RevokeWorker) {
+	var w projections.Worker
+	var ok bool
+	env.Read(func(s *projections.Set) { w, ok = s.Worker(m.WorkerID) })
+	switch {
+	case !ok || w.Tenant != t.name:
+		env.Send(env.Sender(), Done{Err: reject(CodeWorkerNotFound, "no worker %q", clip(m.WorkerID))})
+	case w.Revoked || t.revoking[m.WorkerID]:
+		env.Send(env.Sender(), Done{}) // revoking twice changes nothing
+	default:
+		t.revoking[m.WorkerID] = true
+		t.pipe.persist(env, []eventlog.Payload{eventlog.WorkerRevoked{WorkerID: m.WorkerID, By: m.By}},
+			revokeDone{reply: env.Sender(), workerID: m.WorkerID})
+	}
+}
+
+func (t *Tenant) redrive(env Env, m Redrive) {
+	var j *projections.Job
+	env.Read(func(s *projections.Set) { j, _ = s.Job(m.JobID) })
+	switch {
+	case j == nil || j.Tenant != t.name:
+		env.Send(env.Sender(), Done{Err: reject(CodeJobNotFound, "no job %q", clip(m.JobID))})
+		return
+	case j.Status != projections.StatusFailed:
+		env.Send(env.Sender(), Done{Err: reject(CodeNotDeadLettered, "job %s is %s, not in the dead-letter queue", j.ID, j.Status)})
+		return
+	case t.maxActive > 0 && t.usage(env)+1 > t.maxActive:
+		env.Send(env.Sender(), Done{Err: &Rejection{Code: CodeQuotaExceeded,
+			Message: "the tenant's max_active is reached", Details: map[string]any{"max_active": t.maxActive}}})
+		return
+	}
+	t.pendingJobs++ // until the dispatcher settles it
+	env.Forward(DispatcherRef(), redriveJob{Redrive: m}, env.Sender())
+}
+
+func (t *Tenant) persisted(env Env, m Persisted) {
+	defer t.pipe.settled()
+	var err *Rejection
+	if m.Err != nil {
+		err = unavailable(m.Err)
+	}
+	rc := receiptOf(m.Receipt)
+	switch d := m.Then.(type) {
+	case submitDone:
+		t.pendingJobs -= d.newJobs
+		for _, k := range d.keys {
+			delete(t.pendingIdem, k)
+		}
+		if err != nil {
+			env.Send(d.reply, Submitted{Err: err})
+			return
+		}
+		for i := range d.waiting {
+			d.waiting[i].SubmitSeq += m.Receipt.First
+		}
+		env.Send(DispatcherRef(), Enqueue{Jobs: d.waiting, Seq: m.Receipt.Last})
+		env.Send(d.reply, Submitted{Jobs: d.jobs, Receipt: rc})
+	case reserveDone:
+		env.Send(d.reply, Reserved{ID: d.id, ExpiresAt: d.expiresAt, Receipt: rc, Err: err})
+	case registerDone:
+		env.Send(d.reply, Registered{WorkerID: d.workerID, Receipt: rc, Err: err})
+	case revokeDone:
+		delete(t.revoking, d.workerID)
+		if err == nil {
+			env.Send(DispatcherRef(), WorkerRevokedNotice{WorkerID: d.workerID, Seq: m.Receipt.Last})
+		}
+		env.Send(d.reply, Done{Receipt: rc, Err: err})
+	case quotaDone:
+		if err == nil {
+			env.Send(DispatcherRef(), QuotaChanged{Tenant: t.name, MaxRunning: d.maxRunning})
+		}
+		env.Send(d.reply, Done{Receipt: rc, Err: err})
+	case replyDone:
+		env.Send(d.reply, Done{Receipt: rc, Err: err})
+	}
+}

@@ -1,0 +1,182 @@
+package projections
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+)
+
+// Status is a job's place in its lifecycle (DESIGN §4).
+type Status string
+
+const (
+	// StatusQueued: ready to be leased by a worker of its tenant serving its queue.
+	StatusQueued Status = "queued"
+	// StatusScheduled: waiting for RunAt (a delay, run_at, or a retry backoff). It counts as
+	// queued once RunAt has passed; no event marks that moment.
+	StatusScheduled Status = "scheduled"
+	// StatusLeased: one worker holds the job under Lease.
+	StatusLeased Status = "leased"
+	// StatusSucceeded: terminal; the lease holder completed it with Output.
+	StatusSucceeded Status = "succeeded"
+	// StatusFailed: terminal until re-driven; the job is in the dead-letter queue (DeadReason).
+	StatusFailed Status = "failed"
+	// StatusCancelled: terminal; it will not run again.
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether no event but a re-drive can follow.
+func (s Status) Terminal() bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
+}
+
+// ProgressKept is how many progress events a job snapshot keeps; older ones are in the log.
+const ProgressKept = 100
+
+// Lease is the one valid lease on a leased job.
+type Lease struct {
+	LeaseID   string    `json:"lease_id"`
+	WorkerID  string    `json:"worker_id"`
+	SessionID string    `json:"session_id,omitempty"`
+	Nonce     string    `json:"nonce"`
+	Attempt   int       `json:"attempt"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// JobError is the last failure of a job.
+type JobError struct {
+	Code    string `json:"code"`
+	Message string `json:"message,omitempty"`
+}
+
+// Progress is one event a worker appended to a job. Number is its place in the job's stream
+// (lifecycle events included), the id a client resumes an event stream from.
+type Progress struct {
+	Number int             `json:"number"`
+	Seq    uint64          `json:"seq"`
+	Time   time.Time       `json:"time"`
+	Kind   string          `json:"event_type"`
+	Data   json.RawMessage `json:"data,omitempty"`
+}
+
+// Job is the snapshot of one job: the fold of its stream.
+type Job struct {
+	ID          string            `json:"id"`
+	Tenant      string            `json:"tenant"`
+	Queue       string            `json:"queue"`
+	Type        string            `json:"type"`
+	Payload     json.RawMessage   `json:"payload"`
+	Priority    int               `json:"priority"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Status      Status            `json:"status"`
+	Attempt     int               `json:"attempt"`
+	MaxAttempts int               `json:"max_attempts"`
+	// AttemptBase is the attempt count when the job was last re-driven; backoff counts from it.
+	AttemptBase     int           `json:"attempt_base,omitempty"`
+	LeaseTTL        time.Duration `json:"lease_ttl"`
+	RunAt           time.Time     `json:"run_at,omitzero"`
+	Lease           *Lease        `json:"lease"`
+	CancelRequested bool          `json:"cancel_requested"`
+	// SucceededLease and SucceededSeq identify the accepted completion, so a repeat of it is
+	// recognised after the job's actor is gone.
+	Output         json.RawMessage `json:"output,omitempty"`
+	OutputHash     string          `json:"output_hash,omitempty"`
+	SucceededLease string          `json:"succeeded_lease,omitempty"`
+	SucceededSeq   uint64          `json:"succeeded_seq,omitempty"`
+	Error          *JobError       `json:"error"`
+	DeadReason     string          `json:"dead_reason,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	RequestHash    string          `json:"request_hash,omitempty"`
+	// SubmitSeq orders jobs of equal priority by age; LastSeq is the seq of the job's last event.
+	SubmitSeq uint64 `json:"submit_seq"`
+	LastSeq   uint64 `json:"last_seq"`
+	// Events counts every event in the job's stream; Progress keeps the last ProgressKept
+	// progress events, and EventsTruncated says older ones were dropped from the snapshot.
+	Events          int        `json:"events"`
+	Progress        []Progress `json:"progress,omitempty"`
+	EventsTruncated bool       `json:"events_truncated"`
+}
+
+// StatusAt is the status a client sees at now: a scheduled job whose RunAt has passed is queued.
+func (j *Job) StatusAt(now time.Time) Status {
+	if j.Status == StatusScheduled && !now.Before(j.RunAt) {
+		return StatusQueued
+	}
+	return j.Status
+}
+
+// Waiting reports whether the job is queued or scheduled: owned by the queue, not by a lease.
+func (j *Job) Waiting() bool { return j.Status == StatusQueued || j.Status == StatusScheduled }
+
+// Clone returns a deep copy that shares nothing mutable with j.
+func (j *Job) Clone() *Job {
+	c := *j
+	if j.Lease != nil {
+		l := *j.Lease
+		c.Lease = &l
+	}
+	if j.Error != nil {
+		e := *j.Error
+		c.Error = &e
+	}
+	c.Progress = append([]Progress(nil), j.Progress...)
+	if j.Labels != nil {
+		c.Labels = make(map[string]string, len(j.Labels))
+		for k, v := range j.Labels {
+			c.Labels[k] = v
+		}
+	}
+	return &c
+}
+
+// Fold applies one event of the job's stream (other than job.submitted, which creates the job)
+// to the snapshot. The job behaviour folds the events it decides into its own copy with it, so
+// the actor and the projection cannot disagree on what an event means.
+func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
+	j.Events++
+	j.LastSeq, j.UpdatedAt = seq, at
+	switch e := p.(type) {
+	case eventlog.JobScheduled:
+		j.Status, j.RunAt = StatusScheduled, e.RunAt
+	case eventlog.JobLeased:
+		j.Status, j.Attempt, j.RunAt = StatusLeased, e.Attempt, time.Time{}
+		j.Lease = &Lease{LeaseID: e.LeaseID, WorkerID: e.WorkerID, SessionID: e.SessionID, Nonce: e.Nonce, Attempt: e.Attempt, ExpiresAt: e.ExpiresAt}
+	case eventlog.JobLeaseExtended:
+		if j.Lease != nil && j.Lease.LeaseID == e.LeaseID {
+			j.Lease.ExpiresAt = e.ExpiresAt
+		}
+	case eventlog.JobProgress:
+		j.Progress = append(j.Progress, Progress{Number: j.Events, Seq: seq, Time: at, Kind: e.Kind, Data: e.Data})
+		if len(j.Progress) > ProgressKept {
+			j.Progress = slices.Delete(j.Progress, 0, len(j.Progress)-ProgressKept)
+			j.EventsTruncated = true
+		}
+	case eventlog.JobSucceeded:
+		j.Status, j.Lease, j.Error = StatusSucceeded, nil, nil
+		j.Output, j.OutputHash, j.SucceededLease, j.SucceededSeq = e.Output, e.OutputHash, e.LeaseID, seq
+	case eventlog.JobFailed:
+		j.Lease = nil
+		j.Error = &JobError{Code: e.ErrorCode, Message: e.Message}
+	case eventlog.JobLeaseExpired:
+		j.Lease = nil
+		j.Error = &JobError{Code: "lease_expired", Message: "the lease ran out before the worker finished"}
+		if e.Reason == "worker_revoked" {
+			j.Error = &JobError{Code: "worker_revoked", Message: "the worker was revoked while it held the lease"}
+		}
+	case eventlog.JobRetryScheduled:
+		j.Status, j.RunAt = StatusScheduled, e.RunAt
+	case eventlog.JobDeadLettered:
+		j.Status, j.DeadReason = StatusFailed, e.Reason
+	case eventlog.JobCancelRequested:
+		j.CancelRequested = true
+	case eventlog.JobCancelled:
+		j.Status, j.Lease = StatusCancelled, nil
+	case eventlog.JobRedriven:
+		j.Status, j.DeadReason, j.Error, j.RunAt = StatusQueued, "", nil, time.Time{}
+		j.MaxAttempts, j.AttemptBase, j.CancelRequested = e.MaxAttempts, j.Attempt, false
+	}
+}

@@ -1,0 +1,309 @@
+package projections
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// The queries below return copies: nothing a caller holds changes under it, and nothing it does
+// changes the Set.
+
+// Job returns the snapshot of one job, or false if no such job was submitted.
+func (s *Set) Job(id string) (*Job, bool) {
+	j, ok := s.jobs[id]
+	if !ok {
+		return nil, false
+	}
+	return j.Clone(), true
+}
+
+// JobRef returns the Set's own job without copying it. Callers must not modify it or keep it
+// past the lock that guards the Set; it exists for hot paths that read a field or two.
+func (s *Set) JobRef(id string) *Job { return s.jobs[id] }
+
+// JobFilter selects jobs for List. Empty fields match everything.
+type JobFilter struct {
+	Tenant string
+	Status Status // compared with StatusAt(now)
+	Queue  string
+	Type   string
+	// After is the id of the last job of the previous page; ids are ULIDs, so pages run in
+	// submission order.
+	After string
+	Limit int
+}
+
+// ListLimitMax caps one page of List.
+const ListLimitMax = 1000
+
+// List returns one page of a tenant's jobs in id order and whether more follow.
+func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
+	limit := f.Limit
+	if limit <= 0 || limit > ListLimitMax {
+		limit = ListLimitMax
+	}
+	var out []*Job
+	for _, j := range s.jobs {
+		if (f.Tenant != "" && j.Tenant != f.Tenant) || (f.Queue != "" && j.Queue != f.Queue) ||
+			(f.Type != "" && j.Type != f.Type) || (f.Status != "" && j.StatusAt(now) != f.Status) ||
+			(f.After != "" && j.ID <= f.After) {
+			continue
+		}
+		out = append(out, j)
+	}
+	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })
+	more := len(out) > limit
+	out = out[:min(limit, len(out))]
+	for i, j := range out {
+		out[i] = j.Clone()
+	}
+	return out, more
+}
+
+// Waiting returns the ids of a tenant's queued and scheduled jobs in one queue, or in every
+// queue when queue is empty, in dispatch order: higher priority first, then older first.
+func (s *Set) Waiting(tenant, queue string) []*Job {
+	var out []*Job
+	for k, m := range s.waiting {
+		if k != tenant+"\x00"+queue && (queue != "" || !hasTenant(k, tenant)) {
+			continue
+		}
+		for _, j := range m {
+			out = append(out, j.Clone())
+		}
+	}
+	slices.SortFunc(out, func(a, b *Job) int { return CompareDispatch(a.Priority, a.SubmitSeq, b.Priority, b.SubmitSeq) })
+	return out
+}
+
+// AllWaiting returns every queued or scheduled job of every tenant, unordered.
+func (s *Set) AllWaiting() []*Job {
+	var out []*Job
+	for _, m := range s.waiting {
+		for _, j := range m {
+			out = append(out, j.Clone())
+		}
+	}
+	return out
+}
+
+func hasTenant(key, tenant string) bool {
+	return len(key) > len(tenant) && key[:len(tenant)] == tenant && key[len(tenant)] == 0
+}
+
+// CompareDispatch orders two waiting jobs for the dispatcher: higher priority first, then the
+// one submitted first.
+func CompareDispatch(prioA int, seqA uint64, prioB int, seqB uint64) int {
+	return cmp.Or(cmp.Compare(prioB, prioA), cmp.Compare(seqA, seqB))
+}
+
+// QueueStats describes one queue of one tenant at a moment.
+type QueueStats struct {
+	Queue     string `json:"queue"`
+	Depth     int    `json:"depth"` // ready (queued, or scheduled and due) jobs
+	Scheduled int    `json:"scheduled"`
+	Leased    int    `json:"leased"`
+	Dead      int    `json:"dead"`
+	// OldestAge is how long the oldest ready job has waited since it was created.
+	OldestAge time.Duration `json:"oldest_age"`
+}
+
+// Queues returns the stats of every queue a tenant has used, by name.
+func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
+	byName := map[string]*QueueStats{}
+	stats := func(q string) *QueueStats {
+		if byName[q] == nil {
+			byName[q] = &QueueStats{Queue: q}
+		}
+		return byName[q]
+	}
+	for k, m := range s.waiting {
+		if !hasTenant(k, tenant) {
+			continue
+		}
+		for _, j := range m {
+			q := stats(j.Queue)
+			if j.StatusAt(now) == StatusScheduled {
+				q.Scheduled++
+				continue
+			}
+			q.Depth++
+			q.OldestAge = max(q.OldestAge, now.Sub(j.CreatedAt))
+		}
+	}
+	for _, j := range s.leases {
+		if j.Tenant == tenant {
+			stats(j.Queue).Leased++
+		}
+	}
+	for _, j := range s.dead {
+		if j.Tenant == tenant {
+			stats(j.Queue).Dead++
+		}
+	}
+	out := make([]QueueStats, 0, len(byName))
+	for _, q := range byName {
+		out = append(out, *q)
+	}
+	slices.SortFunc(out, func(a, b QueueStats) int { return cmp.Compare(a.Queue, b.Queue) })
+	return out
+}
+
+// Leases returns every active lease's job, soonest expiry first.
+func (s *Set) Leases() []*Job {
+	out := make([]*Job, 0, len(s.leases))
+	for _, j := range s.leases {
+		out = append(out, j.Clone())
+	}
+	slices.SortFunc(out, func(a, b *Job) int {
+		return cmp.Or(a.Lease.ExpiresAt.Compare(b.Lease.ExpiresAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// LeaseCount is the number of active leases.
+func (s *Set) LeaseCount() int { return len(s.leases) }
+
+// DeadLetters returns a tenant's dead-lettered jobs, most recent first.
+func (s *Set) DeadLetters(tenant string) []*Job {
+	var out []*Job
+	for _, j := range s.dead {
+		if j.Tenant == tenant {
+			out = append(out, j.Clone())
+		}
+	}
+	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(b.LastSeq, a.LastSeq) })
+	return out
+}
+
+// Tenant returns a tenant's quota and usage; a tenant never seen has no limits and no usage.
+func (s *Set) Tenant(name string) Tenant {
+	t, ok := s.tenants[name]
+	if !ok {
+		return Tenant{Name: name, Reservations: map[string]time.Time{}}
+	}
+	c := *t
+	c.Reservations = make(map[string]time.Time, len(t.Reservations))
+	for k, v := range t.Reservations {
+		c.Reservations[k] = v
+	}
+	return c
+}
+
+// TenantNames returns every tenant that has an event, sorted.
+func (s *Set) TenantNames() []string {
+	out := make([]string, 0, len(s.tenants))
+	for n := range s.tenants {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Idempotency returns the live entry for a tenant's key at now.
+func (s *Set) Idempotency(tenant, key string, now time.Time) (Idempotency, bool) {
+	e, ok := s.idem[idemKey{tenant, key}]
+	if !ok || !now.Before(e.ExpiresAt) {
+		return Idempotency{}, false
+	}
+	return e, true
+}
+
+// IdempotencyKeys returns a tenant's entries that are live at now.
+func (s *Set) IdempotencyKeys(tenant string, now time.Time) map[string]Idempotency {
+	out := map[string]Idempotency{}
+	for k, e := range s.idem {
+		if k.Tenant == tenant && now.Before(e.ExpiresAt) {
+			out[k.Key] = e
+		}
+	}
+	return out
+}
+
+// Worker returns a worker's registration and session.
+func (s *Set) Worker(id string) (Worker, bool) {
+	w, ok := s.workers[id]
+	if !ok {
+		return Worker{}, false
+	}
+	c := *w
+	if w.Session != nil {
+		sess := *w.Session
+		c.Session = &sess
+	}
+	c.Queues = slices.Clone(w.Queues)
+	return c, true
+}
+
+// PublicKey returns a worker's registered Ed25519 key (base64), or "" if it has none.
+func (s *Set) PublicKey(workerID string) string {
+	if w := s.workers[workerID]; w != nil {
+		return w.PublicKey
+	}
+	return ""
+}
+
+// WorkerByTokenHash finds the worker whose current token hashes to h.
+func (s *Set) WorkerByTokenHash(h string) (Worker, bool) {
+	id, ok := s.tokens[h]
+	if !ok {
+		return Worker{}, false
+	}
+	return s.Worker(id)
+}
+
+// WorkerView is a worker as the API shows it.
+type WorkerView struct {
+	Worker
+	Status   string   `json:"status"` // "online", "offline" or "revoked"
+	InFlight []string `json:"in_flight"`
+}
+
+// Workers returns a tenant's workers by id, with their in-flight jobs.
+func (s *Set) Workers(tenant string) []WorkerView {
+	inFlight := map[string][]string{}
+	for _, j := range s.leases {
+		inFlight[j.Lease.WorkerID] = append(inFlight[j.Lease.WorkerID], j.ID)
+	}
+	var out []WorkerView
+	for _, w := range s.workers {
+		if w.Tenant != tenant {
+			continue
+		}
+		c, _ := s.Worker(w.ID)
+		v := WorkerView{Worker: c, Status: "offline", InFlight: inFlight[w.ID]}
+		slices.Sort(v.InFlight)
+		switch {
+		case w.Revoked:
+			v.Status = "revoked"
+		case w.Session != nil:
+			v.Status = "online"
+		}
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b WorkerView) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// OpenSessions returns every worker that has a session, by worker id.
+func (s *Set) OpenSessions() []Worker {
+	var out []Worker
+	for _, w := range s.workers {
+		if w.Session != nil {
+			c, _ := s.Worker(w.ID)
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Counters returns the totals of every queue that has any, by queue name.
+func (s *Set) Counters() map[string]Counters {
+	out := make(map[string]Counters, len(s.counters))
+	for q, c := range s.counters {
+		out[q] = *c
+	}
+	return out
+}

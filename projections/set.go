@@ -1,0 +1,459 @@
+package projections
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+)
+
+// IdempotencyTTL is how long an idempotency key maps to the job it first created.
+const IdempotencyTTL = 24 * time.Hour
+
+// Set is every projection of the log, folded together because they move together: a lease is
+// a job's state, a tenant's running count and a worker's in-flight job at once. The zero value is
+// not usable; call New.
+//
+// A Set is not safe for concurrent use; the runtime guards it, the simulator runs on one
+// goroutine.
+type Set struct {
+	seq     uint64
+	jobs    map[string]*Job
+	workers map[string]*Worker
+	tenants map[string]*Tenant
+	idem    map[idemKey]Idempotency
+	// idemOrder lists idempotency entries by expiry, so expired ones are forgotten in order.
+	idemOrder []idemKey
+	counters  map[string]*Counters // by queue
+
+	// Derived from the above and rebuilt on restore, never checkpointed.
+	leases  map[string]*Job            // leased jobs by id
+	tokens  map[string]string          // worker token hash → worker id
+	dead    map[string]*Job            // dead-lettered jobs by id
+	waiting map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
+}
+
+type idemKey struct {
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+}
+
+// Idempotency maps an idempotency key to the job it created.
+type Idempotency struct {
+	JobID       string    `json:"job_id"`
+	RequestHash string    `json:"request_hash"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// Tenant is one tenant's quota and usage.
+type Tenant struct {
+	Name       string `json:"name"`
+	MaxActive  int    `json:"max_active"`  // 0: unlimited
+	MaxRunning int    `json:"max_running"` // 0: unlimited
+	// Active counts non-terminal jobs; Running counts leased ones.
+	Active       int                  `json:"active"`
+	Running      int                  `json:"running"`
+	Reservations map[string]time.Time `json:"reservations"` // id → expiry, active ones only
+}
+
+// Usage is what counts against max_active: non-terminal jobs plus active reservations.
+func (t *Tenant) Usage() int { return t.Active + len(t.Reservations) }
+
+// Worker is a registered worker and its current session.
+type Worker struct {
+	ID           string            `json:"id"`
+	Tenant       string            `json:"tenant"`
+	Name         string            `json:"name"`
+	Queues       []string          `json:"queues"`
+	Capacity     int               `json:"capacity"`
+	PublicKey    string            `json:"public_key,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	TokenHash    string            `json:"token_hash"`
+	ExpiresAt    time.Time         `json:"expires_at"`
+	Revoked      bool              `json:"revoked"`
+	RegisteredAt time.Time         `json:"registered_at"`
+	Session      *Session          `json:"session"`
+	// LastSeen is the last logged sign of life: a session start or end. Heartbeats are not
+	// logged; the runtime knows fresher times for connected workers.
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// Session is a worker's open connection.
+type Session struct {
+	ID        string    `json:"id"`
+	Transport string    `json:"transport"`
+	Capacity  int       `json:"capacity"`
+	Since     time.Time `json:"since"`
+}
+
+// Counters are monotonic totals for metrics.
+type Counters struct {
+	Submitted    uint64 `json:"submitted"`
+	Succeeded    uint64 `json:"succeeded"`
+	Failed       uint64 `json:"failed"` // failed attempts, lease expiries included
+	Retried      uint64 `json:"retried"`
+	LeaseExpired uint64 `json:"lease_expired"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	Cancelled    uint64 `json:"cancelled"`
+}
+
+// New returns an empty Set, the fold of the empty log.
+func New() *Set {
+	s := &Set{
+		jobs:     map[string]*Job{},
+		workers:  map[string]*Worker{},
+		tenants:  map[string]*Tenant{},
+		idem:     map[idemKey]Idempotency{},
+		counters: map[string]*Counters{},
+	}
+	s.derive()
+	return s
+}
+
+// Seq is the seq of the last record applied.
+func (s *Set) Seq() uint64 { return s.seq }
+
+// ApplyRecord decodes a record and applies it. Records must come in seq order without gaps.
+func (s *Set) ApplyRecord(r eventlog.Record) error {
+	p, err := eventlog.Decode(r.Type, r.Data)
+	if err != nil {
+		return fmt.Errorf("projections: seq %d: %w", r.Seq, err)
+	}
+	return s.Apply(r.Seq, r.Time, p)
+}
+
+// Apply folds one event, the record at seq stamped at, into the projections. The live runtime
+// calls it with the payloads it appended, replay with decoded records; both must agree.
+func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
+	if seq != s.seq+1 {
+		return fmt.Errorf("projections: seq %d applied after %d", seq, s.seq)
+	}
+	s.seq = seq
+	s.forgetIdempotency(at)
+	switch e := p.(type) {
+	case eventlog.JobSubmitted:
+		s.submitted(seq, at, e)
+		return nil
+	case eventlog.WorkerRegistered:
+		w := &Worker{
+			ID: e.WorkerID, Tenant: e.Tenant, Name: e.Name, Queues: e.Queues, Capacity: e.Capacity,
+			PublicKey: e.PublicKey, Labels: e.Labels, TokenHash: e.TokenHash, ExpiresAt: e.ExpiresAt,
+			RegisteredAt: at, LastSeen: at,
+		}
+		s.workers[w.ID] = w
+		s.tokens[w.TokenHash] = w.ID
+		return nil
+	case eventlog.TenantQuotaSet:
+		t := s.tenant(e.Tenant)
+		t.MaxActive, t.MaxRunning = e.MaxActive, e.MaxRunning
+		return nil
+	case eventlog.ReservationMade:
+		s.tenant(e.Tenant).Reservations[e.ReservationID] = e.ExpiresAt
+		return nil
+	case eventlog.ReservationConsumed:
+		delete(s.tenant(e.Tenant).Reservations, e.ReservationID)
+		return nil
+	case eventlog.ReservationReleased:
+		delete(s.tenant(e.Tenant).Reservations, e.ReservationID)
+		return nil
+	case eventlog.ReservationExpired:
+		delete(s.tenant(e.Tenant).Reservations, e.ReservationID)
+		return nil
+	case eventlog.APIKeyCreated, eventlog.APIKeyRevoked, eventlog.EnrollTokenCreated, eventlog.EnrollTokenUsed:
+		return nil // credentials are the transport's views
+	}
+	if w, ok := workerEvent(p); ok {
+		s.applyWorker(at, w)
+		return nil
+	}
+	id, ok := jobID(p)
+	if !ok {
+		return fmt.Errorf("projections: seq %d: no fold for %T", seq, p)
+	}
+	j := s.jobs[id]
+	if j == nil {
+		return fmt.Errorf("projections: seq %d: %s for unknown job %s", seq, p.EventType(), id)
+	}
+	s.applyJob(seq, at, j, p)
+	return nil
+}
+
+func (s *Set) tenant(name string) *Tenant {
+	t := s.tenants[name]
+	if t == nil {
+		t = &Tenant{Name: name, Reservations: map[string]time.Time{}}
+		s.tenants[name] = t
+	}
+	return t
+}
+
+func (s *Set) counter(queue string) *Counters {
+	c := s.counters[queue]
+	if c == nil {
+		c = &Counters{}
+		s.counters[queue] = c
+	}
+	return c
+}
+
+func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
+	j := &Job{
+		ID: e.JobID, Tenant: e.Tenant, Queue: e.Queue, Type: e.Type, Payload: e.Payload,
+		Priority: e.Priority, Labels: e.Labels, Status: StatusQueued, MaxAttempts: e.MaxAttempts,
+		LeaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, CreatedAt: at, UpdatedAt: at,
+		IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, SubmitSeq: seq, LastSeq: seq,
+		Events: 1,
+	}
+	s.jobs[j.ID] = j
+	s.wait(j)
+	s.tenant(j.Tenant).Active++
+	s.counter(j.Queue).Submitted++
+	if e.IdempotencyKey != "" {
+		k := idemKey{e.Tenant, e.IdempotencyKey}
+		s.idem[k] = Idempotency{JobID: j.ID, RequestHash: e.RequestHash, ExpiresAt: at.Add(IdempotencyTTL)}
+		s.idemOrder = append(s.idemOrder, k)
+	}
+}
+
+// forgetIdempotency drops keys that expired by the time of the record being applied. Record
+// times never decrease, so the order list is sorted by expiry.
+func (s *Set) forgetIdempotency(at time.Time) {
+	n := 0
+	for _, k := range s.idemOrder {
+		e, ok := s.idem[k]
+		if ok && e.ExpiresAt.After(at) {
+			break
+		}
+		if ok {
+			delete(s.idem, k)
+		}
+		n++
+	}
+	if n > 0 {
+		s.idemOrder = s.idemOrder[n:]
+	}
+}
+
+func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
+	wasLeased, wasTerminal, wasWaiting := j.Lease != nil, j.Status.Terminal(), j.Waiting()
+	j.Fold(seq, at, p)
+	c := s.counter(j.Queue)
+	switch e := p.(type) {
+	case eventlog.JobSucceeded:
+		c.Succeeded++
+	case eventlog.JobFailed:
+		c.Failed++
+	case eventlog.JobLeaseExpired:
+		c.Failed++
+		c.LeaseExpired++
+	case eventlog.JobRetryScheduled:
+		c.Retried++
+	case eventlog.JobDeadLettered:
+		c.DeadLettered++
+	case eventlog.JobCancelled:
+		c.Cancelled++
+	case eventlog.JobSubmitted:
+		panic("projections: job.submitted for a job that exists: " + e.JobID)
+	}
+	t := s.tenant(j.Tenant)
+	if leased := j.Lease != nil; leased != wasLeased {
+		if leased {
+			t.Running++
+			s.leases[j.ID] = j
+		} else {
+			t.Running--
+			delete(s.leases, j.ID)
+		}
+	}
+	if terminal := j.Status.Terminal(); terminal != wasTerminal {
+		if terminal {
+			t.Active--
+		} else {
+			t.Active++
+		}
+	}
+	if waiting := j.Waiting(); waiting != wasWaiting {
+		if waiting {
+			s.wait(j)
+		} else {
+			delete(s.waiting[waitKey(j)], j.ID)
+		}
+	}
+	if j.Status == StatusFailed {
+		s.dead[j.ID] = j
+	} else {
+		delete(s.dead, j.ID)
+	}
+}
+
+func waitKey(j *Job) string { return j.Tenant + "\x00" + j.Queue }
+
+func (s *Set) wait(j *Job) {
+	k := waitKey(j)
+	if s.waiting[k] == nil {
+		s.waiting[k] = map[string]*Job{}
+	}
+	s.waiting[k][j.ID] = j
+}
+
+func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
+	switch e := p.(type) {
+	case eventlog.WorkerTokenRotated:
+		if w := s.workers[e.WorkerID]; w != nil {
+			delete(s.tokens, w.TokenHash)
+			w.TokenHash, w.ExpiresAt = e.TokenHash, e.ExpiresAt
+			s.tokens[w.TokenHash] = w.ID
+		}
+	case eventlog.WorkerRevoked:
+		if w := s.workers[e.WorkerID]; w != nil {
+			w.Revoked = true
+		}
+	case eventlog.WorkerSessionStarted:
+		if w := s.workers[e.WorkerID]; w != nil {
+			w.Session = &Session{ID: e.SessionID, Transport: e.Transport, Capacity: e.Capacity, Since: at}
+			w.LastSeen = at
+		}
+	case eventlog.WorkerSessionEnded:
+		if w := s.workers[e.WorkerID]; w != nil && w.Session != nil && w.Session.ID == e.SessionID {
+			w.Session = nil
+			w.LastSeen = at
+		}
+	}
+}
+
+func workerEvent(p eventlog.Payload) (eventlog.Payload, bool) {
+	switch p.(type) {
+	case eventlog.WorkerTokenRotated, eventlog.WorkerRevoked, eventlog.WorkerSessionStarted, eventlog.WorkerSessionEnded:
+		return p, true
+	}
+	return nil, false
+}
+
+func jobID(p eventlog.Payload) (string, bool) {
+	switch e := p.(type) {
+	case eventlog.JobScheduled:
+		return e.JobID, true
+	case eventlog.JobLeased:
+		return e.JobID, true
+	case eventlog.JobLeaseExtended:
+		return e.JobID, true
+	case eventlog.JobProgress:
+		return e.JobID, true
+	case eventlog.JobSucceeded:
+		return e.JobID, true
+	case eventlog.JobFailed:
+		return e.JobID, true
+	case eventlog.JobRetryScheduled:
+		return e.JobID, true
+	case eventlog.JobLeaseExpired:
+		return e.JobID, true
+	case eventlog.JobDeadLettered:
+		return e.JobID, true
+	case eventlog.JobCancelRequested:
+		return e.JobID, true
+	case eventlog.JobCancelled:
+		return e.JobID, true
+	case eventlog.JobRedriven:
+		return e.JobID, true
+	}
+	return "", false
+}
+
+// derive rebuilds the indexes that follow from jobs and workers.
+func (s *Set) derive() {
+	s.leases, s.tokens, s.dead, s.waiting = map[string]*Job{}, map[string]string{}, map[string]*Job{}, map[string]map[string]*Job{}
+	for _, j := range s.jobs {
+		if j.Lease != nil {
+			s.leases[j.ID] = j
+		}
+		if j.Status == StatusFailed {
+			s.dead[j.ID] = j
+		}
+		if j.Waiting() {
+			s.wait(j)
+		}
+	}
+	for _, w := range s.workers {
+		s.tokens[w.TokenHash] = w.ID
+	}
+}
+
+// checkpoint is the stored form of a Set: everything that is not derived, in a canonical order
+// so that equal Sets encode to equal bytes.
+type checkpoint struct {
+	Seq       uint64               `json:"seq"`
+	Jobs      []*Job               `json:"jobs"`
+	Workers   []*Worker            `json:"workers"`
+	Tenants   []*Tenant            `json:"tenants"`
+	Idem      []idemEntry          `json:"idempotency"`
+	IdemOrder []idemKey            `json:"idempotency_order"`
+	Counters  map[string]*Counters `json:"counters"`
+	Version   string               `json:"version"`
+}
+
+type idemEntry struct {
+	idemKey
+	Idempotency
+}
+
+const checkpointVersion = "tether.projections.v1"
+
+// MarshalCheckpoint encodes the Set. Two Sets that fold the same records encode to the same
+// bytes, which is how tests and `tether replay` compare them.
+func (s *Set) MarshalCheckpoint() ([]byte, error) {
+	c := checkpoint{Seq: s.seq, Counters: s.counters, IdemOrder: s.idemOrder, Version: checkpointVersion}
+	c.Jobs = sortedValues(s.jobs, func(j *Job) string { return j.ID })
+	c.Workers = sortedValues(s.workers, func(w *Worker) string { return w.ID })
+	c.Tenants = sortedValues(s.tenants, func(t *Tenant) string { return t.Name })
+	for k, v := range s.idem {
+		c.Idem = append(c.Idem, idemEntry{k, v})
+	}
+	slices.SortFunc(c.Idem, func(a, b idemEntry) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Key, b.Key))
+	})
+	return json.Marshal(c)
+}
+
+// UnmarshalCheckpoint restores a Set from MarshalCheckpoint's bytes.
+func UnmarshalCheckpoint(data []byte) (*Set, error) {
+	var c checkpoint
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("projections: checkpoint: %w", err)
+	}
+	if c.Version != checkpointVersion {
+		return nil, fmt.Errorf("projections: checkpoint version %q, want %q", c.Version, checkpointVersion)
+	}
+	s := New()
+	s.seq = c.Seq
+	for _, j := range c.Jobs {
+		s.jobs[j.ID] = j
+	}
+	for _, w := range c.Workers {
+		s.workers[w.ID] = w
+	}
+	for _, t := range c.Tenants {
+		if t.Reservations == nil {
+			t.Reservations = map[string]time.Time{}
+		}
+		s.tenants[t.Name] = t
+	}
+	for _, e := range c.Idem {
+		s.idem[e.idemKey] = e.Idempotency
+	}
+	s.idemOrder = c.IdemOrder
+	if c.Counters != nil {
+		s.counters = c.Counters
+	}
+	s.derive()
+	return s, nil
+}
+
+func sortedValues[V any](m map[string]V, key func(V) string) []V {
+	out := slices.Collect(maps.Values(m))
+	slices.SortFunc(out, func(a, b V) int { return cmp.Compare(key(a), key(b)) })
+	return out
+}
