@@ -96,6 +96,17 @@ func (f *fixture) assignments(s string) []actors.Assignment {
 	return out
 }
 
+// live advances the clock by d while session s heartbeats every HeartbeatInterval.
+func (f *fixture) live(s string, d time.Duration) {
+	f.t.Helper()
+	for d > 0 {
+		step := min(d, actors.HeartbeatInterval)
+		f.w.Advance(step)
+		f.w.Call("hb:"+s, actors.SessionRef(s), actors.Heartbeat{})
+		d -= step
+	}
+}
+
 func (f *fixture) do(msg any) actors.Done {
 	f.t.Helper()
 	return one[actors.Done](f.t, f.w.Call("worker", actors.DispatcherRef(), msg))

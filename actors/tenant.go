@@ -154,8 +154,8 @@ func (t *Tenant) submit(env Env, m Submit) {
 			env.Send(reply, Submitted{Err: r})
 			return
 		}
-		hashes[i] = spec.requestHash()
 		if key := spec.IdempotencyKey; key != "" {
+			hashes[i] = spec.requestHash()
 			id, hash, seq, ok := t.lookupKey(env, key, now)
 			for j := range i { // an earlier job of the same batch
 				if m.Jobs[j].IdempotencyKey == key && !out[j].IdempotentHit {

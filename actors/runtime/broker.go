@@ -425,29 +425,34 @@ func (b *Broker) Close() error {
 			sessions = append(sessions, pid)
 		}
 		b.refsMu.Unlock()
+		// Sessions end with "shutdown" so workers go elsewhere or come back later: the end is
+		// logged (first ping, then drain), and the worker told (second ping: the session has
+		// handled its Persisted).
 		for _, pid := range sessions {
 			b.system.Root.Send(pid, envelope{msg: actors.CloseSession{Reason: "shutdown"}})
-			_, _ = b.system.Root.RequestFuture(pid, ping{}, 5*time.Second).Result()
 		}
-		b.drain()
-		if b.elog.Err() == nil {
-			b.mu.Lock()
-			if b.set.Seq() > b.lastCheckpoint {
-				err = b.checkpoint()
+		for range 2 {
+			for _, pid := range sessions {
+				_, _ = b.system.Root.RequestFuture(pid, ping{}, 5*time.Second).Result()
 			}
-			b.mu.Unlock()
+			b.drain()
 		}
 		b.system.Shutdown()
 		b.pool.close()
+		// No actor appends any more; once the appends in flight are applied the committer can
+		// stop, and the Set is the Close goroutine's alone.
 		b.issueMu.Lock()
 		b.closed = true
-		cerr := b.elog.Close()
 		b.issueMu.Unlock()
-		if err == nil {
-			err = cerr
-		}
+		b.drain()
 		close(b.commits)
 		<-b.committerDone
+		if b.elog.Err() == nil && b.set.Seq() > b.lastCheckpoint {
+			err = b.checkpoint()
+		}
+		if cerr := b.elog.Close(); err == nil {
+			err = cerr
+		}
 		close(b.stopped)
 	})
 	return err

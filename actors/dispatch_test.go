@@ -1,0 +1,170 @@
+package actors_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/actorstest"
+	"github.com/tetherhq/tether/eventlog"
+)
+
+func TestDispatchOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ids := f.mustSubmit(
+		actors.JobSpec{Queue: "q", Type: "low", Priority: -1},
+		actors.JobSpec{Queue: "q", Type: "old"},
+		actors.JobSpec{Queue: "q", Type: "high", Priority: 5},
+		actors.JobSpec{Queue: "q", Type: "new"},
+		actors.JobSpec{Queue: "q", Type: "later", Priority: 9, RunAt: t0.Add(time.Minute)},
+		actors.JobSpec{Queue: "elsewhere", Type: "x", Priority: 100},
+	)
+	f.connect("s1", 0)
+	var order []string
+	for range 4 {
+		as := f.credit("s1", 1)
+		if len(as) != 1 {
+			t.Fatalf("assignments %+v", as)
+		}
+		order = append(order, as[0].JobType)
+		f.complete(as[0], `1`)
+	}
+	if got := strings.Join(order, ","); got != "high,old,new,low" {
+		t.Fatalf("order %s, want high,old,new,low", got)
+	}
+	if as := f.credit("s1", 1); len(as) != 0 {
+		t.Fatalf("a job was leased before its run_at, or from another queue: %+v", as)
+	}
+	f.live("s1", time.Minute)
+	if as := f.assignments("s1"); len(as) != 1 || as[0].JobID != ids[4] {
+		t.Fatalf("at run_at: %+v", as)
+	}
+}
+
+func TestCreditNeverExceedsCapacity(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil) // capacity 4
+	var specs []actors.JobSpec
+	for range 10 {
+		specs = append(specs, actors.JobSpec{Queue: "q", Type: "t"})
+	}
+	f.mustSubmit(specs...)
+	as := f.connect("s1", 100)
+	if len(as) != 4 {
+		t.Fatalf("%d assignments with capacity 4", len(as))
+	}
+	if more := f.credit("s1", 100); len(more) != 0 {
+		t.Fatalf("%d more assignments while holding 4", len(more))
+	}
+	f.complete(as[0], `1`)
+	if more := f.credit("s1", 5); len(more) != 1 {
+		t.Fatalf("%d assignments for one free slot", len(more))
+	}
+}
+
+func TestMaxRunningHoldsJobsBack(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.w.Call("c", actors.TenantRef("acme"), actors.SetQuota{Tenant: "acme", MaxRunning: 2})
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"})
+	as := f.connect("s1", 4)
+	if len(as) != 2 {
+		t.Fatalf("%d leased with max_running 2", len(as))
+	}
+	f.complete(as[0], `1`)
+	if more := f.assignments("s1"); len(more) != 1 {
+		t.Fatalf("%d leased after one ended", len(more))
+	}
+}
+
+// Two workers, one job: only one of them gets it, and the tenant's jobs never go to another
+// tenant's worker.
+func TestOneJobOneWorker(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	other := one[actors.Registered](t, f.w.Call("admin", actors.TenantRef("other"), actors.RegisterWorker{Tenant: "other", Name: "x", Queues: []string{"q"}, Capacity: 1, ExpiresAt: t0.Add(time.Hour)}))
+	one[actors.SessionOpened](t, f.w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: other.WorkerID}))
+	f.w.Send(actors.SessionRef("s2"), actors.Credit{N: 1}, actorstest.External("x"))
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	a1 := f.connect("s1", 1)
+	f.w.Run()
+	if len(a1) != 1 || len(f.assignments("s2")) != 0 {
+		t.Fatalf("s1 got %d, s2 got some", len(a1))
+	}
+}
+
+func TestRevocationReleasesLeasesAtOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	a := f.connect("s1", 1)[0]
+	mark := len(f.w.Log)
+	if d := one[actors.Done](t, f.w.Call("admin", actors.TenantRef("acme"), actors.RevokeWorker{Tenant: "acme", WorkerID: f.wk, By: "admin"})); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	got := f.w.Since(mark)
+	wantTypes(t, got, "worker.revoked", "worker.session_ended", "job.lease_expired", "job.retry_scheduled")
+	if r := got[3].(eventlog.JobRetryScheduled); r.BackoffMillis != 0 {
+		t.Fatalf("a released lease waits %d ms", r.BackoffMillis)
+	}
+	if got[2].(eventlog.JobLeaseExpired).Reason != "worker_revoked" {
+		t.Fatalf("%+v", got[2])
+	}
+	wantCode(t, f.complete(a, `1`).Err, actors.CodeLeaseMismatch)
+	r := one[actors.SessionOpened](t, f.w.Connect("s9", "sink:s9", actors.OpenSession{WorkerID: f.wk}))
+	wantCode(t, r.Err, actors.CodeWorkerRevoked)
+}
+
+// A worker whose connection drops and comes back before its lease runs out keeps the job.
+func TestReconnectKeepsLease(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t", LeaseTTL: time.Minute})
+	a := f.connect("s1", 1)[0]
+	f.w.Send(actors.SessionRef("s1"), actors.CloseSession{Reason: "closed"}, actorstest.External("x"))
+	f.w.Advance(20 * time.Second)
+	one[actors.SessionOpened](t, f.w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: f.wk, Transport: "longpoll"}))
+	ack := one[actors.HeartbeatAck](t, f.w.Call("w", actors.SessionRef("s2"), actors.Heartbeat{Leases: []string{a.LeaseID}}))
+	// The new session does not know the lease, but the lease is the worker's: the completion
+	// is accepted.
+	_ = ack
+	if d := f.complete(a, `1`); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+}
+
+// The behaviours are pure: they import neither protoactor nor transport (DESIGN §1), and read
+// neither the wall clock nor global randomness (DESIGN §2).
+func TestBehavioursArePure(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "github.com/tetherhq/tether/actors", "github.com/tetherhq/tether/projections").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.Contains(dep, "protoactor") || strings.HasSuffix(dep, "tether/transport") {
+			t.Errorf("behaviours depend on %s", dep)
+		}
+	}
+	files, _ := filepath.Glob("*.go")
+	more, _ := filepath.Glob("../projections/*.go")
+	for _, name := range append(files, more...) {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, banned := range []string{"time.Now(", "time.Since(", "time.Until(", "time.AfterFunc(", "time.Sleep(", "rand.Int", "rand.Uint", "rand.Float", "go func("} {
+			if strings.Contains(string(src), banned) {
+				t.Errorf("%s uses %s", name, banned)
+			}
+		}
+	}
+}

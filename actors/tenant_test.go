@@ -1,0 +1,198 @@
+package actors_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/actorstest"
+)
+
+func TestSubmitValidation(t *testing.T) {
+	t.Parallel()
+	ok := actors.JobSpec{Queue: "q", Type: "t"}
+	with := func(f func(*actors.JobSpec)) actors.JobSpec { s := ok; f(&s); return s }
+	for _, tc := range []struct {
+		name string
+		spec actors.JobSpec
+		code actors.Code
+	}{
+		{"empty queue", with(func(s *actors.JobSpec) { s.Queue = "" }), actors.CodeInvalidArgument},
+		{"queue with a dot", with(func(s *actors.JobSpec) { s.Queue = "a.b" }), actors.CodeInvalidArgument},
+		{"queue of 65", with(func(s *actors.JobSpec) { s.Queue = strings.Repeat("q", 65) }), actors.CodeInvalidArgument},
+		{"type with a space", with(func(s *actors.JobSpec) { s.Type = "a b" }), actors.CodeInvalidArgument},
+		{"type of 129", with(func(s *actors.JobSpec) { s.Type = strings.Repeat("t", 129) }), actors.CodeInvalidArgument},
+		{"payload over 1 MiB", with(func(s *actors.JobSpec) { s.Payload = json.RawMessage(`"` + strings.Repeat("x", 1<<20) + `"`) }), actors.CodePayloadTooLarge},
+		{"payload not JSON", with(func(s *actors.JobSpec) { s.Payload = json.RawMessage(`{nope`) }), actors.CodeInvalidArgument},
+		{"priority too high", with(func(s *actors.JobSpec) { s.Priority = actors.PriorityMax + 1 }), actors.CodeInvalidArgument},
+		{"max_attempts 101", with(func(s *actors.JobSpec) { s.MaxAttempts = 101 }), actors.CodeInvalidArgument},
+		{"lease_ttl 4s", with(func(s *actors.JobSpec) { s.LeaseTTL = 4 * time.Second }), actors.CodeInvalidArgument},
+		{"lease_ttl 61m", with(func(s *actors.JobSpec) { s.LeaseTTL = 61 * time.Minute }), actors.CodeInvalidArgument},
+		{"delay and run_at", with(func(s *actors.JobSpec) { s.Delay = time.Second; s.RunAt = t0 }), actors.CodeInvalidArgument},
+		{"idempotency key of 257", with(func(s *actors.JobSpec) { s.IdempotencyKey = strings.Repeat("k", 257) }), actors.CodeInvalidArgument},
+		{"33 labels", with(func(s *actors.JobSpec) {
+			s.Labels = map[string]string{}
+			for i := range 33 {
+				s.Labels[strings.Repeat("l", i+1)] = "v"
+			}
+		}), actors.CodeInvalidArgument},
+		{"unknown reservation", with(func(s *actors.JobSpec) { s.ReservationID = "r1" }), actors.CodeReservationNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, nil)
+			mark := len(f.w.Log)
+			wantCode(t, f.submit(tc.spec).Err, tc.code)
+			if len(f.w.Log) != mark {
+				t.Fatal("a refused submit logged events")
+			}
+		})
+	}
+}
+
+func TestSubmitDefaultsAndDelay(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	mark := len(f.w.Log)
+	ids := f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t", Delay: time.Minute})
+	wantTypes(t, f.w.Since(mark), "job.submitted", "job.submitted", "job.scheduled")
+	j := f.job(ids[0])
+	if j.MaxAttempts != actors.DefaultMaxAttempts || j.LeaseTTL != actors.DefaultLeaseTTL || string(j.Payload) != "null" {
+		t.Fatalf("defaults: %+v", j)
+	}
+	if d := f.job(ids[1]); d.StatusAt(t0) != "scheduled" || !d.RunAt.Equal(t0.Add(time.Minute)) || d.StatusAt(t0.Add(time.Minute)) != "queued" {
+		t.Fatalf("delayed job: %+v", d)
+	}
+}
+
+func TestBatchIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	mark := len(f.w.Log)
+	r := f.submit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "bad queue", Type: "t"})
+	wantCode(t, r.Err, actors.CodeInvalidArgument)
+	if r.Err.Details["index"] != 1 || len(f.w.Log) != mark {
+		t.Fatalf("details %v, %d events", r.Err.Details, len(f.w.Log)-mark)
+	}
+	wantCode(t, f.submit().Err, actors.CodeInvalidArgument)
+}
+
+func TestIdempotency(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	spec := actors.JobSpec{Queue: "q", Type: "t", Payload: json.RawMessage(`{"a":1,"b":2}`), IdempotencyKey: "k"}
+	first := f.submit(spec)
+	mark := len(f.w.Log)
+	// The same body, keys reordered and spaced, is the same request.
+	same := spec
+	same.Payload = json.RawMessage(`{ "b": 2, "a": 1 }`)
+	hit := f.submit(same)
+	if hit.Err != nil || !hit.Jobs[0].IdempotentHit || hit.Jobs[0].ID != first.Jobs[0].ID || hit.Receipt.Seq != first.Receipt.Seq {
+		t.Fatalf("hit %+v, first %+v", hit, first)
+	}
+	other := spec
+	other.Payload = json.RawMessage(`{"a":2}`)
+	wantCode(t, f.submit(other).Err, actors.CodeIdempotencyKeyReused)
+	if len(f.w.Log) != mark {
+		t.Fatal("a hit or a reused key logged events")
+	}
+	// Another tenant has its own keys; after 24 h the key is free again.
+	r := one[actors.Submitted](t, f.w.Call("c2", actors.TenantRef("other"), actors.Submit{Tenant: "other", Jobs: []actors.JobSpec{other}}))
+	if r.Err != nil || r.Jobs[0].IdempotentHit {
+		t.Fatalf("other tenant: %+v", r)
+	}
+	f.w.Advance(24 * time.Hour)
+	if r := f.submit(other); r.Err != nil || r.Jobs[0].IdempotentHit {
+		t.Fatalf("after the TTL: %+v", r)
+	}
+}
+
+// A second submit with the key arrives while the first is not durable yet: it is a hit, and
+// its answer waits for the first one's fsync.
+func TestIdempotentHitWaitsForDurability(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	spec := actors.JobSpec{Queue: "q", Type: "t", IdempotencyKey: "k"}
+	f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External("a"))
+	f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External("b"))
+	f.w.Step()
+	if got := len(f.w.Inbox("a")) + len(f.w.Inbox("b")); got != 0 {
+		t.Fatalf("%d replies before the fsync", got)
+	}
+	f.w.Run()
+	a, b := one[actors.Submitted](t, f.w.Inbox("a")), one[actors.Submitted](t, f.w.Inbox("b"))
+	if a.Jobs[0].ID != b.Jobs[0].ID || !b.Jobs[0].IdempotentHit || a.Jobs[0].IdempotentHit {
+		t.Fatalf("a %+v, b %+v", a, b)
+	}
+}
+
+func TestQuotaAndReservations(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	call := func(msg any) any { return one[any](t, f.w.Call("client", actors.TenantRef("acme"), msg)) }
+	if d := call(actors.SetQuota{Tenant: "acme", MaxActive: 3}).(actors.Done); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	res := call(actors.Reserve{Tenant: "acme"}).(actors.Reserved)
+	if res.Err != nil || !res.ExpiresAt.Equal(t0.Add(actors.ReservationTTLDefault)) {
+		t.Fatalf("reserve: %+v", res)
+	}
+	res2 := call(actors.Reserve{Tenant: "acme", TTL: time.Minute}).(actors.Reserved)
+	// 1 job + 2 reservations = 3: full for a plain submit, a reservation still works.
+	r := f.submit(actors.JobSpec{Queue: "q", Type: "t"})
+	wantCode(t, r.Err, actors.CodeQuotaExceeded)
+	if r.Err.Details["max_active"] != 3 {
+		t.Fatalf("details %v", r.Err.Details)
+	}
+	wantCode(t, call(actors.Reserve{Tenant: "acme"}).(actors.Reserved).Err, actors.CodeQuotaExceeded)
+	mark := len(f.w.Log)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t", ReservationID: res.ID})
+	wantTypes(t, f.w.Since(mark), "job.submitted", "tenant.reservation_consumed")
+	wantCode(t, f.submit(actors.JobSpec{Queue: "q", Type: "t", ReservationID: res.ID}).Err, actors.CodeReservationNotFound)
+	// The second reservation expires on its own, and its slot is free again.
+	mark = len(f.w.Log)
+	f.w.Advance(time.Minute)
+	wantTypes(t, f.w.Since(mark), "tenant.reservation_expired")
+	wantCode(t, call(actors.Release{Tenant: "acme", ID: res2.ID}).(actors.Done).Err, actors.CodeReservationNotFound)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	if q := f.w.Set.Tenant("acme"); q.Usage() != 3 || q.Active != 3 {
+		t.Fatalf("usage %+v", q)
+	}
+	// A job that ends frees its slot.
+	as := f.connect("s1", 1)
+	f.complete(as[0], `1`)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+}
+
+func TestReservationReleased(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	res := one[actors.Reserved](t, f.w.Call("c", actors.TenantRef("acme"), actors.Reserve{Tenant: "acme"}))
+	mark := len(f.w.Log)
+	if d := one[actors.Done](t, f.w.Call("c", actors.TenantRef("acme"), actors.Release{Tenant: "acme", ID: res.ID})); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	f.w.Advance(time.Hour) // its expiry timer finds nothing to do
+	wantTypes(t, f.w.Since(mark), "tenant.reservation_released")
+}
+
+func TestRegisterWorkerValidation(t *testing.T) {
+	t.Parallel()
+	w := actorstest.New(1, t0)
+	for _, reg := range []actors.RegisterWorker{
+		{Tenant: "a", Name: "", Queues: []string{"q"}, Capacity: 1},
+		{Tenant: "a", Name: "w", Queues: nil, Capacity: 1},
+		{Tenant: "a", Name: "w", Queues: []string{"bad q"}, Capacity: 1},
+		{Tenant: "a", Name: "w", Queues: []string{"q"}, Capacity: 0},
+		{Tenant: "a", Name: "w", Queues: []string{"q"}, Capacity: actors.CapacityMax + 1},
+		{Tenant: "a", Name: "w", Queues: []string{"q"}, Capacity: 1, PublicKey: "not-a-key"},
+	} {
+		wantCode(t, one[actors.Registered](t, w.Call("c", actors.TenantRef("a"), reg)).Err, actors.CodeInvalidArgument)
+	}
+	if len(w.Log) != 0 {
+		t.Fatal("a refused registration logged events")
+	}
+}
