@@ -1,10 +1,42 @@
-// Package actors holds tether's decision code: the tenant, job, worker-session and dispatcher
-// behaviours, which turn commands into events, and the runtime that runs them as supervised
-// protoactor actors (DESIGN §2).
+// Package actors holds tether's decision code: the tenant, dispatcher, job and worker-session
+// behaviours, which turn commands into events (DESIGN §2, §4).
 //
-// Contract (to be filled in by the broker core issue): behaviours are pure. They get their
-// state, one message and an environment that supplies time, IDs, randomness, persistence, sends
-// and timers; they never import protoactor, read the wall clock, use global randomness or touch
-// the network. Only the runtime adapter imports protoactor. The package imports eventlog and
-// projections only.
+// A behaviour is pure. It gets its state, one message and an Env that supplies the time,
+// randomness, IDs, persistence, sends and timers; it never imports protoactor, reads the wall
+// clock, uses global randomness or touches the network (TestBehavioursArePure checks). The same
+// behaviours run under protoactor (actors/runtime) and in the deterministic world of
+// actors/actorstest, which the simulator grows from.
+//
+// Who owns what:
+//
+//   - Tenant (one per tenant): intake. Validation and limits, idempotency keys, max_active
+//     (committed non-terminal jobs + its own admitted-but-not-durable jobs + reservations),
+//     reservations, worker registration and revocation, and the quota check of a re-drive.
+//   - Dispatcher (one): every job that is not leased — the queued and scheduled jobs in
+//     priority heaps, cancel of a waiting job, re-drive of a dead one — and worker credit. It
+//     matches ready jobs to sessions with credit (their tenant's jobs only, by priority then age,
+//     honouring run_at and max_running), picks the lease id, and routes every job command to
+//     the job's actor while a lease is held.
+//   - Job (one per leased job): the lease — heartbeat extension, progress, completion (lease,
+//     nonce, output hash, Ed25519 signature), failure with retry or dead-lettering, cancel
+//     requests, expiry, release on revocation. When the lease ends the job goes back to the
+//     dispatcher, which stops the actor.
+//   - Session (one per connection): delivers assignments and cancel notices to the worker,
+//     answers heartbeats, and ends the session when they stop or the worker is revoked.
+//
+// The ordering rules:
+//
+//  1. A behaviour decides, folds its events into its own state at once, and persists them; it
+//     never waits for its own appends (pipelining, DESIGN §2).
+//  2. Nothing that depends on an event leaves the behaviour before the event is durable: replies,
+//     assignments, notices to other actors are sent when Persisted arrives.
+//  3. Committed state is read from the projections, which hold every durable event before the
+//     Persisted of that event is delivered; so a notice about an event can always be checked
+//     against the projections.
+//  4. Notices carry the seq of the event they announce; a dispatcher rebuilt at seq S ignores
+//     notices at or below S, which its rebuild already contains.
+//  5. A restarted behaviour rebuilds from the projections (Recover) only once everything it
+//     persisted before is durable. A job found leased gets a fresh lease_ttl of grace, logged,
+//     because heartbeat extensions live only in memory.
+//  6. Every refusal is a *Rejection with a stable Code; transport maps each code to one status.
 package actors

@@ -258,3 +258,17 @@ func TestCancelRequestedLeaseExpires(t *testing.T) {
 		t.Fatalf("%+v", got[1])
 	}
 }
+
+// Another worker of the same tenant that learned a lease id cannot act on the lease.
+func TestLeaseBelongsToItsWorker(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	a := f.connect("s1", 1)[0]
+	thief := one[actors.Registered](t, f.w.Call("admin", actors.TenantRef("acme"), actors.RegisterWorker{Tenant: "acme", Name: "thief", Queues: []string{"q"}, Capacity: 1, ExpiresAt: t0.Add(time.Hour)}))
+	wantCode(t, f.do(actors.Complete{WorkerID: thief.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}).Err, actors.CodeLeaseMismatch)
+	wantCode(t, f.do(actors.Fail{WorkerID: thief.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Code: "x"}).Err, actors.CodeLeaseMismatch)
+	if j := f.job(a.JobID); j.Status != projections.StatusLeased || j.Lease.WorkerID != f.wk {
+		t.Fatalf("job %+v", j)
+	}
+}

@@ -9,12 +9,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/actors/runtime"
 	"github.com/tetherhq/tether/transport"
 )
 
@@ -33,22 +34,13 @@ func runServer(args []string) error {
 	}
 	defer func() { _ = log.Sync() }()
 
-	start := time.Now()
-	elog, err := eventlog.Open(*data, eventlog.Options{Logger: log.Named("eventlog")})
-	if err != nil {
-		return err
-	}
-	head := elog.Head()
-	log.Info("event log open", zap.String("data", *data), zap.Uint64("head_seq", head.Seq),
-		zap.Stringer("head_hash", head.Hash), zap.Duration("took", time.Since(start)))
-
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		_ = elog.Close()
 		return err
 	}
+	var status brokerStatus
 	srv := &http.Server{
-		Handler:           transport.OpsHandler(logStatus{elog}),
+		Handler:           transport.OpsHandler(&status),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -57,34 +49,88 @@ func runServer(args []string) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("listening", zap.String("addr", ln.Addr().String()))
+	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()))
+
+	// Recovery (checkpoint, tail replay, lease grace) runs while /healthz already answers.
+	type opened struct {
+		b   *runtime.Broker
+		err error
+	}
+	recovered := make(chan opened, 1)
+	go func() {
+		b, err := runtime.Open(runtime.Config{Dir: *data, Logger: log})
+		recovered <- opened{b, err}
+	}()
 
 	stop, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	var broker *runtime.Broker
+	var failed <-chan struct{}
 	var runErr error
-	select {
-	case <-stop.Done():
-		log.Info("shutting down")
-	case <-elog.Failed():
-		runErr = fmt.Errorf("event log failed, stopping: %w", elog.Err())
-	case err := <-served:
-		runErr = err
+	for broker == nil && runErr == nil {
+		select {
+		case o := <-recovered:
+			if o.err != nil {
+				runErr = o.err
+				break
+			}
+			broker, failed = o.b, o.b.Failed()
+			status.broker.Store(broker)
+			head := broker.Head()
+			log.Info("ready", zap.String("data", *data), zap.Uint64("head_seq", head.Seq), zap.Stringer("head_hash", head.Hash))
+		case err := <-served:
+			runErr = err
+		case <-stop.Done():
+			log.Info("shutting down during recovery")
+			if o := <-recovered; o.err == nil {
+				broker = o.b
+			}
+			runErr = errStopped
+		}
 	}
+	if runErr == nil {
+		select {
+		case <-stop.Done():
+			log.Info("shutting down")
+		case <-failed:
+			runErr = fmt.Errorf("event log failed, stopping: %w", broker.Err())
+		case err := <-served:
+			runErr = err
+		}
+	}
+	status.broker.Store(nil)
 	ctx, done := context.WithTimeout(context.Background(), 10*time.Second)
 	defer done()
 	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("http shutdown", zap.Error(err))
 	}
-	return errors.Join(runErr, elog.Close())
+	if broker != nil {
+		runErr = errors.Join(runErr, broker.Close())
+	}
+	if errors.Is(runErr, errStopped) {
+		return nil
+	}
+	return runErr
 }
 
-// logStatus reports readiness from the log: open means recovered, a failed log is not ready.
-type logStatus struct{ log *eventlog.Log }
+var errStopped = errors.New("stopped")
 
-func (s logStatus) Ready() error { return s.log.Err() }
+// brokerStatus reports readiness: not ready until recovery is done, and not once the log fails.
+type brokerStatus struct {
+	broker atomic.Pointer[runtime.Broker]
+}
 
-func (s logStatus) Status() any {
-	head, st := s.log.Head(), s.log.Stats()
+func (s *brokerStatus) Ready() error {
+	b := s.broker.Load()
+	if b == nil {
+		return errors.New("recovering: the projections are being rebuilt from the log")
+	}
+	return b.Err()
+}
+
+func (s *brokerStatus) Status() any {
+	b := s.broker.Load()
+	head, st := b.Head(), b.Log().Stats()
 	return map[string]any{
 		"status":    "ready",
 		"head_seq":  head.Seq,
