@@ -162,6 +162,9 @@ func (s *Set) Leases() []*Job {
 	return out
 }
 
+// JobCount is the number of jobs the Set holds, finished ones included.
+func (s *Set) JobCount() int { return len(s.jobs) }
+
 // LeaseCount is the number of active leases.
 func (s *Set) LeaseCount() int { return len(s.leases) }
 

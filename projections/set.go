@@ -457,3 +457,40 @@ func sortedValues[V any](m map[string]V, key func(V) string) []V {
 	slices.SortFunc(out, func(a, b V) int { return cmp.Compare(key(a), key(b)) })
 	return out
 }
+
+// Clone returns a deep copy of the Set, for a checkpoint written while the original moves on.
+func (s *Set) Clone() *Set {
+	c := &Set{
+		seq:       s.seq,
+		jobs:      make(map[string]*Job, len(s.jobs)),
+		workers:   make(map[string]*Worker, len(s.workers)),
+		tenants:   make(map[string]*Tenant, len(s.tenants)),
+		idem:      maps.Clone(s.idem),
+		idemOrder: slices.Clone(s.idemOrder),
+		counters:  make(map[string]*Counters, len(s.counters)),
+	}
+	for id, j := range s.jobs {
+		c.jobs[id] = j.Clone()
+	}
+	for id, w := range s.workers {
+		cw := *w
+		cw.Queues = slices.Clone(w.Queues)
+		cw.Labels = maps.Clone(w.Labels)
+		if w.Session != nil {
+			sess := *w.Session
+			cw.Session = &sess
+		}
+		c.workers[id] = &cw
+	}
+	for name, t := range s.tenants {
+		ct := *t
+		ct.Reservations = maps.Clone(t.Reservations)
+		c.tenants[name] = &ct
+	}
+	for q, n := range s.counters {
+		cn := *n
+		c.counters[q] = &cn
+	}
+	c.derive()
+	return c
+}

@@ -124,6 +124,12 @@ func TestCheckpointPlusTailEqualsReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A clone taken at k and folded on is the same Set too: the runtime checkpoints clones.
+		clone := head.Clone()
+		replay(t, w.Log[k:], head)
+		if got := encode(t, clone); !bytes.Equal(got, encode(t, restored)) {
+			t.Fatalf("a clone at seq %d differs from its original", k)
+		}
 		if got := encode(t, replay(t, w.Log[k:], restored)); !bytes.Equal(got, want) {
 			t.Fatalf("checkpoint at seq %d plus the tail differs from a full replay", k)
 		}

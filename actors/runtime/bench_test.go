@@ -18,7 +18,7 @@ import (
 // one job and wait for its receipt, and 64 workers (capacity 1) take each assignment, complete
 // it and grant one credit more. An op is one job from submit to durable completion.
 func BenchmarkLifecycle(b *testing.B) {
-	br := open(b, runtime.Config{Logger: zap.NewNop(), CheckpointEvery: 1 << 40})
+	br := open(b, runtime.Config{Logger: zap.NewNop()})
 	defer br.Close()
 	const submitters, workers = 64, 64
 	ctx := context.Background()

