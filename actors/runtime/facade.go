@@ -302,8 +302,9 @@ func (s *Session) Heartbeat(ctx context.Context, leases []string) (actors.Heartb
 	return r, err
 }
 
-// Progress appends an event to a leased job and returns its number in the job's stream.
-func (s *Session) Progress(ctx context.Context, jobID, leaseID, kind string, data json.RawMessage) (int, actors.Receipt, error) {
+// Event appends an event (a log line, progress, any worker type) to a leased job and returns
+// its number in the job's stream.
+func (s *Session) Event(ctx context.Context, jobID, leaseID, kind string, data json.RawMessage) (int, actors.Receipt, error) {
 	r, err := callFor[actors.ProgressAck](ctx, s.b, actors.DispatcherRef(), actors.Progress{WorkerID: s.WorkerID, JobID: jobID, LeaseID: leaseID, Kind: kind, Data: data})
 	if err != nil || r.Err != nil {
 		return 0, actors.Receipt{}, firstErr(err, r.Err)

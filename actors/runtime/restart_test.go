@@ -32,6 +32,16 @@ func (p panicky) Receive(env actors.Env, msg any) {
 	p.Behaviour.Receive(env, msg)
 }
 
+// dispatcherPanics makes the dispatcher panic only on a marked cancel.
+type dispatcherPanics struct{ actors.Behaviour }
+
+func (p dispatcherPanics) Receive(env actors.Env, msg any) {
+	if m, ok := msg.(actors.Cancel); ok && m.APIKeyID == "panic" {
+		panic("planted bug in the dispatcher")
+	}
+	p.Behaviour.Receive(env, msg)
+}
+
 func reject(t *testing.T, err error, code actors.Code) {
 	t.Helper()
 	var r *actors.Rejection
@@ -46,7 +56,7 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 	t.Parallel()
 	b := open(t, runtime.Config{Decorate: func(ref actors.Ref, b actors.Behaviour) actors.Behaviour {
 		if ref.Kind == actors.RefDispatcher {
-			return b // the job's commands pass through it
+			return dispatcherPanics{b} // the job's progress passes through it
 		}
 		return panicky{b}
 	}})
@@ -83,16 +93,31 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 	s := worker(t, b, 1)
 	s.Credit(1)
 	a := next(t, s)
-	if _, _, err := s.Progress(short, a.JobID, a.LeaseID, "panic", nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := s.Event(short, a.JobID, a.LeaseID, "panic", nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the message that panicked got an answer: %v", err)
 	}
 	// The restarted job actor still holds the lease, now with a fresh grace logged.
-	n, _, err := s.Progress(ctx(t), a.JobID, a.LeaseID, "log", json.RawMessage(`"after"`))
+	n, _, err := s.Event(ctx(t), a.JobID, a.LeaseID, "log", json.RawMessage(`"after"`))
 	if err != nil || n != 4 { // submitted, leased, lease_extended, this
 		t.Fatalf("progress after the restart: %d, %v", n, err)
 	}
+	// The dispatcher panics too: rebuilt from the projections, it still knows the queued job,
+	// the lease and the session's free capacity.
+	queued, _, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short2, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	if _, err := b.Cancel(short2, "acme", "panic", queued[0].Job.ID); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the message that panicked got an answer: %v", err)
+	}
 	if _, err := s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
 		t.Fatal(err)
+	}
+	s.Credit(1)
+	if a2 := next(t, s); a2.JobID != queued[0].Job.ID {
+		t.Fatalf("after the dispatcher's restart the worker got %+v", a2)
 	}
 }
 
