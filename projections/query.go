@@ -61,22 +61,6 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 	return out, more
 }
 
-// Waiting returns the ids of a tenant's queued and scheduled jobs in one queue, or in every
-// queue when queue is empty, in dispatch order: higher priority first, then older first.
-func (s *Set) Waiting(tenant, queue string) []*Job {
-	var out []*Job
-	for k, m := range s.waiting {
-		if k != tenant+"\x00"+queue && (queue != "" || !hasTenant(k, tenant)) {
-			continue
-		}
-		for _, j := range m {
-			out = append(out, j.Clone())
-		}
-	}
-	slices.SortFunc(out, func(a, b *Job) int { return CompareDispatch(a.Priority, a.SubmitSeq, b.Priority, b.SubmitSeq) })
-	return out
-}
-
 // AllWaiting returns every queued or scheduled job of every tenant, unordered.
 func (s *Set) AllWaiting() []*Job {
 	var out []*Job
@@ -211,17 +195,6 @@ func (s *Set) Idempotency(tenant, key string, now time.Time) (Idempotency, bool)
 		return Idempotency{}, false
 	}
 	return e, true
-}
-
-// IdempotencyKeys returns a tenant's entries that are live at now.
-func (s *Set) IdempotencyKeys(tenant string, now time.Time) map[string]Idempotency {
-	out := map[string]Idempotency{}
-	for k, e := range s.idem {
-		if k.Tenant == tenant && now.Before(e.ExpiresAt) {
-			out[k.Key] = e
-		}
-	}
-	return out
 }
 
 // Worker returns a worker's registration and session.

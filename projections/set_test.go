@@ -149,3 +149,49 @@ func TestApplyRefusesGaps(t *testing.T) {
 		t.Fatal("a checkpoint of another version restored")
 	}
 }
+
+func TestQueries(t *testing.T) {
+	t.Parallel()
+	w := workload(t)
+	s, now := w.Set, w.Clock
+	all, more := s.List(projections.JobFilter{Tenant: "acme", Limit: 5}, now)
+	if len(all) != 5 || !more {
+		t.Fatalf("first page: %d jobs, more=%v", len(all), more)
+	}
+	rest, more := s.List(projections.JobFilter{Tenant: "acme", After: all[4].ID}, now)
+	if more || len(all)+len(rest) != s.JobCount() || rest[0].ID <= all[4].ID {
+		t.Fatalf("second page: %d jobs, more=%v, of %d", len(rest), more, s.JobCount())
+	}
+	if other, _ := s.List(projections.JobFilter{Tenant: "other"}, now); len(other) != 0 {
+		t.Fatal("another tenant lists acme's jobs")
+	}
+	byStatus := map[projections.Status]int{}
+	for _, j := range append(all, rest...) {
+		byStatus[j.StatusAt(now)]++
+	}
+	succeeded, _ := s.List(projections.JobFilter{Tenant: "acme", Status: projections.StatusSucceeded}, now)
+	if len(succeeded) != byStatus[projections.StatusSucceeded] || len(succeeded) == 0 {
+		t.Fatalf("%d succeeded listed, %d counted", len(succeeded), byStatus[projections.StatusSucceeded])
+	}
+	depth, dead := 0, 0
+	for _, q := range s.Queues("acme", now) {
+		depth += q.Depth + q.Scheduled + q.Leased
+		dead += q.Dead
+	}
+	if depth != byStatus[projections.StatusQueued]+byStatus[projections.StatusScheduled]+byStatus[projections.StatusLeased] ||
+		dead != byStatus[projections.StatusFailed] || len(s.DeadLetters("acme")) != dead {
+		t.Fatalf("queues: %+v; statuses %v", s.Queues("acme", now), byStatus)
+	}
+	ws := s.Workers("acme")
+	if len(ws) != 1 || ws[0].Status != "revoked" || len(s.Workers("other")) != 0 {
+		t.Fatalf("workers %+v", ws)
+	}
+	q := s.Tenant("acme")
+	if q.MaxActive != 100 || q.Active != byStatus[projections.StatusQueued]+byStatus[projections.StatusScheduled]+byStatus[projections.StatusLeased] || len(q.Reservations) != 0 {
+		t.Fatalf("quota %+v; statuses %v", q, byStatus)
+	}
+	c := s.Counters()
+	if c["a"].Submitted+c["b"].Submitted != uint64(s.JobCount()) || c["a"].Succeeded+c["b"].Succeeded != uint64(byStatus[projections.StatusSucceeded]) {
+		t.Fatalf("counters %+v", c)
+	}
+}

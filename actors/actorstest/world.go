@@ -9,7 +9,6 @@ package actorstest
 
 import (
 	"container/heap"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -348,9 +347,4 @@ func (h *timerHeap) Pop() any {
 	t := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return t
-}
-
-// String describes the world's position, for failure messages.
-func (w *World) String() string {
-	return fmt.Sprintf("world at %s: %d records, %d queued, %d pending persists", w.Clock.Format(time.RFC3339Nano), len(w.Log), len(w.queue), len(w.pending))
 }

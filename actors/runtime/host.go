@@ -3,7 +3,6 @@ package runtime
 import (
 	cryptorand "crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
@@ -191,5 +190,3 @@ func (h *host) Read(fn func(*projections.Set)) {
 }
 
 var _ actors.Env = (*host)(nil)
-
-func (h *host) String() string { return fmt.Sprintf("%s %s", kindName(h.ref.Kind), h.ref.ID) }
