@@ -120,21 +120,42 @@ func TestRevocationReleasesLeasesAtOnce(t *testing.T) {
 	wantCode(t, r.Err, actors.CodeWorkerRevoked)
 }
 
-// A worker whose connection drops and comes back before its lease runs out keeps the job.
-func TestReconnectKeepsLease(t *testing.T) {
+// A worker whose connection drops and comes back before its leases run out keeps its jobs: the
+// new session adopts the leases, its heartbeats keep them, and they count against its capacity.
+func TestReconnectKeepsLeases(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t", LeaseTTL: time.Minute})
-	a := f.connect("s1", 1)[0]
+	f := setup(t, nil) // capacity 4
+	var specs []actors.JobSpec
+	for range 6 {
+		specs = append(specs, actors.JobSpec{Queue: "q", Type: "t", LeaseTTL: time.Minute})
+	}
+	f.mustSubmit(specs...)
+	held := f.connect("s1", 4)
 	f.w.Send(actors.SessionRef("s1"), actors.CloseSession{Reason: "closed"}, actorstest.External("x"))
 	f.w.Advance(20 * time.Second)
 	one[actors.SessionOpened](t, f.w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: f.wk, Transport: "longpoll"}))
-	ack := one[actors.HeartbeatAck](t, f.w.Call("w", actors.SessionRef("s2"), actors.Heartbeat{Leases: []string{a.LeaseID}}))
-	// The new session does not know the lease, but the lease is the worker's: the completion
-	// is accepted.
-	_ = ack
-	if d := f.complete(a, `1`); d.Err != nil {
+	if more := f.credit("s2", 4); len(more) != 0 {
+		t.Fatalf("%d assignments on top of 4 adopted leases with capacity 4", len(more))
+	}
+	var ids []string
+	for _, a := range held {
+		ids = append(ids, a.LeaseID)
+	}
+	f.w.Call("c", actors.DispatcherRef(), actors.Cancel{Tenant: "acme", JobID: held[1].JobID})
+	ack := one[actors.HeartbeatAck](t, f.w.Call("w", actors.SessionRef("s2"), actors.Heartbeat{Leases: ids}))
+	if len(ack.Unknown) != 0 || len(ack.CancelRequested) != 1 || ack.CancelRequested[0] != held[1].LeaseID {
+		t.Fatalf("ack %+v", ack)
+	}
+	f.live("s2", 45*time.Second) // past the original expiry: the heartbeat extended the leases
+	if d := f.complete(held[0], `1`); d.Err != nil {
 		t.Fatal(d.Err)
+	}
+	if more := f.credit("s2", 1); len(more) != 1 {
+		t.Fatalf("%d assignments for the slot the completion freed", len(more))
+	}
+	ack = one[actors.HeartbeatAck](t, f.w.Call("w", actors.SessionRef("s2"), actors.Heartbeat{Leases: ids[:1]}))
+	if len(ack.Unknown) != 1 {
+		t.Fatalf("a completed lease is not reported unknown: %+v", ack)
 	}
 }
 

@@ -131,20 +131,26 @@ func (d *Dispatcher) Recover(env Env) {
 		for _, j := range s.AllWaiting() {
 			d.add(Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: j.RunAt}, now)
 		}
-		held := map[string]int{}
-		for _, j := range s.Leases() {
-			d.leased[j.ID] = leaseRef{leaseID: j.Lease.LeaseID, sessionID: j.Lease.SessionID, tenant: j.Tenant, workerID: j.Lease.WorkerID}
-			d.running[j.Tenant]++
-			held[j.Lease.SessionID]++
-		}
 		for _, name := range s.TenantNames() {
 			d.maxRunning[name] = s.Tenant(name).MaxRunning
 		}
+		byWorker := map[string]*slot{}
 		for _, w := range s.OpenSessions() {
-			sl := &slot{id: w.Session.ID, workerID: w.ID, tenant: w.Tenant, queues: w.Queues, capacity: w.Session.Capacity, held: held[w.Session.ID]}
-			sl.credit = max(sl.capacity-sl.held, 0)
-			d.sessions[sl.id] = sl
-			if sl.credit > 0 {
+			sl := &slot{id: w.Session.ID, workerID: w.ID, tenant: w.Tenant, queues: w.Queues, capacity: w.Session.Capacity}
+			d.sessions[sl.id], byWorker[w.ID] = sl, sl
+		}
+		for _, j := range s.Leases() {
+			lr := leaseRef{leaseID: j.Lease.LeaseID, sessionID: j.Lease.SessionID, tenant: j.Tenant, workerID: j.Lease.WorkerID}
+			if sl := byWorker[lr.workerID]; sl != nil { // a lease adopted by the worker's newer session
+				lr.sessionID = sl.id
+				sl.held++
+			}
+			d.leased[j.ID] = lr
+			d.running[j.Tenant]++
+		}
+		for _, w := range s.OpenSessions() {
+			sl := byWorker[w.ID]
+			if sl.credit = max(sl.capacity-sl.held, 0); sl.credit > 0 {
 				d.hungry = append(d.hungry, sl.id)
 			}
 		}
@@ -164,7 +170,19 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		}
 	case sessionStarted:
 		if _, ok := d.sessions[m.SessionID]; !ok && m.Seq > d.rebuiltAt {
-			d.sessions[m.SessionID] = &slot{id: m.SessionID, workerID: m.WorkerID, tenant: m.Tenant, queues: m.Queues, capacity: m.Capacity}
+			s := &slot{id: m.SessionID, workerID: m.WorkerID, tenant: m.Tenant, queues: m.Queues, capacity: m.Capacity}
+			// The worker's leases from an earlier connection count against this one.
+			for id, lr := range d.leased {
+				if lr.workerID == m.WorkerID {
+					if old := d.sessions[lr.sessionID]; old != nil && old != s {
+						old.held--
+					}
+					lr.sessionID = s.id
+					d.leased[id] = lr
+					s.held++
+				}
+			}
+			d.sessions[m.SessionID] = s
 		}
 		return
 	case sessionEnded:

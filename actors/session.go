@@ -18,6 +18,9 @@ const (
 // Session is the behaviour of one connected worker: it forwards the worker's credit to the
 // dispatcher, delivers assignments and cancel notices to the worker's connection (the Sink),
 // answers heartbeats and ends the session when they stop or the worker is revoked.
+//
+// A worker that reconnects keeps its leases: the new session adopts them, and the dispatcher
+// counts them against the new session's capacity.
 type Session struct {
 	id       string
 	workerID string
@@ -26,18 +29,16 @@ type Session struct {
 	closed   bool
 	lastSeen time.Time
 	timer    TimerID
-	leases   map[string]*heldLease
-	pipe     pipeline
-}
-
-type heldLease struct {
-	jobID           string
-	cancelRequested bool
+	// leases maps the lease ids this session knows of (assigned here, or adopted when it
+	// opened) to their jobs. Whether a lease is still current, and whether its job is to be
+	// cancelled, is read from the projections.
+	leases map[string]string
+	pipe   pipeline
 }
 
 // NewSession returns the behaviour of session id, whose frames go to sink.
 func NewSession(id string, sink Ref) *Session {
-	return &Session{id: id, sink: sink, leases: map[string]*heldLease{}}
+	return &Session{id: id, sink: sink, leases: map[string]string{}}
 }
 
 type livenessCheck struct{}
@@ -53,7 +54,7 @@ type (
 // Recover implements Behaviour. A session's state is its connection; a session actor that
 // restarts cannot know what the worker holds, so it ends the session and the worker reconnects.
 func (s *Session) Recover(env Env) {
-	s.leases, s.pipe = map[string]*heldLease{}, pipeline{}
+	s.leases, s.pipe = map[string]string{}, pipeline{}
 	env.Read(func(set *projections.Set) {
 		for _, w := range set.OpenSessions() {
 			if w.Session.ID == s.id {
@@ -78,14 +79,11 @@ func (s *Session) Receive(env Env, msg any) {
 	case Heartbeat:
 		s.heartbeat(env, m)
 	case Assignment:
-		s.leases[m.LeaseID] = &heldLease{jobID: m.JobID}
+		s.leases[m.LeaseID] = m.JobID
 		if s.open {
 			env.Send(s.sink, m)
 		}
 	case CancelNotice:
-		if l := s.leases[m.LeaseID]; l != nil {
-			l.cancelRequested = true
-		}
 		if s.open {
 			env.Send(s.sink, m)
 		}
@@ -121,7 +119,11 @@ func (s *Session) openSession(env Env, m OpenSession) {
 	}
 	var w projections.Worker
 	var ok bool
-	env.Read(func(set *projections.Set) { w, ok = set.Worker(m.WorkerID) })
+	env.Read(func(set *projections.Set) {
+		if w, ok = set.Worker(m.WorkerID); ok {
+			s.leases = set.LeasesOf(w.ID)
+		}
+	})
 	now := env.Now()
 	switch {
 	case !ok:
@@ -159,16 +161,23 @@ func (s *Session) heartbeat(env Env, m Heartbeat) {
 	}
 	s.lastSeen = env.Now()
 	var ack HeartbeatAck
-	for _, id := range m.Leases[:min(len(m.Leases), CapacityMax)] {
-		l := s.leases[id]
-		if l == nil {
-			ack.Unknown = append(ack.Unknown, id)
-			continue
+	var current []extend
+	env.Read(func(set *projections.Set) {
+		for _, id := range m.Leases[:min(len(m.Leases), CapacityMax)] {
+			j := set.JobRef(s.leases[id])
+			if j == nil || j.Lease == nil || j.Lease.LeaseID != id {
+				delete(s.leases, id)
+				ack.Unknown = append(ack.Unknown, id)
+				continue
+			}
+			if j.CancelRequested {
+				ack.CancelRequested = append(ack.CancelRequested, id)
+			}
+			current = append(current, extend{WorkerID: s.workerID, JobID: j.ID, LeaseID: id})
 		}
-		if l.cancelRequested {
-			ack.CancelRequested = append(ack.CancelRequested, id)
-		}
-		env.Send(DispatcherRef(), extend{WorkerID: s.workerID, JobID: l.jobID, LeaseID: id})
+	})
+	for _, e := range current {
+		env.Send(DispatcherRef(), e)
 	}
 	env.Send(env.Sender(), ack)
 }

@@ -146,6 +146,17 @@ func (s *Set) Leases() []*Job {
 	return out
 }
 
+// LeasesOf returns the active leases a worker holds, by lease id, with their job ids.
+func (s *Set) LeasesOf(workerID string) map[string]string {
+	out := map[string]string{}
+	for _, j := range s.leases {
+		if j.Lease.WorkerID == workerID {
+			out[j.Lease.LeaseID] = j.ID
+		}
+	}
+	return out
+}
+
 // JobCount is the number of jobs the Set holds, finished ones included.
 func (s *Set) JobCount() int { return len(s.jobs) }
 
