@@ -158,6 +158,10 @@ func testAppendAndRead(t *testing.T, s Store) {
 		if r.Seq != uint64(i+1) || r.Stream != want.Stream || r.Type != want.Type || !bytes.Equal(r.Data, want.Data) {
 			t.Fatalf("record %d = %+v, want %+v", i+1, r, want)
 		}
+		// The receipt carries the time stamped on its records, which projections fold.
+		if rc := []eventlog.Receipt{r1, r2, r2, r2}[i]; !r.Time.Equal(rc.Time) || !r.Time.Equal(clock) {
+			t.Fatalf("record %d stamped %s, its receipt says %s", i+1, r.Time, rc.Time)
+		}
 		if !r.Time.Equal(clock) {
 			t.Fatalf("record %d time %v, want %v", r.Seq, r.Time, clock)
 		}
