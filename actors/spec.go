@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -83,17 +84,13 @@ func (s *JobSpec) normalize(l Limits) *Rejection {
 		return reject(CodeInvalidArgument, "delay %s is outside 0..%s", s.Delay, DelayMax)
 	case s.Delay != 0 && !s.RunAt.IsZero():
 		return reject(CodeInvalidArgument, "give delay or run_at, not both")
-	case len(s.Labels) > LabelsMax:
-		return reject(CodeInvalidArgument, "%d labels; the limit is %d", len(s.Labels), LabelsMax)
 	case len(s.IdempotencyKey) > IdempotencyKeyLenMax:
 		return reject(CodeInvalidArgument, "idempotency key is %d bytes; the limit is %d", len(s.IdempotencyKey), IdempotencyKeyLenMax)
 	case len(s.ReservationID) > 64:
 		return reject(CodeInvalidArgument, "reservation_id is too long")
 	}
-	for k, v := range s.Labels {
-		if !validName(k, LabelKeyLenMax, true) || len(v) > LabelValueLenMax {
-			return reject(CodeInvalidArgument, "label %q must be 1..%d of [A-Za-z0-9_.:/-] with a value of at most %d bytes", clip(k), LabelKeyLenMax, LabelValueLenMax)
-		}
+	if r := checkLabels(s.Labels); r != nil {
+		return r
 	}
 	if len(bytes.TrimSpace(s.Payload)) == 0 {
 		s.Payload = json.RawMessage("null")
@@ -108,6 +105,26 @@ func (s *JobSpec) normalize(l Limits) *Rejection {
 		s.LeaseTTL = DefaultLeaseTTL
 	}
 	return nil
+}
+
+func checkLabels(labels map[string]string) *Rejection {
+	if len(labels) > LabelsMax {
+		return reject(CodeInvalidArgument, "%d labels; the limit is %d", len(labels), LabelsMax)
+	}
+	for k, v := range labels {
+		if !validName(k, LabelKeyLenMax, true) || len(v) > LabelValueLenMax {
+			return reject(CodeInvalidArgument, "label %q must be 1..%d of [A-Za-z0-9_.:/-] with a value of at most %d bytes", clip(k), LabelKeyLenMax, LabelValueLenMax)
+		}
+	}
+	return nil
+}
+
+// TenantLenMax bounds a tenant's name, which is part of stream names in the log.
+const TenantLenMax = 64
+
+// ValidTenant reports whether name can name a tenant: 1..64 of [A-Za-z0-9_.-].
+func ValidTenant(name string) bool {
+	return validName(strings.ReplaceAll(name, ".", "_"), TenantLenMax, false)
 }
 
 // requestHash identifies a submit for idempotency: equal specs, whitespace in the payload

@@ -334,8 +334,8 @@ func (t *Tenant) register(env Env, m RegisterWorker) {
 			return
 		}
 	}
-	if len(m.Labels) > LabelsMax {
-		bad("%d labels; the limit is %d", len(m.Labels), LabelsMax)
+	if r := checkLabels(m.Labels); r != nil {
+		env.Send(env.Sender(), Registered{Err: r})
 		return
 	}
 	id := NewID(env)

@@ -22,6 +22,9 @@ func (b *Broker) call(ctx context.Context, to actors.Ref, msg any) (any, error) 
 		return nil, ErrClosed
 	default:
 	}
+	if to.Kind == actors.RefTenant && !actors.ValidTenant(to.ID) {
+		return nil, &actors.Rejection{Code: actors.CodeInvalidArgument, Message: "a tenant name is 1..64 of [A-Za-z0-9_.-]"}
+	}
 	reply := make(chan any, 1)
 	s := &sink{deliver: func(m any) {
 		select {

@@ -187,3 +187,18 @@ func count(m map[string]projections.Status, st projections.Status) int {
 	}
 	return n
 }
+
+func TestTenantNamesAreChecked(t *testing.T) {
+	t.Parallel()
+	b := open(t, runtime.Config{})
+	defer b.Close()
+	for _, name := range []string{"", "a/b", "a b", string(make([]byte, 65))} {
+		_, _, err := b.Submit(ctx(t), name, "", actors.JobSpec{Queue: "q", Type: "t"})
+		if r, ok := err.(*actors.Rejection); !ok || r.Code != actors.CodeInvalidArgument {
+			t.Fatalf("tenant %q: %v", name, err)
+		}
+	}
+	if _, _, err := b.Submit(ctx(t), "team-1.prod_x", "", actors.JobSpec{Queue: "q", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+}
