@@ -351,7 +351,6 @@ func (a *Job) persisted(env Env, m Persisted) {
 	if m.Err != nil {
 		err = unavailable(m.Err)
 	}
-	rc := receiptOf(m.Receipt)
 	switch t := m.Then.(type) {
 	case leaseGranted:
 		if err == nil && a.job.Lease != nil {
@@ -362,12 +361,12 @@ func (a *Job) persisted(env Env, m Persisted) {
 			})
 		}
 	case progressDone:
-		env.Send(t.reply, ProgressAck{Number: t.number, Receipt: rc, Err: err})
+		env.Send(t.reply, ProgressAck{Number: t.number, Receipt: receiptOf(m.Receipt), Err: err})
 	case cancelRequestDone:
 		if err == nil {
 			env.Send(SessionRef(t.sessionID), CancelNotice{JobID: a.id, LeaseID: t.leaseID})
 		}
-		env.Send(t.reply, Done{Receipt: rc, Err: err})
+		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	case leaseEndDone:
 		if err != nil {
 			if !t.reply.IsZero() {
@@ -379,7 +378,7 @@ func (a *Job) persisted(env Env, m Persisted) {
 		env.Send(DispatcherRef(), leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last})
 		env.Send(SessionRef(t.sessionID), leaseGone{LeaseID: t.leaseID})
 		if !t.reply.IsZero() {
-			env.Send(t.reply, Done{Receipt: rc})
+			env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt)})
 		}
 		for _, s := range a.stash {
 			env.Forward(DispatcherRef(), s.msg, s.sender)

@@ -386,7 +386,6 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 	if m.Err != nil {
 		err = unavailable(m.Err)
 	}
-	rc := receiptOf(m.Receipt)
 	switch d := m.Then.(type) {
 	case submitDone:
 		t.pendingJobs -= d.newJobs
@@ -401,23 +400,23 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 			d.waiting[i].SubmitSeq += m.Receipt.First
 		}
 		env.Send(DispatcherRef(), Enqueue{Jobs: d.waiting, Seq: m.Receipt.Last})
-		env.Send(d.reply, Submitted{Jobs: d.jobs, Receipt: rc})
+		env.Send(d.reply, Submitted{Jobs: d.jobs, Receipt: receiptOf(m.Receipt)})
 	case reserveDone:
-		env.Send(d.reply, Reserved{ID: d.id, ExpiresAt: d.expiresAt, Receipt: rc, Err: err})
+		env.Send(d.reply, Reserved{ID: d.id, ExpiresAt: d.expiresAt, Receipt: receiptOf(m.Receipt), Err: err})
 	case registerDone:
-		env.Send(d.reply, Registered{WorkerID: d.workerID, Receipt: rc, Err: err})
+		env.Send(d.reply, Registered{WorkerID: d.workerID, Receipt: receiptOf(m.Receipt), Err: err})
 	case revokeDone:
 		delete(t.revoking, d.workerID)
 		if err == nil {
 			env.Send(DispatcherRef(), WorkerRevokedNotice{WorkerID: d.workerID, Seq: m.Receipt.Last})
 		}
-		env.Send(d.reply, Done{Receipt: rc, Err: err})
+		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	case quotaDone:
 		if err == nil {
 			env.Send(DispatcherRef(), QuotaChanged{Tenant: t.name, MaxRunning: d.maxRunning})
 		}
-		env.Send(d.reply, Done{Receipt: rc, Err: err})
+		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	case replyDone:
-		env.Send(d.reply, Done{Receipt: rc, Err: err})
+		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	}
 }

@@ -1,8 +1,6 @@
 package runtime
 
 import (
-	cryptorand "crypto/rand"
-	"encoding/binary"
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
@@ -62,13 +60,7 @@ type host struct {
 }
 
 func newHost(b *Broker, ref actors.Ref, make func() actors.Behaviour) *host {
-	var seed [16]byte
-	_, _ = cryptorand.Read(seed[:])
-	return &host{
-		b: b, ref: ref, make: make, log: b.log.Named(kindName(ref.Kind)),
-		rand:   rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))),
-		timers: map[actors.TimerID]*time.Timer{},
-	}
+	return &host{b: b, ref: ref, make: make, log: b.log.Named(kindName(ref.Kind)), timers: map[actors.TimerID]*time.Timer{}}
 }
 
 func kindName(k actors.RefKind) string {
@@ -147,8 +139,16 @@ func (h *host) stopTimers() {
 
 // The actors.Env methods. They run on the actor's goroutine.
 
-func (h *host) Now() time.Time     { return h.b.clock() }
-func (h *host) Rand() *rand.Rand   { return h.rand }
+func (h *host) Now() time.Time { return h.b.clock() }
+
+// Rand is made on first use, seeded from the runtime's own randomness: the shell may use it, and
+// most job actors draw only a nonce. Secrets (tokens) never come from here but from crypto/rand.
+func (h *host) Rand() *rand.Rand {
+	if h.rand == nil {
+		h.rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return h.rand
+}
 func (h *host) Log() *zap.Logger   { return h.log }
 func (h *host) Sender() actors.Ref { return h.sender }
 
