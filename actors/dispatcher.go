@@ -2,6 +2,8 @@ package actors
 
 import (
 	"container/heap"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
@@ -210,13 +212,15 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 	case QuotaChanged:
 		d.maxRunning[m.Tenant] = m.MaxRunning
 	case WorkerRevokedNotice:
-		for _, s := range d.sessions {
-			if s.workerID == m.WorkerID {
-				env.Send(SessionRef(s.id), revokeSession{})
+		// In key order: what a behaviour sends must not depend on map iteration, or the
+		// simulator could not replay a seed.
+		for _, id := range slices.Sorted(maps.Keys(d.sessions)) {
+			if d.sessions[id].workerID == m.WorkerID {
+				env.Send(SessionRef(id), revokeSession{})
 			}
 		}
-		for id, lr := range d.leased {
-			if lr.workerID == m.WorkerID {
+		for _, id := range slices.Sorted(maps.Keys(d.leased)) {
+			if d.leased[id].workerID == m.WorkerID {
 				env.Send(JobRef(id), releaseLease{WorkerID: m.WorkerID})
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -111,8 +113,8 @@ func checkLabels(labels map[string]string) *Rejection {
 	if len(labels) > LabelsMax {
 		return reject(CodeInvalidArgument, "%d labels; the limit is %d", len(labels), LabelsMax)
 	}
-	for k, v := range labels {
-		if !validName(k, LabelKeyLenMax, true) || len(v) > LabelValueLenMax {
+	for _, k := range slices.Sorted(maps.Keys(labels)) { // the same label named every time
+		if v := labels[k]; !validName(k, LabelKeyLenMax, true) || len(v) > LabelValueLenMax {
 			return reject(CodeInvalidArgument, "label %q must be 1..%d of [A-Za-z0-9_.:/-] with a value of at most %d bytes", clip(k), LabelKeyLenMax, LabelValueLenMax)
 		}
 	}

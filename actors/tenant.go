@@ -3,6 +3,8 @@ package actors
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
@@ -51,7 +53,8 @@ func (t *Tenant) Recover(env Env) {
 	t.reservations = map[string]reservation{}
 	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
 	now := env.Now()
-	for id, exp := range q.Reservations {
+	for _, id := range slices.Sorted(maps.Keys(q.Reservations)) { // timers in a replayable order
+		exp := q.Reservations[id]
 		t.reservations[id] = reservation{expiresAt: exp, timer: env.After(max(exp.Sub(now), 0), reservationExpiry{id})}
 	}
 }
