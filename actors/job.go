@@ -91,7 +91,19 @@ func (a *Job) Recover(env Env) {
 			}
 		}
 	})
-	if a.job == nil || a.job.Lease == nil {
+	if a.job == nil {
+		return
+	}
+	if a.job.Lease == nil {
+		// A restart may have lost the notice that the last lease ended; the dispatcher ignores
+		// it unless it still tracks that very lease.
+		if j := a.job; j.LastLeaseID != "" {
+			var requeue *Waiting
+			if j.Waiting() {
+				requeue = &Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: j.RunAt}
+			}
+			env.Send(DispatcherRef(), leaseEnded{JobID: j.ID, LeaseID: j.LastLeaseID, Requeue: requeue, Seq: j.LastSeq})
+		}
 		return
 	}
 	l := a.job.Lease

@@ -76,6 +76,8 @@ type Job struct {
 	// AttemptBase is the attempt count when the job was last re-driven; backoff counts from it.
 	AttemptBase     int           `json:"attempt_base,omitempty"`
 	LeaseTTL        time.Duration `json:"lease_ttl"`
+	// LastLeaseID is the most recent lease, current or ended.
+	LastLeaseID string `json:"last_lease_id,omitempty"`
 	RunAt           time.Time     `json:"run_at,omitzero"`
 	Lease           *Lease        `json:"lease"`
 	CancelRequested bool          `json:"cancel_requested"`
@@ -143,7 +145,7 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 	case eventlog.JobScheduled:
 		j.Status, j.RunAt = StatusScheduled, e.RunAt
 	case eventlog.JobLeased:
-		j.Status, j.Attempt, j.RunAt = StatusLeased, e.Attempt, time.Time{}
+		j.Status, j.Attempt, j.RunAt, j.LastLeaseID = StatusLeased, e.Attempt, time.Time{}, e.LeaseID
 		j.Lease = &Lease{LeaseID: e.LeaseID, WorkerID: e.WorkerID, SessionID: e.SessionID, Nonce: e.Nonce, Attempt: e.Attempt, ExpiresAt: e.ExpiresAt}
 	case eventlog.JobLeaseExtended:
 		if j.Lease != nil && j.Lease.LeaseID == e.LeaseID {

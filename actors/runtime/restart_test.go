@@ -15,11 +15,22 @@ import (
 	"github.com/tetherhq/tether/projections"
 )
 
-// panicky makes a behaviour panic on a marked message, as a bug would.
-type panicky struct{ actors.Behaviour }
+// panicky makes a behaviour panic on a marked message, as a bug would, or on the Persisted
+// that follows a completion of output "panic".
+type panicky struct {
+	actors.Behaviour
+	armed *bool
+}
 
 func (p panicky) Receive(env actors.Env, msg any) {
 	switch m := msg.(type) {
+	case actors.Complete:
+		*p.armed = string(m.Output) == `"panic"`
+	case actors.Persisted:
+		if *p.armed {
+			*p.armed = false
+			panic("planted bug after a completion") // its reply and notices are never sent
+		}
 	case actors.Submit:
 		if m.Jobs[0].Type == "panic" {
 			panic("planted bug in the tenant")
@@ -58,7 +69,7 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 		if ref.Kind == actors.RefDispatcher {
 			return dispatcherPanics{b} // the job's progress passes through it
 		}
-		return panicky{b}
+		return panicky{b, new(bool)}
 	}})
 	defer b.Close()
 	if _, err := b.SetQuota(ctx(t), "acme", 3, 0); err != nil {
@@ -116,8 +127,26 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Credit(1)
-	if a2 := next(t, s); a2.JobID != queued[0].Job.ID {
+	a2 := next(t, s)
+	if a2.JobID != queued[0].Job.ID {
 		t.Fatalf("after the dispatcher's restart the worker got %+v", a2)
+	}
+
+	// A job actor that panics right after its completion is durable: the notice that the lease
+	// ended is sent again on recovery, so the worker's slot frees and the next job comes.
+	third, _, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short3, cancel3 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel3()
+	_, _ = s.Complete(short3, actors.Complete{JobID: a2.JobID, LeaseID: a2.LeaseID, Nonce: a2.Nonce, Output: json.RawMessage(`"panic"`)})
+	if j, _ := b.Get("acme", a2.JobID); j.Status != projections.StatusSucceeded {
+		t.Fatalf("the completion is not durable: %s", j.Status)
+	}
+	s.Credit(1)
+	if a3 := next(t, s); a3.JobID != third[0].Job.ID {
+		t.Fatalf("after the job actor's restart the worker got %+v", a3)
 	}
 }
 
