@@ -74,13 +74,13 @@ type Job struct {
 	Attempt     int               `json:"attempt"`
 	MaxAttempts int               `json:"max_attempts"`
 	// AttemptBase is the attempt count when the job was last re-driven; backoff counts from it.
-	AttemptBase     int           `json:"attempt_base,omitempty"`
-	LeaseTTL        time.Duration `json:"lease_ttl"`
+	AttemptBase int           `json:"attempt_base,omitempty"`
+	LeaseTTL    time.Duration `json:"lease_ttl"`
 	// LastLeaseID is the most recent lease, current or ended.
-	LastLeaseID string `json:"last_lease_id,omitempty"`
-	RunAt           time.Time     `json:"run_at,omitzero"`
-	Lease           *Lease        `json:"lease"`
-	CancelRequested bool          `json:"cancel_requested"`
+	LastLeaseID     string    `json:"last_lease_id,omitempty"`
+	RunAt           time.Time `json:"run_at,omitzero"`
+	Lease           *Lease    `json:"lease"`
+	CancelRequested bool      `json:"cancel_requested"`
 	// SucceededLease and SucceededSeq identify the accepted completion, so a repeat of it is
 	// recognised after the job's actor is gone.
 	Output         json.RawMessage `json:"output,omitempty"`
