@@ -64,7 +64,11 @@ func (s *Session) Recover(env Env) {
 	})
 	if s.workerID != "" {
 		s.end(env, "closed")
+		return
 	}
+	// Either a new session, or one whose end is durable but whose notice a crash may have lost;
+	// for the dispatcher, forgetting a session it does not know is nothing.
+	env.Send(DispatcherRef(), sessionEnded{SessionID: s.id})
 }
 
 // Receive implements Behaviour.
