@@ -76,7 +76,10 @@ type (
 		Capacity                    int
 		Seq                         uint64
 	}
-	sessionEnded struct{ SessionID string }
+	sessionEnded struct {
+		SessionID string
+		Seq       uint64
+	}
 	// leaseEnded: the job's lease ended durably; Requeue is set when the job waits again.
 	leaseEnded struct {
 		JobID, LeaseID string
@@ -188,7 +191,9 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		}
 		return
 	case sessionEnded:
-		delete(d.sessions, m.SessionID)
+		if m.Seq > d.rebuiltAt { // else the rebuild knew whether the session was open
+			delete(d.sessions, m.SessionID)
+		}
 		return
 	case SessionCredit:
 		s := d.sessions[m.SessionID]

@@ -55,7 +55,9 @@ type (
 // restarts cannot know what the worker holds, so it ends the session and the worker reconnects.
 func (s *Session) Recover(env Env) {
 	s.leases, s.pipe = map[string]string{}, pipeline{}
+	var seq uint64
 	env.Read(func(set *projections.Set) {
+		seq = set.Seq()
 		for _, w := range set.OpenSessions() {
 			if w.Session.ID == s.id {
 				s.workerID = w.ID
@@ -68,7 +70,7 @@ func (s *Session) Recover(env Env) {
 	}
 	// Either a new session, or one whose end is durable but whose notice a crash may have lost;
 	// for the dispatcher, forgetting a session it does not know is nothing.
-	env.Send(DispatcherRef(), sessionEnded{SessionID: s.id})
+	env.Send(DispatcherRef(), sessionEnded{SessionID: s.id, Seq: seq})
 }
 
 // Receive implements Behaviour.
@@ -204,7 +206,7 @@ func (s *Session) persisted(env Env, m Persisted) {
 		env.Send(DispatcherRef(), t.note)
 		env.Send(t.reply, SessionOpened{HeartbeatInterval: HeartbeatInterval, LeaseTTL: DefaultLeaseTTL, Receipt: receiptOf(m.Receipt)})
 	case sessionEndDone:
-		env.Send(DispatcherRef(), sessionEnded{SessionID: s.id})
+		env.Send(DispatcherRef(), sessionEnded{SessionID: s.id, Seq: m.Receipt.Last})
 		env.Send(s.sink, SessionEnded{Reason: t.reason})
 		env.Stop(SessionRef(s.id))
 	}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,6 +118,10 @@ func Open(cfg Config) (*Broker, error) {
 		_ = elog.Close()
 		return nil, err
 	}
+	if err := b.endStaleSessions(); err != nil {
+		_ = elog.Close()
+		return nil, err
+	}
 	b.startActors()
 	go b.commitLoop()
 	if err := b.resume(); err != nil {
@@ -185,26 +190,46 @@ func (b *Broker) spawn(ref actors.Ref, make func() actors.Behaviour) *actor.PID 
 	return b.system.Root.Spawn(props.Configure(actor.WithProducer(func() actor.Actor { return h })))
 }
 
-// resume ends the sessions the last run left open (their connections are gone) and starts an
-// actor for every leased job, which logs a fresh lease_ttl of grace; it returns once all of it
-// is durable.
+// endStaleSessions logs the end of every session the last run left open: their connections
+// are gone. It runs before any actor starts, so the dispatcher never sees them.
+func (b *Broker) endStaleSessions() error {
+	var ended []eventlog.Event
+	var payloads []eventlog.Payload
+	for _, w := range b.set.OpenSessions() {
+		p := eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: "shutdown"}
+		e, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
+		if err != nil {
+			return err
+		}
+		ended, payloads = append(ended, e), append(payloads, p)
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	r, err := b.elog.Append(context.Background(), ended...)
+	if err != nil {
+		return err
+	}
+	for i, p := range payloads {
+		if err := b.set.Apply(r.First+uint64(i), r.Time, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resume starts an actor for every leased job, which logs a fresh lease_ttl of grace, and
+// returns once the dispatcher has rebuilt and all of it is durable.
 func (b *Broker) resume() error {
-	var ended []eventlog.Payload
 	var leased []string
 	b.mu.RLock()
-	for _, w := range b.set.OpenSessions() {
-		ended = append(ended, eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: "shutdown"})
-	}
 	for _, j := range b.set.Leases() {
 		leased = append(leased, j.ID)
 	}
 	b.mu.RUnlock()
-	if len(ended) > 0 {
-		done := make(chan error, 1)
-		b.persist(nil, 0, ended, done)
-		if err := <-done; err != nil {
-			return err
-		}
+	// The dispatcher rebuilds before Open returns, not whenever its mailbox first runs.
+	if _, err := b.system.Root.RequestFuture(b.dispatcher, ping{}, time.Minute).Result(); err != nil {
+		return fmt.Errorf("runtime: starting the dispatcher: %w", err)
 	}
 	for _, id := range leased {
 		if _, err := b.system.Root.RequestFuture(b.jobPID(id), ping{}, time.Minute).Result(); err != nil {
@@ -219,8 +244,7 @@ func (b *Broker) resume() error {
 }
 
 // persist hands a behaviour's events to the log. When they are durable the committer applies
-// them to the projections and then tells the actor; to == nil sends the outcome to then, a
-// chan error, instead.
+// them to the projections and then tells the actor.
 func (b *Broker) persist(to *actor.PID, incarnation uint64, payloads []eventlog.Payload, then any) {
 	events := make([]eventlog.Event, len(payloads))
 	for i, p := range payloads {
@@ -277,12 +301,7 @@ func (b *Broker) commitLoop() {
 		}
 		b.mu.Unlock()
 		for _, c := range batch {
-			switch {
-			case c.to != nil:
-				b.system.Root.Send(c.to, persisted{incarnation: c.incarnation, p: actors.Persisted{Then: c.then, Receipt: c.receipt, Err: c.err}})
-			case c.then != nil:
-				c.then.(chan error) <- c.err
-			}
+			b.system.Root.Send(c.to, persisted{incarnation: c.incarnation, p: actors.Persisted{Then: c.then, Receipt: c.receipt, Err: c.err}})
 		}
 		b.applyMu.Lock()
 		b.applied += uint64(len(batch))
