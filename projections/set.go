@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
@@ -166,11 +167,12 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 	case eventlog.APIKeyCreated, eventlog.APIKeyRevoked, eventlog.EnrollTokenCreated, eventlog.EnrollTokenUsed:
 		return nil // credentials are the transport's views
 	}
-	if w, ok := workerEvent(p); ok {
-		s.applyWorker(at, w)
+	stream := eventlog.StreamOf(p)
+	if strings.HasPrefix(stream, "worker/") {
+		s.applyWorker(at, p)
 		return nil
 	}
-	id, ok := jobID(p)
+	id, ok := strings.CutPrefix(stream, "job/")
 	if !ok {
 		return fmt.Errorf("projections: seq %d: no fold for %T", seq, p)
 	}
@@ -323,44 +325,6 @@ func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
 			w.LastSeen = at
 		}
 	}
-}
-
-func workerEvent(p eventlog.Payload) (eventlog.Payload, bool) {
-	switch p.(type) {
-	case eventlog.WorkerTokenRotated, eventlog.WorkerRevoked, eventlog.WorkerSessionStarted, eventlog.WorkerSessionEnded:
-		return p, true
-	}
-	return nil, false
-}
-
-func jobID(p eventlog.Payload) (string, bool) {
-	switch e := p.(type) {
-	case eventlog.JobScheduled:
-		return e.JobID, true
-	case eventlog.JobLeased:
-		return e.JobID, true
-	case eventlog.JobLeaseExtended:
-		return e.JobID, true
-	case eventlog.JobProgress:
-		return e.JobID, true
-	case eventlog.JobSucceeded:
-		return e.JobID, true
-	case eventlog.JobFailed:
-		return e.JobID, true
-	case eventlog.JobRetryScheduled:
-		return e.JobID, true
-	case eventlog.JobLeaseExpired:
-		return e.JobID, true
-	case eventlog.JobDeadLettered:
-		return e.JobID, true
-	case eventlog.JobCancelRequested:
-		return e.JobID, true
-	case eventlog.JobCancelled:
-		return e.JobID, true
-	case eventlog.JobRedriven:
-		return e.JobID, true
-	}
-	return "", false
 }
 
 // derive rebuilds the indexes that follow from jobs and workers.
