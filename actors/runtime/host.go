@@ -33,8 +33,13 @@ type fired struct {
 	msg         any
 }
 
-// ping is answered once the actor has started (and so recovered).
+// ping is answered once the actor has started (and so recovered). Close pings sessions that
+// may have stopped already, so a ping that finds no one is not worth a dead-letter log line;
+// nor is a timer that fired as its actor stopped.
 type ping struct{}
+
+func (ping) IgnoreDeadLetterLogging()  {}
+func (fired) IgnoreDeadLetterLogging() {}
 
 // sink is the handle of a RefExternal: a caller waiting for a reply, or a worker's connection.
 type sink struct{ deliver func(any) }

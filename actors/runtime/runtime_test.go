@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,4 +202,96 @@ func TestTenantNamesAreChecked(t *testing.T) {
 	if _, _, err := b.Submit(ctx(t), "team-1.prod_x", "", actors.JobSpec{Queue: "q", Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestConcurrentWorkload runs submitters, workers and cancellers at once (under -race in
+// `make race`), then checks that every job reached a terminal state exactly as its events say
+// and that the live projections equal a replay of the log.
+func TestConcurrentWorkload(t *testing.T) {
+	t.Parallel()
+	b := open(t, runtime.Config{CheckpointEvery: 50})
+	defer b.Close()
+	const jobs, workers = 300, 8
+	var sessions []*runtime.Session
+	for range workers {
+		s := worker(t, b, 2)
+		s.Credit(2)
+		sessions = append(sessions, s)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				case f := <-s.Frames:
+					a, ok := f.(actors.Assignment)
+					if !ok {
+						continue
+					}
+					var err error
+					if (i+a.Attempt)%3 == 0 {
+						_, err = s.Fail(context.Background(), actors.Fail{JobID: a.JobID, LeaseID: a.LeaseID, Code: "flaky", Retryable: false})
+					} else {
+						_, err = s.Complete(context.Background(), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`{"ok":true}`)})
+					}
+					if r, ok := err.(*actors.Rejection); err != nil && (!ok || r.Code != actors.CodeLeaseMismatch) {
+						t.Error(err) // a lease mismatch is a cancel that won the race
+					}
+					s.Credit(1)
+				}
+			}
+		}()
+	}
+	var ids []string
+	var mu sync.Mutex
+	var subs sync.WaitGroup
+	for g := range 4 {
+		subs.Add(1)
+		go func() {
+			defer subs.Done()
+			for i := range jobs / 4 {
+				res, _, err := b.Submit(context.Background(), "acme", "", actors.JobSpec{Queue: "q", Type: "t", Priority: i % 3})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if i%10 == g {
+					_, _ = b.Cancel(context.Background(), "acme", "", res[0].Job.ID)
+				}
+				mu.Lock()
+				ids = append(ids, res[0].Job.ID)
+				mu.Unlock()
+			}
+		}()
+	}
+	subs.Wait()
+	// Wait until every job is terminal: the projections say so once its last event is durable.
+	for {
+		pending := 0
+		for _, id := range ids {
+			if j, _ := b.Get("acme", id); !j.Status.Terminal() {
+				pending++
+			}
+		}
+		if pending == 0 {
+			break
+		}
+		select {
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d jobs are not terminal after 30 s", pending)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(done)
+	wg.Wait()
+	q := b.Quota("acme")
+	if q.Active != 0 || q.Running != 0 {
+		t.Fatalf("quota after the workload: %+v", q)
+	}
+	assertLiveEqualsReplay(t, b)
 }
