@@ -219,6 +219,7 @@ func TestConcurrentWorkload(t *testing.T) {
 		sessions = append(sessions, s)
 	}
 	done := make(chan struct{})
+	handled := make(chan struct{}, jobs) // a worker finished with a job: time to look again
 	var wg sync.WaitGroup
 	for i, s := range sessions {
 		wg.Add(1)
@@ -242,6 +243,7 @@ func TestConcurrentWorkload(t *testing.T) {
 					if r, ok := err.(*actors.Rejection); err != nil && (!ok || r.Code != actors.CodeLeaseMismatch) {
 						t.Error(err) // a lease mismatch is a cancel that won the race
 					}
+					handled <- struct{}{}
 					s.Credit(1)
 				}
 			}
@@ -270,7 +272,8 @@ func TestConcurrentWorkload(t *testing.T) {
 		}()
 	}
 	subs.Wait()
-	// Wait until every job is terminal: the projections say so once its last event is durable.
+	// Every job is terminal once the workers have finished with the last one still open: look
+	// again each time a worker reports.
 	for {
 		pending := 0
 		for _, id := range ids {
@@ -282,9 +285,9 @@ func TestConcurrentWorkload(t *testing.T) {
 			break
 		}
 		select {
+		case <-handled:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("%d jobs are not terminal after 30 s", pending)
-		case <-time.After(5 * time.Millisecond):
+			t.Fatalf("%d jobs are not terminal 30 s after a worker last finished one", pending)
 		}
 	}
 	close(done)
