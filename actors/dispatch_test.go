@@ -89,7 +89,7 @@ func TestOneJobOneWorker(t *testing.T) {
 	f := setup(t, nil)
 	other := one[actors.Registered](t, f.w.Call("admin", actors.TenantRef("other"), actors.RegisterWorker{Tenant: "other", Name: "x", Queues: []string{"q"}, Capacity: 1, ExpiresAt: t0.Add(time.Hour)}))
 	one[actors.SessionOpened](t, f.w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: other.WorkerID}))
-	f.w.Send(actors.SessionRef("s2"), actors.Credit{N: 1}, actorstest.External("x"))
+	f.w.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: "s2", N: 1}, actorstest.External("x"))
 	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
 	a1 := f.connect("s1", 1)
 	f.w.Run()
@@ -187,5 +187,23 @@ func TestBehavioursArePure(t *testing.T) {
 				t.Errorf("%s uses %s", name, banned)
 			}
 		}
+	}
+}
+
+// Scheduled jobs become ready when each one falls due, the soonest first.
+func TestScheduledJobsFallDueInOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ids := f.mustSubmit(actors.JobSpec{Queue: "q", Type: "late", Delay: 90 * time.Second}, actors.JobSpec{Queue: "q", Type: "soon", Delay: 30 * time.Second})
+	f.connect("s1", 2)
+	f.live("s1", 30*time.Second)
+	as := f.assignments("s1")
+	if len(as) != 1 || as[0].JobID != ids[1] {
+		t.Fatalf("at 30 s: %+v", as)
+	}
+	f.complete(as[0], `1`)
+	f.live("s1", 60*time.Second)
+	if as := f.assignments("s1"); len(as) != 1 || as[0].JobID != ids[0] {
+		t.Fatalf("at 90 s: %+v", as)
 	}
 }

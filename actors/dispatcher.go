@@ -24,8 +24,8 @@ type Dispatcher struct {
 	// before it are already part of that state.
 	rebuiltAt  uint64
 	waiting    map[string]*entry
-	ready      map[string]*readyHeap // by tenant + "\x00" + queue
-	scheduled  scheduleHeap
+	ready      map[string]*entryHeap // by tenant + "\x00" + queue
+	scheduled  *entryHeap
 	leased     map[string]leaseRef // by job id
 	sessions   map[string]*slot
 	hungry     []string // sessions with credit, in turn order
@@ -48,6 +48,11 @@ type Waiting struct {
 	RunAt     time.Time
 }
 
+// waitingOf describes a job the projections hold for the dispatcher, waiting until runAt.
+func waitingOf(j *projections.Job, runAt time.Time) Waiting {
+	return Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: runAt}
+}
+
 // Notices to the dispatcher. Seq is the seq of the event a notice announces.
 type (
 	// Enqueue hands newly waiting jobs to the dispatcher.
@@ -55,7 +60,8 @@ type (
 		Jobs []Waiting
 		Seq  uint64
 	}
-	// SessionCredit lets the dispatcher assign a session N more jobs, up to its capacity.
+	// SessionCredit lets the dispatcher assign a session N more jobs, up to its capacity. The
+	// worker's credit goes straight here: the dispatcher is where credit is kept.
 	SessionCredit struct {
 		SessionID string
 		N         int
@@ -104,9 +110,11 @@ type (
 	dispatchTick  struct{}
 )
 
+// entry is a waiting job in one of the dispatcher's heaps: a ready heap or the scheduled one.
 type entry struct {
 	Waiting
-	readyIndex, schedIndex int // -1 when not in that heap
+	heap  *entryHeap
+	index int // its position in heap
 }
 
 type leaseRef struct{ leaseID, sessionID, tenant, workerID string }
@@ -126,7 +134,7 @@ func NewDispatcher() *Dispatcher { return &Dispatcher{} }
 // the projections. A session that was open gets credit for its free capacity.
 func (d *Dispatcher) Recover(env Env) {
 	*d = Dispatcher{
-		waiting: map[string]*entry{}, ready: map[string]*readyHeap{}, leased: map[string]leaseRef{},
+		waiting: map[string]*entry{}, ready: map[string]*entryHeap{}, scheduled: &entryHeap{less: dueFirst}, leased: map[string]leaseRef{},
 		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
 		redriving: map[string]bool{},
 	}
@@ -134,7 +142,7 @@ func (d *Dispatcher) Recover(env Env) {
 	env.Read(func(s *projections.Set) {
 		d.rebuiltAt = s.Seq()
 		for _, j := range s.AllWaiting() {
-			d.add(Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: j.RunAt}, now)
+			d.add(waitingOf(j, j.RunAt), now)
 		}
 		for _, name := range s.TenantNames() {
 			d.maxRunning[name] = s.Tenant(name).MaxRunning
@@ -201,7 +209,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 			return
 		}
 		had := s.credit
-		s.credit = min(s.credit+max(m.N, 0), s.capacity-s.held)
+		s.credit = min(s.credit+min(max(m.N, 0), CapacityMax), s.capacity-s.held)
 		if had <= 0 && s.credit > 0 {
 			d.hungry = append(d.hungry, s.id)
 		}
@@ -369,15 +377,12 @@ func (d *Dispatcher) redrive(env Env, m redriveJob) {
 	d.redriving[j.ID] = true
 	budget := j.MaxAttempts - j.AttemptBase
 	d.pipe.persist(env, []eventlog.Payload{eventlog.JobRedriven{JobID: j.ID, MaxAttempts: j.Attempt + budget, APIKeyID: m.APIKeyID}},
-		redriveDone{reply: env.Sender(), tenant: j.Tenant, waiting: Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq}})
+		redriveDone{reply: env.Sender(), tenant: j.Tenant, waiting: waitingOf(j, time.Time{})})
 }
 
 func (d *Dispatcher) persisted(env Env, m Persisted) {
 	defer d.pipe.settled()
-	var err *Rejection
-	if m.Err != nil {
-		err = unavailable(m.Err)
-	}
+	err := unavailable(m.Err)
 	switch t := m.Then.(type) {
 	case replyDone:
 		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
@@ -431,20 +436,20 @@ func (d *Dispatcher) add(w Waiting, now time.Time) {
 	if _, ok := d.leased[w.ID]; ok {
 		return
 	}
-	e := &entry{Waiting: w, readyIndex: -1, schedIndex: -1}
+	e := &entry{Waiting: w}
 	d.waiting[w.ID] = e
 	if w.RunAt.After(now) {
-		heap.Push(&d.scheduled, e)
+		d.scheduled.push(e)
 		return
 	}
 	d.readyHeap(e).push(e)
 }
 
-func (d *Dispatcher) readyHeap(e *entry) *readyHeap {
+func (d *Dispatcher) readyHeap(e *entry) *entryHeap {
 	k := e.Tenant + "\x00" + e.Queue
 	h := d.ready[k]
 	if h == nil {
-		h = &readyHeap{}
+		h = &entryHeap{less: dispatchFirst}
 		d.ready[k] = h
 	}
 	return h
@@ -456,20 +461,15 @@ func (d *Dispatcher) remove(id string) {
 		return
 	}
 	delete(d.waiting, id)
-	if e.readyIndex >= 0 {
-		heap.Remove(d.readyHeap(e), e.readyIndex)
-	}
-	if e.schedIndex >= 0 {
-		heap.Remove(&d.scheduled, e.schedIndex)
-	}
+	heap.Remove(e.heap, e.index)
 }
 
 // dispatch moves due jobs to their ready heaps, hands out jobs while any session with credit
 // can take one, and sets the timer for the next scheduled job.
 func (d *Dispatcher) dispatch(env Env) {
 	now := env.Now()
-	for len(d.scheduled) > 0 && !d.scheduled[0].RunAt.After(now) {
-		e := heap.Pop(&d.scheduled).(*entry)
+	for e := d.scheduled.top(); e != nil && !e.RunAt.After(now); e = d.scheduled.top() {
+		heap.Pop(d.scheduled)
 		d.readyHeap(e).push(e)
 	}
 	for progressed := true; progressed; {
@@ -494,8 +494,8 @@ func (d *Dispatcher) dispatch(env Env) {
 			i++
 		}
 	}
-	if len(d.scheduled) > 0 {
-		next := d.scheduled[0].RunAt
+	if e := d.scheduled.top(); e != nil {
+		next := e.RunAt
 		if d.tickAt.IsZero() || next.Before(d.tickAt) {
 			if d.tick != 0 {
 				env.Cancel(d.tick)
@@ -509,11 +509,7 @@ func (d *Dispatcher) dispatch(env Env) {
 func (d *Dispatcher) best(s *slot) *entry {
 	var best *entry
 	for _, q := range s.queues {
-		h := d.ready[s.tenant+"\x00"+q]
-		if h == nil || h.Len() == 0 {
-			continue
-		}
-		if top := (*h)[0]; best == nil || projections.CompareDispatch(top.Priority, top.SubmitSeq, best.Priority, best.SubmitSeq) < 0 {
+		if top := d.ready[s.tenant+"\x00"+q].top(); top != nil && (best == nil || dispatchFirst(top, best)) {
 			best = top
 		}
 	}
@@ -530,56 +526,52 @@ func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
 	env.Send(JobRef(e.ID), startLease{JobID: e.ID, LeaseID: lr.leaseID, SessionID: s.id, WorkerID: s.workerID})
 }
 
-// readyHeap orders ready jobs for dispatch.
-type readyHeap []*entry
+// dispatchFirst orders ready jobs: higher priority first, then older.
+func dispatchFirst(a, b *entry) bool {
+	return projections.CompareDispatch(a.Priority, a.SubmitSeq, b.Priority, b.SubmitSeq) < 0
+}
 
-func (h readyHeap) Len() int { return len(h) }
-func (h readyHeap) Less(i, j int) bool {
-	return projections.CompareDispatch(h[i].Priority, h[i].SubmitSeq, h[j].Priority, h[j].SubmitSeq) < 0
-}
-func (h readyHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].readyIndex, h[j].readyIndex = i, j
-}
-func (h *readyHeap) Push(x any) {
-	e := x.(*entry)
-	e.readyIndex = len(*h)
-	*h = append(*h, e)
-}
-func (h *readyHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.readyIndex = -1
-	return e
-}
-func (h *readyHeap) push(e *entry) { heap.Push(h, e) }
-
-// scheduleHeap orders scheduled jobs by when they fall due.
-type scheduleHeap []*entry
-
-func (h scheduleHeap) Len() int { return len(h) }
-func (h scheduleHeap) Less(i, j int) bool {
-	if c := h[i].RunAt.Compare(h[j].RunAt); c != 0 {
+// dueFirst orders scheduled jobs by when they fall due.
+func dueFirst(a, b *entry) bool {
+	if c := a.RunAt.Compare(b.RunAt); c != 0 {
 		return c < 0
 	}
-	return h[i].SubmitSeq < h[j].SubmitSeq
+	return a.SubmitSeq < b.SubmitSeq
 }
-func (h scheduleHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].schedIndex, h[j].schedIndex = i, j
+
+// entryHeap is a heap of entries that keeps each entry's place in it, so a cancelled job can be
+// taken out of the middle.
+type entryHeap struct {
+	entries []*entry
+	less    func(a, b *entry) bool
 }
-func (h *scheduleHeap) Push(x any) {
+
+func (h *entryHeap) Len() int           { return len(h.entries) }
+func (h *entryHeap) Less(i, j int) bool { return h.less(h.entries[i], h.entries[j]) }
+func (h *entryHeap) Swap(i, j int) {
+	e := h.entries
+	e[i], e[j] = e[j], e[i]
+	e[i].index, e[j].index = i, j
+}
+func (h *entryHeap) Push(x any) {
 	e := x.(*entry)
-	e.schedIndex = len(*h)
-	*h = append(*h, e)
+	e.heap, e.index = h, len(h.entries)
+	h.entries = append(h.entries, e)
 }
-func (h *scheduleHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.schedIndex = -1
+func (h *entryHeap) Pop() any {
+	n := len(h.entries) - 1
+	e := h.entries[n]
+	h.entries[n] = nil
+	h.entries = h.entries[:n]
+	e.heap = nil
 	return e
+}
+func (h *entryHeap) push(e *entry) { heap.Push(h, e) }
+
+// top is the first entry, or nil; a nil heap is empty.
+func (h *entryHeap) top() *entry {
+	if h == nil || len(h.entries) == 0 {
+		return nil
+	}
+	return h.entries[0]
 }

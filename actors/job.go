@@ -100,7 +100,8 @@ func (a *Job) Recover(env Env) {
 		if j := a.job; j.LastLeaseID != "" {
 			var requeue *Waiting
 			if j.Waiting() {
-				requeue = &Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: j.RunAt}
+				w := waitingOf(j, j.RunAt)
+				requeue = &w
 			}
 			env.Send(DispatcherRef(), leaseEnded{JobID: j.ID, LeaseID: j.LastLeaseID, Requeue: requeue, Seq: j.LastSeq})
 		}
@@ -177,9 +178,6 @@ func (a *Job) decide(env Env, events []eventlog.Payload, then any) {
 }
 
 func (a *Job) start(env Env, m startLease) {
-	if a.job == nil { // a fresh actor: its Recover found no job, or ran before the job existed
-		a.Recover(env)
-	}
 	if a.job == nil || !a.job.Waiting() || a.job.Lease != nil {
 		env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID, Idle: a.job == nil || a.job.Lease == nil})
 		return
@@ -340,7 +338,8 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 			}
 			runAt := env.Now().Add(backoff).UTC()
 			events = append(events, eventlog.JobRetryScheduled{JobID: a.id, Attempt: j.Attempt, BackoffMillis: backoff.Milliseconds(), RunAt: runAt})
-			requeue = &Waiting{ID: a.id, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: runAt}
+			w := waitingOf(j, runAt)
+			requeue = &w
 		default:
 			reason := eventlog.DeadMaxAttempts
 			switch {
@@ -359,10 +358,7 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 
 func (a *Job) persisted(env Env, m Persisted) {
 	defer a.pipe.settled()
-	var err *Rejection
-	if m.Err != nil {
-		err = unavailable(m.Err)
-	}
+	err := unavailable(m.Err)
 	switch t := m.Then.(type) {
 	case leaseGranted:
 		if err == nil && a.job.Lease != nil {

@@ -81,7 +81,7 @@ func (f *fixture) connect(s string, credit int) []actors.Assignment {
 
 func (f *fixture) credit(s string, n int) []actors.Assignment {
 	f.t.Helper()
-	f.w.Send(actors.SessionRef(s), actors.Credit{N: n}, actorstest.External("sink:"+s))
+	f.w.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: s, N: n}, actorstest.External("sink:"+s))
 	f.w.Run()
 	return f.assignments(s)
 }

@@ -160,9 +160,6 @@ type SessionOpened struct {
 	Err               *Rejection
 }
 
-// Credit lets the server assign n more jobs to the session.
-type Credit struct{ N int }
-
 // Heartbeat says the worker is alive and still works on Leases.
 type Heartbeat struct{ Leases []string }
 

@@ -37,7 +37,11 @@ func reject(code Code, format string, args ...any) *Rejection {
 	return &Rejection{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// unavailable is the answer to a command whose events could not be made durable.
+// unavailable is the answer to a command whose events could not be made durable (err set),
+// or nil when they are.
 func unavailable(err error) *Rejection {
+	if err == nil {
+		return nil
+	}
 	return reject(CodeUnavailable, "the event log failed and the server is stopping: %v", err)
 }

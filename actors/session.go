@@ -15,9 +15,10 @@ const (
 	HeartbeatMissesMax = 3
 )
 
-// Session is the behaviour of one connected worker: it forwards the worker's credit to the
-// dispatcher, delivers assignments and cancel notices to the worker's connection (the Sink),
-// answers heartbeats and ends the session when they stop or the worker is revoked.
+// Session is the behaviour of one connected worker: it delivers assignments and cancel notices
+// to the worker's connection (the sink), answers heartbeats and ends the session when they stop
+// or the worker is revoked. The worker's credit goes to the dispatcher (SessionCredit), which
+// keeps it.
 //
 // A worker that reconnects keeps its leases: the new session adopts them, and the dispatcher
 // counts them against the new session's capacity.
@@ -78,10 +79,6 @@ func (s *Session) Receive(env Env, msg any) {
 	switch m := msg.(type) {
 	case OpenSession:
 		s.openSession(env, m)
-	case Credit:
-		if s.open && m.N > 0 {
-			env.Send(DispatcherRef(), SessionCredit{SessionID: s.id, N: min(m.N, CapacityMax)})
-		}
 	case Heartbeat:
 		s.heartbeat(env, m)
 	case Assignment:

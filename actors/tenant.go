@@ -129,11 +129,7 @@ func (t *Tenant) Receive(env Env, msg any) {
 
 func (t *Tenant) usage(env Env) int {
 	var active int
-	env.Read(func(s *projections.Set) {
-		if q := s.Tenant(t.name); q.Name != "" {
-			active = q.Active
-		}
-	})
+	env.Read(func(s *projections.Set) { active = s.Tenant(t.name).Active })
 	return active + t.pendingJobs + len(t.reservations)
 }
 
@@ -147,7 +143,7 @@ func (t *Tenant) submit(env Env, m Submit) {
 	out := make([]SubmittedJob, len(m.Jobs))
 	hashes := make([]string, len(m.Jobs))
 	consumed := map[string]bool{}
-	newJobs, hitSeq := 0, uint64(0)
+	newJobs := 0
 	for i := range m.Jobs {
 		spec := &m.Jobs[i]
 		if r := spec.normalize(t.limits); r != nil {
@@ -159,7 +155,7 @@ func (t *Tenant) submit(env Env, m Submit) {
 		}
 		if key := spec.IdempotencyKey; key != "" {
 			hashes[i] = spec.requestHash()
-			id, hash, seq, ok := t.lookupKey(env, key, now)
+			id, hash, ok := t.lookupKey(env, key, now)
 			for j := range i { // an earlier job of the same batch
 				if m.Jobs[j].IdempotencyKey == key && !out[j].IdempotentHit {
 					id, hash, ok = out[j].ID, hashes[j], true
@@ -172,7 +168,6 @@ func (t *Tenant) submit(env Env, m Submit) {
 					return
 				}
 				out[i] = SubmittedJob{ID: id, IdempotentHit: true}
-				hitSeq = max(hitSeq, seq)
 				continue
 			}
 		}
@@ -195,8 +190,17 @@ func (t *Tenant) submit(env Env, m Submit) {
 		}
 	}
 	if newJobs == 0 {
-		// Every job was there already; answer once the submits that made them are durable.
-		t.pipe.whenSettled(func() { env.Send(reply, Submitted{Jobs: out, Receipt: Receipt{Seq: hitSeq}}) })
+		// Every job was there already. Answer once the submits that made them are durable, with
+		// the receipt of the newest of them.
+		t.pipe.whenSettled(func() {
+			var seq uint64
+			env.Read(func(s *projections.Set) {
+				for _, j := range out {
+					seq = max(seq, s.JobRef(j.ID).SubmitSeq)
+				}
+			})
+			env.Send(reply, Submitted{Jobs: out, Receipt: Receipt{Seq: seq}})
+		})
 		return
 	}
 	done := submitDone{reply: reply, jobs: out, newJobs: newJobs}
@@ -236,18 +240,13 @@ func (t *Tenant) submit(env Env, m Submit) {
 
 // lookupKey finds the job an idempotency key names: one admitted here and not durable yet, or
 // one in the projections that has not expired.
-func (t *Tenant) lookupKey(env Env, key string, now time.Time) (id, hash string, seq uint64, ok bool) {
+func (t *Tenant) lookupKey(env Env, key string, now time.Time) (id, hash string, ok bool) {
 	if p, ok := t.pendingIdem[key]; ok {
-		return p.jobID, p.requestHash, 0, true
+		return p.jobID, p.requestHash, true
 	}
 	var e projections.Idempotency
-	env.Read(func(s *projections.Set) {
-		e, ok = s.Idempotency(t.name, key, now)
-		if ok {
-			seq = s.JobRef(e.JobID).SubmitSeq
-		}
-	})
-	return e.JobID, e.RequestHash, seq, ok
+	env.Read(func(s *projections.Set) { e, ok = s.Idempotency(t.name, key, now) })
+	return e.JobID, e.RequestHash, ok
 }
 
 func (t *Tenant) reserve(env Env, m Reserve) {
@@ -385,10 +384,7 @@ func (t *Tenant) redrive(env Env, m Redrive) {
 
 func (t *Tenant) persisted(env Env, m Persisted) {
 	defer t.pipe.settled()
-	var err *Rejection
-	if m.Err != nil {
-		err = unavailable(m.Err)
-	}
+	err := unavailable(m.Err)
 	switch d := m.Then.(type) {
 	case submitDone:
 		t.pendingJobs -= d.newJobs

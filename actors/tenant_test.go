@@ -123,7 +123,7 @@ func TestIdempotentHitWaitsForDurability(t *testing.T) {
 	}
 	f.w.Run()
 	a, b := one[actors.Submitted](t, f.w.Inbox("a")), one[actors.Submitted](t, f.w.Inbox("b"))
-	if a.Jobs[0].ID != b.Jobs[0].ID || !b.Jobs[0].IdempotentHit || a.Jobs[0].IdempotentHit {
+	if a.Jobs[0].ID != b.Jobs[0].ID || !b.Jobs[0].IdempotentHit || a.Jobs[0].IdempotentHit || b.Receipt.Seq != a.Receipt.Seq {
 		t.Fatalf("a %+v, b %+v", a, b)
 	}
 }
@@ -194,5 +194,27 @@ func TestRegisterWorkerValidation(t *testing.T) {
 	}
 	if len(w.Log) != 0 {
 		t.Fatal("a refused registration logged events")
+	}
+}
+
+// A tenant restarted with an append in flight rebuilds from the log once the append is durable,
+// and the old incarnation's Persisted is dropped: its reply is lost, as after a panic, but the
+// new one knows the reservation.
+func TestRestartedTenantRebuilds(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.w.Send(actors.TenantRef("acme"), actors.Reserve{Tenant: "acme"}, actorstest.External("c"))
+	f.w.Step()
+	f.w.Restart(actors.TenantRef("acme"), actors.NewTenant("acme", actors.Limits{}))
+	f.w.Run()
+	if got := f.w.Inbox("c"); len(got) != 0 {
+		t.Fatalf("the old incarnation answered: %+v", got)
+	}
+	var id string
+	for r := range f.w.Set.Tenant("acme").Reservations {
+		id = r
+	}
+	if d := one[actors.Done](t, f.w.Call("c", actors.TenantRef("acme"), actors.Release{Tenant: "acme", ID: id})); d.Err != nil || id == "" {
+		t.Fatalf("release of %q after the restart: %v", id, d.Err)
 	}
 }

@@ -160,9 +160,6 @@ func (s *Set) LeasesOf(workerID string) map[string]string {
 // JobCount is the number of jobs the Set holds, finished ones included.
 func (s *Set) JobCount() int { return len(s.jobs) }
 
-// LeaseCount is the number of active leases.
-func (s *Set) LeaseCount() int { return len(s.leases) }
-
 // DeadLetters returns a tenant's dead-lettered jobs, most recent first.
 func (s *Set) DeadLetters(tenant string) []*Job {
 	var out []*Job

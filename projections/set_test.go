@@ -39,7 +39,7 @@ func workload(t *testing.T) *actorstest.World {
 	call(acme, actors.Submit{Tenant: "acme", Jobs: specs})
 	call(acme, actors.Submit{Tenant: "acme", Jobs: specs[:1]}) // an idempotent hit
 	w.Connect("s1", "sink", actors.OpenSession{WorkerID: reg.WorkerID, Transport: "websocket"})
-	w.Send(actors.SessionRef("s1"), actors.Credit{N: 3}, actorstest.External("sink"))
+	w.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: "s1", N: 3}, actorstest.External("sink"))
 	for round := 0; round < 8; round++ {
 		w.Run()
 		for _, m := range w.Inbox("sink") {
@@ -57,7 +57,7 @@ func workload(t *testing.T) *actorstest.World {
 			case 2:
 				call(d, actors.Cancel{Tenant: "acme", JobID: a.JobID})
 			}
-			w.Send(actors.SessionRef("s1"), actors.Credit{N: 1}, actorstest.External("sink"))
+			w.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: "s1", N: 1}, actorstest.External("sink"))
 		}
 		w.Send(actors.SessionRef("s1"), actors.Heartbeat{}, actorstest.External("hb"))
 		w.Advance(10 * time.Second)

@@ -89,11 +89,6 @@ func (w *World) Inbox(name string) []any {
 	return msgs
 }
 
-// Given makes events durable before anything runs, as if an earlier run had logged them.
-func (w *World) Given(events ...eventlog.Payload) {
-	w.commit(events)
-}
-
 func (w *World) commit(events []eventlog.Payload) eventlog.Receipt {
 	r := eventlog.Receipt{First: uint64(len(w.Log)) + 1, Time: w.Clock}
 	for _, e := range events {

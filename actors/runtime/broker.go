@@ -114,7 +114,7 @@ func Open(cfg Config) (*Broker, error) {
 		commits: make(chan commit, 4096), committerDone: make(chan struct{}), closing: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	b.advance = sync.NewCond(&b.applyMu)
-	if err := b.recover(); err != nil {
+	if err := b.rebuildProjections(); err != nil {
 		_ = elog.Close()
 		return nil, err
 	}
@@ -131,8 +131,8 @@ func Open(cfg Config) (*Broker, error) {
 	return b, nil
 }
 
-// recover rebuilds the projections: the newest checkpoint, then every record after it.
-func (b *Broker) recover() error {
+// rebuildProjections loads the newest checkpoint, then folds every record after it.
+func (b *Broker) rebuildProjections() error {
 	start := time.Now()
 	b.set = projections.New()
 	if ck, err := b.elog.LoadCheckpoint(CheckpointName); err == nil {
@@ -193,20 +193,14 @@ func (b *Broker) spawn(ref actors.Ref, make func() actors.Behaviour) *actor.PID 
 // endStaleSessions logs the end of every session the last run left open: their connections
 // are gone. It runs before any actor starts, so the dispatcher never sees them.
 func (b *Broker) endStaleSessions() error {
-	var ended []eventlog.Event
 	var payloads []eventlog.Payload
 	for _, w := range b.set.OpenSessions() {
-		p := eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: "shutdown"}
-		e, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
-		if err != nil {
-			return err
-		}
-		ended, payloads = append(ended, e), append(payloads, p)
+		payloads = append(payloads, eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: "shutdown"})
 	}
-	if len(ended) == 0 {
+	if len(payloads) == 0 {
 		return nil
 	}
-	r, err := b.elog.Append(context.Background(), ended...)
+	r, err := b.elog.Append(context.Background(), encode(payloads)...)
 	if err != nil {
 		return err
 	}
@@ -246,14 +240,7 @@ func (b *Broker) resume() error {
 // persist hands a behaviour's events to the log. When they are durable the committer applies
 // them to the projections and then tells the actor.
 func (b *Broker) persist(to *actor.PID, incarnation uint64, payloads []eventlog.Payload, then any) {
-	events := make([]eventlog.Event, len(payloads))
-	for i, p := range payloads {
-		e, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
-		if err != nil {
-			panic(err) // a catalogue payload always encodes
-		}
-		events[i] = e
-	}
+	events := encode(payloads)
 	c := commit{to: to, incarnation: incarnation, payloads: payloads, then: then}
 	b.issueMu.Lock()
 	if b.closed {
@@ -266,6 +253,19 @@ func (b *Broker) persist(to *actor.PID, incarnation uint64, payloads []eventlog.
 		b.commits <- c
 	})
 	b.issueMu.Unlock()
+}
+
+// encode turns payloads into events of their streams.
+func encode(payloads []eventlog.Payload) []eventlog.Event {
+	events := make([]eventlog.Event, len(payloads))
+	for i, p := range payloads {
+		e, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
+		if err != nil {
+			panic(err) // a catalogue payload always encodes
+		}
+		events[i] = e
+	}
+	return events
 }
 
 // commitLoop applies durable events to the projections, in log order, and only then delivers
@@ -431,8 +431,16 @@ func (b *Broker) stop(ref actors.Ref) {
 func (b *Broker) forget(ref actors.Ref, pid *actor.PID) {
 	b.refsMu.Lock()
 	defer b.refsMu.Unlock()
-	m := map[actors.RefKind]map[string]*actor.PID{actors.RefJob: b.jobs, actors.RefSession: b.sessions, actors.RefTenant: b.tenants}[ref.Kind]
-	if m != nil && m[ref.ID] != nil && m[ref.ID].Equal(pid) {
+	var m map[string]*actor.PID
+	switch ref.Kind {
+	case actors.RefJob:
+		m = b.jobs
+	case actors.RefSession:
+		m = b.sessions
+	case actors.RefTenant:
+		m = b.tenants
+	}
+	if bound := m[ref.ID]; bound != nil && bound.Equal(pid) {
 		delete(m, ref.ID)
 	}
 }

@@ -39,12 +39,16 @@ func defaultPoolWorkers() int { return 4 * goruntime.GOMAXPROCS(0) }
 
 func (p *pool) Schedule(fn func()) {
 	select {
-	case <-p.stop: // stopped: whatever is left runs on its own goroutine
-	case p.work <- fn:
+	case <-p.stop: // stopped: no worker reads the queue any more
+		go fn()
 		return
 	default:
 	}
-	go fn()
+	select {
+	case p.work <- fn:
+	default:
+		go fn()
+	}
 }
 
 func (p *pool) Throughput() int { return p.throughput }

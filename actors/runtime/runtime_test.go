@@ -81,7 +81,20 @@ func TestSubmitLeaseComplete(t *testing.T) {
 	if err != nil || !again[0].IdempotentHit || again[0].Job.ID != res[0].Job.ID || rc2 != rc {
 		t.Fatalf("idempotent resubmit: %+v %+v %v (first receipt %+v)", again, rc2, err, rc)
 	}
-	s := worker(t, b, 2)
+	reg, err := b.RegisterWorker(ctx(t), "acme", runtime.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := b.WorkerByToken(reg.Token); !ok || w.ID != reg.WorkerID || w.TokenHash == reg.Token {
+		t.Fatalf("the token does not find its worker, or is stored in the clear: %+v", w)
+	}
+	if _, ok := b.WorkerByToken(reg.Token + "x"); ok {
+		t.Fatal("a wrong token finds a worker")
+	}
+	s, err := b.Connect(ctx(t), reg.WorkerID, "websocket", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.Credit(2)
 	a := next(t, s)
 	if a.JobID != res[0].Job.ID || a.Attempt != 1 {
