@@ -67,6 +67,9 @@ type RegisterWorker struct {
 	Labels    map[string]string
 	TokenHash string
 	ExpiresAt time.Time
+	// EnrollTokenID, when set, names the enroll token the worker registered with; one of its
+	// uses is spent in the same append.
+	EnrollTokenID string
 }
 
 // Registered answers RegisterWorker.
@@ -81,6 +84,35 @@ type RevokeWorker struct {
 	Tenant   string
 	WorkerID string
 	By       string
+}
+
+// CreateAPIKey records a tenant's new API key. The shell makes the key; only its hash reaches
+// the log.
+type CreateAPIKey struct {
+	Tenant  string
+	KeyHash string
+}
+
+// RevokeAPIKey stops an API key for good.
+type RevokeAPIKey struct {
+	Tenant string
+	KeyID  string
+}
+
+// CreateEnrollToken records a token that lets Uses workers register until ExpiresAt. The shell
+// makes the token; only its hash reaches the log.
+type CreateEnrollToken struct {
+	Tenant    string
+	TokenHash string
+	Uses      int
+	ExpiresAt time.Time
+}
+
+// Created answers CreateAPIKey and CreateEnrollToken with the new credential's id.
+type Created struct {
+	ID      string
+	Receipt Receipt
+	Err     *Rejection
 }
 
 // Cancel asks for a job to be cancelled.

@@ -21,6 +21,11 @@ const (
 	CodeIdempotencyKeyReused Code = "IDEMPOTENCY_KEY_REUSED" // 422
 	CodeQuotaExceeded        Code = "QUOTA_EXCEEDED"         // 429
 	CodeWorkerRevoked        Code = "WORKER_REVOKED"         // 403
+	CodeUnauthenticated      Code = "UNAUTHENTICATED"        // 401: no credential, or an unknown one
+	CodeTokenExpired         Code = "TOKEN_EXPIRED"          // 401
+	CodePermissionDenied     Code = "PERMISSION_DENIED"      // 403: a valid credential that may not do this
+	CodeEnrollTokenUsedUp    Code = "ENROLL_TOKEN_USED_UP"   // 403
+	CodeAPIKeyNotFound       Code = "API_KEY_NOT_FOUND"      // 404
 	CodeUnavailable          Code = "UNAVAILABLE"            // 503: the log failed, the server is stopping
 )
 

@@ -29,8 +29,10 @@ type Tenant struct {
 	// events are not in the projections yet.
 	pendingJobs int
 	pendingIdem map[string]pendingKey
-	revoking    map[string]bool
-	pipe        pipeline
+	// pendingEnroll counts the uses of each enroll token spent by registrations not yet durable.
+	pendingEnroll map[string]int
+	revoking      map[string]bool
+	pipe          pipeline
 }
 
 type reservation struct {
@@ -52,6 +54,7 @@ func (t *Tenant) Recover(env Env) {
 	t.maxActive = q.MaxActive
 	t.reservations = map[string]reservation{}
 	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
+	t.pendingEnroll = map[string]int{}
 	now := env.Now()
 	for _, id := range slices.Sorted(maps.Keys(q.Reservations)) { // timers in a replayable order
 		exp := q.Reservations[id]
@@ -91,8 +94,14 @@ type reserveDone struct {
 }
 
 type registerDone struct {
-	reply    Ref
-	workerID string
+	reply         Ref
+	workerID      string
+	enrollTokenID string
+}
+
+type createdDone struct {
+	reply Ref
+	id    string
 }
 
 // Receive implements Behaviour.
@@ -118,6 +127,13 @@ func (t *Tenant) Receive(env Env, msg any) {
 		t.register(env, m)
 	case RevokeWorker:
 		t.revoke(env, m)
+	case CreateAPIKey:
+		id := NewID(env)
+		t.pipe.persist(env, []eventlog.Payload{eventlog.APIKeyCreated{Tenant: t.name, KeyID: id, KeyHash: m.KeyHash}}, createdDone{env.Sender(), id})
+	case RevokeAPIKey:
+		t.revokeKey(env, m)
+	case CreateEnrollToken:
+		t.createEnrollToken(env, m)
 	case Redrive:
 		t.redrive(env, m)
 	case redriveSettled:
@@ -341,10 +357,74 @@ func (t *Tenant) register(env Env, m RegisterWorker) {
 		return
 	}
 	id := NewID(env)
-	t.pipe.persist(env, []eventlog.Payload{eventlog.WorkerRegistered{
+	var events []eventlog.Payload
+	if m.EnrollTokenID != "" {
+		if r := t.spendEnrollUse(env, m.EnrollTokenID); r != nil {
+			env.Send(env.Sender(), Registered{Err: r})
+			return
+		}
+		events = append(events, eventlog.EnrollTokenUsed{Tenant: t.name, TokenID: m.EnrollTokenID, WorkerID: id})
+	}
+	events = append(events, eventlog.WorkerRegistered{
 		WorkerID: id, Tenant: t.name, Name: m.Name, Queues: m.Queues, Capacity: m.Capacity,
 		PublicKey: m.PublicKey, Labels: m.Labels, TokenHash: m.TokenHash, ExpiresAt: m.ExpiresAt.UTC(),
-	}}, registerDone{reply: env.Sender(), workerID: id})
+		EnrollTokenID: m.EnrollTokenID,
+	})
+	t.pipe.persist(env, events, registerDone{reply: env.Sender(), workerID: id, enrollTokenID: m.EnrollTokenID})
+}
+
+// spendEnrollUse takes one use of an enroll token, counting the uses of registrations that are
+// not durable yet, so two registrations can never both take the last use.
+func (t *Tenant) spendEnrollUse(env Env, id string) *Rejection {
+	var tok projections.EnrollToken
+	var ok bool
+	env.Read(func(s *projections.Set) { tok, ok = s.EnrollToken(id) })
+	switch {
+	case !ok || tok.Tenant != t.name:
+		return reject(CodeUnauthenticated, "unknown enroll token")
+	case !env.Now().Before(tok.ExpiresAt):
+		return reject(CodeTokenExpired, "the enroll token expired at %s", tok.ExpiresAt.Format(time.RFC3339))
+	case tok.Used+t.pendingEnroll[id] >= tok.Uses:
+		return reject(CodeEnrollTokenUsedUp, "the enroll token's %d uses are spent", tok.Uses)
+	}
+	t.pendingEnroll[id]++
+	return nil
+}
+
+// Enroll token limits.
+const (
+	EnrollUsesMax    = 10_000
+	EnrollTTLMax     = 365 * 24 * time.Hour
+	EnrollTTLDefault = 24 * time.Hour
+)
+
+func (t *Tenant) createEnrollToken(env Env, m CreateEnrollToken) {
+	now := env.Now()
+	switch {
+	case m.Uses < 1 || m.Uses > EnrollUsesMax:
+		env.Send(env.Sender(), Created{Err: reject(CodeInvalidArgument, "uses %d is outside 1..%d", m.Uses, EnrollUsesMax)})
+		return
+	case !m.ExpiresAt.After(now) || m.ExpiresAt.Sub(now) > EnrollTTLMax:
+		env.Send(env.Sender(), Created{Err: reject(CodeInvalidArgument, "an enroll token lasts more than 0 s and at most %s", EnrollTTLMax)})
+		return
+	}
+	id := NewID(env)
+	t.pipe.persist(env, []eventlog.Payload{eventlog.EnrollTokenCreated{Tenant: t.name, TokenID: id, TokenHash: m.TokenHash, Uses: m.Uses, ExpiresAt: m.ExpiresAt.UTC()}},
+		createdDone{env.Sender(), id})
+}
+
+func (t *Tenant) revokeKey(env Env, m RevokeAPIKey) {
+	var k projections.APIKey
+	var ok bool
+	env.Read(func(s *projections.Set) { k, ok = s.APIKey(m.KeyID) })
+	switch {
+	case !ok || k.Tenant != t.name:
+		env.Send(env.Sender(), Done{Err: reject(CodeAPIKeyNotFound, "no API key %q", clip(m.KeyID))})
+	case k.Revoked:
+		env.Send(env.Sender(), Done{}) // revoking twice changes nothing
+	default:
+		t.pipe.persist(env, []eventlog.Payload{eventlog.APIKeyRevoked{Tenant: t.name, KeyID: k.ID}}, replyDone{env.Sender()})
+	}
 }
 
 func (t *Tenant) revoke(env Env, m RevokeWorker) {
@@ -403,7 +483,14 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 	case reserveDone:
 		env.Send(d.reply, Reserved{ID: d.id, ExpiresAt: d.expiresAt, Receipt: receiptOf(m.Receipt), Err: err})
 	case registerDone:
+		if d.enrollTokenID != "" {
+			if t.pendingEnroll[d.enrollTokenID]--; t.pendingEnroll[d.enrollTokenID] == 0 {
+				delete(t.pendingEnroll, d.enrollTokenID)
+			}
+		}
 		env.Send(d.reply, Registered{WorkerID: d.workerID, Receipt: receiptOf(m.Receipt), Err: err})
+	case createdDone:
+		env.Send(d.reply, Created{ID: d.id, Receipt: receiptOf(m.Receipt), Err: err})
 	case revokeDone:
 		delete(t.revoking, d.workerID)
 		if err == nil {

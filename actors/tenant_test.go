@@ -218,3 +218,68 @@ func TestRestartedTenantRebuilds(t *testing.T) {
 		t.Fatalf("release of %q after the restart: %v", id, d.Err)
 	}
 }
+
+// An enroll token registers at most Uses workers, counting registrations not yet durable, and
+// none once it expires; each use is logged with the registration in one append.
+func TestEnrollTokenUsesAndExpiry(t *testing.T) {
+	t.Parallel()
+	w := actorstest.New(1, t0)
+	acme := actors.TenantRef("acme")
+	made := one[actors.Created](t, w.Call("admin", acme, actors.CreateEnrollToken{Tenant: "acme", TokenHash: "eh", Uses: 2, ExpiresAt: t0.Add(time.Hour)}))
+	if made.Err != nil || made.ID == "" {
+		t.Fatalf("create: %+v", made)
+	}
+	reg := func(tenant string, i int) actors.RegisterWorker {
+		return actors.RegisterWorker{Tenant: tenant, Name: "w", Queues: []string{"q"}, Capacity: 1, TokenHash: "t" + string(rune('0'+i)),
+			ExpiresAt: t0.Add(time.Hour), EnrollTokenID: made.ID}
+	}
+	// Another tenant cannot spend acme's token.
+	wantCode(t, one[actors.Registered](t, w.Call("c", actors.TenantRef("other"), reg("other", 0))).Err, actors.CodeUnauthenticated)
+	// Three registrations arrive before any fsync: two take the uses, the third is refused.
+	for i := range 3 {
+		w.Send(acme, reg("acme", i), actorstest.External("c"+string(rune('0'+i))))
+	}
+	w.Run()
+	for i, want := range []actors.Code{"", "", actors.CodeEnrollTokenUsedUp} {
+		r := one[actors.Registered](t, w.Inbox("c"+string(rune('0'+i))))
+		if want == "" && r.Err != nil {
+			t.Fatalf("registration %d: %v", i, r.Err)
+		} else if want != "" {
+			wantCode(t, r.Err, want)
+		}
+	}
+	if tok, _ := w.Set.EnrollToken(made.ID); tok.Used != 2 {
+		t.Fatalf("used %d", tok.Used)
+	}
+	mark := len(w.Log)
+	second := one[actors.Created](t, w.Call("admin", acme, actors.CreateEnrollToken{Tenant: "acme", TokenHash: "eh2", Uses: 5, ExpiresAt: t0.Add(time.Minute)}))
+	w.Advance(time.Minute)
+	r := reg("acme", 4)
+	r.EnrollTokenID = second.ID
+	wantCode(t, one[actors.Registered](t, w.Call("c", acme, r)).Err, actors.CodeTokenExpired)
+	wantTypes(t, w.Since(mark), "tenant.enroll_token_created")
+	for _, bad := range []actors.CreateEnrollToken{{Uses: 0, ExpiresAt: t0.Add(2 * time.Hour)}, {Uses: 1, ExpiresAt: t0}} {
+		bad.Tenant = "acme"
+		wantCode(t, one[actors.Created](t, w.Call("admin", acme, bad)).Err, actors.CodeInvalidArgument)
+	}
+}
+
+func TestAPIKeyCreateAndRevoke(t *testing.T) {
+	t.Parallel()
+	w := actorstest.New(1, t0)
+	acme := actors.TenantRef("acme")
+	k := one[actors.Created](t, w.Call("admin", acme, actors.CreateAPIKey{Tenant: "acme", KeyHash: "kh"}))
+	if got, ok := w.Set.APIKeyByHash("kh"); !ok || got.ID != k.ID || got.Tenant != "acme" || got.Revoked {
+		t.Fatalf("key %+v %v", got, ok)
+	}
+	wantCode(t, one[actors.Done](t, w.Call("admin", actors.TenantRef("other"), actors.RevokeAPIKey{Tenant: "other", KeyID: k.ID})).Err, actors.CodeAPIKeyNotFound)
+	for range 2 { // the second revoke changes nothing
+		if d := one[actors.Done](t, w.Call("admin", acme, actors.RevokeAPIKey{Tenant: "acme", KeyID: k.ID})); d.Err != nil {
+			t.Fatal(d.Err)
+		}
+	}
+	if got, _ := w.Set.APIKeyByHash("kh"); !got.Revoked {
+		t.Fatal("the key is not revoked")
+	}
+	wantTypes(t, w.Since(0), "tenant.api_key_created", "tenant.api_key_revoked")
+}

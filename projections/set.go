@@ -30,6 +30,7 @@ type Set struct {
 	// idemOrder lists idempotency entries by expiry, so expired ones are forgotten in order.
 	idemOrder []idemKey
 	counters  map[string]*Counters // by queue
+	creds     credentials
 
 	// Derived from the above and rebuilt on restore, never checkpointed.
 	leases  map[string]*Job            // leased jobs by id
@@ -110,6 +111,7 @@ func New() *Set {
 		tenants:  map[string]*Tenant{},
 		idem:     map[idemKey]Idempotency{},
 		counters: map[string]*Counters{},
+		creds:    newCredentials(),
 	}
 	s.derive()
 	return s
@@ -165,7 +167,8 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		delete(s.tenant(e.Tenant).Reservations, e.ReservationID)
 		return nil
 	case eventlog.APIKeyCreated, eventlog.APIKeyRevoked, eventlog.EnrollTokenCreated, eventlog.EnrollTokenUsed:
-		return nil // credentials are the transport's views
+		s.creds.apply(at, p)
+		return nil
 	}
 	stream := eventlog.StreamOf(p)
 	if strings.HasPrefix(stream, "worker/") {
@@ -344,6 +347,7 @@ func (s *Set) derive() {
 	for _, w := range s.workers {
 		s.tokens[w.TokenHash] = w.ID
 	}
+	s.creds.derive()
 }
 
 // checkpoint is the stored form of a Set: everything that is not derived, in a canonical order
@@ -356,6 +360,8 @@ type checkpoint struct {
 	Idem      []idemEntry          `json:"idempotency"`
 	IdemOrder []idemKey            `json:"idempotency_order"`
 	Counters  map[string]*Counters `json:"counters"`
+	APIKeys   []*APIKey            `json:"api_keys"`
+	Enroll    []*EnrollToken       `json:"enroll_tokens"`
 	Version   string               `json:"version"`
 }
 
@@ -373,6 +379,8 @@ func (s *Set) MarshalCheckpoint() ([]byte, error) {
 	c.Jobs = sortedValues(s.jobs, func(j *Job) string { return j.ID })
 	c.Workers = sortedValues(s.workers, func(w *Worker) string { return w.ID })
 	c.Tenants = sortedValues(s.tenants, func(t *Tenant) string { return t.Name })
+	c.APIKeys = sortedValues(s.creds.apiKeys, func(k *APIKey) string { return k.ID })
+	c.Enroll = sortedValues(s.creds.enroll, func(t *EnrollToken) string { return t.ID })
 	for k, v := range s.idem {
 		c.Idem = append(c.Idem, idemEntry{k, v})
 	}
@@ -409,6 +417,12 @@ func UnmarshalCheckpoint(data []byte) (*Set, error) {
 		s.idem[e.idemKey] = e.Idempotency
 	}
 	s.idemOrder = c.IdemOrder
+	for _, k := range c.APIKeys {
+		s.creds.apiKeys[k.ID] = k
+	}
+	for _, t := range c.Enroll {
+		s.creds.enroll[t.ID] = t
+	}
 	if c.Counters != nil {
 		s.counters = c.Counters
 	}
@@ -432,6 +446,7 @@ func (s *Set) Clone() *Set {
 		idem:      maps.Clone(s.idem),
 		idemOrder: slices.Clone(s.idemOrder),
 		counters:  make(map[string]*Counters, len(s.counters)),
+		creds:     s.creds.clone(),
 	}
 	for id, j := range s.jobs {
 		c.jobs[id] = j.Clone()

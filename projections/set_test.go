@@ -29,7 +29,12 @@ func workload(t *testing.T) *actorstest.World {
 	call(acme, actors.SetQuota{Tenant: "acme", MaxActive: 100, MaxRunning: 3})
 	res := call(acme, actors.Reserve{Tenant: "acme", TTL: time.Minute}).(actors.Reserved)
 	call(acme, actors.Reserve{Tenant: "acme", TTL: time.Minute})
-	reg := call(acme, actors.RegisterWorker{Tenant: "acme", Name: "w", Queues: []string{"a", "b"}, Capacity: 3, TokenHash: "h", ExpiresAt: w.Clock.Add(time.Hour)}).(actors.Registered)
+	key := call(acme, actors.CreateAPIKey{Tenant: "acme", KeyHash: "kh"}).(actors.Created)
+	call(acme, actors.CreateAPIKey{Tenant: "acme", KeyHash: "kh2"})
+	call(acme, actors.RevokeAPIKey{Tenant: "acme", KeyID: key.ID})
+	enroll := call(acme, actors.CreateEnrollToken{Tenant: "acme", TokenHash: "eh", Uses: 2, ExpiresAt: w.Clock.Add(time.Hour)}).(actors.Created)
+	reg := call(acme, actors.RegisterWorker{Tenant: "acme", Name: "w", Queues: []string{"a", "b"}, Capacity: 3, TokenHash: "h",
+		ExpiresAt: w.Clock.Add(time.Hour), EnrollTokenID: enroll.ID}).(actors.Registered)
 	var specs []actors.JobSpec
 	for i := range 12 {
 		specs = append(specs, actors.JobSpec{Queue: []string{"a", "b"}[i%2], Type: "t", Priority: i % 3, MaxAttempts: 2, LeaseTTL: 10 * time.Second,
@@ -103,7 +108,7 @@ func TestLiveEqualsReplay(t *testing.T) {
 	}
 	for _, want := range []string{"job.scheduled", "job.progress", "job.succeeded", "job.retry_scheduled", "job.lease_expired",
 		"job.dead_lettered", "job.redriven", "job.cancel_requested", "job.cancelled", "tenant.reservation_consumed",
-		"tenant.reservation_expired", "worker.revoked", "worker.session_ended"} {
+		"tenant.reservation_expired", "worker.revoked", "worker.session_ended", "tenant.api_key_revoked", "tenant.enroll_token_used"} {
 		if !types[want] {
 			t.Errorf("the workload never logs %s", want)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"time"
@@ -181,6 +180,8 @@ type WorkerSpec struct {
 	PublicKey string // base64 Ed25519, optional
 	Labels    map[string]string
 	TokenTTL  time.Duration // 0: 7 days
+	// EnrollTokenID names the enroll token the worker registered with, which loses one use.
+	EnrollTokenID string
 }
 
 // WorkerTokenTTLDefault is how long a worker token lasts unless the registration says otherwise.
@@ -197,11 +198,10 @@ type Registration struct {
 // RegisterWorker enrolls a worker for a tenant and issues its token: 256 random bits, of which
 // only the SHA-256 is logged.
 func (b *Broker) RegisterWorker(ctx context.Context, tenant string, spec WorkerSpec) (Registration, error) {
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
+	token, err := newSecret(WorkerTokenPrefix)
+	if err != nil {
 		return Registration{}, err
 	}
-	token := "tw_" + base64.RawURLEncoding.EncodeToString(raw[:])
 	ttl := spec.TokenTTL
 	if ttl <= 0 {
 		ttl = WorkerTokenTTLDefault
@@ -209,7 +209,7 @@ func (b *Broker) RegisterWorker(ctx context.Context, tenant string, spec WorkerS
 	exp := b.clock().Add(ttl).UTC()
 	r, err := callFor[actors.Registered](ctx, b, actors.TenantRef(tenant), actors.RegisterWorker{
 		Tenant: tenant, Name: spec.Name, Queues: spec.Queues, Capacity: spec.Capacity, PublicKey: spec.PublicKey,
-		Labels: spec.Labels, TokenHash: TokenHash(token), ExpiresAt: exp,
+		Labels: spec.Labels, TokenHash: TokenHash(token), ExpiresAt: exp, EnrollTokenID: spec.EnrollTokenID,
 	})
 	if err != nil || r.Err != nil {
 		return Registration{}, firstErr(err, r.Err)
