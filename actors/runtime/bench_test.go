@@ -36,7 +36,7 @@ func BenchmarkLifecycle(b *testing.B) {
 				if !ok {
 					continue
 				}
-				if _, err := s.Complete(ctx, actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
+				if _, err := br.Complete(ctx, actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
 					b.Error(err)
 					return
 				}

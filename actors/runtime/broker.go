@@ -77,6 +77,9 @@ type Broker struct {
 	checkpointing  atomic.Bool
 	checkpoints    sync.WaitGroup
 
+	changedMu sync.Mutex
+	changed   chan struct{} // closed and replaced when the projections change
+
 	closeOnce sync.Once
 	closing   chan struct{} // closed when Close starts: no new calls
 	stopped   chan struct{} // closed when Close is done: no reply will come any more
@@ -112,6 +115,7 @@ func Open(cfg Config) (*Broker, error) {
 		cfg: cfg, log: cfg.Logger.Named("broker"), elog: elog, clock: cfg.Clock,
 		tenants: map[string]*actor.PID{}, jobs: map[string]*actor.PID{}, sessions: map[string]*actor.PID{},
 		commits: make(chan commit, 4096), committerDone: make(chan struct{}), closing: make(chan struct{}), stopped: make(chan struct{}),
+		changed: make(chan struct{}),
 	}
 	b.advance = sync.NewCond(&b.applyMu)
 	if err := b.rebuildProjections(); err != nil {
@@ -300,6 +304,7 @@ func (b *Broker) commitLoop() {
 			}
 		}
 		b.mu.Unlock()
+		b.signalChanged()
 		for _, c := range batch {
 			b.system.Root.Send(c.to, persisted{incarnation: c.incarnation, p: actors.Persisted{Then: c.then, Receipt: c.receipt, Err: c.err}})
 		}

@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -305,27 +305,90 @@ func (s *Session) Heartbeat(ctx context.Context, leases []string) (actors.Heartb
 	return r, err
 }
 
+// HeartbeatAsync is Heartbeat for a connection that goes on reading: done is called once, on
+// an actor's goroutine, and must not block.
+func (s *Session) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck, error)) {
+	s.b.ask(s.ref, actors.Heartbeat{Leases: leases}, func(r any, err error) {
+		ack, _ := r.(actors.HeartbeatAck)
+		if err == nil && ack.Err != nil {
+			err = ack.Err
+		}
+		done(ack, err)
+	})
+}
+
+// Close ends the session; its leases run out on schedule unless the worker reconnects in time.
+func (s *Session) Close() { s.b.send(s.ref, envelope{msg: actors.CloseSession{Reason: "closed"}}) }
+
+// Worker operations on a leased job. They name the worker, not a session: a worker that
+// reconnected, or one that polls, reports on the leases it holds through any connection.
+
 // Event appends an event (a log line, progress, any worker type) to a leased job and returns
 // its number in the job's stream.
-func (s *Session) Event(ctx context.Context, jobID, leaseID, kind string, data json.RawMessage) (int, actors.Receipt, error) {
-	r, err := callFor[actors.ProgressAck](ctx, s.b, actors.DispatcherRef(), actors.Progress{WorkerID: s.WorkerID, JobID: jobID, LeaseID: leaseID, Kind: kind, Data: data})
+func (b *Broker) Event(ctx context.Context, p actors.Progress) (int, actors.Receipt, error) {
+	r, err := callFor[actors.ProgressAck](ctx, b, actors.DispatcherRef(), p)
 	if err != nil || r.Err != nil {
 		return 0, actors.Receipt{}, firstErr(err, r.Err)
 	}
 	return r.Number, r.Receipt, nil
 }
 
-// Complete reports a job's output (WorkerID is filled in).
-func (s *Session) Complete(ctx context.Context, c actors.Complete) (actors.Receipt, error) {
-	c.WorkerID = s.WorkerID
-	return s.b.done(ctx, actors.DispatcherRef(), c)
+// Complete reports a job's output.
+func (b *Broker) Complete(ctx context.Context, c actors.Complete) (actors.Receipt, error) {
+	return b.done(ctx, actors.DispatcherRef(), c)
 }
 
-// Fail reports a failed attempt (WorkerID is filled in).
-func (s *Session) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error) {
-	f.WorkerID = s.WorkerID
-	return s.b.done(ctx, actors.DispatcherRef(), f)
+// Fail reports a failed attempt.
+func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error) {
+	return b.done(ctx, actors.DispatcherRef(), f)
 }
 
-// Close ends the session; its leases run out on schedule unless the worker reconnects in time.
-func (s *Session) Close() { s.b.send(s.ref, envelope{msg: actors.CloseSession{Reason: "closed"}}) }
+// WorkerOp sends a worker operation (actors.Progress, actors.Complete or actors.Fail) without
+// waiting: done is called once with the event's number (Progress only) and the receipt, on an
+// actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
+// order sent, which a connection that goes on reading needs (an event before its completion).
+func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
+	b.ask(actors.DispatcherRef(), op, func(r any, err error) {
+		switch r := r.(type) {
+		case actors.ProgressAck:
+			done(r.Number, r.Receipt, firstErr(err, r.Err))
+		case actors.Done:
+			if err = firstErr(err, r.Err); err == nil {
+				r.Receipt = b.fill(r.Receipt)
+			}
+			done(0, r.Receipt, err)
+		default:
+			done(0, actors.Receipt{}, err)
+		}
+	})
+}
+
+// ask sends msg to an actor now and calls done with the one reply, or with ErrClosed if the
+// broker is closing. done runs on the replying actor's goroutine.
+func (b *Broker) ask(to actors.Ref, msg any, done func(any, error)) {
+	select {
+	case <-b.closing:
+		done(nil, ErrClosed)
+		return
+	default:
+	}
+	var once sync.Once
+	s := &sink{deliver: func(m any) { once.Do(func() { done(m, nil) }) }}
+	b.send(to, envelope{msg: msg, sender: actors.Ref{Kind: actors.RefExternal, External: s}})
+}
+
+// Changed returns a channel that is closed once the projections next change. Watchers (an
+// event stream, a long poll) read, then wait on it, then read again.
+func (b *Broker) Changed() <-chan struct{} {
+	b.changedMu.Lock()
+	defer b.changedMu.Unlock()
+	return b.changed
+}
+
+// signalChanged wakes every watcher; the committer calls it after each batch it applies.
+func (b *Broker) signalChanged() {
+	b.changedMu.Lock()
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.changedMu.Unlock()
+}

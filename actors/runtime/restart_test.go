@@ -104,11 +104,11 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 	s := worker(t, b, 1)
 	s.Credit(1)
 	a := next(t, s)
-	if _, _, err := s.Event(short, a.JobID, a.LeaseID, "panic", nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := b.Event(short, actors.Progress{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Kind: "panic", Data: nil}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the message that panicked got an answer: %v", err)
 	}
 	// The restarted job actor still holds the lease, now with a fresh grace logged.
-	n, _, err := s.Event(ctx(t), a.JobID, a.LeaseID, "log", json.RawMessage(`"after"`))
+	n, _, err := b.Event(ctx(t), actors.Progress{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Kind: "log", Data: json.RawMessage(`"after"`)})
 	if err != nil || n != 4 { // submitted, leased, lease_extended, this
 		t.Fatalf("progress after the restart: %d, %v", n, err)
 	}
@@ -123,7 +123,7 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 	if _, err := b.Cancel(short2, "acme", "panic", queued[0].Job.ID); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the message that panicked got an answer: %v", err)
 	}
-	if _, err := s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
+	if _, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
 		t.Fatal(err)
 	}
 	s.Credit(1)
@@ -140,7 +140,7 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 	}
 	short3, cancel3 := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel3()
-	_, _ = s.Complete(short3, actors.Complete{JobID: a2.JobID, LeaseID: a2.LeaseID, Nonce: a2.Nonce, Output: json.RawMessage(`"panic"`)})
+	_, _ = b.Complete(short3, actors.Complete{WorkerID: s.WorkerID, JobID: a2.JobID, LeaseID: a2.LeaseID, Nonce: a2.Nonce, Output: json.RawMessage(`"panic"`)})
 	if j, _ := b.Get("acme", a2.JobID); j.Status != projections.StatusSucceeded {
 		t.Fatalf("the completion is not durable: %s", j.Status)
 	}
@@ -169,7 +169,7 @@ func TestAbandonedBrokerRecovers(t *testing.T) {
 			acked[res[0].Job.ID] = projections.StatusQueued
 			if i%3 == 0 {
 				a := next(t, s)
-				if _, err := s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
+				if _, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
 					t.Fatal(err)
 				}
 				acked[a.JobID] = projections.StatusSucceeded
@@ -230,11 +230,11 @@ func TestLiveEqualsReplayThroughTheRuntime(t *testing.T) {
 		}
 		a := next(t, s)
 		if i%2 == 0 {
-			_, err := s.Fail(ctx(t), actors.Fail{JobID: a.JobID, LeaseID: a.LeaseID, Code: "x"})
+			_, err := b.Fail(ctx(t), actors.Fail{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Code: "x"})
 			if err != nil {
 				t.Fatal(err)
 			}
-		} else if _, err := s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`{"i":1}`)}); err != nil {
+		} else if _, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`{"i":1}`)}); err != nil {
 			t.Fatal(err)
 		}
 		s.Credit(1)

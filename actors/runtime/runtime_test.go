@@ -100,7 +100,7 @@ func TestSubmitLeaseComplete(t *testing.T) {
 	if a.JobID != res[0].Job.ID || a.Attempt != 1 {
 		t.Fatalf("assignment %+v", a)
 	}
-	if _, err := s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`"done"`)}); err != nil {
+	if _, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`"done"`)}); err != nil {
 		t.Fatal(err)
 	}
 	j, ok := b.Get("acme", a.JobID)
@@ -110,7 +110,7 @@ func TestSubmitLeaseComplete(t *testing.T) {
 	if _, ok := b.Get("other", a.JobID); ok {
 		t.Fatal("another tenant sees the job")
 	}
-	_, err = s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: "stale", Nonce: a.Nonce, Output: json.RawMessage(`"done"`)})
+	_, err = b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: "stale", Nonce: a.Nonce, Output: json.RawMessage(`"done"`)})
 	if r, ok := err.(*actors.Rejection); !ok || r.Code != actors.CodeLeaseMismatch {
 		t.Fatalf("stale lease: %v", err)
 	}
@@ -141,11 +141,11 @@ func TestRestart(t *testing.T) {
 		a := next(t, s)
 		switch i {
 		case 0, 1, 2:
-			if _, err := s.Complete(ctx(t), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
+			if _, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}); err != nil {
 				t.Fatal(err)
 			}
 		case 3:
-			if _, err := s.Fail(ctx(t), actors.Fail{JobID: a.JobID, LeaseID: a.LeaseID, Code: "boom", Retryable: false}); err != nil {
+			if _, err := b.Fail(ctx(t), actors.Fail{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Code: "boom", Retryable: false}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -249,9 +249,9 @@ func TestConcurrentWorkload(t *testing.T) {
 					}
 					var err error
 					if (i+a.Attempt)%3 == 0 {
-						_, err = s.Fail(context.Background(), actors.Fail{JobID: a.JobID, LeaseID: a.LeaseID, Code: "flaky", Retryable: false})
+						_, err = b.Fail(context.Background(), actors.Fail{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Code: "flaky", Retryable: false})
 					} else {
-						_, err = s.Complete(context.Background(), actors.Complete{JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`{"ok":true}`)})
+						_, err = b.Complete(context.Background(), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`{"ok":true}`)})
 					}
 					if r, ok := err.(*actors.Rejection); err != nil && (!ok || r.Code != actors.CodeLeaseMismatch) {
 						t.Error(err) // a lease mismatch is a cancel that won the race

@@ -1,0 +1,235 @@
+// Package wire is tether's wire contract (DESIGN §5) as Go types: the JSON bodies of the HTTP
+// API, the worker protocol's frames, and the error shape. The server (package transport) and
+// the client (package transport/client) both use it, so they cannot drift apart; it imports
+// nothing of the broker, so a program that only talks to tether does not link the server.
+package wire
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Error is the body of every error response: {"error":{"code","message","details"}}.
+type Error struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is one error; Details is always an object, never null.
+type ErrorDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details"`
+}
+
+// Receipt names the last event a state-changing request caused: its seq and chain hash.
+type Receipt struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// Lease is the current lease of a leased job.
+type Lease struct {
+	LeaseID   string    `json:"lease_id"`
+	WorkerID  string    `json:"worker_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// JobError is the last failure of a job.
+type JobError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Job is the job resource.
+type Job struct {
+	ID              string            `json:"id"`
+	Tenant          string            `json:"tenant"`
+	Queue           string            `json:"queue"`
+	Type            string            `json:"type"`
+	Payload         json.RawMessage   `json:"payload"`
+	Priority        int               `json:"priority"`
+	Labels          map[string]string `json:"labels"`
+	Status          string            `json:"status"`
+	Attempt         int               `json:"attempt"`
+	MaxAttempts     int               `json:"max_attempts"`
+	RunAt           *time.Time        `json:"run_at"`
+	Lease           *Lease            `json:"lease"`
+	CancelRequested bool              `json:"cancel_requested"`
+	Output          json.RawMessage   `json:"output"`
+	OutputHash      string            `json:"output_hash,omitempty"`
+	Error           *JobError         `json:"error"`
+	DeadReason      string            `json:"dead_reason,omitempty"`
+	CreatedAt       time.Time         `json:"created_at"`
+	UpdatedAt       time.Time         `json:"updated_at"`
+	EventsTruncated bool              `json:"events_truncated"`
+	Receipt         *Receipt          `json:"receipt,omitempty"`
+	IdempotentHit   *bool             `json:"idempotent_hit,omitempty"`
+}
+
+// Terminal reports whether the job's status is final (a dead-lettered job may be re-driven).
+func (j *Job) Terminal() bool {
+	return j.Status == "succeeded" || j.Status == "failed" || j.Status == "cancelled"
+}
+
+// SubmitRequest is the body of POST /v1/jobs and one element of a batch.
+type SubmitRequest struct {
+	Queue           string            `json:"queue"`
+	Type            string            `json:"type"`
+	Payload         json.RawMessage   `json:"payload,omitempty"`
+	Priority        int               `json:"priority,omitempty"`
+	DelaySeconds    float64           `json:"delay_seconds,omitempty"`
+	RunAt           *time.Time        `json:"run_at,omitempty"`
+	MaxAttempts     int               `json:"max_attempts,omitempty"`
+	LeaseTTLSeconds float64           `json:"lease_ttl_seconds,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	IdempotencyKey  string            `json:"idempotency_key,omitempty"`
+	ReservationID   string            `json:"reservation_id,omitempty"`
+}
+
+// BatchRequest is the body of POST /v1/jobs/batch.
+type BatchRequest struct {
+	Jobs []SubmitRequest `json:"jobs"`
+}
+
+// BatchResponse answers a batch submit.
+type BatchResponse struct {
+	Jobs    []Job    `json:"jobs"`
+	Receipt *Receipt `json:"receipt,omitempty"`
+}
+
+// JobList is one page of GET /v1/jobs; NextCursor is empty on the last page.
+type JobList struct {
+	Jobs       []Job  `json:"jobs"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Event is one event of a job's stream: Number counts from 1 within the job.
+type Event struct {
+	Number int             `json:"number"`
+	Seq    uint64          `json:"seq"`
+	Time   time.Time       `json:"time"`
+	Type   string          `json:"type"`
+	Data   json.RawMessage `json:"data"`
+}
+
+// EventList answers GET /v1/jobs/{id}/events when SSE is not asked for.
+type EventList struct {
+	Events []Event `json:"events"`
+	Done   bool    `json:"done"`
+}
+
+// Done answers a state-changing request that returns no resource (cancel, release, revoke).
+type Done struct {
+	Receipt Receipt `json:"receipt"`
+}
+
+// ReservationRequest is the body of POST /v1/reservations.
+type ReservationRequest struct {
+	TTLSeconds float64 `json:"ttl_seconds,omitempty"`
+}
+
+// Reservation answers POST /v1/reservations.
+type Reservation struct {
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Receipt   Receipt   `json:"receipt"`
+}
+
+// Quota is a tenant's limits and usage (GET /v1/quota); zero limits are unlimited.
+type Quota struct {
+	Tenant       string `json:"tenant"`
+	MaxActive    int    `json:"max_active"`
+	MaxRunning   int    `json:"max_running"`
+	Active       int    `json:"active"`
+	Running      int    `json:"running"`
+	Reservations int    `json:"reservations"`
+}
+
+// QuotaRequest is the body of PUT /v1/admin/tenants/{tenant}/quota.
+type QuotaRequest struct {
+	MaxActive  int `json:"max_active"`
+	MaxRunning int `json:"max_running"`
+}
+
+// Queue is one queue's counts (GET /v1/queues).
+type Queue struct {
+	Name             string  `json:"name"`
+	Depth            int     `json:"depth"`
+	Leased           int     `json:"leased"`
+	Scheduled        int     `json:"scheduled"`
+	Dead             int     `json:"dead"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+}
+
+// Queues answers GET /v1/queues.
+type Queues struct {
+	Queues []Queue `json:"queues"`
+}
+
+// Worker is a registered worker as GET /v1/workers shows it.
+type Worker struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	Queues       []string          `json:"queues"`
+	Capacity     int               `json:"capacity"`
+	Labels       map[string]string `json:"labels"`
+	Status       string            `json:"status"` // online, offline, revoked
+	Transport    string            `json:"transport,omitempty"`
+	InFlight     []string          `json:"in_flight"`
+	LastSeen     time.Time         `json:"last_seen"`
+	RegisteredAt time.Time         `json:"registered_at"`
+	ExpiresAt    time.Time         `json:"expires_at"`
+	HasKey       bool              `json:"has_public_key"`
+}
+
+// Workers answers GET /v1/workers.
+type Workers struct {
+	Workers []Worker `json:"workers"`
+}
+
+// RegisterRequest is the body of POST /v1/workers/register.
+type RegisterRequest struct {
+	Name      string            `json:"name"`
+	Queues    []string          `json:"queues"`
+	Capacity  int               `json:"capacity"`
+	PublicKey string            `json:"public_key,omitempty"` // base64 Ed25519
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// Registration answers POST /v1/workers/register; WorkerToken is shown only here.
+type Registration struct {
+	WorkerID    string    `json:"worker_id"`
+	WorkerToken string    `json:"worker_token"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	Receipt     Receipt   `json:"receipt"`
+}
+
+// APIKeyRequest is the body of POST /v1/admin/api-keys.
+type APIKeyRequest struct {
+	Tenant string `json:"tenant"`
+}
+
+// APIKey answers POST /v1/admin/api-keys; Key is shown only here.
+type APIKey struct {
+	ID      string  `json:"id"`
+	Tenant  string  `json:"tenant"`
+	Key     string  `json:"api_key"`
+	Receipt Receipt `json:"receipt"`
+}
+
+// EnrollTokenRequest is the body of POST /v1/admin/enroll-tokens.
+type EnrollTokenRequest struct {
+	Tenant     string  `json:"tenant"`
+	Uses       int     `json:"uses"`
+	TTLSeconds float64 `json:"ttl_seconds"`
+}
+
+// EnrollToken answers POST /v1/admin/enroll-tokens; Token is shown only here.
+type EnrollToken struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Token     string    `json:"enroll_token"`
+	Uses      int       `json:"uses"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Receipt   Receipt   `json:"receipt"`
+}
