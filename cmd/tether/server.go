@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,7 +11,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync/atomic"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +26,9 @@ func runServer(args []string) error {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	data := fs.String("data", "tether-data", "data directory (created if missing)")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	auth := fs.String("auth", "none", "none (loopback only: every client is tenant \"default\") or token (API keys, enroll tokens, an admin token)")
+	adminToken := fs.String("admin-token", "", "the admin token under --auth token; if empty, one is made and kept in DATA/admin-token (mode 0600)")
+	maxConns := fs.Int("max-conns", 10_000, "the most connections served at once; more wait to be accepted")
 	var lf logFlags
 	lf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -34,22 +40,32 @@ func runServer(args []string) error {
 	}
 	defer func() { _ = log.Sync() }()
 
+	mode := transport.AuthMode(*auth)
+	if mode == transport.AuthNone && !loopback(*addr) {
+		return fmt.Errorf("--auth none serves loopback addresses only, not %q; use --auth token", *addr)
+	}
+	if err := os.MkdirAll(*data, 0o755); err != nil {
+		return err
+	}
+	if mode == transport.AuthToken && *adminToken == "" {
+		path := filepath.Join(*data, "admin-token")
+		if *adminToken, err = adminTokenFile(path); err != nil {
+			return err
+		}
+		log.Info("the admin token is in a file", zap.String("path", path))
+	}
+	api, err := transport.NewServer(transport.Config{Auth: mode, AdminToken: *adminToken, Logger: log})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	var status brokerStatus
-	srv := &http.Server{
-		Handler:           transport.OpsHandler(&status),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          zap.NewStdLog(log.Named("http")),
-	}
+	srv := transport.NewHTTPServer(api, log)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()))
+	go func() { served <- srv.Serve(transport.LimitListener(ln, *maxConns)) }()
+	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()), zap.String("auth", *auth))
 
 	// Recovery (checkpoint, tail replay, lease grace) runs while /healthz already answers.
 	type opened struct {
@@ -75,7 +91,7 @@ func runServer(args []string) error {
 				break
 			}
 			broker, failed = o.b, o.b.Failed()
-			status.broker.Store(broker)
+			api.Attach(broker)
 			head := broker.Head()
 			log.Info("ready", zap.String("data", *data), zap.Uint64("head_seq", head.Seq), zap.Stringer("head_hash", head.Hash))
 		case err := <-served:
@@ -91,14 +107,17 @@ func runServer(args []string) error {
 	if runErr == nil {
 		select {
 		case <-stop.Done():
-			log.Info("shutting down")
+			log.Info("shutting down: no new connections; requests in flight finish, workers are told to go away")
 		case <-failed:
 			runErr = fmt.Errorf("event log failed, stopping: %w", broker.Err())
 		case err := <-served:
 			runErr = err
 		}
 	}
-	status.broker.Store(nil)
+	// Stop accepting and let requests in flight finish while the broker still answers them;
+	// then close the broker, which ends every session with "shutdown" (WebSockets get 1001)
+	// and waits for the appends in flight.
+	api.Shutdown()
 	ctx, done := context.WithTimeout(context.Background(), 10*time.Second)
 	defer done()
 	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -107,6 +126,7 @@ func runServer(args []string) error {
 	if broker != nil {
 		runErr = errors.Join(runErr, broker.Close())
 	}
+	api.Wait(ctx)
 	if errors.Is(runErr, errStopped) {
 		return nil
 	}
@@ -115,27 +135,35 @@ func runServer(args []string) error {
 
 var errStopped = errors.New("stopped")
 
-// brokerStatus reports readiness: not ready until recovery is done, and not once the log fails.
-type brokerStatus struct {
-	broker atomic.Pointer[runtime.Broker]
+// loopback reports whether addr listens on a loopback interface only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
-func (s *brokerStatus) Ready() error {
-	b := s.broker.Load()
-	if b == nil {
-		return errors.New("recovering: the projections are being rebuilt from the log")
+// adminTokenFile reads the admin token kept at path, or makes one and keeps it there.
+func adminTokenFile(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
 	}
-	return b.Err()
-}
-
-func (s *brokerStatus) Status() any {
-	b := s.broker.Load()
-	head, st := b.Head(), b.Log().Stats()
-	return map[string]any{
-		"status":    "ready",
-		"head_seq":  head.Seq,
-		"head_hash": head.Hash.String(),
-		"events":    st.Events,
-		"fsyncs":    st.Syncs,
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
 	}
+	token := "ta_" + base64.RawURLEncoding.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return token, nil
 }

@@ -1,0 +1,300 @@
+package transport
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// apiError is an error with its HTTP status and stable code.
+type apiError struct {
+	status  int
+	code    string
+	message string
+	details map[string]any
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps each rejection code to its one HTTP status (DESIGN §5).
+var statusOf = map[actors.Code]int{
+	actors.CodeInvalidArgument:      http.StatusBadRequest,
+	actors.CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
+	actors.CodeJobNotFound:          http.StatusNotFound,
+	actors.CodeWorkerNotFound:       http.StatusNotFound,
+	actors.CodeReservationNotFound:  http.StatusNotFound,
+	actors.CodeAPIKeyNotFound:       http.StatusNotFound,
+	actors.CodeLeaseMismatch:        http.StatusConflict,
+	actors.CodeAlreadyTerminal:      http.StatusConflict,
+	actors.CodeNotDeadLettered:      http.StatusConflict,
+	actors.CodeCompletionConflict:   http.StatusConflict,
+	actors.CodeSessionClosed:        http.StatusConflict,
+	actors.CodeSignatureInvalid:     http.StatusBadRequest,
+	actors.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
+	actors.CodeQuotaExceeded:        http.StatusTooManyRequests,
+	actors.CodeWorkerRevoked:        http.StatusForbidden,
+	actors.CodeUnauthenticated:      http.StatusUnauthorized,
+	actors.CodeTokenExpired:         http.StatusUnauthorized,
+	actors.CodePermissionDenied:     http.StatusForbidden,
+	actors.CodeEnrollTokenUsedUp:    http.StatusForbidden,
+	actors.CodeUnavailable:          http.StatusServiceUnavailable,
+}
+
+// toAPIError turns any error a handler returns into the one shape clients see.
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	var rej *actors.Rejection
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &rej):
+		status, ok := statusOf[rej.Code]
+		if !ok {
+			status = http.StatusBadRequest
+		}
+		return &apiError{status: status, code: string(rej.Code), message: rej.Message, details: rej.Details}
+	case errors.As(err, &tooBig):
+		return errorf(http.StatusRequestEntityTooLarge, string(actors.CodePayloadTooLarge), "the body is larger than %d bytes", tooBig.Limit)
+	case errors.Is(err, runtime.ErrClosed):
+		return errorf(http.StatusServiceUnavailable, string(actors.CodeUnavailable), "the server is shutting down")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return errorf(http.StatusServiceUnavailable, string(actors.CodeUnavailable), "the request ended before the broker answered: %v", err)
+	default:
+		return errorf(http.StatusServiceUnavailable, string(actors.CodeUnavailable), "%v", err)
+	}
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	details := e.details
+	if details == nil {
+		details = map[string]any{}
+	}
+	writeJSON(w, e.status, wire.Error{Error: wire.ErrorDetail{Code: e.code, Message: e.message, Details: details}})
+}
+
+// principal is who a request comes from.
+type principal struct {
+	tenant   string
+	apiKeyID string // "" under AuthNone and for the admin
+	admin    bool
+	worker   projections.Worker
+	enrollID string // the enroll token a registration spends
+}
+
+// by names the principal in events that record who did something.
+func (p principal) by() string {
+	if p.admin {
+		return "admin"
+	}
+	return p.apiKeyID
+}
+
+type authKind int
+
+const (
+	authNone authKind = iota
+	authClient
+	authClientOrAdmin
+	authAdmin
+	authEnroll
+	authWorker
+)
+
+// request is what a handler gets: the broker, who is asking, and the HTTP exchange.
+type request struct {
+	*http.Request
+	w  http.ResponseWriter
+	b  *runtime.Broker
+	by principal
+}
+
+// api wraps a handler: the broker must be ready, the caller authenticated for kind, and any
+// error the handler returns is written in the error shape.
+func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := s.broker.Load()
+		if b == nil {
+			writeError(w, errorf(http.StatusServiceUnavailable, "NOT_READY", "the server is recovering; try again shortly"))
+			return
+		}
+		if r.URL.Query().Has("token") || r.URL.Query().Has("api_key") || r.URL.Query().Has("access_token") {
+			writeError(w, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "credentials are never accepted in the query string; send an Authorization header"))
+			return
+		}
+		p, err := s.authenticate(b, r, kind)
+		if err == nil {
+			err = h(&request{Request: r, w: w, b: b, by: p})
+		}
+		if err != nil {
+			e := toAPIError(err)
+			if e.status >= 500 {
+				s.log.Warn("request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("code", e.code), zap.String("error", e.message))
+			}
+			writeError(w, e)
+		}
+	})
+}
+
+// bearer returns the credential a request carries: Authorization: Bearer, or X-API-Key.
+func bearer(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+			return strings.TrimSpace(t)
+		}
+		return ""
+	}
+	return strings.TrimSpace(r.Header.Get("X-API-Key"))
+}
+
+var errNoCredential = errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "this endpoint needs a credential: Authorization: Bearer <token>")
+
+func (s *Server) authenticate(b *runtime.Broker, r *http.Request, kind authKind) (principal, error) {
+	token := bearer(r)
+	open := s.cfg.Auth == AuthNone
+	switch kind {
+	case authNone:
+		return principal{}, nil
+	case authAdmin:
+		if open || s.isAdmin(token) {
+			return principal{admin: true}, nil
+		}
+		if token == "" {
+			return principal{}, errNoCredential
+		}
+		return principal{}, errorf(http.StatusForbidden, string(actors.CodePermissionDenied), "this endpoint needs the admin token")
+	case authClient, authClientOrAdmin:
+		if open {
+			return principal{tenant: DefaultTenant}, nil
+		}
+		if kind == authClientOrAdmin && s.isAdmin(token) {
+			return principal{admin: true}, nil
+		}
+		if token == "" {
+			return principal{}, errNoCredential
+		}
+		k, ok := b.APIKeyByToken(token)
+		switch {
+		case !ok:
+			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "unknown API key")
+		case k.Revoked:
+			return principal{}, errorf(http.StatusForbidden, string(actors.CodePermissionDenied), "the API key was revoked")
+		}
+		return principal{tenant: k.Tenant, apiKeyID: k.ID}, nil
+	case authEnroll:
+		if open {
+			return principal{tenant: DefaultTenant}, nil
+		}
+		if token == "" {
+			return principal{}, errNoCredential
+		}
+		t, ok := b.EnrollTokenByToken(token)
+		switch {
+		case !ok:
+			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "unknown enroll token")
+		case !s.clock().Before(t.ExpiresAt):
+			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "the enroll token expired at %s", t.ExpiresAt.Format(time.RFC3339))
+		}
+		return principal{tenant: t.Tenant, enrollID: t.ID}, nil
+	case authWorker:
+		if token == "" {
+			return principal{}, errNoCredential
+		}
+		wk, ok := b.WorkerByToken(token)
+		switch {
+		case !ok:
+			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "unknown worker token")
+		case wk.Revoked:
+			return principal{}, errorf(http.StatusForbidden, string(actors.CodeWorkerRevoked), "worker %s is revoked", wk.ID)
+		case !s.clock().Before(wk.ExpiresAt):
+			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "the worker token expired at %s; register again", wk.ExpiresAt.Format(time.RFC3339))
+		}
+		return principal{tenant: wk.Tenant, worker: wk}, nil
+	}
+	return principal{}, errors.New("transport: unknown auth kind")
+}
+
+// isAdmin compares a token with the admin token in constant time (over their hashes, so the
+// lengths leak nothing either).
+func (s *Server) isAdmin(token string) bool {
+	if s.cfg.AdminToken == "" || token == "" {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(s.cfg.AdminToken))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// Body limits. A submit carries up to a payload; a batch up to BatchBodyBytesMax; a completion
+// an output; everything else is small.
+const (
+	SmallBodyBytesMax    = 64 << 10
+	BatchBodyBytesMax    = 16 << 20
+	envelopeBytes        = 64 << 10 // room for a body's fields around its payload or output
+	IdempotencyKeyHeader = "Idempotency-Key"
+)
+
+// decode reads a JSON body of at most limit bytes into v, refusing unknown fields, trailing
+// data and a missing body. The Content-Type is not checked: the body is JSON or refused, and
+// `curl -d` (which says form-urlencoded) just works.
+func (r *request) decode(limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(r.w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return jsonError(err)
+		}
+		return errorf(http.StatusBadRequest, "INVALID_JSON", "the body holds more than one JSON value")
+	}
+	return nil
+}
+
+// jsonError explains a decoding error with a stable code.
+func jsonError(err error) error {
+	var tooBig *http.MaxBytesError
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &tooBig):
+		return err
+	case errors.Is(err, io.EOF):
+		return errorf(http.StatusBadRequest, "INVALID_JSON", "the body is empty; send a JSON object")
+	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(http.StatusBadRequest, "INVALID_JSON", "the body is not valid JSON: %v", err)
+	case errors.As(err, &typ):
+		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "field %q must be a %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "%s", strings.TrimPrefix(err.Error(), "json: "))
+	default:
+		return errorf(http.StatusBadRequest, "INVALID_JSON", "the body could not be read: %v", err)
+	}
+}
+
+func (r *request) reply(status int, v any) error {
+	writeJSON(r.w, status, v)
+	return nil
+}
+
+func receipt(rc actors.Receipt) wire.Receipt { return wire.Receipt{Seq: rc.Seq, Hash: rc.Hash} }
+
+func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

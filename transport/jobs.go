@@ -1,0 +1,339 @@
+package transport
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// jobOf renders a job snapshot as the job resource, as it stands at now.
+func jobOf(j *projections.Job, now time.Time) wire.Job {
+	out := wire.Job{
+		ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Type: j.Type, Payload: j.Payload, Priority: j.Priority,
+		Labels: j.Labels, Status: string(j.StatusAt(now)), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+		CancelRequested: j.CancelRequested, Output: j.Output, OutputHash: j.OutputHash, DeadReason: j.DeadReason,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EventsTruncated: j.EventsTruncated,
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	if !j.RunAt.IsZero() {
+		at := j.RunAt
+		out.RunAt = &at
+	}
+	if j.Lease != nil {
+		out.Lease = &wire.Lease{LeaseID: j.Lease.LeaseID, WorkerID: j.Lease.WorkerID, ExpiresAt: j.Lease.ExpiresAt}
+	}
+	if j.Error != nil {
+		out.Error = &wire.JobError{Code: j.Error.Code, Message: j.Error.Message}
+	}
+	return out
+}
+
+// specOf turns a submit body into a job spec; header is the Idempotency-Key header, if any.
+func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
+	if req.DelaySeconds < 0 {
+		return actors.JobSpec{}, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "delay_seconds must not be negative")
+	}
+	if req.LeaseTTLSeconds < 0 {
+		return actors.JobSpec{}, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "lease_ttl_seconds must not be negative")
+	}
+	key := req.IdempotencyKey
+	if header != "" {
+		if key != "" && key != header {
+			return actors.JobSpec{}, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "the Idempotency-Key header and the idempotency_key field differ")
+		}
+		key = header
+	}
+	spec := actors.JobSpec{
+		Queue: req.Queue, Type: req.Type, Payload: req.Payload, Priority: req.Priority, Delay: seconds(req.DelaySeconds),
+		MaxAttempts: req.MaxAttempts, LeaseTTL: seconds(req.LeaseTTLSeconds), Labels: req.Labels,
+		IdempotencyKey: key, ReservationID: req.ReservationID,
+	}
+	if req.RunAt != nil {
+		spec.RunAt = *req.RunAt
+	}
+	return spec, nil
+}
+
+func (s *Server) submit(r *request) error {
+	var req wire.SubmitRequest
+	if err := r.decode(int64(actors.DefaultPayloadBytesMax+envelopeBytes), &req); err != nil {
+		return err
+	}
+	spec, err := specOf(req, r.Header.Get(IdempotencyKeyHeader))
+	if err != nil {
+		return err
+	}
+	res, rc, err := r.b.Submit(r.Context(), r.by.tenant, r.by.apiKeyID, spec)
+	if err != nil {
+		return err
+	}
+	job := jobOf(res[0].Job, s.clock())
+	hit := res[0].IdempotentHit
+	job.Receipt, job.IdempotentHit = &wire.Receipt{Seq: rc.Seq, Hash: rc.Hash}, &hit
+	status := http.StatusCreated
+	if hit {
+		status = http.StatusOK
+	}
+	return r.reply(status, job)
+}
+
+func (s *Server) submitBatch(r *request) error {
+	var req wire.BatchRequest
+	if err := r.decode(BatchBodyBytesMax, &req); err != nil {
+		return err
+	}
+	if len(req.Jobs) == 0 || len(req.Jobs) > actors.BatchJobsMax {
+		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "a batch holds 1..%d jobs, not %d", actors.BatchJobsMax, len(req.Jobs))
+	}
+	specs := make([]actors.JobSpec, len(req.Jobs))
+	for i, j := range req.Jobs {
+		spec, err := specOf(j, "")
+		if err != nil {
+			e := toAPIError(err)
+			e.details = map[string]any{"index": i}
+			return e
+		}
+		specs[i] = spec
+	}
+	res, rc, err := r.b.Submit(r.Context(), r.by.tenant, r.by.apiKeyID, specs...)
+	if err != nil {
+		return err
+	}
+	now := s.clock()
+	out := wire.BatchResponse{Jobs: make([]wire.Job, len(res)), Receipt: &wire.Receipt{Seq: rc.Seq, Hash: rc.Hash}}
+	for i, sr := range res {
+		out.Jobs[i] = jobOf(sr.Job, now)
+		hit := sr.IdempotentHit
+		out.Jobs[i].IdempotentHit = &hit
+	}
+	return r.reply(http.StatusCreated, out)
+}
+
+func (s *Server) getJob(r *request) error {
+	j, ok := r.b.Get(r.by.tenant, r.PathValue("id"))
+	if !ok {
+		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", r.PathValue("id"))
+	}
+	return r.reply(http.StatusOK, jobOf(j, s.clock()))
+}
+
+// ListLimitDefault is the page size of GET /v1/jobs without a limit.
+const ListLimitDefault = 100
+
+func (s *Server) listJobs(r *request) error {
+	q := r.URL.Query()
+	f := projections.JobFilter{Tenant: r.by.tenant, Status: projections.Status(q.Get("status")), Queue: q.Get("queue"), Type: q.Get("type"),
+		After: q.Get("cursor"), Limit: ListLimitDefault}
+	switch f.Status {
+	case "", projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased, projections.StatusSucceeded,
+		projections.StatusFailed, projections.StatusCancelled:
+	default:
+		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "status %q is not one of queued, scheduled, leased, succeeded, failed, cancelled", clip(string(f.Status)))
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > projections.ListLimitMax {
+			return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "limit must be 1..%d", projections.ListLimitMax)
+		}
+		f.Limit = n
+	}
+	jobs, more := r.b.List(f)
+	now := s.clock()
+	out := wire.JobList{Jobs: make([]wire.Job, len(jobs))}
+	for i, j := range jobs {
+		out.Jobs[i] = jobOf(j, now)
+	}
+	if more && len(jobs) > 0 {
+		out.NextCursor = jobs[len(jobs)-1].ID
+	}
+	return r.reply(http.StatusOK, out)
+}
+
+func (s *Server) cancelJob(r *request) error {
+	rc, err := r.b.Cancel(r.Context(), r.by.tenant, r.by.apiKeyID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return s.replyJob(r, rc)
+}
+
+func (s *Server) retryJob(r *request) error {
+	rc, err := r.b.Retry(r.Context(), r.by.tenant, r.by.apiKeyID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return s.replyJob(r, rc)
+}
+
+// replyJob answers a request that changed a job with the job and the receipt.
+func (s *Server) replyJob(r *request, rc actors.Receipt) error {
+	j, ok := r.b.Get(r.by.tenant, r.PathValue("id"))
+	if !ok {
+		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", r.PathValue("id"))
+	}
+	out := jobOf(j, s.clock())
+	out.Receipt = &wire.Receipt{Seq: rc.Seq, Hash: rc.Hash}
+	return r.reply(http.StatusOK, out)
+}
+
+func (s *Server) reserve(r *request) error {
+	var req wire.ReservationRequest
+	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+		return err
+	}
+	if req.TTLSeconds < 0 || seconds(req.TTLSeconds) > actors.ReservationTTLMax {
+		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "ttl_seconds must be 0 (the default, 300) up to %d", int(actors.ReservationTTLMax.Seconds()))
+	}
+	id, exp, rc, err := r.b.Reserve(r.Context(), r.by.tenant, seconds(req.TTLSeconds))
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusCreated, wire.Reservation{ID: id, ExpiresAt: exp, Receipt: receipt(rc)})
+}
+
+func (s *Server) release(r *request) error {
+	rc, err := r.b.Release(r.Context(), r.by.tenant, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusOK, wire.Done{Receipt: receipt(rc)})
+}
+
+func (s *Server) quota(r *request) error {
+	q := r.b.Quota(r.by.tenant)
+	return r.reply(http.StatusOK, wire.Quota{Tenant: r.by.tenant, MaxActive: q.MaxActive, MaxRunning: q.MaxRunning,
+		Active: q.Active, Running: q.Running, Reservations: len(q.Reservations)})
+}
+
+func (s *Server) queues(r *request) error {
+	var stats []projections.QueueStats
+	now := s.clock()
+	r.b.Read(func(set *projections.Set) { stats = set.Queues(r.by.tenant, now) })
+	out := wire.Queues{Queues: make([]wire.Queue, len(stats))}
+	for i, q := range stats {
+		out.Queues[i] = wire.Queue{Name: q.Queue, Depth: q.Depth, Leased: q.Leased, Scheduled: q.Scheduled, Dead: q.Dead, OldestAgeSeconds: q.OldestAge.Seconds()}
+	}
+	return r.reply(http.StatusOK, out)
+}
+
+func (s *Server) workers(r *request) error {
+	var views []projections.WorkerView
+	r.b.Read(func(set *projections.Set) { views = set.Workers(r.by.tenant) })
+	out := wire.Workers{Workers: make([]wire.Worker, len(views))}
+	for i, v := range views {
+		w := wire.Worker{ID: v.ID, Name: v.Name, Queues: v.Queues, Capacity: v.Capacity, Labels: v.Labels, Status: v.Status,
+			InFlight: v.InFlight, LastSeen: v.LastSeen, RegisteredAt: v.RegisteredAt, ExpiresAt: v.ExpiresAt, HasKey: v.PublicKey != ""}
+		if v.Session != nil {
+			w.Transport = v.Session.Transport
+		}
+		if w.InFlight == nil {
+			w.InFlight = []string{}
+		}
+		out.Workers[i] = w
+	}
+	return r.reply(http.StatusOK, out)
+}
+
+func (s *Server) register(r *request) error {
+	var req wire.RegisterRequest
+	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+		return err
+	}
+	reg, err := r.b.RegisterWorker(r.Context(), r.by.tenant, runtime.WorkerSpec{
+		Name: req.Name, Queues: req.Queues, Capacity: req.Capacity, PublicKey: req.PublicKey, Labels: req.Labels, EnrollTokenID: r.by.enrollID,
+	})
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusCreated, wire.Registration{WorkerID: reg.WorkerID, WorkerToken: reg.Token, ExpiresAt: reg.ExpiresAt, Receipt: receipt(reg.Receipt)})
+}
+
+// revokeWorker revokes a worker by an API key of its tenant, or by the admin.
+func (s *Server) revokeWorker(r *request) error {
+	id := r.PathValue("id")
+	tenant := r.by.tenant
+	if r.by.admin {
+		var w projections.Worker
+		var ok bool
+		r.b.Read(func(set *projections.Set) { w, ok = set.Worker(id) })
+		if !ok {
+			return errorf(http.StatusNotFound, string(actors.CodeWorkerNotFound), "no worker %q", clip(id))
+		}
+		tenant = w.Tenant
+	}
+	rc, err := r.b.RevokeWorker(r.Context(), tenant, id, r.by.by())
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusOK, wire.Done{Receipt: receipt(rc)})
+}
+
+func (s *Server) createAPIKey(r *request) error {
+	var req wire.APIKeyRequest
+	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+		return err
+	}
+	k, err := r.b.CreateAPIKey(r.Context(), req.Tenant)
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusCreated, wire.APIKey{ID: k.ID, Tenant: req.Tenant, Key: k.Key, Receipt: receipt(k.Receipt)})
+}
+
+func (s *Server) revokeAPIKey(r *request) error {
+	rc, err := r.b.RevokeAPIKey(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusOK, wire.Done{Receipt: receipt(rc)})
+}
+
+func (s *Server) createEnrollToken(r *request) error {
+	var req wire.EnrollTokenRequest
+	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+		return err
+	}
+	if req.Uses == 0 {
+		req.Uses = 1
+	}
+	if req.TTLSeconds < 0 {
+		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "ttl_seconds must not be negative")
+	}
+	t, err := r.b.CreateEnrollToken(r.Context(), req.Tenant, req.Uses, seconds(req.TTLSeconds))
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusCreated, wire.EnrollToken{ID: t.ID, Tenant: req.Tenant, Token: t.Token, Uses: req.Uses, ExpiresAt: t.ExpiresAt, Receipt: receipt(t.Receipt)})
+}
+
+func (s *Server) setQuota(r *request) error {
+	var req wire.QuotaRequest
+	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+		return err
+	}
+	tenant := r.PathValue("tenant")
+	rc, err := r.b.SetQuota(r.Context(), tenant, req.MaxActive, req.MaxRunning)
+	if err != nil {
+		return err
+	}
+	q := r.b.Quota(tenant)
+	return r.reply(http.StatusOK, struct {
+		wire.Quota
+		Receipt wire.Receipt `json:"receipt"`
+	}{wire.Quota{Tenant: tenant, MaxActive: q.MaxActive, MaxRunning: q.MaxRunning, Active: q.Active, Running: q.Running, Reservations: len(q.Reservations)}, receipt(rc)})
+}
+
+// clip shortens what a client sent before it goes into a message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,0 +1,229 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tetherhq/tether/actors/runtime"
+)
+
+// AuthMode says how clients and workers prove who they are.
+type AuthMode string
+
+const (
+	// AuthNone: every client is tenant "default" with no key, workers register without an
+	// enroll token, and /v1/admin is open. For loopback only.
+	AuthNone AuthMode = "none"
+	// AuthToken: clients need an API key, workers an enroll token to register, admins the
+	// admin token.
+	AuthToken AuthMode = "token"
+)
+
+// DefaultTenant is the tenant of every client under AuthNone.
+const DefaultTenant = "default"
+
+// Config configures a Server.
+type Config struct {
+	Auth AuthMode
+	// AdminToken guards /v1/admin under AuthToken; it must be set then.
+	AdminToken string
+	Logger     *zap.Logger
+	// Clock is the server's clock for views (a scheduled job whose run_at passed reads as
+	// queued); nil: time.Now. Decisions read the broker's clock, never this one.
+	Clock func() time.Time
+}
+
+// Server is the HTTP face of one broker. It serves /healthz from the start, and everything
+// else answers 503 NOT_READY until Attach hands it a recovered broker.
+type Server struct {
+	cfg    Config
+	log    *zap.Logger
+	clock  func() time.Time
+	broker atomic.Pointer[runtime.Broker]
+	mux    *http.ServeMux
+	polls  pollSessions
+	// shutdown is closed by Shutdown: event streams and long polls end.
+	shutdown     chan struct{}
+	shutdownOnce sync.Once
+	conns        sync.WaitGroup // WebSocket connections
+}
+
+// NewServer returns a server with no broker attached.
+func NewServer(cfg Config) (*Server, error) {
+	switch cfg.Auth {
+	case AuthNone:
+	case AuthToken:
+		if len(cfg.AdminToken) < 16 {
+			return nil, errors.New("transport: --auth token needs an admin token of at least 16 characters")
+		}
+	default:
+		return nil, errors.New("transport: auth mode is none or token")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.Named("http"), clock: cfg.Clock, shutdown: make(chan struct{})}
+	s.polls.sessions = map[string]*pollSession{}
+	s.routes()
+	return s, nil
+}
+
+// Attach makes the server serve b, once b has recovered.
+func (s *Server) Attach(b *runtime.Broker) { s.broker.Store(b) }
+
+// Shutdown ends the event streams and long polls the server holds open, so http.Server's
+// Shutdown does not wait for them. WebSocket sessions end when the broker closes: each is told
+// "going away" (1001). The order is Shutdown, http.Server.Shutdown, Broker.Close, Wait.
+func (s *Server) Shutdown() {
+	s.shutdownOnce.Do(func() { close(s.shutdown) })
+}
+
+// Wait waits until every WebSocket connection has closed, or ctx ends.
+func (s *Server) Wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { s.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// Ready implements Readiness.
+func (s *Server) Ready() error {
+	b := s.broker.Load()
+	if b == nil {
+		return errors.New("recovering: the projections are being rebuilt from the log")
+	}
+	return b.Err()
+}
+
+// Status implements Readiness.
+func (s *Server) Status() any {
+	b := s.broker.Load()
+	head, st := b.Head(), b.Log().Stats()
+	return map[string]any{"status": "ready", "head_seq": head.Seq, "head_hash": head.Hash.String(), "events": st.Events, "fsyncs": st.Syncs}
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s }
+
+// ServeHTTP serves the API; a path or method that matches no route gets the JSON error shape.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		rec := &statusOnly{header: w.Header()}
+		h.ServeHTTP(rec, r)
+		if rec.status == http.StatusMethodNotAllowed {
+			writeError(w, errorf(http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "%s is not allowed on %s", r.Method, r.URL.Path))
+			return
+		}
+		writeError(w, errorf(http.StatusNotFound, "NOT_FOUND", "no route %s %s", r.Method, r.URL.Path))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// statusOnly records the status the mux would answer an unmatched request with.
+type statusOnly struct {
+	header http.Header
+	status int
+}
+
+func (s *statusOnly) Header() http.Header         { return s.header }
+func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusOnly) WriteHeader(code int)        { s.status = code }
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	ops := OpsHandler(s)
+	m.Handle("GET /healthz", ops)
+	m.Handle("GET /readyz", ops)
+	m.Handle("GET /metrics", s.api(authNone, s.serveMetrics))
+
+	m.Handle("POST /v1/jobs", s.api(authClient, s.submit))
+	m.Handle("POST /v1/jobs/batch", s.api(authClient, s.submitBatch))
+	m.Handle("GET /v1/jobs", s.api(authClient, s.listJobs))
+	m.Handle("GET /v1/jobs/{id}", s.api(authClient, s.getJob))
+	m.Handle("POST /v1/jobs/{id}/cancel", s.api(authClient, s.cancelJob))
+	m.Handle("POST /v1/jobs/{id}/retry", s.api(authClient, s.retryJob))
+	m.Handle("GET /v1/jobs/{id}/events", s.api(authClient, s.jobEvents))
+	m.Handle("POST /v1/reservations", s.api(authClient, s.reserve))
+	m.Handle("POST /v1/reservations/{id}/release", s.api(authClient, s.release))
+	m.Handle("GET /v1/quota", s.api(authClient, s.quota))
+	m.Handle("GET /v1/queues", s.api(authClient, s.queues))
+	m.Handle("GET /v1/workers", s.api(authClient, s.workers))
+
+	m.Handle("POST /v1/workers/register", s.api(authEnroll, s.register))
+	m.Handle("DELETE /v1/workers/{id}", s.api(authClientOrAdmin, s.revokeWorker))
+	m.Handle("GET /v1/worker/connect", s.api(authWorker, s.connect))
+	m.Handle("POST /v1/worker/lease", s.api(authWorker, s.pollLease))
+	m.Handle("POST /v1/worker/heartbeat", s.api(authWorker, s.pollHeartbeat))
+	m.Handle("POST /v1/worker/jobs/{id}/events", s.api(authWorker, s.workerEvent))
+	m.Handle("POST /v1/worker/jobs/{id}/complete", s.api(authWorker, s.workerComplete))
+	m.Handle("POST /v1/worker/jobs/{id}/fail", s.api(authWorker, s.workerFail))
+
+	m.Handle("POST /v1/admin/api-keys", s.api(authAdmin, s.createAPIKey))
+	m.Handle("DELETE /v1/admin/api-keys/{id}", s.api(authAdmin, s.revokeAPIKey))
+	m.Handle("POST /v1/admin/enroll-tokens", s.api(authAdmin, s.createEnrollToken))
+	m.Handle("PUT /v1/admin/tenants/{tenant}/quota", s.api(authAdmin, s.setQuota))
+	s.mux = m
+}
+
+// NewHTTPServer returns an http.Server for h with every timeout and size limit set. Streams
+// (SSE, long polls, WebSockets) extend their own deadlines as they go.
+func NewHTTPServer(h http.Handler, log *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    HeaderBytesMax,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
+}
+
+// HeaderBytesMax caps a request's headers.
+const HeaderBytesMax = 16 << 10
+
+// LimitListener accepts at most n connections at once; the next waits until one closes.
+func LimitListener(ln net.Listener, n int) net.Listener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n)}
+}
+
+type limitListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}

@@ -1,0 +1,151 @@
+package transport
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// Event streams.
+const (
+	// KeepAliveInterval is how often an idle event stream sends a comment, so proxies and NAT
+	// paths keep it open.
+	KeepAliveInterval = 15 * time.Second
+	// EventsPageMax caps the events one JSON answer or one read of the log holds.
+	EventsPageMax      = 1000
+	streamWriteTimeout = 30 * time.Second
+)
+
+// cursor walks one job's stream: the number and seq of the last event read.
+type cursor struct {
+	jobID  string
+	number int
+	seq    uint64
+}
+
+// next reads up to EventsPageMax events after the cursor, skipping those numbered skipTo or
+// below (a resume), and moves the cursor past what it read.
+func (c *cursor) next(b *runtime.Broker, skipTo int) ([]wire.Event, error) {
+	var out []wire.Event
+	for rec, err := range b.Log().Stream("job/"+c.jobID, c.seq+1) {
+		if err != nil {
+			return out, err
+		}
+		c.number++
+		c.seq = rec.Seq
+		if c.number <= skipTo {
+			continue
+		}
+		out = append(out, wire.Event{Number: c.number, Seq: rec.Seq, Time: rec.Time, Type: rec.Type, Data: json.RawMessage(rec.Data)})
+		if len(out) == EventsPageMax {
+			break
+		}
+	}
+	return out, nil
+}
+
+// jobState reads what a watcher needs to know of a job without copying it.
+func jobState(b *runtime.Broker, tenant, id string) (lastSeq uint64, status projections.Status, ok bool) {
+	b.Read(func(s *projections.Set) {
+		if j := s.JobRef(id); j != nil && j.Tenant == tenant {
+			lastSeq, status, ok = j.LastSeq, j.Status, true
+		}
+	})
+	return
+}
+
+// jobEvents serves GET /v1/jobs/{id}/events: SSE when the client accepts text/event-stream,
+// else one JSON page. Last-Event-ID (or ?after=N) resumes after event N.
+func (s *Server) jobEvents(r *request) error {
+	id := r.PathValue("id")
+	if _, _, ok := jobState(r.b, r.by.tenant, id); !ok {
+		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", clip(id))
+	}
+	after := 0
+	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "the event to resume after must be a number, not %q", clip(v))
+		}
+		after = n
+	}
+	c := &cursor{jobID: id}
+	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		evs, err := c.next(r.b, after)
+		if err != nil {
+			return err
+		}
+		last, status, _ := jobState(r.b, r.by.tenant, id)
+		if evs == nil {
+			evs = []wire.Event{}
+		}
+		return r.reply(http.StatusOK, wire.EventList{Events: evs, Done: status.Terminal() && c.seq >= last})
+	}
+	return s.streamEvents(r, c, after)
+}
+
+func (s *Server) streamEvents(r *request, c *cursor, after int) error {
+	w, rc := r.w, http.NewResponseController(r.w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	keepAlive := time.NewTicker(KeepAliveInterval)
+	defer keepAlive.Stop()
+	var buf []byte
+	for {
+		changed := r.b.Changed() // before reading, so no change between the read and the wait is missed
+		last, status, _ := jobState(r.b, r.by.tenant, c.jobID)
+		for c.seq < last {
+			before := c.seq
+			evs, err := c.next(r.b, after)
+			if err != nil || c.seq == before {
+				return nil // the log failed, or it is behind the projections: end, the client resumes
+			}
+			buf = buf[:0]
+			for _, e := range evs {
+				data, _ := json.Marshal(e)
+				buf = fmt.Appendf(buf, "id: %d\nevent: %s\ndata: %s\n\n", e.Number, e.Type, data)
+			}
+			if !s.flush(rc, w, buf) {
+				return nil
+			}
+		}
+		if status.Terminal() {
+			s.flush(rc, w, fmt.Appendf(nil, "event: done\ndata: {\"status\":%q}\n\n", status))
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-keepAlive.C:
+			if !s.flush(rc, w, []byte(": keep-alive\n\n")) {
+				return nil
+			}
+		case <-r.Context().Done():
+			return nil
+		case <-s.shutdown:
+			return nil
+		}
+	}
+}
+
+// flush writes and flushes b under a fresh write deadline; false means the client is gone.
+func (s *Server) flush(rc *http.ResponseController, w http.ResponseWriter, b []byte) bool {
+	_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+	if _, err := w.Write(b); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}

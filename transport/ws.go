@@ -1,0 +1,327 @@
+package transport
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// WebSocket limits and timings.
+const (
+	// FrameBytesMax caps one frame from a worker: a completion with the largest output.
+	FrameBytesMax = actors.OutputBytesMax + envelopeBytes
+	// PingInterval keeps NAT paths open and finds dead connections; a connection that sends
+	// nothing, not even a pong, for ReadIdleTimeout is closed.
+	PingInterval    = 20 * time.Second
+	ReadIdleTimeout = 3 * PingInterval
+	helloTimeout    = 10 * time.Second
+	frameWriteWait  = 10 * time.Second
+	// InFlightMax caps the operations of one connection the broker has not answered yet; the
+	// server stops reading the connection until one is answered.
+	InFlightMax = 256
+)
+
+var upgrader = websocket.Upgrader{
+	ReadBufferSize:  4096,
+	WriteBufferSize: 4096,
+	// Workers are programs, not pages: they authenticate with a header a browser cannot set
+	// on a WebSocket, so the origin proves nothing either way.
+	CheckOrigin: func(*http.Request) bool { return true },
+	Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
+		writeError(w, errorf(status, "BAD_HANDSHAKE", "%v", reason))
+	},
+}
+
+// connect serves GET /v1/worker/connect: the worker protocol over WebSocket (DESIGN §5).
+func (s *Server) connect(r *request) error {
+	if !websocket.IsWebSocketUpgrade(r.Request) {
+		return errorf(http.StatusBadRequest, "BAD_HANDSHAKE", "this endpoint speaks WebSocket; use POST /v1/worker/lease to long-poll")
+	}
+	conn, err := upgrader.Upgrade(r.w, r.Request, nil)
+	if err != nil {
+		return nil // the upgrader answered
+	}
+	s.conns.Add(1)
+	defer s.conns.Done()
+	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, log: s.log.With(zap.String("worker", r.by.worker.ID)),
+		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax)}
+	c.serve()
+	return nil
+}
+
+type wsConn struct {
+	s      *Server
+	b      *runtime.Broker
+	conn   *websocket.Conn
+	worker string
+	log    *zap.Logger
+	sess   *runtime.Session
+
+	// outbox holds frames for the writer: acks pushed from actor goroutines, which must not
+	// block. Its size is bounded by inFlight.
+	mu         sync.Mutex
+	outbox     []wire.Frame
+	wake       chan struct{}
+	readerDone chan struct{}
+	inFlight   chan struct{}
+}
+
+func (c *wsConn) serve() {
+	defer c.conn.Close()
+	c.conn.SetReadLimit(FrameBytesMax)
+	_ = c.conn.SetReadDeadline(time.Now().Add(helloTimeout))
+	var hello wire.Frame
+	if err := c.read(&hello); err != nil || hello.Type != wire.FrameHello || hello.Capacity < 0 || hello.Capacity > actors.CapacityMax {
+		c.closeWith(websocket.ClosePolicyViolation, "the first frame must be hello{capacity} with capacity 0..1000")
+		return
+	}
+	ctx, cancel := contextFor(c.s.shutdown, helloTimeout)
+	sess, err := c.b.Connect(ctx, c.worker, "websocket", hello.Capacity)
+	cancel()
+	if err != nil {
+		e := toAPIError(err)
+		code := websocket.CloseInternalServerErr
+		if e.status == http.StatusForbidden || e.status == http.StatusUnauthorized {
+			code = wire.CloseWorkerRevoked
+		}
+		c.closeWith(code, e.message)
+		return
+	}
+	c.sess = sess
+	c.push(wire.Frame{Type: wire.FrameWelcome, WorkerID: c.worker, HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds()})
+	_ = c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout))
+	c.conn.SetPongHandler(func(string) error { return c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout)) })
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	c.readLoop()
+	close(c.readerDone)
+	sess.Close()
+	<-writerDone
+}
+
+func (c *wsConn) read(f *wire.Frame) error {
+	_, data, err := c.conn.ReadMessage()
+	if err != nil {
+		return err
+	}
+	*f = wire.Frame{}
+	return json.Unmarshal(data, f)
+}
+
+func (c *wsConn) closeWith(code int, reason string) {
+	if len(reason) > 120 { // a close frame's reason is at most 123 bytes
+		reason = reason[:120]
+	}
+	_ = c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(frameWriteWait))
+}
+
+func (c *wsConn) push(f wire.Frame) {
+	c.mu.Lock()
+	c.outbox = append(c.outbox, f)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop is the connection's one writer: acks and welcome from the outbox, assignments and
+// cancel notices from the session, pings, and the close frame when the session ends.
+func (c *wsConn) writeLoop() {
+	ping := time.NewTicker(PingInterval)
+	defer ping.Stop()
+	var batch []wire.Frame
+	for {
+		select {
+		case <-c.wake:
+			c.mu.Lock()
+			batch = append(batch[:0], c.outbox...)
+			clear(c.outbox)
+			c.outbox = c.outbox[:0]
+			c.mu.Unlock()
+			for _, f := range batch {
+				if !c.write(f) {
+					return
+				}
+			}
+		case f, ok := <-c.sess.Frames:
+			if !ok {
+				return
+			}
+			switch m := f.(type) {
+			case actors.Assignment:
+				at := m.LeaseExpiresAt
+				if !c.write(wire.Frame{Type: wire.FrameAssign, JobID: m.JobID, LeaseID: m.LeaseID, Nonce: m.Nonce, Queue: m.Queue,
+					JobType: m.JobType, Payload: m.Payload, Attempt: m.Attempt, LeaseExpiresAt: &at}) {
+					return
+				}
+			case actors.CancelNotice:
+				if !c.write(wire.Frame{Type: wire.FrameCancel, JobID: m.JobID, LeaseID: m.LeaseID}) {
+					return
+				}
+			case actors.SessionEnded:
+				code, text := closeCodeOf(m.Reason)
+				c.closeWith(code, text)
+				_ = c.conn.Close() // the reader sees it and ends
+				return
+			}
+		case <-ping.C:
+			if c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(frameWriteWait)) != nil {
+				return
+			}
+		case <-c.readerDone:
+			return
+		}
+	}
+}
+
+func closeCodeOf(reason string) (int, string) {
+	switch reason {
+	case "shutdown":
+		return websocket.CloseGoingAway, "the server is shutting down; reconnect later or elsewhere"
+	case "revoked":
+		return wire.CloseWorkerRevoked, "the worker was revoked"
+	case "heartbeat_timeout":
+		return wire.CloseHeartbeatMissed, "no heartbeat for three intervals"
+	default:
+		return wire.CloseSessionReplaced, "the session was closed by a newer connection of this worker"
+	}
+}
+
+func (c *wsConn) write(f wire.Frame) bool {
+	data, err := json.Marshal(f)
+	if err != nil {
+		c.log.Error("a frame could not be encoded", zap.String("type", f.Type), zap.Error(err))
+		return true
+	}
+	_ = c.conn.SetWriteDeadline(time.Now().Add(frameWriteWait))
+	if err := c.conn.WriteMessage(websocket.TextMessage, data); err != nil {
+		_ = c.conn.Close()
+		return false
+	}
+	return true
+}
+
+func (c *wsConn) readLoop() {
+	for {
+		var f wire.Frame
+		if err := c.read(&f); err != nil {
+			var syntax *json.SyntaxError
+			var typ *json.UnmarshalTypeError
+			switch {
+			case errors.Is(err, websocket.ErrReadLimit):
+				c.closeWith(websocket.CloseMessageTooBig, "a frame is larger than the limit")
+			case errors.As(err, &syntax), errors.As(err, &typ):
+				c.closeWith(websocket.CloseInvalidFramePayloadData, "a frame is not a JSON object of the worker protocol")
+			}
+			return
+		}
+		_ = c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout))
+		c.handle(f)
+	}
+}
+
+func (c *wsConn) ack(ref string, err error) wire.Frame {
+	ok := err == nil
+	f := wire.Frame{Type: wire.FrameAck, Ref: ref, OK: &ok}
+	if err != nil {
+		e := toAPIError(err)
+		f.Error = &wire.ErrorDetail{Code: e.code, Message: e.message, Details: e.details}
+		if f.Error.Details == nil {
+			f.Error.Details = map[string]any{}
+		}
+	}
+	return f
+}
+
+func invalid(format string, args ...any) error {
+	return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), format, args...)
+}
+
+// handle acts on one frame. Operations the broker answers later are sent now, in frame order,
+// and acknowledged from the broker's callback; the reader goes on meanwhile.
+func (c *wsConn) handle(f wire.Frame) {
+	switch f.Type {
+	case wire.FrameCredit:
+		if f.N < 1 || f.N > actors.CapacityMax {
+			c.push(c.ack(f.Ref, invalid("credit n must be 1..%d", actors.CapacityMax)))
+			return
+		}
+		c.sess.Credit(f.N)
+		if f.Ref != "" {
+			c.push(c.ack(f.Ref, nil))
+		}
+	case wire.FrameHeartbeat:
+		if len(f.Leases) > actors.CapacityMax {
+			c.push(c.ack(f.Ref, invalid("a heartbeat lists at most %d leases", actors.CapacityMax)))
+			return
+		}
+		c.inFlight <- struct{}{}
+		c.sess.HeartbeatAsync(f.Leases, func(ack actors.HeartbeatAck, err error) {
+			a := c.ack(f.Ref, err)
+			a.Cancel, a.Unknown = ack.CancelRequested, ack.Unknown
+			c.done(a)
+		})
+	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail:
+		op, err := workerOp(c.worker, f.JobID, f)
+		if err != nil {
+			c.push(c.ack(f.Ref, err))
+			return
+		}
+		c.inFlight <- struct{}{}
+		c.b.WorkerOp(op, func(n int, rc actors.Receipt, err error) {
+			a := c.ack(f.Ref, err)
+			if err == nil {
+				a.Number, a.Receipt = n, &wire.Receipt{Seq: rc.Seq, Hash: rc.Hash}
+			}
+			c.done(a)
+		})
+	default:
+		c.push(c.ack(f.Ref, invalid("frame type %q is not one a worker sends after hello", clip(f.Type))))
+	}
+}
+
+// done pushes the ack of an operation the broker answered and frees its in-flight slot.
+func (c *wsConn) done(a wire.Frame) {
+	c.push(a)
+	<-c.inFlight
+}
+
+// workerOp turns an event, complete or fail (a frame, or a long-poll body in frame form) into
+// the broker's operation, checking what the broker does not.
+func workerOp(workerID, jobID string, f wire.Frame) (any, error) {
+	if jobID == "" || f.LeaseID == "" {
+		return nil, invalid("job_id and lease_id are required")
+	}
+	switch f.Type {
+	case wire.FrameEvent:
+		if f.EventType == "" {
+			return nil, invalid("event_type is required")
+		}
+		return actors.Progress{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Kind: f.EventType, Data: f.Data}, nil
+	case wire.FrameComplete:
+		if f.Nonce == "" {
+			return nil, invalid("nonce is required: it came with the assignment")
+		}
+		return actors.Complete{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Nonce: f.Nonce, Output: f.Output,
+			OutputHash: f.OutputHash, Signature: f.Signature}, nil
+	default:
+		if f.ErrorCode == "" {
+			return nil, invalid("error_code is required")
+		}
+		return actors.Fail{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Code: f.ErrorCode, Message: f.Message,
+			Retryable: f.Retryable == nil || *f.Retryable}, nil
+	}
+}
