@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
@@ -324,7 +325,7 @@ func (d *Dispatcher) repeatedCompletion(env Env, m Complete) {
 		env.Send(env.Sender(), Done{Err: d.notLeased(env, m.WorkerID, m.JobID)})
 		return
 	}
-	if hash, err := OutputHash(orNull(m.Output)); err != nil || hash != j.OutputHash {
+	if hash, err := signing.OutputHash(orNull(m.Output)); err != nil || hash != j.OutputHash {
 		env.Send(env.Sender(), Done{Err: reject(CodeCompletionConflict, "job %s was completed with a different output", j.ID)})
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
@@ -243,7 +244,7 @@ func (a *Job) complete(env Env, m Complete) {
 		reply(reject(CodePayloadTooLarge, "output is %d bytes; the limit is %d", len(output), OutputBytesMax))
 		return
 	}
-	hash, err := OutputHash(output)
+	hash, err := signing.OutputHash(output)
 	if err != nil {
 		reply(reject(CodeInvalidArgument, "output is not valid JSON: %v", err))
 		return
@@ -252,7 +253,7 @@ func (a *Job) complete(env Env, m Complete) {
 		reply(reject(CodeInvalidArgument, "output_hash %q is not the SHA-256 of the canonical output", clip(m.OutputHash)))
 		return
 	}
-	if a.publicKey != "" && !verifyCompletion(a.publicKey, m.Signature, a.id, m.LeaseID, m.Nonce, hash) {
+	if a.publicKey != "" && !signing.VerifyCompletion(a.publicKey, m.Signature, a.id, m.LeaseID, m.Nonce, hash) {
 		reply(reject(CodeSignatureInvalid, "the signature does not verify with the worker's registered key"))
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
@@ -76,14 +77,14 @@ func TestSignedCompletion(t *testing.T) {
 	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"})
 	as := f.connect("s1", 2)
 	out := json.RawMessage(`{"b":1,"a":[1,2]}`)
-	hash, _ := actors.OutputHash(out)
+	hash, _ := signing.OutputHash(out)
 	complete := func(a actors.Assignment, sig string) actors.Done {
 		return f.do(actors.Complete{WorkerID: f.wk, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: out, Signature: sig})
 	}
 	wantCode(t, complete(as[0], "").Err, actors.CodeSignatureInvalid)
 	// A signature over another job's completion does not verify for this one.
-	wantCode(t, complete(as[0], actors.SignCompletion(priv, as[1].JobID, as[1].LeaseID, as[1].Nonce, hash)).Err, actors.CodeSignatureInvalid)
-	if d := complete(as[0], actors.SignCompletion(priv, as[0].JobID, as[0].LeaseID, as[0].Nonce, hash)); d.Err != nil {
+	wantCode(t, complete(as[0], signing.SignCompletion(priv, as[1].JobID, as[1].LeaseID, as[1].Nonce, hash)).Err, actors.CodeSignatureInvalid)
+	if d := complete(as[0], signing.SignCompletion(priv, as[0].JobID, as[0].LeaseID, as[0].Nonce, hash)); d.Err != nil {
 		t.Fatal(d.Err)
 	}
 	if j := f.job(as[0].JobID); j.OutputHash != hash || j.Status != projections.StatusSucceeded {

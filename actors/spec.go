@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/tetherhq/tether/actors/signing"
 	"maps"
 	"slices"
 	"strings"
@@ -134,7 +135,7 @@ func ValidTenant(name string) bool {
 func (s *JobSpec) requestHash() string {
 	c := *s
 	c.IdempotencyKey = ""
-	if p, err := Canonical(s.Payload); err == nil {
+	if p, err := signing.Canonical(s.Payload); err == nil {
 		c.Payload = p
 	}
 	b, _ := json.Marshal(c)

@@ -1,4 +1,8 @@
-package actors
+// Package signing is how a worker proves a result: the canonical JSON that output hashes and
+// signatures are computed over, the output hash, and the Ed25519 signature of a completion
+// (DESIGN §4). It imports only the standard library, so a worker program can use it without
+// linking the broker.
+package signing
 
 import (
 	"bytes"
@@ -69,8 +73,8 @@ func SignCompletion(key ed25519.PrivateKey, jobID, leaseID, nonce, outputHash st
 	return base64.StdEncoding.EncodeToString(ed25519.Sign(key, SignedCompletion(jobID, leaseID, nonce, outputHash)))
 }
 
-// verifyCompletion checks a base64 Ed25519 signature by a base64 public key.
-func verifyCompletion(publicKey, signature, jobID, leaseID, nonce, outputHash string) bool {
+// VerifyCompletion checks a base64 Ed25519 signature by a base64 public key.
+func VerifyCompletion(publicKey, signature, jobID, leaseID, nonce, outputHash string) bool {
 	pub, err := base64.StdEncoding.DecodeString(publicKey)
 	if err != nil || len(pub) != ed25519.PublicKeySize {
 		return false
