@@ -1,0 +1,340 @@
+// Package client is the Go client of tether: Client for submitters and administrators (jobs,
+// event streams, quotas, keys), and Worker, which runs a handler for every job a server
+// leases to it over WebSocket, falling back to HTTP long-polling when a WebSocket cannot be
+// opened.
+//
+// Everything it sends and receives is a type of package wire; it does not link the broker.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// Error is an error answer of the server, in the shape every endpoint uses.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	Details map[string]any
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s (%d): %s", e.Code, e.Status, e.Message) }
+
+// CodeOf returns the stable code of a server error, or "" for any other error.
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Client talks to one tether server with one credential: an API key for a submitter, an enroll
+// token to register a worker, the admin token for admin calls (none under --auth none).
+type Client struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// New returns a client of the server at base (http://host:port) using token, which may be "".
+// hc may be nil for a client with sensible timeouts and keep-alive.
+func New(base, token string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	return &Client{base: strings.TrimRight(base, "/"), token: token, hc: hc}
+}
+
+// do sends a JSON request and decodes a JSON answer into out (if not nil).
+func (c *Client) do(ctx context.Context, method, path string, body, out any, header ...string) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return resp.StatusCode, errorOf(resp)
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("tether: %s %s: decoding the answer: %w", method, path, err)
+		}
+	} else {
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}
+	return resp.StatusCode, nil
+}
+
+// errorOf reads an error answer.
+func errorOf(resp *http.Response) error {
+	var e wire.Error
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
+		return &Error{Status: resp.StatusCode, Code: "HTTP_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(body))}
+	}
+	return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+}
+
+// Submit submits one job. An idempotent hit returns the original job with IdempotentHit set.
+func (c *Client) Submit(ctx context.Context, req wire.SubmitRequest) (*wire.Job, error) {
+	var j wire.Job
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs", req, &j)
+	return &j, err
+}
+
+// SubmitBatch submits jobs all or none.
+func (c *Client) SubmitBatch(ctx context.Context, jobs []wire.SubmitRequest) (*wire.BatchResponse, error) {
+	var out wire.BatchResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/batch", wire.BatchRequest{Jobs: jobs}, &out)
+	return &out, err
+}
+
+// Get returns a job.
+func (c *Client) Get(ctx context.Context, id string) (*wire.Job, error) {
+	var j wire.Job
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &j)
+	return &j, err
+}
+
+// ListOptions filter and page GET /v1/jobs; empty fields match everything.
+type ListOptions struct {
+	Status, Queue, Type, Cursor string
+	Limit                       int
+}
+
+// List returns one page of jobs; pass NextCursor as Cursor for the next.
+func (c *Client) List(ctx context.Context, o ListOptions) (*wire.JobList, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "type": o.Type, "cursor": o.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	var out wire.JobList
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs?"+q.Encode(), nil, &out)
+	return &out, err
+}
+
+// Cancel cancels a job: at once if it waits, by request if it is leased.
+func (c *Client) Cancel(ctx context.Context, id string) (*wire.Job, error) {
+	var j wire.Job
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &j)
+	return &j, err
+}
+
+// Retry re-drives a dead-lettered job with a fresh attempt budget.
+func (c *Client) Retry(ctx context.Context, id string) (*wire.Job, error) {
+	var j wire.Job
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/retry", nil, &j)
+	return &j, err
+}
+
+// Events returns the events of a job after event number after, one page.
+func (c *Client) Events(ctx context.Context, id string, after int) (*wire.EventList, error) {
+	var out wire.EventList
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/events?after="+strconv.Itoa(after), nil, &out)
+	return &out, err
+}
+
+// Watch streams a job's events after number after to fn until the job is terminal, and
+// returns its final status. A broken stream is resumed with Last-Event-ID: no gap, no repeat.
+func (c *Client) Watch(ctx context.Context, id string, after int, fn func(wire.Event) error) (string, error) {
+	failures := 0
+	for {
+		status, last, err := c.watchOnce(ctx, id, after, fn)
+		if err == nil {
+			return status, nil
+		}
+		var apiErr *Error
+		if errors.As(err, &apiErr) || ctx.Err() != nil || errors.Is(err, errCallback) {
+			return "", err
+		}
+		if last > after {
+			after, failures = last, 0
+		}
+		failures++
+		if failures > 5 {
+			return "", err
+		}
+		select {
+		case <-time.After(backoff(failures, 100*time.Millisecond, 5*time.Second)):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+var errCallback = errors.New("watch callback failed")
+
+func (c *Client) watchOnce(ctx context.Context, id string, after int, fn func(wire.Event) error) (status string, last int, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/jobs/"+url.PathEscape(id)+"/events", nil)
+	if err != nil {
+		return "", after, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if after > 0 {
+		req.Header.Set("Last-Event-ID", strconv.Itoa(after))
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return "", after, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return "", after, errorOf(resp)
+	}
+	last = after
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var event, data string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if event == "done" {
+				var d struct{ Status string }
+				_ = json.Unmarshal([]byte(data), &d)
+				return d.Status, last, nil
+			}
+			if data != "" {
+				var e wire.Event
+				if err := json.Unmarshal([]byte(data), &e); err != nil {
+					return "", last, fmt.Errorf("tether: event stream: %w", err)
+				}
+				if err := fn(e); err != nil {
+					return "", last, fmt.Errorf("%w: %w", errCallback, err)
+				}
+				last = e.Number
+			}
+			event, data = "", ""
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", last, err
+	}
+	return "", last, io.ErrUnexpectedEOF
+}
+
+// Reserve holds one of the tenant's max_active slots for ttl (0: 300 s).
+func (c *Client) Reserve(ctx context.Context, ttl time.Duration) (*wire.Reservation, error) {
+	var out wire.Reservation
+	_, err := c.do(ctx, http.MethodPost, "/v1/reservations", wire.ReservationRequest{TTLSeconds: ttl.Seconds()}, &out)
+	return &out, err
+}
+
+// Release gives a reservation back.
+func (c *Client) Release(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodPost, "/v1/reservations/"+url.PathEscape(id)+"/release", nil, nil)
+	return err
+}
+
+// Quota returns the tenant's limits and usage.
+func (c *Client) Quota(ctx context.Context) (*wire.Quota, error) {
+	var out wire.Quota
+	_, err := c.do(ctx, http.MethodGet, "/v1/quota", nil, &out)
+	return &out, err
+}
+
+// Queues returns the tenant's queues.
+func (c *Client) Queues(ctx context.Context) (*wire.Queues, error) {
+	var out wire.Queues
+	_, err := c.do(ctx, http.MethodGet, "/v1/queues", nil, &out)
+	return &out, err
+}
+
+// Workers returns the tenant's workers.
+func (c *Client) Workers(ctx context.Context) (*wire.Workers, error) {
+	var out wire.Workers
+	_, err := c.do(ctx, http.MethodGet, "/v1/workers", nil, &out)
+	return &out, err
+}
+
+// RegisterWorker registers a worker; the client's token is the enroll token.
+func (c *Client) RegisterWorker(ctx context.Context, req wire.RegisterRequest) (*wire.Registration, error) {
+	var out wire.Registration
+	_, err := c.do(ctx, http.MethodPost, "/v1/workers/register", req, &out)
+	return &out, err
+}
+
+// RevokeWorker revokes a worker: its connection closes and its leases go back at once.
+func (c *Client) RevokeWorker(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/workers/"+url.PathEscape(id), nil, nil)
+	return err
+}
+
+// CreateAPIKey issues an API key for a tenant (admin).
+func (c *Client) CreateAPIKey(ctx context.Context, tenant string) (*wire.APIKey, error) {
+	var out wire.APIKey
+	_, err := c.do(ctx, http.MethodPost, "/v1/admin/api-keys", wire.APIKeyRequest{Tenant: tenant}, &out)
+	return &out, err
+}
+
+// RevokeAPIKey stops an API key (admin).
+func (c *Client) RevokeAPIKey(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/admin/api-keys/"+url.PathEscape(id), nil, nil)
+	return err
+}
+
+// CreateEnrollToken issues a token that registers up to uses workers within ttl (admin).
+func (c *Client) CreateEnrollToken(ctx context.Context, tenant string, uses int, ttl time.Duration) (*wire.EnrollToken, error) {
+	var out wire.EnrollToken
+	_, err := c.do(ctx, http.MethodPost, "/v1/admin/enroll-tokens", wire.EnrollTokenRequest{Tenant: tenant, Uses: uses, TTLSeconds: ttl.Seconds()}, &out)
+	return &out, err
+}
+
+// SetQuota sets a tenant's limits; 0 is unlimited (admin).
+func (c *Client) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning int) (*wire.Quota, error) {
+	var out wire.Quota
+	_, err := c.do(ctx, http.MethodPut, "/v1/admin/tenants/"+url.PathEscape(tenant)+"/quota", wire.QuotaRequest{MaxActive: maxActive, MaxRunning: maxRunning}, &out)
+	return &out, err
+}
