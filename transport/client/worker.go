@@ -650,7 +650,11 @@ func (r *runner) runPoll(ctx context.Context) (connected bool, err error) {
 			continue
 		}
 		var out wire.Assignments
-		status, err := r.api.do(ctx, http.MethodPost, "/v1/worker/lease", wire.LeaseRequest{Max: n, WaitSeconds: pollWait}, &out)
+		wait := float64(pollWait)
+		if !connected {
+			wait = 0 // the first poll only finds out whether the server answers
+		}
+		status, err := r.api.do(ctx, http.MethodPost, "/v1/worker/lease", wire.LeaseRequest{Max: n, WaitSeconds: wait}, &out)
 		if err != nil {
 			if ctx.Err() != nil {
 				continue
