@@ -17,6 +17,10 @@ var commands = []struct {
 	run           func(args []string) error
 }{
 	{"server", "run the broker on a data directory", runServer},
+	{"worker", "run a command for every job (also: worker register, worker keygen)", runWorker},
+	{"job", "submit, get, ls, cancel, retry, watch jobs", runJob},
+	{"admin", "API keys, enroll tokens, quotas", runAdmin},
+	{"bench", "load-generate against a running server", runBench},
 }
 
 func main() {

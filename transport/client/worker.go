@@ -83,6 +83,9 @@ type Worker struct {
 	DrainTimeout time.Duration
 	// OnConnect, if set, is called each time a connection is up, with its transport.
 	OnConnect func(transport string)
+	// OnResult, if set, is called once the server has answered a job's result: report is
+	// "complete" or "fail", err what the server refused it with (nil: accepted).
+	OnResult func(job *Job, report string, err error)
 }
 
 // Errors that end Run: the server refuses the worker's token for good.
@@ -370,11 +373,15 @@ func (r *runner) report(t *task, out any, herr error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reportGiveUp)
 	defer cancel()
-	if _, err := r.request(ctx, f); err != nil {
+	_, err := r.request(ctx, f)
+	if err != nil {
 		log.Warn("the server did not take the job's result", zap.String("report", f.Type), zap.Error(err))
-		return
+	} else {
+		log.Debug("reported", zap.String("report", f.Type))
 	}
-	log.Debug("reported", zap.String("report", f.Type))
+	if r.w.OnResult != nil {
+		r.w.OnResult(j, f.Type, err)
+	}
 }
 
 // outputOf encodes a handler's output as JSON; nil is null.

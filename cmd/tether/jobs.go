@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// clientFlags are the flags of every command that talks to a server.
+type clientFlags struct {
+	server, token string
+	json          bool
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet, tokenHelp string) {
+	fs.StringVar(&c.server, "server", "http://127.0.0.1:8080", "the server's URL")
+	fs.StringVar(&c.token, "token", "", tokenHelp)
+	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
+}
+
+func (c *clientFlags) client() *client.Client { return client.New(c.server, c.token, nil) }
+
+// print writes v as JSON with --json, else the text human returns.
+func (c *clientFlags) print(v any, human func() string) error {
+	if c.json {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	_, err := fmt.Fprint(os.Stdout, human())
+	return err
+}
+
+// parseArgs parses flags wherever they appear among the positional arguments (`get ID --json`)
+// and returns the positional ones; want is how many are required (-1: any).
+func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if err := parseFlags(fs, nil); err != nil { // the environment twins
+		return nil, err
+	}
+	if want >= 0 && len(pos) != want {
+		return nil, fmt.Errorf("usage: %s", usage)
+	}
+	return pos, nil
+}
+
+// subcommands runs the subcommand args[0] of a command group.
+func subcommands(group string, cmds []command, args []string) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintf(os.Stderr, "usage: tether %s <command> [flags]\n\ncommands:\n", group)
+		for _, c := range cmds {
+			fmt.Fprintf(os.Stderr, "  %-13s %s\n", c.name, c.summary)
+		}
+		if len(args) == 0 {
+			return errors.New("no command given")
+		}
+		return nil
+	}
+	for _, c := range cmds {
+		if c.name == args[0] {
+			return c.run(args[1:])
+		}
+	}
+	return fmt.Errorf("unknown command %q; see tether %s help", args[0], group)
+}
+
+type command struct {
+	name, summary string
+	run           func(args []string) error
+}
+
+func runJob(args []string) error {
+	return subcommands("job", []command{
+		{"submit", "submit a job", jobSubmit},
+		{"get", "show a job", jobGet},
+		{"ls", "list jobs", jobList},
+		{"cancel", "cancel a job", jobAction("cancel")},
+		{"retry", "re-drive a dead-lettered job", jobAction("retry")},
+		{"watch", "stream a job's events until it ends", jobWatch},
+	}, args)
+}
+
+const apiKeyHelp = "API key (none under --auth none)"
+
+// labelFlags collects --label k=v.
+type labelFlags map[string]string
+
+func (l labelFlags) String() string { return "" }
+func (l labelFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("a label is key=value, not %q", v)
+	}
+	l[k] = val
+	return nil
+}
+
+func jobSubmit(args []string) error {
+	fs := flag.NewFlagSet("job submit", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, apiKeyHelp)
+	queue := fs.String("queue", "default", "queue")
+	typ := fs.String("type", "job", "job type")
+	payload := fs.String("payload", "", "payload JSON; @FILE reads a file, @- stdin")
+	priority := fs.Int("priority", 0, "priority, -100..100 (higher first)")
+	delay := fs.Duration("delay", 0, "run no earlier than this from now")
+	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead-lettered (0: server default, 5)")
+	leaseTTL := fs.Duration("lease-ttl", 0, "lease time-to-live (0: server default, 30s)")
+	key := fs.String("idempotency-key", "", "a key that makes resubmitting safe for 24 h")
+	labels := labelFlags{}
+	fs.Var(labels, "label", "key=value label (repeatable)")
+	if _, err := parseArgs(fs, args, 0, "tether job submit --queue Q --type T --payload JSON"); err != nil {
+		return err
+	}
+	req := wire.SubmitRequest{Queue: *queue, Type: *typ, Priority: *priority, DelaySeconds: delay.Seconds(), MaxAttempts: *maxAttempts,
+		LeaseTTLSeconds: leaseTTL.Seconds(), IdempotencyKey: *key}
+	if len(labels) > 0 {
+		req.Labels = labels
+	}
+	if *payload != "" {
+		raw, err := readArg(*payload)
+		if err != nil {
+			return err
+		}
+		if !json.Valid(raw) {
+			return errors.New("--payload is not valid JSON")
+		}
+		req.Payload = raw
+	}
+	j, err := cf.client().Submit(context.Background(), req)
+	if err != nil {
+		return err
+	}
+	return cf.print(j, func() string {
+		hit := ""
+		if j.IdempotentHit != nil && *j.IdempotentHit {
+			hit = " (the job this idempotency key already made)"
+		}
+		return fmt.Sprintf("%s %s%s\nreceipt seq=%d hash=%s\n", j.ID, j.Status, hit, j.Receipt.Seq, j.Receipt.Hash)
+	})
+}
+
+// readArg returns s, or the contents of a file for @FILE, or stdin for @-.
+func readArg(s string) ([]byte, error) {
+	switch {
+	case s == "@-":
+		return io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
+	case strings.HasPrefix(s, "@"):
+		return os.ReadFile(s[1:])
+	}
+	return []byte(s), nil
+}
+
+func jobGet(args []string) error {
+	fs := flag.NewFlagSet("job get", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, apiKeyHelp)
+	pos, err := parseArgs(fs, args, 1, "tether job get JOB_ID")
+	if err != nil {
+		return err
+	}
+	j, err := cf.client().Get(context.Background(), pos[0])
+	if err != nil {
+		return err
+	}
+	return cf.print(j, func() string { return describe(j) })
+}
+
+func describe(j *wire.Job) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(w, "%s\t%s\n", k, v)
+		}
+	}
+	row("id", j.ID)
+	row("status", j.Status)
+	row("queue/type", j.Queue+"/"+j.Type)
+	row("attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
+	if j.Lease != nil {
+		row("lease", fmt.Sprintf("%s (worker %s, until %s)", j.Lease.LeaseID, j.Lease.WorkerID, j.Lease.ExpiresAt.Format(time.RFC3339)))
+	}
+	if j.RunAt != nil {
+		row("run at", j.RunAt.Format(time.RFC3339))
+	}
+	if j.CancelRequested {
+		row("cancel", "requested")
+	}
+	row("payload", string(j.Payload))
+	row("output", string(j.Output))
+	if j.Error != nil {
+		row("error", j.Error.Code+": "+j.Error.Message)
+	}
+	row("dead reason", j.DeadReason)
+	row("created", j.CreatedAt.Format(time.RFC3339))
+	row("updated", j.UpdatedAt.Format(time.RFC3339))
+	if j.Receipt != nil {
+		row("receipt", fmt.Sprintf("seq=%d hash=%s", j.Receipt.Seq, j.Receipt.Hash))
+	}
+	_ = w.Flush()
+	return b.String()
+}
+
+func jobList(args []string) error {
+	fs := flag.NewFlagSet("job ls", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, apiKeyHelp)
+	var o client.ListOptions
+	fs.StringVar(&o.Status, "status", "", "only jobs with this status")
+	fs.StringVar(&o.Queue, "queue", "", "only jobs of this queue")
+	fs.StringVar(&o.Type, "type", "", "only jobs of this type")
+	fs.StringVar(&o.Cursor, "cursor", "", "the next_cursor of the previous page")
+	fs.IntVar(&o.Limit, "limit", 50, "jobs per page, 1..1000")
+	if _, err := parseArgs(fs, args, 0, "tether job ls [--status S] [--queue Q]"); err != nil {
+		return err
+	}
+	l, err := cf.client().List(context.Background(), o)
+	if err != nil {
+		return err
+	}
+	return cf.print(l, func() string {
+		var b strings.Builder
+		w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tSTATUS\tQUEUE\tTYPE\tATTEMPT\tUPDATED")
+		for _, j := range l.Jobs {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Status, j.Queue, j.Type, j.Attempt, j.MaxAttempts, j.UpdatedAt.Format(time.RFC3339))
+		}
+		_ = w.Flush()
+		if l.NextCursor != "" {
+			fmt.Fprintf(&b, "more: --cursor %s\n", l.NextCursor)
+		}
+		return b.String()
+	})
+}
+
+func jobAction(action string) func([]string) error {
+	return func(args []string) error {
+		fs := flag.NewFlagSet("job "+action, flag.ContinueOnError)
+		var cf clientFlags
+		cf.register(fs, apiKeyHelp)
+		pos, err := parseArgs(fs, args, 1, "tether job "+action+" JOB_ID")
+		if err != nil {
+			return err
+		}
+		c := cf.client()
+		do := c.Cancel
+		if action == "retry" {
+			do = c.Retry
+		}
+		j, err := do(context.Background(), pos[0])
+		if err != nil {
+			return err
+		}
+		return cf.print(j, func() string { return describe(j) })
+	}
+}
+
+func jobWatch(args []string) error {
+	fs := flag.NewFlagSet("job watch", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, apiKeyHelp)
+	after := fs.Int("after", 0, "start after this event number")
+	pos, err := parseArgs(fs, args, 1, "tether job watch JOB_ID")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer cancel()
+	enc := json.NewEncoder(os.Stdout)
+	status, err := cf.client().Watch(ctx, pos[0], *after, func(e wire.Event) error {
+		if cf.json {
+			return enc.Encode(e)
+		}
+		_, err := fmt.Printf("%4d  %s  %-22s %s\n", e.Number, e.Time.Format("15:04:05.000"), e.Type, summarize(e))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !cf.json {
+		fmt.Printf("done: %s\n", status)
+	}
+	if status != "succeeded" {
+		return fmt.Errorf("the job ended %s", status)
+	}
+	return nil
+}
+
+// summarize shows what matters of an event on one line.
+func summarize(e wire.Event) string {
+	var d map[string]any
+	_ = json.Unmarshal(e.Data, &d)
+	var parts []string
+	for _, k := range []string{"event_type", "data", "worker_id", "attempt", "error_code", "message", "reason", "run_at", "output"} {
+		if v, ok := d[k]; ok {
+			b, _ := json.Marshal(v)
+			parts = append(parts, k+"="+string(b))
+		}
+	}
+	s := strings.Join(parts, " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+func runAdmin(args []string) error {
+	return subcommands("admin", []command{
+		{"apikey", "create or revoke an API key: apikey create --tenant T | apikey revoke ID", adminAPIKey},
+		{"enroll-token", "make a token that registers workers: --tenant T --uses N --ttl D", adminEnrollToken},
+		{"quota", "set a tenant's limits: --tenant T --max-active N --max-running N", adminQuota},
+	}, args)
+}
+
+const adminTokenHelp = "the admin token (none under --auth none)"
+
+func adminAPIKey(args []string) error {
+	fs := flag.NewFlagSet("admin apikey", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, adminTokenHelp)
+	tenant := fs.String("tenant", "", "tenant of the new key")
+	pos, err := parseArgs(fs, args, -1, "")
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 1 && pos[0] == "create":
+		k, err := cf.client().CreateAPIKey(context.Background(), *tenant)
+		if err != nil {
+			return err
+		}
+		return cf.print(k, func() string {
+			return fmt.Sprintf("api key %s for tenant %s (shown only now):\n%s\n", k.ID, k.Tenant, k.Key)
+		})
+	case len(pos) == 2 && pos[0] == "revoke":
+		if err := cf.client().RevokeAPIKey(context.Background(), pos[1]); err != nil {
+			return err
+		}
+		return cf.print(map[string]string{"revoked": pos[1]}, func() string { return "revoked " + pos[1] + "\n" })
+	}
+	return errors.New("usage: tether admin apikey create --tenant T | tether admin apikey revoke KEY_ID")
+}
+
+func adminEnrollToken(args []string) error {
+	fs := flag.NewFlagSet("admin enroll-token", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, adminTokenHelp)
+	tenant := fs.String("tenant", "", "tenant the workers join")
+	uses := fs.Int("uses", 1, "how many workers may register with it")
+	ttl := fs.Duration("ttl", 24*time.Hour, "how long it lasts")
+	if _, err := parseArgs(fs, args, 0, "tether admin enroll-token --tenant T [--uses N] [--ttl D]"); err != nil {
+		return err
+	}
+	t, err := cf.client().CreateEnrollToken(context.Background(), *tenant, *uses, *ttl)
+	if err != nil {
+		return err
+	}
+	return cf.print(t, func() string {
+		return fmt.Sprintf("enroll token for tenant %s, %d use(s), until %s (shown only now):\n%s\n", t.Tenant, t.Uses, t.ExpiresAt.Format(time.RFC3339), t.Token)
+	})
+}
+
+func adminQuota(args []string) error {
+	fs := flag.NewFlagSet("admin quota", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, adminTokenHelp)
+	tenant := fs.String("tenant", "", "tenant")
+	maxActive := fs.Int("max-active", 0, "non-terminal jobs plus reservations (0: unlimited)")
+	maxRunning := fs.Int("max-running", 0, "leased jobs at once (0: unlimited)")
+	if _, err := parseArgs(fs, args, 0, "tether admin quota --tenant T --max-active N --max-running N"); err != nil {
+		return err
+	}
+	q, err := cf.client().SetQuota(context.Background(), *tenant, *maxActive, *maxRunning)
+	if err != nil {
+		return err
+	}
+	return cf.print(q, func() string {
+		return fmt.Sprintf("tenant %s: max_active %d, max_running %d (0: unlimited); active %d, running %d\n", q.Tenant, q.MaxActive, q.MaxRunning, q.Active, q.Running)
+	})
+}

@@ -1,0 +1,285 @@
+// Package bench is tether's load generator (tether bench): producers that submit one job per
+// HTTP request and wait for the answer, and workers that each hold one WebSocket connection and
+// run no-op jobs, against a running server. It measures what a user would: jobs per second
+// until the server has acknowledged every completion, and the latency from submit to start.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// Config is one run.
+type Config struct {
+	Server      string
+	Token       string // API key for submitting (none under --auth none)
+	EnrollToken string // registers the workers (none under --auth none)
+	Jobs        int    // saturated mode: how many jobs
+	Producers   int
+	Workers     int
+	// Rate > 0 selects paced mode: Rate submits per second for Duration, each on schedule
+	// whether or not earlier ones were answered.
+	Rate     float64
+	Duration time.Duration
+	// Progress, if set, is called with the jobs completed so far about ten times a second.
+	Progress func(done, total int)
+}
+
+// Result is what a run measured.
+type Result struct {
+	Mode           string        `json:"mode"`
+	Jobs           int           `json:"jobs"`
+	Producers      int           `json:"producers"`
+	Workers        int           `json:"workers"`
+	Elapsed        time.Duration `json:"elapsed_ns"`
+	JobsPerSecond  float64       `json:"jobs_per_second"`
+	Submit         Latency       `json:"submit_latency"`          // request → answer (durable)
+	SubmitToStart  Latency       `json:"submit_to_start_latency"` // request sent → handler called
+	Errors         int           `json:"errors"`
+	Events         float64       `json:"events"`
+	Fsyncs         float64       `json:"fsyncs"`
+	EventsPerFsync float64       `json:"events_per_fsync"`
+}
+
+// Latency percentiles.
+type Latency struct {
+	P50 time.Duration `json:"p50_ns"`
+	P90 time.Duration `json:"p90_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Max time.Duration `json:"max_ns"`
+}
+
+func latencyOf(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return Latency{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ds[len(ds)-1]}
+}
+
+// payload carries the moment its submit was sent, for the submit→start latency.
+type payload struct {
+	Sent int64 `json:"sent"`
+}
+
+// Run runs the benchmark and returns what it measured.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Producers <= 0 || cfg.Workers <= 0 {
+		return Result{}, errors.New("bench: producers and workers must be at least 1")
+	}
+	paced := cfg.Rate > 0
+	total := cfg.Jobs
+	if paced {
+		total = int(cfg.Rate * cfg.Duration.Seconds())
+	}
+	if total <= 0 {
+		return Result{}, errors.New("bench: nothing to do: give --jobs, or --rate and --duration")
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}}
+	submitter := client.New(cfg.Server, cfg.Token, hc)
+	var tag [6]byte
+	_, _ = rand.Read(tag[:])
+	queue := "bench-" + hex.EncodeToString(tag[:]) // a queue of its own: old jobs do not count
+
+	before, err := scrape(ctx, hc, cfg.Server)
+	if err != nil {
+		return Result{}, err
+	}
+	// Workers: one registration and one WebSocket each, capacity 1, no-op jobs.
+	var (
+		startMu sync.Mutex
+		starts  = make([]time.Duration, 0, total)
+		done    atomic.Int64
+		failed  atomic.Int64
+		all     = make(chan struct{})
+	)
+	finish := func() {
+		if n := done.Add(1); n == int64(total) {
+			close(all)
+		}
+	}
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	connected := make(chan struct{}, cfg.Workers)
+	enroll := client.New(cfg.Server, cfg.EnrollToken, hc)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range cfg.Workers {
+		reg, err := enroll.RegisterWorker(ctx, wire.RegisterRequest{Name: fmt.Sprintf("bench-%d", i), Queues: []string{queue}, Capacity: 1})
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: registering worker %d: %w", i, err)
+		}
+		w := &client.Worker{Server: cfg.Server, Token: reg.WorkerToken, Capacity: 1, Transport: "websocket", HTTPClient: hc,
+			OnConnect: func(string) { connected <- struct{}{} },
+			Handler: func(_ context.Context, j *client.Job) (any, error) {
+				var p payload
+				if json.Unmarshal(j.Payload, &p) == nil && p.Sent > 0 {
+					d := time.Since(time.Unix(0, p.Sent))
+					startMu.Lock()
+					starts = append(starts, d)
+					startMu.Unlock()
+				}
+				return nil, nil
+			},
+			OnResult: func(_ *client.Job, report string, err error) {
+				if err != nil || report != "complete" {
+					failed.Add(1)
+				}
+				finish()
+			},
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(wctx) }()
+	}
+	for range cfg.Workers {
+		select {
+		case <-connected:
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-time.After(30 * time.Second):
+			return Result{}, errors.New("bench: the workers did not all connect within 30 s")
+		}
+	}
+
+	// Producers.
+	var (
+		submitMu  sync.Mutex
+		submits   = make([]time.Duration, 0, total)
+		errs      atomic.Int64
+		next      atomic.Int64
+		firstErr  atomic.Value
+		producers sync.WaitGroup
+	)
+	submitOne := func(scheduled time.Time) {
+		sent := time.Now()
+		if scheduled.IsZero() {
+			scheduled = sent
+		}
+		body, _ := json.Marshal(payload{Sent: scheduled.UnixNano()})
+		_, err := submitter.Submit(ctx, wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body})
+		d := time.Since(sent)
+		if err != nil {
+			errs.Add(1)
+			firstErr.CompareAndSwap(nil, err)
+			finish() // it will never complete
+			return
+		}
+		submitMu.Lock()
+		submits = append(submits, d)
+		submitMu.Unlock()
+	}
+	began := time.Now()
+	if paced {
+		// Each submit leaves on its schedule; a slow answer does not delay the next one
+		// (no coordinated omission). Producers bounds the requests in flight.
+		sem := make(chan struct{}, max(cfg.Producers, 1)*64)
+		interval := time.Duration(float64(time.Second) / cfg.Rate)
+		for i := range total {
+			at := began.Add(time.Duration(i) * interval)
+			if d := time.Until(at); d > 0 {
+				time.Sleep(d) // pacing the load generator, not waiting for a result
+			}
+			sem <- struct{}{}
+			producers.Add(1)
+			go func() {
+				defer producers.Done()
+				defer func() { <-sem }()
+				submitOne(at)
+			}()
+		}
+	} else {
+		for range cfg.Producers {
+			producers.Add(1)
+			go func() {
+				defer producers.Done()
+				for next.Add(1) <= int64(total) && ctx.Err() == nil {
+					submitOne(time.Time{})
+				}
+			}()
+		}
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-all:
+			break wait
+		case <-tick.C:
+			if cfg.Progress != nil {
+				cfg.Progress(int(done.Load()), total)
+			}
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}
+	elapsed := time.Since(began)
+	producers.Wait()
+	if cfg.Progress != nil {
+		cfg.Progress(total, total)
+	}
+	stopWorkers()
+	after, err := scrape(ctx, hc, cfg.Server)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Mode: "saturated", Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Elapsed: elapsed,
+		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
+		Errors: int(errs.Load() + failed.Load()),
+		Events: after["tether_log_events_total"] - before["tether_log_events_total"],
+		Fsyncs: after["tether_log_fsyncs_total"] - before["tether_log_fsyncs_total"]}
+	if paced {
+		res.Mode = "paced"
+	}
+	if res.Fsyncs > 0 {
+		res.EventsPerFsync = res.Events / res.Fsyncs
+	}
+	if e, ok := firstErr.Load().(error); ok {
+		return res, fmt.Errorf("bench: %d submits failed; the first: %w", errs.Load(), e)
+	}
+	return res, nil
+}
+
+// scrape reads the unlabelled samples of the server's /metrics.
+func scrape(ctx context.Context, hc *http.Client, server string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bench: the server at %s: %w", server, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bench: %s/metrics answered %s", server, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}
