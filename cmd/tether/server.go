@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -29,6 +30,7 @@ func runServer(args []string) error {
 	auth := fs.String("auth", "none", "none (loopback only: every client is tenant \"default\") or token (API keys, enroll tokens, an admin token)")
 	adminToken := fs.String("admin-token", "", "the admin token under --auth token; if empty, one is made and kept in DATA/admin-token (mode 0600)")
 	maxConns := fs.Int("max-conns", 10_000, "the most connections served at once; more wait to be accepted")
+	pprofAddr := fs.String("pprof-addr", "", "serve Go's /debug/pprof on this (loopback) address; empty: off")
 	var lf logFlags
 	lf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -57,6 +59,12 @@ func runServer(args []string) error {
 	api, err := transport.NewServer(transport.Config{Auth: mode, AdminToken: *adminToken, Logger: log})
 	if err != nil {
 		return err
+	}
+	if *pprofAddr != "" {
+		if !loopback(*pprofAddr) {
+			return fmt.Errorf("--pprof-addr %q: profiles are served on loopback addresses only", *pprofAddr)
+		}
+		go func() { log.Warn("pprof stopped", zap.Error(http.ListenAndServe(*pprofAddr, pprofMux()))) }()
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -134,6 +142,14 @@ func runServer(args []string) error {
 }
 
 var errStopped = errors.New("stopped")
+
+func pprofMux() *http.ServeMux {
+	m := http.NewServeMux()
+	m.HandleFunc("/debug/pprof/", pprof.Index)
+	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return m
+}
 
 // loopback reports whether addr listens on a loopback interface only.
 func loopback(addr string) bool {
