@@ -719,3 +719,79 @@ func TestProtocolViolationsCloseCleanly(t *testing.T) {
 		t.Fatalf("oversize frame: %v", err)
 	}
 }
+
+// client.Command, the runner behind `tether worker`: output from stdout (JSON or text), stderr
+// lines as log events, exit codes that retry or not, and a cancel that reaches the program as
+// SIGTERM.
+func TestCommandWorker(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	c := client.New(h.url, "", nil)
+	reg := h.register("", nil, 4)
+	script := `p=$(cat); case "$p" in
+*ok*) echo "[$TETHER_ATTEMPT] $TETHER_JOB_TYPE" >&2; echo '{"ok": true}';;
+*text*) echo hello;;
+*fatal*) echo "bad input" >&2; exit 3;;
+*retry*) exit 1;;
+*sleep*) trap 'echo "got TERM" >&2; exit 143' TERM; echo started >&2; while :; do sleep 0.01; done;;
+esac`
+	w := &client.Worker{Server: h.url, Token: reg.WorkerToken, Capacity: 4, Logger: zaptest.NewLogger(t),
+		Handler: client.Command{Args: []string{"sh", "-c", script}, FatalExitCodes: []int{3}, KillGrace: 5 * time.Second}.Handler()}
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(wctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	submitMode := func(mode string) *wire.Job {
+		j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "kind", Payload: json.RawMessage(`{"mode":"` + mode + `"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	ok, text, fatal, retry, sleep := submitMode("ok"), submitMode("text"), submitMode("fatal"), submitMode("retry"), submitMode("sleep")
+	if j := await(t, c, ok.ID); j.Status != "succeeded" || string(j.Output) != `{"ok":true}` {
+		t.Fatalf("ok: %+v", j)
+	}
+	evs, _ := c.Events(ctx(t), ok.ID, 0)
+	if e := evs.Events[2]; e.Type != "job.progress" || !strings.Contains(string(e.Data), `"data":"[1] kind"`) {
+		t.Fatalf("stderr line: %s %s", e.Type, e.Data)
+	}
+	if j := await(t, c, text.ID); string(j.Output) != `"hello"` {
+		t.Fatalf("text: %+v", j)
+	}
+	if j := await(t, c, fatal.ID); j.Status != "failed" || j.DeadReason != "non_retryable" || j.Error.Code != "exit_3" || !strings.Contains(j.Error.Message, "bad input") {
+		t.Fatalf("fatal: %+v %+v", j, j.Error)
+	}
+	// A retryable failure goes back to wait out its backoff.
+	_, _ = c.Watch(ctx(t), retry.ID, 0, func(e wire.Event) error {
+		if e.Type == "job.retry_scheduled" {
+			return errors.New("seen")
+		}
+		return nil
+	})
+	if j, _ := c.Get(ctx(t), retry.ID); j.Status != "scheduled" || j.Error.Code != "exit_1" {
+		t.Fatalf("retry: %+v", j)
+	}
+	// Once the program says it started, cancel it: it gets SIGTERM, and the job is cancelled.
+	_, _ = c.Watch(ctx(t), sleep.ID, 0, func(e wire.Event) error {
+		if strings.Contains(string(e.Data), `"data":"started"`) {
+			return errors.New("running")
+		}
+		return nil
+	})
+	if _, err := c.Cancel(ctx(t), sleep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if j := await(t, c, sleep.ID); j.Status != "cancelled" {
+		t.Fatalf("cancel: %+v", j)
+	}
+	evs, _ = c.Events(ctx(t), sleep.ID, 0)
+	var sawTerm bool
+	for _, e := range evs.Events {
+		sawTerm = sawTerm || strings.Contains(string(e.Data), "got TERM")
+	}
+	if !sawTerm {
+		t.Fatalf("the program never got SIGTERM: %+v", evs.Events)
+	}
+}

@@ -129,6 +129,7 @@ func jobSubmit(args []string) error {
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead-lettered (0: server default, 5)")
 	leaseTTL := fs.Duration("lease-ttl", 0, "lease time-to-live (0: server default, 30s)")
 	key := fs.String("idempotency-key", "", "a key that makes resubmitting safe for 24 h")
+	quiet := fs.Bool("quiet", false, "print only the job id (for scripts: JOB=$(tether job submit ... --quiet))")
 	labels := labelFlags{}
 	fs.Var(labels, "label", "key=value label (repeatable)")
 	if _, err := parseArgs(fs, args, 0, "tether job submit --queue Q --type T --payload JSON"); err != nil {
@@ -151,6 +152,10 @@ func jobSubmit(args []string) error {
 	}
 	j, err := cf.client().Submit(context.Background(), req)
 	if err != nil {
+		return err
+	}
+	if *quiet {
+		_, err := fmt.Println(j.ID)
 		return err
 	}
 	return cf.print(j, func() string {

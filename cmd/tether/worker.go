@@ -50,7 +50,7 @@ func runWorker(args []string) error {
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
-		return errors.New("usage: tether worker [flags] -- COMMAND ARGS...")
+		return errors.New("usage: tether worker [flags] -- COMMAND [ARGS]")
 	}
 	log, err := lf.logger()
 	if err != nil {

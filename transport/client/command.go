@@ -40,6 +40,7 @@ const (
 	logLineBytesMax       = 4 << 10
 	logLinesMax           = 10_000
 	failTailBytes         = 2 << 10
+	logEventTimeout       = 30 * time.Second
 )
 
 // Handler returns the Handler that runs the command.
@@ -122,9 +123,11 @@ func (c Command) run(ctx context.Context, job *Job) (any, error) {
 }
 
 // streamStderr sends each stderr line as a "log" event, in order, and yields the last lines
-// once stderr closes (for a failure's message).
+// once stderr closes (for a failure's message). Lines a cancelled program writes while it stops
+// are sent too: the lease holds until the handler reports.
 func (c Command) streamStderr(ctx context.Context, job *Job, r io.Reader) <-chan string {
 	tail := make(chan string, 1)
+	ctx = context.WithoutCancel(ctx)
 	go func() {
 		var last []byte
 		sc := bufio.NewScanner(r)
@@ -148,11 +151,13 @@ func (c Command) streamStderr(ctx context.Context, job *Job, r io.Reader) <-chan
 			if len(last) > failTailBytes {
 				last = last[len(last)-failTailBytes:]
 			}
-			if sent++; sent <= logLinesMax && ctx.Err() == nil {
+			if sent++; sent <= logLinesMax {
 				if sent == logLinesMax {
 					line = "[tether: further stderr lines are not sent]"
 				}
-				_ = job.Event(ctx, "log", line)
+				ectx, cancel := context.WithTimeout(ctx, logEventTimeout)
+				_ = job.Event(ectx, "log", line)
+				cancel()
 			}
 		}
 		tail <- strings.TrimSpace(string(last))
