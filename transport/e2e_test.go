@@ -202,6 +202,17 @@ func (w *wsWorker) assignment() wire.Frame {
 	}
 }
 
+// leased registers a worker, connects it frame by frame with one credit, submits a job, and
+// returns the worker, its registration, the job and the job's assignment.
+func (h *harness) leased(c *client.Client) (*wsWorker, *wire.Registration, *wire.Job, wire.Frame) {
+	h.t.Helper()
+	reg := h.register("", nil, 1)
+	w := h.dial(reg.WorkerToken, 1)
+	w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
+	job := submit(h.t, c, `{}`)
+	return w, reg, job, w.assignment()
+}
+
 func submit(t *testing.T, c *client.Client, payload string) *wire.Job {
 	t.Helper()
 	j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t", Payload: json.RawMessage(payload)})
@@ -527,11 +538,7 @@ func TestEventStreamResume(t *testing.T) {
 	t.Parallel()
 	h := start(t, transport.AuthNone)
 	c := client.New(h.url, "", nil)
-	reg := h.register("", nil, 1)
-	w := h.dial(reg.WorkerToken, 1)
-	w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
-	job := submit(t, c, `{}`)
-	a := w.assignment()
+	w, _, job, a := h.leased(c)
 	for i := range 5 {
 		if ack := w.ack(wire.Frame{Type: wire.FrameEvent, JobID: job.ID, LeaseID: a.LeaseID, EventType: "progress", Data: json.RawMessage(`{"i":` + string(rune('0'+i)) + `}`)}); ack.Number != 3+i {
 			t.Fatalf("event %d numbered %d", i, ack.Number)
@@ -582,11 +589,7 @@ func TestEventStreamIsLive(t *testing.T) {
 	t.Parallel()
 	h := start(t, transport.AuthNone)
 	c := client.New(h.url, "", nil)
-	reg := h.register("", nil, 1)
-	w := h.dial(reg.WorkerToken, 1)
-	w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
-	job := submit(t, c, `{}`)
-	a := w.assignment()
+	w, _, job, a := h.leased(c)
 	got := make(chan wire.Event)
 	go func() {
 		_, _ = c.Watch(context.Background(), job.ID, 0, func(e wire.Event) error { got <- e; return nil })
@@ -616,11 +619,7 @@ func TestReconnectKeepsLease(t *testing.T) {
 	t.Parallel()
 	h := start(t, transport.AuthNone)
 	c := client.New(h.url, "", nil)
-	reg := h.register("", nil, 1)
-	w := h.dial(reg.WorkerToken, 1)
-	w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
-	job := submit(t, c, `{}`)
-	a := w.assignment()
+	w, reg, job, a := h.leased(c)
 	_ = w.conn.UnderlyingConn().(*net.TCPConn).SetLinger(0)
 	w.conn.UnderlyingConn().Close() // no close frame: the network dropped
 	w2 := h.dial(reg.WorkerToken, 1)
