@@ -794,3 +794,32 @@ esac`
 		t.Fatalf("the program never got SIGTERM: %+v", evs.Events)
 	}
 }
+
+// Shutdown: long polls end at once, and a WebSocket worker is told the server is going away.
+func TestShutdownTellsWorkersGoingAway(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	reg := h.register("", nil, 1)
+	if st, _ := h.raw("POST", "/v1/worker/lease", reg.WorkerToken, []byte(`{"max":1,"wait_seconds":0}`)); st != http.StatusNoContent {
+		t.Fatalf("a poll with nothing ready: %d, want 204", st)
+	}
+	w := h.dial(h.register("", nil, 1).WorkerToken, 1)
+	polled := make(chan int)
+	go func() {
+		st, _ := h.raw("POST", "/v1/worker/lease", reg.WorkerToken, []byte(`{"max":1,"wait_seconds":30}`))
+		polled <- st
+	}()
+	h.api.Shutdown()
+	if err := h.b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var ce *websocket.CloseError
+	if _, _, err := w.conn.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+		t.Fatalf("the worker got %v, want close 1001", err)
+	}
+	if st := <-polled; st != http.StatusNoContent && st != http.StatusServiceUnavailable {
+		t.Fatalf("a long poll during shutdown answered %d", st)
+	}
+	h.api.Wait(ctx(t))
+}
