@@ -409,6 +409,13 @@ func TestWorkerTokenExpiredAndRevoked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The lease is released at once, without waiting for it to run out: the job's stream says so.
+	_, _ = acme.Watch(ctx(t), job.ID, 0, func(e wire.Event) error {
+		if e.Type == "job.lease_expired" {
+			return errors.New("released")
+		}
+		return nil
+	})
 	j, _ := acme.Get(ctx(t), job.ID)
 	if j.Lease != nil || (j.Status != "scheduled" && j.Status != "queued") || j.Error == nil || j.Error.Code != "worker_revoked" {
 		t.Fatalf("job after revocation: %+v", j)

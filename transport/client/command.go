@@ -74,10 +74,14 @@ func (c Command) run(ctx context.Context, job *Job) (any, error) {
 	var stdout limitedBuffer
 	stdout.limit = CommandOutputBytesMax
 	cmd.Stdout = &stdout
-	stderr, err := cmd.StderrPipe()
+	// A pipe of our own, not StderrPipe: Wait closes that one as soon as the program exits,
+	// which can drop the lines still in it.
+	stderr, stderrW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
+	defer stderr.Close()
+	cmd.Stderr = stderrW
 	// The program and its children share a process group, so a cancel reaches a shell's
 	// children too: SIGTERM now, SIGKILL after the grace.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -87,12 +91,22 @@ func (c Command) run(ctx context.Context, job *Job) (any, error) {
 		return syscall.Kill(-pid, syscall.SIGTERM)
 	}
 	cmd.WaitDelay = grace + time.Second
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	stderrW.Close() // the program holds its own copy
+	if err != nil {
 		return nil, &Failure{Code: "start_failed", Message: err.Error(), Retryable: false}
 	}
 	tail := c.streamStderr(ctx, job, stderr)
 	err = cmd.Wait()
-	lastLines := <-tail
+	// Every line the program wrote is in the pipe by now; a child that outlived it may hold the
+	// pipe open, so its lines get the kill grace and no more.
+	var lastLines string
+	select {
+	case lastLines = <-tail:
+	case <-time.After(grace):
+		stderr.Close()
+		lastLines = <-tail
+	}
 	switch {
 	case runCtx.Err() != nil && ctx.Err() == nil:
 		return nil, &Failure{Code: "timeout", Message: fmt.Sprintf("the command ran longer than %s", c.Timeout), Retryable: true}
