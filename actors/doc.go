@@ -11,7 +11,8 @@
 //
 //   - Tenant (one per tenant): intake. Validation and limits, idempotency keys, max_active
 //     (committed non-terminal jobs + its own admitted-but-not-durable jobs + reservations),
-//     reservations, worker registration and revocation, and the quota check of a re-drive.
+//     reservations, worker registration (spending enroll-token uses) and revocation, API keys
+//     and enroll tokens, and the quota check of a re-drive.
 //   - Dispatcher (one): every job that is not leased — the queued and scheduled jobs in
 //     priority heaps, cancel of a waiting job, re-drive of a dead one — and worker credit. It
 //     matches ready jobs to sessions with credit (their tenant's jobs only, by priority then age,

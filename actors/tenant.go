@@ -12,8 +12,9 @@ import (
 )
 
 // Tenant is the intake of one tenant: it validates submits, keeps the idempotency index, the
-// quota and the reservations, and registers and revokes the tenant's workers. One actor per
-// tenant serialises all of it, so two submits can never both take the last slot.
+// quota and the reservations, registers and revokes the tenant's workers, and issues and
+// revokes its API keys and enroll tokens. One actor per tenant serialises all of it, so two
+// submits can never both take the last slot, nor two registrations an enroll token's last use.
 //
 // Usage against max_active is the committed count of non-terminal jobs (from the projections)
 // plus the jobs this actor admitted that are not durable yet, plus its reservations. Jobs leave

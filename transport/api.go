@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -34,30 +35,6 @@ func errorf(status int, code, format string, args ...any) *apiError {
 	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
 }
 
-// statusOf maps each rejection code to its one HTTP status (DESIGN §5).
-var statusOf = map[actors.Code]int{
-	actors.CodeInvalidArgument:      http.StatusBadRequest,
-	actors.CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
-	actors.CodeJobNotFound:          http.StatusNotFound,
-	actors.CodeWorkerNotFound:       http.StatusNotFound,
-	actors.CodeReservationNotFound:  http.StatusNotFound,
-	actors.CodeAPIKeyNotFound:       http.StatusNotFound,
-	actors.CodeLeaseMismatch:        http.StatusConflict,
-	actors.CodeAlreadyTerminal:      http.StatusConflict,
-	actors.CodeNotDeadLettered:      http.StatusConflict,
-	actors.CodeCompletionConflict:   http.StatusConflict,
-	actors.CodeSessionClosed:        http.StatusConflict,
-	actors.CodeSignatureInvalid:     http.StatusBadRequest,
-	actors.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
-	actors.CodeQuotaExceeded:        http.StatusTooManyRequests,
-	actors.CodeWorkerRevoked:        http.StatusForbidden,
-	actors.CodeUnauthenticated:      http.StatusUnauthorized,
-	actors.CodeTokenExpired:         http.StatusUnauthorized,
-	actors.CodePermissionDenied:     http.StatusForbidden,
-	actors.CodeEnrollTokenUsedUp:    http.StatusForbidden,
-	actors.CodeUnavailable:          http.StatusServiceUnavailable,
-}
-
 // toAPIError turns any error a handler returns into the one shape clients see.
 func toAPIError(err error) *apiError {
 	var ae *apiError
@@ -67,11 +44,7 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &rej):
-		status, ok := statusOf[rej.Code]
-		if !ok {
-			status = http.StatusBadRequest
-		}
-		return &apiError{status: status, code: string(rej.Code), message: rej.Message, details: rej.Details}
+		return &apiError{status: wire.StatusOf(string(rej.Code)), code: string(rej.Code), message: rej.Message, details: rej.Details}
 	case errors.As(err, &tooBig):
 		return errorf(http.StatusRequestEntityTooLarge, string(actors.CodePayloadTooLarge), "the body is larger than %d bytes", tooBig.Limit)
 	case errors.Is(err, runtime.ErrClosed):
@@ -136,7 +109,7 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 			writeError(w, errorf(http.StatusServiceUnavailable, "NOT_READY", "the server is recovering; try again shortly"))
 			return
 		}
-		if r.URL.Query().Has("token") || r.URL.Query().Has("api_key") || r.URL.Query().Has("access_token") {
+		if r.URL.RawQuery != "" && credentialInQuery(r.URL.Query()) {
 			writeError(w, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "credentials are never accepted in the query string; send an Authorization header"))
 			return
 		}
@@ -152,6 +125,10 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 			writeError(w, e)
 		}
 	})
+}
+
+func credentialInQuery(q url.Values) bool {
+	return q.Has("token") || q.Has("api_key") || q.Has("access_token")
 }
 
 // bearer returns the credential a request carries: Authorization: Bearer, or X-API-Key.

@@ -259,6 +259,19 @@ func (h *harness) runWorker(token, transportName string, key ed25519.PrivateKey)
 	return connected
 }
 
+// firstConnect returns the transport a worker's first connection used, failing the test if
+// there is none within 30 s.
+func firstConnect(t *testing.T, connected chan string) string {
+	t.Helper()
+	select {
+	case tr := <-connected:
+		return tr
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not connect within 30 s")
+		return ""
+	}
+}
+
 func TestJobThroughWebSocketAndLongPoll(t *testing.T) {
 	t.Parallel()
 	for _, tr := range []string{"websocket", "longpoll"} {
@@ -268,7 +281,7 @@ func TestJobThroughWebSocketAndLongPoll(t *testing.T) {
 			acme := h.tenant("acme")
 			pub, priv, _ := ed25519.GenerateKey(nil)
 			reg := h.register("acme", pub, 2)
-			if got := <-h.runWorker(reg.WorkerToken, tr, priv); got != tr {
+			if got := firstConnect(t, h.runWorker(reg.WorkerToken, tr, priv)); got != tr {
 				t.Fatalf("connected over %s, want %s", got, tr)
 			}
 			job := submit(t, acme, `{"n":21}`)
@@ -325,7 +338,7 @@ func TestWorkerFallsBackToLongPoll(t *testing.T) {
 	}))
 	t.Cleanup(proxy.Close)
 	h.url = proxy.URL
-	if got := <-h.runWorker(reg.WorkerToken, "auto", nil); got != "longpoll" {
+	if got := firstConnect(t, h.runWorker(reg.WorkerToken, "auto", nil)); got != "longpoll" {
 		t.Fatalf("connected over %s", got)
 	}
 	c := client.New(h.url, "", nil)
@@ -599,7 +612,7 @@ func TestEventStreamIsLive(t *testing.T) {
 	w, _, job, a := h.leased(c)
 	got := make(chan wire.Event)
 	go func() {
-		_, _ = c.Watch(context.Background(), job.ID, 0, func(e wire.Event) error { got <- e; return nil })
+		_, _ = c.Watch(ctx(t), job.ID, 0, func(e wire.Event) error { got <- e; return nil })
 		close(got)
 	}()
 	for _, want := range []string{"job.submitted", "job.leased"} {

@@ -76,7 +76,7 @@ func (s *Server) submit(r *request) error {
 	}
 	job := jobOf(res[0].Job, s.clock())
 	hit := res[0].IdempotentHit
-	job.Receipt, job.IdempotentHit = &wire.Receipt{Seq: rc.Seq, Hash: rc.Hash}, &hit
+	job.Receipt, job.IdempotentHit = new(receipt(rc)), &hit
 	status := http.StatusCreated
 	if hit {
 		status = http.StatusOK
@@ -107,7 +107,7 @@ func (s *Server) submitBatch(r *request) error {
 		return err
 	}
 	now := s.clock()
-	out := wire.BatchResponse{Jobs: make([]wire.Job, len(res)), Receipt: &wire.Receipt{Seq: rc.Seq, Hash: rc.Hash}}
+	out := wire.BatchResponse{Jobs: make([]wire.Job, len(res)), Receipt: new(receipt(rc))}
 	for i, sr := range res {
 		out.Jobs[i] = jobOf(sr.Job, now)
 		hit := sr.IdempotentHit
@@ -179,7 +179,7 @@ func (s *Server) replyJob(r *request, rc actors.Receipt) error {
 		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", r.PathValue("id"))
 	}
 	out := jobOf(j, s.clock())
-	out.Receipt = &wire.Receipt{Seq: rc.Seq, Hash: rc.Hash}
+	out.Receipt = new(receipt(rc))
 	return r.reply(http.StatusOK, out)
 }
 
@@ -206,10 +206,12 @@ func (s *Server) release(r *request) error {
 	return r.reply(http.StatusOK, wire.Done{Receipt: receipt(rc)})
 }
 
-func (s *Server) quota(r *request) error {
-	q := r.b.Quota(r.by.tenant)
-	return r.reply(http.StatusOK, wire.Quota{Tenant: r.by.tenant, MaxActive: q.MaxActive, MaxRunning: q.MaxRunning,
-		Active: q.Active, Running: q.Running, Reservations: len(q.Reservations)})
+func (s *Server) quota(r *request) error { return r.reply(http.StatusOK, quotaOf(r.b, r.by.tenant)) }
+
+func quotaOf(b *runtime.Broker, tenant string) wire.Quota {
+	q := b.Quota(tenant)
+	return wire.Quota{Tenant: tenant, MaxActive: q.MaxActive, MaxRunning: q.MaxRunning, Active: q.Active, Running: q.Running,
+		Reservations: len(q.Reservations)}
 }
 
 func (s *Server) queues(r *request) error {
@@ -323,11 +325,9 @@ func (s *Server) setQuota(r *request) error {
 	if err != nil {
 		return err
 	}
-	q := r.b.Quota(tenant)
-	return r.reply(http.StatusOK, struct {
-		wire.Quota
-		Receipt wire.Receipt `json:"receipt"`
-	}{wire.Quota{Tenant: tenant, MaxActive: q.MaxActive, MaxRunning: q.MaxRunning, Active: q.Active, Running: q.Running, Reservations: len(q.Reservations)}, receipt(rc)})
+	out := quotaOf(r.b, tenant)
+	out.Receipt = new(receipt(rc))
+	return r.reply(http.StatusOK, out)
 }
 
 // clip shortens what a client sent before it goes into a message.

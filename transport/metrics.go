@@ -110,8 +110,8 @@ func (e *exposition) sample(name string, v float64, labels ...string) {
 	e.buf.WriteByte('\n')
 }
 
-// escapeLabel leaves what %q would escape differently from the exposition format alone:
-// queue and tenant names are [A-Za-z0-9_.-], so only the defensive cases remain.
+// escapeLabel replaces what is not printable ASCII, so that %q escapes only backslash and
+// double quote, as the exposition format wants. Tenant and queue names never need it.
 func escapeLabel(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 || r > 0x7e {

@@ -107,6 +107,31 @@ func (s *Server) pollLease(r *request) error {
 	if req.WaitSeconds < 0 || req.WaitSeconds > WaitSecondsMax {
 		return invalid("wait_seconds must be 0..%d", WaitSecondsMax)
 	}
+	// A poll is a sign of life: it heartbeats the session with no leases.
+	return s.withPollSession(r, nil, func(ps *pollSession, _ actors.HeartbeatAck) error {
+		if len(ps.pending) < req.Max {
+			ps.sess.Credit(req.Max - len(ps.pending))
+		}
+		timer := time.NewTimer(seconds(req.WaitSeconds))
+		defer timer.Stop()
+		ps.take(timer.C, r.Context().Done(), s.shutdown)
+		n := min(req.Max, len(ps.pending))
+		if n == 0 {
+			r.w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
+		out := wire.Assignments{Assignments: make([]wire.Frame, n)}
+		for i, a := range ps.pending[:n] {
+			out.Assignments[i] = assignFrame(a)
+		}
+		ps.pending = append(ps.pending[:0], ps.pending[n:]...)
+		return r.reply(http.StatusOK, out)
+	})
+}
+
+// withPollSession runs fn with the worker's poll session, opened if need be and heartbeaten
+// with leases, holding the session's turn.
+func (s *Server) withPollSession(r *request, leases []string, fn func(*pollSession, actors.HeartbeatAck) error) error {
 	ps, err := s.polls.acquire(r.Context(), r.by.worker.ID)
 	if err != nil {
 		return err
@@ -117,29 +142,12 @@ func (s *Server) pollLease(r *request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := sess.Heartbeat(r.Context(), nil); err != nil { // a poll is a sign of life
+	ack, err := sess.Heartbeat(r.Context(), leases)
+	if err != nil {
 		ps.sess = nil
 		return err
 	}
-	if len(ps.pending) < req.Max {
-		sess.Credit(req.Max - len(ps.pending))
-	}
-	timer := time.NewTimer(seconds(req.WaitSeconds))
-	defer timer.Stop()
-	ps.take(timer.C, r.Context().Done(), s.shutdown)
-	n := min(req.Max, len(ps.pending))
-	if n == 0 {
-		r.w.WriteHeader(http.StatusNoContent)
-		return nil
-	}
-	out := wire.Assignments{Assignments: make([]wire.Frame, n)}
-	for i, a := range ps.pending[:n] {
-		at := a.LeaseExpiresAt
-		out.Assignments[i] = wire.Frame{Type: wire.FrameAssign, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Queue: a.Queue,
-			JobType: a.JobType, Payload: a.Payload, Attempt: a.Attempt, LeaseExpiresAt: &at}
-	}
-	ps.pending = append(ps.pending[:0], ps.pending[n:]...)
-	return r.reply(http.StatusOK, out)
+	return fn(ps, ack)
 }
 
 func (s *Server) pollHeartbeat(r *request) error {
@@ -150,30 +158,17 @@ func (s *Server) pollHeartbeat(r *request) error {
 	if len(req.Leases) > actors.CapacityMax {
 		return invalid("a heartbeat lists at most %d leases", actors.CapacityMax)
 	}
-	ps, err := s.polls.acquire(r.Context(), r.by.worker.ID)
-	if err != nil {
-		return err
-	}
-	defer ps.release()
-	ps.take(nil, nil, nil)
-	sess, err := ps.open(r.Context(), r.b, r.by.worker.ID)
-	if err != nil {
-		return err
-	}
-	ack, err := sess.Heartbeat(r.Context(), req.Leases)
-	if err != nil {
-		ps.sess = nil
-		return err
-	}
-	out := wire.HeartbeatResponse{Cancel: ack.CancelRequested, Unknown: ack.Unknown,
-		HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds()}
-	if out.Cancel == nil {
-		out.Cancel = []string{}
-	}
-	if out.Unknown == nil {
-		out.Unknown = []string{}
-	}
-	return r.reply(http.StatusOK, out)
+	return s.withPollSession(r, req.Leases, func(ps *pollSession, ack actors.HeartbeatAck) error {
+		out := wire.HeartbeatResponse{Cancel: ack.CancelRequested, Unknown: ack.Unknown,
+			HeartbeatSeconds: ps.sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: ps.sess.LeaseTTL.Seconds()}
+		if out.Cancel == nil {
+			out.Cancel = []string{}
+		}
+		if out.Unknown == nil {
+			out.Unknown = []string{}
+		}
+		return r.reply(http.StatusOK, out)
+	})
 }
 
 func (s *Server) workerEvent(r *request) error {

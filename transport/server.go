@@ -114,9 +114,6 @@ func (s *Server) Status() any {
 	return map[string]any{"status": "ready", "head_seq": head.Seq, "head_hash": head.Hash.String(), "events": st.Events, "fsyncs": st.Syncs}
 }
 
-// Handler returns the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s }
-
 // ServeHTTP serves the API; a path or method that matches no route gets the JSON error shape.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)

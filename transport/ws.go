@@ -162,9 +162,7 @@ func (c *wsConn) writeLoop() {
 			}
 			switch m := f.(type) {
 			case actors.Assignment:
-				at := m.LeaseExpiresAt
-				if !c.write(wire.Frame{Type: wire.FrameAssign, JobID: m.JobID, LeaseID: m.LeaseID, Nonce: m.Nonce, Queue: m.Queue,
-					JobType: m.JobType, Payload: m.Payload, Attempt: m.Attempt, LeaseExpiresAt: &at}) {
+				if !c.write(assignFrame(m)) {
 					return
 				}
 			case actors.CancelNotice:
@@ -185,6 +183,13 @@ func (c *wsConn) writeLoop() {
 			return
 		}
 	}
+}
+
+// assignFrame is an assignment as the worker protocol sends it, over WebSocket or long-poll.
+func assignFrame(a actors.Assignment) wire.Frame {
+	at := a.LeaseExpiresAt
+	return wire.Frame{Type: wire.FrameAssign, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Queue: a.Queue,
+		JobType: a.JobType, Payload: a.Payload, Attempt: a.Attempt, LeaseExpiresAt: &at}
 }
 
 func closeCodeOf(reason string) (int, string) {
@@ -284,7 +289,7 @@ func (c *wsConn) handle(f wire.Frame) {
 		c.b.WorkerOp(op, func(n int, rc actors.Receipt, err error) {
 			a := c.ack(f.Ref, err)
 			if err == nil {
-				a.Number, a.Receipt = n, &wire.Receipt{Seq: rc.Seq, Hash: rc.Hash}
+				a.Number, a.Receipt = n, new(receipt(rc))
 			}
 			c.done(a)
 		})

@@ -16,25 +16,18 @@ import (
 
 // call sends msg to an actor as an external caller and waits for the one reply.
 func (b *Broker) call(ctx context.Context, to actors.Ref, msg any) (any, error) {
-	select {
-	case <-b.closing:
-		return nil, ErrClosed
-	default:
-	}
 	if to.Kind == actors.RefTenant && !actors.ValidTenant(to.ID) {
 		return nil, &actors.Rejection{Code: actors.CodeInvalidArgument, Message: "a tenant name is 1..64 of [A-Za-z0-9_.-]"}
 	}
-	reply := make(chan any, 1)
-	s := &sink{deliver: func(m any) {
-		select {
-		case reply <- m:
-		default:
-		}
-	}}
-	b.send(to, envelope{msg: msg, sender: actors.Ref{Kind: actors.RefExternal, External: s}})
+	type reply struct {
+		m   any
+		err error
+	}
+	replies := make(chan reply, 1) // ask answers once
+	b.ask(to, msg, func(m any, err error) { replies <- reply{m, err} })
 	select {
-	case r := <-reply:
-		return r, nil
+	case r := <-replies:
+		return r.m, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-b.elog.Failed():

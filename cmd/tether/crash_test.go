@@ -19,12 +19,24 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
+// binDir holds the binary the tests build; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // buildBinary builds the tether binary once for the tests that run it.
 var buildBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "tether-bin")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "tether")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {

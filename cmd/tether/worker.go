@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/tetherhq/tether/actors/runtime"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -70,7 +71,7 @@ func runWorker(args []string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	workerToken := *token
-	if !strings.HasPrefix(workerToken, "tw_") {
+	if !strings.HasPrefix(workerToken, runtime.WorkerTokenPrefix) {
 		reg, err := register(ctx, *server, *token, *name, *queue, *capacity, key)
 		if err != nil {
 			return err

@@ -33,15 +33,6 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (%d): %s", e.Code, e.Status, e.Message) }
 
-// CodeOf returns the stable code of a server error, or "" for any other error.
-func CodeOf(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
-
 // Client talks to one tether server with one credential: an API key for a submitter, an enroll
 // token to register a worker, the admin token for admin calls (none under --auth none).
 type Client struct {

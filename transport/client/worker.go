@@ -88,7 +88,8 @@ type Worker struct {
 	OnResult func(job *Job, report string, err error)
 }
 
-// Errors that end Run: the server refuses the worker's token for good.
+// errLinkDown is a request that could not be answered because its connection went away; the
+// runner sends it again on the next one.
 var errLinkDown = errors.New("tether: connection lost")
 
 // Tunables of reconnection.
@@ -108,6 +109,9 @@ const (
 func (w *Worker) Run(ctx context.Context) error {
 	if w.Handler == nil {
 		return errors.New("tether: Worker.Handler is nil")
+	}
+	if _, err := wsURL(w.Server); err != nil {
+		return err
 	}
 	r := &runner{w: w, tasks: map[string]*task{}, linkUp: make(chan struct{}), freed: make(chan struct{}, 1),
 		api: New(w.Server, w.Token, w.HTTPClient), log: w.Logger}
@@ -433,30 +437,13 @@ func (l *wsLink) request(ctx context.Context, f wire.Frame) (wire.Frame, error) 
 	select {
 	case a := <-ch:
 		if a.OK != nil && !*a.OK && a.Error != nil {
-			return a, &Error{Status: statusOfCode(a.Error.Code), Code: a.Error.Code, Message: a.Error.Message, Details: a.Error.Details}
+			return a, &Error{Status: wire.StatusOf(a.Error.Code), Code: a.Error.Code, Message: a.Error.Message, Details: a.Error.Details}
 		}
 		return a, nil
 	case <-l.down:
 		return wire.Frame{}, errLinkDown
 	case <-ctx.Done():
 		return wire.Frame{}, ctx.Err()
-	}
-}
-
-// statusOfCode gives a WebSocket ack's error the status the HTTP API would have answered with,
-// so callers classify errors the same way over either transport.
-func statusOfCode(code string) int {
-	switch code {
-	case "UNAUTHENTICATED", "TOKEN_EXPIRED":
-		return http.StatusUnauthorized
-	case "WORKER_REVOKED", "PERMISSION_DENIED":
-		return http.StatusForbidden
-	case "LEASE_MISMATCH", "ALREADY_TERMINAL", "COMPLETION_CONFLICT", "SESSION_CLOSED":
-		return http.StatusConflict
-	case "UNAVAILABLE":
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusBadRequest
 	}
 }
 
@@ -492,10 +479,7 @@ func wsURL(server string) (string, error) {
 // runWS serves one WebSocket connection until it breaks; connected says whether it got as
 // far as the server's welcome.
 func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
-	u, err := wsURL(r.w.Server)
-	if err != nil {
-		return false, &Error{Status: http.StatusUnauthorized, Code: "BAD_SERVER_URL", Message: err.Error()} // permanent
-	}
+	u, _ := wsURL(r.w.Server) // checked by Run
 	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment}
 	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + r.w.Token}})
 	if err != nil {

@@ -66,11 +66,6 @@ type Job struct {
 	IdempotentHit   *bool             `json:"idempotent_hit,omitempty"`
 }
 
-// Terminal reports whether the job's status is final (a dead-lettered job may be re-driven).
-func (j *Job) Terminal() bool {
-	return j.Status == "succeeded" || j.Status == "failed" || j.Status == "cancelled"
-}
-
 // SubmitRequest is the body of POST /v1/jobs and one element of a batch.
 type SubmitRequest struct {
 	Queue           string            `json:"queue"`
@@ -135,14 +130,16 @@ type Reservation struct {
 	Receipt   Receipt   `json:"receipt"`
 }
 
-// Quota is a tenant's limits and usage (GET /v1/quota); zero limits are unlimited.
+// Quota is a tenant's limits and usage (GET /v1/quota, and the answer to setting them); zero
+// limits are unlimited.
 type Quota struct {
-	Tenant       string `json:"tenant"`
-	MaxActive    int    `json:"max_active"`
-	MaxRunning   int    `json:"max_running"`
-	Active       int    `json:"active"`
-	Running      int    `json:"running"`
-	Reservations int    `json:"reservations"`
+	Tenant       string   `json:"tenant"`
+	MaxActive    int      `json:"max_active"`
+	MaxRunning   int      `json:"max_running"`
+	Active       int      `json:"active"`
+	Running      int      `json:"running"`
+	Reservations int      `json:"reservations"`
+	Receipt      *Receipt `json:"receipt,omitempty"` // when the limits were just set
 }
 
 // QuotaRequest is the body of PUT /v1/admin/tenants/{tenant}/quota.
