@@ -67,6 +67,40 @@ func TestCreditNeverExceedsCapacity(t *testing.T) {
 	}
 }
 
+// Credit granted while a session is full is banked, up to its capacity, and spent as its leases
+// end: a worker sends credit with its result, and the next job follows once the result is
+// durable. The session never holds more than its capacity.
+func TestCreditWhileFullIsBankedUpToCapacity(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil) // capacity 4
+	var specs []actors.JobSpec
+	for range 10 {
+		specs = append(specs, actors.JobSpec{Queue: "q", Type: "t"})
+	}
+	f.mustSubmit(specs...)
+	held := f.connect("s1", 4)
+	if more := f.credit("s1", 100); len(held) != 4 || len(more) != 0 {
+		t.Fatalf("%d then %d assignments with capacity 4", len(held), len(more))
+	}
+	// The bank holds 4 (the capacity), not 100: four slots that free up get one job each...
+	for i := range 4 {
+		f.complete(held[i], `1`)
+		if more := f.assignments("s1"); len(more) != 1 {
+			t.Fatalf("slot %d: %d assignments for one freed slot", i, len(more))
+		} else {
+			held = append(held, more[0])
+		}
+	}
+	// ...and the fifth gets none until the worker grants more.
+	f.complete(held[4], `1`)
+	if more := f.assignments("s1"); len(more) != 0 {
+		t.Fatalf("%d assignments past the banked credit", len(more))
+	}
+	if more := f.credit("s1", 1); len(more) != 1 {
+		t.Fatalf("%d assignments for fresh credit and a free slot", len(more))
+	}
+}
+
 func TestMaxRunningHoldsJobsBack(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

@@ -61,8 +61,12 @@ type (
 		Jobs []Waiting
 		Seq  uint64
 	}
-	// SessionCredit lets the dispatcher assign a session N more jobs, up to its capacity. The
-	// worker's credit goes straight here: the dispatcher is where credit is kept.
+	// SessionCredit lets the dispatcher assign a session N more jobs. The worker's credit goes
+	// straight here: the dispatcher is where credit is kept. Credit is banked up to the
+	// session's capacity whatever the session holds, and a job is offered only while the session
+	// holds fewer leases than its capacity; so a worker may grant credit for a slot as soon as
+	// the slot's job has finished, in the same write as the result, and the next job follows
+	// once the result is durable.
 	SessionCredit struct {
 		SessionID string
 		N         int
@@ -210,7 +214,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 			return
 		}
 		had := s.credit
-		s.credit = min(s.credit+min(max(m.N, 0), CapacityMax), s.capacity-s.held)
+		s.credit = min(s.credit+min(max(m.N, 0), CapacityMax), s.capacity)
 		if had <= 0 && s.credit > 0 {
 			d.hungry = append(d.hungry, s.id)
 		}
@@ -425,7 +429,7 @@ func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
 			if s.credit == 0 {
 				d.hungry = append(d.hungry, s.id)
 			}
-			s.credit++
+			s.credit = min(s.credit+1, s.capacity)
 		}
 	}
 }
@@ -479,6 +483,10 @@ func (d *Dispatcher) dispatch(env Env) {
 			s := d.sessions[d.hungry[i]]
 			if s == nil || s.credit <= 0 {
 				d.hungry = append(d.hungry[:i], d.hungry[i+1:]...)
+				continue
+			}
+			if s.held >= s.capacity {
+				i++ // full: its credit waits for a lease to end
 				continue
 			}
 			if limit := d.maxRunning[s.tenant]; limit > 0 && d.running[s.tenant] >= limit {
