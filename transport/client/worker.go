@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -191,11 +192,14 @@ type runner struct {
 	api *Client
 	log *zap.Logger
 
-	mu     sync.Mutex
-	tasks  map[string]*task // by lease id
-	link   link             // nil while disconnected
-	linkUp chan struct{}    // closed when a link is set, replaced when it goes
-	freed  chan struct{}    // a task ended
+	mu    sync.Mutex
+	tasks map[string]*task // by lease id, from assignment until the result is acknowledged
+	// running counts the handlers running; the rest of the capacity is free. uncredited counts
+	// the slots freed since the server was last granted credit for them.
+	running, uncredited int
+	link                link          // nil while disconnected
+	linkUp              chan struct{} // closed when a link is set, replaced when it goes
+	freed               chan struct{} // a handler returned or a job finished reporting
 }
 
 type task struct {
@@ -208,8 +212,9 @@ type task struct {
 
 // link is one connection to the server: WebSocket or long-poll.
 type link interface {
-	// request sends an event, complete, fail or heartbeat and returns the server's ack.
-	request(ctx context.Context, f wire.Frame) (wire.Frame, error)
+	// request sends an event, complete, fail or heartbeat, with credit for n more jobs if n > 0,
+	// and returns the server's ack.
+	request(ctx context.Context, f wire.Frame, credit int) (wire.Frame, error)
 	// credit lets the server lease n more jobs (a long-poll link asks when it polls instead).
 	credit(n int)
 }
@@ -235,11 +240,16 @@ func (r *runner) clearLink(l link) {
 }
 
 // request sends f over the current link, waiting for one while disconnected and resending
-// after a reconnect (the server treats a repeated completion as the same one).
+// after a reconnect (the server treats a repeated completion as the same one). Credit for the
+// slots freed since the last grant goes with it; a new link grants its own at connect.
 func (r *runner) request(ctx context.Context, f wire.Frame) (wire.Frame, error) {
 	for {
 		r.mu.Lock()
 		l, up := r.link, r.linkUp
+		credit := 0
+		if l != nil {
+			credit, r.uncredited = r.uncredited, 0
+		}
 		r.mu.Unlock()
 		if l == nil {
 			select {
@@ -249,7 +259,7 @@ func (r *runner) request(ctx context.Context, f wire.Frame) (wire.Frame, error) 
 				return wire.Frame{}, ctx.Err()
 			}
 		}
-		ack, err := l.request(ctx, f)
+		ack, err := l.request(ctx, f, credit)
 		if errors.Is(err, errLinkDown) {
 			r.clearLink(l)
 			continue
@@ -271,7 +281,46 @@ func (r *runner) leases() []string {
 func (r *runner) free() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.w.Capacity - len(r.tasks)
+	return r.w.Capacity - r.running
+}
+
+// busy counts the jobs not yet finished: running, or reporting their result.
+func (r *runner) busy() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.tasks)
+}
+
+// grantCredit sends the credit owed for freed slots over the current link, if there is one.
+func (r *runner) grantCredit() {
+	r.mu.Lock()
+	l, n := r.link, r.uncredited
+	if l != nil {
+		r.uncredited = 0
+	}
+	r.mu.Unlock()
+	if l != nil && n > 0 {
+		l.credit(n)
+	}
+}
+
+// creditOnConnect grants a new link credit for every free slot: the server keeps credit per
+// connection, so what the last one was owed is settled here.
+func (r *runner) creditOnConnect(l link) {
+	r.mu.Lock()
+	n := r.w.Capacity - r.running
+	r.uncredited = 0
+	r.mu.Unlock()
+	if n > 0 {
+		l.credit(n)
+	}
+}
+
+func (r *runner) notifyFreed() {
+	select {
+	case r.freed <- struct{}{}:
+	default:
+	}
 }
 
 // stop cancels the task holding lease, for why ("cancelled" or "lost").
@@ -299,7 +348,7 @@ func (r *runner) drain() {
 		d = 10 * time.Second
 	}
 	deadline := time.After(d)
-	for r.free() < r.w.Capacity {
+	for r.busy() > 0 {
 		select {
 		case <-r.freed:
 		case <-deadline:
@@ -323,22 +372,23 @@ func (r *runner) start(a wire.Frame) {
 		return
 	}
 	r.tasks[a.LeaseID] = t
+	r.running++
 	r.mu.Unlock()
 	go func() {
 		defer cancel()
 		out, err := r.w.Handler(ctx, job)
+		r.mu.Lock()
+		r.running--
+		r.uncredited++
+		r.mu.Unlock()
+		r.notifyFreed()
+		// The slot is free as soon as the handler returns: its credit goes with the result, in
+		// the same write, and the server leases the next job once the result is durable.
 		r.report(t, out, err)
 		r.mu.Lock()
 		delete(r.tasks, a.LeaseID)
-		l := r.link
 		r.mu.Unlock()
-		select {
-		case r.freed <- struct{}{}:
-		default:
-		}
-		if l != nil {
-			l.credit(1)
-		}
+		r.notifyFreed()
 	}()
 }
 
@@ -348,6 +398,7 @@ func (r *runner) report(t *task, out any, herr error) {
 	why, _ := t.cancelled.Load().(string)
 	if why == "lost" {
 		log.Warn("the lease was lost (expired, or the job was reassigned); the result is dropped")
+		r.grantCredit()
 		return
 	}
 	f := wire.Frame{JobID: j.ID, LeaseID: j.LeaseID}
@@ -406,6 +457,7 @@ func outputOf(out any) (json.RawMessage, error) {
 
 type wsLink struct {
 	conn    *websocket.Conn
+	cork    *corkConn // under conn: frames sent together leave in one write
 	wmu     sync.Mutex
 	mu      sync.Mutex
 	pending map[string]chan wire.Frame
@@ -413,14 +465,26 @@ type wsLink struct {
 	down    chan struct{}
 }
 
-func (l *wsLink) send(f wire.Frame) error {
+// send writes frames in one write to the connection.
+func (l *wsLink) send(frames ...wire.Frame) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	_ = l.conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
-	return l.conn.WriteJSON(f)
+	l.cork.cork()
+	for _, f := range frames {
+		data, err := json.Marshal(f)
+		if err == nil {
+			err = l.conn.WriteMessage(websocket.TextMessage, data)
+		}
+		if err != nil {
+			_ = l.cork.uncork()
+			return err
+		}
+	}
+	return l.cork.uncork()
 }
 
-func (l *wsLink) request(ctx context.Context, f wire.Frame) (wire.Frame, error) {
+func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Frame, error) {
 	f.Ref = strconv.FormatUint(l.ref.Add(1), 10)
 	ch := make(chan wire.Frame, 1)
 	l.mu.Lock()
@@ -431,7 +495,11 @@ func (l *wsLink) request(ctx context.Context, f wire.Frame) (wire.Frame, error) 
 		delete(l.pending, f.Ref)
 		l.mu.Unlock()
 	}()
-	if err := l.send(f); err != nil {
+	frames := []wire.Frame{f}
+	if credit > 0 {
+		frames = append(frames, wire.Frame{Type: wire.FrameCredit, N: credit})
+	}
+	if err := l.send(frames...); err != nil {
 		return wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err)
 	}
 	select {
@@ -480,7 +548,16 @@ func wsURL(server string) (string, error) {
 // far as the server's welcome.
 func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	u, _ := wsURL(r.w.Server) // checked by Run
-	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment}
+	var cork *corkConn
+	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			cork = &corkConn{Conn: c}
+			return cork, nil
+		}}
 	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + r.w.Token}})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 400 {
@@ -491,12 +568,13 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	defer conn.Close()
 	conn.SetReadLimit(64 << 20)
 	_ = conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
-	if err := conn.WriteJSON(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}); err != nil {
+	l := &wsLink{conn: conn, cork: cork, pending: map[string]chan wire.Frame{}, down: make(chan struct{})}
+	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}); err != nil {
 		return false, err
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	var welcome wire.Frame
-	if err := conn.ReadJSON(&welcome); err != nil {
+	if err := readFrame(conn, &welcome); err != nil {
 		return false, err
 	}
 	if welcome.Type != wire.FrameWelcome {
@@ -508,15 +586,12 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 		_ = conn.SetReadDeadline(time.Now().Add(idle))
 		return conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(handshakeTimeout))
 	})
-	l := &wsLink{conn: conn, pending: map[string]chan wire.Frame{}, down: make(chan struct{})}
 	r.setLink(l)
 	if r.w.OnConnect != nil {
 		r.w.OnConnect("websocket")
 	}
 	r.log.Info("connected", zap.String("transport", "websocket"), zap.String("worker_id", welcome.WorkerID))
-	if n := r.free(); n > 0 {
-		l.credit(n)
-	}
+	r.creditOnConnect(l)
 	readDone := make(chan struct{})
 	go r.heartbeats(l, time.Duration(welcome.HeartbeatSeconds*float64(time.Second)), readDone)
 	go func() {
@@ -537,7 +612,7 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	}()
 	for {
 		var f wire.Frame
-		if err := conn.ReadJSON(&f); err != nil {
+		if err := readFrame(conn, &f); err != nil {
 			return true, err
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(idle))
@@ -550,6 +625,15 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 			l.deliver(f)
 		}
 	}
+}
+
+// readFrame reads one frame. ReadJSON would make a json.Decoder, and its buffer, per frame.
+func readFrame(conn *websocket.Conn, f *wire.Frame) error {
+	_, data, err := conn.ReadMessage()
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, f)
 }
 
 // heartbeats sends the leases the worker holds every interval until done, and stops the jobs
@@ -567,7 +651,7 @@ func (r *runner) heartbeats(l link, every time.Duration, done <-chan struct{}) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		ack, err := l.request(ctx, wire.Frame{Type: wire.FrameHeartbeat, Leases: r.leases()})
+		ack, err := l.request(ctx, wire.Frame{Type: wire.FrameHeartbeat, Leases: r.leases()}, 0)
 		cancel()
 		if err != nil {
 			continue
@@ -587,7 +671,8 @@ type pollLink struct{ api *Client }
 
 func (l *pollLink) credit(int) {}
 
-func (l *pollLink) request(ctx context.Context, f wire.Frame) (wire.Frame, error) {
+// request ignores credit: a long-poll link asks for work when it polls.
+func (l *pollLink) request(ctx context.Context, f wire.Frame, _ int) (wire.Frame, error) {
 	ok := true
 	ack := wire.Frame{Type: wire.FrameAck, OK: &ok}
 	path := "/v1/worker/jobs/" + url.PathEscape(f.JobID)
