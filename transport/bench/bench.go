@@ -92,7 +92,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, errors.New("bench: nothing to do: give --jobs, or --rate and --duration")
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}}
-	submitter := client.New(cfg.Server, cfg.Token, hc)
+	if _, err := newProducer(cfg.Server, cfg.Token); err != nil {
+		return Result{}, err
+	}
 	var tag [6]byte
 	_, _ = rand.Read(tag[:])
 	queue := "bench-" + hex.EncodeToString(tag[:]) // a queue of its own: old jobs do not count
@@ -166,13 +168,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		firstErr  atomic.Value
 		producers sync.WaitGroup
 	)
-	submitOne := func(scheduled time.Time) {
+	submitOne := func(p *producer, scheduled time.Time) {
 		sent := time.Now()
 		if scheduled.IsZero() {
 			scheduled = sent
 		}
 		body, _ := json.Marshal(payload{Sent: scheduled.UnixNano()})
-		_, err := submitter.Submit(ctx, wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body})
+		err := p.submit(ctx, wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body})
 		d := time.Since(sent)
 		if err != nil {
 			errs.Add(1)
@@ -189,6 +191,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		// Each submit leaves on its schedule; a slow answer does not delay the next one
 		// (no coordinated omission). Producers bounds the requests in flight.
 		sem := make(chan struct{}, max(cfg.Producers, 1)*64)
+		idle := make(chan *producer, cap(sem)) // connections not in use
+		defer func() {
+			for len(idle) > 0 {
+				(<-idle).close()
+			}
+		}()
 		interval := time.Duration(float64(time.Second) / cfg.Rate)
 		for i := range total {
 			at := began.Add(time.Duration(i) * interval)
@@ -200,16 +208,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			go func() {
 				defer producers.Done()
 				defer func() { <-sem }()
-				submitOne(at)
+				var p *producer
+				select {
+				case p = <-idle:
+				default:
+					p, _ = newProducer(cfg.Server, cfg.Token) // checked above
+				}
+				submitOne(p, at)
+				idle <- p // never blocks: at most cap(sem) are made
 			}()
 		}
 	} else {
 		for range cfg.Producers {
 			producers.Add(1)
+			p, _ := newProducer(cfg.Server, cfg.Token) // checked above
 			go func() {
 				defer producers.Done()
+				defer p.close()
 				for next.Add(1) <= int64(total) && ctx.Err() == nil {
-					submitOne(time.Time{})
+					submitOne(p, time.Time{})
 				}
 			}()
 		}

@@ -1,0 +1,83 @@
+package bench_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/bench"
+)
+
+// server starts a real broker behind a real HTTP server, with token auth.
+func server(t *testing.T) (url, apiKey, enroll string) {
+	t.Helper()
+	b, err := runtime.Open(runtime.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := transport.NewServer(transport.Config{Auth: transport.AuthToken, AdminToken: "admin-token-for-the-bench-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Attach(b)
+	srv := httptest.NewUnstartedServer(api)
+	srv.Config = transport.NewHTTPServer(api, zap.NewNop())
+	srv.Start()
+	t.Cleanup(func() {
+		api.Shutdown()
+		srv.Close()
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := context.Background()
+	key, err := b.CreateAPIKey(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := b.CreateEnrollToken(ctx, "acme", 100, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.URL, key.Key, tok.Token
+}
+
+func TestSaturatedRunsEveryJob(t *testing.T) {
+	url, key, enroll := server(t)
+	res, err := bench.Run(context.Background(), bench.Config{Server: url, Token: key, EnrollToken: enroll, Jobs: 300, Producers: 3, Workers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Jobs != 300 || res.Errors != 0 || res.JobsPerSecond <= 0 {
+		t.Fatalf("%+v", res)
+	}
+	// Each job is submitted, leased and completed: three events, at least.
+	if res.Events < 900 || res.Fsyncs <= 0 || res.Submit.P50 <= 0 || res.SubmitToStart.P99 < res.SubmitToStart.P50 {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestPacedRunsEveryJob(t *testing.T) {
+	url, key, enroll := server(t)
+	res, err := bench.Run(context.Background(), bench.Config{Server: url, Token: key, EnrollToken: enroll, Rate: 200, Duration: 500 * time.Millisecond, Producers: 2, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != "paced" || res.Jobs != 100 || res.Errors != 0 {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestRefusedSubmitsAreReportedWithTheirCode(t *testing.T) {
+	url, _, enroll := server(t)
+	_, err := bench.Run(context.Background(), bench.Config{Server: url, Token: "tk_not-a-key", EnrollToken: enroll, Jobs: 5, Producers: 1, Workers: 1})
+	if err == nil || !strings.Contains(err.Error(), "5 submits failed") || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
+		t.Fatalf("err = %v", err)
+	}
+}
