@@ -29,7 +29,8 @@ type Dispatcher struct {
 	scheduled  *entryHeap
 	leased     map[string]leaseRef // by job id
 	sessions   map[string]*slot
-	hungry     []string // sessions with credit, in turn order
+	hungry     []*slot // sessions that can take a job (credit, and room), in turn order
+	readyCount int     // entries in the ready heaps: no ready job, no matching to do
 	running    map[string]int
 	maxRunning map[string]int
 	redriving  map[string]bool
@@ -126,10 +127,29 @@ type leaseRef struct{ leaseID, sessionID, tenant, workerID string }
 
 type slot struct {
 	id, workerID, tenant string
-	queues               []string
+	readyKeys            []string // the ready heaps of the session's tenant and queues
 	capacity             int
 	credit               int
 	held                 int
+	hungry, gone         bool // in Dispatcher.hungry; ended
+}
+
+func newSlot(id, workerID, tenant string, queues []string, capacity int) *slot {
+	s := &slot{id: id, workerID: workerID, tenant: tenant, capacity: capacity}
+	for _, q := range queues {
+		s.readyKeys = append(s.readyKeys, readyKey(tenant, q))
+	}
+	return s
+}
+
+func readyKey(tenant, queue string) string { return tenant + "\x00" + queue }
+
+// wake puts a session in the turn order if it can take a job.
+func (d *Dispatcher) wake(s *slot) {
+	if s != nil && !s.hungry && !s.gone && s.credit > 0 && s.held < s.capacity {
+		s.hungry = true
+		d.hungry = append(d.hungry, s)
+	}
 }
 
 // NewDispatcher returns the dispatcher's behaviour.
@@ -154,7 +174,7 @@ func (d *Dispatcher) Recover(env Env) {
 		}
 		byWorker := map[string]*slot{}
 		for _, w := range s.OpenSessions() {
-			sl := &slot{id: w.Session.ID, workerID: w.ID, tenant: w.Tenant, queues: w.Queues, capacity: w.Session.Capacity}
+			sl := newSlot(w.Session.ID, w.ID, w.Tenant, w.Queues, w.Session.Capacity)
 			d.sessions[sl.id], byWorker[w.ID] = sl, sl
 		}
 		for _, j := range s.Leases() {
@@ -168,9 +188,8 @@ func (d *Dispatcher) Recover(env Env) {
 		}
 		for _, w := range s.OpenSessions() {
 			sl := byWorker[w.ID]
-			if sl.credit = max(sl.capacity-sl.held, 0); sl.credit > 0 {
-				d.hungry = append(d.hungry, sl.id)
-			}
+			sl.credit = max(sl.capacity-sl.held, 0)
+			d.wake(sl)
 		}
 	})
 	d.dispatch(env)
@@ -188,7 +207,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		}
 	case sessionStarted:
 		if _, ok := d.sessions[m.SessionID]; !ok && m.Seq > d.rebuiltAt {
-			s := &slot{id: m.SessionID, workerID: m.WorkerID, tenant: m.Tenant, queues: m.Queues, capacity: m.Capacity}
+			s := newSlot(m.SessionID, m.WorkerID, m.Tenant, m.Queues, m.Capacity)
 			// The worker's leases from an earlier connection count against this one.
 			for id, lr := range d.leased {
 				if lr.workerID == m.WorkerID {
@@ -204,7 +223,8 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		}
 		return
 	case sessionEnded:
-		if m.Seq > d.rebuiltAt { // else the rebuild knew whether the session was open
+		if s := d.sessions[m.SessionID]; s != nil && m.Seq > d.rebuiltAt { // else the rebuild knew whether it was open
+			s.gone = true
 			delete(d.sessions, m.SessionID)
 		}
 		return
@@ -213,11 +233,8 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		if s == nil {
 			return
 		}
-		had := s.credit
 		s.credit = min(s.credit+min(max(m.N, 0), CapacityMax), s.capacity)
-		if had <= 0 && s.credit > 0 {
-			d.hungry = append(d.hungry, s.id)
-		}
+		d.wake(s)
 	case leaseEnded:
 		d.leaseEnded(env, m)
 	case leaseRefused:
@@ -426,11 +443,9 @@ func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
 	if s := d.sessions[lr.sessionID]; s != nil {
 		s.held--
 		if refund {
-			if s.credit == 0 {
-				d.hungry = append(d.hungry, s.id)
-			}
 			s.credit = min(s.credit+1, s.capacity)
 		}
+		d.wake(s)
 	}
 }
 
@@ -448,10 +463,11 @@ func (d *Dispatcher) add(w Waiting, now time.Time) {
 		return
 	}
 	d.readyHeap(e).push(e)
+	d.readyCount++
 }
 
 func (d *Dispatcher) readyHeap(e *entry) *entryHeap {
-	k := e.Tenant + "\x00" + e.Queue
+	k := readyKey(e.Tenant, e.Queue)
 	h := d.ready[k]
 	if h == nil {
 		h = &entryHeap{less: dispatchFirst}
@@ -466,6 +482,9 @@ func (d *Dispatcher) remove(id string) {
 		return
 	}
 	delete(d.waiting, id)
+	if e.heap != d.scheduled {
+		d.readyCount--
+	}
 	heap.Remove(e.heap, e.index)
 }
 
@@ -476,17 +495,16 @@ func (d *Dispatcher) dispatch(env Env) {
 	for e := d.scheduled.top(); e != nil && !e.RunAt.After(now); e = d.scheduled.top() {
 		heap.Pop(d.scheduled)
 		d.readyHeap(e).push(e)
+		d.readyCount++
 	}
-	for progressed := true; progressed; {
+	for progressed := true; progressed && d.readyCount > 0; {
 		progressed = false
-		for i := 0; i < len(d.hungry); {
-			s := d.sessions[d.hungry[i]]
-			if s == nil || s.credit <= 0 {
-				d.hungry = append(d.hungry[:i], d.hungry[i+1:]...)
-				continue
-			}
-			if s.held >= s.capacity {
-				i++ // full: its credit waits for a lease to end
+		for i := 0; i < len(d.hungry) && d.readyCount > 0; {
+			s := d.hungry[i]
+			if s.gone || s.credit <= 0 || s.held >= s.capacity {
+				// Out of turn until credit comes or a lease ends (wake).
+				s.hungry = false
+				d.hungry = slices.Delete(d.hungry, i, i+1)
 				continue
 			}
 			if limit := d.maxRunning[s.tenant]; limit > 0 && d.running[s.tenant] >= limit {
@@ -517,8 +535,8 @@ func (d *Dispatcher) dispatch(env Env) {
 // best returns the session's tenant's best ready job over the session's queues.
 func (d *Dispatcher) best(s *slot) *entry {
 	var best *entry
-	for _, q := range s.queues {
-		if top := d.ready[s.tenant+"\x00"+q].top(); top != nil && (best == nil || dispatchFirst(top, best)) {
+	for _, k := range s.readyKeys {
+		if top := d.ready[k].top(); top != nil && (best == nil || dispatchFirst(top, best)) {
 			best = top
 		}
 	}
