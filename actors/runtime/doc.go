@@ -9,9 +9,9 @@
 //
 //  1. A behaviour's Persist encodes its events and hands them to the log without waiting
 //     (eventlog.AppendAsync); the behaviour goes on with its next message.
-//  2. When an append is durable, the committer goroutine applies its events to the projections,
-//     in log order, and only then delivers Persisted to the actor. So an actor that learns its
-//     events are durable can read them back, and so can anyone it tells.
+//  2. When an append is durable, the log's completion callback applies its events to the
+//     projections, in log order, and only then delivers Persisted to the actor. So an actor
+//     that learns its events are durable can read them back, and so can anyone it tells.
 //  3. Nothing leaves a behaviour that depends on an event before that event is durable: replies,
 //     assignments and notices to other actors are sent from the Persisted handler.
 //  4. A restarted actor first waits until every persist issued before its restart is applied,

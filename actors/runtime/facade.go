@@ -378,7 +378,7 @@ func (b *Broker) Changed() <-chan struct{} {
 	return b.changed
 }
 
-// signalChanged wakes every watcher; the committer calls it after each batch it applies.
+// signalChanged wakes every watcher; commit calls it after each append it applies.
 func (b *Broker) signalChanged() {
 	b.changedMu.Lock()
 	close(b.changed)
