@@ -567,7 +567,6 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	}
 	defer conn.Close()
 	conn.SetReadLimit(64 << 20)
-	_ = conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	l := &wsLink{conn: conn, cork: cork, pending: map[string]chan wire.Frame{}, down: make(chan struct{})}
 	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}); err != nil {
 		return false, err
