@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/transporttest"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -53,22 +54,8 @@ func start(t *testing.T, auth transport.AuthMode) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := transport.NewServer(transport.Config{Auth: auth, AdminToken: adminToken, Logger: log, Clock: h.clock.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api.Attach(b)
-	srv := httptest.NewUnstartedServer(api)
-	srv.Config = transport.NewHTTPServer(api, log)
-	srv.Start()
-	t.Cleanup(func() {
-		api.Shutdown()
-		srv.Close()
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	h.b, h.api, h.url = b, api, srv.URL
+	h.b = b
+	h.api, h.url = transporttest.Serve(t, b, transport.Config{Auth: auth, AdminToken: adminToken, Logger: log, Clock: h.clock.now})
 	h.admin = client.New(h.url, adminToken, nil)
 	return h
 }

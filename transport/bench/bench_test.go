@@ -2,16 +2,14 @@ package bench_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/tetherhq/tether/actors/runtime"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/bench"
+	"github.com/tetherhq/tether/transport/transporttest"
 )
 
 // server starts a real broker behind a real HTTP server, with token auth.
@@ -21,21 +19,7 @@ func server(t *testing.T) (url, apiKey, enroll string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := transport.NewServer(transport.Config{Auth: transport.AuthToken, AdminToken: "admin-token-for-the-bench-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api.Attach(b)
-	srv := httptest.NewUnstartedServer(api)
-	srv.Config = transport.NewHTTPServer(api, zap.NewNop())
-	srv.Start()
-	t.Cleanup(func() {
-		api.Shutdown()
-		srv.Close()
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	_, url = transporttest.Serve(t, b, transport.Config{Auth: transport.AuthToken, AdminToken: "admin-token-for-the-bench-test"})
 	ctx := context.Background()
 	key, err := b.CreateAPIKey(ctx, "acme")
 	if err != nil {
@@ -45,12 +29,19 @@ func server(t *testing.T) (url, apiKey, enroll string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv.URL, key.Key, tok.Token
+	return url, key.Key, tok.Token
+}
+
+// runCtx bounds a run: a bench that waits for completions that never come fails, not hangs.
+func runCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 func TestSaturatedRunsEveryJob(t *testing.T) {
 	url, key, enroll := server(t)
-	res, err := bench.Run(context.Background(), bench.Config{Server: url, Token: key, EnrollToken: enroll, Jobs: 300, Producers: 3, Workers: 4})
+	res, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: key, EnrollToken: enroll, Jobs: 300, Producers: 3, Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +56,7 @@ func TestSaturatedRunsEveryJob(t *testing.T) {
 
 func TestPacedRunsEveryJob(t *testing.T) {
 	url, key, enroll := server(t)
-	res, err := bench.Run(context.Background(), bench.Config{Server: url, Token: key, EnrollToken: enroll, Rate: 200, Duration: 500 * time.Millisecond, Producers: 2, Workers: 2})
+	res, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: key, EnrollToken: enroll, Rate: 200, Duration: 500 * time.Millisecond, Producers: 2, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +67,7 @@ func TestPacedRunsEveryJob(t *testing.T) {
 
 func TestRefusedSubmitsAreReportedWithTheirCode(t *testing.T) {
 	url, _, enroll := server(t)
-	_, err := bench.Run(context.Background(), bench.Config{Server: url, Token: "tk_not-a-key", EnrollToken: enroll, Jobs: 5, Producers: 1, Workers: 1})
+	_, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: "tk_not-a-key", EnrollToken: enroll, Jobs: 5, Producers: 1, Workers: 1})
 	if err == nil || !strings.Contains(err.Error(), "5 submits failed") || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
 		t.Fatalf("err = %v", err)
 	}
