@@ -36,8 +36,12 @@ func newProducer(server, token string) (*producer, error) {
 		return nil, fmt.Errorf("bench: server URL %q is not http(s)://host[:port]", server)
 	}
 	p := &producer{host: u.Host, addr: u.Host, tls: u.Scheme == "https"}
-	if u.Port() == "" {
-		p.addr = net.JoinHostPort(u.Hostname(), map[bool]string{false: "80", true: "443"}[p.tls])
+	switch {
+	case u.Port() != "":
+	case p.tls:
+		p.addr = net.JoinHostPort(u.Hostname(), "443")
+	default:
+		p.addr = net.JoinHostPort(u.Hostname(), "80")
 	}
 	h := "POST " + strings.TrimRight(u.EscapedPath(), "/") + "/v1/jobs HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Type: application/json\r\n"
 	if token != "" {
