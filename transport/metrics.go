@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/transport/internal/proc"
 )
 
 // serveMetrics writes the Prometheus text exposition (format 0.0.4) of the projections and the
@@ -80,6 +81,10 @@ func (s *Server) serveMetrics(r *request) error {
 	e.sample("tether_log_fsync_seconds_total", st.SyncTime.Seconds())
 	e.family("tether_log_head_seq", "gauge", "Seq of the newest durable event.")
 	e.sample("tether_log_head_seq", float64(head.Seq))
+	if cpu, ok := proc.CPU(); ok {
+		e.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
+		e.sample("process_cpu_seconds_total", cpu.Seconds())
+	}
 	r.w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, err := r.w.Write(e.buf.Bytes())
 	return err

@@ -44,6 +44,10 @@ func runBench(args []string) error {
 	fmt.Printf("submit          p50 %s  p90 %s  p99 %s  max %s\n", ms(res.Submit.P50), ms(res.Submit.P90), ms(res.Submit.P99), ms(res.Submit.Max))
 	fmt.Printf("submit→start    p50 %s  p90 %s  p99 %s  max %s\n", ms(res.SubmitToStart.P50), ms(res.SubmitToStart.P90), ms(res.SubmitToStart.P99), ms(res.SubmitToStart.Max))
 	fmt.Printf("events/fsync    %.1f (%.0f events, %.0f fsyncs)\n", res.EventsPerFsync, res.Events, res.Fsyncs)
+	if res.ServerCPUPerJob > 0 || res.GeneratorCPUPerJob > 0 {
+		us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+		fmt.Printf("cpu per job     server %s  generator %s (user + system)\n", us(res.ServerCPUPerJob), us(res.GeneratorCPUPerJob))
+	}
 	if res.Errors > 0 {
 		fmt.Printf("errors          %d\n", res.Errors)
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/internal/proc"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -54,6 +55,11 @@ type Result struct {
 	Events         float64       `json:"events"`
 	Fsyncs         float64       `json:"fsyncs"`
 	EventsPerFsync float64       `json:"events_per_fsync"`
+	// CPU per job, user and system: the server's from its process_cpu_seconds_total, the
+	// generator's its own. On a shared or noisy machine these compare builds better than
+	// jobs/s, which also moves with latency. Zero where a side does not report it.
+	ServerCPUPerJob    time.Duration `json:"server_cpu_per_job_ns"`
+	GeneratorCPUPerJob time.Duration `json:"generator_cpu_per_job_ns"`
 }
 
 // Latency percentiles.
@@ -99,8 +105,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	_, _ = rand.Read(tag[:])
 	queue := "bench-" + hex.EncodeToString(tag[:]) // a queue of its own: old jobs do not count
 
-	before, err := scrape(ctx, hc, cfg.Server)
-	if err != nil {
+	if _, err := scrape(ctx, hc, cfg.Server); err != nil { // a server that is there, before workers register
 		return Result{}, err
 	}
 	// Workers: one registration and one WebSocket each, capacity 1, no-op jobs.
@@ -186,6 +191,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		submits = append(submits, d)
 		submitMu.Unlock()
 	}
+	// What the server counts from here on is the run's: the workers are registered and connected.
+	before, err := scrape(ctx, hc, cfg.Server)
+	if err != nil {
+		return Result{}, err
+	}
+	cpuBefore, cpuKnown := proc.CPU()
 	began := time.Now()
 	if paced {
 		// Each submit leaves on its schedule; a slow answer does not delay the next one
@@ -251,11 +262,12 @@ wait:
 	if cfg.Progress != nil {
 		cfg.Progress(total, total)
 	}
-	stopWorkers()
+	cpuAfter, _ := proc.CPU()
 	after, err := scrape(ctx, hc, cfg.Server)
 	if err != nil {
 		return Result{}, err
 	}
+	stopWorkers()
 	res := Result{Mode: "saturated", Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Elapsed: elapsed,
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
 		Errors: int(errs.Load() + failed.Load()),
@@ -266,6 +278,13 @@ wait:
 	}
 	if res.Fsyncs > 0 {
 		res.EventsPerFsync = res.Events / res.Fsyncs
+	}
+	perJob := func(d time.Duration) time.Duration { return d / time.Duration(total) }
+	if cpuKnown {
+		res.GeneratorCPUPerJob = perJob(cpuAfter - cpuBefore)
+	}
+	if s, ok := after["process_cpu_seconds_total"]; ok {
+		res.ServerCPUPerJob = perJob(time.Duration((s - before["process_cpu_seconds_total"]) * float64(time.Second)))
 	}
 	if e, ok := firstErr.Load().(error); ok {
 		return res, fmt.Errorf("bench: %d submits failed; the first: %w", errs.Load(), e)

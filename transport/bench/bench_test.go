@@ -9,6 +9,7 @@ import (
 	"github.com/tetherhq/tether/actors/runtime"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/bench"
+	"github.com/tetherhq/tether/transport/internal/proc"
 	"github.com/tetherhq/tether/transport/transporttest"
 )
 
@@ -51,6 +52,9 @@ func TestSaturatedRunsEveryJob(t *testing.T) {
 	// Each job is submitted, leased and completed: three events, at least.
 	if res.Events < 900 || res.Fsyncs <= 0 || res.Submit.P50 <= 0 || res.SubmitToStart.P99 < res.SubmitToStart.P50 {
 		t.Fatalf("%+v", res)
+	}
+	if _, ok := proc.CPU(); ok && (res.ServerCPUPerJob <= 0 || res.GeneratorCPUPerJob <= 0) {
+		t.Fatalf("no CPU per job: %+v", res)
 	}
 }
 
