@@ -43,13 +43,15 @@ var ErrClosed = errors.New("runtime: broker closed")
 // supervised actors that run the behaviours. Its methods are the facade transport calls; each
 // one that changes state returns once its events are durable, with their receipt.
 type Broker struct {
-	cfg    Config
-	log    *zap.Logger
-	elog   *eventlog.Log
-	clock  func() time.Time
-	system *actor.ActorSystem
-	pool   *pool
-	props  map[actors.RefKind]*actor.Props
+	cfg Config
+	log *zap.Logger
+	// kindLogs are the actors' loggers, one per kind: made once, not once per job actor.
+	kindLogs [actors.RefExternal + 1]*zap.Logger
+	elog     *eventlog.Log
+	clock    func() time.Time
+	system   *actor.ActorSystem
+	pool     *pool
+	props    map[actors.RefKind]*actor.Props
 
 	mu  sync.RWMutex // guards set
 	set *projections.Set
@@ -76,7 +78,8 @@ type Broker struct {
 	checkpoints    sync.WaitGroup
 
 	changedMu sync.Mutex
-	changed   chan struct{} // closed and replaced when the projections change
+	changed   chan struct{} // closed and replaced when the projections change, if watched
+	watched   bool          // Changed handed out changed since it was last replaced
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed when Close starts: no new calls
@@ -107,6 +110,9 @@ func Open(cfg Config) (*Broker, error) {
 		changed: make(chan struct{}),
 	}
 	b.advance = sync.NewCond(&b.applyMu)
+	for k := range b.kindLogs {
+		b.kindLogs[k] = b.log.Named(kindName(actors.RefKind(k)))
+	}
 	if err := b.rebuildProjections(); err != nil {
 		_ = elog.Close()
 		return nil, err

@@ -375,13 +375,18 @@ func (b *Broker) ask(to actors.Ref, msg any, done func(any, error)) {
 func (b *Broker) Changed() <-chan struct{} {
 	b.changedMu.Lock()
 	defer b.changedMu.Unlock()
+	b.watched = true
 	return b.changed
 }
 
-// signalChanged wakes every watcher; commit calls it after each append it applies.
+// signalChanged wakes every watcher; commit calls it after each append it applies. A channel
+// no one took is still open and serves for the next change: most commits have no watcher, and
+// need not make a channel each.
 func (b *Broker) signalChanged() {
 	b.changedMu.Lock()
-	close(b.changed)
-	b.changed = make(chan struct{})
+	if b.watched {
+		close(b.changed)
+		b.changed, b.watched = make(chan struct{}), false
+	}
 	b.changedMu.Unlock()
 }

@@ -65,7 +65,7 @@ type host struct {
 }
 
 func newHost(b *Broker, ref actors.Ref, make func() actors.Behaviour) *host {
-	return &host{b: b, ref: ref, make: make, log: b.log.Named(kindName(ref.Kind)), timers: map[actors.TimerID]*time.Timer{}}
+	return &host{b: b, ref: ref, make: make, log: b.kindLogs[ref.Kind]}
 }
 
 func kindName(k actors.RefKind) string {
@@ -173,6 +173,9 @@ func (h *host) After(d time.Duration, msg any) actors.TimerID {
 	defer h.mu.Unlock()
 	h.timerSeq++
 	id := h.timerSeq
+	if h.timers == nil {
+		h.timers = map[actors.TimerID]*time.Timer{}
+	}
 	h.timers[id] = time.AfterFunc(d, func() { h.b.system.Root.Send(self, fired{id: id, incarnation: inc, msg: msg}) })
 	return id
 }
