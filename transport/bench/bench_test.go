@@ -14,7 +14,7 @@ import (
 )
 
 // server starts a real broker behind a real HTTP server, with token auth.
-func server(t *testing.T) (url, apiKey, enroll string) {
+func server(t testing.TB) (url, apiKey, enroll string) {
 	t.Helper()
 	b, err := runtime.Open(runtime.Config{Dir: t.TempDir()})
 	if err != nil {
@@ -26,7 +26,7 @@ func server(t *testing.T) (url, apiKey, enroll string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := b.CreateEnrollToken(ctx, "acme", 100, time.Hour)
+	tok, err := b.CreateEnrollToken(ctx, "acme", 1000, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func server(t *testing.T) (url, apiKey, enroll string) {
 }
 
 // runCtx bounds a run: a bench that waits for completions that never come fails, not hangs.
-func runCtx(t *testing.T) context.Context {
+func runCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -75,4 +75,19 @@ func TestRefusedSubmitsAreReportedWithTheirCode(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "5 submits failed") || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// BenchmarkSaturated runs the load generator against a server in the same process: an op is a
+// job from submit to acknowledged completion, over real loopback HTTP and WebSocket. Its
+// allocations per op (-benchmem) are the server's and the generator's together; jobs/s shares
+// two cores between them and the test binary, so it compares builds, not products.
+func BenchmarkSaturated(b *testing.B) {
+	url, key, enroll := server(b)
+	b.ResetTimer()
+	res, err := bench.Run(runCtx(b), bench.Config{Server: url, Token: key, EnrollToken: enroll, Jobs: b.N, Producers: 8, Workers: 50})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(res.JobsPerSecond, "jobs/s")
+	b.ReportMetric(0, "ns/op")
 }
