@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/transport/internal/frames"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -73,6 +74,9 @@ type wsConn struct {
 	wake       chan struct{}
 	readerDone chan struct{}
 	inFlight   chan struct{}
+
+	reader  frames.Reader  // the reader's
+	encoder frames.Encoder // the writer's
 }
 
 func (c *wsConn) serve() {
@@ -111,14 +115,7 @@ func (c *wsConn) serve() {
 	<-writerDone
 }
 
-func (c *wsConn) read(f *wire.Frame) error {
-	_, data, err := c.conn.ReadMessage()
-	if err != nil {
-		return err
-	}
-	*f = wire.Frame{}
-	return json.Unmarshal(data, f)
-}
+func (c *wsConn) read(f *wire.Frame) error { return c.reader.Read(c.conn, f) }
 
 func (c *wsConn) closeWith(code int, reason string) {
 	if len(reason) > 120 { // a close frame's reason is at most 123 bytes
@@ -206,7 +203,7 @@ func closeCodeOf(reason string) (int, string) {
 }
 
 func (c *wsConn) write(f wire.Frame) bool {
-	data, err := json.Marshal(f)
+	data, err := c.encoder.Encode(f)
 	if err != nil {
 		c.log.Error("a frame could not be encoded", zap.String("type", f.Type), zap.Error(err))
 		return true
@@ -220,8 +217,8 @@ func (c *wsConn) write(f wire.Frame) bool {
 }
 
 func (c *wsConn) readLoop() {
+	var f wire.Frame // one for the connection: read resets it, and handle takes a copy
 	for {
-		var f wire.Frame
 		if err := c.read(&f); err != nil {
 			var syntax *json.SyntaxError
 			var typ *json.UnmarshalTypeError
@@ -274,8 +271,9 @@ func (c *wsConn) handle(f wire.Frame) {
 			return
 		}
 		c.inFlight <- struct{}{}
+		ref := f.Ref // the callbacks keep the ref, not the frame
 		c.sess.HeartbeatAsync(f.Leases, func(ack actors.HeartbeatAck, err error) {
-			a := c.ack(f.Ref, err)
+			a := c.ack(ref, err)
 			a.Cancel, a.Unknown = ack.CancelRequested, ack.Unknown
 			c.done(a)
 		})
@@ -286,8 +284,9 @@ func (c *wsConn) handle(f wire.Frame) {
 			return
 		}
 		c.inFlight <- struct{}{}
+		ref := f.Ref
 		c.b.WorkerOp(op, func(n int, rc actors.Receipt, err error) {
-			a := c.ack(f.Ref, err)
+			a := c.ack(ref, err)
 			if err == nil {
 				a.Number, a.Receipt = n, new(receipt(rc))
 			}

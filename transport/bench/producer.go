@@ -28,7 +28,8 @@ type producer struct {
 	header     []byte // the request line and headers, up to the Content-Length value
 	conn       net.Conn
 	r          *bufio.Reader
-	buf        []byte
+	buf        []byte       // the request
+	body       bytes.Buffer // the answer's body
 }
 
 func newProducer(server, token string) (*producer, error) {
@@ -92,7 +93,9 @@ func (p *producer) submit(ctx context.Context, req wire.SubmitRequest) error {
 		p.close()
 		return err
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	p.body.Reset()
+	_, err = p.body.ReadFrom(io.LimitReader(resp.Body, 1<<20))
+	data := p.body.Bytes()
 	_ = resp.Body.Close()
 	if err != nil || resp.Close {
 		p.close()

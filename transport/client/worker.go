@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/transport/internal/frames"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -495,30 +496,37 @@ func outputOf(out any) (json.RawMessage, error) {
 type wsLink struct {
 	conn    *websocket.Conn
 	cork    *corkConn // under conn: frames sent together leave in one write
-	wmu     sync.Mutex
+	reader  frames.Reader
+	wmu     sync.Mutex // guards writes to conn, and encoder
+	encoder frames.Encoder
 	mu      sync.Mutex
 	pending map[string]chan wire.Frame
 	ref     atomic.Uint64
 	down    chan struct{}
 }
 
-// send writes frames in one write to the connection.
-func (l *wsLink) send(frames ...wire.Frame) error {
+// send writes f, and a grant of credit if credit > 0, in one write to the connection.
+func (l *wsLink) send(f wire.Frame, credit int) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	_ = l.conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	l.cork.cork()
-	for _, f := range frames {
-		data, err := json.Marshal(f)
-		if err == nil {
-			err = l.conn.WriteMessage(websocket.TextMessage, data)
-		}
-		if err != nil {
-			_ = l.cork.uncork()
-			return err
-		}
+	err := l.write(f)
+	if err == nil && credit > 0 {
+		err = l.write(wire.Frame{Type: wire.FrameCredit, N: credit})
 	}
-	return l.cork.uncork()
+	if uerr := l.cork.uncork(); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+func (l *wsLink) write(f wire.Frame) error {
+	data, err := l.encoder.Encode(f)
+	if err != nil {
+		return err
+	}
+	return l.conn.WriteMessage(websocket.TextMessage, data)
 }
 
 func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Frame, error) {
@@ -532,11 +540,7 @@ func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Fr
 		delete(l.pending, f.Ref)
 		l.mu.Unlock()
 	}()
-	frames := []wire.Frame{f}
-	if credit > 0 {
-		frames = append(frames, wire.Frame{Type: wire.FrameCredit, N: credit})
-	}
-	if err := l.send(frames...); err != nil {
+	if err := l.send(f, credit); err != nil {
 		return wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err)
 	}
 	select {
@@ -552,7 +556,7 @@ func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Fr
 	}
 }
 
-func (l *wsLink) credit(n int) { _ = l.send(wire.Frame{Type: wire.FrameCredit, N: n}) }
+func (l *wsLink) credit(n int) { _ = l.send(wire.Frame{Type: wire.FrameCredit, N: n}, 0) }
 
 func (l *wsLink) deliver(a wire.Frame) {
 	l.mu.Lock()
@@ -605,12 +609,12 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	defer conn.Close()
 	conn.SetReadLimit(64 << 20)
 	l := &wsLink{conn: conn, cork: cork, pending: map[string]chan wire.Frame{}, down: make(chan struct{})}
-	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}); err != nil {
+	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}, 0); err != nil {
 		return false, err
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	var welcome wire.Frame
-	if err := readFrame(conn, &welcome); err != nil {
+	if err := l.reader.Read(conn, &welcome); err != nil {
 		return false, err
 	}
 	if welcome.Type != wire.FrameWelcome {
@@ -646,9 +650,9 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 		r.clearLink(l)
 		close(readDone)
 	}()
+	var f wire.Frame // one for the connection: Read resets it, and nothing keeps it
 	for {
-		var f wire.Frame
-		if err := readFrame(conn, &f); err != nil {
+		if err := l.reader.Read(conn, &f); err != nil {
 			return true, err
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(idle))
@@ -661,15 +665,6 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 			l.deliver(f)
 		}
 	}
-}
-
-// readFrame reads one frame. ReadJSON would make a json.Decoder, and its buffer, per frame.
-func readFrame(conn *websocket.Conn, f *wire.Frame) error {
-	_, data, err := conn.ReadMessage()
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(data, f)
 }
 
 // heartbeats sends the leases the worker holds every interval until done, and stops the jobs

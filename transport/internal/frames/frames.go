@@ -1,0 +1,64 @@
+// Package frames reads and writes worker-protocol frames on a WebSocket connection through
+// buffers kept per connection, for the server and the Go client alike. ReadMessage and
+// json.Marshal allocate a buffer per frame, the largest share of the bytes a job allocated.
+package frames
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// keepMax is the most buffer a connection keeps between frames: a rare large frame (an output
+// near its limit) does not pin its size to the connection.
+const keepMax = 64 << 10
+
+// Reader reads the frames of one connection; it is not safe for concurrent use.
+type Reader struct{ buf bytes.Buffer }
+
+// Read reads the next message into f. Errors are the connection's (websocket.ErrReadLimit for
+// an oversize frame) or the decoder's (*json.SyntaxError, *json.UnmarshalTypeError).
+func (r *Reader) Read(conn *websocket.Conn, f *wire.Frame) error {
+	_, rd, err := conn.NextReader()
+	if err != nil {
+		return err
+	}
+	defer r.trim()
+	r.buf.Reset()
+	if _, err := r.buf.ReadFrom(rd); err != nil {
+		return err
+	}
+	*f = wire.Frame{}
+	// Unmarshal copies what it keeps (strings, json.RawMessage), so the buffer can be reused.
+	return json.Unmarshal(r.buf.Bytes(), f)
+}
+
+func (r *Reader) trim() {
+	if r.buf.Cap() > keepMax {
+		r.buf = bytes.Buffer{}
+	}
+}
+
+// Encoder encodes the frames of one connection; it is not safe for concurrent use.
+type Encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// Encode returns f as JSON, escaped as json.Marshal escapes it. The bytes are valid until the
+// next Encode.
+func (e *Encoder) Encode(f wire.Frame) ([]byte, error) {
+	if e.enc == nil || e.buf.Cap() > keepMax {
+		e.buf = bytes.Buffer{}
+		e.enc = json.NewEncoder(&e.buf)
+	}
+	e.buf.Reset()
+	if err := e.enc.Encode(f); err != nil {
+		return nil, err
+	}
+	data := e.buf.Bytes()
+	return data[:len(data)-1], nil // without the newline Encode ends with
+}
