@@ -44,8 +44,9 @@ func (r *Reader) trim() {
 
 // Encoder encodes the frames of one connection; it is not safe for concurrent use.
 type Encoder struct {
-	buf bytes.Buffer
-	enc *json.Encoder
+	buf   bytes.Buffer
+	enc   *json.Encoder
+	frame wire.Frame // what Encode encodes: a pointer to it boxes without allocating
 }
 
 // Encode returns f as JSON, escaped as json.Marshal escapes it. The bytes are valid until the
@@ -56,7 +57,10 @@ func (e *Encoder) Encode(f wire.Frame) ([]byte, error) {
 		e.enc = json.NewEncoder(&e.buf)
 	}
 	e.buf.Reset()
-	if err := e.enc.Encode(f); err != nil {
+	e.frame = f
+	err := e.enc.Encode(&e.frame)
+	e.frame = wire.Frame{} // keeps nothing of f alive
+	if err != nil {
 		return nil, err
 	}
 	data := e.buf.Bytes()
