@@ -1,6 +1,7 @@
 package actors_test
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -218,5 +219,77 @@ func TestScheduledJobsFallDueInOrder(t *testing.T) {
 	f.live("s1", 60*time.Second)
 	if as := f.assignments("s1"); len(as) != 1 || as[0].JobID != ids[0] {
 		t.Fatalf("at 90 s: %+v", as)
+	}
+}
+
+// A worker's next job need not wait for the fsync of its last result: the dispatcher leases it
+// as soon as the job's actor has decided the end, the new lease is appended after that end (so
+// one sync makes both durable), and the assignment leaves only once it is.
+func TestNextLeaseFollowsTheEndInTheSameSync(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"})
+	one[actors.SessionOpened](t, f.w.Connect("s1", "sink:s1", actors.OpenSession{WorkerID: f.wk, Transport: "websocket", Capacity: 1}))
+	first := f.credit("s1", 1)
+	if len(first) != 1 {
+		t.Fatalf("%d assignments with capacity 1", len(first))
+	}
+	f.credit("s1", 1) // banked: the slot is held
+	a := first[0]
+	f.w.Send(actors.DispatcherRef(), actors.Complete{WorkerID: f.wk, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`1`)}, actorstest.External("worker"))
+	f.w.Step()
+	if n := len(f.assignments("s1")); n != 0 {
+		t.Fatalf("%d assignments before anything was durable", n)
+	}
+	before := len(f.w.Log)
+	f.w.Sync()
+	var ended, leased int
+	for i, r := range f.w.Log[before:] {
+		switch e := r.Payload.(type) {
+		case eventlog.JobSucceeded:
+			ended = i + 1
+		case eventlog.JobLeased:
+			if e.JobID != a.JobID {
+				leased = i + 1
+			}
+		}
+	}
+	if ended == 0 || leased == 0 || leased < ended {
+		t.Fatalf("one sync made the end at %d and the next lease at %d (0: not in it); want both, the end first", ended, leased)
+	}
+	f.w.Run()
+	if n := len(f.assignments("s1")); n != 1 {
+		t.Fatalf("%d assignments once both were durable", n)
+	}
+	if d := one[actors.Done](t, f.w.Inbox("worker")); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	// The end, once durable, frees nothing more: the slot is the second job's.
+	if more := f.credit("s1", 1); len(more) != 0 {
+		t.Fatalf("%d more assignments with capacity 1 and a job held", len(more))
+	}
+}
+
+// A worker that reconnects while a lease's end is on its way to the log does not count that
+// lease against the new connection: its slot is free already.
+func TestReconnectDoesNotCountAnEndingLease(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"})
+	one[actors.SessionOpened](t, f.w.Connect("s1", "sink:s1", actors.OpenSession{WorkerID: f.wk, Transport: "websocket", Capacity: 1}))
+	first := f.credit("s1", 1)
+	if len(first) != 1 {
+		t.Fatalf("%d assignments with capacity 1", len(first))
+	}
+	// The new connection's start and the end of its job reach the log in one sync, and the
+	// dispatcher hears of the connection before the end is durable.
+	f.w.Spawn(actors.SessionRef("s2"), actors.NewSession("s2", actorstest.External("sink:s2")))
+	f.w.Send(actors.SessionRef("s2"), actors.OpenSession{WorkerID: f.wk, Transport: "websocket", Capacity: 1}, actorstest.External("connect:s2"))
+	f.w.Step()
+	a := first[0]
+	f.w.Send(actors.DispatcherRef(), actors.Complete{WorkerID: f.wk, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`1`)}, actorstest.External("worker"))
+	f.w.Run()
+	if more := f.credit("s2", 1); len(more) != 1 {
+		t.Fatalf("%d assignments for the reconnected worker's free slot", len(more))
 	}
 }

@@ -98,6 +98,13 @@ type (
 		Requeue        *Waiting
 		Seq            uint64
 	}
+	// leaseEnding: the job's actor has decided the lease's end and handed it to the log, not
+	// yet durably. The worker's slot and the tenant's running count are free at once: whatever
+	// the dispatcher leases with them is appended after that end, so no durable prefix of the
+	// log holds both leases, and the new assignment leaves only once its own lease, and so the
+	// end before it, is durable. Waiting for the end's fsync instead would put an fsync between
+	// a worker's result and its next job for nothing.
+	leaseEnding struct{ JobID, LeaseID string }
 	// leaseRefused: the job's actor found the job not waiting. Idle: it holds no lease either.
 	leaseRefused struct {
 		JobID, LeaseID string
@@ -123,7 +130,13 @@ type entry struct {
 	index int // its position in heap
 }
 
-type leaseRef struct{ leaseID, sessionID, tenant, workerID string }
+// leaseRef is a lease the dispatcher gave. ending is set once the job's actor has decided the
+// lease's end: its slot is free from then on, though the lease is tracked until the end is
+// durable (leaseEnded).
+type leaseRef struct {
+	leaseID, sessionID, tenant, workerID string
+	ending                               bool
+}
 
 type slot struct {
 	id, workerID, tenant string
@@ -210,7 +223,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 			s := newSlot(m.SessionID, m.WorkerID, m.Tenant, m.Queues, m.Capacity)
 			// The worker's leases from an earlier connection count against this one.
 			for id, lr := range d.leased {
-				if lr.workerID == m.WorkerID {
+				if lr.workerID == m.WorkerID && !lr.ending { // an ending lease has freed its slot
 					if old := d.sessions[lr.sessionID]; old != nil && old != s {
 						old.held--
 					}
@@ -235,6 +248,12 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		}
 		s.credit = min(s.credit+min(max(m.N, 0), CapacityMax), s.capacity)
 		d.wake(s)
+	case leaseEnding:
+		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID && !lr.ending {
+			lr.ending = true
+			d.leased[m.JobID] = lr
+			d.free(lr)
+		}
 	case leaseEnded:
 		d.leaseEnded(env, m)
 	case leaseRefused:
@@ -435,16 +454,26 @@ func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
 	}
 }
 
-// unlease forgets a lease. A refused lease gives its credit back; an ended one does not: the
-// worker grants credit again when it is ready for more.
+// unlease forgets a lease, freeing its slot unless its end did already. A refused lease gives
+// its credit back; an ended one does not: the worker grants credit again when it is ready for
+// more.
 func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
 	delete(d.leased, jobID)
+	if lr.ending {
+		return
+	}
+	d.free(lr)
+	if s := d.sessions[lr.sessionID]; s != nil && refund {
+		s.credit = min(s.credit+1, s.capacity)
+		d.wake(s)
+	}
+}
+
+// free gives a lease's slot back to its session and its tenant's running count.
+func (d *Dispatcher) free(lr leaseRef) {
 	d.running[lr.tenant]--
 	if s := d.sessions[lr.sessionID]; s != nil {
 		s.held--
-		if refund {
-			s.credit = min(s.credit+1, s.capacity)
-		}
 		d.wake(s)
 	}
 }

@@ -30,7 +30,12 @@
 //  1. A behaviour decides, folds its events into its own state at once, and persists them; it
 //     never waits for its own appends (pipelining, DESIGN §2).
 //  2. Nothing that depends on an event leaves the behaviour before the event is durable: replies,
-//     assignments, notices to other actors are sent when Persisted arrives.
+//     assignments, notices to other actors are sent when Persisted arrives. One exception, safe
+//     because the log is a prefix: a job actor tells the dispatcher a lease is ending as soon as
+//     it has handed the end to the log (leaseEnding), and the dispatcher leases the freed slot at
+//     once. That lease is appended after the end, so no durable prefix holds both, and its
+//     assignment leaves only once it, and so the end, is durable. A worker's next job then
+//     waits for one fsync after its result, not two.
 //  3. Committed state is read from the projections, which hold every durable event before the
 //     Persisted of that event is delivered; so a notice about an event can always be checked
 //     against the projections.

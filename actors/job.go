@@ -355,6 +355,9 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	env.Cancel(a.timer)
 	a.ending = true
 	a.decide(env, events, leaseEndDone{reply: reply, leaseID: l.LeaseID, sessionID: l.SessionID, requeue: requeue})
+	// Sent after the events went to the log, so whatever the dispatcher leases next is appended
+	// after them (see leaseEnding).
+	env.Send(DispatcherRef(), leaseEnding{JobID: a.id, LeaseID: l.LeaseID})
 }
 
 func (a *Job) persisted(env Env, m Persisted) {
