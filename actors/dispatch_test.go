@@ -49,7 +49,7 @@ func TestDispatchOrder(t *testing.T) {
 
 // A session never holds more than its capacity, whatever credit it grants. Credit granted while
 // it is full is banked, up to its capacity, and spent as its leases end: a worker sends credit
-// with its result, and the next job follows once the result is durable.
+// with its result, and the next job follows with the result's fsync.
 func TestCreditIsBankedUpToCapacity(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil) // capacity 4

@@ -66,8 +66,8 @@ type (
 	// straight here: the dispatcher is where credit is kept. Credit is banked up to the
 	// session's capacity whatever the session holds, and a job is offered only while the session
 	// holds fewer leases than its capacity; so a worker may grant credit for a slot as soon as
-	// the slot's job has finished, in the same write as the result, and the next job follows
-	// once the result is durable.
+	// the slot's job has finished, in the same write as the result, and the next job leaves
+	// with the fsync that makes the result durable (leaseEnding).
 	SessionCredit struct {
 		SessionID string
 		N         int

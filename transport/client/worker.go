@@ -421,7 +421,8 @@ func (r *runner) run(t *task) {
 	r.mu.Unlock()
 	r.notifyFreed()
 	// The slot is free as soon as the handler returns: its credit goes with the result, in
-	// the same write, and the server leases the next job once the result is durable.
+	// the same write, and the server leases the next job as soon as it has the result; the
+	// assignment leaves with the fsync that makes the result durable.
 	r.report(t, out, err)
 	r.mu.Lock()
 	delete(r.tasks, t.job.LeaseID)
