@@ -293,3 +293,29 @@ func TestReconnectDoesNotCountAnEndingLease(t *testing.T) {
 		t.Fatalf("%d assignments for the reconnected worker's free slot", len(more))
 	}
 }
+
+// A lease the job's actor refuses (a stale notice put a finished job back in the queue) gives
+// the worker its credit back: a worker that grants credit only per result would starve otherwise.
+func TestRefusedLeaseRefundsCredit(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	one[actors.SessionOpened](t, f.w.Connect("s1", "sink:s1", actors.OpenSession{WorkerID: f.wk, Transport: "websocket", Capacity: 1}))
+	first := f.credit("s1", 1)
+	if len(first) != 1 {
+		t.Fatalf("%d assignments with capacity 1", len(first))
+	}
+	if d := f.complete(first[0], `1`); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	stale := actors.Waiting{ID: first[0].JobID, Tenant: "acme", Queue: "q"}
+	f.w.Send(actors.DispatcherRef(), actors.Enqueue{Jobs: []actors.Waiting{stale}, Seq: 1 << 40}, actorstest.External("stale"))
+	if more := f.credit("s1", 1); len(more) != 0 {
+		t.Fatalf("the finished job was assigned again: %+v", more)
+	}
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	f.w.Run()
+	if more := f.assignments("s1"); len(more) != 1 {
+		t.Fatalf("%d assignments for the credit the refused lease gave back", len(more))
+	}
+}

@@ -462,11 +462,10 @@ func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
 	if lr.ending {
 		return
 	}
-	d.free(lr)
 	if s := d.sessions[lr.sessionID]; s != nil && refund {
 		s.credit = min(s.credit+1, s.capacity)
-		d.wake(s)
 	}
+	d.free(lr)
 }
 
 // free gives a lease's slot back to its session and its tenant's running count.

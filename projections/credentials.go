@@ -82,37 +82,25 @@ func (c *credentials) clone() credentials {
 }
 
 // APIKey returns an API key by id.
-func (s *Set) APIKey(id string) (APIKey, bool) {
-	k, ok := s.creds.apiKeys[id]
-	if !ok {
-		return APIKey{}, false
-	}
-	return *k, true
-}
+func (s *Set) APIKey(id string) (APIKey, bool) { return copyOf(s.creds.apiKeys, id) }
 
 // APIKeyByHash finds the API key whose secret hashes to h, revoked or not.
-func (s *Set) APIKeyByHash(h string) (APIKey, bool) {
-	k, ok := s.creds.keyByHash[h]
-	if !ok {
-		return APIKey{}, false
-	}
-	return *k, true
-}
+func (s *Set) APIKeyByHash(h string) (APIKey, bool) { return copyOf(s.creds.keyByHash, h) }
 
 // EnrollToken returns an enroll token by id.
-func (s *Set) EnrollToken(id string) (EnrollToken, bool) {
-	t, ok := s.creds.enroll[id]
-	if !ok {
-		return EnrollToken{}, false
-	}
-	return *t, true
-}
+func (s *Set) EnrollToken(id string) (EnrollToken, bool) { return copyOf(s.creds.enroll, id) }
 
 // EnrollTokenByHash finds the enroll token whose secret hashes to h, used up or not.
 func (s *Set) EnrollTokenByHash(h string) (EnrollToken, bool) {
-	t, ok := s.creds.enrollByHash[h]
+	return copyOf(s.creds.enrollByHash, h)
+}
+
+// copyOf returns a copy of m[k]: callers must not reach into the Set.
+func copyOf[T any](m map[string]*T, k string) (T, bool) {
+	v, ok := m[k]
 	if !ok {
-		return EnrollToken{}, false
+		var zero T
+		return zero, false
 	}
-	return *t, true
+	return *v, true
 }

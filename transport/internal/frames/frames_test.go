@@ -3,8 +3,14 @@ package frames
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -36,5 +42,49 @@ func TestEncoderMatchesMarshal(t *testing.T) {
 	}
 	if got, _ := e.Encode(frames[3]); !bytes.Contains(got, []byte(`"j2"`)) {
 		t.Fatalf("after a failed frame: %s", got)
+	}
+}
+
+// A frame read earlier keeps its payload when the next frame reuses the buffer, and a frame over
+// the connection's read limit is the connection's error.
+func TestReaderReusesItsBufferSafely(t *testing.T) {
+	sent := []string{
+		`{"type":"assign","job_id":"j1","payload":{"first":"` + strings.Repeat("a", 100) + `"}}`,
+		`{"type":"assign","job_id":"j2","payload":{"second":"` + strings.Repeat("b", 100) + `"}}`,
+		`{"type":"assign","payload":"` + strings.Repeat("c", 2000) + `"}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for _, m := range sent {
+			if c.WriteMessage(websocket.TextMessage, []byte(m)) != nil {
+				return
+			}
+		}
+		_, _, _ = c.ReadMessage() // until the client goes
+	}))
+	defer srv.Close()
+	conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var r Reader
+	var first, second wire.Frame
+	if err := r.Read(conn, &first); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Read(conn, &second); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(first.Payload), `"first"`) || first.JobID != "j1" || !strings.Contains(string(second.Payload), `"second"`) {
+		t.Fatalf("first %s %s, second %s", first.JobID, first.Payload, second.Payload)
+	}
+	conn.SetReadLimit(1000)
+	if err := r.Read(conn, &second); !errors.Is(err, websocket.ErrReadLimit) {
+		t.Fatalf("a frame over the limit: %v", err)
 	}
 }
