@@ -20,4 +20,11 @@ func TestConformanceCrashableMem(t *testing.T) {
 	eventlogtest.Run(t, func(*testing.T) eventlogtest.Store { return crashableStore() })
 }
 
+// TestConformancePrefilledWAL runs the suite with fills of 4 KiB, so that the WAL writer waits
+// for a fill, passes it and starts the next one many times in every test.
+func TestConformancePrefilledWAL(t *testing.T) {
+	t.Parallel()
+	eventlogtest.Run(t, func(*testing.T) eventlogtest.Store { return eventlogtest.CrashableMemPrefilled(4 << 10) })
+}
+
 func crashableStore() eventlogtest.Store { return eventlogtest.CrashableMem() }

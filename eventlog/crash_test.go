@@ -28,3 +28,19 @@ func TestCrashRecovery(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashRecoveryPrefilledWAL is TestCrashRecovery with the WAL prefilled in 4 KiB fills, so
+// crashes find zeros, synced and not, past the last record of the newest WAL.
+func TestCrashRecoveryPrefilledWAL(t *testing.T) {
+	t.Parallel()
+	first, n := uint64(1), uint64(*crashSeeds)/4
+	if *crashSeed != 0 {
+		first, n = *crashSeed, 1
+	}
+	for seed := first; seed < first+n; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			eventlogtest.CrashRecovery(t, eventlogtest.CrashableMemPrefilled(4<<10), seed)
+		})
+	}
+}

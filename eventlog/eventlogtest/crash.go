@@ -40,7 +40,7 @@ func CrashRecovery(t *testing.T, s Store, seed uint64) Store {
 			t.Fatal(err)
 		}
 	}
-	l, err := eventlog.Open(s.Dir, eventlog.Options{FS: s.FS})
+	l, err := eventlog.Open(s.Dir, eventlog.Options{FS: s.FS, WALPrefill: s.WALPrefill})
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}

@@ -31,14 +31,20 @@ type Store struct {
 	// leave it at this instant: everything synced, and each unsynced write with probability
 	// keepUnsyncedPercent. Backends that cannot crash leave it nil and skip the crash tests.
 	Crash func(keepUnsyncedPercent int, rng *rand.Rand) Store
+	// WALPrefill is passed to every Open of this store (eventlog.Options.WALPrefill).
+	WALPrefill int64
 }
 
 // CrashableMem returns an empty store on Pebble's crashable in-memory filesystem.
-func CrashableMem() Store { return crashableMem(vfs.NewCrashableMem()) }
+func CrashableMem() Store { return crashableMem(vfs.NewCrashableMem(), 0) }
 
-func crashableMem(fs *vfs.MemFS) Store {
-	return Store{FS: fs, Dir: "/data/log", Crash: func(keep int, rng *rand.Rand) Store {
-		return crashableMem(fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: keep, RNG: rng}))
+// CrashableMemPrefilled is CrashableMem with the WAL prefilled in fills of at most prefill
+// bytes; a small prefill makes the WAL writer catch up with its fills all the time.
+func CrashableMemPrefilled(prefill int64) Store { return crashableMem(vfs.NewCrashableMem(), prefill) }
+
+func crashableMem(fs *vfs.MemFS, prefill int64) Store {
+	return Store{FS: fs, Dir: "/data/log", WALPrefill: prefill, Crash: func(keep int, rng *rand.Rand) Store {
+		return crashableMem(fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: keep, RNG: rng}), prefill)
 	}}
 }
 
@@ -69,11 +75,11 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 	}
 }
 
-// Open opens the store's log with the given options (FS is filled in) and closes it when the
-// test ends, unless the test closed it.
+// Open opens the store's log with the given options (FS and WALPrefill are filled in) and
+// closes it when the test ends, unless the test closed it.
 func Open(t testing.TB, s Store, opts eventlog.Options) *eventlog.Log {
 	t.Helper()
-	opts.FS = s.FS
+	opts.FS, opts.WALPrefill = s.FS, s.WALPrefill
 	l, err := eventlog.Open(s.Dir, opts)
 	if err != nil {
 		t.Fatalf("open %s: %v", s.Dir, err)
