@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -835,4 +836,121 @@ func TestShutdownTellsWorkersGoingAway(t *testing.T) {
 		t.Fatalf("a long poll during shutdown answered %d", st)
 	}
 	h.api.Wait(ctx(t))
+}
+
+// cutProxy forwards TCP connections to a server. While held, what the server sends is dropped;
+// cut closes every connection open so far.
+type cutProxy struct {
+	url  string
+	held atomic.Bool
+	mu   sync.Mutex
+	open []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	p := &cutProxy{url: "http://" + ln.Addr().String()}
+	addr := strings.TrimPrefix(target, "http://")
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = down.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.open = append(p.open, down, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, down); _ = up.Close() }()
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := up.Read(buf)
+					if n > 0 && !p.held.Load() {
+						if _, werr := down.Write(buf[:n]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				_ = down.Close()
+			}()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.open {
+		_ = c.Close()
+	}
+	p.open = nil
+}
+
+// A result whose connection breaks before its ack arrives is sent again on the next one, and
+// the server takes the repeat as the same completion: the worker hears of it once, as taken.
+func TestResultResentAfterConnectionBreaks(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	reg := h.register("", nil, 1)
+	proxy := newCutProxy(t, h.url)
+	type result struct {
+		report string
+		err    error
+	}
+	results := make(chan result, 4)
+	connected := make(chan string, 4)
+	w := &client.Worker{Server: proxy.url, Token: reg.WorkerToken, Capacity: 1, Transport: "websocket", Logger: zaptest.NewLogger(t),
+		OnConnect: func(tr string) { connected <- tr },
+		OnResult:  func(_ *client.Job, report string, err error) { results <- result{report, err} },
+		Handler: func(context.Context, *client.Job) (any, error) {
+			proxy.held.Store(true) // the server's ack to this result will not get through
+			return "done", nil
+		}}
+	run, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = w.Run(run) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	firstConnect(t, connected)
+
+	c := client.New(h.url, "", nil)
+	job := submit(t, c, `{}`)
+	if j := await(t, c, job.ID); j.Status != "succeeded" || j.Attempt != 1 {
+		t.Fatalf("job %+v", j)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("the worker heard %+v though the ack was held back", r)
+	default:
+	}
+	proxy.held.Store(false)
+	proxy.cut()
+	firstConnect(t, connected) // the second connection
+	select {
+	case r := <-results:
+		if r.report != "complete" || r.err != nil {
+			t.Fatalf("the resent result: %+v, want complete taken", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the result was not resent within 30 s")
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("a second answer for one result: %+v", r)
+	default:
+	}
 }

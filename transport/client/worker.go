@@ -413,7 +413,6 @@ func (r *runner) serve(t *task) {
 
 // run runs the handler for t and reports the result.
 func (r *runner) run(t *task) {
-	defer t.cancel()
 	out, err := r.w.Handler(t.ctx, t.job)
 	r.mu.Lock()
 	r.running--
@@ -424,12 +423,9 @@ func (r *runner) run(t *task) {
 	// the same write, and the server leases the next job as soon as it has the result; the
 	// assignment leaves with the fsync that makes the result durable.
 	r.report(t, out, err)
-	r.mu.Lock()
-	delete(r.tasks, t.job.LeaseID)
-	r.mu.Unlock()
-	r.notifyFreed()
 }
 
+// report sends the job's result. The task ends when the server has answered it (finish).
 func (r *runner) report(t *task, out any, herr error) {
 	j := t.job
 	why, _ := t.cancelled.Load().(string)
@@ -437,6 +433,7 @@ func (r *runner) report(t *task, out any, herr error) {
 		r.log.Warn("the lease was lost (expired, or the job was reassigned); the result is dropped",
 			zap.String("job_id", j.ID), zap.String("lease_id", j.LeaseID))
 		r.grantCredit()
+		r.forget(t)
 		return
 	}
 	f := wire.Frame{JobID: j.ID, LeaseID: j.LeaseID}
@@ -464,9 +461,42 @@ func (r *runner) report(t *task, out any, herr error) {
 		}
 		f.Retryable = &retryable
 	}
+	// Over WebSocket the handler's goroutine does not wait for the ack: the link's reader ends
+	// the task when it reads it, which spares a hand-off between goroutines on every job.
+	r.mu.Lock()
+	ws, async := r.link.(*wsLink)
+	credit := 0
+	if async {
+		credit, r.uncredited = r.uncredited, 0
+	}
+	r.mu.Unlock()
+	if !async {
+		r.reportAndWait(t, f)
+		return
+	}
+	ws.requestAsync(f, credit, func(ack wire.Frame, err error) {
+		if errors.Is(err, errLinkDown) {
+			// The connection went away first: send it again on the next one, as request
+			// does. The credit sent with it is settled when that one connects.
+			go r.reportAndWait(t, f)
+			return
+		}
+		r.finish(t, f, err)
+	})
+}
+
+// reportAndWait sends a result over whichever link is up, waiting for one while disconnected.
+func (r *runner) reportAndWait(t *task, f wire.Frame) {
 	ctx, cancel := context.WithTimeout(context.Background(), reportGiveUp)
 	defer cancel()
 	_, err := r.request(ctx, f)
+	r.finish(t, f, err)
+}
+
+// finish ends a task whose result the server answered, err saying what it refused (nil:
+// taken), or why the answer never came.
+func (r *runner) finish(t *task, f wire.Frame, err error) {
+	j := t.job
 	if err != nil {
 		r.log.Warn("the server did not take the job's result",
 			zap.String("job_id", j.ID), zap.String("lease_id", j.LeaseID), zap.String("report", f.Type), zap.Error(err))
@@ -476,6 +506,16 @@ func (r *runner) report(t *task, out any, herr error) {
 	if r.w.OnResult != nil {
 		r.w.OnResult(j, f.Type, err)
 	}
+	r.forget(t)
+}
+
+// forget removes an ended task.
+func (r *runner) forget(t *task) {
+	t.cancel()
+	r.mu.Lock()
+	delete(r.tasks, t.job.LeaseID)
+	r.mu.Unlock()
+	r.notifyFreed()
 }
 
 // outputOf encodes a handler's output as JSON; nil is null.
@@ -501,10 +541,12 @@ type wsLink struct {
 	wmu     sync.Mutex // guards writes to conn, and encoder
 	encoder frames.Encoder
 	mu      sync.Mutex
-	pending map[string]chan wire.Frame
+	pending map[string]ackFunc // by ref; nil once the link is down
 	ref     atomic.Uint64
-	down    chan struct{}
 }
+
+// ackFunc receives the server's ack to a request, or errLinkDown if the link went away first.
+type ackFunc func(ack wire.Frame, err error)
 
 // send writes f, and a grant of credit if credit > 0, in one write to the connection.
 func (l *wsLink) send(f wire.Frame, credit int) error {
@@ -530,41 +572,77 @@ func (l *wsLink) write(f wire.Frame) error {
 	return l.conn.WriteMessage(websocket.TextMessage, data)
 }
 
-func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Frame, error) {
+// requestAsync sends f with a new ref, and a grant of credit if credit > 0, and calls done
+// exactly once: with the ack, on the link's reader goroutine, or with errLinkDown. It returns
+// the ref.
+func (l *wsLink) requestAsync(f wire.Frame, credit int, done ackFunc) string {
 	f.Ref = strconv.FormatUint(l.ref.Add(1), 10)
-	ch := make(chan wire.Frame, 1)
 	l.mu.Lock()
-	l.pending[f.Ref] = ch
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		delete(l.pending, f.Ref)
-		l.mu.Unlock()
-	}()
-	if err := l.send(f, credit); err != nil {
-		return wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err)
+	up := l.pending != nil
+	if up {
+		l.pending[f.Ref] = done
 	}
+	l.mu.Unlock()
+	if !up {
+		done(wire.Frame{}, errLinkDown)
+		return f.Ref
+	}
+	if err := l.send(f, credit); err != nil {
+		if done := l.take(f.Ref); done != nil {
+			done(wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err))
+		}
+	}
+	return f.Ref
+}
+
+func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Frame, error) {
+	type answer struct {
+		ack wire.Frame
+		err error
+	}
+	ch := make(chan answer, 1)
+	ref := l.requestAsync(f, credit, func(ack wire.Frame, err error) { ch <- answer{ack, err} })
 	select {
 	case a := <-ch:
-		if a.OK != nil && !*a.OK && a.Error != nil {
-			return a, &Error{Status: wire.StatusOf(a.Error.Code), Code: a.Error.Code, Message: a.Error.Message, Details: a.Error.Details}
-		}
-		return a, nil
-	case <-l.down:
-		return wire.Frame{}, errLinkDown
+		return a.ack, a.err
 	case <-ctx.Done():
+		l.take(ref)
 		return wire.Frame{}, ctx.Err()
 	}
 }
 
 func (l *wsLink) credit(n int) { _ = l.send(wire.Frame{Type: wire.FrameCredit, N: n}, 0) }
 
-func (l *wsLink) deliver(a wire.Frame) {
+// take removes and returns the callback waiting for ref, nil if it is not waiting any more.
+func (l *wsLink) take(ref string) ackFunc {
 	l.mu.Lock()
-	ch := l.pending[a.Ref]
+	defer l.mu.Unlock()
+	done := l.pending[ref]
+	delete(l.pending, ref)
+	return done
+}
+
+// deliver hands an ack to the request waiting for it.
+func (l *wsLink) deliver(a wire.Frame) {
+	done := l.take(a.Ref)
+	if done == nil {
+		return
+	}
+	var err error
+	if a.OK != nil && !*a.OK && a.Error != nil {
+		err = &Error{Status: wire.StatusOf(a.Error.Code), Code: a.Error.Code, Message: a.Error.Message, Details: a.Error.Details}
+	}
+	done(a, err)
+}
+
+// fail answers every request still waiting with errLinkDown; later ones get it at once.
+func (l *wsLink) fail() {
+	l.mu.Lock()
+	waiting := l.pending
+	l.pending = nil
 	l.mu.Unlock()
-	if ch != nil {
-		ch <- a
+	for _, done := range waiting {
+		done(wire.Frame{}, errLinkDown)
 	}
 }
 
@@ -609,7 +687,7 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	}
 	defer conn.Close()
 	conn.SetReadLimit(64 << 20)
-	l := &wsLink{conn: conn, cork: cork, pending: map[string]chan wire.Frame{}, down: make(chan struct{})}
+	l := &wsLink{conn: conn, cork: cork, pending: map[string]ackFunc{}}
 	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}, 0); err != nil {
 		return false, err
 	}
@@ -647,8 +725,8 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 		}
 	}()
 	defer func() {
-		close(l.down)
-		r.clearLink(l)
+		r.clearLink(l) // before fail: a result it sends back must not find this link again
+		l.fail()
 		close(readDone)
 	}()
 	var f wire.Frame // one for the connection: Read resets it, and nothing keeps it
