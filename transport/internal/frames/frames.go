@@ -1,6 +1,8 @@
 // Package frames reads and writes worker-protocol frames on a WebSocket connection through
 // buffers kept per connection, for the server and the Go client alike. ReadMessage and
 // json.Marshal allocate a buffer per frame, the largest share of the bytes a job allocated.
+// The frames every job sends are encoded and decoded without reflection (codec.go), to the
+// same bytes and values as encoding/json.
 package frames
 
 import (
@@ -31,9 +33,18 @@ func (r *Reader) Read(conn *websocket.Conn, f *wire.Frame) error {
 	if _, err := r.buf.ReadFrom(rd); err != nil {
 		return err
 	}
+	return Decode(r.buf.Bytes(), f)
+}
+
+// Decode decodes a frame as json.Unmarshal does into a zero Frame, keeping nothing of data.
+func Decode(data []byte, f *wire.Frame) error {
 	*f = wire.Frame{}
-	// Unmarshal copies what it keeps (strings, json.RawMessage), so the buffer can be reused.
-	return json.Unmarshal(r.buf.Bytes(), f)
+	if decodeFast(data, f) {
+		return nil
+	}
+	*f = wire.Frame{}
+	// Unmarshal copies what it keeps (strings, json.RawMessage), so data can be reused.
+	return json.Unmarshal(data, f)
 }
 
 func (r *Reader) trim() {
@@ -44,6 +55,7 @@ func (r *Reader) trim() {
 
 // Encoder encodes the frames of one connection; it is not safe for concurrent use.
 type Encoder struct {
+	fast  []byte // what appendFast wrote
 	buf   bytes.Buffer
 	enc   *json.Encoder
 	frame wire.Frame // what Encode encodes: a pointer to it boxes without allocating
@@ -52,6 +64,13 @@ type Encoder struct {
 // Encode returns f as JSON, escaped as json.Marshal escapes it. The bytes are valid until the
 // next Encode.
 func (e *Encoder) Encode(f wire.Frame) ([]byte, error) {
+	if e.fast == nil || cap(e.fast) > keepMax {
+		e.fast = make([]byte, 0, 512)
+	}
+	if b, ok := appendFast(e.fast[:0], &f); ok {
+		e.fast = b
+		return b, nil
+	}
 	if e.enc == nil || e.buf.Cap() > keepMax {
 		e.buf = bytes.Buffer{}
 		e.enc = json.NewEncoder(&e.buf)
