@@ -14,7 +14,8 @@ import (
 // Dispatcher owns every job that is not leased: it holds the queued and scheduled jobs in
 // priority heaps, matches them to worker credit, and decides what happens to a waiting or
 // terminal job (cancel, re-drive). Leased jobs belong to their job actors; the dispatcher routes
-// every job command to the job's actor while it holds a lease, and answers the rest itself.
+// the job commands it gets to the job's actor while it holds a lease, and answers the rest
+// itself.
 //
 // Matching: sessions with credit take turns, one job per turn; each takes the best ready job of
 // its tenant across its queues (higher priority, then older); a tenant at max_running gets

@@ -16,8 +16,10 @@
 //   - Dispatcher (one): every job that is not leased — the queued and scheduled jobs in
 //     priority heaps, cancel of a waiting job, re-drive of a dead one — and worker credit. It
 //     matches ready jobs to sessions with credit (their tenant's jobs only, by priority then age,
-//     honouring run_at and max_running), picks the lease id, and routes every job command to
-//     the job's actor while a lease is held.
+//     honouring run_at and max_running), picks the lease id, and routes job commands to the
+//     job's actor while a lease is held. (The runtime sends a worker's progress, completion and
+//     failure to a job's actor straight when one is running; the actor hands what no lease of
+//     its covers to the dispatcher.)
 //   - Job (one per leased job): the lease — heartbeat extension, progress, completion (lease,
 //     nonce, output hash, Ed25519 signature), failure with retry or dead-lettering, cancel
 //     requests, expiry, release on revocation. When the lease ends the job goes back to the

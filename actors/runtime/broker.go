@@ -343,6 +343,11 @@ func (b *Broker) checkpoint(s *projections.Set) error {
 
 // send delivers a message to the actor a Ref names, spawning tenant and job actors on first
 // use. A message to a session that is gone is dropped.
+//
+// A job or session actor is looked up, and the message put in its mailbox, under refsMu; stop
+// unbinds and poisons under it too. So a message either reaches the old actor before its
+// poison pill, or finds the Ref unbound and starts a new actor: none is lost to a stopped
+// mailbox in between.
 func (b *Broker) send(to actors.Ref, msg envelope) {
 	switch to.Kind {
 	case actors.RefExternal:
@@ -354,15 +359,28 @@ func (b *Broker) send(to actors.Ref, msg envelope) {
 	case actors.RefTenant:
 		b.system.Root.Send(b.tenantPID(to.ID), msg)
 	case actors.RefJob:
-		b.system.Root.Send(b.jobPID(to.ID), msg)
+		b.refsMu.Lock()
+		b.system.Root.Send(b.jobPIDLocked(to.ID), msg)
+		b.refsMu.Unlock()
 	case actors.RefSession:
 		b.refsMu.Lock()
-		pid := b.sessions[to.ID]
-		b.refsMu.Unlock()
-		if pid != nil {
+		if pid := b.sessions[to.ID]; pid != nil {
 			b.system.Root.Send(pid, msg)
 		}
+		b.refsMu.Unlock()
 	}
+}
+
+// sendToLiveJob delivers msg to the job's actor if one is running and reports whether it did;
+// it never starts one.
+func (b *Broker) sendToLiveJob(id string, msg envelope) bool {
+	b.refsMu.Lock()
+	defer b.refsMu.Unlock()
+	pid := b.jobs[id]
+	if pid != nil {
+		b.system.Root.Send(pid, msg)
+	}
+	return pid != nil
 }
 
 func (b *Broker) tenantPID(name string) *actor.PID {
@@ -380,6 +398,10 @@ func (b *Broker) tenantPID(name string) *actor.PID {
 func (b *Broker) jobPID(id string) *actor.PID {
 	b.refsMu.Lock()
 	defer b.refsMu.Unlock()
+	return b.jobPIDLocked(id)
+}
+
+func (b *Broker) jobPIDLocked(id string) *actor.PID {
 	pid := b.jobs[id]
 	if pid == nil {
 		pid = b.spawn(actors.JobRef(id), func() actors.Behaviour { return actors.NewJob(id) })
@@ -392,6 +414,7 @@ func (b *Broker) jobPID(id string) *actor.PID {
 // actor after the messages already in its mailbox.
 func (b *Broker) stop(ref actors.Ref) {
 	b.refsMu.Lock()
+	defer b.refsMu.Unlock()
 	var pid *actor.PID
 	switch ref.Kind {
 	case actors.RefJob:
@@ -401,7 +424,6 @@ func (b *Broker) stop(ref actors.Ref) {
 		pid = b.sessions[ref.ID]
 		delete(b.sessions, ref.ID)
 	}
-	b.refsMu.Unlock()
 	if pid != nil {
 		b.system.Root.Poison(pid)
 	}

@@ -19,12 +19,17 @@ func (b *Broker) call(ctx context.Context, to actors.Ref, msg any) (any, error) 
 	if to.Kind == actors.RefTenant && !actors.ValidTenant(to.ID) {
 		return nil, &actors.Rejection{Code: actors.CodeInvalidArgument, Message: "a tenant name is 1..64 of [A-Za-z0-9_.-]"}
 	}
+	return b.callVia(ctx, func(env envelope) { b.send(to, env) }, msg)
+}
+
+// callVia is call with the delivery left to deliver.
+func (b *Broker) callVia(ctx context.Context, deliver func(envelope), msg any) (any, error) {
 	type reply struct {
 		m   any
 		err error
 	}
 	replies := make(chan reply, 1) // ask answers once
-	b.ask(to, msg, func(m any, err error) { replies <- reply{m, err} })
+	b.askVia(deliver, msg, func(m any, err error) { replies <- reply{m, err} })
 	select {
 	case r := <-replies:
 		return r.m, r.err
@@ -39,7 +44,10 @@ func (b *Broker) call(ctx context.Context, to actors.Ref, msg any) (any, error) 
 
 // callFor is call for a reply of a known type.
 func callFor[T any](ctx context.Context, b *Broker, to actors.Ref, msg any) (T, error) {
-	r, err := b.call(ctx, to, msg)
+	return replyOf[T](b.call(ctx, to, msg))
+}
+
+func replyOf[T any](r any, err error) (T, error) {
 	if err != nil {
 		var zero T
 		return zero, err
@@ -132,7 +140,11 @@ func (b *Broker) Retry(ctx context.Context, tenant, apiKeyID, id string) (actors
 }
 
 func (b *Broker) done(ctx context.Context, to actors.Ref, msg any) (actors.Receipt, error) {
-	r, err := callFor[actors.Done](ctx, b, to, msg)
+	return b.settle(callFor[actors.Done](ctx, b, to, msg))
+}
+
+// settle turns a Done into the receipt or the error it carries.
+func (b *Broker) settle(r actors.Done, err error) (actors.Receipt, error) {
 	if err != nil || r.Err != nil {
 		return actors.Receipt{}, firstErr(err, r.Err)
 	}
@@ -319,7 +331,7 @@ func (s *Session) Close() { s.b.send(s.ref, envelope{msg: actors.CloseSession{Re
 // Event appends an event (a log line, progress, any worker type) to a leased job and returns
 // its number in the job's stream.
 func (b *Broker) Event(ctx context.Context, p actors.Progress) (int, actors.Receipt, error) {
-	r, err := callFor[actors.ProgressAck](ctx, b, actors.DispatcherRef(), p)
+	r, err := replyOf[actors.ProgressAck](b.callVia(ctx, b.toJob(p.JobID), p))
 	if err != nil || r.Err != nil {
 		return 0, actors.Receipt{}, firstErr(err, r.Err)
 	}
@@ -328,12 +340,25 @@ func (b *Broker) Event(ctx context.Context, p actors.Progress) (int, actors.Rece
 
 // Complete reports a job's output.
 func (b *Broker) Complete(ctx context.Context, c actors.Complete) (actors.Receipt, error) {
-	return b.done(ctx, actors.DispatcherRef(), c)
+	return b.settle(replyOf[actors.Done](b.callVia(ctx, b.toJob(c.JobID), c)))
 }
 
 // Fail reports a failed attempt.
 func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error) {
-	return b.done(ctx, actors.DispatcherRef(), f)
+	return b.settle(replyOf[actors.Done](b.callVia(ctx, b.toJob(f.JobID), f)))
+}
+
+// toJob delivers a worker's operation on a job. A job in flight has an actor, which checks the
+// lease itself and hands what no lease of its covers to the dispatcher, so the operation goes
+// to it straight: that spares the dispatcher, which every job's lease passes through, a
+// message per result. A job with no actor running goes by the dispatcher, so that operations
+// on jobs not in flight start no actors.
+func (b *Broker) toJob(jobID string) func(envelope) {
+	return func(env envelope) {
+		if !b.sendToLiveJob(jobID, env) {
+			b.send(actors.DispatcherRef(), env)
+		}
+	}
 }
 
 // WorkerOp sends a worker operation (actors.Progress, actors.Complete or actors.Fail) without
@@ -341,7 +366,16 @@ func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error
 // actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
 // order sent, which a connection that goes on reading needs (an event before its completion).
 func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
-	b.ask(actors.DispatcherRef(), op, func(r any, err error) {
+	jobID := ""
+	switch m := op.(type) {
+	case actors.Complete:
+		jobID = m.JobID
+	case actors.Fail:
+		jobID = m.JobID
+	case actors.Progress:
+		jobID = m.JobID
+	}
+	b.askVia(b.toJob(jobID), op, func(r any, err error) {
 		switch r := r.(type) {
 		case actors.ProgressAck:
 			done(r.Number, r.Receipt, firstErr(err, r.Err))
@@ -359,6 +393,11 @@ func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err e
 // ask sends msg to an actor now and calls done with the one reply, or with ErrClosed if the
 // broker is closing. done runs on the replying actor's goroutine.
 func (b *Broker) ask(to actors.Ref, msg any, done func(any, error)) {
+	b.askVia(func(env envelope) { b.send(to, env) }, msg, done)
+}
+
+// askVia is ask with the delivery left to deliver.
+func (b *Broker) askVia(deliver func(envelope), msg any, done func(any, error)) {
 	select {
 	case <-b.closing:
 		done(nil, ErrClosed)
@@ -367,7 +406,7 @@ func (b *Broker) ask(to actors.Ref, msg any, done func(any, error)) {
 	}
 	var once sync.Once
 	s := &sink{deliver: func(m any) { once.Do(func() { done(m, nil) }) }}
-	b.send(to, envelope{msg: msg, sender: actors.Ref{Kind: actors.RefExternal, External: s}})
+	deliver(envelope{msg: msg, sender: actors.Ref{Kind: actors.RefExternal, External: s}})
 }
 
 // Changed returns a channel that is closed once the projections next change. Watchers (an

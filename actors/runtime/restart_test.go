@@ -67,7 +67,7 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 	t.Parallel()
 	b := open(t, runtime.Config{Decorate: func(ref actors.Ref, b actors.Behaviour) actors.Behaviour {
 		if ref.Kind == actors.RefDispatcher {
-			return dispatcherPanics{b} // the job's progress passes through it
+			return dispatcherPanics{b}
 		}
 		return panicky{b, new(bool)}
 	}})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,4 +311,60 @@ func TestConcurrentWorkload(t *testing.T) {
 		t.Fatalf("quota after the workload: %+v", q)
 	}
 	assertLiveEqualsReplay(t, b)
+}
+
+// countsResults counts the results that reach the behaviour it wraps.
+type countsResults struct {
+	actors.Behaviour
+	n *atomic.Int32
+}
+
+func (c countsResults) Receive(env actors.Env, msg any) {
+	switch msg.(type) {
+	case actors.Complete, actors.Fail, actors.Progress:
+		c.n.Add(1)
+	}
+	c.Behaviour.Receive(env, msg)
+}
+
+// A worker's result for a job in flight goes to the job's actor without passing the
+// dispatcher; one for a job with no actor running is answered by the dispatcher, as before.
+func TestResultsGoStraightToTheJobsActor(t *testing.T) {
+	t.Parallel()
+	var atDispatcher atomic.Int32
+	b := open(t, runtime.Config{Decorate: func(ref actors.Ref, b actors.Behaviour) actors.Behaviour {
+		if ref.Kind == actors.RefDispatcher {
+			return countsResults{b, &atDispatcher}
+		}
+		return b
+	}})
+	defer b.Close()
+	if _, _, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	s := worker(t, b, 1)
+	s.Credit(1)
+	a := next(t, s)
+	if n, _, err := b.Event(ctx(t), actors.Progress{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Kind: "log"}); err != nil || n != 3 {
+		t.Fatalf("progress: %d, %v", n, err)
+	}
+	_, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: "stale", Nonce: a.Nonce})
+	reject(t, err, actors.CodeLeaseMismatch)
+	rc, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := atDispatcher.Load(); n != 0 {
+		t.Fatalf("%d results for a job in flight passed through the dispatcher", n)
+	}
+	_, err = b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: "01KNOSUCHJOB000000000000000", LeaseID: "l", Nonce: "n"})
+	reject(t, err, actors.CodeJobNotFound)
+	if n := atDispatcher.Load(); n != 1 {
+		t.Fatalf("a result for a job with no actor reached the dispatcher %d times, want 1", n)
+	}
+	// The completion sent again, whether the job's actor has stopped yet or not, is the same one.
+	again, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce})
+	if err != nil || again.Seq != rc.Seq {
+		t.Fatalf("a repeated completion: %+v, %v; the first had %+v", again, err, rc)
+	}
 }
