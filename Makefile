@@ -32,11 +32,13 @@ lint: ## gofmt, go vet, staticcheck (pinned in go.mod), and go mod tidy leaving 
 bench: ## run the benchmarks (BenchmarkAppend: durable appends, fsync on the local disk)
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./...
 
-fuzz: ## fuzz the record and payload decoders and the frame codec for FUZZTIME each
+fuzz: ## fuzz the record and payload decoders and the frame and job codecs for FUZZTIME each
 	$(GO) test ./eventlog -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./eventlog -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/internal/frames -run '^$$' -fuzz '^FuzzDecodeMatchesUnmarshal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/internal/frames -run '^$$' -fuzz '^FuzzEncodeMatchesMarshal$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport -run '^$$' -fuzz '^FuzzSubmitDecodeMatchesStrict$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport -run '^$$' -fuzz '^FuzzJobEncodeMatchesEncoder$$' -fuzztime $(FUZZTIME)
 
 sim: ## run the deterministic simulator over a fixed seed range
 	@echo "make sim: the simulator is not built yet (issue 6)"

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -232,7 +233,26 @@ const (
 // data and a missing body. The Content-Type is not checked: the body is JSON or refused, and
 // `curl -d` (which says form-urlencoded) just works.
 func (r *request) decode(limit int64, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(r.w, r.Body, limit))
+	body := http.MaxBytesReader(r.w, r.Body, limit)
+	if req, ok := v.(*wire.SubmitRequest); ok {
+		// Read whole, so that codec.go can try it first.
+		buf := getBody()
+		defer putBody(buf)
+		if _, err := buf.ReadFrom(body); err != nil {
+			return jsonError(err)
+		}
+		if decodeSubmitFast(buf.Bytes(), req) {
+			return nil
+		}
+		*req = wire.SubmitRequest{}
+		return decodeStrict(bytes.NewReader(buf.Bytes()), v)
+	}
+	return decodeStrict(body, v)
+}
+
+// decodeStrict decodes one JSON value, refusing unknown fields and anything after the value.
+func decodeStrict(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)

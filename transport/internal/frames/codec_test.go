@@ -71,6 +71,7 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 		`{"lease_expires_at":"2026-02-30T00:00:00Z"}`, `{"message":"` + "\xff" + `"}`, `{"type":"ack"} x`, `{"n":123456789012345678}`,
 		`{"payload":1 }`, `{"payload":"x"`, `{"data":{"a":[{"b":"]"}]}}`, `{"cancel":["l1"]}`, `{"unknown":["x"]}`,
 		`{"leases":["a"]}`, `{"heartbeat_seconds":10}`, `{"error":{"code":"X","message":"m","details":{}}}`, `{"receipt":{"seq":-1,"hash":"h"}}`,
+		`{"receipt":{"seq":1},"receipt":{"hash":"h"}}`, `{"ok":true,"ok":false}`,
 	} {
 		f.Add([]byte(s))
 	}
