@@ -86,7 +86,8 @@ type Worker struct {
 	// OnConnect, if set, is called each time a connection is up, with its transport.
 	OnConnect func(transport string)
 	// OnResult, if set, is called once the server has answered a job's result: report is
-	// "complete" or "fail", err what the server refused it with (nil: accepted).
+	// "complete" or "fail", err what the server refused it with (nil: accepted). Over
+	// WebSocket it runs on the goroutine that reads the connection, so it must not block.
 	OnResult func(job *Job, report string, err error)
 }
 
