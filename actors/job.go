@@ -70,13 +70,10 @@ type (
 		leaseID   string
 	}
 	leaseEndDone struct {
-		reply     Ref // zero for expiries and releases
-		leaseID   string
-		sessionID string
-		requeue   *Waiting
+		reply   Ref // zero for expiries and releases
+		leaseID string
+		requeue *Waiting
 	}
-	// leaseGone tells a session the lease ended.
-	leaseGone struct{ LeaseID string }
 )
 
 // Recover implements Behaviour. A job found leased (after a restart of the server or of this
@@ -354,7 +351,7 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	}
 	env.Cancel(a.timer)
 	a.ending = true
-	a.decide(env, events, leaseEndDone{reply: reply, leaseID: l.LeaseID, sessionID: l.SessionID, requeue: requeue})
+	a.decide(env, events, leaseEndDone{reply: reply, leaseID: l.LeaseID, requeue: requeue})
 	// Sent after the events went to the log, so whatever the dispatcher leases next is appended
 	// after them (see leaseEnding).
 	env.Send(DispatcherRef(), leaseEnding{JobID: a.id, LeaseID: l.LeaseID})
@@ -388,7 +385,6 @@ func (a *Job) persisted(env Env, m Persisted) {
 		}
 		a.ending = false
 		env.Send(DispatcherRef(), leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last})
-		env.Send(SessionRef(t.sessionID), leaseGone{LeaseID: t.leaseID})
 		if !t.reply.IsZero() {
 			env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt)})
 		}

@@ -273,3 +273,27 @@ func TestLeaseBelongsToItsWorker(t *testing.T) {
 		t.Fatalf("job %+v", j)
 	}
 }
+
+// A heartbeat keeps only its own worker's leases: another worker's lease, named in it, is
+// unknown to it and is not extended.
+func TestHeartbeatIgnoresAnotherWorkersLease(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t", LeaseTTL: 20 * time.Second})
+	a := f.connect("s1", 1)[0]
+	other := one[actors.Registered](t, f.w.Call("admin", actors.TenantRef("acme"), actors.RegisterWorker{
+		Tenant: "acme", Name: "w2", Queues: []string{"q"}, Capacity: 1, TokenHash: "h2", ExpiresAt: t0.Add(time.Hour)}))
+	if o := one[actors.SessionOpened](t, f.w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: other.WorkerID, Transport: "websocket"})); o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	for range 3 { // 30 s: past the lease's 20 s unless the heartbeats were taken as its holder's
+		f.w.Advance(10 * time.Second)
+		ack := one[actors.HeartbeatAck](t, f.w.Call("w2", actors.SessionRef("s2"), actors.Heartbeat{Leases: []string{a.LeaseID}}))
+		if len(ack.Unknown) != 1 || ack.Unknown[0] != a.LeaseID {
+			t.Fatalf("another worker's heartbeat: %+v", ack)
+		}
+	}
+	if j := f.job(a.JobID); j.Lease != nil && j.Lease.LeaseID == a.LeaseID {
+		t.Fatalf("another worker's heartbeats kept the lease: %+v", j.Lease)
+	}
+}

@@ -30,16 +30,12 @@ type Session struct {
 	closed   bool
 	lastSeen time.Time
 	timer    TimerID
-	// leases maps the lease ids this session knows of (assigned here, or adopted when it
-	// opened) to their jobs. Whether a lease is still current, and whether its job is to be
-	// cancelled, is read from the projections.
-	leases map[string]string
-	pipe   pipeline
+	pipe     pipeline
 }
 
 // NewSession returns the behaviour of session id, whose frames go to sink.
 func NewSession(id string, sink Ref) *Session {
-	return &Session{id: id, sink: sink, leases: map[string]string{}}
+	return &Session{id: id, sink: sink}
 }
 
 type livenessCheck struct{}
@@ -55,7 +51,7 @@ type (
 // Recover implements Behaviour. A session's state is its connection; a session actor that
 // restarts cannot know what the worker holds, so it ends the session and the worker reconnects.
 func (s *Session) Recover(env Env) {
-	s.leases, s.pipe = map[string]string{}, pipeline{}
+	s.pipe = pipeline{}
 	var seq uint64
 	env.Read(func(set *projections.Set) {
 		seq = set.Seq()
@@ -81,17 +77,10 @@ func (s *Session) Receive(env Env, msg any) {
 		s.openSession(env, m)
 	case Heartbeat:
 		s.heartbeat(env, m)
-	case Assignment:
-		s.leases[m.LeaseID] = m.JobID
+	case Assignment, CancelNotice:
 		if s.open {
 			env.Send(s.sink, m)
 		}
-	case CancelNotice:
-		if s.open {
-			env.Send(s.sink, m)
-		}
-	case leaseGone:
-		delete(s.leases, m.LeaseID)
 	case livenessCheck:
 		if !s.open {
 			return
@@ -122,11 +111,7 @@ func (s *Session) openSession(env Env, m OpenSession) {
 	}
 	var w projections.Worker
 	var ok bool
-	env.Read(func(set *projections.Set) {
-		if w, ok = set.Worker(m.WorkerID); ok {
-			s.leases = set.LeasesOf(w.ID)
-		}
-	})
+	env.Read(func(set *projections.Set) { w, ok = set.Worker(m.WorkerID) })
 	now := env.Now()
 	switch {
 	case !ok:
@@ -167,9 +152,10 @@ func (s *Session) heartbeat(env Env, m Heartbeat) {
 	var current []extend
 	env.Read(func(set *projections.Set) {
 		for _, id := range m.Leases[:min(len(m.Leases), CapacityMax)] {
-			j := set.JobRef(s.leases[id])
-			if j == nil || j.Lease == nil || j.Lease.LeaseID != id {
-				delete(s.leases, id)
+			// Any current lease of this worker's counts: a new session adopts the leases its
+			// worker held on an earlier connection.
+			j := set.LeasedJob(id)
+			if j == nil || j.Lease.WorkerID != s.workerID {
 				ack.Unknown = append(ack.Unknown, id)
 				continue
 			}

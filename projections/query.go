@@ -146,16 +146,9 @@ func (s *Set) Leases() []*Job {
 	return out
 }
 
-// LeasesOf returns the active leases a worker holds, by lease id, with their job ids.
-func (s *Set) LeasesOf(workerID string) map[string]string {
-	out := map[string]string{}
-	for _, j := range s.leases {
-		if j.Lease.WorkerID == workerID {
-			out[j.Lease.LeaseID] = j.ID
-		}
-	}
-	return out
-}
+// LeasedJob returns the job whose current lease is leaseID, or nil, without copying it; the
+// caller must not keep or change it.
+func (s *Set) LeasedJob(leaseID string) *Job { return s.leases[leaseID] }
 
 // JobCount is the number of jobs the Set holds, finished ones included.
 func (s *Set) JobCount() int { return len(s.jobs) }

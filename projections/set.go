@@ -33,7 +33,7 @@ type Set struct {
 	creds     credentials
 
 	// Derived from the above and rebuilt on restore, never checkpointed.
-	leases  map[string]*Job            // leased jobs by id
+	leases  map[string]*Job            // leased jobs by lease id
 	tokens  map[string]string          // worker token hash → worker id
 	dead    map[string]*Job            // dead-lettered jobs by id
 	waiting map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
@@ -245,6 +245,10 @@ func (s *Set) forgetIdempotency(at time.Time) {
 
 func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	wasLeased, wasTerminal, wasWaiting := j.Lease != nil, j.Status.Terminal(), j.Waiting()
+	var endedLease string
+	if wasLeased {
+		endedLease = j.Lease.LeaseID // if this event ends it
+	}
 	j.Fold(seq, at, p)
 	c := s.counter(j.Queue)
 	switch e := p.(type) {
@@ -268,10 +272,10 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	if leased := j.Lease != nil; leased != wasLeased {
 		if leased {
 			t.Running++
-			s.leases[j.ID] = j
+			s.leases[j.Lease.LeaseID] = j
 		} else {
 			t.Running--
-			delete(s.leases, j.ID)
+			delete(s.leases, endedLease)
 		}
 	}
 	if terminal := j.Status.Terminal(); terminal != wasTerminal {
@@ -335,7 +339,7 @@ func (s *Set) derive() {
 	s.leases, s.tokens, s.dead, s.waiting = map[string]*Job{}, map[string]string{}, map[string]*Job{}, map[string]map[string]*Job{}
 	for _, j := range s.jobs {
 		if j.Lease != nil {
-			s.leases[j.ID] = j
+			s.leases[j.Lease.LeaseID] = j
 		}
 		if j.Status == StatusFailed {
 			s.dead[j.ID] = j
