@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -23,6 +24,22 @@ import (
 	"github.com/tetherhq/tether/transport"
 )
 
+// serverProcs is the GOMAXPROCS the server sets, 0 for none: the flag's value if given; else,
+// unless the operator set GOMAXPROCS, one more than Go's own choice (the CPUs the process may
+// use). The log's flush goroutine spends much of its time in fdatasync, and while it does its P
+// is out of play until the scheduler notices and hands the P to another thread, which costs
+// thread wake-ups on every commit; a spare P takes over at once. On the 2-core development VM,
+// 3 Ps gave 15 % more saturated throughput than 2 (6 alternating rounds), and 4 gave 8 %.
+func serverProcs(flagValue int) int {
+	switch {
+	case flagValue > 0:
+		return flagValue
+	case os.Getenv("GOMAXPROCS") != "":
+		return 0
+	}
+	return goruntime.GOMAXPROCS(0) + 1
+}
+
 func runServer(args []string) error {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	data := fs.String("data", "tether-data", "data directory (created if missing)")
@@ -31,6 +48,7 @@ func runServer(args []string) error {
 	adminToken := fs.String("admin-token", "", "the admin token under --auth token; if empty, one is made and kept in DATA/admin-token (mode 0600)")
 	maxConns := fs.Int("max-conns", 10_000, "the most connections served at once; more wait to be accepted")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's /debug/pprof on this (loopback) address; empty: off")
+	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags
 	lf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -41,6 +59,12 @@ func runServer(args []string) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	if *procs < 0 {
+		return fmt.Errorf("--procs %d: want 0 (the default) or more", *procs)
+	}
+	if n := serverProcs(*procs); n > 0 {
+		goruntime.GOMAXPROCS(n)
+	}
 
 	mode := transport.AuthMode(*auth)
 	if mode == transport.AuthNone && !loopback(*addr) {
@@ -73,7 +97,8 @@ func runServer(args []string) error {
 	srv := transport.NewHTTPServer(api, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(transport.LimitListener(ln, *maxConns)) }()
-	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()), zap.String("auth", *auth))
+	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()), zap.String("auth", *auth),
+		zap.Int("procs", goruntime.GOMAXPROCS(0)))
 
 	// Recovery (checkpoint, tail replay, lease grace) runs while /healthz already answers.
 	type opened struct {
