@@ -29,7 +29,8 @@ import (
 // use). The log's flush goroutine spends much of its time in fdatasync, and while it does its P
 // is out of play until the scheduler notices and hands the P to another thread, which costs
 // thread wake-ups on every commit; a spare P takes over at once. On the 2-core development VM,
-// 3 Ps gave 15 % more saturated throughput than 2 (6 alternating rounds), and 4 gave 8 %.
+// 3 Ps gave 4–15 % more saturated throughput than 2 over five series of alternating runs, and
+// 4 Ps 8 %.
 func serverProcs(flagValue int) int {
 	switch {
 	case flagValue > 0:
