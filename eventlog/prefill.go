@@ -66,11 +66,12 @@ type prefillFile struct {
 	off   int64 // where the next write lands; only the writer touches it
 	size  int64 // the next fill's size
 
-	mu      sync.Mutex
-	idle    *sync.Cond // signalled when a fill ends
-	filled  int64      // [0, filled) is written and synced, data or zeros
-	filling bool       // a fill of [fillFrom, fillFrom+chunk) is under way
-	// fillFrom is where the fill under way starts; the writer may not pass it until it ends.
+	mu     sync.Mutex
+	idle   *sync.Cond // signalled when a fill ends
+	filled int64      // [0, filled) holds data or synced zeros: a write below it keeps the size
+	// filling says a fill starting at fillFrom is under way; the writer may not pass fillFrom
+	// until it ends.
+	filling  bool
 	fillFrom int64
 	failed   bool // a fill failed: stop filling, the writer appends as it would without us
 }
