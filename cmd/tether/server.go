@@ -30,8 +30,8 @@ import (
 // is out of play until the scheduler notices and hands the P to another thread, which costs
 // thread wake-ups on every commit; a spare P takes over at once. On the 2-core development VM,
 // 3 Ps gave 4–15 % more saturated throughput than 2 over five series of alternating runs, and
-// 4 Ps 8 %. Setting it stops Go from following a container's CPU limit when the limit changes
-// later; an operator who wants that sets GOMAXPROCS or --procs.
+// 4 Ps 8 %. Once set, Go no longer follows later changes to a container's CPU limit; --procs
+// or GOMAXPROCS sets the number outright instead.
 func serverProcs(flagValue int) int {
 	switch {
 	case flagValue > 0:
