@@ -134,24 +134,18 @@ func (s *Scanner) Int64() (int64, bool) {
 	return v, err == nil
 }
 
-// Bool reads true or false.
-func (s *Scanner) Bool() (bool, bool) {
+// BoolPtr reads true or false into a new bool.
+func (s *Scanner) BoolPtr(dst **bool) bool {
 	s.skipSpace()
 	for _, v := range [...]bool{true, false} {
 		lit := strconv.FormatBool(v)
 		if len(s.B)-s.i >= len(lit) && string(s.B[s.i:s.i+len(lit)]) == lit {
 			s.i += len(lit)
-			return v, true
+			*dst = &v
+			return true
 		}
 	}
-	return false, false
-}
-
-// BoolPtr reads true or false into a new bool.
-func (s *Scanner) BoolPtr(dst **bool) bool {
-	v, ok := s.Bool()
-	*dst = &v
-	return ok
+	return false
 }
 
 // Time reads a string as time.Time's UnmarshalJSON does, into a new time.
@@ -245,10 +239,7 @@ type Writer struct {
 func NewWriter(dst []byte) Writer { return Writer{B: append(dst, '{'), OK: true} }
 
 // Close ends the object and returns the bytes, or false if the writer gave up.
-func (w *Writer) Close() ([]byte, bool) {
-	w.comma = false
-	return append(w.B, '}'), w.OK
-}
+func (w *Writer) Close() ([]byte, bool) { return append(w.B, '}'), w.OK }
 
 // Key starts a member named k.
 func (w *Writer) Key(k string) {
