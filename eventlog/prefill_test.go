@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -118,4 +119,52 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// Open prefills the WALs when asked: after a few appends the WAL holds more than they wrote
+// (the zeros ahead), and without WALPrefill it holds exactly what Pebble wrote. The default is
+// on for the OS filesystem only.
+func TestOpenPrefillsTheWAL(t *testing.T) {
+	t.Parallel()
+	walSize := func(prefill int64) int64 {
+		fs := vfs.NewMem()
+		l, err := Open("/log", Options{FS: fs, WALPrefill: prefill})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			if _, err := l.Append(context.Background(), Event{Stream: "job/a", Type: "t", Data: []byte(fmt.Sprint(i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil { // waits for a fill under way
+			t.Fatal(err)
+		}
+		names, err := fs.List("/log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var size int64
+		for _, n := range names {
+			if isWAL(n) {
+				st, err := fs.Stat("/log/" + n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				size = max(size, st.Size())
+			}
+		}
+		return size
+	}
+	if off, on := walSize(-1), walSize(64<<10); off >= 64<<10 || on < 64<<10 {
+		t.Fatalf("largest WAL %d bytes without prefill, %d with a 64 KiB prefill", off, on)
+	}
+
+	def := Options{}
+	def.setDefaults()
+	mem := Options{FS: vfs.NewMem()}
+	mem.setDefaults()
+	if def.WALPrefill != 8<<20 || mem.WALPrefill != 0 {
+		t.Fatalf("default WALPrefill %d on the OS filesystem, %d on another", def.WALPrefill, mem.WALPrefill)
+	}
 }
