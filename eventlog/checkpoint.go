@@ -61,8 +61,9 @@ func (l *Log) SaveCheckpoint(name string, seq uint64, data []byte) error {
 }
 
 // LoadCheckpoint returns the newest checkpoint called name, or ErrNotFound. A checkpoint whose
-// hash does not match the log's record at its seq (a checkpoint of another log, or of a log that
-// was cut back) is refused with ErrChainBroken, so nobody folds a tail onto the wrong state.
+// hash does not match the log's record at its seq, or whose seq is beyond the head (a checkpoint
+// of another log, or of a log that was cut back) is refused with a *ChainError naming its seq,
+// so nobody folds a tail onto the wrong state.
 func (l *Log) LoadCheckpoint(name string) (Checkpoint, error) {
 	if err := checkCheckpointName(name); err != nil {
 		return Checkpoint{}, err
@@ -80,6 +81,9 @@ func (l *Log) LoadCheckpoint(name string) (Checkpoint, error) {
 	}
 	c := Checkpoint{Name: name, Seq: binary.BigEndian.Uint64(v), Data: append([]byte(nil), v[8+hashLen:]...)}
 	copy(c.Hash[:], v[8:])
+	if c.Seq > l.Head().Seq {
+		return Checkpoint{}, &ChainError{Seq: c.Seq, Reason: fmt.Sprintf("checkpoint %q is beyond the head of the log", name)}
+	}
 	want, err := l.hashAt(c.Seq)
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint %q: %w", name, err)

@@ -29,6 +29,9 @@ var (
 	ErrUnknownType = errors.New("eventlog: unknown event type")
 	// ErrReadOnly is returned by writes to a log opened read-only.
 	ErrReadOnly = errors.New("eventlog: log is read-only")
+	// ErrInUse is returned by Open when another process (or another Log in this one) holds the
+	// store, typically a running server: even a read-only open waits until it stops.
+	ErrInUse = errors.New("eventlog: log is in use by another process")
 )
 
 // ChainError names the first record at which the log stops being a valid chain.

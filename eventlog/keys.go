@@ -39,6 +39,9 @@ func logKeySeq(k []byte) (uint64, error) {
 // logKeyEnd is the exclusive upper bound of every log key.
 var logKeyEnd = []byte("log0") // '0' is the byte after '/'
 
+// idxKeyEnd is the exclusive upper bound of every index key.
+var idxKeyEnd = []byte("idx0")
+
 // idxKeyLen is the length of the index key for a stream.
 func idxKeyLen(stream string) int { return len(prefixIdx) + len(stream) + 1 + 8 }
 

@@ -105,6 +105,7 @@ type Stats struct {
 // Log is the append-only, hash-chained event log. It is safe for concurrent use.
 type Log struct {
 	db    *pebble.DB
+	lock  *pebble.Lock // held from Open to Close when the store existed before Open
 	opts  Options
 	syncs *syncCounter
 
@@ -158,10 +159,21 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.WALPrefill > 0 && !opts.ReadOnly {
 		fs.FS = prefillFS{FS: opts.FS, chunk: opts.WALPrefill}
 	}
-	if err := checkDir(fs, dir, opts.ReadOnly); err != nil {
+	exists, err := checkDir(fs, dir, opts.ReadOnly)
+	if err != nil {
 		return nil, err
 	}
+	var lock *pebble.Lock
+	if exists {
+		// Pebble would refuse a held store too, but with an error that does not say why; a
+		// read-only open must refuse as well, because a server's store moves under it.
+		if lock, err = pebble.LockDirectory(dir, fs); err != nil {
+			return nil, fmt.Errorf("%w: %s (is a tether server running on it?): %v", ErrInUse, dir, err)
+		}
+		l.lock = lock
+	}
 	popts := &pebble.Options{
+		Lock:         lock,
 		FS:           fs,
 		Logger:       pebbleLogger{log: opts.Logger.Named("pebble").Sugar()},
 		ReadOnly:     opts.ReadOnly,
@@ -174,16 +186,19 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
+		l.unlock()
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
 	l.db = db
 	if err := l.initFormat(); err != nil {
 		_ = db.Close()
+		l.unlock()
 		return nil, err
 	}
 	head, err := l.recoverHead()
 	if err != nil {
 		_ = db.Close()
+		l.unlock()
 		return nil, err
 	}
 	l.durable, l.next = head, head
@@ -203,26 +218,35 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // checkDir refuses a non-empty directory that holds no Pebble database, so that a mistyped
-// --data flag never fills someone's home directory with Pebble files.
-func checkDir(fs vfs.FS, dir string, readOnly bool) error {
+// --data flag never fills someone's home directory with Pebble files. It reports whether the
+// directory holds a store already.
+func checkDir(fs vfs.FS, dir string, readOnly bool) (exists bool, err error) {
 	names, err := fs.List(dir)
 	if err != nil || len(names) == 0 {
 		switch {
 		case readOnly && err != nil:
-			return fmt.Errorf("%w: %s: %v", ErrNotTetherLog, dir, err)
+			return false, fmt.Errorf("%w: %s: %v", ErrNotTetherLog, dir, err)
 		case readOnly:
-			return fmt.Errorf("%w: %s is empty", ErrNotTetherLog, dir)
+			return false, fmt.Errorf("%w: %s is empty", ErrNotTetherLog, dir)
 		}
-		return nil // Pebble creates it, or reports why it cannot
+		return false, nil // Pebble creates it, or reports why it cannot
 	}
 	desc, err := pebble.Peek(dir, fs)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrNotTetherLog, dir, err)
+		return false, fmt.Errorf("%w: %s: %v", ErrNotTetherLog, dir, err)
 	}
 	if !desc.Exists {
-		return fmt.Errorf("%w: %s is not empty and holds no event log", ErrNotTetherLog, dir)
+		return false, fmt.Errorf("%w: %s is not empty and holds no event log", ErrNotTetherLog, dir)
 	}
-	return nil
+	return true, nil
+}
+
+// unlock releases the directory lock Open took, once the store is closed.
+func (l *Log) unlock() {
+	if l.lock != nil {
+		_ = l.lock.Close()
+		l.lock = nil
+	}
 }
 
 // initFormat checks the format marker, writing it into a brand-new store.
@@ -641,5 +665,7 @@ func (l *Log) Close() error {
 	if l.abandoned.Load() {
 		return l.Err()
 	}
-	return l.guard(l.db.Close)
+	err := l.guard(l.db.Close)
+	l.unlock()
+	return err
 }

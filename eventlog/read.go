@@ -1,10 +1,13 @@
 package eventlog
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"iter"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -111,27 +114,41 @@ func (l *Log) Stream(stream string, from uint64) iter.Seq2[Record, error] {
 	}
 }
 
-// Verify walks the whole durable chain from the genesis hash and returns the head it reached.
-// The first record that is missing, undecodable, out of order, or whose hash does not match its
-// contents and its predecessor is reported as a *ChainError with its seq.
+// Verified yields the durable records from seq 1 to seq `to` (0: the head) in order, checking
+// the chain from the genesis hash as it goes. The first record that is missing, undecodable, out
+// of order, or whose hash does not match its contents and its predecessor ends the walk with a
+// *ChainError naming its seq; ctx ending ends it with ctx's error.
+func (l *Log) Verified(ctx context.Context, to uint64) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		prev := Genesis
+		for r, err := range l.Range(1, to) {
+			if err == nil && r.Seq%4096 == 0 {
+				err = ctx.Err()
+			}
+			if err == nil && !r.ChainsFrom(prev) {
+				err = &ChainError{Seq: r.Seq, Reason: "hash does not match the record's contents and its predecessor"}
+			}
+			if err != nil {
+				yield(Record{}, err)
+				return
+			}
+			if !yield(r, nil) {
+				return
+			}
+			prev = r.Hash
+		}
+	}
+}
+
+// Verify walks the whole durable chain from the genesis hash and returns the head it reached,
+// or the first failure as Verified reports it.
 func (l *Log) Verify(ctx context.Context) (Head, error) {
 	head := Head{Hash: Genesis}
-	for r, err := range l.Range(1, 0) {
+	for r, err := range l.Verified(ctx, 0) {
 		if err != nil {
 			return head, err
 		}
-		if r.Seq%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return head, err
-			}
-		}
-		if !r.ChainsFrom(head.Hash) {
-			return head, &ChainError{Seq: r.Seq, Reason: "hash does not match the record's contents and its predecessor"}
-		}
 		head = Head{Seq: r.Seq, Hash: r.Hash, Time: r.Time}
-	}
-	if want := l.Head(); head.Seq < want.Seq {
-		return head, &ChainError{Seq: head.Seq + 1, Reason: "record is missing"}
 	}
 	return head, nil
 }
@@ -162,4 +179,93 @@ func (s *Subscription) Next(ctx context.Context, limit int) ([]Record, error) {
 	}
 	s.next += uint64(len(out))
 	return out, nil
+}
+
+// AuditSummary is what Audit found in a log that verifies.
+type AuditSummary struct {
+	Head      Head
+	FirstTime time.Time // the time of record 1; zero for the empty log
+	Streams   uint64    // distinct streams in the index
+}
+
+// Audit walks the whole durable chain as Verify does, handing each record to visit in seq order, then checks the stream index against the records: every record has
+// its one idx/ key and there is no other. Visit may stop the walk by returning an error, which
+// Audit returns. Memory stays bounded whatever the log's length.
+//
+// The index is compared through a digest of its keys (XOR of their SHA-256), computed from the
+// records on the walk and from the keys themselves: a missing, extra or altered key shows,
+// though not which one. The chain, not the index, is what a receipt proves; the check is there
+// so that a history read through the index can be trusted as far as the chain is.
+func (l *Log) Audit(ctx context.Context, visit func(Record) error) (AuditSummary, error) {
+	var (
+		sum    = AuditSummary{Head: Head{Hash: Genesis}}
+		digest Hash
+		key    []byte
+	)
+	for r, err := range l.Verified(ctx, 0) {
+		if err != nil {
+			return sum, err
+		}
+		if r.Seq == 1 {
+			sum.FirstTime = r.Time
+		}
+		sum.Head = Head{Seq: r.Seq, Hash: r.Hash, Time: r.Time}
+		if n := idxKeyLen(r.Stream); cap(key) < n {
+			key = make([]byte, n, 2*n)
+		} else {
+			key = key[:n]
+		}
+		putIdxKey(key, r.Stream, r.Seq)
+		xorInto(&digest, sha256.Sum256(key))
+		if err := visit(r); err != nil {
+			return sum, err
+		}
+	}
+	streams, indexed, err := l.indexDigest(ctx)
+	if err != nil {
+		return sum, err
+	}
+	if indexed != digest {
+		return sum, fmt.Errorf("%w: the stream index does not match the records (a key is missing, extra or altered)", ErrCorruptRecord)
+	}
+	sum.Streams = streams
+	return sum, nil
+}
+
+// indexDigest walks every idx/ key, returning how many streams it names and the XOR of the
+// keys' SHA-256.
+func (l *Log) indexDigest(ctx context.Context) (streams uint64, digest Hash, err error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefixIdx), UpperBound: idxKeyEnd})
+	if err != nil {
+		return 0, digest, fmt.Errorf("eventlog: %w", err)
+	}
+	defer it.Close()
+	var prev []byte
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < len(prefixIdx)+1+8 || k[len(k)-9] != 0 {
+			return 0, digest, fmt.Errorf("%w: malformed index key %q", ErrCorruptRecord, k)
+		}
+		if stream := k[len(prefixIdx) : len(k)-9]; !bytes.Equal(stream, prev) {
+			streams++
+			prev = append(prev[:0], stream...)
+		}
+		xorInto(&digest, sha256.Sum256(k))
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, digest, err
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return 0, digest, fmt.Errorf("eventlog: %w", err)
+	}
+	return streams, digest, nil
+}
+
+func xorInto(dst *Hash, h [sha256.Size]byte) {
+	for i := range dst {
+		dst[i] ^= h[i]
+	}
 }
