@@ -284,3 +284,12 @@ func (s *Set) Counters() map[string]Counters {
 	}
 	return out
 }
+
+// StatusCounts returns how many jobs are in each status at now, every status included.
+func (s *Set) StatusCounts(now time.Time) map[Status]int {
+	out := map[Status]int{StatusQueued: 0, StatusScheduled: 0, StatusLeased: 0, StatusSucceeded: 0, StatusFailed: 0, StatusCancelled: 0}
+	for _, j := range s.jobs {
+		out[j.StatusAt(now)]++
+	}
+	return out
+}

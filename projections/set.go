@@ -376,6 +376,10 @@ type idemEntry struct {
 
 const checkpointVersion = "tether.projections.v1"
 
+// CheckpointName is the name under which the server stores the Set's checkpoint in the log,
+// and where `tether replay verify` looks for it.
+const CheckpointName = "projections"
+
 // MarshalCheckpoint encodes the Set. Two Sets that fold the same records encode to the same
 // bytes, which is how tests and `tether replay` compare them.
 func (s *Set) MarshalCheckpoint() ([]byte, error) {

@@ -33,6 +33,9 @@ type World struct {
 	Set    *projections.Set
 	Log    []Record
 	Limits actors.Limits
+	// Applied, if set, is called after each durable event is folded into Set, with the Set as
+	// it stands at that record: the live projections at every seq.
+	Applied func(Record)
 
 	rand     *rand.Rand
 	cells    map[actors.Ref]*cell
@@ -97,6 +100,9 @@ func (w *World) commit(events []eventlog.Payload) eventlog.Receipt {
 			panic(err)
 		}
 		w.Log = append(w.Log, Record{Seq: seq, Time: w.Clock, Payload: e})
+		if w.Applied != nil {
+			w.Applied(w.Log[len(w.Log)-1])
+		}
 	}
 	r.Last = uint64(len(w.Log))
 	return r

@@ -33,9 +33,6 @@ type Config struct {
 	Decorate func(ref actors.Ref, b actors.Behaviour) actors.Behaviour
 }
 
-// CheckpointName is the name of the projections' checkpoint in the log.
-const CheckpointName = "projections"
-
 // ErrClosed is returned by calls on a Broker that is closing or closed.
 var ErrClosed = errors.New("runtime: broker closed")
 
@@ -133,7 +130,7 @@ func Open(cfg Config) (*Broker, error) {
 func (b *Broker) rebuildProjections() error {
 	start := time.Now()
 	b.set = projections.New()
-	if ck, err := b.elog.LoadCheckpoint(CheckpointName); err == nil {
+	if ck, err := b.elog.LoadCheckpoint(projections.CheckpointName); err == nil {
 		if s, err := projections.UnmarshalCheckpoint(ck.Data); err == nil && s.Seq() == ck.Seq {
 			b.set = s
 		} else {
@@ -333,7 +330,7 @@ func (b *Broker) checkpoint(s *projections.Set) error {
 	if err != nil {
 		return err
 	}
-	if err := b.elog.SaveCheckpoint(CheckpointName, s.Seq(), data); err != nil {
+	if err := b.elog.SaveCheckpoint(projections.CheckpointName, s.Seq(), data); err != nil {
 		return err
 	}
 	b.lastCheckpoint.Store(s.Seq())

@@ -1,0 +1,36 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tetherhq/tether/eventlog"
+)
+
+// ErrReceiptMismatch says the log holds the receipt's seq with another hash: the receipt was
+// not issued by this log, or the log was changed since.
+var ErrReceiptMismatch = errors.New("receipt does not match the log")
+
+// CheckReceipt confirms that the receipt {seq, hash} is in the log: the record at seq has that
+// hash, and the chain from genesis up to it holds, so the receipt vouches for every record
+// before it too. It returns the record.
+func CheckReceipt(ctx context.Context, l *eventlog.Log, seq uint64, hash string) (eventlog.Record, error) {
+	want, err := parseHash(hash)
+	if err != nil {
+		return eventlog.Record{}, fmt.Errorf("--hash: %w", err)
+	}
+	r, err := l.Get(seq)
+	if err != nil {
+		return eventlog.Record{}, err
+	}
+	if r.Hash != want {
+		return r, fmt.Errorf("%w: seq %d has hash %s", ErrReceiptMismatch, seq, r.Hash)
+	}
+	for _, err := range l.Verified(ctx, seq) {
+		if err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
