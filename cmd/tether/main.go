@@ -21,6 +21,7 @@ var commands = []struct {
 	{"job", "submit, get, ls, cancel, retry, watch jobs", runJob},
 	{"admin", "API keys, enroll tokens, quotas", runAdmin},
 	{"bench", "load-generate against a running server", runBench},
+	{"replay", "audit a stopped server's data dir: verify, history, state, export, receipt", runReplay},
 }
 
 func main() {

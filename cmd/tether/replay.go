@@ -1,0 +1,405 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/projections/audit"
+)
+
+func runReplay(args []string) error {
+	return subcommands("replay", []command{
+		{"verify", "verify a data dir's chain, index and projections (or an export: --export FILE)", replayVerify},
+		{"history", "one job's whole story", replayHistory},
+		{"state", "the projections as they stood at a seq or time (--at)", replayState},
+		{"export", "records as JSON Lines (--from, --to)", replayExport},
+		{"receipt", "confirm a receipt {seq, hash} is in the log", replayReceipt},
+	}, args)
+}
+
+// replayFlags are the flags every replay command takes.
+type replayFlags struct {
+	data string
+	json bool
+}
+
+func (r *replayFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.data, "data", "", "the data directory (read only; the server must be stopped)")
+	fs.BoolVar(&r.json, "json", false, "print JSON instead of text")
+}
+
+// open opens the data dir read-only, saying plainly when a server holds it.
+func (r *replayFlags) open() (*eventlog.Log, error) {
+	if r.data == "" {
+		return nil, errors.New("--data is required")
+	}
+	l, err := audit.Open(r.data)
+	switch {
+	case errors.Is(err, eventlog.ErrInUse):
+		return nil, fmt.Errorf("%s is in use by a running server; stop the server and run replay again", r.data)
+	case audit.BadSeq(err) > 0: // the head record does not chain: Open checks it
+		return nil, notVerified(err)
+	}
+	return l, err
+}
+
+func (r *replayFlags) print(v any, human func() string) error {
+	return (&clientFlags{json: r.json}).print(v, human)
+}
+
+// interrupted is a context that ends on SIGINT, so a long walk stops cleanly.
+func interrupted() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt)
+}
+
+// progressOnTerminal draws "verify: 120,000 / 1,000,000 records (12%)" on stderr when it is a
+// terminal, at most ten times a second, and clears it at the end.
+func progressOnTerminal(what string) (audit.Progress, func()) {
+	if fi, err := os.Stderr.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil, func() {}
+	}
+	var last time.Time
+	drawn := false
+	return func(done, total uint64) {
+			if now := time.Now(); now.Sub(last) >= 100*time.Millisecond || done == total {
+				last, drawn = now, true
+				pct := 100.0
+				if total > 0 {
+					pct = 100 * float64(done) / float64(total)
+				}
+				fmt.Fprintf(os.Stderr, "\r%s: %s / %s records (%.0f%%)  ", what, thousands(done), thousands(total), pct)
+			}
+		}, func() {
+			if drawn {
+				fmt.Fprint(os.Stderr, "\r\033[K")
+			}
+		}
+}
+
+// notVerified explains an audit failure with the seq it names.
+func notVerified(err error) error {
+	if seq := audit.BadSeq(err); seq > 0 {
+		return fmt.Errorf("FAILED at seq %d: %w", seq, err)
+	}
+	return fmt.Errorf("FAILED: %w", err)
+}
+
+func replayVerify(args []string) error {
+	fs := flag.NewFlagSet("replay verify", flag.ContinueOnError)
+	var rf replayFlags
+	rf.register(fs)
+	export := fs.String("export", "", "verify this export file (tether replay export) instead of a data dir")
+	if _, err := parseArgs(fs, args, 0, "tether replay verify --data DIR | --export FILE [--json]"); err != nil {
+		return err
+	}
+	ctx, stop := interrupted()
+	defer stop()
+	if *export != "" {
+		return verifyExport(ctx, &rf, *export)
+	}
+	l, err := rf.open()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	progress, clear := progressOnTerminal("verify")
+	sum, err := audit.Verify(ctx, l, progress)
+	clear()
+	if err != nil {
+		return notVerified(err)
+	}
+	return rf.print(sum, func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "verified   %s records in %s streams; chain, index and projections hold\n", thousands(sum.Records), thousands(sum.Streams))
+		fmt.Fprintf(&b, "head       seq %d  hash %s\n", sum.HeadSeq, sum.HeadHash)
+		if sum.Records > 0 {
+			fmt.Fprintf(&b, "time span  %s .. %s (%s)\n", stampOf(sum.FirstTime), stampOf(sum.LastTime), sum.LastTime.Sub(sum.FirstTime).Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, "jobs       %s\n", statusLine(sum.Jobs))
+		fmt.Fprintf(&b, "events     %s\n", countsLine(sum.Types))
+		if sum.CheckpointSeq > 0 {
+			fmt.Fprintf(&b, "checkpoint seq %d equals the replay up to it\n", sum.CheckpointSeq)
+		} else {
+			fmt.Fprintln(&b, "checkpoint none stored")
+		}
+		return b.String()
+	})
+}
+
+func verifyExport(ctx context.Context, rf *replayFlags, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sum, err := audit.VerifyExport(ctx, f)
+	if err != nil {
+		return notVerified(err)
+	}
+	return rf.print(sum, func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "verified   %s records, seqs %d..%d; the chain holds\n", thousands(sum.Records), sum.FirstSeq, sum.LastSeq)
+		if sum.FromGenesis {
+			fmt.Fprintln(&b, "anchor     the genesis hash")
+		} else {
+			fmt.Fprintf(&b, "anchor     %s (the file's word for seq %d's hash: check it against the log or a receipt)\n", sum.Anchor, sum.FirstSeq-1)
+		}
+		fmt.Fprintf(&b, "head       seq %d  hash %s\n", sum.LastSeq, sum.HeadHash)
+		return b.String()
+	})
+}
+
+func replayHistory(args []string) error {
+	fs := flag.NewFlagSet("replay history", flag.ContinueOnError)
+	var rf replayFlags
+	rf.register(fs)
+	verify := fs.Bool("verify", true, "verify the chain from genesis through the job's last record first")
+	pos, err := parseArgs(fs, args, 1, "tether replay history --data DIR JOB_ID [--json]")
+	if err != nil {
+		return err
+	}
+	l, err := rf.open()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var entries []audit.Entry
+	if err := audit.History(l, pos[0], func(e audit.Entry) error {
+		entries = append(entries, e)
+		return nil
+	}); err != nil {
+		return err
+	}
+	last := entries[len(entries)-1].Seq
+	if *verify {
+		ctx, stop := interrupted()
+		defer stop()
+		progress, clear := progressOnTerminal("verify")
+		err := verifyThrough(ctx, l, last, progress)
+		clear()
+		if err != nil {
+			return notVerified(err)
+		}
+	}
+	return rf.print(entries, func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "job %s: %d events\n", pos[0], len(entries))
+		for _, e := range entries {
+			fmt.Fprintf(&b, "%8d  %s  #%-3d %-22s %s\n", e.Seq, stampOf(e.Time), e.Number, e.Type, e.Text)
+		}
+		if *verify {
+			fmt.Fprintf(&b, "the chain from genesis through seq %d verifies; seq %d's hash is %s\n", last, last, entries[len(entries)-1].Hash)
+		}
+		return b.String()
+	})
+}
+
+// verifyThrough checks the chain from genesis up to seq.
+func verifyThrough(ctx context.Context, l *eventlog.Log, seq uint64, progress audit.Progress) error {
+	for r, err := range l.Verified(ctx, seq) {
+		if err != nil {
+			return err
+		}
+		if progress != nil && (r.Seq%(16<<10) == 0 || r.Seq == seq) {
+			progress(r.Seq, seq)
+		}
+	}
+	return nil
+}
+
+func replayState(args []string) error {
+	fs := flag.NewFlagSet("replay state", flag.ContinueOnError)
+	var rf replayFlags
+	rf.register(fs)
+	at := fs.String("at", "", "a seq, or an RFC 3339 time (the state after the last record stamped at or before it)")
+	if _, err := parseArgs(fs, args, 0, "tether replay state --data DIR --at SEQ|RFC3339 [--json]"); err != nil {
+		return err
+	}
+	l, err := rf.open()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	seq, err := seqOf(l, *at)
+	if err != nil {
+		return err
+	}
+	ctx, stop := interrupted()
+	defer stop()
+	progress, clear := progressOnTerminal("replay")
+	set, head, err := audit.StateAt(ctx, l, seq, progress)
+	clear()
+	if err != nil {
+		return notVerified(err)
+	}
+	st := audit.Summarize(set, head)
+	return rf.print(st, func() string { return stateText(st) })
+}
+
+// seqOf reads --at: a seq, or a time.
+func seqOf(l *eventlog.Log, at string) (uint64, error) {
+	if at == "" {
+		return 0, errors.New("--at is required: a seq, or an RFC 3339 time")
+	}
+	if seq, err := strconv.ParseUint(at, 10, 64); err == nil {
+		return seq, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return 0, fmt.Errorf("--at %q is neither a seq nor an RFC 3339 time", at)
+	}
+	return audit.SeqAt(l, t)
+}
+
+func stateText(st audit.State) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "state after seq %d (%s)  hash %s\n", st.Seq, stampOf(st.Time), st.Hash)
+	fmt.Fprintf(&b, "jobs      %s\n", statusLine(st.Jobs))
+	for _, t := range st.Tenants {
+		fmt.Fprintf(&b, "\ntenant %s: active %d/%s, running %d/%s, reservations %d\n", t.Name,
+			t.Active, limitText(t.MaxActive), t.Running, limitText(t.MaxRunning), t.Reservations)
+		for _, q := range t.Queues {
+			fmt.Fprintf(&b, "  queue %-20s depth %d  scheduled %d  leased %d  dead %d  oldest %s\n",
+				q.Queue, q.Depth, q.Scheduled, q.Leased, q.Dead, q.OldestAge.Round(time.Millisecond))
+		}
+	}
+	fmt.Fprintf(&b, "\nleases    %d\n", len(st.Leases))
+	for _, l := range st.Leases {
+		fmt.Fprintf(&b, "  job %s  lease %s  worker %s  attempt %d  expires %s\n", l.JobID, l.LeaseID, l.WorkerID, l.Attempt, stampOf(l.ExpiresAt))
+	}
+	fmt.Fprintf(&b, "workers   %d\n", len(st.Workers))
+	for _, w := range st.Workers {
+		fmt.Fprintf(&b, "  %s  %-8s %-10s tenant %s  queues %s  capacity %d  running %d\n",
+			w.ID, w.Status, w.Transport, w.Tenant, strings.Join(w.Queues, ","), w.Capacity, len(w.InFlight))
+	}
+	return b.String()
+}
+
+func limitText(n int) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return strconv.Itoa(n)
+}
+
+func replayExport(args []string) error {
+	fs := flag.NewFlagSet("replay export", flag.ContinueOnError)
+	var rf replayFlags
+	fs.StringVar(&rf.data, "data", "", "the data directory (read only; the server must be stopped)")
+	from := fs.Uint64("from", 1, "the first seq")
+	to := fs.Uint64("to", 0, "the last seq (0: the head)")
+	out := fs.String("out", "-", "the file to write (-: standard output)")
+	if _, err := parseArgs(fs, args, 0, "tether replay export --data DIR [--from SEQ] [--to SEQ] [--out FILE]"); err != nil {
+		return err
+	}
+	l, err := rf.open()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var w io.Writer = os.Stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	ctx, stop := interrupted()
+	defer stop()
+	progress, clear := progressOnTerminal("export")
+	if *out == "-" {
+		progress, clear = nil, func() {} // the records go to the terminal too
+	}
+	_, err = audit.Export(ctx, l, w, *from, *to, progress)
+	clear()
+	if f, ok := w.(*os.File); ok && f != os.Stdout && err == nil {
+		err = f.Sync()
+	}
+	return err
+}
+
+func replayReceipt(args []string) error {
+	fs := flag.NewFlagSet("replay receipt", flag.ContinueOnError)
+	var rf replayFlags
+	rf.register(fs)
+	seq := fs.Uint64("seq", 0, "the receipt's seq")
+	hash := fs.String("hash", "", "the receipt's hash (64 hex digits)")
+	if _, err := parseArgs(fs, args, 0, "tether replay receipt --data DIR --seq N --hash H [--json]"); err != nil {
+		return err
+	}
+	if *seq == 0 || *hash == "" {
+		return errors.New("--seq and --hash are required")
+	}
+	l, err := rf.open()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	ctx, stop := interrupted()
+	defer stop()
+	r, err := audit.CheckReceipt(ctx, l, *seq, *hash)
+	if err != nil {
+		return notVerified(err)
+	}
+	out := struct {
+		Confirmed bool      `json:"confirmed"`
+		Seq       uint64    `json:"seq"`
+		Hash      string    `json:"hash"`
+		Time      time.Time `json:"time"`
+		Stream    string    `json:"stream"`
+		Type      string    `json:"type"`
+	}{true, r.Seq, r.Hash.String(), r.Time, r.Stream, r.Type}
+	return rf.print(out, func() string {
+		return fmt.Sprintf("confirmed  seq %d is %s in %s at %s, and the chain from genesis through it verifies\n",
+			r.Seq, r.Type, r.Stream, stampOf(r.Time))
+	})
+}
+
+func stampOf(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// statusLine lists job counts in lifecycle order.
+func statusLine(jobs map[projections.Status]int) string {
+	order := []projections.Status{projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased,
+		projections.StatusSucceeded, projections.StatusFailed, projections.StatusCancelled}
+	parts := make([]string, 0, len(order))
+	for _, s := range order {
+		parts = append(parts, fmt.Sprintf("%s %d", s, jobs[s]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// countsLine lists counts by name.
+func countsLine(m map[string]uint64) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %d", n, m[n]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// thousands writes n with commas: 1,000,000.
+func thousands(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
