@@ -1,9 +1,12 @@
 package projections
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -383,8 +386,58 @@ const CheckpointName = "projections"
 // MarshalCheckpoint encodes the Set. Two Sets that fold the same records encode to the same
 // bytes, which is how tests and `tether replay` compare them.
 func (s *Set) MarshalCheckpoint() ([]byte, error) {
+	var buf bytes.Buffer
+	if err := s.WriteCheckpoint(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteCheckpoint writes what MarshalCheckpoint returns, the JSON of the checkpoint struct,
+// one job at a time: a large Set is written or compared without holding its whole encoding.
+func (s *Set) WriteCheckpoint(w io.Writer) error {
+	c := s.checkpointHead()
+	bw := bufio.NewWriterSize(w, 64<<10)
+	// The struct's encoding, field by field in declaration order; the jobs are streamed.
+	fields := []struct {
+		name  string
+		value any
+	}{
+		{"workers", c.Workers}, {"tenants", c.Tenants}, {"idempotency", c.Idem},
+		{"idempotency_order", c.IdemOrder}, {"counters", c.Counters}, {"api_keys", c.APIKeys},
+		{"enroll_tokens", c.Enroll}, {"version", c.Version},
+	}
+	fmt.Fprintf(bw, `{"seq":%d,"jobs":`, c.Seq)
+	jobs := sortedValues(s.jobs, func(j *Job) string { return j.ID })
+	if len(jobs) == 0 {
+		bw.WriteString("null") // as encoding/json writes a nil slice
+	}
+	for i, j := range jobs {
+		b, err := json.Marshal(j)
+		if err != nil {
+			return err
+		}
+		bw.WriteByte("[,"[min(i, 1)])
+		bw.Write(b)
+	}
+	if len(jobs) > 0 {
+		bw.WriteByte(']')
+	}
+	for _, f := range fields {
+		b, err := json.Marshal(f.value)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(bw, `,"%s":`, f.name)
+		bw.Write(b)
+	}
+	bw.WriteByte('}')
+	return bw.Flush()
+}
+
+// checkpointHead is the checkpoint struct without its jobs.
+func (s *Set) checkpointHead() checkpoint {
 	c := checkpoint{Seq: s.seq, Counters: s.counters, IdemOrder: s.idemOrder, Version: checkpointVersion}
-	c.Jobs = sortedValues(s.jobs, func(j *Job) string { return j.ID })
 	c.Workers = sortedValues(s.workers, func(w *Worker) string { return w.ID })
 	c.Tenants = sortedValues(s.tenants, func(t *Tenant) string { return t.Name })
 	c.APIKeys = sortedValues(s.creds.apiKeys, func(k *APIKey) string { return k.ID })
@@ -395,7 +448,7 @@ func (s *Set) MarshalCheckpoint() ([]byte, error) {
 	slices.SortFunc(c.Idem, func(a, b idemEntry) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Key, b.Key))
 	})
-	return json.Marshal(c)
+	return c
 }
 
 // UnmarshalCheckpoint restores a Set from MarshalCheckpoint's bytes.

@@ -471,3 +471,39 @@ func TestExportVerifiesWithoutTheLog(t *testing.T) {
 		t.Fatal("an empty export verified")
 	}
 }
+
+// A checkpoint in the middle of the log is compared with the replay at its own seq.
+func TestVerifyComparesACheckpointMidLog(t *testing.T) {
+	d := realDataDir(t)
+	for _, corrupt := range []bool{false, true} {
+		dir := copyDir(t, d.dir)
+		l, err := eventlog.Open(dir, eventlog.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const k = 9
+		set, _, err := audit.StateAt(ctx(t), l, k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := set.MarshalCheckpoint()
+		if corrupt {
+			changed := bytes.Replace(data, []byte(`"status":"`), []byte(`"status":"x`), 1)
+			if bytes.Equal(changed, data) {
+				t.Fatal("the corruption changed nothing")
+			}
+			data = changed
+		}
+		if err := l.SaveCheckpoint(projections.CheckpointName, k, data); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		sum, err := verifyDir(t, dir)
+		switch {
+		case corrupt && audit.BadSeq(err) != k:
+			t.Fatalf("a corrupt checkpoint at seq %d: %v", k, err)
+		case !corrupt && (err != nil || sum.CheckpointSeq != k):
+			t.Fatalf("a good checkpoint at seq %d: %v, %+v", k, err, sum)
+		}
+	}
+}
