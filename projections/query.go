@@ -185,8 +185,13 @@ func (s *Set) TenantNames() []string {
 	for n := range s.tenants {
 		out = append(out, n)
 	}
+	for _, w := range s.workers { // a worker's registration is its tenant's event too
+		if s.tenants[w.Tenant] == nil {
+			out = append(out, w.Tenant)
+		}
+	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // Idempotency returns the live entry for a tenant's key at now.

@@ -223,6 +223,29 @@ func TestVerifyARealDataDir(t *testing.T) {
 	if sum.Types["job.submitted"] != 7 || sum.Types["job.succeeded"] != 3 || sum.Types["job.dead_lettered"] != 1 {
 		t.Errorf("types %v", sum.Types)
 	}
+	// The tenant has no events of its own stream here; its worker and queues are still shown.
+	l, err = audit.Open(d.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	at, head, err := audit.StateAt(ctx(t), l, l.Head().Seq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := audit.Summarize(at, head)
+	if len(st.Workers) != 1 || st.Workers[0].ID != d.worker || st.Workers[0].Status != "offline" ||
+		len(st.Tenants) != 1 || len(st.Tenants[0].Queues) != 1 || st.Tenants[0].Queues[0].Depth != 1 {
+		t.Fatalf("state at the head: %+v", st)
+	}
+	// Before any job, the worker's registration alone makes its tenant known.
+	at, head, err = audit.StateAt(ctx(t), l, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := audit.Summarize(at, head); len(st.Workers) != 1 || len(st.Tenants) != 1 {
+		t.Fatalf("state at seq 1: %+v", st)
+	}
 }
 
 // Every way of changing the record is named by its seq, Pebble's checksums notwithstanding.
