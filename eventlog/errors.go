@@ -30,7 +30,8 @@ var (
 	// ErrReadOnly is returned by writes to a log opened read-only.
 	ErrReadOnly = errors.New("eventlog: log is read-only")
 	// ErrInUse is returned by Open when another process (or another Log in this one) holds the
-	// store, typically a running server: even a read-only open waits until it stops.
+	// store, typically a running server. A read-only open is refused too: the store would move
+	// under it.
 	ErrInUse = errors.New("eventlog: log is in use by another process")
 )
 

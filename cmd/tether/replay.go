@@ -186,7 +186,7 @@ func replayHistory(args []string) error {
 		ctx, stop := interrupted()
 		defer stop()
 		progress, clear := progressOnTerminal("verify")
-		err := verifyThrough(ctx, l, last, progress)
+		err := audit.VerifyThrough(ctx, l, last, progress)
 		clear()
 		if err != nil {
 			return notVerified(err)
@@ -203,19 +203,6 @@ func replayHistory(args []string) error {
 		}
 		return b.String()
 	})
-}
-
-// verifyThrough checks the chain from genesis up to seq.
-func verifyThrough(ctx context.Context, l *eventlog.Log, seq uint64, progress audit.Progress) error {
-	for r, err := range l.Verified(ctx, seq) {
-		if err != nil {
-			return err
-		}
-		if progress != nil && (r.Seq%(16<<10) == 0 || r.Seq == seq) {
-			progress(r.Seq, seq)
-		}
-	}
-	return nil
 }
 
 func replayState(args []string) error {

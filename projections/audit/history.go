@@ -23,8 +23,8 @@ type Entry struct {
 }
 
 // History hands visit the job's records in order, each with its description. A job with no
-// records is eventlog.ErrNotFound. It reads the job's stream through the index; Verify is what
-// proves the index and the chain, and the cmd runs it first.
+// records is eventlog.ErrNotFound. It reads the job's stream through the index; Verify proves
+// the index and the chain, VerifyThrough the chain up to the job's last record.
 func History(l *eventlog.Log, jobID string, visit func(Entry) error) error {
 	n := 0
 	for r, err := range l.Stream(eventlog.JobStream(jobID), 0) {

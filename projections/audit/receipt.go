@@ -18,7 +18,7 @@ var ErrReceiptMismatch = errors.New("receipt does not match the log")
 func CheckReceipt(ctx context.Context, l *eventlog.Log, seq uint64, hash string) (eventlog.Record, error) {
 	want, err := parseHash(hash)
 	if err != nil {
-		return eventlog.Record{}, fmt.Errorf("--hash: %w", err)
+		return eventlog.Record{}, fmt.Errorf("receipt hash: %w", err)
 	}
 	r, err := l.Get(seq)
 	if err != nil {
@@ -27,10 +27,17 @@ func CheckReceipt(ctx context.Context, l *eventlog.Log, seq uint64, hash string)
 	if r.Hash != want {
 		return r, fmt.Errorf("%w: seq %d has hash %s", ErrReceiptMismatch, seq, r.Hash)
 	}
-	for _, err := range l.Verified(ctx, seq) {
+	return r, VerifyThrough(ctx, l, seq, nil)
+}
+
+// VerifyThrough checks the chain from genesis up to seq, so that what a reader was shown of
+// the records up to seq is what the chain vouches for.
+func VerifyThrough(ctx context.Context, l *eventlog.Log, seq uint64, progress Progress) error {
+	for r, err := range l.Verified(ctx, seq) {
 		if err != nil {
-			return r, err
+			return err
 		}
+		progress.report(r.Seq, seq, r.Seq == seq)
 	}
-	return r, nil
+	return nil
 }
