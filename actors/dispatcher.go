@@ -283,7 +283,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 	case dispatchTick:
 		d.tick, d.tickAt = 0, time.Time{}
 	case Cancel:
-		if !d.route(env, m.JobID, "", m) {
+		if !d.route(env, m.JobID, "", "", m) {
 			d.cancel(env, m)
 		}
 		return
@@ -291,22 +291,22 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		d.redrive(env, m)
 		return
 	case Progress:
-		if !d.route(env, m.JobID, m.LeaseID, m) {
-			env.Send(env.Sender(), ProgressAck{Err: d.notLeased(env, m.WorkerID, m.JobID)})
+		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
+			env.Send(env.Sender(), ProgressAck{Err: notCovered(env, m.WorkerID, m.JobID)})
 		}
 		return
 	case Fail:
-		if !d.route(env, m.JobID, m.LeaseID, m) {
-			env.Send(env.Sender(), Done{Err: d.notLeased(env, m.WorkerID, m.JobID)})
+		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
+			env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, m.JobID)})
 		}
 		return
 	case Complete:
-		if !d.route(env, m.JobID, m.LeaseID, m) {
+		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
 			d.repeatedCompletion(env, m)
 		}
 		return
 	case extend:
-		d.route(env, m.JobID, m.LeaseID, m)
+		d.route(env, m.JobID, m.LeaseID, m.WorkerID, m)
 		return
 	case Persisted:
 		d.persisted(env, m)
@@ -315,18 +315,18 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 }
 
 // route forwards a job command to the job's actor if the job is leased and reports whether it
-// did. A command naming another lease is answered LEASE_MISMATCH here.
-func (d *Dispatcher) route(env Env, jobID, leaseID string, msg any) bool {
+// did. A worker's command naming another lease is answered here.
+func (d *Dispatcher) route(env Env, jobID, leaseID, workerID string, msg any) bool {
 	lr, ok := d.leased[jobID]
 	if !ok {
 		return false
 	}
-	if leaseID != "" && leaseID != lr.leaseID {
+	if leaseID != "" && !sameLease(leaseID, lr.leaseID) {
 		switch msg.(type) {
 		case Progress:
-			env.Send(env.Sender(), ProgressAck{Err: leaseMismatch(jobID)})
+			env.Send(env.Sender(), ProgressAck{Err: notCovered(env, workerID, jobID)})
 		case Complete, Fail:
-			env.Send(env.Sender(), Done{Err: leaseMismatch(jobID)})
+			env.Send(env.Sender(), Done{Err: notCovered(env, workerID, jobID)})
 		}
 		return true
 	}
@@ -334,13 +334,17 @@ func (d *Dispatcher) route(env Env, jobID, leaseID string, msg any) bool {
 	return true
 }
 
+// sameLease is the lease_id check every worker operation passes.
+func sameLease(given, current string) bool { return given == current || mutantSkipLeaseCheck }
+
 func leaseMismatch(jobID string) *Rejection {
 	return reject(CodeLeaseMismatch, "the lease is not the current lease of job %s", jobID)
 }
 
-// notLeased answers a worker's command on a job no lease covers: JOB_NOT_FOUND when the job is
-// not the worker's tenant's, else LEASE_MISMATCH.
-func (d *Dispatcher) notLeased(env Env, workerID, jobID string) *Rejection {
+// notCovered answers a worker's command on a job that no lease of the worker's covers:
+// JOB_NOT_FOUND when the job is not the worker's tenant's (another tenant must not learn that
+// the job exists), else LEASE_MISMATCH.
+func notCovered(env Env, workerID, jobID string) *Rejection {
 	found := false
 	env.Read(func(s *projections.Set) {
 		w, wok := s.Worker(workerID)
@@ -363,7 +367,7 @@ func (d *Dispatcher) repeatedCompletion(env Env, m Complete) {
 		}
 	})
 	if j == nil {
-		env.Send(env.Sender(), Done{Err: d.notLeased(env, m.WorkerID, m.JobID)})
+		env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, m.JobID)})
 		return
 	}
 	if hash, err := signing.OutputHash(orNull(m.Output)); err != nil || hash != j.OutputHash {
@@ -563,6 +567,14 @@ func (d *Dispatcher) dispatch(env Env) {
 
 // best returns the session's tenant's best ready job over the session's queues.
 func (d *Dispatcher) best(s *slot) *entry {
+	if mutantMapOrder {
+		for _, e := range d.waiting {
+			if e.heap != d.scheduled && slices.Contains(s.readyKeys, readyKey(e.Tenant, e.Queue)) {
+				return e
+			}
+		}
+		return nil
+	}
 	var best *entry
 	for _, k := range s.readyKeys {
 		if top := d.ready[k].top(); top != nil && (best == nil || dispatchFirst(top, best)) {

@@ -163,7 +163,7 @@ func (a *Job) Receive(env Env, msg any) {
 
 func (a *Job) holds(workerID, leaseID string) bool {
 	l := a.job.Lease
-	return l != nil && l.LeaseID == leaseID && l.WorkerID == workerID
+	return l != nil && sameLease(leaseID, l.LeaseID) && l.WorkerID == workerID
 }
 
 // decide folds events into the actor's state at once and persists them.
@@ -193,6 +193,18 @@ func (a *Job) start(env Env, m startLease) {
 	}
 	a.decide(env, []eventlog.Payload{ev}, leaseGranted{})
 	a.armTimer(env)
+	if mutantLeaseBeforeFsync {
+		a.assign(env)
+	}
+}
+
+// assign sends the current lease to the worker's session.
+func (a *Job) assign(env Env) {
+	l := a.job.Lease
+	env.Send(SessionRef(l.SessionID), Assignment{
+		JobID: a.id, LeaseID: l.LeaseID, Nonce: l.Nonce, Queue: a.job.Queue, JobType: a.job.Type,
+		Payload: a.job.Payload, Attempt: l.Attempt, LeaseExpiresAt: l.ExpiresAt,
+	})
 }
 
 func (a *Job) armTimer(env Env) {
@@ -203,7 +215,7 @@ func (a *Job) armTimer(env Env) {
 func (a *Job) progress(env Env, m Progress) {
 	switch {
 	case !a.holds(m.WorkerID, m.LeaseID):
-		env.Send(env.Sender(), ProgressAck{Err: leaseMismatch(a.id)})
+		env.Send(env.Sender(), ProgressAck{Err: notCovered(env, m.WorkerID, a.id)})
 		return
 	case !validName(m.Kind, EventTypeLenMax, true):
 		env.Send(env.Sender(), ProgressAck{Err: reject(CodeInvalidArgument, "event_type must be 1..%d of [A-Za-z0-9_.:/-]", EventTypeLenMax)})
@@ -229,10 +241,10 @@ func orNull(raw json.RawMessage) json.RawMessage {
 func (a *Job) complete(env Env, m Complete) {
 	reply := func(r *Rejection) { env.Send(env.Sender(), Done{Err: r}) }
 	if !a.holds(m.WorkerID, m.LeaseID) {
-		reply(leaseMismatch(a.id))
+		reply(notCovered(env, m.WorkerID, a.id))
 		return
 	}
-	if m.Nonce != a.job.Lease.Nonce {
+	if m.Nonce != a.job.Lease.Nonce && !mutantSkipNonceCheck {
 		reply(reject(CodeLeaseMismatch, "the nonce is not the one the lease was granted with"))
 		return
 	}
@@ -262,7 +274,7 @@ const errorCodeLenMax = 64
 
 func (a *Job) fail(env Env, m Fail) {
 	if !a.holds(m.WorkerID, m.LeaseID) {
-		env.Send(env.Sender(), Done{Err: leaseMismatch(a.id)})
+		env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, a.id)})
 		return
 	}
 	code := m.Code
@@ -362,12 +374,8 @@ func (a *Job) persisted(env Env, m Persisted) {
 	err := unavailable(m.Err)
 	switch t := m.Then.(type) {
 	case leaseGranted:
-		if err == nil && a.job.Lease != nil {
-			l := a.job.Lease
-			env.Send(SessionRef(l.SessionID), Assignment{
-				JobID: a.id, LeaseID: l.LeaseID, Nonce: l.Nonce, Queue: a.job.Queue, JobType: a.job.Type,
-				Payload: a.job.Payload, Attempt: l.Attempt, LeaseExpiresAt: l.ExpiresAt,
-			})
+		if err == nil && a.job.Lease != nil && !mutantLeaseBeforeFsync {
+			a.assign(env)
 		}
 	case progressDone:
 		env.Send(t.reply, ProgressAck{Number: t.number, Receipt: receiptOf(m.Receipt), Err: err})

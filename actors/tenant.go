@@ -253,6 +253,9 @@ func (t *Tenant) submit(env Env, m Submit) {
 	}
 	t.pendingJobs += newJobs
 	t.pipe.persist(env, events, done)
+	if mutantAckBeforeFsync {
+		env.Send(reply, Submitted{Jobs: out})
+	}
 }
 
 // lookupKey finds the job an idempotency key names: one admitted here and not durable yet, or
@@ -295,7 +298,9 @@ func (t *Tenant) release(env Env, m Release) {
 		env.Send(env.Sender(), Done{Err: reject(CodeReservationNotFound, "reservation %q is not active", clip(m.ID))})
 		return
 	}
-	t.dropReservation(env, m.ID)
+	if !mutantReleaseTwice {
+		t.dropReservation(env, m.ID)
+	}
 	t.pipe.persist(env, []eventlog.Payload{eventlog.ReservationReleased{Tenant: t.name, ReservationID: m.ID}}, replyDone{env.Sender()})
 }
 
@@ -480,7 +485,9 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 			d.waiting[i].SubmitSeq += m.Receipt.First
 		}
 		env.Send(DispatcherRef(), Enqueue{Jobs: d.waiting, Seq: m.Receipt.Last})
-		env.Send(d.reply, Submitted{Jobs: d.jobs, Receipt: receiptOf(m.Receipt)})
+		if !mutantAckBeforeFsync {
+			env.Send(d.reply, Submitted{Jobs: d.jobs, Receipt: receiptOf(m.Receipt)})
+		}
 	case reserveDone:
 		env.Send(d.reply, Reserved{ID: d.id, ExpiresAt: d.expiresAt, Receipt: receiptOf(m.Receipt), Err: err})
 	case registerDone:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -122,7 +123,7 @@ func (s *Server) pollLease(r *request) error {
 		}
 		out := wire.Assignments{Assignments: make([]wire.Frame, n)}
 		for i, a := range ps.pending[:n] {
-			out.Assignments[i] = assignFrame(a)
+			out.Assignments[i] = protocol.AssignFrame(a)
 		}
 		ps.pending = append(ps.pending[:0], ps.pending[n:]...)
 		return r.reply(http.StatusOK, out)
@@ -176,7 +177,7 @@ func (s *Server) workerEvent(r *request) error {
 	if err := r.decode(int64(actors.ProgressDataBytesMax+envelopeBytes), &req); err != nil {
 		return err
 	}
-	op, err := workerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameEvent, LeaseID: req.LeaseID, EventType: req.EventType, Data: req.Data})
+	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameEvent, LeaseID: req.LeaseID, EventType: req.EventType, Data: req.Data})
 	if err != nil {
 		return err
 	}
@@ -192,7 +193,7 @@ func (s *Server) workerComplete(r *request) error {
 	if err := r.decode(int64(actors.OutputBytesMax+envelopeBytes), &req); err != nil {
 		return err
 	}
-	op, err := workerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameComplete, LeaseID: req.LeaseID, Nonce: req.Nonce,
+	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameComplete, LeaseID: req.LeaseID, Nonce: req.Nonce,
 		Output: req.Output, OutputHash: req.OutputHash, Signature: req.Signature})
 	if err != nil {
 		return err
@@ -209,7 +210,7 @@ func (s *Server) workerFail(r *request) error {
 	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
 		return err
 	}
-	op, err := workerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameFail, LeaseID: req.LeaseID, ErrorCode: req.ErrorCode,
+	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameFail, LeaseID: req.LeaseID, ErrorCode: req.ErrorCode,
 		Message: req.Message, Retryable: req.Retryable})
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/runtime"
 	"github.com/tetherhq/tether/transport/internal/frames"
+	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -159,11 +160,11 @@ func (c *wsConn) writeLoop() {
 			}
 			switch m := f.(type) {
 			case actors.Assignment:
-				if !c.write(assignFrame(m)) {
+				if !c.write(protocol.AssignFrame(m)) {
 					return
 				}
 			case actors.CancelNotice:
-				if !c.write(wire.Frame{Type: wire.FrameCancel, JobID: m.JobID, LeaseID: m.LeaseID}) {
+				if !c.write(protocol.CancelFrame(m)) {
 					return
 				}
 			case actors.SessionEnded:
@@ -180,13 +181,6 @@ func (c *wsConn) writeLoop() {
 			return
 		}
 	}
-}
-
-// assignFrame is an assignment as the worker protocol sends it, over WebSocket or long-poll.
-func assignFrame(a actors.Assignment) wire.Frame {
-	at := a.LeaseExpiresAt
-	return wire.Frame{Type: wire.FrameAssign, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Queue: a.Queue,
-		JobType: a.JobType, Payload: a.Payload, Attempt: a.Attempt, LeaseExpiresAt: &at}
 }
 
 func closeCodeOf(reason string) (int, string) {
@@ -236,16 +230,11 @@ func (c *wsConn) readLoop() {
 }
 
 func (c *wsConn) ack(ref string, err error) wire.Frame {
-	ok := err == nil
-	f := wire.Frame{Type: wire.FrameAck, Ref: ref, OK: &ok}
-	if err != nil {
-		e := toAPIError(err)
-		f.Error = &wire.ErrorDetail{Code: e.code, Message: e.message, Details: e.details}
-		if f.Error.Details == nil {
-			f.Error.Details = map[string]any{}
-		}
+	if err == nil {
+		return protocol.Ack(ref, nil)
 	}
-	return f
+	e := toAPIError(err)
+	return protocol.Ack(ref, &actors.Rejection{Code: actors.Code(e.code), Message: e.message, Details: e.details})
 }
 
 func invalid(format string, args ...any) error {
@@ -278,7 +267,7 @@ func (c *wsConn) handle(f wire.Frame) {
 			c.done(a)
 		})
 	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail:
-		op, err := workerOp(c.worker, f.JobID, f)
+		op, err := protocol.WorkerOp(c.worker, f.JobID, f)
 		if err != nil {
 			c.push(c.ack(f.Ref, err))
 			return
@@ -301,31 +290,4 @@ func (c *wsConn) handle(f wire.Frame) {
 func (c *wsConn) done(a wire.Frame) {
 	c.push(a)
 	<-c.inFlight
-}
-
-// workerOp turns an event, complete or fail (a frame, or a long-poll body in frame form) into
-// the broker's operation, checking what the broker does not.
-func workerOp(workerID, jobID string, f wire.Frame) (any, error) {
-	if jobID == "" || f.LeaseID == "" {
-		return nil, invalid("job_id and lease_id are required")
-	}
-	switch f.Type {
-	case wire.FrameEvent:
-		if f.EventType == "" {
-			return nil, invalid("event_type is required")
-		}
-		return actors.Progress{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Kind: f.EventType, Data: f.Data}, nil
-	case wire.FrameComplete:
-		if f.Nonce == "" {
-			return nil, invalid("nonce is required: it came with the assignment")
-		}
-		return actors.Complete{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Nonce: f.Nonce, Output: f.Output,
-			OutputHash: f.OutputHash, Signature: f.Signature}, nil
-	default:
-		if f.ErrorCode == "" {
-			return nil, invalid("error_code is required")
-		}
-		return actors.Fail{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Code: f.ErrorCode, Message: f.Message,
-			Retryable: f.Retryable == nil || *f.Retryable}, nil
-	}
 }

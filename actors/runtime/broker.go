@@ -129,26 +129,14 @@ func Open(cfg Config) (*Broker, error) {
 // rebuildProjections loads the newest checkpoint, then folds every record after it.
 func (b *Broker) rebuildProjections() error {
 	start := time.Now()
-	b.set = projections.New()
-	if ck, err := b.elog.LoadCheckpoint(projections.CheckpointName); err == nil {
-		if s, err := projections.UnmarshalCheckpoint(ck.Data); err == nil && s.Seq() == ck.Seq {
-			b.set = s
-		} else {
-			b.log.Warn("checkpoint unusable; replaying the whole log", zap.Error(err))
-		}
-	} else if !errors.Is(err, eventlog.ErrNotFound) {
-		b.log.Warn("checkpoint unreadable; replaying the whole log", zap.Error(err))
+	set, from, err := projections.Rebuild(b.elog, func(err error) {
+		b.log.Warn("checkpoint unusable; replaying the whole log", zap.Error(err))
+	})
+	if err != nil {
+		return err
 	}
-	from := b.set.Seq()
+	b.set = set
 	b.lastCheckpoint.Store(from)
-	for r, err := range b.elog.Range(from+1, 0) {
-		if err != nil {
-			return err
-		}
-		if err := b.set.ApplyRecord(r); err != nil {
-			return err
-		}
-	}
 	b.log.Info("projections rebuilt", zap.Uint64("checkpoint_seq", from), zap.Uint64("head_seq", b.set.Seq()),
 		zap.Uint64("replayed", b.set.Seq()-from), zap.Duration("took", time.Since(start)))
 	return nil
@@ -188,10 +176,7 @@ func (b *Broker) spawn(ref actors.Ref, make func() actors.Behaviour) *actor.PID 
 // endStaleSessions logs the end of every session the last run left open: their connections
 // are gone. It runs before any actor starts, so the dispatcher never sees them.
 func (b *Broker) endStaleSessions() error {
-	var payloads []eventlog.Payload
-	for _, w := range b.set.OpenSessions() {
-		payloads = append(payloads, eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: "shutdown"})
-	}
+	payloads := actors.StaleSessionEnds(b.set)
 	if len(payloads) == 0 {
 		return nil
 	}
@@ -207,27 +192,33 @@ func (b *Broker) endStaleSessions() error {
 	return nil
 }
 
-// resume starts an actor for every leased job, which logs a fresh lease_ttl of grace, and
-// returns once the dispatcher has rebuilt and all of it is durable.
+// resume starts the dispatcher, then the actors of actors.ResumedRefs (tenants with
+// reservations, which arm their expiry timers, and leased jobs, which log a fresh lease_ttl of
+// grace), and returns once all of it is durable.
 func (b *Broker) resume() error {
-	var leased []string
 	b.mu.RLock()
-	for _, j := range b.set.Leases() {
-		leased = append(leased, j.ID)
-	}
+	refs := actors.ResumedRefs(b.set)
 	b.mu.RUnlock()
 	// The dispatcher rebuilds before Open returns, not whenever its mailbox first runs.
 	if _, err := b.system.Root.RequestFuture(b.dispatcher, ping{}, time.Minute).Result(); err != nil {
 		return fmt.Errorf("runtime: starting the dispatcher: %w", err)
 	}
-	for _, id := range leased {
-		if _, err := b.system.Root.RequestFuture(b.jobPID(id), ping{}, time.Minute).Result(); err != nil {
-			return fmt.Errorf("runtime: resuming job %s: %w", id, err)
+	leases := 0
+	for _, ref := range refs {
+		var pid *actor.PID
+		if ref.Kind == actors.RefJob {
+			pid = b.jobPID(ref.ID)
+			leases++
+		} else {
+			pid = b.tenantPID(ref.ID)
+		}
+		if _, err := b.system.Root.RequestFuture(pid, ping{}, time.Minute).Result(); err != nil {
+			return fmt.Errorf("runtime: resuming %s %s: %w", kindName(ref.Kind), ref.ID, err)
 		}
 	}
 	b.drain()
-	if len(leased) > 0 {
-		b.log.Info("leases resumed with a fresh lease_ttl of grace", zap.Int("leases", len(leased)))
+	if leases > 0 {
+		b.log.Info("leases resumed with a fresh lease_ttl of grace", zap.Int("leases", leases))
 	}
 	return b.elog.Err()
 }

@@ -1,0 +1,19 @@
+package actors
+
+// Planted bugs for the simulator's self-check (make sim-mutants): each is false unless the
+// build carries its tag (mutant_*.go), so no real build has one. The simulator must catch every
+// one of them; a mutant it cannot catch is a hole in its invariants.
+var (
+	// mutantAckBeforeFsync answers a submit as soon as it is decided.
+	mutantAckBeforeFsync bool
+	// mutantLeaseBeforeFsync sends an assignment before its lease is durable.
+	mutantLeaseBeforeFsync bool
+	// mutantSkipLeaseCheck accepts a worker's operation whatever lease_id it names.
+	mutantSkipLeaseCheck bool
+	// mutantSkipNonceCheck accepts a completion whatever nonce it carries.
+	mutantSkipNonceCheck bool
+	// mutantReleaseTwice keeps a released reservation active, so it can end again.
+	mutantReleaseTwice bool
+	// mutantMapOrder leases the first ready job in map iteration order, not the best one.
+	mutantMapOrder bool
+)

@@ -1,0 +1,5 @@
+//go:build mutant_lease_before_fsync
+
+package actors
+
+func init() { mutantLeaseBeforeFsync = true }

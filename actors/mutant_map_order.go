@@ -1,0 +1,5 @@
+//go:build mutant_map_order
+
+package actors
+
+func init() { mutantMapOrder = true }

@@ -1,0 +1,41 @@
+package actors
+
+import (
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// A server starting on a log does three things, in this order, before it takes commands; the
+// runtime and the simulator both do them through these functions:
+//
+//  1. It appends StaleSessionEnds: the sessions the last run left open are over, since their
+//     connections died with it. No actor has started yet, so the dispatcher never sees them.
+//  2. It starts the dispatcher, which rebuilds from the projections (Recover).
+//  3. It starts the actors of ResumedRefs: each tenant that holds reservations, which arms
+//     their expiry timers (an idle tenant's actor would otherwise never start, and its
+//     reservations never expire), and each leased job, which logs a fresh lease_ttl of grace
+//     so that a worker that reconnects in time keeps its job.
+
+// StaleSessionEnds returns the events that end every session the projections hold open.
+func StaleSessionEnds(s *projections.Set) []eventlog.Payload {
+	var out []eventlog.Payload
+	for _, w := range s.OpenSessions() {
+		out = append(out, eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: "shutdown"})
+	}
+	return out
+}
+
+// ResumedRefs returns the actors a starting server starts after the dispatcher: the tenants
+// with reservations, by name, then the leased jobs, in the projections' order.
+func ResumedRefs(s *projections.Set) []Ref {
+	var out []Ref
+	for _, name := range s.TenantNames() {
+		if len(s.Tenant(name).Reservations) > 0 {
+			out = append(out, TenantRef(name))
+		}
+	}
+	for _, j := range s.Leases() {
+		out = append(out, JobRef(j.ID))
+	}
+	return out
+}
