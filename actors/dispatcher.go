@@ -370,6 +370,10 @@ func (d *Dispatcher) repeatedCompletion(env Env, m Complete) {
 		env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, m.JobID)})
 		return
 	}
+	if m.Nonce != j.SucceededNonce || m.Signature != j.Signature {
+		env.Send(env.Sender(), Done{Err: reject(CodeCompletionConflict, "job %s was completed with a different nonce or signature", j.ID)})
+		return
+	}
 	if hash, err := signing.OutputHash(orNull(m.Output)); err != nil || hash != j.OutputHash {
 		env.Send(env.Sender(), Done{Err: reject(CodeCompletionConflict, "job %s was completed with a different output", j.ID)})
 		return

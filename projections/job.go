@@ -81,12 +81,15 @@ type Job struct {
 	RunAt           time.Time `json:"run_at,omitzero"`
 	Lease           *Lease    `json:"lease"`
 	CancelRequested bool      `json:"cancel_requested"`
-	// SucceededLease and SucceededSeq identify the accepted completion, so a repeat of it is
-	// recognised after the job's actor is gone.
+	// SucceededLease, SucceededSeq, SucceededNonce and Signature identify the accepted
+	// completion, so a repeat of it, and only an exact repeat, is recognised after the job's
+	// actor is gone.
 	Output         json.RawMessage `json:"output,omitempty"`
 	OutputHash     string          `json:"output_hash,omitempty"`
 	SucceededLease string          `json:"succeeded_lease,omitempty"`
 	SucceededSeq   uint64          `json:"succeeded_seq,omitempty"`
+	SucceededNonce string          `json:"succeeded_nonce,omitempty"`
+	Signature      string          `json:"signature,omitempty"`
 	Error          *JobError       `json:"error"`
 	DeadReason     string          `json:"dead_reason,omitempty"`
 	CreatedAt      time.Time       `json:"created_at"`
@@ -158,6 +161,10 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 			j.EventsTruncated = true
 		}
 	case eventlog.JobSucceeded:
+		if j.Lease != nil {
+			j.SucceededNonce = j.Lease.Nonce
+		}
+		j.Signature = e.Signature
 		j.Status, j.Lease, j.Error = StatusSucceeded, nil, nil
 		j.Output, j.OutputHash, j.SucceededLease, j.SucceededSeq = e.Output, e.OutputHash, e.LeaseID, seq
 	case eventlog.JobFailed:

@@ -22,6 +22,7 @@ var commands = []struct {
 	{"admin", "API keys, enroll tokens, quotas", runAdmin},
 	{"bench", "load-generate against a running server", runBench},
 	{"replay", "audit a stopped server's data dir: verify, history, state, export, receipt", runReplay},
+	{"sim", "run the deterministic simulator over seeds, with faults, checking invariants", runSim},
 }
 
 func main() {

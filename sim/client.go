@@ -1,0 +1,207 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/projections"
+)
+
+// client is a program that submits and manages one tenant's jobs over the HTTP API.
+type client struct {
+	s            *Sim
+	name, tenant string
+	jobs         []string          // jobs it was told were accepted
+	keys         map[string]string // idempotency key → the job it names
+	reservations []string
+	n            int
+}
+
+func (c *client) tick() {
+	s := c.s
+	s.after(time.Duration(50+s.workload.IntN(1500))*time.Millisecond, c.name+" acts", func() {
+		if s.phase == phaseSafety {
+			c.act()
+		}
+		if s.phase != phaseLiveness {
+			c.tick()
+		}
+	})
+}
+
+func (c *client) act() {
+	s := c.s
+	switch r := s.workload.IntN(100); {
+	case r < 45:
+		c.submit()
+	case r < 55 && len(c.jobs) > 0:
+		c.cancel(c.jobs[s.workload.IntN(len(c.jobs))], false)
+	case r < 58:
+		if other := s.oracle.jobsOf(c.tenant, true); len(other) > 0 {
+			c.cancel(other[s.workload.IntN(len(other))], true)
+		}
+	case r < 68:
+		c.reserve()
+	case r < 74 && len(c.reservations) > 0:
+		c.release()
+	case r < 82:
+		c.redrive()
+	case r < 88:
+		c.list()
+	case r < 90:
+		c.setQuota()
+	default:
+		c.submit()
+	}
+}
+
+func (c *client) spec() actors.JobSpec {
+	r := c.s.workload
+	c.n++
+	sp := actors.JobSpec{
+		Queue: fmt.Sprintf("q%d", r.IntN(2)), Type: "work", Priority: r.IntN(3) - 1,
+		Payload:     json.RawMessage(fmt.Sprintf(`{"client":%q,"n":%d}`, c.name, c.n)),
+		MaxAttempts: 1 + r.IntN(4), LeaseTTL: time.Duration(5+r.IntN(35)) * time.Second,
+	}
+	if r.IntN(10) == 0 {
+		sp.Delay = time.Duration(1+r.IntN(30)) * time.Second
+	}
+	if r.IntN(2) == 0 {
+		sp.IdempotencyKey = fmt.Sprintf("%s-%d", c.name, c.n)
+	}
+	return sp
+}
+
+func (c *client) submit() {
+	s := c.s
+	r := s.workload
+	n := 1
+	if r.IntN(6) == 0 {
+		n = 2 + r.IntN(3)
+	}
+	specs := make([]actors.JobSpec, n)
+	for i := range specs {
+		specs[i] = c.spec()
+	}
+	if len(c.reservations) > 0 && r.IntN(3) == 0 {
+		specs[0].ReservationID = c.reservations[0]
+		c.reservations = c.reservations[1:]
+	}
+	keyed := specs[0].IdempotencyKey != ""
+	c.send(actors.Submit{Tenant: c.tenant, Jobs: specs}, keyed, 0, s.srv.epoch)
+}
+
+// send submits, and on a timeout submits the same request again: with idempotency keys that
+// is safe, without them it may make a second job, which a client that retries accepts.
+func (c *client) send(m actors.Submit, keyed bool, attempt, epoch int) {
+	s := c.s
+	s.call(c.name, "submit", toRef(actors.TenantRef(c.tenant)), m, func(reply any) {
+		r := reply.(actors.Submitted)
+		if r.Err != nil {
+			if r.Err.Code == actors.CodeQuotaExceeded {
+				s.probe(ProbeQuotaFull)
+			}
+			return
+		}
+		for i, j := range r.Jobs {
+			key := m.Jobs[i].IdempotencyKey
+			if key != "" {
+				if was, ok := c.keys[key]; ok && was != j.ID {
+					s.fail("idempotency", "%s's key %q named job %s, and now job %s", c.name, key, was, j.ID)
+				}
+				c.keys[key] = j.ID
+			}
+			if j.IdempotentHit && s.srv.epoch != epoch {
+				s.probe(ProbeIdempotentAfterCrash)
+			}
+			c.jobs = append(c.jobs, j.ID)
+		}
+	}, func() {
+		if attempt < 3 && (keyed || s.workload.IntN(3) == 0) {
+			c.send(m, keyed, attempt+1, epoch)
+		}
+	})
+}
+
+func (c *client) cancel(jobID string, foreign bool) {
+	s := c.s
+	s.call(c.name, "cancel", toJob(jobID), actors.Cancel{Tenant: c.tenant, JobID: jobID}, func(reply any) {
+		r := reply.(actors.Done)
+		switch {
+		case foreign && (r.Err == nil || r.Err.Code != actors.CodeJobNotFound):
+			s.fail("isolation", "%s of tenant %s cancelled another tenant's job %s: %v", c.name, c.tenant, jobID, r.Err)
+		case foreign:
+			s.probe(ProbeForeignJobRejected)
+		case r.Err != nil && r.Err.Code == actors.CodeJobNotFound:
+			s.fail("durability", "%s's accepted job %s is not found", c.name, jobID)
+		}
+	}, nil)
+}
+
+func (c *client) reserve() {
+	s := c.s
+	ttl := time.Duration(5+s.workload.IntN(115)) * time.Second
+	s.call(c.name, "reserve", toRef(actors.TenantRef(c.tenant)), actors.Reserve{Tenant: c.tenant, TTL: ttl}, func(reply any) {
+		r := reply.(actors.Reserved)
+		if r.Err != nil {
+			if r.Err.Code == actors.CodeQuotaExceeded {
+				s.probe(ProbeQuotaFull)
+			}
+			return
+		}
+		c.reservations = append(c.reservations, r.ID)
+	}, nil)
+}
+
+func (c *client) release() {
+	id := c.reservations[0]
+	c.reservations = c.reservations[1:]
+	c.s.call(c.name, "release", toRef(actors.TenantRef(c.tenant)), actors.Release{Tenant: c.tenant, ID: id}, func(any) {}, nil)
+}
+
+// redrive re-drives one of its dead-lettered jobs, found as GET /v1/jobs?status=failed would.
+func (c *client) redrive() {
+	s := c.s
+	if !s.srv.up {
+		return
+	}
+	dead, _ := s.srv.set.List(projections.JobFilter{Tenant: c.tenant, Status: projections.StatusFailed, Limit: 20}, s.serverNow())
+	if len(dead) == 0 {
+		return
+	}
+	id := dead[s.workload.IntN(len(dead))].ID
+	s.call(c.name, "redrive", toRef(actors.TenantRef(c.tenant)), actors.Redrive{Tenant: c.tenant, JobID: id}, func(reply any) {
+		if reply.(actors.Done).Err == nil {
+			s.probe(ProbeRedrive)
+		}
+	}, nil)
+}
+
+// list reads a page of its jobs, as GET /v1/jobs does; none may be another tenant's.
+func (c *client) list() {
+	s := c.s
+	if !s.srv.up {
+		return
+	}
+	jobs, _ := s.srv.set.List(projections.JobFilter{Tenant: c.tenant, Limit: 50}, s.serverNow())
+	for _, j := range jobs {
+		if j.Tenant != c.tenant {
+			s.fail("isolation", "%s of tenant %s listed job %s of tenant %s", c.name, c.tenant, j.ID, j.Tenant)
+			return
+		}
+	}
+}
+
+func (c *client) setQuota() {
+	s := c.s
+	maxActive, maxRunning := 0, 0
+	if s.workload.IntN(2) == 0 {
+		maxActive = 3 + s.workload.IntN(20)
+	}
+	if s.workload.IntN(2) == 0 {
+		maxRunning = 1 + s.workload.IntN(4)
+	}
+	s.call("admin", "set quota", toRef(actors.TenantRef(c.tenant)), actors.SetQuota{Tenant: c.tenant, MaxActive: maxActive, MaxRunning: maxRunning}, func(any) {}, nil)
+}

@@ -1,0 +1,356 @@
+package sim
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// oracle is the simulator's own fold of the durable log, written apart from the projections so
+// that it can judge them. It sees every record once, in seq order, with the server clock at
+// which the record was decided, and checks the invariants that a single record can break.
+type oracle struct {
+	s            *Sim
+	jobs         map[string]*ojob
+	tenants      map[string]*otenant
+	workers      map[string]oworker
+	reservations map[string]string // id → "active" or how it ended
+	idem         map[string]idemUse
+	lastTime     time.Time
+}
+
+type ojob struct {
+	id, tenant      string
+	status          projections.Status
+	lease           *olease
+	attempt         int
+	maxAttempts     int
+	runAt           time.Time
+	runAtClock      int // clock-jump count when runAt was decided
+	cancelRequested bool
+	terminals       int // terminal events since the submit or the last re-drive
+	dead            bool
+	succeeded       bool
+}
+
+type olease struct{ id, worker, nonce string }
+
+type otenant struct {
+	maxActive    int
+	active       int // non-terminal jobs
+	reservations int // active reservations
+}
+
+type oworker struct{ tenant, publicKey string }
+
+type idemUse struct {
+	jobID string
+	at    time.Time
+}
+
+// IdempotencyTTL is how long an idempotency key names one job (DESIGN §4).
+const IdempotencyTTL = 24 * time.Hour
+
+func newOracle(s *Sim) *oracle {
+	return &oracle{s: s, jobs: map[string]*ojob{}, tenants: map[string]*otenant{}, workers: map[string]oworker{},
+		reservations: map[string]string{}, idem: map[string]idemUse{}}
+}
+
+func (o *oracle) tenant(name string) *otenant {
+	t := o.tenants[name]
+	if t == nil {
+		t = &otenant{}
+		o.tenants[name] = t
+	}
+	return t
+}
+
+func (o *oracle) fail(invariant, format string, args ...any) { o.s.fail(invariant, format, args...) }
+
+// apply folds one durable record. decidedAt is the server clock when its behaviour decided it,
+// clock the number of clock jumps by then (-1: unknown).
+func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt time.Time, clock int) {
+	if at.Before(o.lastTime) {
+		o.fail("chain", "seq %d is stamped %s, before the record ahead of it", seq, at)
+	}
+	o.lastTime = at
+	switch e := p.(type) {
+	case eventlog.JobSubmitted:
+		if o.jobs[e.JobID] != nil {
+			o.fail("transitions", "job %s submitted twice (seq %d)", e.JobID, seq)
+			return
+		}
+		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, status: projections.StatusQueued, maxAttempts: e.MaxAttempts}
+		t := o.tenant(e.Tenant)
+		t.active++
+		if e.IdempotencyKey != "" {
+			k := e.Tenant + "\x00" + e.IdempotencyKey
+			if u, ok := o.idem[k]; ok && at.Sub(u.at) < IdempotencyTTL {
+				o.fail("idempotency", "key %q of tenant %s names job %s and, within its TTL, job %s", e.IdempotencyKey, e.Tenant, u.jobID, e.JobID)
+			}
+			o.idem[k] = idemUse{jobID: e.JobID, at: at}
+		}
+		if e.ReservationID == "" && t.maxActive > 0 && t.active+t.reservations > t.maxActive {
+			o.fail("quota", "tenant %s holds %d active jobs and %d reservations, over max_active %d (seq %d)", e.Tenant, t.active, t.reservations, t.maxActive, seq)
+		}
+	case eventlog.JobScheduled:
+		j := o.job(seq, e.JobID)
+		if j == nil {
+			return
+		}
+		j.status, j.runAt, j.runAtClock = projections.StatusScheduled, e.RunAt, clock
+	case eventlog.JobLeased:
+		o.leased(seq, e, decidedAt, clock)
+	case eventlog.JobLeaseExtended:
+		o.current(seq, e.JobID, e.LeaseID, p)
+	case eventlog.JobProgress:
+		o.current(seq, e.JobID, e.LeaseID, p)
+	case eventlog.JobSucceeded:
+		j := o.current(seq, e.JobID, e.LeaseID, p)
+		if j == nil {
+			return
+		}
+		if w := o.workers[j.lease.worker]; w.publicKey != "" &&
+			!signing.VerifyCompletion(w.publicKey, e.Signature, e.JobID, e.LeaseID, j.lease.nonce, e.OutputHash) {
+			o.fail("completion", "job %s was completed without a valid signature of its worker over the lease's nonce (seq %d)", e.JobID, seq)
+		}
+		if j.succeeded {
+			o.fail("completion", "job %s completed twice (seq %d)", e.JobID, seq)
+		}
+		j.succeeded, j.lease = true, nil
+		o.terminal(seq, j, projections.StatusSucceeded)
+	case eventlog.JobFailed:
+		if j := o.current(seq, e.JobID, e.LeaseID, p); j != nil {
+			j.lease = nil
+		}
+	case eventlog.JobLeaseExpired:
+		if j := o.current(seq, e.JobID, e.LeaseID, p); j != nil {
+			j.lease = nil
+			if e.Reason == "expired" && o.s.workerHolds(e.WorkerID, e.LeaseID) {
+				o.s.probe(ProbeLeaseExpiredWorkerAlive)
+			}
+		}
+	case eventlog.JobRetryScheduled:
+		j := o.job(seq, e.JobID)
+		if j == nil {
+			return
+		}
+		if j.lease != nil || j.status != projections.StatusLeased {
+			o.fail("transitions", "job %s retried while %s with its lease held (seq %d)", e.JobID, j.status, seq)
+		}
+		j.status, j.runAt, j.runAtClock = projections.StatusScheduled, e.RunAt, clock
+	case eventlog.JobDeadLettered:
+		j := o.job(seq, e.JobID)
+		if j == nil {
+			return
+		}
+		if j.lease != nil || j.status != projections.StatusLeased {
+			o.fail("transitions", "job %s dead-lettered while %s with its lease held (seq %d)", e.JobID, j.status, seq)
+		}
+		j.dead = true
+		o.terminal(seq, j, projections.StatusFailed)
+	case eventlog.JobCancelRequested:
+		j := o.job(seq, e.JobID)
+		if j == nil {
+			return
+		}
+		if j.lease == nil || j.status != projections.StatusLeased {
+			o.fail("transitions", "cancel requested for job %s, which is %s (seq %d)", e.JobID, j.status, seq)
+		}
+		j.cancelRequested = true
+		o.s.probe(ProbeCancelWhileLeased)
+	case eventlog.JobCancelled:
+		j := o.job(seq, e.JobID)
+		if j == nil {
+			return
+		}
+		if j.lease != nil || j.status.Terminal() {
+			o.fail("transitions", "job %s cancelled while %s (seq %d)", e.JobID, j.status, seq)
+		}
+		o.terminal(seq, j, projections.StatusCancelled)
+	case eventlog.JobRedriven:
+		j := o.job(seq, e.JobID)
+		if j == nil {
+			return
+		}
+		if !j.dead || j.status != projections.StatusFailed {
+			o.fail("transitions", "job %s re-driven while %s (seq %d)", e.JobID, j.status, seq)
+		}
+		j.status, j.dead, j.terminals, j.maxAttempts, j.runAt = projections.StatusQueued, false, 0, e.MaxAttempts, time.Time{}
+		j.cancelRequested = false
+		o.tenant(j.tenant).active++
+	case eventlog.WorkerRegistered:
+		o.workers[e.WorkerID] = oworker{tenant: e.Tenant, publicKey: e.PublicKey}
+	case eventlog.TenantQuotaSet:
+		o.tenant(e.Tenant).maxActive = e.MaxActive
+	case eventlog.ReservationMade:
+		if _, ok := o.reservations[e.ReservationID]; ok {
+			o.fail("reservations", "reservation %s made twice (seq %d)", e.ReservationID, seq)
+		}
+		o.reservations[e.ReservationID] = "active"
+		t := o.tenant(e.Tenant)
+		t.reservations++
+		if t.maxActive > 0 && t.active+t.reservations > t.maxActive {
+			o.fail("quota", "tenant %s holds %d active jobs and %d reservations, over max_active %d (seq %d)", e.Tenant, t.active, t.reservations, t.maxActive, seq)
+		}
+	case eventlog.ReservationConsumed:
+		o.endReservation(seq, e.Tenant, e.ReservationID, "consumed")
+	case eventlog.ReservationReleased:
+		o.endReservation(seq, e.Tenant, e.ReservationID, "released")
+	case eventlog.ReservationExpired:
+		o.endReservation(seq, e.Tenant, e.ReservationID, "expired")
+	}
+}
+
+func (o *oracle) job(seq uint64, id string) *ojob {
+	j := o.jobs[id]
+	if j == nil {
+		o.fail("transitions", "seq %d names job %s, which was never submitted", seq, id)
+	}
+	return j
+}
+
+// current returns the job if leaseID is its current lease; an event of any other lease is a
+// stale message that changed something.
+func (o *oracle) current(seq uint64, jobID, leaseID string, p eventlog.Payload) *ojob {
+	j := o.job(seq, jobID)
+	if j == nil {
+		return nil
+	}
+	if j.lease == nil || j.lease.id != leaseID {
+		o.fail("lease", "%s for job %s under lease %s, which is not its current lease (seq %d)", p.EventType(), jobID, leaseID, seq)
+		return nil
+	}
+	return j
+}
+
+func (o *oracle) leased(seq uint64, e eventlog.JobLeased, decidedAt time.Time, clock int) {
+	j := o.job(seq, e.JobID)
+	if j == nil {
+		return
+	}
+	switch {
+	case j.lease != nil:
+		o.fail("lease", "job %s leased as %s while lease %s is valid (seq %d)", e.JobID, e.LeaseID, j.lease.id, seq)
+	case j.status != projections.StatusQueued && j.status != projections.StatusScheduled:
+		o.fail("transitions", "job %s leased while %s (seq %d)", e.JobID, j.status, seq)
+	case e.Attempt != j.attempt+1 || e.Attempt > j.maxAttempts:
+		o.fail("attempts", "job %s leased for attempt %d after %d, max_attempts %d (seq %d)", e.JobID, e.Attempt, j.attempt, j.maxAttempts, seq)
+	case o.workers[e.WorkerID].tenant != j.tenant:
+		o.fail("isolation", "job %s of tenant %s leased to worker %s of tenant %q (seq %d)", e.JobID, j.tenant, e.WorkerID, o.workers[e.WorkerID].tenant, seq)
+	case !j.runAt.IsZero() && clock >= 0 && clock == j.runAtClock && decidedAt.Before(j.runAt):
+		o.fail("backoff", "job %s leased at %s, before its run_at %s (seq %d)", e.JobID, decidedAt, j.runAt, seq)
+	}
+	j.lease = &olease{id: e.LeaseID, worker: e.WorkerID, nonce: e.Nonce}
+	j.attempt, j.status = e.Attempt, projections.StatusLeased
+}
+
+func (o *oracle) terminal(seq uint64, j *ojob, status projections.Status) {
+	j.terminals++
+	if j.terminals > 1 {
+		o.fail("terminal", "job %s has a second terminal event (seq %d)", j.id, seq)
+	}
+	j.status = status
+	o.tenant(j.tenant).active--
+}
+
+func (o *oracle) endReservation(seq uint64, tenant, id, how string) {
+	state, ok := o.reservations[id]
+	if !ok || state != "active" {
+		o.fail("reservations", "reservation %s %s, but it was %q (seq %d)", id, how, state, seq)
+		return
+	}
+	o.reservations[id] = how
+	o.tenant(tenant).reservations--
+}
+
+// checkFinal checks what must hold once every job is settled.
+func (o *oracle) checkFinal(set *projections.Set) {
+	for _, id := range slices.Sorted(maps.Keys(o.jobs)) {
+		j := o.jobs[id]
+		if j.terminals != 1 {
+			o.fail("liveness", "job %s ended the run %s with %d terminal events", id, j.status, j.terminals)
+			return
+		}
+		if got := set.JobRef(id); got == nil || got.Status != j.status {
+			o.fail("projections", "job %s is %s in the log and %v in the projections", id, j.status, got)
+			return
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(o.reservations)) {
+		if o.reservations[id] == "active" {
+			o.fail("reservations", "reservation %s never ended", id)
+			return
+		}
+	}
+	o.checkDLQ(set)
+}
+
+// checkDLQ checks that the dead-letter queue holds exactly the dead-lettered jobs.
+func (o *oracle) checkDLQ(set *projections.Set) {
+	want := map[string]bool{}
+	for id, j := range o.jobs {
+		if j.dead {
+			want[id] = true
+		}
+	}
+	got := map[string]bool{}
+	for _, name := range set.TenantNames() {
+		for _, j := range set.DeadLetters(name) {
+			got[j.ID] = true
+		}
+	}
+	if !maps.Equal(want, got) {
+		o.fail("dlq", "the dead-letter queue holds %d jobs; the log dead-lettered %d", len(got), len(want))
+	}
+}
+
+// settled reports whether every job is terminal and every reservation has ended.
+func (o *oracle) settled() bool {
+	for _, j := range o.jobs {
+		if !j.status.Terminal() {
+			return false
+		}
+	}
+	for _, st := range o.reservations {
+		if st == "active" {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *oracle) outcomes() map[string]int {
+	out := map[string]int{}
+	for _, j := range o.jobs {
+		k := string(j.status)
+		if j.dead {
+			k = "dead"
+		}
+		out[k]++
+	}
+	return out
+}
+
+// jobsOf returns the ids of a tenant's jobs, or of every other tenant's, in id order.
+func (o *oracle) jobsOf(tenant string, others bool) []string {
+	var out []string
+	for id, j := range o.jobs {
+		if (j.tenant == tenant) != others {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// leaseOK reports whether an assignment names a durable, current lease.
+func leaseOK(set *projections.Set, a actors.Assignment) bool {
+	j := set.LeasedJob(a.LeaseID)
+	return j != nil && j.ID == a.JobID && j.Lease.Nonce == a.Nonce
+}

@@ -1,0 +1,188 @@
+package sim
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"fmt"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// setup starts the server on an empty disk and builds the seed's population: two or three
+// tenants with quotas, clients, and workers (some with Ed25519 keys) registered before the
+// faults begin.
+func (s *Sim) setup() error {
+	s.srv = newServer(s)
+	s.srv.start()
+	if s.violation != nil {
+		return s.violation
+	}
+	r := s.workload
+	tenants := 2 + r.IntN(2)
+	for t := range tenants {
+		tenant := fmt.Sprintf("t%d", t)
+		for c := range 1 + r.IntN(2) {
+			s.clients = append(s.clients, &client{s: s, name: fmt.Sprintf("%s-c%d", tenant, c), tenant: tenant, keys: map[string]string{}})
+		}
+		if r.IntN(2) == 0 {
+			s.srv.request("admin", actors.TenantRef(tenant), actors.SetQuota{Tenant: tenant, MaxActive: 5 + r.IntN(20), MaxRunning: r.IntN(3)}, func(any) {})
+		}
+		for n := range 1 + r.IntN(3) {
+			queues := []string{"q0", "q1"}[:1+r.IntN(2)]
+			if n == 0 {
+				queues = []string{"q0", "q1"} // so that every queue has a worker
+			}
+			w := &worker{s: s, name: fmt.Sprintf("%s-w%d", tenant, n), tenant: tenant, queues: queues,
+				capacity: 1 + r.IntN(3), leases: map[string]*held{}, acks: map[string]func(wire.Frame){}}
+			reg := actors.RegisterWorker{Tenant: tenant, Name: w.name, Queues: w.queues, Capacity: w.capacity,
+				TokenHash: "sim-" + w.name, ExpiresAt: s.start.Add(365 * 24 * time.Hour)}
+			if r.IntN(2) == 0 {
+				var seed [ed25519.SeedSize]byte
+				for i := range seed {
+					seed[i] = byte(r.Uint32())
+				}
+				w.key = ed25519.NewKeyFromSeed(seed[:])
+				reg.PublicKey = base64.StdEncoding.EncodeToString(w.key.Public().(ed25519.PublicKey))
+			}
+			s.srv.request("admin", actors.TenantRef(tenant), reg, func(reply any) {
+				if r := reply.(actors.Registered); r.Err == nil {
+					w.id = r.WorkerID
+				}
+			})
+			s.workers = append(s.workers, w)
+		}
+	}
+	for s.srv.runnableCount() > 0 || s.srv.committer {
+		if !s.step() {
+			return s.violation
+		}
+	}
+	for _, w := range s.workers {
+		if w.id == "" {
+			return fmt.Errorf("sim: worker %s did not register", w.name)
+		}
+	}
+	s.phase = phaseSafety
+	for _, c := range s.clients {
+		c.tick()
+	}
+	for _, w := range s.workers {
+		w.connect()
+		w.heartbeat()
+	}
+	s.faultTicks()
+	return nil
+}
+
+// faultTicks puts on the clock the faults that strike at a time rather than on a message.
+// Each class ticks on its own stream.
+func (s *Sim) faultTicks() {
+	tick := func(f Fault, mean time.Duration, scale float64, fn func()) {
+		var next func()
+		next = func() {
+			d := time.Duration(s.faultRand[f].Int64N(int64(2 * mean)))
+			s.after(d, "fault tick "+f.String(), func() {
+				if s.phase != phaseSafety {
+					return
+				}
+				if s.strikes(f, scale) {
+					fn()
+				}
+				next()
+			})
+		}
+		next()
+	}
+	pick := func(f Fault) *worker { return s.workers[s.faultRand[f].IntN(len(s.workers))] }
+	tick(FaultServerCrash, 4*time.Second, 0.3, func() {
+		if s.srv.up {
+			s.srv.crash("at a random step")
+		}
+	})
+	tick(FaultPartition, 3*time.Second, 0.3, func() {
+		parties := len(s.workers) + len(s.clients)
+		i := s.faultRand[FaultPartition].IntN(parties)
+		name := ""
+		if i < len(s.workers) {
+			name = s.workers[i].name
+		} else {
+			name = s.clients[i-len(s.workers)].name
+		}
+		d := time.Duration(1+s.faultRand[FaultPartition].IntN(60)) * time.Second
+		s.partitioned[name] = s.now.Add(d)
+		s.record(fmt.Sprintf("partition: %s cut off for %s", name, d))
+	})
+	tick(FaultWorkerCrash, 5*time.Second, 0.3, func() {
+		if w := pick(FaultWorkerCrash); !w.crashed {
+			w.crash()
+		}
+	})
+	tick(FaultPause, 8*time.Second, 0.3, func() {
+		if w := pick(FaultPause); w.alive() {
+			w.pause()
+		}
+	})
+	tick(FaultClock, 6*time.Second, 0.3, func() {
+		d := time.Duration(1+s.faultRand[FaultClock].IntN(120)) * time.Second
+		if s.faultRand[FaultClock].IntN(2) == 0 {
+			d = -d
+		}
+		s.clockOffset += d
+		s.clockJumps++
+		s.record(fmt.Sprintf("clock jumps %s", d))
+	})
+}
+
+// heal ends the safety phase: no more faults or submits; the server is up, partitions are
+// healed, every worker is alive and connecting.
+func (s *Sim) heal() {
+	s.phase = phaseLiveness
+	s.record("heal")
+	clear(s.partitioned)
+	if !s.srv.up {
+		s.srv.start()
+	}
+	for _, w := range s.workers {
+		w.pausedTill = time.Time{}
+		if w.crashed {
+			w.crashed = false
+		}
+		w.connect()
+	}
+}
+
+// settled reports whether the liveness phase is done: every job terminal, every reservation
+// ended, and nothing left to make durable.
+func (s *Sim) settled() bool {
+	v := s.srv
+	return v.up && !v.recovering && len(v.pending) == 0 && !v.committer && v.runnableCount() == 0 && s.oracle.settled()
+}
+
+// final runs the end-of-run checks: liveness, the whole log's chain, index and checkpoint, the
+// live projections against a replay, the dead-letter queue, and what the oracle saw.
+func (s *Sim) final(deadline time.Time) {
+	if !s.settled() {
+		for _, id := range s.oracle.jobsOf("", true) {
+			if j := s.oracle.jobs[id]; !j.status.Terminal() {
+				s.fail("liveness", "job %s is still %s %s after the faults stopped (bound %s)", id, j.status, LivenessBound, deadline.Format(time.RFC3339))
+				return
+			}
+		}
+		s.fail("liveness", "the run did not settle within %s after the faults stopped", LivenessBound)
+		return
+	}
+	v := s.srv
+	if !v.sameAsReplay("the live projections") {
+		return
+	}
+	// A last crash and recovery: the checkpoint plus the tail must equal the full replay too.
+	v.checkpoint()
+	v.crash("final check")
+	v.start()
+	if s.violation != nil {
+		return
+	}
+	s.oracle.checkFinal(v.set)
+}

@@ -1,0 +1,370 @@
+package sim
+
+import (
+	"container/heap"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Fault is a class of injected fault. Each class draws from its own random stream, so turning
+// one off (Config.Off, --shrink) does not shift when the others strike.
+type Fault int
+
+// The fault classes.
+const (
+	FaultDrop        Fault = iota // a message is lost
+	FaultDelay                    // a message takes up to seconds
+	FaultReorder                  // a message is overtaken by later ones (jitter)
+	FaultDup                      // a message arrives twice
+	FaultPartition                // a client or worker is cut off from the server for a while
+	FaultWorkerCrash              // a worker dies, forgets its jobs, and comes back later
+	FaultPause                    // a worker stops past its lease, then goes on as if nothing happened
+	FaultMisbehave                // a worker sends a stale lease, a reused nonce, a bad signature or another tenant's job
+	FaultServerCrash              // the server dies: at any step, mid-commit (unsynced data), after a commit before its replies, or while recovering
+	FaultDisk                     // a WAL write or fsync fails, which stops the server
+	FaultClock                    // the server's clock jumps forward or back
+	faultClasses
+)
+
+var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock"}
+
+func (f Fault) String() string { return faultNames[f] }
+
+// ParseFaults reads a comma-separated list of fault class names.
+func ParseFaults(list string) ([]Fault, error) {
+	var out []Fault
+	for _, name := range strings.Split(list, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		i := slices.Index(faultNames[:], name)
+		if i < 0 {
+			return nil, fmt.Errorf("unknown fault class %q (one of %s)", name, strings.Join(faultNames[:], ", "))
+		}
+		out = append(out, Fault(i))
+	}
+	return out, nil
+}
+
+// Probe counts a rare path the run went through. Over a range of seeds every probe should be
+// hit; one that never is marks a path the simulator does not reach.
+type Probe int
+
+// The probes.
+const (
+	ProbeStaleLeaseRejected Probe = iota
+	ProbeCrashBeforeReply
+	ProbeIdempotentAfterCrash
+	ProbeQuotaFull
+	ProbeLeaseExpiredWorkerAlive
+	ProbeCancelWhileLeased
+	ProbeNonceReplayRejected
+	ProbeRecoveryCrash
+	ProbeBadSignatureRejected
+	ProbeForeignJobRejected
+	ProbeUnsyncedSurvived
+	ProbeRedrive
+	probeCount
+)
+
+var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_append_and_reply", "idempotent_resubmit_after_crash",
+	"quota_full", "lease_expired_worker_alive", "cancel_while_leased", "nonce_replay_rejected", "recovery_crash",
+	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive"}
+
+func (p Probe) String() string { return probeNames[p] }
+
+// Probes lists every probe.
+func Probes() []Probe {
+	out := make([]Probe, probeCount)
+	for i := range out {
+		out[i] = Probe(i)
+	}
+	return out
+}
+
+// Config is one run.
+type Config struct {
+	Seed uint64
+	// Steps is the length of the safety phase, in steps (a message handled, a delivery, a
+	// timer, a commit, a fault). Heal and liveness follow until every job is terminal.
+	Steps int
+	// Off lists fault classes turned off.
+	Off []Fault
+	// Trace, if set, gets every step as a line of text.
+	Trace io.Writer
+}
+
+// Violation is a broken invariant.
+type Violation struct {
+	Invariant string
+	Step      int
+	Detail    string
+	Tail      []string // the last steps before it
+}
+
+func (v *Violation) Error() string {
+	return fmt.Sprintf("invariant %q broken at step %d: %s", v.Invariant, v.Step, v.Detail)
+}
+
+// Result is what a run did.
+type Result struct {
+	Config      Config
+	Steps       int
+	VirtualTime time.Duration
+	Faults      [faultClasses]int
+	Probes      [probeCount]int
+	Outcomes    map[string]int // jobs by final status
+	Records     uint64
+	Trace       string // hex SHA-256 of every step
+	Violation   *Violation
+}
+
+// Summary is the one line `tether sim` prints for a run.
+func (r *Result) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed=%d steps=%d vtime=%s records=%d faults[", r.Config.Seed, r.Steps, r.VirtualTime.Round(time.Millisecond), r.Records)
+	for i, n := range r.Faults {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", Fault(i), n)
+	}
+	b.WriteString("] jobs[")
+	for i, k := range slices.Sorted(maps.Keys(r.Outcomes)) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", k, r.Outcomes[k])
+	}
+	b.WriteString("] probes[")
+	for i, n := range r.Probes {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", Probe(i), n)
+	}
+	fmt.Fprintf(&b, "] trace=%s", r.Trace)
+	return b.String()
+}
+
+// Phases of a run.
+type phase int
+
+const (
+	phaseSetup phase = iota
+	phaseSafety
+	phaseLiveness
+)
+
+// LivenessBound is how much virtual time the liveness phase has to bring every job to a
+// terminal state once the faults stop: the longest backoff chain plus lease expiries, with room.
+const LivenessBound = 3 * time.Hour
+
+// Sim is one run's world: one goroutine, a virtual clock, seeded random streams and a queue of
+// timed items; the server's actors run between items, in an order the scheduler stream picks.
+type Sim struct {
+	cfg   Config
+	off   [faultClasses]bool
+	rates [faultClasses]float64
+
+	workload, network, sched, serverRand *rand.Rand
+	faultRand                            [faultClasses]*rand.Rand
+
+	start       time.Time
+	now         time.Time     // true time; only moves forward
+	clockOffset time.Duration // the server's clock is now + clockOffset
+	clockJumps  int
+	items       itemHeap
+	itemSeq     uint64
+	steps       int
+	phase       phase
+
+	trace hash.Hash
+	tail  []string
+
+	srv     *server
+	oracle  *oracle
+	clients []*client
+	workers []*worker
+	// partitioned holds the parties cut off from the server, until when.
+	partitioned map[string]time.Time
+
+	result    Result
+	violation *Violation
+}
+
+type item struct {
+	at    time.Time
+	seq   uint64
+	label string
+	fn    func()
+}
+
+type itemHeap []*item
+
+func (h itemHeap) Len() int { return len(h) }
+func (h itemHeap) Less(i, j int) bool {
+	if c := h[i].at.Compare(h[j].at); c != 0 {
+		return c < 0
+	}
+	return h[i].seq < h[j].seq
+}
+func (h itemHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *itemHeap) Push(x any)   { *h = append(*h, x.(*item)) }
+func (h *itemHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return it
+}
+
+// stream returns a random stream derived from the seed and a name, independent of the others.
+func stream(seed uint64, name string) *rand.Rand {
+	h := sha256.Sum256([]byte(name))
+	var k uint64
+	for _, b := range h[:8] {
+		k = k<<8 | uint64(b)
+	}
+	return rand.New(rand.NewPCG(seed, k))
+}
+
+func newSim(cfg Config) *Sim {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &Sim{
+		cfg: cfg, start: start, now: start, trace: sha256.New(), partitioned: map[string]time.Time{},
+		workload: stream(cfg.Seed, "workload"), network: stream(cfg.Seed, "network"),
+		sched: stream(cfg.Seed, "sched"), serverRand: stream(cfg.Seed, "server"),
+	}
+	for _, f := range cfg.Off {
+		s.off[f] = true
+	}
+	// Swarm testing: each seed draws which classes strike and how often, every class from its
+	// own stream, so that turning one off changes nothing in the others.
+	for f := range faultClasses {
+		r := stream(cfg.Seed, "fault/"+Fault(f).String())
+		s.faultRand[f] = r
+		if r.IntN(4) == 0 {
+			continue // this seed leaves the class out
+		}
+		s.rates[f] = r.Float64()
+	}
+	s.result.Config = cfg
+	s.oracle = newOracle(s)
+	return s
+}
+
+// at schedules fn at true time t.
+func (s *Sim) at(t time.Time, label string, fn func()) {
+	if t.Before(s.now) {
+		t = s.now
+	}
+	s.itemSeq++
+	heap.Push(&s.items, &item{at: t, seq: s.itemSeq, label: label, fn: fn})
+}
+
+func (s *Sim) after(d time.Duration, label string, fn func()) { s.at(s.now.Add(d), label, fn) }
+
+// serverNow is the server's clock: true time moved by the clock jumps.
+func (s *Sim) serverNow() time.Time { return s.now.Add(s.clockOffset) }
+
+// strikes reports whether a fault of class f strikes now, with chance scale times the seed's
+// rate for the class. It draws from the class's stream whether or not the class is on.
+func (s *Sim) strikes(f Fault, scale float64) bool {
+	hit := s.faultRand[f].Float64() < s.rates[f]*scale
+	if !hit || s.off[f] || s.phase != phaseSafety {
+		return false
+	}
+	s.result.Faults[f]++
+	return true
+}
+
+// probe counts a rare path.
+func (s *Sim) probe(p Probe) { s.result.Probes[p]++ }
+
+// record adds a line to the trace hash and the tail kept for a violation's report.
+func (s *Sim) record(line string) {
+	fmt.Fprintf(s.trace, "%d %s\n", s.now.Sub(s.start), line)
+	if len(s.tail) == tailLen {
+		copy(s.tail, s.tail[1:])
+		s.tail = s.tail[:tailLen-1]
+	}
+	s.tail = append(s.tail, fmt.Sprintf("step %d t=%s %s", s.steps, s.now.Sub(s.start), line))
+	if s.cfg.Trace != nil {
+		fmt.Fprintln(s.cfg.Trace, s.tail[len(s.tail)-1])
+	}
+}
+
+const tailLen = 25
+
+// fail records the first violation; the run stops at the end of the step.
+func (s *Sim) fail(invariant, format string, args ...any) {
+	if s.violation != nil {
+		return
+	}
+	s.violation = &Violation{Invariant: invariant, Step: s.steps, Detail: fmt.Sprintf(format, args...), Tail: slices.Clone(s.tail)}
+}
+
+// step runs one step: a message in an actor's mailbox, or the next item. Between items that
+// fall at the same instant and the actors' work, the scheduler stream picks.
+func (s *Sim) step() bool {
+	runnable := s.srv.runnableCount() > 0
+	due := len(s.items) > 0 && !s.items[0].at.After(s.now)
+	switch {
+	case runnable && (!due || s.sched.IntN(3) != 0):
+		s.srv.runOne()
+	case len(s.items) > 0:
+		it := heap.Pop(&s.items).(*item)
+		s.now = it.at
+		s.record(it.label)
+		it.fn()
+	default:
+		return false
+	}
+	s.steps++
+	return s.violation == nil
+}
+
+// Run runs one seed to its end: setup, the safety phase of cfg.Steps steps with faults, then
+// heal and liveness, checking the invariants all along. It never returns an error for a broken
+// invariant; that is Result.Violation.
+func Run(cfg Config) (res *Result, err error) {
+	s := newSim(cfg)
+	defer s.close()
+	if err := s.setup(); err != nil {
+		return nil, err
+	}
+	s.phase = phaseSafety
+	for s.steps < cfg.Steps && s.step() {
+	}
+	if s.violation == nil {
+		s.heal()
+		deadline := s.now.Add(LivenessBound)
+		for s.violation == nil && !s.settled() && s.now.Before(deadline) && s.step() {
+		}
+		if s.violation == nil {
+			s.final(deadline)
+		}
+	}
+	s.result.Steps = s.steps
+	s.result.VirtualTime = s.now.Sub(s.start)
+	s.result.Outcomes = s.oracle.outcomes()
+	s.result.Records = s.srv.synced.Seq
+	s.result.Trace = hex.EncodeToString(s.trace.Sum(nil))
+	s.result.Violation = s.violation
+	return &s.result, nil
+}
+
+func (s *Sim) close() {
+	if s.srv != nil {
+		s.srv.shutdown()
+	}
+}

@@ -1,0 +1,471 @@
+package sim
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/transport/protocol"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// worker is a remote worker speaking the worker protocol: every frame it sends or gets goes
+// through the real JSON encoding of wire.Frame, and the server side turns frames into commands
+// with the same code as the WebSocket and long-poll handlers (transport/protocol).
+type worker struct {
+	s            *Sim
+	name, tenant string
+	id           string
+	queues       []string
+	capacity     int
+	key          ed25519.PrivateKey // nil: the worker signs nothing
+
+	conn       *wconn
+	connecting bool
+	transport  string
+	crashed    bool
+	pausedTill time.Time
+	leases     map[string]*held // by lease id
+	ended      []*held          // leases that ended without its completion, for stale replays
+	nonces     []string
+	acks       map[string]func(wire.Frame)
+	nSession   int
+	nRef       int
+}
+
+type wconn struct {
+	session string
+	epoch   int
+}
+
+type held struct {
+	jobID, leaseID, nonce string
+	attempt               int
+	completing            bool
+}
+
+func (w *worker) alive() bool { return !w.crashed && !w.s.now.Before(w.pausedTill) }
+
+// encode and decode are the worker protocol's codec: flat JSON objects of wire.Frame.
+func encode(f wire.Frame) []byte {
+	b, err := json.Marshal(f)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func decode(b []byte) wire.Frame {
+	var f wire.Frame
+	if err := json.Unmarshal(b, &f); err != nil {
+		panic(fmt.Sprintf("sim: a frame does not decode: %v", err))
+	}
+	return f
+}
+
+func (w *worker) connect() {
+	s := w.s
+	if w.connecting || w.conn != nil || !w.alive() || s.phase == phaseSetup {
+		return
+	}
+	w.connecting = true
+	w.nSession++
+	session := fmt.Sprintf("%s-s%d", w.name, w.nSession)
+	if w.transport == "" || s.workload.IntN(3) == 0 {
+		// A reconnect may come over the other transport (WebSocket blocked, say).
+		w.transport = []string{"websocket", "longpoll"}[s.workload.IntN(2)]
+	}
+	open := actors.OpenSession{WorkerID: w.id, Transport: w.transport, Capacity: w.capacity}
+	s.call(w.name, "connect "+session, func(v *server) actors.Ref {
+		sink := v.listen("sink/"+session, false, func(msg any) { w.fromServer(v.epoch, session, msg) })
+		v.spawnSession(session, sink)
+		return actors.SessionRef(session)
+	}, open, func(reply any) {
+		w.connecting = false
+		r := reply.(actors.SessionOpened)
+		if r.Err != nil || !w.alive() {
+			s.after(time.Second, w.name+" reconnects", w.connect)
+			return
+		}
+		w.conn = &wconn{session: session, epoch: s.srv.epoch}
+		w.credit()
+	}, func() {
+		w.connecting = false
+		s.after(time.Second, w.name+" reconnects", w.connect)
+	})
+}
+
+// disconnect forgets the connection and dials again soon.
+func (w *worker) disconnect(why string) {
+	if w.conn == nil {
+		return
+	}
+	w.s.record(w.name + " disconnected: " + why)
+	w.conn = nil
+	w.s.after(time.Duration(100+w.s.workload.IntN(900))*time.Millisecond, w.name+" reconnects", w.connect)
+}
+
+// serverCrashed: the connection breaks, and the worker hears of it unless it is cut off.
+func (w *worker) serverCrashed() {
+	if c := w.conn; c != nil {
+		w.s.transmit(w.name, "connection reset", func() {
+			if w.conn == c {
+				w.disconnect("connection reset")
+			}
+		})
+	}
+}
+
+// fromServer carries a frame from the worker's session to the worker.
+func (w *worker) fromServer(epoch int, session string, msg any) {
+	s := w.s
+	var f wire.Frame
+	switch m := msg.(type) {
+	case actors.Assignment:
+		if !leaseOK(s.srv.set, m) {
+			s.fail("durability", "job %s's lease %s was sent to %s before it was durable", m.JobID, m.LeaseID, w.name)
+			return
+		}
+		f = protocol.AssignFrame(m)
+	case actors.CancelNotice:
+		f = protocol.CancelFrame(m)
+	case actors.SessionEnded:
+		s.transmit(w.name, "session ended", func() {
+			if w.conn != nil && w.conn.session == session {
+				w.disconnect("session ended: " + m.Reason)
+			}
+		})
+		return
+	default:
+		return
+	}
+	data := encode(f)
+	s.transmit(w.name, f.Type, func() {
+		if w.conn == nil || w.conn.session != session || w.conn.epoch != epoch || !w.alive() {
+			return // the connection it came on is gone
+		}
+		w.onFrame(decode(data))
+	})
+}
+
+func (w *worker) onFrame(f wire.Frame) {
+	s := w.s
+	switch f.Type {
+	case wire.FrameAssign:
+		if w.leases[f.LeaseID] != nil || slices.ContainsFunc(w.ended, func(h *held) bool { return h.leaseID == f.LeaseID }) {
+			return // a duplicate
+		}
+		h := &held{jobID: f.JobID, leaseID: f.LeaseID, nonce: f.Nonce, attempt: f.Attempt}
+		w.leases[f.LeaseID] = h
+		w.nonces = append(w.nonces, f.Nonce)
+		w.work(h, time.Duration(50+s.workload.IntN(15_000))*time.Millisecond)
+	case wire.FrameCancel:
+		if h := w.leases[f.LeaseID]; h != nil {
+			w.fail(h, "cancelled", false)
+		}
+	case wire.FrameAck:
+		if h := w.acks[f.Ref]; h != nil {
+			delete(w.acks, f.Ref)
+			h(f)
+		}
+	}
+}
+
+// toServer sends a frame on the current connection; onAck gets the ack, if one comes.
+func (w *worker) toServer(f wire.Frame, onAck func(wire.Frame)) {
+	s := w.s
+	c := w.conn
+	if c == nil || !w.alive() {
+		return
+	}
+	if onAck != nil {
+		w.nRef++
+		f.Ref = strconv.Itoa(w.nRef)
+		w.acks[f.Ref] = onAck
+	}
+	data := encode(f)
+	s.transmit(w.name, f.Type, func() {
+		v := s.srv
+		if !v.up || v.epoch != c.epoch {
+			return // the connection died with the server
+		}
+		v.onFrame(w, c.session, decode(data))
+	})
+}
+
+// onFrame is the server's side of a worker's connection, as transport's handlers do it.
+func (v *server) onFrame(w *worker, session string, f wire.Frame) {
+	s := v.s
+	ack := func(r *actors.Rejection, fill func(*wire.Frame)) {
+		a := protocol.Ack(f.Ref, r)
+		if fill != nil {
+			fill(&a)
+		}
+		data := encode(a)
+		epoch := v.epoch
+		s.transmit(w.name, "ack", func() {
+			if w.conn != nil && w.conn.session == session && w.conn.epoch == epoch && w.alive() {
+				w.onFrame(decode(data))
+			}
+		})
+	}
+	switch f.Type {
+	case wire.FrameCredit:
+		v.send(actors.DispatcherRef(), actors.SessionCredit{SessionID: session, N: f.N}, actors.Ref{})
+	case wire.FrameHeartbeat:
+		v.request(w.name, actors.SessionRef(session), actors.Heartbeat{Leases: f.Leases}, func(reply any) {
+			r := reply.(actors.HeartbeatAck)
+			ack(r.Err, func(a *wire.Frame) { a.Cancel, a.Unknown = r.CancelRequested, r.Unknown })
+		})
+	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail:
+		op, err := protocol.WorkerOp(w.id, f.JobID, f)
+		if err != nil {
+			ack(err.(*actors.Rejection), nil)
+			return
+		}
+		v.request(w.name, toJob(f.JobID)(v), op, func(reply any) {
+			s.checkReply(w.name, op, reply)
+			switch r := reply.(type) {
+			case actors.ProgressAck:
+				ack(r.Err, func(a *wire.Frame) { a.Number = r.Number })
+			case actors.Done:
+				ack(r.Err, nil)
+			}
+		})
+	}
+}
+
+func (w *worker) credit() {
+	if free := w.capacity - len(w.leases); free > 0 {
+		w.toServer(wire.Frame{Type: wire.FrameCredit, N: free}, nil)
+	}
+}
+
+// heartbeat runs every HeartbeatInterval: it lists the worker's leases, learns which to cancel
+// or forget, and re-grants credit for free slots (credit lost on the way is not lost for good).
+func (w *worker) heartbeat() {
+	s := w.s
+	s.after(actors.HeartbeatInterval, w.name+" heartbeat", func() {
+		w.heartbeat()
+		if w.conn == nil {
+			w.connect()
+			return
+		}
+		if !w.alive() {
+			return
+		}
+		c := w.conn
+		answered := false
+		w.toServer(wire.Frame{Type: wire.FrameHeartbeat, Leases: slices.Sorted(maps.Keys(w.leases))}, func(a wire.Frame) {
+			answered = true
+			if a.Error != nil {
+				w.disconnect("heartbeat refused: " + a.Error.Code)
+				return
+			}
+			for _, id := range a.Unknown {
+				w.drop(id)
+			}
+			for _, id := range a.Cancel {
+				if h := w.leases[id]; h != nil {
+					w.fail(h, "cancelled", false)
+				}
+			}
+			w.credit()
+		})
+		s.after(actors.HeartbeatInterval, w.name+" heartbeat deadline", func() {
+			if !answered && w.conn == c {
+				w.disconnect("no heartbeat ack")
+			}
+		})
+	})
+}
+
+func (w *worker) drop(leaseID string) {
+	if h := w.leases[leaseID]; h != nil {
+		delete(w.leases, leaseID)
+		if !h.completing {
+			w.ended = append(w.ended, h)
+		}
+	}
+}
+
+// work runs the job for d, then reports: mostly a success, sometimes a failure.
+func (w *worker) work(h *held, d time.Duration) {
+	s := w.s
+	if s.workload.IntN(3) == 0 {
+		s.after(d/2, w.name+" progress", func() {
+			if w.leases[h.leaseID] == h && w.alive() {
+				w.toServer(wire.Frame{Type: wire.FrameEvent, JobID: h.jobID, LeaseID: h.leaseID, EventType: "progress",
+					Data: json.RawMessage(`{"pct":50}`)}, func(wire.Frame) {})
+			}
+		})
+	}
+	s.after(d, w.name+" finishes "+h.jobID, func() {
+		if w.leases[h.leaseID] != h || w.crashed {
+			return
+		}
+		if !w.alive() { // paused: it finishes when it wakes, its lease perhaps long gone
+			w.work(h, w.pausedTill.Sub(s.now)+time.Millisecond)
+			return
+		}
+		if s.strikes(FaultMisbehave, 0.5) {
+			w.misbehave(h)
+		}
+		switch r := s.workload.IntN(20); {
+		case r < 15:
+			w.complete(h)
+		case r < 19:
+			w.fail(h, "boom", true)
+		default:
+			w.fail(h, "bad_input", false)
+		}
+	})
+}
+
+func (w *worker) output(h *held) (json.RawMessage, string) {
+	out := json.RawMessage(fmt.Sprintf(`{"job":%q,"attempt":%d}`, h.jobID, h.attempt))
+	hash, err := signing.OutputHash(out)
+	if err != nil {
+		panic(err)
+	}
+	return out, hash
+}
+
+func (w *worker) sign(jobID, leaseID, nonce, hash string) string {
+	if w.key == nil {
+		return ""
+	}
+	return signing.SignCompletion(w.key, jobID, leaseID, nonce, hash)
+}
+
+// complete reports success.
+func (w *worker) complete(h *held) {
+	out, hash := w.output(h)
+	h.completing = true
+	w.report(h, wire.Frame{Type: wire.FrameComplete, JobID: h.jobID, LeaseID: h.leaseID, Nonce: h.nonce, Output: out,
+		OutputHash: hash, Signature: w.sign(h.jobID, h.leaseID, h.nonce, hash)})
+}
+
+func (w *worker) fail(h *held, code string, retryable bool) {
+	w.report(h, wire.Frame{Type: wire.FrameFail, JobID: h.jobID, LeaseID: h.leaseID, ErrorCode: code, Retryable: &retryable})
+}
+
+// report sends a completion or failure and, while no ack comes, the very same frame again, as
+// a worker must: the server answers an exact repeat of an accepted completion with success.
+func (w *worker) report(h *held, f wire.Frame) {
+	answered := false
+	w.toServer(f, func(a wire.Frame) {
+		answered = true
+		w.settle(h, a)
+	})
+	w.s.after(requestTimeout, w.name+" report timeout", func() {
+		if !answered && w.leases[h.leaseID] == h {
+			w.report(h, f)
+		}
+	})
+}
+
+// settle ends a lease on the server's answer. A worker that did nothing wrong is never told
+// its valid signature is invalid, nor that its own repeated completion conflicts.
+func (w *worker) settle(h *held, a wire.Frame) {
+	if a.Error != nil {
+		switch a.Error.Code {
+		case string(actors.CodeSignatureInvalid), string(actors.CodeCompletionConflict), string(actors.CodeInvalidArgument):
+			w.s.fail("completion", "%s's honest report on job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
+		case string(actors.CodeLeaseMismatch):
+			w.s.probe(ProbeStaleLeaseRejected)
+		}
+	}
+	if w.leases[h.leaseID] == h {
+		delete(w.leases, h.leaseID)
+		w.credit()
+	}
+}
+
+// misbehave sends, before its honest report, one that the server must refuse and that must
+// change nothing: a lease that ended, another lease's nonce, a bad signature, or another
+// tenant's job.
+func (w *worker) misbehave(h *held) {
+	s := w.s
+	out, hash := w.output(h)
+	f := wire.Frame{Type: wire.FrameComplete, JobID: h.jobID, LeaseID: h.leaseID, Nonce: h.nonce, Output: out, OutputHash: hash}
+	var probe Probe
+	var want []actors.Code
+	switch kind := s.faultRand[FaultMisbehave].IntN(4); {
+	case kind == 0 && len(w.ended) > 0:
+		// A lease that ended, named for the job it holds now or for its own job.
+		old := w.ended[s.faultRand[FaultMisbehave].IntN(len(w.ended))]
+		f.LeaseID = old.leaseID
+		if s.faultRand[FaultMisbehave].IntN(2) == 0 {
+			f.JobID, f.Nonce = old.jobID, old.nonce
+		}
+		probe, want = ProbeStaleLeaseRejected, []actors.Code{actors.CodeLeaseMismatch}
+	case kind == 1 && slices.ContainsFunc(w.nonces, func(n string) bool { return n != h.nonce }):
+		i := slices.IndexFunc(w.nonces, func(n string) bool { return n != h.nonce })
+		f.Nonce = w.nonces[i]
+		// COMPLETION_CONFLICT when the honest completion overtook it.
+		probe, want = ProbeNonceReplayRejected, []actors.Code{actors.CodeLeaseMismatch, actors.CodeCompletionConflict}
+	case kind == 2 && w.key != nil:
+		f.Signature = base64.StdEncoding.EncodeToString(append([]byte{1}, ed25519.Sign(w.key, []byte("not the completion"))[1:]...))
+		probe, want = ProbeBadSignatureRejected, []actors.Code{actors.CodeSignatureInvalid, actors.CodeCompletionConflict}
+	default:
+		others := s.oracle.jobsOf(w.tenant, true)
+		if len(others) == 0 {
+			return
+		}
+		f.JobID = others[s.faultRand[FaultMisbehave].IntN(len(others))]
+		probe, want = ProbeForeignJobRejected, []actors.Code{actors.CodeJobNotFound}
+	}
+	if f.Signature == "" {
+		f.Signature = w.sign(f.JobID, f.LeaseID, f.Nonce, hash)
+	}
+	s.record(fmt.Sprintf("%s misbehaves: %s", w.name, probe))
+	w.toServer(f, func(a wire.Frame) {
+		switch {
+		case a.Error == nil:
+			s.fail("stale", "%s's %s on job %s was accepted", w.name, probe, f.JobID)
+		case slices.Contains(want, actors.Code(a.Error.Code)):
+			s.probe(probe)
+		case probe == ProbeForeignJobRejected:
+			s.fail("isolation", "%s's completion of another tenant's job %s was answered %s, not JOB_NOT_FOUND", w.name, f.JobID, a.Error.Code)
+		}
+		// Any other refusal is right too: the lease may have ended while the message travelled.
+	})
+}
+
+// crash kills the worker: it forgets its jobs and comes back after a while.
+func (w *worker) crash() {
+	s := w.s
+	s.record(w.name + " crashes")
+	w.crashed, w.conn, w.connecting = true, nil, false
+	w.leases, w.acks = map[string]*held{}, map[string]func(wire.Frame){}
+	s.after(time.Duration(1+s.faultRand[FaultWorkerCrash].IntN(30))*time.Second, w.name+" restarts", func() {
+		w.crashed = false
+		w.connect()
+	})
+}
+
+// pause freezes the worker past its leases; it then goes on as if no time had passed.
+func (w *worker) pause() {
+	s := w.s
+	d := time.Duration(45+s.faultRand[FaultPause].IntN(40)) * time.Second
+	s.record(fmt.Sprintf("%s pauses for %s", w.name, d))
+	w.pausedTill = s.now.Add(d)
+}
+
+// holds reports whether a worker that is not crashed believes it holds a lease.
+func (s *Sim) workerHolds(workerID, leaseID string) bool {
+	for _, w := range s.workers {
+		if w.id == workerID {
+			return !w.crashed && w.leases[leaseID] != nil
+		}
+	}
+	return false
+}
