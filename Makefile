@@ -7,10 +7,14 @@ ADDR     ?= 127.0.0.1:8080
 # (golang/go#75804, fixed in Go 1.27) and fails with "context deadline exceeded".
 FUZZTIME ?= 150000x
 
-.PHONY: help run test race lint bench fuzz sim
+# The simulator's fixed seed range for CI, and the planted bugs it must catch (actors/mutant*.go).
+SIMSEEDS ?= 1..1000
+MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order
+
+.PHONY: help run test race lint bench fuzz sim sim-mutants
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-6s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 run: ## start the server on the embedded data dir ./tether-data at 127.0.0.1:8080
 	$(GO) build -o bin/tether ./cmd/tether
@@ -40,5 +44,22 @@ fuzz: ## fuzz the record and payload decoders and the frame and job codecs for F
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzSubmitDecodeMatchesStrict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzJobEncodeMatchesEncoder$$' -fuzztime $(FUZZTIME)
 
-sim: ## run the deterministic simulator over a fixed seed range
-	@echo "make sim: the simulator is not built yet (issue 6)"
+sim: ## run the simulator over seeds SIMSEEDS, each twice to check determinism
+	$(GO) build -o bin/tether ./cmd/tether
+	bin/tether sim --seeds $(SIMSEEDS) --check-determinism
+
+sim-mutants: ## build each planted bug (MUTANTS) and check the simulator catches it within 20 seeds
+	@caught=0; total=0; \
+	for m in $(MUTANTS); do \
+		total=$$((total+1)); \
+		$(GO) build -tags mutant_$$m -o bin/tether-mutant ./cmd/tether || exit 1; \
+		if out=$$(bin/tether-mutant sim --seeds 1..20 --check-determinism 2>&1); then \
+			echo "mutant $$m: NOT caught in seeds 1..20"; \
+		else \
+			caught=$$((caught+1)); \
+			echo "mutant $$m: caught: $$(echo "$$out" | grep -m1 '^FAIL')"; \
+		fi; \
+	done; \
+	rm -f bin/tether-mutant; \
+	echo "mutants caught: $$caught/$$total"; \
+	test $$caught -eq $$total

@@ -211,11 +211,20 @@ func (t *Tenant) submit(env Env, m Submit) {
 		// the receipt of the newest of them.
 		t.pipe.whenSettled(func() {
 			var seq uint64
+			lost := false
 			env.Read(func(s *projections.Set) {
 				for _, j := range out {
-					seq = max(seq, s.JobRef(j.ID).SubmitSeq)
+					if jr := s.JobRef(j.ID); jr != nil {
+						seq = max(seq, jr.SubmitSeq)
+					} else {
+						lost = true
+					}
 				}
 			})
+			if lost { // the submit the key named failed to append: the log failed
+				env.Send(reply, Submitted{Err: reject(CodeUnavailable, "the submit this idempotency key names was not made durable; the server is stopping")})
+				return
+			}
 			env.Send(reply, Submitted{Jobs: out, Receipt: Receipt{Seq: seq}})
 		})
 		return

@@ -1,7 +1,41 @@
-// Package sim is tether's deterministic simulator (DESIGN §7): one goroutine, a virtual clock, a
-// seeded PRNG and a queue of deliveries, running the production behaviours, projections and the
-// real log on Pebble's crashable in-memory filesystem under injected faults.
+// Package sim is tether's deterministic simulator (DESIGN §7): `tether sim`.
 //
-// It imports actors, eventlog and projections, never transport's sockets or protoactor. It is
-// built by the simulator issue.
+// A run is one goroutine, a virtual clock, seeded random streams (workload, network, the
+// scheduler, the server's Env, and one per fault class, so that turning a class off does not
+// move the others) and a priority queue of timed items. Into that world it puts:
+//
+//   - the server: the production behaviours (package actors) in per-actor FIFO mailboxes, run
+//     one message at a time in an order the scheduler stream picks; the production projections;
+//     and the production event log on Pebble's crashable in-memory filesystem, committed in
+//     groups as the runtime does, with start-up through the same functions as the runtime
+//     (projections.Rebuild, actors.StaleSessionEnds, actors.ResumedRefs);
+//   - clients of two or three tenants that submit (with and without idempotency keys, in
+//     batches, with reservations), cancel (their jobs and other tenants'), reserve, release,
+//     re-drive, list and set quotas;
+//   - workers, some with Ed25519 keys, that speak the worker protocol: every frame goes through
+//     the JSON encoding of wire.Frame, and the server side turns frames into commands with
+//     transport/protocol, as the WebSocket and long-poll handlers do.
+//
+// Faults, with rates drawn per seed (swarm testing): lost, delayed, reordered and duplicated
+// messages; partitions; worker crashes, pauses past the lease, reconnects over the other
+// transport; misbehaving workers (a lease that ended, another lease's nonce, a bad signature,
+// another tenant's job); server crashes at any step, mid-commit with the records written and
+// not synced (a share of the WAL's unsynced blocks survives), after a commit before its
+// replies, and during recovery; WAL write and sync errors through errorfs; clock jumps both ways.
+//
+// A run has three phases: safety (Config.Steps steps with faults), heal (faults off, server up,
+// workers back), and liveness (every job terminal and every reservation ended within
+// LivenessBound). The invariants are checked as things happen: on every durable record by an
+// oracle, a fold of the log written apart from the projections (oracle.go); on every answer as
+// it leaves the server (net.go, worker.go); after every recovery and every 50 commits against a
+// full replay; and at the end.
+//
+// Determinism is the contract: the same Config gives the same trace hash (a SHA-256 of every
+// step), in any process. Nothing here ranges over a map without sorting, and the only
+// goroutines are Pebble's, which the simulator waits for at every commit. Pebble's own
+// CrashClone draws its random numbers while ranging over maps, so crashClone builds the same
+// cut reproducibly from its synced and full states.
+//
+// sim imports actors, eventlog and projections, and of transport only the socket-free wire
+// types and protocol translation; never protoactor.
 package sim

@@ -530,10 +530,10 @@ type env struct {
 	sender actors.Ref
 }
 
-func (e *env) Now() time.Time       { return e.v.s.serverNow() }
-func (e *env) Rand() *rand.Rand     { return e.v.s.serverRand }
-func (e *env) Log() *zap.Logger     { return zap.NewNop() }
-func (e *env) Sender() actors.Ref   { return e.sender }
+func (e *env) Now() time.Time            { return e.v.s.serverNow() }
+func (e *env) Rand() *rand.Rand          { return e.v.s.serverRand }
+func (e *env) Log() *zap.Logger          { return zap.NewNop() }
+func (e *env) Sender() actors.Ref        { return e.sender }
 func (e *env) Send(to actors.Ref, m any) { e.v.send(to, m, e.c.ref) }
 func (e *env) Forward(to actors.Ref, m any, sender actors.Ref) {
 	e.v.send(to, m, sender)

@@ -38,12 +38,9 @@ func RunTwice(cfg Config) (*Result, error) {
 
 // Shrink makes a failing run smaller while it still fails: it turns off the fault classes one
 // at a time, keeping each off that the failure does not need, then halves the safety phase. It
-// returns the smallest failing run it found.
-func Shrink(failing *Result, determinism bool) (*Result, error) {
-	run := Run
-	if determinism {
-		run = RunTwice
-	}
+// returns the smallest failing run it found. run is Run, or RunTwice for a failure of
+// determinism.
+func Shrink(failing *Result, run func(Config) (*Result, error)) (*Result, error) {
 	best := failing
 	try := func(cfg Config) (bool, error) {
 		r, err := run(cfg)

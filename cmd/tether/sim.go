@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 	"flag"
-	"os"
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -83,7 +83,7 @@ func runSim(args []string) error {
 		failed++
 		report(r)
 		if *shrink {
-			small, err := sim.Shrink(r, *twice)
+			small, err := sim.Shrink(r, run)
 			if err != nil {
 				return err
 			}
@@ -144,4 +144,3 @@ func parseSeedRange(s string) (uint64, uint64, error) {
 	}
 	return first, last, nil
 }
-
