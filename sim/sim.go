@@ -342,7 +342,6 @@ func Run(cfg Config) (res *Result, err error) {
 	if err := s.setup(); err != nil {
 		return nil, err
 	}
-	s.phase = phaseSafety
 	for s.steps < cfg.Steps && s.step() {
 	}
 	if s.violation == nil {
@@ -351,7 +350,7 @@ func Run(cfg Config) (res *Result, err error) {
 		for s.violation == nil && !s.settled() && s.now.Before(deadline) && s.step() {
 		}
 		if s.violation == nil {
-			s.final(deadline)
+			s.final()
 		}
 	}
 	s.result.Steps = s.steps
