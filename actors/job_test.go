@@ -269,6 +269,12 @@ func TestLeaseBelongsToItsWorker(t *testing.T) {
 	thief := one[actors.Registered](t, f.w.Call("admin", actors.TenantRef("acme"), actors.RegisterWorker{Tenant: "acme", Name: "thief", Queues: []string{"q"}, Capacity: 1, ExpiresAt: t0.Add(time.Hour)}))
 	wantCode(t, f.do(actors.Complete{WorkerID: thief.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}).Err, actors.CodeLeaseMismatch)
 	wantCode(t, f.do(actors.Fail{WorkerID: thief.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Code: "x"}).Err, actors.CodeLeaseMismatch)
+	// A worker of another tenant must not learn the job exists, whether it names the job's lease
+	// (the job's actor answers) or another (the dispatcher does).
+	rival := one[actors.Registered](t, f.w.Call("admin", actors.TenantRef("rival"), actors.RegisterWorker{Tenant: "rival", Name: "r", Queues: []string{"q"}, Capacity: 1, ExpiresAt: t0.Add(time.Hour)}))
+	wantCode(t, f.do(actors.Complete{WorkerID: rival.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}).Err, actors.CodeJobNotFound)
+	wantCode(t, f.do(actors.Fail{WorkerID: rival.WorkerID, JobID: a.JobID, LeaseID: "01OTHER", Code: "x"}).Err, actors.CodeJobNotFound)
+	wantCode(t, one[actors.ProgressAck](t, f.w.Call("worker", actors.JobRef(a.JobID), actors.Progress{WorkerID: rival.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Kind: "log"})).Err, actors.CodeJobNotFound)
 	if j := f.job(a.JobID); j.Status != projections.StatusLeased || j.Lease.WorkerID != f.wk {
 		t.Fatalf("job %+v", j)
 	}

@@ -163,6 +163,12 @@ func TestJobRunsToSuccess(t *testing.T) {
 		t.Fatalf("repeat: %+v", d)
 	}
 	wantCode(t, f.complete(as[0], `{"ok":false}`).Err, actors.CodeCompletionConflict)
+	// Only an exact repeat: another nonce or a signature the accepted one did not carry is not.
+	renonced := as[0]
+	renonced.Nonce = "another"
+	wantCode(t, f.complete(renonced, `{"ok": true}`).Err, actors.CodeCompletionConflict)
+	wantCode(t, f.do(actors.Complete{WorkerID: f.wk, JobID: as[0].JobID, LeaseID: as[0].LeaseID, Nonce: as[0].Nonce,
+		Output: json.RawMessage(`{"ok": true}`), Signature: "c2lnbmVk"}).Err, actors.CodeCompletionConflict)
 	other := as[0]
 	other.LeaseID = "01STALE"
 	wantCode(t, f.complete(other, `{"ok":true}`).Err, actors.CodeLeaseMismatch)

@@ -2,6 +2,7 @@ package actors_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,21 @@ func TestIdempotentHitWaitsForDurability(t *testing.T) {
 	if a.Jobs[0].ID != b.Jobs[0].ID || !b.Jobs[0].IdempotentHit || a.Jobs[0].IdempotentHit || b.Receipt.Seq != a.Receipt.Seq {
 		t.Fatalf("a %+v, b %+v", a, b)
 	}
+}
+
+// An idempotent hit on a submit whose append then fails is not answered with a job that never
+// became durable: both callers hear that the log failed.
+func TestIdempotentHitOnAFailedSubmit(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	spec := actors.JobSpec{Queue: "q", Type: "t", IdempotencyKey: "k"}
+	f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External("a"))
+	f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External("b"))
+	f.w.Step()
+	f.w.FailSync(errors.New("injected fsync failure"))
+	f.w.Step()
+	wantCode(t, one[actors.Submitted](t, f.w.Inbox("a")).Err, actors.CodeUnavailable)
+	wantCode(t, one[actors.Submitted](t, f.w.Inbox("b")).Err, actors.CodeUnavailable)
 }
 
 func TestQuotaAndReservations(t *testing.T) {

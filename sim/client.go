@@ -39,7 +39,7 @@ func (c *client) act() {
 	case r < 55 && len(c.jobs) > 0:
 		c.cancel(c.jobs[s.workload.IntN(len(c.jobs))], false)
 	case r < 58:
-		if other := s.oracle.jobsOf(c.tenant, true); len(other) > 0 {
+		if other := s.oracle.foreignJobs(c.tenant); len(other) > 0 {
 			c.cancel(other[s.workload.IntN(len(other))], true)
 		}
 	case r < 68:

@@ -106,18 +106,16 @@ func waitArrived(arrived <-chan struct{}) {
 // same RNG does not give the same clone twice. Here the synced state and the full state come
 // from CrashClone without randomness, and the WAL's unsynced blocks are drawn here, files in
 // name order. Only WAL files get unsynced data: the log's durability is decided there; the
-// tables and MANIFEST are synced by Pebble before anything depends on them. It reports whether
-// any unsynced block was kept.
-func crashClone(mem *vfs.MemFS, dir string, keepPercent int, rng *rand.Rand) (*vfs.MemFS, bool, error) {
+// tables and MANIFEST are synced by Pebble before anything depends on them.
+func crashClone(mem *vfs.MemFS, dir string, keepPercent int, rng *rand.Rand) (*vfs.MemFS, error) {
 	synced := mem.CrashClone(vfs.CrashCloneCfg{})
 	// At 100 % every draw keeps the data, so the order of the draws does not matter.
 	full := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(0, 0))})
 	names, err := full.List(dir)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	slices.Sort(names)
-	kept := false
 	for _, name := range names {
 		if !strings.HasSuffix(name, ".log") {
 			continue
@@ -125,7 +123,7 @@ func crashClone(mem *vfs.MemFS, dir string, keepPercent int, rng *rand.Rand) (*v
 		path := full.PathJoin(dir, name)
 		after, err := readAll(full, path)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		before, err := readAll(synced, path)
 		exists := err == nil
@@ -152,30 +150,29 @@ func crashClone(mem *vfs.MemFS, dir string, keepPercent int, rng *rand.Rand) (*v
 					f, err = synced.Create(path, vfs.WriteCategoryUnspecified)
 				}
 				if err != nil {
-					return nil, false, err
+					return nil, err
 				}
 			}
 			if _, err := f.WriteAt(after[off:end], int64(off)); err != nil {
-				return nil, false, err
+				return nil, err
 			}
-			kept = true
 		}
 		if f != nil {
 			if err := f.Sync(); err != nil {
-				return nil, false, err
+				return nil, err
 			}
 			if err := f.Close(); err != nil {
-				return nil, false, err
+				return nil, err
 			}
 		}
 	}
 	if d, err := synced.OpenDir(dir); err == nil {
 		if err := d.Sync(); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		_ = d.Close()
 	}
-	return synced, kept, nil
+	return synced, nil
 }
 
 func readAll(fs vfs.FS, path string) ([]byte, error) {

@@ -42,8 +42,8 @@ type server struct {
 	cells     map[actors.Ref]*cell
 	runnable  []*cell
 	pending   []*persist
-	committer bool // a commit item is scheduled
-	cancelled map[actors.TimerID]bool
+	committer bool                    // a commit item is scheduled
+	timers    map[actors.TimerID]bool // armed and neither fired nor cancelled
 	timerSeq  actors.TimerID
 	external  map[string]func(any)
 	extSeq    int
@@ -104,7 +104,7 @@ func (v *server) start() {
 	v.set = set
 	v.up, v.recovering = true, true
 	v.cells, v.runnable, v.pending, v.committer = map[actors.Ref]*cell{}, nil, nil, false
-	v.cancelled, v.external = map[actors.TimerID]bool{}, map[string]func(any){}
+	v.timers, v.external = map[actors.TimerID]bool{}, map[string]func(any){}
 	if !v.checkRecovered() {
 		return
 	}
@@ -213,7 +213,7 @@ func (v *server) crash(why string) {
 		s.probe(ProbeRecoveryCrash)
 	}
 	keep := s.faultRand[FaultServerCrash].IntN(101)
-	mem, _, err := crashClone(v.mem, dataDir, keep, s.faultRand[FaultServerCrash])
+	mem, err := crashClone(v.mem, dataDir, keep, s.faultRand[FaultServerCrash])
 	if err != nil {
 		panic(fmt.Sprintf("sim: crash clone: %v", err))
 	}
@@ -549,24 +549,17 @@ func (e *env) After(d time.Duration, msg any) actors.TimerID {
 	v := e.v
 	v.timerSeq++
 	id, epoch, c := v.timerSeq, v.epoch, e.c
+	v.timers[id] = true
 	v.s.after(d, fmt.Sprintf("timer %s %T", refName(c.ref), msg), func() {
-		if v.epoch != epoch {
-			return
+		if v.epoch == epoch && v.timers[id] {
+			delete(v.timers, id)
+			v.enqueue(c, delivery{msg: msg})
 		}
-		if v.cancelled[id] {
-			delete(v.cancelled, id)
-			return
-		}
-		v.enqueue(c, delivery{msg: msg})
 	})
 	return id
 }
 
-func (e *env) Cancel(id actors.TimerID) {
-	if id != 0 {
-		e.v.cancelled[id] = true
-	}
-}
+func (e *env) Cancel(id actors.TimerID) { delete(e.v.timers, id) }
 
 func (e *env) Stop(ref actors.Ref) {
 	if c := e.v.cells[ref]; c != nil {

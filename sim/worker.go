@@ -416,7 +416,7 @@ func (w *worker) misbehave(h *held) {
 		f.Signature = base64.StdEncoding.EncodeToString(append([]byte{1}, ed25519.Sign(w.key, []byte("not the completion"))[1:]...))
 		probe, want = ProbeBadSignatureRejected, []actors.Code{actors.CodeSignatureInvalid, actors.CodeCompletionConflict}
 	default:
-		others := s.oracle.jobsOf(w.tenant, true)
+		others := s.oracle.foreignJobs(w.tenant)
 		if len(others) == 0 {
 			return
 		}

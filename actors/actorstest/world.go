@@ -156,6 +156,16 @@ func (w *World) Sync() {
 	}
 }
 
+// FailSync fails every pending persist, as a failed fsync does: nothing becomes durable, and
+// each actor gets Persisted with Err set.
+func (w *World) FailSync(err error) {
+	pending := w.pending
+	w.pending = nil
+	for _, p := range pending {
+		w.queue = append(w.queue, delivery{to: p.from.ref, cell: p.from, msg: actors.Persisted{Then: p.then, Err: err}, inc: p.inc})
+	}
+}
+
 // Run delivers and syncs until nothing is queued or pending. Timers do not fire; Advance moves
 // the clock.
 func (w *World) Run() {
