@@ -3,36 +3,25 @@ package eventlog
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 )
 
-// syncCounter counts and times every sync that Pebble issues through the filesystem, so the
-// log can report what group commit achieves (events per fsync) and what fsyncs cost.
-type syncCounter struct {
-	syncs atomic.Uint64
-	nanos atomic.Uint64
-}
-
-func (c *syncCounter) observe(start time.Time) {
-	c.syncs.Add(1)
-	c.nanos.Add(uint64(time.Since(start)))
-}
-
-// countingFS wraps a vfs.FS so that every file it hands out reports its syncs to a counter.
+// countingFS wraps a vfs.FS so that every file it hands out reports its syncs to the log's
+// stats, so the log can report what group commit achieves (events per fsync) and what fsyncs
+// cost.
 type countingFS struct {
 	vfs.FS
-	c *syncCounter
+	stats *logStats
 }
 
 func (fs countingFS) wrap(f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return countingFile{File: f, c: fs.c}, nil
+	return countingFile{File: f, stats: fs.stats}, nil
 }
 
 func (fs countingFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
@@ -60,21 +49,21 @@ func (fs countingFS) Unwrap() vfs.FS { return fs.FS }
 
 type countingFile struct {
 	vfs.File
-	c *syncCounter
+	stats *logStats
 }
 
 func (f countingFile) Sync() error {
-	defer f.c.observe(time.Now())
+	defer f.stats.observeSync(time.Now())
 	return f.File.Sync()
 }
 
 func (f countingFile) SyncData() error {
-	defer f.c.observe(time.Now())
+	defer f.stats.observeSync(time.Now())
 	return f.File.SyncData()
 }
 
 func (f countingFile) SyncTo(length int64) (bool, error) {
-	defer f.c.observe(time.Now())
+	defer f.stats.observeSync(time.Now())
 	return f.File.SyncTo(length)
 }
 

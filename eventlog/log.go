@@ -94,20 +94,12 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Stats are counters for metrics and benchmarks.
-type Stats struct {
-	Events   uint64        // records made durable by this process
-	Batches  uint64        // Pebble batches they were committed in
-	Syncs    uint64        // fsyncs the filesystem performed (WAL, MANIFEST and tables)
-	SyncTime time.Duration // total time spent in those fsyncs
-}
-
 // Log is the append-only, hash-chained event log. It is safe for concurrent use.
 type Log struct {
 	db    *pebble.DB
 	lock  *pebble.Lock // held from Open to Close when the store existed before Open
 	opts  Options
-	syncs *syncCounter
+	stats *logStats
 
 	mu sync.Mutex
 	// work is signalled when pending gets a request or the log starts closing; space when
@@ -120,7 +112,6 @@ type Log struct {
 	durable      Head  // INVARIANT: every record with seq <= durable.Seq is fsynced
 	advanced     chan struct{}
 	failed       chan struct{}
-	stats        Stats
 	// abandoned is set when a Pebble write panicked. Pebble may still hold its commit mutex
 	// then, and DB.Close would wait for it forever, so Close leaves the store alone.
 	abandoned atomic.Bool
@@ -139,6 +130,7 @@ type appendReq struct {
 	bytes   int
 	receipt Receipt
 	done    func(Receipt, error)
+	start   time.Time // when it was handed over, for the append latency
 }
 
 // inflight is a Pebble batch applied to the memtable and WAL whose fsync is not yet confirmed.
@@ -154,8 +146,8 @@ type inflight struct {
 // chain from the one before it (ErrChainBroken).
 func Open(dir string, opts Options) (*Log, error) {
 	opts.setDefaults()
-	l := &Log{opts: opts, syncs: &syncCounter{}}
-	fs := countingFS{FS: opts.FS, c: l.syncs}
+	l := &Log{opts: opts, stats: newLogStats()}
+	fs := countingFS{FS: opts.FS, stats: l.stats}
 	if opts.WALPrefill > 0 && !opts.ReadOnly {
 		fs.FS = prefillFS{FS: opts.FS, chunk: opts.WALPrefill}
 	}
@@ -393,7 +385,7 @@ func (l *Log) AppendAsync(events []Event, done func(Receipt, error)) {
 		done(Receipt{}, err)
 		return
 	}
-	l.pending = append(l.pending, &appendReq{events: events, bytes: size, done: done})
+	l.pending = append(l.pending, &appendReq{events: events, bytes: size, done: done, start: time.Now()})
 	l.pendingBytes += size
 	l.work.Signal()
 	l.mu.Unlock()
@@ -536,8 +528,10 @@ func (l *Log) syncLoop() {
 		// what is durable must stay a prefix of what was acknowledged.
 		if err = l.err; err == nil {
 			l.durable = f.head
-			l.stats.Events += f.head.Seq - f.reqs[0].receipt.First + 1
-			l.stats.Batches++
+			n := f.head.Seq - f.reqs[0].receipt.First + 1
+			l.stats.events.Add(n)
+			l.stats.batches.Add(1)
+			l.stats.batchEvents.observe(n)
 			close(l.advanced)
 			l.advanced = make(chan struct{})
 		}
@@ -553,6 +547,7 @@ func (l *Log) finish(reqs []*appendReq, size int, err error) {
 	l.space.Broadcast()
 	l.mu.Unlock()
 	for _, r := range reqs {
+		l.stats.appends.observeDuration(time.Since(r.start))
 		if err != nil {
 			r.done(Receipt{}, err)
 		} else {
@@ -635,16 +630,6 @@ func (l *Log) WaitDurable(ctx context.Context, seq uint64) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// Stats returns the log's counters.
-func (l *Log) Stats() Stats {
-	l.mu.Lock()
-	s := l.stats
-	l.mu.Unlock()
-	s.Syncs = l.syncs.syncs.Load()
-	s.SyncTime = time.Duration(l.syncs.nanos.Load())
-	return s
 }
 
 // Close stops taking appends, commits what was already accepted, and closes the store.

@@ -285,7 +285,9 @@ func (s *Set) OpenSessions() []Worker {
 func (s *Set) Counters() map[string]Counters {
 	out := make(map[string]Counters, len(s.counters))
 	for q, c := range s.counters {
-		out[q] = *c
+		cc := *c
+		cc.AssignLatency.Buckets = slices.Clone(c.AssignLatency.Buckets)
+		out[q] = cc
 	}
 	return out
 }

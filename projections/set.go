@@ -33,7 +33,9 @@ type Set struct {
 	// idemOrder lists idempotency entries by expiry, so expired ones are forgotten in order.
 	idemOrder []idemKey
 	counters  map[string]*Counters // by queue
-	creds     credentials
+	// throughput is each queue's recent finished attempts, by tenant/queue key (waitKey).
+	throughput map[string]*Throughput
+	creds      credentials
 
 	// Derived from the above and rebuilt on restore, never checkpointed.
 	leases  map[string]*Job            // leased jobs by lease id
@@ -104,17 +106,20 @@ type Counters struct {
 	LeaseExpired uint64 `json:"lease_expired"`
 	DeadLettered uint64 `json:"dead_lettered"`
 	Cancelled    uint64 `json:"cancelled"`
+	// AssignLatency: first attempts' wait from ready to leased.
+	AssignLatency LatencyHistogram `json:"assign_latency"`
 }
 
 // New returns an empty Set, the fold of the empty log.
 func New() *Set {
 	s := &Set{
-		jobs:     map[string]*Job{},
-		workers:  map[string]*Worker{},
-		tenants:  map[string]*Tenant{},
-		idem:     map[idemKey]Idempotency{},
-		counters: map[string]*Counters{},
-		creds:    newCredentials(),
+		jobs:       map[string]*Job{},
+		workers:    map[string]*Worker{},
+		tenants:    map[string]*Tenant{},
+		idem:       map[idemKey]Idempotency{},
+		counters:   map[string]*Counters{},
+		throughput: map[string]*Throughput{},
+		creds:      newCredentials(),
 	}
 	s.derive()
 	return s
@@ -252,25 +257,8 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	if wasLeased {
 		endedLease = j.Lease.LeaseID // if this event ends it
 	}
+	s.countStats(at, j, p)
 	j.Fold(seq, at, p)
-	c := s.counter(j.Queue)
-	switch e := p.(type) {
-	case eventlog.JobSucceeded:
-		c.Succeeded++
-	case eventlog.JobFailed:
-		c.Failed++
-	case eventlog.JobLeaseExpired:
-		c.Failed++
-		c.LeaseExpired++
-	case eventlog.JobRetryScheduled:
-		c.Retried++
-	case eventlog.JobDeadLettered:
-		c.DeadLettered++
-	case eventlog.JobCancelled:
-		c.Cancelled++
-	case eventlog.JobSubmitted:
-		panic("projections: job.submitted for a job that exists: " + e.JobID)
-	}
 	t := s.tenant(j.Tenant)
 	if leased := j.Lease != nil; leased != wasLeased {
 		if leased {
@@ -360,16 +348,17 @@ func (s *Set) derive() {
 // checkpoint is the stored form of a Set: everything that is not derived, in a canonical order
 // so that equal Sets encode to equal bytes.
 type checkpoint struct {
-	Seq       uint64               `json:"seq"`
-	Jobs      []*Job               `json:"jobs"`
-	Workers   []*Worker            `json:"workers"`
-	Tenants   []*Tenant            `json:"tenants"`
-	Idem      []idemEntry          `json:"idempotency"`
-	IdemOrder []idemKey            `json:"idempotency_order"`
-	Counters  map[string]*Counters `json:"counters"`
-	APIKeys   []*APIKey            `json:"api_keys"`
-	Enroll    []*EnrollToken       `json:"enroll_tokens"`
-	Version   string               `json:"version"`
+	Seq        uint64               `json:"seq"`
+	Jobs       []*Job               `json:"jobs"`
+	Workers    []*Worker            `json:"workers"`
+	Tenants    []*Tenant            `json:"tenants"`
+	Idem       []idemEntry          `json:"idempotency"`
+	IdemOrder  []idemKey            `json:"idempotency_order"`
+	Counters   map[string]*Counters `json:"counters"`
+	Throughput []*Throughput        `json:"throughput"`
+	APIKeys    []*APIKey            `json:"api_keys"`
+	Enroll     []*EnrollToken       `json:"enroll_tokens"`
+	Version    string               `json:"version"`
 }
 
 type idemEntry struct {
@@ -377,7 +366,10 @@ type idemEntry struct {
 	Idempotency
 }
 
-const checkpointVersion = "tether.projections.v1"
+// checkpointVersion changes with the checkpoint's shape; a checkpoint of another version is
+// unusable, and the server replays the whole log instead (Rebuild). v2 added the assign latency
+// and the throughput.
+const checkpointVersion = "tether.projections.v2"
 
 // CheckpointName is the name under which the server stores the Set's checkpoint in the log,
 // and where `tether replay verify` looks for it.
@@ -404,7 +396,7 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 		value any
 	}{
 		{"workers", c.Workers}, {"tenants", c.Tenants}, {"idempotency", c.Idem},
-		{"idempotency_order", c.IdemOrder}, {"counters", c.Counters}, {"api_keys", c.APIKeys},
+		{"idempotency_order", c.IdemOrder}, {"counters", c.Counters}, {"throughput", c.Throughput}, {"api_keys", c.APIKeys},
 		{"enroll_tokens", c.Enroll}, {"version", c.Version},
 	}
 	fmt.Fprintf(bw, `{"seq":%d,"jobs":`, c.Seq)
@@ -437,7 +429,7 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 
 // checkpointHead is the checkpoint struct without its jobs.
 func (s *Set) checkpointHead() checkpoint {
-	c := checkpoint{Seq: s.seq, Counters: s.counters, IdemOrder: s.idemOrder, Version: checkpointVersion}
+	c := checkpoint{Seq: s.seq, Counters: s.counters, Throughput: s.throughputList(), IdemOrder: s.idemOrder, Version: checkpointVersion}
 	c.Workers = sortedValues(s.workers, func(w *Worker) string { return w.ID })
 	c.Tenants = sortedValues(s.tenants, func(t *Tenant) string { return t.Name })
 	c.APIKeys = sortedValues(s.creds.apiKeys, func(k *APIKey) string { return k.ID })
@@ -487,6 +479,9 @@ func UnmarshalCheckpoint(data []byte) (*Set, error) {
 	if c.Counters != nil {
 		s.counters = c.Counters
 	}
+	for _, t := range c.Throughput {
+		s.throughput[t.Tenant+"\x00"+t.Queue] = t
+	}
 	s.derive()
 	return s, nil
 }
@@ -500,14 +495,15 @@ func sortedValues[V any](m map[string]V, key func(V) string) []V {
 // Clone returns a deep copy of the Set, for a checkpoint written while the original moves on.
 func (s *Set) Clone() *Set {
 	c := &Set{
-		seq:       s.seq,
-		jobs:      make(map[string]*Job, len(s.jobs)),
-		workers:   make(map[string]*Worker, len(s.workers)),
-		tenants:   make(map[string]*Tenant, len(s.tenants)),
-		idem:      maps.Clone(s.idem),
-		idemOrder: slices.Clone(s.idemOrder),
-		counters:  make(map[string]*Counters, len(s.counters)),
-		creds:     s.creds.clone(),
+		seq:        s.seq,
+		jobs:       make(map[string]*Job, len(s.jobs)),
+		workers:    make(map[string]*Worker, len(s.workers)),
+		tenants:    make(map[string]*Tenant, len(s.tenants)),
+		idem:       maps.Clone(s.idem),
+		idemOrder:  slices.Clone(s.idemOrder),
+		counters:   make(map[string]*Counters, len(s.counters)),
+		throughput: make(map[string]*Throughput, len(s.throughput)),
+		creds:      s.creds.clone(),
 	}
 	for id, j := range s.jobs {
 		c.jobs[id] = j.Clone()
@@ -529,7 +525,13 @@ func (s *Set) Clone() *Set {
 	}
 	for q, n := range s.counters {
 		cn := *n
+		cn.AssignLatency.Buckets = slices.Clone(n.AssignLatency.Buckets)
 		c.counters[q] = &cn
+	}
+	for k, t := range s.throughput {
+		ct := *t
+		ct.Slots = slices.Clone(t.Slots)
+		c.throughput[k] = &ct
 	}
 	c.derive()
 	return c

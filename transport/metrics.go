@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/internal/proc"
 )
@@ -61,6 +63,18 @@ func (s *Server) serveMetrics(r *request) error {
 				}
 			}
 		}
+		e.family("tether_assign_latency_seconds", "histogram", "Wait of first attempts from ready (submitted, or run_at) to leased, by queue.")
+		for _, q := range queues {
+			e.histogram("tether_assign_latency_seconds", assignLatency(counters[q].AssignLatency), "queue", q)
+		}
+		dead := 0
+		for _, t := range tenants {
+			for _, q := range stats[t] {
+				dead += q.Dead
+			}
+		}
+		e.family("tether_dlq_size", "gauge", "Dead-lettered jobs waiting for a re-drive, all queues.")
+		e.sample("tether_dlq_size", float64(dead))
 		e.family("tether_leases_active", "gauge", "Valid leases.")
 		e.sample("tether_leases_active", float64(len(set.Leases())))
 		byTransport := map[string]int{"websocket": 0, "longpoll": 0}
@@ -75,19 +89,58 @@ func (s *Server) serveMetrics(r *request) error {
 	st, head := r.b.Log().Stats(), r.b.Head()
 	e.family("tether_log_events_total", "counter", "Events made durable by this process.")
 	e.sample("tether_log_events_total", float64(st.Events))
-	e.family("tether_log_fsyncs_total", "counter", "fsyncs of the event log by this process.")
-	e.sample("tether_log_fsyncs_total", float64(st.Syncs))
-	e.family("tether_log_fsync_seconds_total", "counter", "Time spent in fsyncs of the event log.")
-	e.sample("tether_log_fsync_seconds_total", st.SyncTime.Seconds())
 	e.family("tether_log_head_seq", "gauge", "Seq of the newest durable event.")
 	e.sample("tether_log_head_seq", float64(head.Seq))
+	for _, h := range []struct {
+		name, help string
+		h          eventlog.Histogram
+	}{
+		{"tether_log_append_seconds", "Time from handing events to the log to their being durable (or failed), per append.", st.AppendSeconds},
+		{"tether_log_batch_events", "Events per group commit.", st.BatchEvents},
+		{"tether_log_fsync_seconds", "fsyncs of the event log's files (WAL, MANIFEST, tables).", st.SyncSeconds},
+	} {
+		e.family(h.name, "histogram", h.help)
+		e.histogram(h.name, h.h)
+	}
+	e.family("tether_log_size_bytes", "gauge", "Disk space the event log's store takes.")
+	e.sample("tether_log_size_bytes", float64(r.b.Log().DiskBytes()))
+	ckptSeq, ckptCovers := r.b.Checkpoint()
+	e.family("tether_checkpoint_seq", "gauge", "Seq up to which the newest projection checkpoint covers the log; 0 before the first.")
+	e.sample("tether_checkpoint_seq", float64(ckptSeq))
+	e.family("tether_checkpoint_age_seconds", "gauge", "Age of the newest checkpoint's state: now minus the time of the last record it covers. Absent before the first checkpoint.")
+	if !ckptCovers.IsZero() {
+		e.sample("tether_checkpoint_age_seconds", max(now.Sub(ckptCovers).Seconds(), 0))
+	}
 	if cpu, ok := proc.CPU(); ok {
 		e.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
 		e.sample("process_cpu_seconds_total", cpu.Seconds())
 	}
+	var mem goruntime.MemStats
+	goruntime.ReadMemStats(&mem)
+	e.family("go_goroutines", "gauge", "Number of goroutines that currently exist.")
+	e.sample("go_goroutines", float64(goruntime.NumGoroutine()))
+	e.family("go_memstats_heap_inuse_bytes", "gauge", "Number of heap bytes that are in use.")
+	e.sample("go_memstats_heap_inuse_bytes", float64(mem.HeapInuse))
+	e.family("go_memstats_sys_bytes", "gauge", "Number of bytes obtained from system.")
+	e.sample("go_memstats_sys_bytes", float64(mem.Sys))
 	r.w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, err := r.w.Write(e.buf.Bytes())
 	return err
+}
+
+// assignLatency turns the projection's histogram (per-bucket counts, integer nanoseconds) into
+// the exposition's (cumulative counts, seconds).
+func assignLatency(h projections.LatencyHistogram) eventlog.Histogram {
+	out := eventlog.Histogram{Bounds: projections.AssignLatencyBounds, Counts: make([]uint64, len(projections.AssignLatencyBounds)),
+		Count: h.Count, Sum: float64(h.SumNanos) / 1e9}
+	var running uint64
+	for i := range out.Counts {
+		if i < len(h.Buckets) {
+			running += h.Buckets[i]
+		}
+		out.Counts[i] = running
+	}
+	return out
 }
 
 // exposition builds Prometheus text format.
@@ -113,6 +166,16 @@ func (e *exposition) sample(name string, v float64, labels ...string) {
 	e.buf.WriteByte(' ')
 	e.buf.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
 	e.buf.WriteByte('\n')
+}
+
+// histogram writes a histogram's buckets, sum and count; the family line is the caller's.
+func (e *exposition) histogram(name string, h eventlog.Histogram, labels ...string) {
+	for i, b := range h.Bounds {
+		e.sample(name+"_bucket", float64(h.Counts[i]), slices.Concat(labels, []string{"le", strconv.FormatFloat(b, 'g', -1, 64)})...)
+	}
+	e.sample(name+"_bucket", float64(h.Count), slices.Concat(labels, []string{"le", "+Inf"})...)
+	e.sample(name+"_sum", h.Sum, labels...)
+	e.sample(name+"_count", float64(h.Count), labels...)
 }
 
 // escapeLabel replaces what is not printable ASCII, so that %q escapes only backslash and

@@ -71,6 +71,8 @@ type Broker struct {
 	// lastCheckpoint is the seq of the newest checkpoint; checkpointing is set while one is
 	// being written in the background, and checkpoints waits for it.
 	lastCheckpoint atomic.Uint64
+	// checkpointTime is the time of the record at lastCheckpoint (Unix nanoseconds; 0: none).
+	checkpointTime atomic.Int64
 	checkpointing  atomic.Bool
 	checkpoints    sync.WaitGroup
 
@@ -136,7 +138,7 @@ func (b *Broker) rebuildProjections() error {
 		return err
 	}
 	b.set = set
-	b.lastCheckpoint.Store(from)
+	b.noteCheckpoint(from)
 	b.log.Info("projections rebuilt", zap.Uint64("checkpoint_seq", from), zap.Uint64("head_seq", b.set.Seq()),
 		zap.Uint64("replayed", b.set.Seq()-from), zap.Duration("took", time.Since(start)))
 	return nil
@@ -324,9 +326,31 @@ func (b *Broker) checkpoint(s *projections.Set) error {
 	if err := b.elog.SaveCheckpoint(projections.CheckpointName, s.Seq(), data); err != nil {
 		return err
 	}
-	b.lastCheckpoint.Store(s.Seq())
+	b.noteCheckpoint(s.Seq())
 	b.log.Info("checkpoint saved", zap.Uint64("seq", s.Seq()), zap.Int("bytes", len(data)), zap.Duration("took", time.Since(start)))
 	return nil
+}
+
+// noteCheckpoint records that the newest checkpoint covers the records up to seq.
+func (b *Broker) noteCheckpoint(seq uint64) {
+	b.lastCheckpoint.Store(seq)
+	if seq == 0 {
+		b.checkpointTime.Store(0)
+		return
+	}
+	if r, err := b.elog.Get(seq); err == nil {
+		b.checkpointTime.Store(r.Time.UnixNano())
+	}
+}
+
+// Checkpoint says what the newest checkpoint covers: the records up to seq, the last of them
+// written at covers. It is zero before the first checkpoint.
+func (b *Broker) Checkpoint() (seq uint64, covers time.Time) {
+	seq = b.lastCheckpoint.Load()
+	if n := b.checkpointTime.Load(); n != 0 {
+		covers = time.Unix(0, n).UTC()
+	}
+	return seq, covers
 }
 
 // send delivers a message to the actor a Ref names, spawning tenant and job actors on first

@@ -272,7 +272,7 @@ wait:
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
 		Errors: int(errs.Load() + failed.Load()),
 		Events: after["tether_log_events_total"] - before["tether_log_events_total"],
-		Fsyncs: after["tether_log_fsyncs_total"] - before["tether_log_fsyncs_total"]}
+		Fsyncs: after["tether_log_fsync_seconds_count"] - before["tether_log_fsync_seconds_count"]}
 	if paced {
 		res.Mode = "paced"
 	}

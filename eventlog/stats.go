@@ -1,0 +1,112 @@
+package eventlog
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stats are what the log has done since Open, for metrics and benchmarks.
+type Stats struct {
+	Events   uint64        // records made durable by this process
+	Batches  uint64        // Pebble batches they were committed in
+	Syncs    uint64        // fsyncs the filesystem performed (WAL, MANIFEST and tables)
+	SyncTime time.Duration // total time spent in those fsyncs
+
+	// AppendSeconds: from an append's hand-over to its completion (durable or failed).
+	AppendSeconds Histogram
+	// BatchEvents: events per committed batch; what group commit achieves.
+	BatchEvents Histogram
+	// SyncSeconds: each fsync the filesystem performed.
+	SyncSeconds Histogram
+}
+
+// Histogram is a snapshot of a distribution in Prometheus's shape: Counts[i] is how many
+// observations were at most Bounds[i] (cumulative), Count how many there were in all, Sum their
+// total.
+type Histogram struct {
+	Bounds []float64
+	Counts []uint64
+	Count  uint64
+	Sum    float64
+}
+
+// Bucket bounds. Latencies run from a page-cache write (tens of µs) to a stalled disk (seconds).
+var (
+	latencyBounds = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+	batchBounds   = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
+)
+
+// histogram records observations without locks: one atomic add per bucket and one for the sum.
+// Values are integers in unit (nanoseconds, or events); snapshots scale them.
+type histogram struct {
+	bounds []uint64 // in unit
+	unit   float64  // seconds (or events) per integer
+	counts []atomic.Uint64
+	sum    atomic.Uint64
+}
+
+func newHistogram(bounds []float64, unit float64) *histogram {
+	h := &histogram{unit: unit, counts: make([]atomic.Uint64, len(bounds)+1)}
+	for _, b := range bounds {
+		h.bounds = append(h.bounds, uint64(b/unit+0.5))
+	}
+	return h
+}
+
+func (h *histogram) observe(v uint64) {
+	i := 0
+	for i < len(h.bounds) && v > h.bounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sum.Add(v)
+}
+
+func (h *histogram) observeDuration(d time.Duration) { h.observe(uint64(max(d, 0))) }
+
+func (h *histogram) snapshot() Histogram {
+	s := Histogram{Bounds: make([]float64, len(h.bounds)), Counts: make([]uint64, len(h.bounds))}
+	for i, b := range h.bounds {
+		s.Bounds[i] = float64(b) * h.unit
+		s.Count += h.counts[i].Load()
+		s.Counts[i] = s.Count
+	}
+	s.Count += h.counts[len(h.bounds)].Load()
+	s.Sum = float64(h.sum.Load()) * h.unit
+	return s
+}
+
+// logStats are the log's live recorders; syncs are counted by the filesystem wrapper (fs.go).
+type logStats struct {
+	events, batches atomic.Uint64
+	appends         *histogram
+	batchEvents     *histogram
+	syncs           *histogram
+}
+
+func newLogStats() *logStats {
+	return &logStats{
+		appends:     newHistogram(latencyBounds, 1e-9),
+		batchEvents: newHistogram(batchBounds, 1),
+		syncs:       newHistogram(latencyBounds, 1e-9),
+	}
+}
+
+func (s *logStats) observeSync(start time.Time) { s.syncs.observeDuration(time.Since(start)) }
+
+// Stats returns the log's counters and distributions.
+func (l *Log) Stats() Stats {
+	syncs := l.stats.syncs.snapshot()
+	return Stats{
+		Events:        l.stats.events.Load(),
+		Batches:       l.stats.batches.Load(),
+		Syncs:         syncs.Count,
+		SyncTime:      time.Duration(syncs.Sum * 1e9),
+		AppendSeconds: l.stats.appends.snapshot(),
+		BatchEvents:   l.stats.batchEvents.snapshot(),
+		SyncSeconds:   syncs,
+	}
+}
+
+// DiskBytes is the space the store takes on disk: tables, WAL and MANIFEST.
+func (l *Log) DiskBytes() uint64 { return l.db.Metrics().DiskSpaceUsage() }

@@ -1,0 +1,114 @@
+package transport_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/internal/testtool"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// scrapeMetrics returns /metrics's body and its samples by series ("name{labels}").
+func scrapeMetrics(t *testing.T, url string) ([]byte, map[string]float64) {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Fatalf("/metrics Content-Type %q", ct)
+	}
+	samples := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("sample %q: %v", line, err)
+		}
+		samples[line[:i]] = v
+	}
+	return body, samples
+}
+
+// TestMetricsAfterWork runs jobs to success and to the dead-letter queue, then checks that
+// promtool accepts /metrics and that the figures say what happened.
+func TestMetricsAfterWork(t *testing.T) {
+	t.Parallel()
+	promtool := testtool.Find(t, "promtool")
+	h := start(t, transport.AuthNone)
+	c := client.New(h.url, "", nil)
+	w, _, ok, a := h.leased(c)
+	if ack := w.ack(wire.Frame{Type: wire.FrameComplete, JobID: ok.ID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`1`)}); !*ack.OK {
+		t.Fatalf("complete: %+v", ack)
+	}
+	w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
+	dead := submit(t, c, `{}`)
+	a = w.assignment()
+	no := false
+	if ack := w.ack(wire.Frame{Type: wire.FrameFail, JobID: dead.ID, LeaseID: a.LeaseID, ErrorCode: "boom", Retryable: &no}); !*ack.OK {
+		t.Fatalf("fail: %+v", ack)
+	}
+	if j := await(t, c, dead.ID); j.Status != "failed" {
+		t.Fatalf("job %+v, want it dead-lettered", j)
+	}
+	submit(t, c, `{}`) // left queued: the worker has no credit
+
+	body, got := scrapeMetrics(t, h.url)
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s\n--- exposition:\n%s", err, out, body)
+	}
+	for series, want := range map[string]float64{
+		`tether_jobs_submitted_total{queue="q"}`:                    3,
+		`tether_jobs_succeeded_total{queue="q"}`:                    1,
+		`tether_jobs_failed_total{queue="q"}`:                       1,
+		`tether_jobs_dead_lettered_total{queue="q"}`:                1,
+		`tether_jobs_cancelled_total{queue="q"}`:                    0,
+		`tether_queue_depth{tenant="default",queue="q"}`:            1,
+		`tether_queue_dead{tenant="default",queue="q"}`:             1,
+		`tether_dlq_size`:                                           1,
+		`tether_leases_active`:                                      0,
+		`tether_workers_connected{transport="websocket"}`:           1,
+		`tether_workers_connected{transport="longpoll"}`:            0,
+		`tether_assign_latency_seconds_count{queue="q"}`:            2,
+		`tether_assign_latency_seconds_bucket{queue="q",le="+Inf"}`: 2,
+	} {
+		if v, ok := got[series]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
+		}
+	}
+	for _, h := range []string{"tether_log_append_seconds", "tether_log_batch_events", "tether_log_fsync_seconds"} {
+		if got[h+"_count"] < 1 || got[h+`_bucket{le="+Inf"}`] != got[h+"_count"] {
+			t.Errorf("%s: count %v, +Inf bucket %v", h, got[h+"_count"], got[h+`_bucket{le="+Inf"}`])
+		}
+	}
+	if got["tether_log_batch_events_sum"] != got["tether_log_events_total"] {
+		t.Errorf("events in batches %v, events made durable %v", got["tether_log_batch_events_sum"], got["tether_log_events_total"])
+	}
+	if got["tether_log_size_bytes"] <= 0 || got["tether_log_head_seq"] < 8 {
+		t.Errorf("log size %v, head %v", got["tether_log_size_bytes"], got["tether_log_head_seq"])
+	}
+	if _, ok := got["tether_checkpoint_seq"]; !ok {
+		t.Error("no tether_checkpoint_seq")
+	}
+}
