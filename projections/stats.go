@@ -81,7 +81,9 @@ func (t *Throughput) PerMinute(now time.Time) []MinuteCounts {
 }
 
 // slotOf is a minute's place in the ring, for minutes before 1970 too.
-func slotOf(minute int64) int64 { return (minute%ThroughputWindow + ThroughputWindow) % ThroughputWindow }
+func slotOf(minute int64) int64 {
+	return (minute%ThroughputWindow + ThroughputWindow) % ThroughputWindow
+}
 
 func (s *Set) throughputOf(j *Job) *Throughput {
 	k := waitKey(j)
