@@ -11,7 +11,7 @@ FUZZTIME ?= 150000x
 SIMSEEDS ?= 1..1000
 MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order
 
-.PHONY: help run test race lint bench fuzz sim sim-mutants
+.PHONY: help run deps test race lint bench fuzz sim sim-mutants
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,9 +20,12 @@ run: ## start the server on the embedded data dir ./tether-data at 127.0.0.1:808
 	$(GO) build -o bin/tether ./cmd/tether
 	exec bin/tether server --data $(DATA) --addr $(ADDR)
 
-test: ## vet and run every test (conformance, 200-seed crash, fault and fuzz-corpus tests)
+deps: ## install the Debian packages tests drive: promtool, chromium, chromedriver (.ci/deps)
+	bash .ci/deps
+
+test: deps ## vet and run every test (conformance, crash, fault, fuzz-corpus, promtool and browser tests)
 	$(GO) vet ./...
-	$(GO) test ./...
+	TETHER_REQUIRE_TOOLS=1 $(GO) test ./...
 
 race: ## run every test under the race detector
 	$(GO) test -race ./...

@@ -74,9 +74,11 @@ func (f countingFile) SyncTo(length int64) (bool, error) {
 type pebbleLogger struct{ log *zap.SugaredLogger }
 
 func (l pebbleLogger) Infof(format string, args ...any)  { l.log.Debugf(format, args...) }
-func (l pebbleLogger) Errorf(format string, args ...any) { l.log.Errorf(format, args...) }
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Errorw(fmt.Sprintf(format, args...), "code", "STORAGE_ERROR")
+}
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	l.log.Error(msg)
+	l.log.Errorw(msg, "code", "STORAGE_FATAL")
 	panic(errors.New("pebble: " + msg))
 }

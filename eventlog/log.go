@@ -587,7 +587,8 @@ func (l *Log) fail(err error) {
 
 func (l *Log) failLocked(err error) {
 	l.err = fmt.Errorf("%w: %w", ErrFailed, err)
-	l.opts.Logger.Error("event log failed; no further appends will be acknowledged", zap.Error(err))
+	l.opts.Logger.Error("event log failed; no further appends will be acknowledged", zap.String("code", "EVENT_LOG_FAILED"),
+		zap.Uint64("durable_seq", l.durable.Seq), zap.Error(err))
 	close(l.failed)
 	l.space.Broadcast()
 }

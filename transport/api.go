@@ -121,11 +121,27 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 		if err != nil {
 			e := toAPIError(err)
 			if e.status >= 500 {
-				s.log.Warn("request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("code", e.code), zap.String("error", e.message))
+				s.log.Error("request failed", requestFields(r, p, zap.String("code", e.code), zap.String("error", e.message))...)
 			}
 			writeError(w, e)
 		}
 	})
+}
+
+// requestFields names a request in a log line: its route, and the tenant, worker and job it
+// concerns. Never its headers or body, which carry credentials and payloads.
+func requestFields(r *http.Request, p principal, fields ...zap.Field) []zap.Field {
+	fields = append(fields, zap.String("method", r.Method), zap.String("path", r.URL.Path))
+	if p.tenant != "" {
+		fields = append(fields, zap.String("tenant", p.tenant))
+	}
+	if p.worker.ID != "" {
+		fields = append(fields, zap.String("worker_id", p.worker.ID))
+	}
+	if id := r.PathValue("id"); id != "" && strings.Contains(r.Pattern, "/jobs/{id}") {
+		fields = append(fields, zap.String("job_id", id))
+	}
+	return fields
 }
 
 func credentialInQuery(q url.Values) bool {

@@ -54,7 +54,7 @@ func (s *Server) connect(r *request) error {
 	}
 	s.conns.Add(1)
 	defer s.conns.Done()
-	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, log: s.log.With(zap.String("worker", r.by.worker.ID)),
+	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, log: s.log.With(zap.String("worker_id", r.by.worker.ID)),
 		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax)}
 	c.serve()
 	return nil
@@ -199,7 +199,8 @@ func closeCodeOf(reason string) (int, string) {
 func (c *wsConn) write(f wire.Frame) bool {
 	data, err := c.encoder.Encode(f)
 	if err != nil {
-		c.log.Error("a frame could not be encoded", zap.String("type", f.Type), zap.Error(err))
+		c.log.Error("a frame could not be encoded", zap.String("code", "FRAME_UNENCODABLE"), zap.String("type", f.Type),
+			zap.String("job_id", f.JobID), zap.Error(err))
 		return true
 	}
 	_ = c.conn.SetWriteDeadline(time.Now().Add(frameWriteWait))

@@ -132,7 +132,7 @@ func Open(cfg Config) (*Broker, error) {
 func (b *Broker) rebuildProjections() error {
 	start := time.Now()
 	set, from, err := projections.Rebuild(b.elog, func(err error) {
-		b.log.Warn("checkpoint unusable; replaying the whole log", zap.Error(err))
+		b.log.Warn("checkpoint unusable; replaying the whole log", zap.String("code", "CHECKPOINT_UNUSABLE"), zap.Error(err))
 	})
 	if err != nil {
 		return err
@@ -151,7 +151,8 @@ func (b *Broker) startActors() {
 	}))
 	b.system.EventStream.Subscribe(func(evt any) {
 		if e, ok := evt.(*actor.SupervisorEvent); ok {
-			b.log.Error("supervisor acted on a failure", zap.Stringer("actor", e.Child), zap.Any("reason", e.Reason), zap.Stringer("directive", e.Directive))
+			b.log.Error("supervisor acted on a failure", zap.String("code", "ACTOR_SUPERVISED"), zap.Stringer("actor", e.Child),
+				zap.Any("reason", e.Reason), zap.Stringer("directive", e.Directive))
 		}
 	})
 	// One OneForOne supervisor (a protoactor guardian) per kind of actor: a failing actor is
@@ -265,7 +266,8 @@ func (b *Broker) commit(to *actor.PID, incarnation uint64, payloads []eventlog.P
 		for i, p := range payloads {
 			if err := b.set.Apply(r.First+uint64(i), r.Time, p); err != nil {
 				b.mu.Unlock()
-				b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree", zap.Error(err))
+				b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree",
+					zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", r.First+uint64(i)), zap.String("stream", eventlog.StreamOf(p)), zap.Error(err))
 			}
 		}
 		b.mu.Unlock()
@@ -311,7 +313,7 @@ func (b *Broker) maybeCheckpoint() {
 		defer b.checkpoints.Done()
 		defer b.checkpointing.Store(false)
 		if err := b.checkpoint(snapshot); err != nil {
-			b.log.Error("checkpoint failed", zap.Error(err))
+			b.log.Error("checkpoint failed", zap.String("code", "CHECKPOINT_FAILED"), zap.Uint64("seq", snapshot.Seq()), zap.Error(err))
 		}
 	}()
 }

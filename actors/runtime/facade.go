@@ -274,7 +274,8 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 		select {
 		case frames <- m:
 		default:
-			b.log.Error("a worker connection stopped reading; its session is closed", zap.String("session", id))
+			b.log.Error("a worker connection stopped reading; its session is closed",
+				zap.String("code", "SESSION_STALLED"), zap.String("worker_id", workerID), zap.String("session_id", id))
 			b.send(ref, envelope{msg: actors.CloseSession{Reason: "closed"}})
 			return
 		}

@@ -65,7 +65,20 @@ type host struct {
 }
 
 func newHost(b *Broker, ref actors.Ref, make func() actors.Behaviour) *host {
-	return &host{b: b, ref: ref, make: make, log: b.kindLogs[ref.Kind]}
+	return &host{b: b, ref: ref, make: make}
+}
+
+// refField names what an actor concerns in its log lines: job_id, session_id or tenant.
+func refField(ref actors.Ref) zap.Field {
+	switch ref.Kind {
+	case actors.RefJob:
+		return zap.String("job_id", ref.ID)
+	case actors.RefSession:
+		return zap.String("session_id", ref.ID)
+	case actors.RefTenant:
+		return zap.String("tenant", ref.ID)
+	}
+	return zap.Skip()
 }
 
 func kindName(k actors.RefKind) string {
@@ -87,8 +100,8 @@ func (h *host) Receive(c actor.Context) {
 	h.ctx = c
 	defer func() {
 		if r := recover(); r != nil {
-			h.log.Error("behaviour panicked; its supervisor restarts it",
-				zap.String("actor", h.ref.ID), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+			h.Log().Error("behaviour panicked; its supervisor restarts it",
+				zap.String("code", "ACTOR_PANIC"), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
 			panic(r)
 		}
 	}()
@@ -154,7 +167,14 @@ func (h *host) Rand() *rand.Rand {
 	}
 	return h.rand
 }
-func (h *host) Log() *zap.Logger   { return h.log }
+// Log returns the actor's logger, named for its kind and carrying its id; made on first use,
+// because most actors never log.
+func (h *host) Log() *zap.Logger {
+	if h.log == nil {
+		h.log = h.b.kindLogs[h.ref.Kind].With(refField(h.ref))
+	}
+	return h.log
+}
 func (h *host) Sender() actors.Ref { return h.sender }
 
 func (h *host) Persist(events []eventlog.Payload, then any) {

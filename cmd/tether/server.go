@@ -90,7 +90,9 @@ func runServer(args []string) error {
 		if !loopback(*pprofAddr) {
 			return fmt.Errorf("--pprof-addr %q: profiles are served on loopback addresses only", *pprofAddr)
 		}
-		go func() { log.Warn("pprof stopped", zap.Error(http.ListenAndServe(*pprofAddr, pprofMux()))) }()
+		go func() {
+			log.Warn("pprof stopped", zap.String("code", "PPROF_STOPPED"), zap.Error(http.ListenAndServe(*pprofAddr, pprofMux())))
+		}()
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -156,7 +158,7 @@ func runServer(args []string) error {
 	ctx, done := context.WithTimeout(context.Background(), 10*time.Second)
 	defer done()
 	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Warn("http shutdown", zap.Error(err))
+		log.Warn("http shutdown did not finish in time", zap.String("code", "SHUTDOWN_TIMEOUT"), zap.Error(err))
 	}
 	if broker != nil {
 		runErr = errors.Join(runErr, broker.Close())
