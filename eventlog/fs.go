@@ -73,7 +73,7 @@ func (f countingFile) SyncTo(length int64) (bool, error) {
 // say) is not recovered and ends the process: a storage failure stops the server.
 type pebbleLogger struct{ log *zap.SugaredLogger }
 
-func (l pebbleLogger) Infof(format string, args ...any)  { l.log.Debugf(format, args...) }
+func (l pebbleLogger) Infof(format string, args ...any) { l.log.Debugf(format, args...) }
 func (l pebbleLogger) Errorf(format string, args ...any) {
 	l.log.Errorw(fmt.Sprintf(format, args...), "code", "STORAGE_ERROR")
 }

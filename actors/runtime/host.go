@@ -167,6 +167,7 @@ func (h *host) Rand() *rand.Rand {
 	}
 	return h.rand
 }
+
 // Log returns the actor's logger, named for its kind and carrying its id; made on first use,
 // because most actors never log.
 func (h *host) Log() *zap.Logger {
