@@ -29,15 +29,17 @@ type JobFilter struct {
 	Queue  string
 	Type   string
 	// After is the id of the last job of the previous page; ids are ULIDs, so pages run in
-	// submission order.
-	After string
-	Limit int
+	// submission order, or its reverse with Newest.
+	After  string
+	Limit  int
+	Newest bool // newest first
 }
 
 // ListLimitMax caps one page of List.
 const ListLimitMax = 1000
 
-// List returns one page of a tenant's jobs in id order and whether more follow.
+// List returns one page of a tenant's jobs in id order (reversed with f.Newest) and whether more
+// follow.
 func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 	limit := f.Limit
 	if limit <= 0 || limit > ListLimitMax {
@@ -47,12 +49,15 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 	for _, j := range s.jobs {
 		if (f.Tenant != "" && j.Tenant != f.Tenant) || (f.Queue != "" && j.Queue != f.Queue) ||
 			(f.Type != "" && j.Type != f.Type) || (f.Status != "" && j.StatusAt(now) != f.Status) ||
-			(f.After != "" && j.ID <= f.After) {
+			(f.After != "" && !f.Newest && j.ID <= f.After) || (f.After != "" && f.Newest && j.ID >= f.After) {
 			continue
 		}
 		out = append(out, j)
 	}
 	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })
+	if f.Newest {
+		slices.Reverse(out)
+	}
 	more := len(out) > limit
 	out = out[:min(limit, len(out))]
 	for i, j := range out {
@@ -93,7 +98,8 @@ type QueueStats struct {
 	OldestAge time.Duration `json:"oldest_age"`
 }
 
-// Queues returns the stats of every queue a tenant has used, by name.
+// Queues returns the stats of every queue a tenant has used, by name: every queue that holds a
+// job or finished one within the throughput window.
 func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
 	byName := map[string]*QueueStats{}
 	stats := func(q string) *QueueStats {
@@ -124,6 +130,11 @@ func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
 	for _, j := range s.dead {
 		if j.Tenant == tenant {
 			stats(j.Queue).Dead++
+		}
+	}
+	for _, t := range s.throughput {
+		if t.Tenant == tenant {
+			stats(t.Queue)
 		}
 	}
 	out := make([]QueueStats, 0, len(byName))

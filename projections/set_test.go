@@ -167,6 +167,11 @@ func TestQueries(t *testing.T) {
 	if more || len(all)+len(rest) != s.JobCount() || rest[0].ID <= all[4].ID {
 		t.Fatalf("second page: %d jobs, more=%v, of %d", len(rest), more, s.JobCount())
 	}
+	newest, more := s.List(projections.JobFilter{Tenant: "acme", Limit: 5, Newest: true}, now)
+	older, _ := s.List(projections.JobFilter{Tenant: "acme", After: newest[4].ID, Newest: true}, now)
+	if !more || len(newest)+len(older) != s.JobCount() || newest[0].ID != rest[len(rest)-1].ID || older[0].ID >= newest[4].ID || older[len(older)-1].ID != all[0].ID {
+		t.Fatalf("newest first: pages of %d and %d, more=%v", len(newest), len(older), more)
+	}
 	if other, _ := s.List(projections.JobFilter{Tenant: "other"}, now); len(other) != 0 {
 		t.Fatal("another tenant lists acme's jobs")
 	}

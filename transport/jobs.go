@@ -137,6 +137,13 @@ func (s *Server) listJobs(r *request) error {
 	default:
 		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "status %q is not one of queued, scheduled, leased, succeeded, failed, cancelled", clip(string(f.Status)))
 	}
+	switch q.Get("order") {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "order is oldest (the default) or newest")
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > projections.ListLimitMax {
@@ -216,11 +223,22 @@ func quotaOf(b *runtime.Broker, tenant string) wire.Quota {
 
 func (s *Server) queues(r *request) error {
 	var stats []projections.QueueStats
+	var throughput [][]projections.MinuteCounts
 	now := s.clock()
-	r.b.Read(func(set *projections.Set) { stats = set.Queues(r.by.tenant, now) })
+	r.b.Read(func(set *projections.Set) {
+		stats = set.Queues(r.by.tenant, now)
+		for _, q := range stats {
+			throughput = append(throughput, set.QueueThroughput(r.by.tenant, q.Queue, now))
+		}
+	})
 	out := wire.Queues{Queues: make([]wire.Queue, len(stats))}
 	for i, q := range stats {
-		out.Queues[i] = wire.Queue{Name: q.Queue, Depth: q.Depth, Leased: q.Leased, Scheduled: q.Scheduled, Dead: q.Dead, OldestAgeSeconds: q.OldestAge.Seconds()}
+		w := wire.Queue{Name: q.Queue, Depth: q.Depth, Leased: q.Leased, Scheduled: q.Scheduled, Dead: q.Dead, OldestAgeSeconds: q.OldestAge.Seconds(),
+			SucceededPerMinute: make([]int, len(throughput[i])), FailedPerMinute: make([]int, len(throughput[i]))}
+		for m, c := range throughput[i] {
+			w.SucceededPerMinute[m], w.FailedPerMinute[m] = c.Succeeded, c.Failed
+		}
+		out.Queues[i] = w
 	}
 	return r.reply(http.StatusOK, out)
 }

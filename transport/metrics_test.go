@@ -70,7 +70,28 @@ func TestMetricsAfterWork(t *testing.T) {
 	if j := await(t, c, dead.ID); j.Status != "failed" {
 		t.Fatalf("job %+v, want it dead-lettered", j)
 	}
-	submit(t, c, `{}`) // left queued: the worker has no credit
+	queued := submit(t, c, `{}`) // left queued: the worker has no credit
+
+	// The dashboard's views of the same work: throughput per minute, and jobs newest first.
+	qs, err := c.Queues(ctx(t))
+	if err != nil || len(qs.Queues) != 1 {
+		t.Fatalf("queues %+v %v", qs, err)
+	}
+	sum := func(xs []int) (n int) {
+		for _, x := range xs {
+			n += x
+		}
+		return n
+	}
+	if q := qs.Queues[0]; len(q.SucceededPerMinute) != 60 || sum(q.SucceededPerMinute) != 1 || sum(q.FailedPerMinute) != 1 {
+		t.Fatalf("queue throughput %+v, want one success and one failure in the last 60 minutes", q)
+	}
+	if st, body := h.raw("GET", "/v1/jobs?order=newest&limit=1", "", nil); st != http.StatusOK || body["jobs"].([]any)[0].(map[string]any)["id"] != queued.ID {
+		t.Fatalf("newest first: %d %v, want %s", st, body, queued.ID)
+	}
+	if st, body := h.raw("GET", "/v1/jobs?order=sideways", "", nil); st != http.StatusBadRequest || codeOf(body) != "INVALID_ARGUMENT" {
+		t.Fatalf("a bad order: %d %v", st, body)
+	}
 
 	body, got := scrapeMetrics(t, h.url)
 	cmd := exec.Command(promtool, "check", "metrics")

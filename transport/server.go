@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/transport/dashboard"
 )
 
 // AuthMode says how clients and workers prove who they are.
@@ -111,7 +112,8 @@ func (s *Server) Ready() error {
 func (s *Server) Status() any {
 	b := s.broker.Load()
 	head, st := b.Head(), b.Log().Stats()
-	return map[string]any{"status": "ready", "head_seq": head.Seq, "head_hash": head.Hash.String(), "events": st.Events, "fsyncs": st.Syncs}
+	return map[string]any{"status": "ready", "head_seq": head.Seq, "head_hash": head.Hash.String(), "events": st.Events, "fsyncs": st.Syncs,
+		"auth": s.cfg.Auth} // the dashboard asks for a key up front under "token
 }
 
 // ServeHTTP serves the API; a path or method that matches no route gets the JSON error shape.
@@ -146,6 +148,9 @@ func (s *Server) routes() {
 	m.Handle("GET /healthz", ops)
 	m.Handle("GET /readyz", ops)
 	m.Handle("GET /metrics", s.api(authNone, s.serveMetrics))
+	dash := dashboard.Handler() // it speaks the API below, with the caller's own key
+	m.Handle("GET /{$}", dash)
+	m.Handle("GET /ui/", dash)
 
 	m.Handle("POST /v1/jobs", s.api(authClient, s.submit))
 	m.Handle("POST /v1/jobs/batch", s.api(authClient, s.submitBatch))

@@ -156,6 +156,10 @@ type Queue struct {
 	Scheduled        int     `json:"scheduled"`
 	Dead             int     `json:"dead"`
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	// SucceededPerMinute and FailedPerMinute count the finished attempts of each of the last
+	// 60 minutes, oldest first, the current minute last.
+	SucceededPerMinute []int `json:"succeeded_per_minute"`
+	FailedPerMinute    []int `json:"failed_per_minute"`
 }
 
 // Queues answers GET /v1/queues.

@@ -1,0 +1,191 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/internal/testtool"
+	"github.com/tetherhq/tether/transport/transporttest"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+const adminToken = "dashboard-test-admin-token"
+
+// TestDashboardInChromium drives the dashboard in headless Chromium against a real server under
+// --auth token: it asks for an API key, shows a submitted job, streams the job's timeline live
+// while a worker runs it, re-drives a dead job and cancels a live one, and logs nothing to the
+// console on the way. Then it checks the phone layout.
+func TestDashboardInChromium(t *testing.T) {
+	browser := testtool.NewBrowser(t, 1280, 900, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := zaptest.NewLogger(t)
+	b, err := runtime.Open(runtime.Config{Dir: t.TempDir(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := transporttest.Serve(t, b, transport.Config{Auth: transport.AuthToken, AdminToken: adminToken, Logger: log})
+	admin := client.New(url, adminToken, nil)
+	key, err := admin.CreateAPIKey(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := client.New(url, key.Key, nil)
+
+	// The page loads, asks for a key, and with it shows the (empty) overview.
+	browser.Go(url + "/")
+	browser.WaitFor("the API key dialog", `document.getElementById("auth").open`)
+	browser.Type("#auth-key", key.Key)
+	browser.Click("#auth-form button[type=submit]")
+	browser.WaitFor("the empty overview", `document.querySelector("[data-test=queues] .empty")`)
+	noConsoleErrors(t, browser)
+
+	// A submitted job appears on the overview and in the job list.
+	job, err := acme.Submit(ctx, wire.SubmitRequest{Queue: "renders", Type: "frame", Payload: json.RawMessage(`{"frame":7}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	depth := browser.WaitFor("the queue's depth", `document.querySelector("[data-queue=renders] td:nth-child(2)").textContent === "1" && "1"`)
+	if depth != "1" {
+		t.Fatalf("depth %q", depth)
+	}
+	browser.Click(`nav a[data-nav=jobs]`)
+	browser.WaitFor("the job in the list", query(fmt.Sprintf(`[data-job=%q] [data-status=queued]`, job.ID)))
+
+	// Its page is open before a worker takes it; the timeline then grows as the worker leases
+	// it, reports progress, and (once let go) completes it.
+	browser.Go(url + "/#/jobs/" + job.ID)
+	browser.WaitFor("the submitted event", `document.querySelector("[data-test=timeline] [data-event='job.submitted']")`)
+	release := make(chan struct{})
+	stopWorker := runWorker(t, url, ctx, release)
+	browser.WaitFor("the lease, live", `document.querySelector("[data-test=timeline] [data-event='job.leased']")`)
+	progress := browser.WaitFor("the progress event, live", `document.querySelector("[data-test=timeline] [data-event='job.progress']")?.textContent`)
+	if !strings.Contains(progress, "progress") || !strings.Contains(progress, "half") {
+		t.Fatalf("progress shown as %q", progress)
+	}
+	browser.WaitFor("the job shown leased", `document.querySelector("[data-test=job] [data-status=leased]")`)
+	close(release)
+	browser.WaitFor("the completion, live", `document.querySelector("[data-test=timeline] [data-event='job.succeeded']")`)
+	browser.WaitFor("the stream's end", `document.querySelector("[data-test=stream-state]").textContent === "finished"`)
+	browser.WaitFor("the job shown succeeded", `document.querySelector("[data-test=job] [data-status=succeeded]")`)
+	var numbers string
+	browser.Eval(&numbers, `return [...document.querySelectorAll("[data-test=timeline] li")].map(li => li.dataset.number).join(",")`)
+	if numbers != "1,2,3,4" {
+		t.Fatalf("timeline numbers %s, want 1,2,3,4 (submitted, leased, progress, succeeded), each once", numbers)
+	}
+
+	// A job that fails for good is on the dead-letter page; its re-drive button re-queues it.
+	dead, err := acme.Submit(ctx, wire.SubmitRequest{Queue: "renders", Type: "frame", MaxAttempts: 1, Payload: json.RawMessage(`{"fail":true}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acme.Watch(ctx, dead.ID, 0, func(wire.Event) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	stopWorker() // so the re-driven job stays queued
+	browser.Go(url + "/#/dead")
+	row := fmt.Sprintf(`[data-test=dead] [data-job=%q]`, dead.ID)
+	browser.WaitFor("the dead job", query(row+" [data-action=retry]"))
+	browser.Click(row + " [data-action=retry]")
+	browser.WaitFor("the dead job gone from the list", "!"+query(row)+" && "+query("[data-test=dead] .empty"))
+	if j, err := acme.Get(ctx, dead.ID); err != nil || j.Status != "queued" || j.Attempt != 1 {
+		t.Fatalf("after the re-drive button: %+v %v, want queued", j, err)
+	}
+
+	// A live job's cancel button cancels it.
+	browser.Go(url + "/#/jobs/" + dead.ID)
+	browser.WaitFor("the cancel button", `document.querySelector("[data-action=cancel]")`)
+	browser.Click("[data-action=cancel]")
+	browser.WaitFor("the job shown cancelled", `document.querySelector("[data-test=job] [data-status=cancelled]")`)
+	if j, err := acme.Get(ctx, dead.ID); err != nil || j.Status != "cancelled" {
+		t.Fatalf("after the cancel button: %+v %v", j, err)
+	}
+	noConsoleErrors(t, browser)
+
+	// On a phone, tables stack into cards and nothing scrolls sideways.
+	phone := testtool.NewBrowser(t, 390, 844, 20*time.Second)
+	phone.Go(url + "/")
+	phone.WaitFor("the API key dialog", `document.getElementById("auth").open`)
+	phone.Type("#auth-key", key.Key)
+	phone.Click("#auth-form button[type=submit]")
+	phone.WaitFor("the queue on a phone", `document.querySelector("[data-queue=renders]")`)
+	var layout struct {
+		Overflow bool   `json:"overflow"`
+		Display  string `json:"display"`
+	}
+	phone.Eval(&layout, `return {overflow: document.documentElement.scrollWidth > window.innerWidth,
+		display: getComputedStyle(document.querySelector("[data-queue=renders]")).display}`)
+	if layout.Overflow || layout.Display != "block" {
+		t.Fatalf("phone layout: %+v, want no sideways scroll and rows as blocks", layout)
+	}
+	noConsoleErrors(t, phone)
+}
+
+// runWorker runs a worker of tenant acme on queue renders: it reports progress, waits for
+// release, and answers; a payload with "fail" fails for good. The returned func stops it.
+func runWorker(t *testing.T, url string, ctx context.Context, release chan struct{}) func() {
+	t.Helper()
+	admin := client.New(url, adminToken, nil)
+	enroll, err := admin.CreateEnrollToken(ctx, "acme", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := client.New(url, enroll.Token, nil).RegisterWorker(ctx, wire.RegisterRequest{Name: "gpu-box", Queues: []string{"renders"}, Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &client.Worker{Server: url, Token: reg.WorkerToken, Capacity: 1, Logger: zaptest.NewLogger(t),
+		Handler: func(ctx context.Context, j *client.Job) (any, error) {
+			if strings.Contains(string(j.Payload), "fail") {
+				return nil, &client.Failure{Code: "bad_frame", Message: "cannot render", Retryable: false}
+			}
+			if err := j.Event(ctx, "progress", map[string]string{"done": "half"}); err != nil {
+				return nil, err
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return map[string]int{"frame": 7}, nil
+		}}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(wctx) }()
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			stop()
+			<-done
+		}
+	}
+	t.Cleanup(halt)
+	return halt
+}
+
+// query is the JavaScript expression for the first element matching css.
+func query(css string) string {
+	quoted, _ := json.Marshal(css)
+	return "document.querySelector(" + string(quoted) + ")"
+}
+
+// noConsoleErrors fails the test on any console error or failed request the page logged.
+func noConsoleErrors(t *testing.T, b *testtool.Browser) {
+	t.Helper()
+	for _, e := range b.ConsoleLog() {
+		if e.Level == "SEVERE" || e.Level == "WARNING" {
+			t.Errorf("console %s (%s): %s", e.Level, e.Source, e.Message)
+		}
+	}
+}
+
