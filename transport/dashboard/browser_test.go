@@ -188,4 +188,3 @@ func noConsoleErrors(t *testing.T, b *testtool.Browser) {
 		}
 	}
 }
-
