@@ -443,6 +443,22 @@ func (s *Set) checkpointHead() checkpoint {
 	return c
 }
 
+// olderCheckpointVersions are the formats earlier builds wrote.
+var olderCheckpointVersions = []string{"tether.projections.v1"}
+
+// CheckpointOutdated reports whether data is a checkpoint in a format an earlier build wrote
+// (WriteCheckpoint ends with the version). That is no fault in the log: the server replays the
+// log instead of loading it, and an audit does not compare it. Anything else that is not this
+// build's checkpoint is compared, and fails.
+func CheckpointOutdated(data []byte) bool {
+	for _, v := range olderCheckpointVersions {
+		if bytes.HasSuffix(data, []byte(`"version":"`+v+`"}`)) {
+			return true
+		}
+	}
+	return false
+}
+
 // UnmarshalCheckpoint restores a Set from MarshalCheckpoint's bytes.
 func UnmarshalCheckpoint(data []byte) (*Set, error) {
 	var c checkpoint

@@ -128,9 +128,12 @@ func replayVerify(args []string) error {
 		}
 		fmt.Fprintf(&b, "jobs       %s\n", statusLine(sum.Jobs))
 		fmt.Fprintf(&b, "events     %s\n", countsLine(sum.Types))
-		if sum.CheckpointSeq > 0 {
+		switch {
+		case sum.CheckpointSeq > 0:
 			fmt.Fprintf(&b, "checkpoint seq %d equals the replay up to it\n", sum.CheckpointSeq)
-		} else {
+		case sum.CheckpointSkipped != "":
+			fmt.Fprintf(&b, "checkpoint not compared: %s\n", sum.CheckpointSkipped)
+		default:
 			fmt.Fprintln(&b, "checkpoint none stored")
 		}
 		return b.String()

@@ -495,6 +495,24 @@ func TestExportVerifiesWithoutTheLog(t *testing.T) {
 	}
 }
 
+// A checkpoint an earlier build wrote in an older format is not compared, and says so.
+func TestVerifySkipsAnOlderCheckpointFormat(t *testing.T) {
+	d := realDataDir(t)
+	dir := copyDir(t, d.dir)
+	l, err := eventlog.Open(dir, eventlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SaveCheckpoint(projections.CheckpointName, 3, []byte(`{"seq":3,"jobs":null,"version":"tether.projections.v1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	sum, err := verifyDir(t, dir)
+	if err != nil || sum.CheckpointSeq != 0 || !strings.Contains(sum.CheckpointSkipped, "seq 3") {
+		t.Fatalf("an older checkpoint: %v, %+v", err, sum)
+	}
+}
+
 // A checkpoint in the middle of the log is compared with the replay at its own seq. One at seq
 // 0 (of the empty log) is always compared after the walk, the path a checkpoint that loads after
 // the fold has passed its seq takes.
@@ -527,6 +545,9 @@ func TestVerifyComparesACheckpointMidLog(t *testing.T) {
 			}
 			l.Close()
 			sum, err := verifyDir(t, dir)
+			if err == nil && sum.CheckpointSkipped != "" {
+				t.Fatalf("checkpoint at seq %d skipped: %s", k, sum.CheckpointSkipped)
+			}
 			var ce *audit.CheckpointError
 			switch {
 			case corrupt && (!errors.As(err, &ce) || ce.Seq != k):

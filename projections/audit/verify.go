@@ -79,7 +79,13 @@ type Summary struct {
 	// CheckpointSeq is the seq of the checkpoint compared with the replay; 0 if there is none
 	// (or it is of the empty log).
 	CheckpointSeq uint64 `json:"checkpoint_seq"`
+	// CheckpointSkipped says why a stored checkpoint was not compared: it is of another format
+	// (an older build's), which the server ignores too.
+	CheckpointSkipped string `json:"checkpoint_skipped,omitempty"`
 }
+
+// errCheckpointFormat marks a checkpoint of another format than this build's.
+var errCheckpointFormat = errors.New("written by an earlier build in an older format; the server replays the log instead of loading it")
 
 // Verify walks the whole log from genesis: the hash chain, the seqs, the stream index, and the
 // fold of every record into a fresh projections.Set, which it compares with the newest
@@ -96,6 +102,9 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 	loading := make(chan loadedCheckpoint, 1)
 	go func() {
 		c, err := l.LoadCheckpoint(projections.CheckpointName)
+		if err == nil && projections.CheckpointOutdated(c.Data) {
+			err = errCheckpointFormat
+		}
 		loading <- loadedCheckpoint{c, err}
 	}()
 	var ckpt *loadedCheckpoint
@@ -136,6 +145,8 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 	}
 	switch {
 	case errors.Is(ckpt.err, eventlog.ErrNotFound):
+	case errors.Is(ckpt.err, errCheckpointFormat):
+		sum.CheckpointSkipped = fmt.Sprintf("checkpoint at seq %d: %v", ckpt.c.Seq, ckpt.err)
 	case errors.Is(ckpt.err, eventlog.ErrChainBroken):
 		// The checkpoint names a seq whose hash is not the log's, or one beyond its head: the
 		// log was changed or cut back under it, or it belongs to another log.
