@@ -133,7 +133,7 @@ func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
 		}
 	}
 	for _, t := range s.throughput {
-		if t.Tenant == tenant {
+		if t.Tenant == tenant && t.activeSince(now.Add(-ThroughputWindow*time.Minute)) {
 			stats(t.Queue)
 		}
 	}

@@ -64,6 +64,17 @@ func (t *Throughput) slot(at time.Time) *MinuteCounts {
 	return s
 }
 
+// activeSince reports whether the queue finished an attempt in a minute after since's.
+func (t *Throughput) activeSince(since time.Time) bool {
+	m := since.Unix() / 60
+	for _, s := range t.Slots {
+		if s.Minute > m && s.Succeeded+s.Failed > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // PerMinute returns the ThroughputWindow minutes up to and including now's, oldest first.
 func (t *Throughput) PerMinute(now time.Time) []MinuteCounts {
 	out := make([]MinuteCounts, ThroughputWindow)

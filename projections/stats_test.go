@@ -55,6 +55,12 @@ func TestAssignLatencyAndThroughput(t *testing.T) {
 	if later := s.QueueThroughput("acme", "q", now.Add(time.Hour)); later[len(later)-1].Succeeded+later[0].Succeeded != 0 {
 		t.Fatal("a completion an hour old is still in the window")
 	}
+	if qs := s.Queues("acme", now); len(qs) != 1 || qs[0].Queue != "q" {
+		t.Fatalf("queues %+v, want q, which finished a job within the hour", qs)
+	}
+	if qs := s.Queues("acme", now.Add(time.Hour)); len(qs) != 0 {
+		t.Fatalf("queues an hour later %+v, want none: q holds no job and finished none within the hour", qs)
+	}
 	data, err := s.MarshalCheckpoint()
 	if err != nil {
 		t.Fatal(err)
