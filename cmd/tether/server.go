@@ -102,6 +102,7 @@ func runServer(args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(transport.LimitListener(ln, *maxConns)) }()
 	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()), zap.String("auth", *auth),
+		zap.String("dashboard", "http://"+ln.Addr().String()+"/"),
 		zap.Int("procs", goruntime.GOMAXPROCS(0)))
 
 	// Recovery (checkpoint, tail replay, lease grace) runs while /healthz already answers.
