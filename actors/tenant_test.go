@@ -110,15 +110,22 @@ func TestIdempotency(t *testing.T) {
 	}
 }
 
+// submitTwiceWithOneKey sends callers a and b the same keyed submit and lets the first be
+// decided: the second is then an idempotent hit on a job not yet durable.
+func submitTwiceWithOneKey(f *fixture) {
+	spec := actors.JobSpec{Queue: "q", Type: "t", IdempotencyKey: "k"}
+	for _, caller := range []string{"a", "b"} {
+		f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External(caller))
+	}
+	f.w.Step()
+}
+
 // A second submit with the key arrives while the first is not durable yet: it is a hit, and
 // its answer waits for the first one's fsync.
 func TestIdempotentHitWaitsForDurability(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	spec := actors.JobSpec{Queue: "q", Type: "t", IdempotencyKey: "k"}
-	f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External("a"))
-	f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External("b"))
-	f.w.Step()
+	submitTwiceWithOneKey(f)
 	if got := len(f.w.Inbox("a")) + len(f.w.Inbox("b")); got != 0 {
 		t.Fatalf("%d replies before the fsync", got)
 	}
@@ -134,10 +141,7 @@ func TestIdempotentHitWaitsForDurability(t *testing.T) {
 func TestIdempotentHitOnAFailedSubmit(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	spec := actors.JobSpec{Queue: "q", Type: "t", IdempotencyKey: "k"}
-	f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External("a"))
-	f.w.Send(actors.TenantRef("acme"), actors.Submit{Tenant: "acme", Jobs: []actors.JobSpec{spec}}, actorstest.External("b"))
-	f.w.Step()
+	submitTwiceWithOneKey(f)
 	f.w.FailSync(errors.New("injected fsync failure"))
 	f.w.Step()
 	wantCode(t, one[actors.Submitted](t, f.w.Inbox("a")).Err, actors.CodeUnavailable)

@@ -528,10 +528,7 @@ func (l *Log) syncLoop() {
 		// what is durable must stay a prefix of what was acknowledged.
 		if err = l.err; err == nil {
 			l.durable = f.head
-			n := f.head.Seq - f.reqs[0].receipt.First + 1
-			l.stats.events.Add(n)
-			l.stats.batches.Add(1)
-			l.stats.batchEvents.observe(n)
+			l.stats.batchEvents.observe(f.head.Seq - f.reqs[0].receipt.First + 1)
 			close(l.advanced)
 			l.advanced = make(chan struct{})
 		}

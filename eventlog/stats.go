@@ -7,10 +7,9 @@ import (
 
 // Stats are what the log has done since Open, for metrics and benchmarks.
 type Stats struct {
-	Events   uint64        // records made durable by this process
-	Batches  uint64        // Pebble batches they were committed in
-	Syncs    uint64        // fsyncs the filesystem performed (WAL, MANIFEST and tables)
-	SyncTime time.Duration // total time spent in those fsyncs
+	Events  uint64 // records made durable by this process
+	Batches uint64 // Pebble batches they were committed in
+	Syncs   uint64 // fsyncs the filesystem performed (WAL, MANIFEST and tables)
 
 	// AppendSeconds: from an append's hand-over to its completion (durable or failed).
 	AppendSeconds Histogram
@@ -77,11 +76,11 @@ func (h *histogram) snapshot() Histogram {
 }
 
 // logStats are the log's live recorders; syncs are counted by the filesystem wrapper (fs.go).
+// The events and batches made durable are batchEvents' sum and count.
 type logStats struct {
-	events, batches atomic.Uint64
-	appends         *histogram
-	batchEvents     *histogram
-	syncs           *histogram
+	appends     *histogram
+	batchEvents *histogram
+	syncs       *histogram
 }
 
 func newLogStats() *logStats {
@@ -96,14 +95,13 @@ func (s *logStats) observeSync(start time.Time) { s.syncs.observeDuration(time.S
 
 // Stats returns the log's counters and distributions.
 func (l *Log) Stats() Stats {
-	syncs := l.stats.syncs.snapshot()
+	syncs, batches := l.stats.syncs.snapshot(), l.stats.batchEvents.snapshot()
 	return Stats{
-		Events:        l.stats.events.Load(),
-		Batches:       l.stats.batches.Load(),
+		Events:        l.stats.batchEvents.sum.Load(), // exact, where the snapshot's Sum is a float
+		Batches:       batches.Count,
 		Syncs:         syncs.Count,
-		SyncTime:      time.Duration(syncs.Sum * 1e9),
 		AppendSeconds: l.stats.appends.snapshot(),
-		BatchEvents:   l.stats.batchEvents.snapshot(),
+		BatchEvents:   batches,
 		SyncSeconds:   syncs,
 	}
 }

@@ -171,6 +171,7 @@ function startView(render) {
       try {
         await refresh();
         live.className = "live on";
+        live.title = "Refreshes every 2 seconds";
       } catch (e) {
         live.className = "live off";
         if (!(e instanceof APIError) || e.status >= 500) live.title = `Refresh failed: ${e.message}`;

@@ -16,9 +16,8 @@ import (
 
 // Browser is one headless Chromium session driven over WebDriver by Debian's chromedriver.
 type Browser struct {
-	t       testing.TB
-	base    string // http://127.0.0.1:<port>/session/<id>
-	timeout time.Duration
+	t    testing.TB
+	base string // http://127.0.0.1:<port>/session/<id>
 }
 
 // elementKey is the W3C WebDriver key of an element reference.
@@ -54,7 +53,7 @@ func NewBrowser(t testing.TB, width, height int, waits time.Duration) *Browser {
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 
-	b := &Browser{t: t, base: "http://127.0.0.1:" + port, timeout: waits}
+	b := &Browser{t: t, base: "http://127.0.0.1:" + port}
 	var session struct {
 		SessionID string `json:"sessionId"`
 	}
@@ -133,12 +132,9 @@ func (b *Browser) Go(url string) {
 }
 
 // Eval runs a JavaScript function body in the page and decodes what it returns into out.
-func (b *Browser) Eval(out any, body string, args ...any) {
+func (b *Browser) Eval(out any, body string) {
 	b.t.Helper()
-	if args == nil {
-		args = []any{}
-	}
-	b.call(http.MethodPost, "/execute/sync", map[string]any{"script": body, "args": args}, out)
+	b.call(http.MethodPost, "/execute/sync", map[string]any{"script": body, "args": []any{}}, out)
 }
 
 // WaitFor waits until the JavaScript expression cond is truthy in the page and returns its
