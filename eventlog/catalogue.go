@@ -131,6 +131,27 @@ type JobLeaseExpired struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// JobLeaseReleased records that a lease ended with the job not attempted: the assignment never
+// reached the worker (LeaseUndelivered: a long poll ended first, the connection died before the
+// frame was written), or the worker gave the job back untried or unfinished (a clean stop, a
+// command that could not start). No attempt is spent and the job is queued again at once, unless
+// the job had been released ReleasesMax times in a row (actors): then AttemptSpent is set, the
+// release counts as a failed attempt, and a JobRetryScheduled or JobDeadLettered follows in the
+// same append. A cancel-requested job is cancelled instead (a JobCancelled follows).
+type JobLeaseReleased struct {
+	JobID    string `json:"job_id"`
+	LeaseID  string `json:"lease_id"`
+	WorkerID string `json:"worker_id"`
+	Attempt  int    `json:"attempt"` // the attempt the lease was granted for
+	// Reason is LeaseUndelivered, or the worker's own code ("worker_stopping", "start_failed").
+	Reason       string `json:"reason"`
+	Message      string `json:"message,omitempty"`
+	AttemptSpent bool   `json:"attempt_spent,omitempty"`
+}
+
+// LeaseUndelivered is the reason of a JobLeaseReleased whose assignment never reached the worker.
+const LeaseUndelivered = "undelivered"
+
 // Dead-letter reasons.
 const (
 	DeadMaxAttempts  = "max_attempts"
@@ -286,6 +307,7 @@ func (JobSucceeded) EventType() string         { return "job.succeeded" }
 func (JobFailed) EventType() string            { return "job.failed" }
 func (JobRetryScheduled) EventType() string    { return "job.retry_scheduled" }
 func (JobLeaseExpired) EventType() string      { return "job.lease_expired" }
+func (JobLeaseReleased) EventType() string     { return "job.lease_released" }
 func (JobDeadLettered) EventType() string      { return "job.dead_lettered" }
 func (JobCancelRequested) EventType() string   { return "job.cancel_requested" }
 func (JobCancelled) EventType() string         { return "job.cancelled" }
@@ -319,7 +341,7 @@ func Catalogue() []Payload {
 	return []Payload{
 		JobSubmitted{}, JobScheduled{}, JobLeased{}, JobLeaseExtended{}, JobProgress{},
 		JobSucceeded{}, JobFailed{}, JobRetryScheduled{}, JobLeaseExpired{}, JobDeadLettered{},
-		JobCancelRequested{}, JobCancelled{}, JobRedriven{},
+		JobCancelRequested{}, JobCancelled{}, JobRedriven{}, JobLeaseReleased{},
 		WorkerRegistered{}, WorkerTokenRotated{}, WorkerRevoked{}, WorkerSessionStarted{},
 		WorkerSessionEnded{},
 		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
@@ -371,6 +393,8 @@ func StreamOf(p Payload) string {
 	case JobRetryScheduled:
 		return JobStream(e.JobID)
 	case JobLeaseExpired:
+		return JobStream(e.JobID)
+	case JobLeaseReleased:
 		return JobStream(e.JobID)
 	case JobDeadLettered:
 		return JobStream(e.JobID)

@@ -24,6 +24,7 @@ func TestCatalogueRoundTrip(t *testing.T) {
 		eventlog.JobFailed{JobID: "01J", LeaseID: "L", Attempt: 1, ErrorCode: "boom", Message: "m", Retryable: true},
 		eventlog.JobRetryScheduled{JobID: "01J", Attempt: 1, BackoffMillis: 10000, RunAt: at},
 		eventlog.JobDeadLettered{JobID: "01J", Reason: eventlog.DeadLeaseExpired, Attempt: 3},
+		eventlog.JobLeaseReleased{JobID: "01J", LeaseID: "L", WorkerID: "W", Attempt: 2, Reason: eventlog.LeaseUndelivered, Message: "m", AttemptSpent: true},
 		eventlog.WorkerRegistered{WorkerID: "W", Tenant: "acme", Name: "lab-pc", Queues: []string{"gpu"}, Capacity: 2, TokenHash: "h", ExpiresAt: at},
 		eventlog.ReservationMade{Tenant: "acme", ReservationID: "r1", ExpiresAt: at},
 		eventlog.EnrollTokenCreated{Tenant: "acme", TokenID: "e", TokenHash: "h", Uses: 5, ExpiresAt: at},

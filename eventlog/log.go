@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,10 @@ type Options struct {
 	// Default 8 MiB on the OS filesystem; off on others, where it would save nothing and its
 	// goroutine would make the simulator's runs depend on scheduling. Negative turns it off.
 	WALPrefill int64
+	// Companions names files the owner of the directory keeps there beside the log (the
+	// server's admin-token): a directory that holds only those is still an empty one to make a
+	// log in.
+	Companions []string
 }
 
 func (o *Options) setDefaults() {
@@ -151,7 +156,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.WALPrefill > 0 && !opts.ReadOnly {
 		fs.FS = prefillFS{FS: opts.FS, chunk: opts.WALPrefill}
 	}
-	exists, err := checkDir(fs, dir, opts.ReadOnly)
+	exists, err := checkDir(fs, dir, opts.ReadOnly, opts.Companions)
 	if err != nil {
 		return nil, err
 	}
@@ -210,10 +215,11 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // checkDir refuses a non-empty directory that holds no Pebble database, so that a mistyped
-// --data flag never fills someone's home directory with Pebble files. It reports whether the
-// directory holds a store already.
-func checkDir(fs vfs.FS, dir string, readOnly bool) (exists bool, err error) {
+// --data flag never fills someone's home directory with Pebble files; companions do not count.
+// It reports whether the directory holds a store already.
+func checkDir(fs vfs.FS, dir string, readOnly bool, companions []string) (exists bool, err error) {
 	names, err := fs.List(dir)
+	names = slices.DeleteFunc(names, func(n string) bool { return slices.Contains(companions, n) })
 	if err != nil || len(names) == 0 {
 		switch {
 		case readOnly && err != nil:
