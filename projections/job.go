@@ -2,6 +2,7 @@ package projections
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
@@ -77,7 +78,10 @@ type Job struct {
 	AttemptBase int           `json:"attempt_base,omitempty"`
 	LeaseTTL    time.Duration `json:"lease_ttl"`
 	// LastLeaseID is the most recent lease, current or ended.
-	LastLeaseID     string    `json:"last_lease_id,omitempty"`
+	LastLeaseID string `json:"last_lease_id,omitempty"`
+	// Releases counts the leases released in a row without spending an attempt; an attempt
+	// spent (or re-drive) resets it.
+	Releases        int       `json:"releases,omitempty"`
 	RunAt           time.Time `json:"run_at,omitzero"`
 	Lease           *Lease    `json:"lease"`
 	CancelRequested bool      `json:"cancel_requested"`
@@ -168,10 +172,19 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 		j.Status, j.Lease, j.Error = StatusSucceeded, nil, nil
 		j.Output, j.OutputHash, j.SucceededLease, j.SucceededSeq = e.Output, e.OutputHash, e.LeaseID, seq
 	case eventlog.JobFailed:
-		j.Lease = nil
+		j.Lease, j.Releases = nil, 0
 		j.Error = &JobError{Code: e.ErrorCode, Message: e.Message}
-	case eventlog.JobLeaseExpired:
+	case eventlog.JobLeaseReleased:
 		j.Lease = nil
+		if e.AttemptSpent {
+			j.Error = &JobError{Code: "released_too_often", Message: fmt.Sprintf("released %d times in a row without being run (last: %s)", j.Releases+1, e.Reason)}
+			j.Releases = 0
+			break
+		}
+		// Not attempted: the job is as it was before the lease, queued.
+		j.Status, j.Attempt, j.Releases = StatusQueued, e.Attempt-1, j.Releases+1
+	case eventlog.JobLeaseExpired:
+		j.Lease, j.Releases = nil, 0
 		j.Error = &JobError{Code: "lease_expired", Message: "the lease ran out before the worker finished"}
 		if e.Reason == "worker_revoked" {
 			j.Error = &JobError{Code: "worker_revoked", Message: "the worker was revoked while it held the lease"}
@@ -185,7 +198,7 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 	case eventlog.JobCancelled:
 		j.Status, j.Lease = StatusCancelled, nil
 	case eventlog.JobRedriven:
-		j.Status, j.DeadReason, j.Error, j.RunAt = StatusQueued, "", nil, time.Time{}
+		j.Status, j.DeadReason, j.Error, j.RunAt, j.Releases = StatusQueued, "", nil, time.Time{}, 0
 		j.MaxAttempts, j.AttemptBase, j.CancelRequested = e.MaxAttempts, j.Attempt, false
 	}
 }

@@ -104,6 +104,7 @@ type Counters struct {
 	Failed       uint64 `json:"failed"` // failed attempts, lease expiries included
 	Retried      uint64 `json:"retried"`
 	LeaseExpired uint64 `json:"lease_expired"`
+	Released     uint64 `json:"released,omitempty"` // leases given back, mostly without spending an attempt
 	DeadLettered uint64 `json:"dead_lettered"`
 	Cancelled    uint64 `json:"cancelled"`
 	// AssignLatency: first attempts' wait from ready to leased.

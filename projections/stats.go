@@ -112,7 +112,7 @@ func (s *Set) countStats(at time.Time, j *Job, p eventlog.Payload) {
 	c := s.counter(j.Queue)
 	switch e := p.(type) {
 	case eventlog.JobLeased:
-		if e.Attempt == 1 {
+		if e.Attempt == 1 && j.LastLeaseID == "" { // a first attempt, not one leased again after a release
 			ready := j.CreatedAt
 			if j.RunAt.After(ready) {
 				ready = j.RunAt
@@ -129,6 +129,12 @@ func (s *Set) countStats(at time.Time, j *Job, p eventlog.Payload) {
 		c.Failed++
 		c.LeaseExpired++
 		s.throughputOf(j).slot(at).Failed++
+	case eventlog.JobLeaseReleased:
+		c.Released++
+		if e.AttemptSpent {
+			c.Failed++
+			s.throughputOf(j).slot(at).Failed++
+		}
 	case eventlog.JobRetryScheduled:
 		c.Retried++
 	case eventlog.JobDeadLettered:

@@ -28,12 +28,32 @@ type ExportRecord struct {
 	PrevHash string          `json:"prev_hash,omitempty"`
 }
 
-// Export writes the records from..to (to 0: the head) to w as JSON Lines and returns how many
-// it wrote.
-func Export(ctx context.Context, l *eventlog.Log, w io.Writer, from, to uint64, progress Progress) (uint64, error) {
+// ExportRange checks the seqs an export asks for against a log whose head is head, and returns
+// them with to 0 read as the head: a range that holds no record is an error, not an empty
+// export.
+func ExportRange(head, from, to uint64) (uint64, uint64, error) {
 	from = max(from, 1)
-	if to == 0 || to > l.Head().Seq {
-		to = l.Head().Seq
+	switch {
+	case head == 0:
+		return 0, 0, errors.New("audit: the log is empty: nothing to export")
+	case to != 0 && to < from:
+		return 0, 0, fmt.Errorf("audit: the range %d..%d is empty: --to comes before --from", from, to)
+	case from > head:
+		return 0, 0, fmt.Errorf("audit: --from %d is past the log's head, seq %d", from, head)
+	case to > head:
+		return 0, 0, fmt.Errorf("audit: --to %d is past the log's head, seq %d", to, head)
+	case to == 0:
+		to = head
+	}
+	return from, to, nil
+}
+
+// Export writes the records from..to (to 0: the head) to w as JSON Lines and returns how many
+// it wrote. A range ExportRange refuses is an error.
+func Export(ctx context.Context, l *eventlog.Log, w io.Writer, from, to uint64, progress Progress) (uint64, error) {
+	from, to, err := ExportRange(l.Head().Seq, from, to)
+	if err != nil {
+		return 0, err
 	}
 	prev := eventlog.Genesis
 	if from > 1 && from <= to {

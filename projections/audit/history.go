@@ -88,6 +88,15 @@ func Describe(p eventlog.Payload) string {
 	case eventlog.JobLeaseExpired:
 		reason := cmp.Or(e.Reason, "expired")
 		return fmt.Sprintf("lease %s of worker %s ended on attempt %d: %s", e.LeaseID, e.WorkerID, e.Attempt, reason)
+	case eventlog.JobLeaseReleased:
+		s := fmt.Sprintf("lease %s of worker %s released (%s)", e.LeaseID, e.WorkerID, e.Reason)
+		if e.Message != "" {
+			s += ": " + clip(e.Message, 200)
+		}
+		if e.AttemptSpent {
+			return s + fmt.Sprintf("; released too often in a row, so attempt %d counts as failed", e.Attempt)
+		}
+		return s + fmt.Sprintf("; attempt %d not spent, queued again", e.Attempt)
 	case eventlog.JobDeadLettered:
 		return fmt.Sprintf("dead-lettered after attempt %d: %s", e.Attempt, e.Reason)
 	case eventlog.JobCancelRequested:
