@@ -9,7 +9,7 @@ FUZZTIME ?= 150000x
 
 # The simulator's fixed seed range for CI, and the planted bugs it must catch (actors/mutant*.go).
 SIMSEEDS ?= 1..1000
-MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order
+MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants
 
@@ -47,9 +47,10 @@ fuzz: ## fuzz the record and payload decoders and the frame and job codecs for F
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzSubmitDecodeMatchesStrict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzJobEncodeMatchesEncoder$$' -fuzztime $(FUZZTIME)
 
-sim: ## run the simulator over seeds SIMSEEDS, each twice to check determinism
+sim: ## run the simulator over seeds SIMSEEDS with faults, and over 1..200 without, each twice to check determinism
 	$(GO) build -o bin/tether ./cmd/tether
 	bin/tether sim --seeds $(SIMSEEDS) --check-determinism
+	bin/tether sim --seeds 1..200 --off all --check-determinism
 
 sim-mutants: ## build each planted bug (MUTANTS) and check the simulator catches it within 20 seeds
 	@caught=0; total=0; \

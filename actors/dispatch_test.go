@@ -84,7 +84,7 @@ func TestCreditIsBankedUpToCapacity(t *testing.T) {
 func TestMaxRunningHoldsJobsBack(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.w.Call("c", actors.TenantRef("acme"), actors.SetQuota{Tenant: "acme", MaxRunning: 2})
+	f.w.Call("c", actors.TenantRef("acme"), actors.SetQuota{Tenant: "acme", MaxRunning: new(2)})
 	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"})
 	as := f.connect("s1", 4)
 	if len(as) != 2 {
@@ -147,7 +147,7 @@ func TestReconnectKeepsLeases(t *testing.T) {
 	held := f.connect("s1", 4)
 	f.w.Send(actors.SessionRef("s1"), actors.CloseSession{Reason: "closed"}, actorstest.External("x"))
 	f.w.Advance(20 * time.Second)
-	one[actors.SessionOpened](t, f.w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: f.wk, Transport: "longpoll"}))
+	one[actors.SessionOpened](t, f.w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: f.wk, Transport: "websocket"}))
 	if more := f.credit("s2", 4); len(more) != 0 {
 		t.Fatalf("%d assignments on top of 4 adopted leases with capacity 4", len(more))
 	}

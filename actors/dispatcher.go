@@ -87,6 +87,7 @@ type (
 		SessionID, WorkerID, Tenant string
 		Queues                      []string
 		Capacity                    int
+		Polled                      bool // a long-poll session: it reports assignments' arrival
 		Seq                         uint64
 	}
 	sessionEnded struct {
@@ -117,8 +118,14 @@ type (
 	redriveJob struct{ Redrive }
 	// startLease asks a job's actor to lease the job.
 	startLease struct{ JobID, LeaseID, SessionID, WorkerID string }
-	// releaseLease asks a job's actor to give up the worker's lease at once.
-	releaseLease struct{ WorkerID string }
+	// revokeLease asks a job's actor to give up a revoked worker's lease at once.
+	revokeLease struct{ WorkerID string }
+	// withdrawCredit: a long poll ended; its session's credit is gone. The dispatcher answers
+	// offerClosed once every lease it made for the session has arrived there (or was refused).
+	withdrawCredit struct{ SessionID string }
+	// assignmentArrived: a long-poll session got an assignment (to deliver or hand back).
+	assignmentArrived struct{ SessionID string }
+	offerClosed       struct{}
 	// revokeSession ends a revoked worker's session.
 	revokeSession struct{}
 	dispatchTick  struct{}
@@ -133,9 +140,11 @@ type entry struct {
 
 // leaseRef is a lease the dispatcher gave. ending is set once the job's actor has decided the
 // lease's end: its slot is free from then on, though the lease is tracked until the end is
-// durable (leaseEnded).
+// durable (leaseEnded). polledBy is the long-poll session whose inFlight counts the lease
+// until its assignment arrives.
 type leaseRef struct {
 	leaseID, sessionID, tenant, workerID string
+	polledBy                             string
 	ending                               bool
 }
 
@@ -146,6 +155,10 @@ type slot struct {
 	credit               int
 	held                 int
 	hungry, gone         bool // in Dispatcher.hungry; ended
+	// polled marks a long-poll session; inFlight counts its leases whose assignment has not
+	// reached it yet, and withdrawing is set while its offer waits for them to.
+	polled, withdrawing bool
+	inFlight            int
 }
 
 func newSlot(id, workerID, tenant string, queues []string, capacity int) *slot {
@@ -189,6 +202,7 @@ func (d *Dispatcher) Recover(env Env) {
 		byWorker := map[string]*slot{}
 		for _, w := range s.OpenSessions() {
 			sl := newSlot(w.Session.ID, w.ID, w.Tenant, w.Queues, w.Session.Capacity)
+			sl.polled = w.Session.Transport == TransportLongPoll
 			d.sessions[sl.id], byWorker[w.ID] = sl, sl
 		}
 		for _, j := range s.Leases() {
@@ -202,7 +216,9 @@ func (d *Dispatcher) Recover(env Env) {
 		}
 		for _, w := range s.OpenSessions() {
 			sl := byWorker[w.ID]
-			sl.credit = max(sl.capacity-sl.held, 0)
+			if !sl.polled { // a long poll's credit lasts as long as its offer, which the restart lost
+				sl.credit = max(sl.capacity-sl.held, 0)
+			}
 			d.wake(sl)
 		}
 	})
@@ -222,6 +238,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 	case sessionStarted:
 		if _, ok := d.sessions[m.SessionID]; !ok && m.Seq > d.rebuiltAt {
 			s := newSlot(m.SessionID, m.WorkerID, m.Tenant, m.Queues, m.Capacity)
+			s.polled = m.Polled
 			// The worker's leases from an earlier connection count against this one.
 			for id, lr := range d.leased {
 				if lr.workerID == m.WorkerID && !lr.ending { // an ending lease has freed its slot
@@ -249,6 +266,18 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		}
 		s.credit = min(s.credit+min(max(m.N, 0), CapacityMax), s.capacity)
 		d.wake(s)
+	case withdrawCredit:
+		s := d.sessions[m.SessionID]
+		if s == nil || s.inFlight == 0 {
+			env.Send(SessionRef(m.SessionID), offerClosed{})
+		}
+		if s != nil && !mutantCreditOutlivesPoll {
+			s.credit, s.withdrawing = 0, s.inFlight > 0
+		}
+		return
+	case assignmentArrived:
+		d.arrived(env, d.sessions[m.SessionID])
+		return
 	case leaseEnding:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID && !lr.ending {
 			lr.ending = true
@@ -260,6 +289,9 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 	case leaseRefused:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID {
 			d.unlease(m.JobID, lr, true)
+			if lr.polledBy != "" {
+				d.arrived(env, d.sessions[lr.polledBy]) // its assignment will never come
+			}
 		}
 		if m.Idle {
 			env.Stop(JobRef(m.JobID))
@@ -276,7 +308,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		}
 		for _, id := range slices.Sorted(maps.Keys(d.leased)) {
 			if d.leased[id].workerID == m.WorkerID {
-				env.Send(JobRef(id), releaseLease{WorkerID: m.WorkerID})
+				env.Send(JobRef(id), revokeLease{WorkerID: m.WorkerID})
 			}
 		}
 		return
@@ -298,6 +330,18 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 	case Fail:
 		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
 			env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, m.JobID)})
+		}
+		return
+	case ReleaseLease:
+		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
+			env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, m.JobID)})
+		}
+		return
+	case Undelivered:
+		// By the dispatcher, not straight to the job: a lease that ended meanwhile needs no
+		// actor started for it.
+		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID {
+			env.Send(JobRef(m.JobID), m)
 		}
 		return
 	case Complete:
@@ -325,7 +369,7 @@ func (d *Dispatcher) route(env Env, jobID, leaseID, workerID string, msg any) bo
 		switch msg.(type) {
 		case Progress:
 			env.Send(env.Sender(), ProgressAck{Err: notCovered(env, workerID, jobID)})
-		case Complete, Fail:
+		case Complete, Fail, ReleaseLease:
 			env.Send(env.Sender(), Done{Err: notCovered(env, workerID, jobID)})
 		}
 		return true
@@ -588,9 +632,26 @@ func (d *Dispatcher) best(s *slot) *entry {
 	return best
 }
 
+// arrived counts a lease of a long-poll session as arrived there, and closes the session's
+// withdrawn offer once none is left on the way.
+func (d *Dispatcher) arrived(env Env, s *slot) {
+	if s == nil || s.inFlight == 0 {
+		return
+	}
+	s.inFlight--
+	if s.inFlight == 0 && s.withdrawing {
+		s.withdrawing = false
+		env.Send(SessionRef(s.id), offerClosed{})
+	}
+}
+
 func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
 	d.remove(e.ID)
 	lr := leaseRef{leaseID: NewID(env), sessionID: s.id, tenant: s.tenant, workerID: s.workerID}
+	if s.polled {
+		lr.polledBy = s.id
+		s.inFlight++
+	}
 	d.leased[e.ID] = lr
 	s.credit--
 	s.held++

@@ -22,10 +22,16 @@
 //     its covers to the dispatcher.)
 //   - Job (one per leased job): the lease — heartbeat extension, progress, completion (lease,
 //     nonce, output hash, Ed25519 signature), failure with retry or dead-lettering, cancel
-//     requests, expiry, release on revocation. When the lease ends the job goes back to the
+//     requests, expiry, release on revocation, and the release of a job not tried (a worker's
+//     ReleaseLease, an Undelivered assignment), which spends no attempt unless the job was
+//     released LeaseReleasesMax times in a row. When the lease ends the job goes back to the
 //     dispatcher, which stops the actor.
 //   - Session (one per connection): delivers assignments and cancel notices to the worker,
-//     answers heartbeats, and ends the session when they stop or the worker is revoked.
+//     answers heartbeats, and ends the session when they stop or the worker is revoked. It
+//     knows whether anyone is there to take an assignment: a WebSocket session from open to
+//     end, a long-poll session while a poll waits (Offer to Withdraw, and then until the
+//     dispatcher has seen every lease that offer brought arrive). An assignment that finds no
+//     one goes back (Undelivered).
 //
 // The ordering rules:
 //
@@ -47,4 +53,11 @@
 //     persisted before is durable. A job found leased gets a fresh lease_ttl of grace, logged,
 //     because heartbeat extensions live only in memory.
 //  6. Every refusal is a *Rejection with a stable Code; transport maps each code to one status.
+//  7. An assignment is offered to the worker only while someone is there to take it, and one
+//     that does not reach the worker comes back, spending no attempt: the session hands back
+//     what arrives while it offers nothing; a runtime hands back what it cannot deliver to a
+//     session that is gone (Bounce); the transport hands back what it could not write.
+//  8. Each assignment says how often its lease must be heartbeaten (HeartbeatIntervalFor: a
+//     third of its lease_ttl, at most HeartbeatInterval), so a worker that heartbeats on time
+//     never loses a lease the server accepted.
 package actors

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"time"
@@ -38,6 +39,9 @@ const (
 	BackoffMax  = 300 * time.Second
 	// BackoffJitterFraction bounds the jitter added to a backoff: up to a tenth of it.
 	BackoffJitterFraction = 10
+	// LeaseReleasesMax is how many leases of a job may be released in a row without spending
+	// an attempt; the next release spends one.
+	LeaseReleasesMax = 10
 )
 
 // Backoff is the wait before a retry after the n-th failed attempt (n from 1):
@@ -133,7 +137,7 @@ func (a *Job) Receive(env Env, msg any) {
 	}
 	if a.job == nil || a.job.Lease == nil {
 		switch msg.(type) {
-		case leaseTimer, releaseLease:
+		case leaseTimer, revokeLease:
 		default:
 			env.Forward(DispatcherRef(), msg, env.Sender())
 		}
@@ -152,9 +156,15 @@ func (a *Job) Receive(env Env, msg any) {
 		if a.holds(m.WorkerID, m.LeaseID) {
 			a.job.Lease.ExpiresAt = env.Now().Add(a.job.LeaseTTL)
 		}
+	case ReleaseLease:
+		a.releaseByWorker(env, m)
+	case Undelivered:
+		if a.job.Lease.LeaseID == m.LeaseID {
+			a.release(env, Ref{}, eventlog.LeaseUndelivered, "")
+		}
 	case leaseTimer:
 		a.expire(env, m)
-	case releaseLease:
+	case revokeLease:
 		if a.job.Lease.WorkerID == m.WorkerID {
 			a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: a.job.Lease.LeaseID, WorkerID: m.WorkerID, Attempt: a.job.Attempt, Reason: "worker_revoked"})
 		}
@@ -204,6 +214,7 @@ func (a *Job) assign(env Env) {
 	env.Send(SessionRef(l.SessionID), Assignment{
 		JobID: a.id, LeaseID: l.LeaseID, Nonce: l.Nonce, Queue: a.job.Queue, JobType: a.job.Type,
 		Payload: a.job.Payload, Attempt: l.Attempt, LeaseExpiresAt: l.ExpiresAt,
+		HeartbeatInterval: HeartbeatIntervalFor(a.job.LeaseTTL),
 	})
 }
 
@@ -292,6 +303,32 @@ func (a *Job) fail(env Env, m Fail) {
 	a.end(env, env.Sender(), eventlog.JobFailed{JobID: a.id, LeaseID: m.LeaseID, Attempt: a.job.Attempt, ErrorCode: code, Message: msg, Retryable: m.Retryable})
 }
 
+func (a *Job) releaseByWorker(env Env, m ReleaseLease) {
+	if !a.holds(m.WorkerID, m.LeaseID) {
+		env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, a.id)})
+		return
+	}
+	reason := cmp.Or(m.Reason, "released")
+	if !validName(reason, errorCodeLenMax, true) || reason == eventlog.LeaseUndelivered {
+		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "reason must be 1..%d of [A-Za-z0-9_.:/-], and not %q", errorCodeLenMax, eventlog.LeaseUndelivered)})
+		return
+	}
+	msg := m.Message
+	if len(msg) > ErrorMessageLenMax {
+		msg = msg[:ErrorMessageLenMax]
+	}
+	a.release(env, env.Sender(), reason, msg)
+}
+
+// release ends the lease with the job not attempted: no attempt is spent and the job is queued
+// again at once. A job released LeaseReleasesMax times in a row spends the attempt instead, so
+// a worker that keeps giving a job back cannot keep it from running, or from failing, forever.
+func (a *Job) release(env Env, reply Ref, reason, message string) {
+	l := a.job.Lease
+	a.end(env, reply, eventlog.JobLeaseReleased{JobID: a.id, LeaseID: l.LeaseID, WorkerID: l.WorkerID, Attempt: a.job.Attempt,
+		Reason: reason, Message: message, AttemptSpent: a.job.Releases >= LeaseReleasesMax})
+}
+
 func (a *Job) cancel(env Env, m Cancel) {
 	if m.Tenant != a.job.Tenant {
 		env.Send(env.Sender(), Done{Err: reject(CodeJobNotFound, "no job %q", clip(m.JobID))})
@@ -319,19 +356,27 @@ func (a *Job) expire(env Env, m leaseTimer) {
 }
 
 // end ends the lease with the given event and what must follow it in the same append: for a
-// success nothing; for a failure, expiry or release a cancel (if one was asked for), a retry
-// with backoff, or the dead-letter queue.
+// success nothing; for a release that spends no attempt a cancel (if one was asked for) or
+// the queue at once; for a failure, expiry, revocation or a release that spends the attempt a
+// cancel (if one was asked for), a retry with backoff, or the dead-letter queue.
 func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	j, l := a.job, a.job.Lease
 	events := []eventlog.Payload{ev}
 	var requeue *Waiting
-	if _, ok := ev.(eventlog.JobSucceeded); !ok {
-		retryable, released, expired := true, false, false
+	release, released := ev.(eventlog.JobLeaseReleased)
+	switch _, succeeded := ev.(eventlog.JobSucceeded); {
+	case released && j.CancelRequested:
+		events = append(events, eventlog.JobCancelled{JobID: a.id, Reason: "lease_released"})
+	case released && !release.AttemptSpent:
+		w := waitingOf(j, time.Time{})
+		requeue = &w
+	case !succeeded:
+		retryable, revoked, expired := true, false, false
 		switch e := ev.(type) {
 		case eventlog.JobFailed:
 			retryable = e.Retryable
 		case eventlog.JobLeaseExpired:
-			released, expired = e.Reason == "worker_revoked", true
+			revoked, expired = e.Reason == "worker_revoked", true
 		}
 		switch {
 		case j.CancelRequested:
@@ -342,7 +387,7 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 			events = append(events, eventlog.JobCancelled{JobID: a.id, Reason: reason})
 		case retryable && j.Attempt < j.MaxAttempts:
 			var backoff time.Duration
-			if !released {
+			if !revoked {
 				backoff = Backoff(j.Attempt - j.AttemptBase)
 				backoff += time.Duration(env.Rand().Int64N(int64(backoff)/BackoffJitterFraction + 1))
 			}

@@ -50,11 +50,12 @@ type Release struct {
 	ID     string
 }
 
-// SetQuota sets a tenant's limits; zero means unlimited.
+// SetQuota sets a tenant's limits; zero means unlimited. A nil limit keeps its current value,
+// so a partial update changes only what it names (read and written in the tenant's one actor).
 type SetQuota struct {
 	Tenant     string
-	MaxActive  int
-	MaxRunning int
+	MaxActive  *int
+	MaxRunning *int
 }
 
 // RegisterWorker enrolls a worker. The shell makes the token; only its hash reaches the log.
@@ -174,13 +175,35 @@ type Fail struct {
 	Retryable bool
 }
 
+// ReleaseLease gives a leased job back without spending an attempt: the worker is stopping
+// cleanly, or could not start the job. Reason is a short code ("worker_stopping",
+// "start_failed"); the job is queued again at once. Answered with Done.
+type ReleaseLease struct {
+	WorkerID string
+	JobID    string
+	LeaseID  string
+	Reason   string
+	Message  string
+}
+
+// Undelivered says the assignment of a lease never reached its worker (a long poll ended
+// first, the connection died before the frame was written): the job's actor releases the lease
+// with no attempt spent. No reply.
+type Undelivered struct{ JobID, LeaseID string }
+
 // Session commands. The facade sends them to SessionRef(id).
+
+// The transports a session is opened over.
+const (
+	TransportWebSocket = "websocket"
+	TransportLongPoll  = "longpoll"
+)
 
 // OpenSession starts a worker's session. The session's frames go to the sink its actor was
 // made with.
 type OpenSession struct {
 	WorkerID  string
-	Transport string // "websocket" or "longpoll"
+	Transport string // TransportWebSocket or TransportLongPoll
 	Capacity  int    // 0: the registered capacity
 }
 
@@ -206,18 +229,34 @@ type HeartbeatAck struct {
 // CloseSession ends a session from the worker's side.
 type CloseSession struct{ Reason string }
 
+// Offer lets a long-poll session be assigned up to N jobs while one of its polls waits: the
+// session passes it to the dispatcher as credit. Answered by OfferAck. A WebSocket session's
+// credit comes straight from its frames (SessionCredit) and lasts as long as the socket.
+type Offer struct{ N int }
+
+// OfferAck answers Offer; SESSION_CLOSED means the session ended and a new one is needed.
+type OfferAck struct{ Err *Rejection }
+
+// Withdraw ends a long-poll session's offer: the dispatcher forgets its credit, and the session
+// sends its sink OfferEnded after every assignment the offer brought. An assignment that
+// reaches the session later goes back to the queue (Undelivered).
+type Withdraw struct{}
+
 // Frames a session sends to its Sink.
 
-// Assignment hands a leased job to the worker.
+// Assignment hands a leased job to the worker. HeartbeatInterval is how often the worker must
+// heartbeat while it holds this lease: a third of the job's lease_ttl, at most
+// HeartbeatInterval.
 type Assignment struct {
-	JobID          string
-	LeaseID        string
-	Nonce          string
-	Queue          string
-	JobType        string
-	Payload        json.RawMessage
-	Attempt        int
-	LeaseExpiresAt time.Time
+	JobID             string
+	LeaseID           string
+	Nonce             string
+	Queue             string
+	JobType           string
+	Payload           json.RawMessage
+	Attempt           int
+	LeaseExpiresAt    time.Time
+	HeartbeatInterval time.Duration
 }
 
 // CancelNotice tells the worker a client asked to cancel the job it holds.
@@ -225,6 +264,21 @@ type CancelNotice struct {
 	JobID   string
 	LeaseID string
 }
+
+// Bounce says what becomes of a message to a session that has stopped: an assignment goes
+// back to its job (Undelivered, by way of the dispatcher), anything else is dropped. Both
+// runtimes call it for what they cannot deliver to a session, and for an assignment a stalled
+// connection could not take.
+func Bounce(msg any) (to Ref, notice any, ok bool) {
+	if a, isAssignment := msg.(Assignment); isAssignment {
+		return DispatcherRef(), Undelivered{JobID: a.JobID, LeaseID: a.LeaseID}, true
+	}
+	return Ref{}, nil, false
+}
+
+// OfferEnded tells the sink that an offer was withdrawn: every assignment it brought came
+// before.
+type OfferEnded struct{}
 
 // SessionEnded tells the sink the session is over (Reason as in worker.session_ended).
 type SessionEnded struct{ Reason string }

@@ -16,4 +16,10 @@ var (
 	mutantReleaseTwice bool
 	// mutantMapOrder leases the first ready job in map iteration order, not the best one.
 	mutantMapOrder bool
+	// mutantCreditOutlivesPoll keeps a long poll's credit after the poll ended, as tether did
+	// before offers: jobs are leased to a worker that is not asking.
+	mutantCreditOutlivesPoll bool
+	// mutantHeartbeatFixed tells workers to heartbeat every HeartbeatInterval whatever their
+	// leases' lease_ttl, as tether did before HeartbeatIntervalFor.
+	mutantHeartbeatFixed bool
 )

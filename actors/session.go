@@ -9,28 +9,53 @@ import (
 
 // Liveness of a session.
 const (
+	// HeartbeatInterval is how often a worker heartbeats while it holds no lease with a
+	// lease_ttl shorter than three intervals (HeartbeatIntervalFor).
 	HeartbeatInterval = 10 * time.Second
 	// HeartbeatMissesMax heartbeats may be missed before the session ends; its leases then run
 	// out on their own schedule, so a worker that reconnects in time keeps its jobs.
 	HeartbeatMissesMax = 3
 )
 
+// HeartbeatIntervalFor is how often a worker must heartbeat a lease of the given lease_ttl: a
+// third of it, so that two heartbeats in a row may be late or lost before the lease runs out,
+// and never less often than HeartbeatInterval.
+func HeartbeatIntervalFor(leaseTTL time.Duration) time.Duration {
+	if mutantHeartbeatFixed {
+		return HeartbeatInterval
+	}
+	return min(HeartbeatInterval, max(leaseTTL/3, time.Second))
+}
+
 // Session is the behaviour of one connected worker: it delivers assignments and cancel notices
 // to the worker's connection (the sink), answers heartbeats and ends the session when they stop
 // or the worker is revoked. The worker's credit goes to the dispatcher (SessionCredit), which
 // keeps it.
 //
+// Capacity is an offer that holds only while someone is there to take it. A WebSocket
+// session offers from open to end; a long-poll session only while a poll waits: from Offer to
+// Withdraw, and then until every lease the dispatcher made on that credit has arrived, so that a
+// poll ending just as its jobs are leased still takes them. An assignment that reaches the
+// session while it offers nothing went nowhere, so the session hands it back at once
+// (Undelivered), and the job is queued again with no attempt spent.
+//
 // A worker that reconnects keeps its leases: the new session adopts them, and the dispatcher
 // counts them against the new session's capacity.
 type Session struct {
-	id       string
-	workerID string
-	sink     Ref
-	open     bool
-	closed   bool
-	lastSeen time.Time
-	timer    TimerID
-	pipe     pipeline
+	id        string
+	workerID  string
+	sink      Ref
+	transport string
+	open      bool
+	closed    bool
+	// offering is set while assignments can reach the worker: a WebSocket session's whole
+	// life, a long-poll session's polls. withdrawing is set from a long poll's Withdraw until
+	// the dispatcher has seen every lease the offer brought arrive here (offerClosed): those
+	// still go to the poll.
+	offering, withdrawing bool
+	lastSeen              time.Time
+	timer                 TimerID
+	pipe                  pipeline
 }
 
 // NewSession returns the behaviour of session id, whose frames go to sink.
@@ -77,13 +102,41 @@ func (s *Session) Receive(env Env, msg any) {
 		s.openSession(env, m)
 	case Heartbeat:
 		s.heartbeat(env, m)
-	case Assignment, CancelNotice:
+	case Assignment:
+		if s.open && s.offering {
+			env.Send(s.sink, m)
+		} else {
+			env.Send(DispatcherRef(), Undelivered{JobID: m.JobID, LeaseID: m.LeaseID})
+		}
+		if s.transport == TransportLongPoll {
+			env.Send(DispatcherRef(), assignmentArrived{SessionID: s.id})
+		}
+	case CancelNotice:
 		if s.open {
 			env.Send(s.sink, m)
+		}
+	case Offer:
+		s.offer(env, m)
+	case Withdraw:
+		if s.open && s.offering && s.transport == TransportLongPoll && !s.withdrawing {
+			s.withdrawing = true
+			env.Send(DispatcherRef(), withdrawCredit{SessionID: s.id})
+			return
+		}
+		if !s.withdrawing {
+			env.Send(s.sink, OfferEnded{}) // nothing was offered
+		}
+	case offerClosed:
+		if s.withdrawing {
+			s.withdrawing, s.offering, s.lastSeen = false, mutantCreditOutlivesPoll, env.Now()
+			env.Send(s.sink, OfferEnded{})
 		}
 	case livenessCheck:
 		if !s.open {
 			return
+		}
+		if s.transport == TransportLongPoll && (s.offering || s.withdrawing) {
+			s.lastSeen = env.Now() // a poll that waits is a worker that is there
 		}
 		deadline := s.lastSeen.Add(HeartbeatInterval * HeartbeatMissesMax)
 		if now := env.Now(); now.Before(deadline) {
@@ -133,13 +186,34 @@ func (s *Session) openSession(env Env, m OpenSession) {
 		capacity = min(m.Capacity, w.Capacity)
 	}
 	transport := m.Transport
-	if transport != "longpoll" {
-		transport = "websocket"
+	if transport != TransportLongPoll {
+		transport = TransportWebSocket
 	}
-	s.workerID, s.open, s.lastSeen = w.ID, true, now
+	s.workerID, s.open, s.lastSeen, s.transport = w.ID, true, now, transport
+	s.offering = transport == TransportWebSocket
 	s.timer = env.After(HeartbeatInterval, livenessCheck{})
 	s.pipe.persist(env, []eventlog.Payload{eventlog.WorkerSessionStarted{WorkerID: w.ID, SessionID: s.id, Transport: transport, Capacity: capacity}},
-		sessionOpenDone{reply: env.Sender(), note: sessionStarted{SessionID: s.id, WorkerID: w.ID, Tenant: w.Tenant, Queues: w.Queues, Capacity: capacity}})
+		sessionOpenDone{reply: env.Sender(), note: sessionStarted{SessionID: s.id, WorkerID: w.ID, Tenant: w.Tenant, Queues: w.Queues, Capacity: capacity,
+			Polled: transport == TransportLongPoll}})
+}
+
+// offer passes a long poll's credit to the dispatcher; an assignment it brings comes back here
+// while the offer lasts, and goes to the poll.
+func (s *Session) offer(env Env, m Offer) {
+	switch {
+	case !s.open:
+		env.Send(env.Sender(), OfferAck{Err: reject(CodeSessionClosed, "session %s is closed", s.id)})
+		return
+	case s.transport != TransportLongPoll:
+		env.Send(env.Sender(), OfferAck{Err: reject(CodeInvalidArgument, "a WebSocket session takes credit frames, not offers")})
+		return
+	case m.N < 1 || m.N > CapacityMax:
+		env.Send(env.Sender(), OfferAck{Err: reject(CodeInvalidArgument, "an offer is of 1..%d jobs", CapacityMax)})
+		return
+	}
+	s.offering, s.lastSeen = true, env.Now()
+	env.Send(DispatcherRef(), SessionCredit{SessionID: s.id, N: m.N})
+	env.Send(env.Sender(), OfferAck{})
 }
 
 func (s *Session) heartbeat(env Env, m Heartbeat) {
@@ -172,7 +246,7 @@ func (s *Session) heartbeat(env Env, m Heartbeat) {
 }
 
 func (s *Session) end(env Env, reason string) {
-	s.open, s.closed = false, true
+	s.open, s.closed, s.offering, s.withdrawing = false, true, false, false
 	env.Cancel(s.timer)
 	s.pipe.persist(env, []eventlog.Payload{eventlog.WorkerSessionEnded{WorkerID: s.workerID, SessionID: s.id, Reason: reason}}, sessionEndDone{reason})
 }

@@ -25,6 +25,7 @@ type Tenant struct {
 	limits Limits
 
 	maxActive    int
+	maxRunning   int
 	reservations map[string]reservation
 	// pendingJobs counts jobs admitted (submitted, or re-driven and not yet settled) whose
 	// events are not in the projections yet.
@@ -52,7 +53,7 @@ func NewTenant(name string, limits Limits) *Tenant {
 func (t *Tenant) Recover(env Env) {
 	var q projections.Tenant
 	env.Read(func(s *projections.Set) { q = s.Tenant(t.name) })
-	t.maxActive = q.MaxActive
+	t.maxActive, t.maxRunning = q.MaxActive, q.MaxRunning
 	t.reservations = map[string]reservation{}
 	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
 	t.pendingEnroll = map[string]int{}
@@ -117,13 +118,7 @@ func (t *Tenant) Receive(env Env, msg any) {
 	case reservationExpiry:
 		t.expire(env, m)
 	case SetQuota:
-		if m.MaxActive < 0 || m.MaxRunning < 0 {
-			env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "limits must be 0 (unlimited) or more")})
-			return
-		}
-		t.maxActive = m.MaxActive
-		t.pipe.persist(env, []eventlog.Payload{eventlog.TenantQuotaSet{Tenant: t.name, MaxActive: m.MaxActive, MaxRunning: m.MaxRunning}},
-			quotaDone{reply: env.Sender(), maxRunning: m.MaxRunning})
+		t.setQuota(env, m)
 	case RegisterWorker:
 		t.register(env, m)
 	case RevokeWorker:
@@ -142,6 +137,25 @@ func (t *Tenant) Receive(env Env, msg any) {
 	case Persisted:
 		t.persisted(env, m)
 	}
+}
+
+// setQuota changes the limits the command names and keeps the others: the tenant's actor is
+// the only writer of its quota, so its read-modify-write cannot interleave with another.
+func (t *Tenant) setQuota(env Env, m SetQuota) {
+	maxActive, maxRunning := t.maxActive, t.maxRunning
+	if m.MaxActive != nil {
+		maxActive = *m.MaxActive
+	}
+	if m.MaxRunning != nil {
+		maxRunning = *m.MaxRunning
+	}
+	if maxActive < 0 || maxRunning < 0 {
+		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "limits must be 0 (unlimited) or more")})
+		return
+	}
+	t.maxActive, t.maxRunning = maxActive, maxRunning
+	t.pipe.persist(env, []eventlog.Payload{eventlog.TenantQuotaSet{Tenant: t.name, MaxActive: maxActive, MaxRunning: maxRunning}},
+		quotaDone{reply: env.Sender(), maxRunning: maxRunning})
 }
 
 func (t *Tenant) usage(env Env) int {

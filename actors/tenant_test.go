@@ -152,7 +152,7 @@ func TestQuotaAndReservations(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
 	call := func(msg any) any { return one[any](t, f.w.Call("client", actors.TenantRef("acme"), msg)) }
-	if d := call(actors.SetQuota{Tenant: "acme", MaxActive: 3}).(actors.Done); d.Err != nil {
+	if d := call(actors.SetQuota{Tenant: "acme", MaxActive: new(3)}).(actors.Done); d.Err != nil {
 		t.Fatal(d.Err)
 	}
 	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})

@@ -26,7 +26,7 @@ func workload(t *testing.T) *actorstest.World {
 		return r[0]
 	}
 	acme := actors.TenantRef("acme")
-	call(acme, actors.SetQuota{Tenant: "acme", MaxActive: 100, MaxRunning: 3})
+	call(acme, actors.SetQuota{Tenant: "acme", MaxActive: new(100), MaxRunning: new(3)})
 	res := call(acme, actors.Reserve{Tenant: "acme", TTL: time.Minute}).(actors.Reserved)
 	call(acme, actors.Reserve{Tenant: "acme", TTL: time.Minute})
 	key := call(acme, actors.CreateAPIKey{Tenant: "acme", KeyHash: "kh"}).(actors.Created)

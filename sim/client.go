@@ -196,12 +196,16 @@ func (c *client) list() {
 
 func (c *client) setQuota() {
 	s := c.s
-	maxActive, maxRunning := 0, 0
-	if s.workload.IntN(2) == 0 {
-		maxActive = 3 + s.workload.IntN(20)
+	// Each limit is unlimited, set, or left as it is (a partial update).
+	limit := func(n int) *int {
+		switch s.workload.IntN(3) {
+		case 0:
+			return new(0)
+		case 1:
+			return new(n)
+		}
+		return nil
 	}
-	if s.workload.IntN(2) == 0 {
-		maxRunning = 1 + s.workload.IntN(4)
-	}
-	s.call("admin", "set quota", toRef(actors.TenantRef(c.tenant)), actors.SetQuota{Tenant: c.tenant, MaxActive: maxActive, MaxRunning: maxRunning}, func(any) {}, nil)
+	q := actors.SetQuota{Tenant: c.tenant, MaxActive: limit(3 + s.workload.IntN(20)), MaxRunning: limit(1 + s.workload.IntN(4))}
+	s.call("admin", "set quota", toRef(actors.TenantRef(c.tenant)), q, func(any) {}, nil)
 }

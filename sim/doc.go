@@ -14,7 +14,11 @@
 //     re-drive, list and set quotas;
 //   - workers, some with Ed25519 keys, that speak the worker protocol: every frame goes through
 //     the JSON encoding of wire.Frame, and the server side turns frames into commands with
-//     transport/protocol, as the WebSocket and long-poll handlers do.
+//     transport/protocol, as the WebSocket and long-poll handlers do. A WebSocket worker grants
+//     credit; a long-poll worker polls, and the server offers its free slots while the poll
+//     waits, as transport/poll.go does (poll.go). Workers heartbeat each lease as often as its
+//     assignment says, and now and then one stops cleanly: it closes its connection, grants no
+//     more credit, and gives back every job it holds or is handed.
 //
 // Faults, with rates drawn per seed (swarm testing): lost, delayed, reordered and duplicated
 // messages; partitions; worker crashes, pauses past the lease, reconnects over the other
@@ -25,7 +29,10 @@
 //
 // A run has three phases: safety (Config.Steps steps with faults), heal (faults off, server up,
 // workers back), and liveness (every job terminal and every reservation ended within
-// LivenessBound). The invariants are checked as things happen: on every durable record by an
+// LivenessBound). Some invariants hold only where no fault interferes, and are checked then:
+// in a run no fault has touched (--off all), no attempt is spent on a lease whose assignment
+// never reached its worker, and no lease expires under its worker; in the liveness phase, no
+// lease expires under a worker alive and connected since before the lease's last lease_ttl. The invariants are checked as things happen: on every durable record by an
 // oracle, a fold of the log written apart from the projections (oracle.go); on every answer as
 // it leaves the server (net.go, worker.go); after every recovery and every 50 commits against a
 // full replay; and at the end.

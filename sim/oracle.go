@@ -27,6 +27,7 @@ type oracle struct {
 
 type ojob struct {
 	id, tenant      string
+	leaseTTL        time.Duration
 	status          projections.Status
 	lease           *olease
 	attempt         int
@@ -86,7 +87,8 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 			o.fail("transitions", "job %s submitted twice (seq %d)", e.JobID, seq)
 			return
 		}
-		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, status: projections.StatusQueued, maxAttempts: e.MaxAttempts}
+		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, status: projections.StatusQueued, maxAttempts: e.MaxAttempts,
+			leaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond}
 		t := o.tenant(e.Tenant)
 		t.active++
 		if e.IdempotencyKey != "" {
@@ -132,10 +134,16 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 	case eventlog.JobLeaseExpired:
 		if j := o.current(seq, e.JobID, e.LeaseID, p); j != nil {
 			j.lease = nil
-			if e.Reason == "expired" && o.s.workerHolds(e.WorkerID, e.LeaseID) {
-				o.s.probe(ProbeLeaseExpiredWorkerAlive)
+			if e.Reason == "expired" {
+				if o.s.workerHolds(e.WorkerID, e.LeaseID) {
+					o.s.probe(ProbeLeaseExpiredWorkerAlive)
+				}
+				o.leaseLost(seq, j, e.WorkerID, e.LeaseID)
 			}
+			o.attemptSpent(seq, e.JobID, e.LeaseID)
 		}
+	case eventlog.JobLeaseReleased:
+		o.released(seq, e)
 	case eventlog.JobRetryScheduled:
 		j := o.job(seq, e.JobID)
 		if j == nil {
@@ -228,6 +236,63 @@ func (o *oracle) current(seq uint64, jobID, leaseID string, p eventlog.Payload) 
 		return nil
 	}
 	return j
+}
+
+// released folds a lease given back. Unless it spent the attempt, the job is queued again
+// with the attempt it had before the lease.
+func (o *oracle) released(seq uint64, e eventlog.JobLeaseReleased) {
+	j := o.current(seq, e.JobID, e.LeaseID, e)
+	if j == nil {
+		return
+	}
+	j.lease = nil
+	switch e.Reason {
+	case eventlog.LeaseUndelivered:
+		o.s.probe(ProbeUndeliveredReturned)
+		if o.s.received[e.LeaseID] {
+			o.fail("delivery", "lease %s of job %s was put back as undelivered, but its worker got it (seq %d)", e.LeaseID, e.JobID, seq)
+		}
+	case "worker_stopping":
+		o.s.probe(ProbeCleanStopReleased)
+	}
+	if e.AttemptSpent {
+		o.attemptSpent(seq, e.JobID, e.LeaseID)
+		return
+	}
+	if e.Attempt != j.attempt {
+		o.fail("attempts", "job %s's lease for attempt %d was released as attempt %d (seq %d)", e.JobID, j.attempt, e.Attempt, seq)
+	}
+	j.attempt, j.status, j.runAt = e.Attempt-1, projections.StatusQueued, time.Time{}
+}
+
+// attemptSpent checks an attempt spent without the worker's word (an expiry, a release too
+// many): in a run no fault has touched, every assignment reaches its worker, so none may be
+// spent on a lease whose assignment did not.
+func (o *oracle) attemptSpent(seq uint64, jobID, leaseID string) {
+	if !o.s.received[leaseID] && o.s.faultFree() {
+		o.fail("undelivered", "job %s spent an attempt on lease %s, which never reached its worker, in a run without faults (seq %d)", jobID, leaseID, seq)
+	}
+}
+
+// leaseLost checks an expiry against the workers: a worker that is alive, connected and
+// heartbeating keeps every lease it holds. That holds throughout a run without faults, and in
+// the liveness phase for a worker connected since before the lease's last lease_ttl began.
+func (o *oracle) leaseLost(seq uint64, j *ojob, workerID, leaseID string) {
+	s := o.s
+	if s.faultFree() {
+		o.fail("lease_lost", "job %s's lease %s expired under its worker in a run without faults (seq %d)", j.id, leaseID, seq)
+		return
+	}
+	since := s.now.Add(-j.leaseTTL - time.Second) // a second's slack for the last heartbeat's way
+	for _, w := range s.workers {
+		if w.id != workerID || s.phase != phaseLiveness || s.healedAt.After(since) {
+			continue
+		}
+		if w.alive() && !w.stopping && w.leases[leaseID] != nil && w.conn != nil && !w.conn.closing && !w.conn.since.After(since) {
+			o.fail("lease_lost", "job %s's lease %s expired under %s, alive and connected since %s and heartbeating (seq %d)",
+				j.id, leaseID, w.name, w.conn.since.Sub(s.start), seq)
+		}
+	}
 }
 
 func (o *oracle) leased(seq uint64, e eventlog.JobLeased, decidedAt time.Time, clock int) {

@@ -27,7 +27,7 @@ func (s *Sim) setup() error {
 			s.clients = append(s.clients, &client{s: s, name: fmt.Sprintf("%s-c%d", tenant, c), tenant: tenant, keys: map[string]string{}})
 		}
 		if r.IntN(2) == 0 {
-			s.srv.request("admin", actors.TenantRef(tenant), actors.SetQuota{Tenant: tenant, MaxActive: 5 + r.IntN(20), MaxRunning: r.IntN(3)}, func(any) {})
+			s.srv.request("admin", actors.TenantRef(tenant), actors.SetQuota{Tenant: tenant, MaxActive: new(5 + r.IntN(20)), MaxRunning: new(r.IntN(3))}, func(any) {})
 		}
 		for n := range 1 + r.IntN(3) {
 			queues := []string{"q0", "q1"}[:1+r.IntN(2)]
@@ -73,7 +73,27 @@ func (s *Sim) setup() error {
 		w.heartbeat()
 	}
 	s.faultTicks()
+	s.stopTicks()
 	return nil
+}
+
+// stopTicks stops a worker cleanly now and then, as an operator restarting workers does: not a
+// fault (it strikes in fault-free runs too), but the path that gives jobs back untried.
+func (s *Sim) stopTicks() {
+	r := stream(s.cfg.Seed, "stops")
+	var next func()
+	next = func() {
+		s.after(time.Duration(r.Int64N(int64(30*time.Second))), "stop tick", func() {
+			if s.phase != phaseSafety {
+				return
+			}
+			if w := s.workers[r.IntN(len(s.workers))]; w.alive() && !w.stopping && w.conn != nil && r.IntN(2) == 0 {
+				w.stop()
+			}
+			next()
+		})
+	}
+	next()
 }
 
 // faultTicks puts on the clock the faults that strike at a time rather than on a message.
@@ -138,7 +158,7 @@ func (s *Sim) faultTicks() {
 // heal ends the safety phase: no more faults or submits; the server is up, partitions are
 // healed, every worker is alive and connecting.
 func (s *Sim) heal() {
-	s.phase = phaseLiveness
+	s.phase, s.healedAt = phaseLiveness, s.now
 	s.record("heal")
 	clear(s.partitioned)
 	if !s.srv.up {

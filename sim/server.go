@@ -47,6 +47,7 @@ type server struct {
 	timerSeq  actors.TimerID
 	external  map[string]func(any)
 	extSeq    int
+	polls     map[string]*simPoll // long polls waiting, by session
 
 	// synced is the highest head the simulator saw made durable; it must survive every crash.
 	synced eventlog.Head
@@ -104,7 +105,7 @@ func (v *server) start() {
 	v.set = set
 	v.up, v.recovering = true, true
 	v.cells, v.runnable, v.pending, v.committer = map[actors.Ref]*cell{}, nil, nil, false
-	v.timers, v.external = map[actors.TimerID]bool{}, map[string]func(any){}
+	v.timers, v.external, v.polls = map[actors.TimerID]bool{}, map[string]func(any){}, map[string]*simPoll{}
 	if !v.checkRecovered() {
 		return
 	}
@@ -281,6 +282,15 @@ func (v *server) send(to actors.Ref, msg any, sender actors.Ref) {
 	}
 	if c := v.cellAt(to); c != nil {
 		v.enqueue(c, delivery{msg: msg, sender: sender})
+		return
+	}
+	v.bounce(to, msg)
+}
+
+// bounce sends back what a session that is gone cannot take, as the runtime does.
+func (v *server) bounce(to actors.Ref, msg any) {
+	if back, notice, ok := actors.Bounce(msg); ok && to.Kind == actors.RefSession {
+		v.send(back, notice, actors.Ref{})
 	}
 }
 
@@ -327,6 +337,7 @@ func (v *server) runOne() {
 		return
 	}
 	if c.stopped {
+		v.bounce(c.ref, d.msg)
 		return // a dead letter
 	}
 	env := &env{v: v, c: c, sender: d.sender}

@@ -38,16 +38,22 @@ var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partit
 
 func (f Fault) String() string { return faultNames[f] }
 
-// ParseFaults reads a comma-separated list of fault class names.
+// ParseFaults reads a comma-separated list of fault class names; "all" names every class.
 func ParseFaults(list string) ([]Fault, error) {
 	var out []Fault
 	for _, name := range strings.Split(list, ",") {
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}
+		if name == "all" {
+			for f := range faultClasses {
+				out = append(out, f)
+			}
+			continue
+		}
 		i := slices.Index(faultNames[:], name)
 		if i < 0 {
-			return nil, fmt.Errorf("unknown fault class %q (one of %s)", name, strings.Join(faultNames[:], ", "))
+			return nil, fmt.Errorf("unknown fault class %q (one of %s, or all)", name, strings.Join(faultNames[:], ", "))
 		}
 		out = append(out, Fault(i))
 	}
@@ -72,12 +78,15 @@ const (
 	ProbeForeignJobRejected
 	ProbeUnsyncedSurvived
 	ProbeRedrive
+	ProbeUndeliveredReturned
+	ProbeCleanStopReleased
 	probeCount
 )
 
 var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_append_and_reply", "idempotent_resubmit_after_crash",
 	"quota_full", "lease_expired_worker_alive", "cancel_while_leased", "nonce_replay_rejected", "recovery_crash",
-	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive"}
+	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
+	"clean_stop_released"}
 
 func (p Probe) String() string { return probeNames[p] }
 
@@ -186,14 +195,17 @@ type Sim struct {
 	itemSeq     uint64
 	steps       int
 	phase       phase
+	healedAt    time.Time // when the liveness phase began
 
 	trace hash.Hash
 	tail  []string
 
-	srv     *server
-	oracle  *oracle
-	clients []*client
-	workers []*worker
+	srv    *server
+	oracle *oracle
+	// received holds the leases whose assignment reached their worker.
+	received map[string]bool
+	clients  []*client
+	workers  []*worker
 	// partitioned holds the parties cut off from the server, until when.
 	partitioned map[string]time.Time
 
@@ -240,7 +252,7 @@ func stream(seed uint64, name string) *rand.Rand {
 func newSim(cfg Config) *Sim {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &Sim{
-		cfg: cfg, start: start, now: start, trace: sha256.New(), partitioned: map[string]time.Time{},
+		cfg: cfg, start: start, now: start, trace: sha256.New(), partitioned: map[string]time.Time{}, received: map[string]bool{},
 		workload: stream(cfg.Seed, "workload"), network: stream(cfg.Seed, "network"),
 		sched: stream(cfg.Seed, "sched"), serverRand: stream(cfg.Seed, "server"),
 	}
@@ -284,6 +296,16 @@ func (s *Sim) strikes(f Fault, scale float64) bool {
 		return false
 	}
 	s.result.Faults[f]++
+	return true
+}
+
+// faultFree reports whether no fault has struck so far in the run.
+func (s *Sim) faultFree() bool {
+	for _, n := range s.result.Faults {
+		if n > 0 {
+			return false
+		}
+	}
 	return true
 }
 

@@ -12,7 +12,10 @@ import (
 const testSeeds = 30
 
 // Every seed keeps every invariant, and the same seed gives the same trace in one process.
+// The paths that give leases back are reached: assignments that never reached their worker,
+// and workers that stop cleanly.
 func TestSeedsKeepTheInvariants(t *testing.T) {
+	probes := make([]int, len(sim.Probes()))
 	for seed := uint64(1); seed <= testSeeds; seed++ {
 		r, err := sim.RunTwice(sim.Config{Seed: seed, Steps: 1500})
 		if err != nil {
@@ -21,6 +24,43 @@ func TestSeedsKeepTheInvariants(t *testing.T) {
 		if r.Violation != nil {
 			t.Fatalf("seed %d: %v\nreproduce: %s --check-determinism\n%s", seed, r.Violation, r.Config.Command(), strings.Join(r.Violation.Tail, "\n"))
 		}
+		for p, n := range r.Probes {
+			probes[p] += n
+		}
+	}
+	for _, p := range []sim.Probe{sim.ProbeUndeliveredReturned, sim.ProbeCleanStopReleased} {
+		if probes[p] == 0 {
+			t.Errorf("probe %s never hit in seeds 1..%d", p, testSeeds)
+		}
+	}
+}
+
+// In runs with every fault class off, the invariants that hold only without faults are
+// checked on every record: no attempt is spent on a lease whose assignment never reached its
+// worker, and no lease expires under a worker that is alive, connected and heartbeating.
+func TestFaultFreeSeedsKeepTheirStricterInvariants(t *testing.T) {
+	all, err := sim.ParseFaults("all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stops := 0
+	for seed := uint64(1); seed <= testSeeds; seed++ {
+		r, err := sim.Run(sim.Config{Seed: seed, Steps: 1500, Off: all})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Violation != nil {
+			t.Fatalf("seed %d: %v\nreproduce: %s\n%s", seed, r.Violation, r.Config.Command(), strings.Join(r.Violation.Tail, "\n"))
+		}
+		for f, n := range r.Faults {
+			if n != 0 {
+				t.Fatalf("seed %d: %d faults of class %s with every class off", seed, n, sim.Fault(f))
+			}
+		}
+		stops += r.Probes[sim.ProbeCleanStopReleased]
+	}
+	if stops == 0 {
+		t.Error("no worker stopped cleanly in a fault-free run")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -32,22 +33,36 @@ type worker struct {
 	transport  string
 	crashed    bool
 	pausedTill time.Time
-	leases     map[string]*held // by lease id
-	ended      []*held          // leases that ended without its completion, for stale replays
-	nonces     []string
-	acks       map[string]func(wire.Frame)
-	nSession   int
-	nRef       int
+	// stopping is set from a clean stop until the worker starts again: it grants no credit,
+	// polls no more, and gives back every job it holds or is handed.
+	stopping bool
+	leases   map[string]*held // by lease id
+	ended    []*held          // leases that ended without its completion, for stale replays
+	nonces   []string
+	acks     map[string]func(wire.Frame)
+	nSession int
+	nRef     int
+	// polling is set while a long poll of the worker's waits; pollID names it.
+	polling bool
+	pollID  int
+	// hbGen names the heartbeat schedule in force; a lease that needs heartbeats more often
+	// starts a new one.
+	hbGen  int
+	hbNext time.Time
 }
 
 type wconn struct {
-	session string
-	epoch   int
+	session   string
+	transport string
+	epoch     int
+	since     time.Time // when the connection was up
+	closing   bool      // the worker closed it and waits for the server's end
 }
 
 type held struct {
 	jobID, leaseID, nonce string
 	attempt               int
+	heartbeat             time.Duration
 	completing            bool
 }
 
@@ -72,7 +87,7 @@ func decode(b []byte) wire.Frame {
 
 func (w *worker) connect() {
 	s := w.s
-	if w.connecting || w.conn != nil || !w.alive() || s.phase == phaseSetup {
+	if w.connecting || w.conn != nil || !w.alive() || w.stopping || s.phase == phaseSetup {
 		return
 	}
 	w.connecting = true
@@ -83,18 +98,25 @@ func (w *worker) connect() {
 		w.transport = []string{"websocket", "longpoll"}[s.workload.IntN(2)]
 	}
 	open := actors.OpenSession{WorkerID: w.id, Transport: w.transport, Capacity: w.capacity}
+	transport := w.transport
 	s.call(w.name, "connect "+session, func(v *server) actors.Ref {
-		sink := v.listen("sink/"+session, false, func(msg any) { w.fromServer(v.epoch, session, msg) })
+		sink := v.listen("sink/"+session, false, func(msg any) {
+			if transport == actors.TransportLongPoll {
+				v.pollSink(w, session, msg)
+				return
+			}
+			w.fromServer(v.epoch, session, msg)
+		})
 		v.spawnSession(session, sink)
 		return actors.SessionRef(session)
 	}, open, func(reply any) {
 		w.connecting = false
 		r := reply.(actors.SessionOpened)
-		if r.Err != nil || !w.alive() {
+		if r.Err != nil || !w.alive() || w.stopping {
 			s.after(time.Second, w.name+" reconnects", w.connect)
 			return
 		}
-		w.conn = &wconn{session: session, epoch: s.srv.epoch}
+		w.conn = &wconn{session: session, transport: transport, epoch: s.srv.epoch, since: s.now}
 		w.credit()
 	}, func() {
 		w.connecting = false
@@ -108,7 +130,11 @@ func (w *worker) disconnect(why string) {
 		return
 	}
 	w.s.record(w.name + " disconnected: " + why)
-	w.conn = nil
+	w.conn, w.polling = nil, false
+	if w.stopping {
+		w.restartLater(w.s.workload)
+		return
+	}
 	w.s.after(time.Duration(100+w.s.workload.IntN(900))*time.Millisecond, w.name+" reconnects", w.connect)
 }
 
@@ -137,11 +163,7 @@ func (w *worker) fromServer(epoch int, session string, msg any) {
 	case actors.CancelNotice:
 		f = protocol.CancelFrame(m)
 	case actors.SessionEnded:
-		s.transmit(w.name, "session ended", func() {
-			if w.conn != nil && w.conn.session == session {
-				w.disconnect("session ended: " + m.Reason)
-			}
-		})
+		w.sessionEnded(session, m.Reason)
 		return
 	default:
 		return
@@ -155,6 +177,33 @@ func (w *worker) fromServer(epoch int, session string, msg any) {
 	})
 }
 
+// sessionEnded carries the end of a session to the worker. A worker that closed it itself
+// still reads what the server sent before the end: it lingers a little for frames that the
+// network reordered, as a WebSocket's close handshake lets them all arrive.
+func (w *worker) sessionEnded(session, reason string) {
+	s := w.s
+	s.transmit(w.name, "session ended", func() {
+		if w.conn == nil || w.conn.session != session {
+			return
+		}
+		if !w.conn.closing {
+			w.disconnect("session ended: " + reason)
+			return
+		}
+		c := w.conn
+		s.after(closeLinger, w.name+" closed", func() {
+			if w.conn == c {
+				w.conn = nil
+				w.restartLater(w.s.workload)
+			}
+		})
+	})
+}
+
+// closeLinger is how long a worker that closed its connection still takes frames from it once
+// the server has ended it: more than the network's delays without faults.
+const closeLinger = 20 * time.Millisecond
+
 func (w *worker) onFrame(f wire.Frame) {
 	s := w.s
 	switch f.Type {
@@ -162,9 +211,17 @@ func (w *worker) onFrame(f wire.Frame) {
 		if w.leases[f.LeaseID] != nil || slices.ContainsFunc(w.ended, func(h *held) bool { return h.leaseID == f.LeaseID }) {
 			return // a duplicate
 		}
-		h := &held{jobID: f.JobID, leaseID: f.LeaseID, nonce: f.Nonce, attempt: f.Attempt}
+		s.received[f.LeaseID] = true
+		h := &held{jobID: f.JobID, leaseID: f.LeaseID, nonce: f.Nonce, attempt: f.Attempt, heartbeat: time.Duration(f.HeartbeatSeconds * float64(time.Second))}
 		w.leases[f.LeaseID] = h
 		w.nonces = append(w.nonces, f.Nonce)
+		if w.stopping { // handed a job as it stops: give it back untried
+			w.release(h)
+			return
+		}
+		if h.heartbeat > 0 && s.now.Add(h.heartbeat).Before(w.hbNext) {
+			w.heartbeatIn(h.heartbeat) // it needs heartbeats sooner than the schedule gives them
+		}
 		w.work(h, time.Duration(50+s.workload.IntN(15_000))*time.Millisecond)
 	case wire.FrameCancel:
 		if h := w.leases[f.LeaseID]; h != nil {
@@ -203,11 +260,7 @@ func (w *worker) toServer(f wire.Frame, onAck func(wire.Frame)) {
 // onFrame is the server's side of a worker's connection, as transport's handlers do it.
 func (v *server) onFrame(w *worker, session string, f wire.Frame) {
 	s := v.s
-	ack := func(r *actors.Rejection, fill func(*wire.Frame)) {
-		a := protocol.Ack(f.Ref, r)
-		if fill != nil {
-			fill(&a)
-		}
+	send := func(a wire.Frame) {
 		data := encode(a)
 		epoch := v.epoch
 		s.transmit(w.name, "ack", func() {
@@ -219,46 +272,152 @@ func (v *server) onFrame(w *worker, session string, f wire.Frame) {
 	switch f.Type {
 	case wire.FrameCredit:
 		v.send(actors.DispatcherRef(), actors.SessionCredit{SessionID: session, N: f.N}, actors.Ref{})
+	case frameClose:
+		// The worker closed its connection: a poll of it that waits has nobody to answer, and
+		// the session ends.
+		if p := v.polls[session]; p != nil {
+			p.abandoned = true
+		}
+		v.send(actors.SessionRef(session), actors.CloseSession{Reason: "closed"}, actors.Ref{})
 	case wire.FrameHeartbeat:
 		v.request(w.name, actors.SessionRef(session), actors.Heartbeat{Leases: f.Leases}, func(reply any) {
 			r := reply.(actors.HeartbeatAck)
-			ack(r.Err, func(a *wire.Frame) { a.Cancel, a.Unknown = r.CancelRequested, r.Unknown })
+			a := protocol.Ack(f.Ref, r.Err)
+			a.Cancel, a.Unknown = r.CancelRequested, r.Unknown
+			send(a)
 		})
-	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail:
-		op, err := protocol.WorkerOp(w.id, f.JobID, f)
-		if err != nil {
-			ack(err.(*actors.Rejection), nil)
-			return
-		}
-		v.request(w.name, toJob(f.JobID)(v), op, func(reply any) {
-			s.checkReply(w.name, op, reply)
-			switch r := reply.(type) {
-			case actors.ProgressAck:
-				ack(r.Err, func(a *wire.Frame) { a.Number = r.Number })
-			case actors.Done:
-				ack(r.Err, nil)
-			}
-		})
+	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail, wire.FrameRelease:
+		v.workerOp(w, f, send)
 	}
 }
 
+// onFrameDirect is the server's side of a worker's operation on a job sent as a plain HTTP
+// request (the long-poll endpoints): it needs no session.
+func (v *server) onFrameDirect(w *worker, f wire.Frame, reply func(wire.Frame)) {
+	switch f.Type {
+	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail, wire.FrameRelease:
+		v.workerOp(w, f, reply)
+	}
+}
+
+// workerOp turns an operation on a job into the broker's command, as the transport does, and
+// gives reply the ack for its answer.
+func (v *server) workerOp(w *worker, f wire.Frame, reply func(wire.Frame)) {
+	s := v.s
+	op, err := protocol.WorkerOp(w.id, f.JobID, f)
+	if err != nil {
+		reply(protocol.Ack(f.Ref, err.(*actors.Rejection)))
+		return
+	}
+	v.request(w.name, toJob(f.JobID)(v), op, func(r any) {
+		s.checkReply(w.name, op, r)
+		switch r := r.(type) {
+		case actors.ProgressAck:
+			a := protocol.Ack(f.Ref, r.Err)
+			a.Number = r.Number
+			reply(a)
+		case actors.Done:
+			reply(protocol.Ack(f.Ref, r.Err))
+		}
+	})
+}
+
+// frameClose is the simulator's stand-in for a worker closing its WebSocket, or abandoning its
+// long poll: the server ends the session.
+const frameClose = "close"
+
+// credit offers the worker's free slots: a credit frame over WebSocket, a poll over long-poll.
+// A stopping worker offers nothing.
 func (w *worker) credit() {
+	if w.stopping || w.conn == nil || w.conn.closing {
+		return
+	}
+	if w.conn.transport == actors.TransportLongPoll {
+		w.poll()
+		return
+	}
 	if free := w.capacity - len(w.leases); free > 0 {
 		w.toServer(wire.Frame{Type: wire.FrameCredit, N: free}, nil)
 	}
 }
 
-// heartbeat runs every HeartbeatInterval: it lists the worker's leases, learns which to cancel
-// or forget, and re-grants credit for free slots (credit lost on the way is not lost for good).
-func (w *worker) heartbeat() {
+// poll asks for up to the worker's free slots and waits up to 25 s, as the long-poll
+// transport does; the next poll follows the answer.
+func (w *worker) poll() {
 	s := w.s
-	s.after(actors.HeartbeatInterval, w.name+" heartbeat", func() {
-		w.heartbeat()
+	c := w.conn
+	free := w.capacity - len(w.leases)
+	if w.polling || free <= 0 || !w.alive() {
+		return
+	}
+	w.polling = true
+	w.pollID++
+	id := w.pollID
+	wait := time.Duration(s.workload.IntN(26)) * time.Second
+	s.transmit(w.name, "poll", func() {
+		if v := s.srv; v.up && !v.recovering && v.epoch == c.epoch {
+			v.onPoll(w, c, id, free, wait)
+		}
+	})
+	s.after(wait+requestTimeout, w.name+" poll timeout", func() {
+		if w.polling && w.pollID == id && w.conn == c {
+			w.polling = false
+			w.poll()
+		}
+	})
+}
+
+// pollAnswered takes a poll's answer.
+func (w *worker) pollAnswered(c *wconn, id int, assignments []wire.Frame) {
+	if w.conn != c || w.pollID != id || !w.alive() {
+		return // the poll it answers was given up; whatever it carried is lost
+	}
+	w.polling = false
+	for _, f := range assignments {
+		w.onFrame(f)
+	}
+	w.credit()
+}
+
+// heartbeatIn starts a heartbeat schedule whose first beat is d from now.
+func (w *worker) heartbeatIn(d time.Duration) {
+	w.hbGen++
+	gen := w.hbGen
+	w.hbNext = w.s.now.Add(d)
+	w.s.after(d, w.name+" heartbeat", func() {
+		if w.hbGen == gen {
+			w.beat()
+		}
+	})
+}
+
+// heartbeatEvery is how often the worker's leases need heartbeats: a third of the shortest
+// lease_ttl, as each assignment said, and every HeartbeatInterval otherwise.
+func (w *worker) heartbeatEvery() time.Duration {
+	every := actors.HeartbeatInterval
+	for _, h := range w.leases {
+		if h.heartbeat > 0 {
+			every = min(every, h.heartbeat)
+		}
+	}
+	return every
+}
+
+// heartbeat starts the worker's heartbeats.
+func (w *worker) heartbeat() { w.heartbeatIn(w.heartbeatEvery()) }
+
+// beat lists the worker's leases, learns which to cancel or forget, and re-grants credit for
+// free slots (credit lost on the way is not lost for good); then it schedules the next beat.
+func (w *worker) beat() {
+	s := w.s
+	every := w.heartbeatEvery()
+	w.heartbeatIn(every)
+	func() {
 		if w.conn == nil {
 			w.connect()
 			return
 		}
-		if !w.alive() {
+		if !w.alive() || w.conn.closing {
 			return
 		}
 		c := w.conn
@@ -279,12 +438,12 @@ func (w *worker) heartbeat() {
 			}
 			w.credit()
 		})
-		s.after(actors.HeartbeatInterval, w.name+" heartbeat deadline", func() {
+		s.after(max(every, 2*time.Second), w.name+" heartbeat deadline", func() {
 			if !answered && w.conn == c {
 				w.disconnect("no heartbeat ack")
 			}
 		})
-	})
+	}()
 }
 
 func (w *worker) drop(leaseID string) {
@@ -308,7 +467,7 @@ func (w *worker) work(h *held, d time.Duration) {
 		})
 	}
 	s.after(d, w.name+" finishes "+h.jobID, func() {
-		if w.leases[h.leaseID] != h || w.crashed {
+		if w.leases[h.leaseID] != h || w.crashed || w.stopping {
 			return
 		}
 		if !w.alive() { // paused: it finishes when it wakes, its lease perhaps long gone
@@ -389,6 +548,103 @@ func (w *worker) settle(h *held, a wire.Frame) {
 	}
 }
 
+// release gives a job back untried, as a stopping worker does; the frame goes over plain HTTP
+// (sendDirect), which needs no connection of the worker's.
+func (w *worker) release(h *held) {
+	f := wire.Frame{Type: wire.FrameRelease, JobID: h.jobID, LeaseID: h.leaseID, Reason: "worker_stopping"}
+	answered := false
+	var send func()
+	send = func() {
+		w.sendDirect(f, func(a wire.Frame) {
+			answered = true
+			if a.Error != nil && a.Error.Code != string(actors.CodeLeaseMismatch) && a.Error.Code != string(actors.CodeJobNotFound) {
+				w.s.fail("release", "%s's release of job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
+			}
+			if w.leases[h.leaseID] == h {
+				delete(w.leases, h.leaseID)
+			}
+		})
+		w.s.after(requestTimeout, w.name+" release timeout", func() {
+			if !answered && w.leases[h.leaseID] == h && !w.crashed {
+				send()
+			}
+		})
+	}
+	send()
+}
+
+// sendDirect sends an operation on a job as a plain HTTP request: it needs the server up, not
+// a connection of the worker's.
+func (w *worker) sendDirect(f wire.Frame, onAck func(wire.Frame)) {
+	s := w.s
+	if !w.alive() {
+		return
+	}
+	w.nRef++
+	f.Ref = "d" + strconv.Itoa(w.nRef)
+	data := encode(f)
+	s.transmit(w.name, f.Type, func() {
+		v := s.srv
+		if !v.up || v.recovering {
+			return
+		}
+		epoch := v.epoch
+		v.onFrameDirect(w, decode(data), func(a wire.Frame) {
+			ack := encode(a)
+			s.transmit(w.name, "ack", func() {
+				if v.epoch == epoch && w.alive() {
+					onAck(decode(ack))
+				}
+			})
+		})
+	})
+}
+
+// stop stops the worker cleanly, as tether worker does on SIGTERM: it closes its connection,
+// which ends its credit, and gives back every job it holds; a job handed to it meanwhile goes
+// back too. It starts again a while later.
+func (w *worker) stop() {
+	s := w.s
+	s.record(w.name + " stops cleanly")
+	w.stopping = true
+	if c := w.conn; c != nil && !c.closing {
+		w.toServer(wire.Frame{Type: frameClose}, nil)
+		c.closing = true
+		w.polling = false
+	}
+	for _, id := range slices.Sorted(maps.Keys(w.leases)) {
+		if h := w.leases[id]; !h.completing {
+			w.release(h)
+		}
+	}
+	c := w.conn
+	if c == nil {
+		w.restartLater(s.workload)
+		return
+	}
+	// The server's end of the session may be lost on the way: the worker does not wait forever.
+	s.after(requestTimeout, w.name+" close timeout", func() {
+		if w.conn == c {
+			w.conn = nil
+			w.restartLater(s.workload)
+		}
+	})
+}
+
+// restartLater starts a stopped worker again after a while.
+func (w *worker) restartLater(r *rand.Rand) {
+	if !w.stopping {
+		w.connect()
+		return
+	}
+	w.s.after(time.Duration(1+r.IntN(20))*time.Second, w.name+" starts again", func() {
+		if w.stopping && w.conn == nil {
+			w.stopping = false
+			w.connect()
+		}
+	})
+}
+
 // misbehave sends, before its honest report, one that the server must refuse and that must
 // change nothing: a lease that ended, another lease's nonce, a bad signature, or another
 // tenant's job.
@@ -444,7 +700,7 @@ func (w *worker) misbehave(h *held) {
 func (w *worker) crash() {
 	s := w.s
 	s.record(w.name + " crashes")
-	w.crashed, w.conn, w.connecting = true, nil, false
+	w.crashed, w.conn, w.connecting, w.polling, w.stopping = true, nil, false, false, false
 	w.leases, w.acks = map[string]*held{}, map[string]func(wire.Frame){}
 	s.after(time.Duration(1+s.faultRand[FaultWorkerCrash].IntN(30))*time.Second, w.name+" restarts", func() {
 		w.crashed = false

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -91,6 +93,7 @@ const (
 	authAdmin
 	authEnroll
 	authWorker
+	authMetrics // open under AuthNone; the admin or metrics token under AuthToken
 )
 
 // request is what a handler gets: the broker, who is asking, and the HTTP exchange.
@@ -116,7 +119,18 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 		}
 		p, err := s.authenticate(b, r, kind)
 		if err == nil {
+			err = jsonBody(r)
+		}
+		if err == nil {
 			err = h(&request{Request: r, w: w, b: b, by: p})
+		}
+		if err != nil && r.Context().Err() != nil {
+			// The client went away (a worker's abandoned heartbeat, a closed tab): nobody to
+			// answer, and nothing wrong with the server.
+			if ce := s.log.Check(zap.DebugLevel, "the client went away before the answer"); ce != nil {
+				ce.Write(requestFields(r, p, zap.String("error", err.Error()))...)
+			}
+			return
 		}
 		if err != nil {
 			e := toAPIError(err)
@@ -126,6 +140,50 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 			writeError(w, e)
 		}
 	})
+}
+
+// checkSite refuses what a page on another web site could make a browser send here. Under any
+// auth, a state-changing request the browser marks cross-site. Under --auth none, where no
+// credential stands between a page and the API, also a Host that is not a loopback name (DNS
+// rebinding: a page whose own name now points at 127.0.0.1) and an Origin that is not this
+// server's own. The health endpoints carry nothing worth stealing and stay open.
+func (s *Server) checkSite(r *http.Request) *apiError {
+	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
+	if !safe && r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return errorf(http.StatusForbidden, "CROSS_SITE_REQUEST", "a state-changing request from another web site is refused")
+	}
+	if s.cfg.Auth != AuthNone || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		return nil
+	}
+	if !loopbackHost(r.Host) {
+		return errorf(http.StatusForbidden, "HOST_NOT_ALLOWED",
+			"under --auth none this server answers only to a loopback host (localhost, 127.0.0.1, [::1]), not %q", clip(r.Host))
+	}
+	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
+		return errorf(http.StatusForbidden, "ORIGIN_NOT_ALLOWED", "under --auth none only pages of this server may call it, not %q", clip(o))
+	}
+	return nil
+}
+
+// loopbackHost reports whether a Host header names this machine: localhost (or a name under
+// .localhost, which browsers resolve to loopback themselves) or a loopback address.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// sameOrigin reports whether an Origin header names the site a request was sent to.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Path == "" && strings.EqualFold(u.Host, host)
 }
 
 // requestFields names a request in a log line: its route, and the tenant, worker and job it
@@ -167,6 +225,14 @@ func (s *Server) authenticate(b *runtime.Broker, r *http.Request, kind authKind)
 	switch kind {
 	case authNone:
 		return principal{}, nil
+	case authMetrics:
+		if open || s.isAdmin(token) || (s.cfg.MetricsToken != "" && sameSecret(token, s.cfg.MetricsToken)) {
+			return principal{}, nil
+		}
+		if token == "" {
+			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "under --auth token /metrics needs the metrics token or the admin token")
+		}
+		return principal{}, errorf(http.StatusForbidden, string(actors.CodePermissionDenied), "this endpoint needs the metrics token or the admin token")
 	case authAdmin:
 		if open || s.isAdmin(token) {
 			return principal{admin: true}, nil
@@ -226,13 +292,18 @@ func (s *Server) authenticate(b *runtime.Broker, r *http.Request, kind authKind)
 	return principal{}, errors.New("transport: unknown auth kind")
 }
 
-// isAdmin compares a token with the admin token in constant time (over their hashes, so the
-// lengths leak nothing either).
+// isAdmin compares a token with the admin token in constant time.
 func (s *Server) isAdmin(token string) bool {
-	if s.cfg.AdminToken == "" || token == "" {
+	return s.cfg.AdminToken != "" && sameSecret(token, s.cfg.AdminToken)
+}
+
+// sameSecret compares a token with a secret in constant time, over their hashes so that the
+// lengths leak nothing either.
+func sameSecret(token, secret string) bool {
+	if token == "" {
 		return false
 	}
-	a, b := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(s.cfg.AdminToken))
+	a, b := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(secret))
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
@@ -245,9 +316,27 @@ const (
 	IdempotencyKeyHeader = "Idempotency-Key"
 )
 
+// jsonBody refuses a body that is not declared JSON. A web page can make a browser send a
+// text/plain or form body to any site without asking first (a "simple request"); it cannot send
+// application/json without a CORS preflight, which this server never grants. So a request that
+// carries a body, or says what its body is, must say application/json (or another +json type).
+func jsonBody(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "application/json" || r.Method == http.MethodGet || r.Method == http.MethodHead || (ct == "" && r.ContentLength == 0) {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	if ct == "" {
+		ct = "none"
+	}
+	return errorf(http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", "the body must be JSON sent with Content-Type: application/json, not %s", clip(ct))
+}
+
 // decode reads a JSON body of at most limit bytes into v, refusing unknown fields, trailing
-// data and a missing body. The Content-Type is not checked: the body is JSON or refused, and
-// `curl -d` (which says form-urlencoded) just works.
+// data and a missing body (jsonBody has checked its Content-Type).
 func (r *request) decode(limit int64, v any) error {
 	body := http.MaxBytesReader(r.w, r.Body, limit)
 	if req, ok := v.(*wire.SubmitRequest); ok {

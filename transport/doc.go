@@ -16,6 +16,22 @@
 //     is written only after that event is durable.
 //   - A WebSocket connection sends a worker's operations to the broker in the order it read
 //     them and keeps reading while they are made durable; acks come back as they are answered.
+//   - Capacity is offered only while someone is there to take it: a WebSocket worker's credit
+//     lasts as long as its socket, a long-poll worker's as long as one of its polls waits
+//     (poll.go). An assignment that was not written to the worker (the socket died first, the
+//     poll's client went away, its answer could not be written) goes back to the queue at once,
+//     with no attempt spent (runtime.Broker.ReturnUndelivered).
+//   - A long-poll worker's heartbeats and results never wait for its poll; a newer poll ends
+//     the older one.
+//   - A client that goes away before its answer is logged at debug level, not as an error.
+//   - A body must be declared JSON (application/json, or +json): a web page can send any other
+//     type to any site without asking first (415 UNSUPPORTED_MEDIA_TYPE). A state-changing
+//     request a browser marks Sec-Fetch-Site: cross-site is refused (403 CROSS_SITE_REQUEST).
+//     Under AuthNone, where no credential stands between a page and the API, the Host must be a
+//     loopback name or address (403 HOST_NOT_ALLOWED: DNS rebinding) and any Origin the
+//     server's own (403 ORIGIN_NOT_ALLOWED). /healthz and /readyz are exempt.
+//   - /metrics names tenants and queues: under AuthToken it needs the admin token or the
+//     metrics token; MetricsHandler serves it with no credential for a loopback listener.
 //
 // Subpackages: wire holds the wire contract's types; client is the Go client for submitters and
 // workers.

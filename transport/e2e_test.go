@@ -103,6 +103,9 @@ func (h *harness) register(tenant string, key ed25519.PublicKey, capacity int) *
 func (h *harness) raw(method, path, token string, body []byte) (int, map[string]any) {
 	h.t.Helper()
 	req, _ := http.NewRequest(method, h.url+path, bytes.NewReader(body))
+	if len(body) > 0 {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -240,11 +243,16 @@ func (h *harness) runWorker(token, transportName string, key ed25519.PrivateKey)
 			}
 			return map[string]int{"n": 2 * p.N}, nil
 		}}
-	c, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(c) }()
-	h.t.Cleanup(func() { cancel(); <-done })
+	runUntilTheEnd(h.t, w)
 	return connected
+}
+
+// runUntilTheEnd runs w until the test ends; then it stops w and waits for Run to return.
+func runUntilTheEnd(t *testing.T, w *client.Worker) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
 }
 
 // firstConnect returns the transport a worker's first connection used, failing the test if
@@ -476,7 +484,7 @@ func TestAuthAndTenants(t *testing.T) {
 	_, err = enroll.RegisterWorker(ctx(t), wire.RegisterRequest{Name: "b", Queues: []string{"q"}, Capacity: 1})
 	wantErr(t, err, http.StatusForbidden, "ENROLL_TOKEN_USED_UP")
 	// Quotas are per tenant.
-	if _, err := h.admin.SetQuota(ctx(t), "globex", 1, 0); err != nil {
+	if _, err := h.admin.SetQuota(ctx(t), "globex", new(1), new(0)); err != nil {
 		t.Fatal(err)
 	}
 	submit(t, globex, `{}`)
@@ -738,7 +746,7 @@ func TestCommandWorker(t *testing.T) {
 	// The sleeping case spins on a builtin rather than running sleep(1): a shell waiting for a
 	// child that the same SIGTERM killed may report "Terminated" and skip its trap.
 	script := `p=$(cat); case "$p" in
-*ok*) echo "[$TETHER_ATTEMPT] $TETHER_JOB_TYPE" >&2; echo '{"ok": true}';;
+*ok*) echo "[$TETHER_JOB_ATTEMPT] $TETHER_JOB_TYPE" >&2; echo '{"ok": true}';;
 *text*) echo hello;;
 *fatal*) echo "bad input" >&2; exit 3;;
 *retry*) exit 1;;
@@ -746,10 +754,7 @@ func TestCommandWorker(t *testing.T) {
 esac`
 	w := &client.Worker{Server: h.url, Token: reg.WorkerToken, Capacity: 4, Logger: zaptest.NewLogger(t),
 		Handler: client.Command{Args: []string{"sh", "-c", script}, FatalExitCodes: []int{3}, KillGrace: 5 * time.Second}.Handler()}
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(wctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	runUntilTheEnd(t, w)
 
 	submitMode := func(mode string) *wire.Job {
 		j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "kind", Payload: json.RawMessage(`{"mode":"` + mode + `"}`)})

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/runtime"
 	"github.com/tetherhq/tether/projections"
@@ -136,6 +138,11 @@ func (s *Server) listJobs(r *request) error {
 		projections.StatusFailed, projections.StatusCancelled:
 	default:
 		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "status %q is not one of queued, scheduled, leased, succeeded, failed, cancelled", clip(string(f.Status)))
+	}
+	if c := f.After; c != "" {
+		if _, err := ulid.ParseStrict(c); err != nil {
+			return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "cursor %q is not a next_cursor this API gave", clip(c))
+		}
 	}
 	switch q.Get("order") {
 	case "", "oldest":
@@ -320,17 +327,18 @@ func (s *Server) createEnrollToken(r *request) error {
 	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
 		return err
 	}
-	if req.Uses == 0 {
-		req.Uses = 1
+	uses := 1
+	if req.Uses != nil {
+		uses = *req.Uses // the tenant's actor refuses what is outside its range
 	}
 	if req.TTLSeconds < 0 {
 		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "ttl_seconds must not be negative")
 	}
-	t, err := r.b.CreateEnrollToken(r.Context(), req.Tenant, req.Uses, seconds(req.TTLSeconds))
+	t, err := r.b.CreateEnrollToken(r.Context(), req.Tenant, uses, seconds(req.TTLSeconds))
 	if err != nil {
 		return err
 	}
-	return r.reply(http.StatusCreated, wire.EnrollToken{ID: t.ID, Tenant: req.Tenant, Token: t.Token, Uses: req.Uses, ExpiresAt: t.ExpiresAt, Receipt: receipt(t.Receipt)})
+	return r.reply(http.StatusCreated, wire.EnrollToken{ID: t.ID, Tenant: req.Tenant, Token: t.Token, Uses: uses, ExpiresAt: t.ExpiresAt, Receipt: receipt(t.Receipt)})
 }
 
 func (s *Server) setQuota(r *request) error {
@@ -339,7 +347,7 @@ func (s *Server) setQuota(r *request) error {
 		return err
 	}
 	tenant := r.PathValue("tenant")
-	rc, err := r.b.SetQuota(r.Context(), tenant, req.MaxActive, req.MaxRunning)
+	rc, err := r.b.SetQuota(r.Context(), tenant, req.MaxActive, req.MaxRunning) // a limit left out keeps its value
 	if err != nil {
 		return err
 	}

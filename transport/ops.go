@@ -44,6 +44,17 @@ type errorDetail struct {
 	Details map[string]any `json:"details"`
 }
 
+// writeJSONFlushed writes v and flushes it to the connection, and says whether that failed: an
+// answer that carries leases must be known to have left, or the leases go back.
+func writeJSONFlushed(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return err
+	}
+	return http.NewResponseController(w).Flush()
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -2,9 +2,12 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/runtime"
@@ -12,88 +15,147 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-// WaitSecondsMax caps how long one long poll waits for work.
-const WaitSecondsMax = 30
+// Long-poll limits.
+const (
+	// WaitSecondsMax caps how long one long poll waits for work.
+	WaitSecondsMax = 30
+	// offerEndWait bounds how long a poll that has withdrawn its offer waits for the
+	// assignments already on their way to it (about one fsync); past it the session is closed,
+	// and whatever still comes goes back to the queue.
+	offerEndWait = 10 * time.Second
+	// inboxMax bounds what a poll session holds for its polls: assignments never exceed one
+	// offer's credit, and each offer ends with one OfferEnded.
+	inboxMax = 2*actors.CapacityMax + 8
+)
 
 // pollSessions keeps the session of each worker that long-polls. A session lives across polls;
 // it ends as any session does (no heartbeat and no poll for three intervals, revocation), and
-// the next poll opens a new one, which adopts the worker's leases.
+// the next request opens a new one, which adopts the worker's leases.
+//
+// Capacity is offered only while a poll waits (actors.Offer, actors.Withdraw): a worker that
+// stops polling holds no credit, and an assignment that arrives after its poll ended goes back
+// to the queue with no attempt spent. Heartbeats and results never wait for a poll: they use the
+// session (or no session at all) without taking the poll's turn.
 type pollSessions struct {
 	mu       sync.Mutex
 	sessions map[string]*pollSession // by worker id
 }
 
 type pollSession struct {
-	turn    chan struct{} // one request of a worker at a time uses the session
-	sess    *runtime.Session
-	pending []actors.Assignment // assigned beyond the max of the poll that received them
+	worker string
+
+	mu    sync.Mutex // guards sess and inbox, and is held while a session opens
+	sess  *runtime.Session
+	inbox chan any // sess's assignments and offer ends, for the poll that waits
+
+	// turn lets one poll of the worker wait at a time; a newer poll ends the one waiting
+	// (preempt), which is how a client that gave up on a poll and sent another is served at once.
+	turn    chan struct{}
+	pmu     sync.Mutex
+	gen     uint64 // polls that came, counted
+	preempt chan struct{}
 }
 
-// acquire returns the worker's poll session, holding its turn until release.
-func (p *pollSessions) acquire(ctx context.Context, worker string) (*pollSession, error) {
+func (p *pollSessions) get(worker string) *pollSession {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	ps := p.sessions[worker]
 	if ps == nil {
-		ps = &pollSession{turn: make(chan struct{}, 1)}
+		ps = &pollSession{worker: worker, turn: make(chan struct{}, 1)}
 		p.sessions[worker] = ps
 	}
-	p.mu.Unlock()
+	return ps
+}
+
+// acquire takes the worker's poll turn, ending the poll that holds it, and returns a channel
+// that is closed when a newer poll wants the turn in turn (at once, if one already waits).
+func (ps *pollSession) acquire(ctx context.Context) (preempted <-chan struct{}, release func(), err error) {
+	ps.pmu.Lock()
+	ps.gen++
+	gen := ps.gen
+	if ps.preempt != nil {
+		close(ps.preempt)
+		ps.preempt = nil
+	}
+	ps.pmu.Unlock()
 	select {
 	case ps.turn <- struct{}{}:
-		return ps, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
+	ch := make(chan struct{})
+	ps.pmu.Lock()
+	if gen != ps.gen {
+		close(ch) // a newer poll came while this one waited for the turn: it gets the work
+	} else {
+		ps.preempt = ch
+	}
+	ps.pmu.Unlock()
+	return ch, func() {
+		ps.pmu.Lock()
+		if ps.preempt == ch {
+			ps.preempt = nil
+		}
+		ps.pmu.Unlock()
+		<-ps.turn
+	}, nil
 }
 
-func (ps *pollSession) release() { <-ps.turn }
-
-// open returns the session, opening one if there is none or the last one ended.
-func (ps *pollSession) open(ctx context.Context, b *runtime.Broker, worker string) (*runtime.Session, error) {
+// session returns the worker's open session and its inbox, opening one if there is none or the
+// last one ended.
+func (ps *pollSession) session(ctx context.Context, b *runtime.Broker) (*runtime.Session, <-chan any, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	if ps.sess != nil {
-		return ps.sess, nil
+		return ps.sess, ps.inbox, nil
 	}
-	sess, err := b.Connect(ctx, worker, "longpoll", 0)
+	sess, err := b.Connect(ctx, ps.worker, actors.TransportLongPoll, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ps.sess = sess
-	return sess, nil
+	inbox := make(chan any, inboxMax)
+	ps.sess, ps.inbox = sess, inbox
+	go ps.pump(sess, inbox)
+	return sess, inbox, nil
 }
 
-// take moves the session's frames into pending, dropping cancel notices (heartbeats report
-// them) and forgetting a session that ended. With a wait, it waits for the first assignment
-// until wait fires or either stop channel closes.
-func (ps *pollSession) take(wait <-chan time.Time, stop, stop2 <-chan struct{}) {
-	for ps.sess != nil {
-		var f any
-		var ok bool
-		if len(ps.pending) == 0 && wait != nil {
-			select {
-			case f, ok = <-ps.sess.Frames:
-			case <-wait:
-				return
-			case <-stop:
-				return
-			case <-stop2:
-				return
-			}
-		} else {
-			select {
-			case f, ok = <-ps.sess.Frames:
-			default:
-				return
-			}
+// pump moves a session's assignments and offer ends to its inbox; cancel notices are dropped
+// (heartbeats report them). When the session ends, its inbox is closed and it is forgotten.
+func (ps *pollSession) pump(sess *runtime.Session, inbox chan<- any) {
+	for f := range sess.Frames {
+		switch f.(type) {
+		case actors.Assignment, actors.OfferEnded:
+			inbox <- f
 		}
-		switch m := f.(type) {
-		case actors.Assignment:
-			ps.pending = append(ps.pending, m)
-		case actors.SessionEnded:
-			ps.sess = nil
+	}
+	ps.forget(sess)
+	close(inbox)
+}
+
+// forget drops sess if it is still the worker's session, so the next request opens another.
+func (ps *pollSession) forget(sess *runtime.Session) {
+	ps.mu.Lock()
+	if ps.sess == sess {
+		ps.sess, ps.inbox = nil, nil
+	}
+	ps.mu.Unlock()
+}
+
+// withSession runs fn with the worker's session, and once more with a new one if the first had
+// ended (actors.CodeSessionClosed).
+func (ps *pollSession) withSession(ctx context.Context, b *runtime.Broker, fn func(*runtime.Session, <-chan any) error) error {
+	for try := 0; ; try++ {
+		sess, inbox, err := ps.session(ctx, b)
+		if err != nil {
+			return err
 		}
-		if !ok {
-			ps.sess = nil
+		err = fn(sess, inbox)
+		var rej *actors.Rejection
+		if try == 0 && errors.As(err, &rej) && rej.Code == actors.CodeSessionClosed {
+			ps.forget(sess)
+			continue
 		}
+		return err
 	}
 }
 
@@ -108,49 +170,97 @@ func (s *Server) pollLease(r *request) error {
 	if req.WaitSeconds < 0 || req.WaitSeconds > WaitSecondsMax {
 		return invalid("wait_seconds must be 0..%d", WaitSecondsMax)
 	}
-	// A poll is a sign of life: it heartbeats the session with no leases.
-	return s.withPollSession(r, nil, func(ps *pollSession, _ actors.HeartbeatAck) error {
-		if len(ps.pending) < req.Max {
-			ps.sess.Credit(req.Max - len(ps.pending))
-		}
-		timer := time.NewTimer(seconds(req.WaitSeconds))
-		defer timer.Stop()
-		ps.take(timer.C, r.Context().Done(), s.shutdown)
-		n := min(req.Max, len(ps.pending))
-		if n == 0 {
-			r.w.WriteHeader(http.StatusNoContent)
-			return nil
-		}
-		out := wire.Assignments{Assignments: make([]wire.Frame, n)}
-		for i, a := range ps.pending[:n] {
-			out.Assignments[i] = protocol.AssignFrame(a)
-		}
-		ps.pending = append(ps.pending[:0], ps.pending[n:]...)
-		return r.reply(http.StatusOK, out)
+	ps := s.polls.get(r.by.worker.ID)
+	preempted, release, err := ps.acquire(r.Context())
+	if err != nil {
+		return err
+	}
+	defer release()
+	select {
+	case <-preempted:
+		r.w.WriteHeader(http.StatusNoContent)
+		return nil
+	default:
+	}
+	var sess *runtime.Session
+	var inbox <-chan any
+	err = ps.withSession(r.Context(), r.b, func(se *runtime.Session, in <-chan any) error {
+		sess, inbox = se, in
+		return se.Offer(r.Context(), req.Max) // also a sign of life
 	})
+	if err != nil {
+		return err
+	}
+	got := s.awaitOffer(r.Context(), ps, sess, inbox, seconds(req.WaitSeconds), preempted)
+	if len(got) > req.Max { // more than the offer; cannot happen, and must not go unanswered
+		r.b.ReturnUndelivered(got[req.Max:]...)
+		got = got[:req.Max]
+	}
+	if err := r.Context().Err(); err != nil { // the worker went away: nobody takes them
+		r.b.ReturnUndelivered(got...)
+		return err
+	}
+	if len(got) == 0 {
+		r.w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	out := wire.Assignments{Assignments: make([]wire.Frame, len(got))}
+	for i, a := range got {
+		out.Assignments[i] = protocol.AssignFrame(a)
+	}
+	if err := writeJSONFlushed(r.w, http.StatusOK, out); err != nil {
+		r.b.ReturnUndelivered(got...)
+		s.log.Debug("a poll's answer could not be written; its assignments go back to the queue",
+			requestFields(r.Request, r.by, zap.Int("assignments", len(got)), zap.Error(err))...)
+	}
+	return nil
 }
 
-// withPollSession runs fn with the worker's poll session, opened if need be and heartbeaten
-// with leases, holding the session's turn.
-func (s *Server) withPollSession(r *request, leases []string, fn func(*pollSession, actors.HeartbeatAck) error) error {
-	ps, err := s.polls.acquire(r.Context(), r.by.worker.ID)
-	if err != nil {
-		return err
+// awaitOffer waits until the offer brings an assignment, wait passes, or the poll must end
+// (the worker went away, a newer poll came, the server is shutting down); then it withdraws the
+// offer and collects every assignment the offer brought, up to the session's OfferEnded.
+func (s *Server) awaitOffer(ctx context.Context, ps *pollSession, sess *runtime.Session, inbox <-chan any, wait time.Duration,
+	preempted <-chan struct{}) []actors.Assignment {
+	var got []actors.Assignment
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	take := func(f any, ok bool) (ended bool) {
+		switch m := f.(type) {
+		case actors.Assignment:
+			got = append(got, m)
+		case actors.OfferEnded:
+			return true
+		}
+		return !ok
 	}
-	defer ps.release()
-	ps.take(nil, nil, nil) // learn whether the session ended while nobody polled
-	sess, err := ps.open(r.Context(), r.b, r.by.worker.ID)
-	if err != nil {
-		return err
+	select {
+	case f, ok := <-inbox:
+		if take(f, ok) {
+			return got // the session ended, or an offer end of its own: nothing to withdraw
+		}
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-preempted:
+	case <-s.shutdown:
 	}
-	ack, err := sess.Heartbeat(r.Context(), leases)
-	if err != nil {
-		ps.sess = nil
-		return err
+	sess.Withdraw()
+	timer.Reset(offerEndWait)
+	for {
+		select {
+		case f, ok := <-inbox:
+			if take(f, ok) {
+				return got
+			}
+		case <-timer.C:
+			// Something went wrong on the way; a closed session takes nothing more.
+			sess.Close()
+			ps.forget(sess)
+			return got
+		}
 	}
-	return fn(ps, ack)
 }
 
+// pollHeartbeat extends a long-poll worker's leases. It never waits for the worker's poll.
 func (s *Server) pollHeartbeat(r *request) error {
 	var req wire.HeartbeatRequest
 	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
@@ -159,17 +269,26 @@ func (s *Server) pollHeartbeat(r *request) error {
 	if len(req.Leases) > actors.CapacityMax {
 		return invalid("a heartbeat lists at most %d leases", actors.CapacityMax)
 	}
-	return s.withPollSession(r, req.Leases, func(ps *pollSession, ack actors.HeartbeatAck) error {
-		out := wire.HeartbeatResponse{Cancel: ack.CancelRequested, Unknown: ack.Unknown,
-			HeartbeatSeconds: ps.sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: ps.sess.LeaseTTL.Seconds()}
-		if out.Cancel == nil {
-			out.Cancel = []string{}
-		}
-		if out.Unknown == nil {
-			out.Unknown = []string{}
-		}
-		return r.reply(http.StatusOK, out)
+	var ack actors.HeartbeatAck
+	var sess *runtime.Session
+	err := s.polls.get(r.by.worker.ID).withSession(r.Context(), r.b, func(se *runtime.Session, _ <-chan any) error {
+		var err error
+		sess = se
+		ack, err = se.Heartbeat(r.Context(), req.Leases)
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	out := wire.HeartbeatResponse{Cancel: ack.CancelRequested, Unknown: ack.Unknown,
+		HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds(), PublicKey: r.by.worker.PublicKey}
+	if out.Cancel == nil {
+		out.Cancel = []string{}
+	}
+	if out.Unknown == nil {
+		out.Unknown = []string{}
+	}
+	return r.reply(http.StatusOK, out)
 }
 
 func (s *Server) workerEvent(r *request) error {
@@ -190,32 +309,38 @@ func (s *Server) workerEvent(r *request) error {
 
 func (s *Server) workerComplete(r *request) error {
 	var req wire.CompleteRequest
-	if err := r.decode(int64(actors.OutputBytesMax+envelopeBytes), &req); err != nil {
-		return err
-	}
-	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameComplete, LeaseID: req.LeaseID, Nonce: req.Nonce,
-		Output: req.Output, OutputHash: req.OutputHash, Signature: req.Signature})
-	if err != nil {
-		return err
-	}
-	rc, err := r.b.Complete(r.Context(), op.(actors.Complete))
-	if err != nil {
-		return err
-	}
-	return r.reply(http.StatusOK, wire.Done{Receipt: receipt(rc)})
+	return s.workerReport(r, int64(actors.OutputBytesMax+envelopeBytes), &req, func() wire.Frame {
+		return wire.Frame{Type: wire.FrameComplete, LeaseID: req.LeaseID, Nonce: req.Nonce, Output: req.Output, OutputHash: req.OutputHash,
+			Signature: req.Signature}
+	})
 }
 
 func (s *Server) workerFail(r *request) error {
 	var req wire.FailRequest
-	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+	return s.workerReport(r, SmallBodyBytesMax, &req, func() wire.Frame {
+		return wire.Frame{Type: wire.FrameFail, LeaseID: req.LeaseID, ErrorCode: req.ErrorCode, Message: req.Message, Retryable: req.Retryable}
+	})
+}
+
+func (s *Server) workerRelease(r *request) error {
+	var req wire.ReleaseRequest
+	return s.workerReport(r, SmallBodyBytesMax, &req, func() wire.Frame {
+		return wire.Frame{Type: wire.FrameRelease, LeaseID: req.LeaseID, Reason: req.Reason, Message: req.Message}
+	})
+}
+
+// workerReport serves a worker's result sent over plain HTTP: the body, of at most limit bytes,
+// decoded into req and put in frame form, becomes the broker's command as the WebSocket's frame
+// would.
+func (s *Server) workerReport(r *request, limit int64, req any, frame func() wire.Frame) error {
+	if err := r.decode(limit, req); err != nil {
 		return err
 	}
-	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameFail, LeaseID: req.LeaseID, ErrorCode: req.ErrorCode,
-		Message: req.Message, Retryable: req.Retryable})
+	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), frame())
 	if err != nil {
 		return err
 	}
-	rc, err := r.b.Fail(r.Context(), op.(actors.Fail))
+	rc, err := r.b.Report(r.Context(), op)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -30,12 +31,18 @@ const (
 // DefaultTenant is the tenant of every client under AuthNone.
 const DefaultTenant = "default"
 
+// AdminTokenLenMin is the shortest admin (or metrics) token a server takes.
+const AdminTokenLenMin = 16
+
 // Config configures a Server.
 type Config struct {
 	Auth AuthMode
 	// AdminToken guards /v1/admin under AuthToken; it must be set then.
 	AdminToken string
-	Logger     *zap.Logger
+	// MetricsToken, if set, lets a scraper read /metrics under AuthToken without the admin
+	// token. (MetricsHandler serves it with no credential, for a listener of its own.)
+	MetricsToken string
+	Logger       *zap.Logger
 	// Clock is the server's clock for views (a scheduled job whose run_at passed reads as
 	// queued); nil: time.Now. Decisions read the broker's clock, never this one.
 	Clock func() time.Time
@@ -61,8 +68,11 @@ func NewServer(cfg Config) (*Server, error) {
 	switch cfg.Auth {
 	case AuthNone:
 	case AuthToken:
-		if len(cfg.AdminToken) < 16 {
-			return nil, errors.New("transport: --auth token needs an admin token of at least 16 characters")
+		if len(cfg.AdminToken) < AdminTokenLenMin {
+			return nil, fmt.Errorf("transport: --auth token needs an admin token of at least %d characters", AdminTokenLenMin)
+		}
+		if cfg.MetricsToken != "" && len(cfg.MetricsToken) < AdminTokenLenMin {
+			return nil, fmt.Errorf("transport: a metrics token has at least %d characters", AdminTokenLenMin)
 		}
 	default:
 		return nil, errors.New("transport: auth mode is none or token")
@@ -73,10 +83,20 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.Named("http"), clock: cfg.Clock, shutdown: make(chan struct{})}
+	// A failed request's line says which request; a stack of the handler wrapper would not add
+	// to it.
+	s := &Server{cfg: cfg, log: cfg.Logger.Named("http").WithOptions(zap.AddStacktrace(zap.DPanicLevel)), clock: cfg.Clock, shutdown: make(chan struct{})}
 	s.polls.sessions = map[string]*pollSession{}
 	s.routes()
 	return s, nil
+}
+
+// MetricsHandler serves GET /metrics with no credential, for a listener of its own (tether
+// server --metrics-addr, on loopback).
+func (s *Server) MetricsHandler() http.Handler {
+	m := http.NewServeMux()
+	m.Handle("GET /metrics", s.api(authNone, s.serveMetrics))
+	return m
 }
 
 // Attach makes the server serve b, once b has recovered.
@@ -118,6 +138,10 @@ func (s *Server) Status() any {
 
 // ServeHTTP serves the API; a path or method that matches no route gets the JSON error shape.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e := s.checkSite(r); e != nil {
+		writeError(w, e)
+		return
+	}
 	h, pattern := s.mux.Handler(r)
 	if pattern == "" {
 		rec := &statusOnly{header: w.Header()}
@@ -147,7 +171,7 @@ func (s *Server) routes() {
 	ops := OpsHandler(s)
 	m.Handle("GET /healthz", ops)
 	m.Handle("GET /readyz", ops)
-	m.Handle("GET /metrics", s.api(authNone, s.serveMetrics))
+	m.Handle("GET /metrics", s.api(authMetrics, s.serveMetrics))
 	dash := dashboard.Handler() // it speaks the API below, with the caller's own key
 	m.Handle("GET /{$}", dash)
 	m.Handle("GET /ui/", dash)
@@ -173,11 +197,13 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/worker/jobs/{id}/events", s.api(authWorker, s.workerEvent))
 	m.Handle("POST /v1/worker/jobs/{id}/complete", s.api(authWorker, s.workerComplete))
 	m.Handle("POST /v1/worker/jobs/{id}/fail", s.api(authWorker, s.workerFail))
+	m.Handle("POST /v1/worker/jobs/{id}/release", s.api(authWorker, s.workerRelease))
 
 	m.Handle("POST /v1/admin/api-keys", s.api(authAdmin, s.createAPIKey))
 	m.Handle("DELETE /v1/admin/api-keys/{id}", s.api(authAdmin, s.revokeAPIKey))
 	m.Handle("POST /v1/admin/enroll-tokens", s.api(authAdmin, s.createEnrollToken))
 	m.Handle("PUT /v1/admin/tenants/{tenant}/quota", s.api(authAdmin, s.setQuota))
+	m.Handle("PATCH /v1/admin/tenants/{tenant}/quota", s.api(authAdmin, s.setQuota))
 	s.mux = m
 }
 

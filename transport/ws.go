@@ -54,19 +54,20 @@ func (s *Server) connect(r *request) error {
 	}
 	s.conns.Add(1)
 	defer s.conns.Done()
-	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, log: s.log.With(zap.String("worker_id", r.by.worker.ID)),
+	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, log: s.log.With(zap.String("worker_id", r.by.worker.ID)),
 		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax)}
 	c.serve()
 	return nil
 }
 
 type wsConn struct {
-	s      *Server
-	b      *runtime.Broker
-	conn   *websocket.Conn
-	worker string
-	log    *zap.Logger
-	sess   *runtime.Session
+	s         *Server
+	b         *runtime.Broker
+	conn      *websocket.Conn
+	worker    string
+	publicKey string
+	log       *zap.Logger
+	sess      *runtime.Session
 
 	// outbox holds frames for the writer: acks pushed from actor goroutines, which must not
 	// block. Its size is bounded by inFlight.
@@ -102,7 +103,8 @@ func (c *wsConn) serve() {
 		return
 	}
 	c.sess = sess
-	c.push(wire.Frame{Type: wire.FrameWelcome, WorkerID: c.worker, HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds()})
+	c.push(wire.Frame{Type: wire.FrameWelcome, WorkerID: c.worker, HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds(),
+		PublicKey: c.publicKey})
 	_ = c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout))
 	c.conn.SetPongHandler(func(string) error { return c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout)) })
 	writerDone := make(chan struct{})
@@ -114,6 +116,13 @@ func (c *wsConn) serve() {
 	close(c.readerDone)
 	sess.Close()
 	<-writerDone
+	// What the session sent that the writer never wrote did not reach the worker: those jobs go
+	// back to the queue with no attempt spent. The session's last frame closes the channel.
+	for f := range sess.Frames {
+		if a, ok := f.(actors.Assignment); ok {
+			c.b.ReturnUndelivered(a)
+		}
+	}
 }
 
 func (c *wsConn) read(f *wire.Frame) error { return c.reader.Read(c.conn, f) }
@@ -160,7 +169,11 @@ func (c *wsConn) writeLoop() {
 			}
 			switch m := f.(type) {
 			case actors.Assignment:
-				if !c.write(protocol.AssignFrame(m)) {
+				written, ok := c.writeFrame(protocol.AssignFrame(m))
+				if !written {
+					c.b.ReturnUndelivered(m)
+				}
+				if !ok {
 					return
 				}
 			case actors.CancelNotice:
@@ -196,19 +209,26 @@ func closeCodeOf(reason string) (int, string) {
 	}
 }
 
+// write writes one frame and reports whether the connection still works; written says
+// whether the frame went out (a frame that cannot be encoded is logged and skipped).
 func (c *wsConn) write(f wire.Frame) bool {
+	_, ok := c.writeFrame(f)
+	return ok
+}
+
+func (c *wsConn) writeFrame(f wire.Frame) (written, ok bool) {
 	data, err := c.encoder.Encode(f)
 	if err != nil {
 		c.log.Error("a frame could not be encoded", zap.String("code", "FRAME_UNENCODABLE"), zap.String("type", f.Type),
 			zap.String("job_id", f.JobID), zap.Error(err))
-		return true
+		return false, true
 	}
 	_ = c.conn.SetWriteDeadline(time.Now().Add(frameWriteWait))
 	if err := c.conn.WriteMessage(websocket.TextMessage, data); err != nil {
 		_ = c.conn.Close()
-		return false
+		return false, false
 	}
-	return true
+	return true, true
 }
 
 func (c *wsConn) readLoop() {
@@ -267,7 +287,7 @@ func (c *wsConn) handle(f wire.Frame) {
 			a.Cancel, a.Unknown = ack.CancelRequested, ack.Unknown
 			c.done(a)
 		})
-	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail:
+	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail, wire.FrameRelease:
 		op, err := protocol.WorkerOp(c.worker, f.JobID, f)
 		if err != nil {
 			c.push(c.ack(f.Ref, err))

@@ -235,6 +235,7 @@ func (w *World) deliver(d delivery) {
 		return
 	}
 	if c != nil && c.stopped {
+		w.bounce(d)
 		return // a dead letter
 	}
 	if _, ok := d.msg.(actors.Persisted); ok && d.inc != c.incarnation {
@@ -243,6 +244,7 @@ func (w *World) deliver(d delivery) {
 	if c == nil {
 		c = &cell{ref: d.to, b: w.make(d.to)}
 		if c.b == nil {
+			w.bounce(d)
 			return // a session that is gone: a dead letter
 		}
 		w.cells[d.to] = c
@@ -253,6 +255,13 @@ func (w *World) deliver(d delivery) {
 		c.b.Recover(env)
 	}
 	c.b.Receive(env, d.msg)
+}
+
+// bounce sends back what a session that is gone cannot take, as the runtime does.
+func (w *World) bounce(d delivery) {
+	if to, notice, ok := actors.Bounce(d.msg); ok && d.to.Kind == actors.RefSession {
+		w.enqueue(delivery{to: to, msg: notice})
+	}
 }
 
 func (w *World) make(ref actors.Ref) actors.Behaviour {

@@ -31,6 +31,8 @@ type Config struct {
 	CheckpointEvery uint64
 	// Decorate, if set, wraps every behaviour the runtime makes; tests use it to inject faults.
 	Decorate func(ref actors.Ref, b actors.Behaviour) actors.Behaviour
+	// Companions names files kept in Dir beside the log (eventlog.Options.Companions).
+	Companions []string
 }
 
 // ErrClosed is returned by calls on a Broker that is closing or closed.
@@ -98,7 +100,7 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = 100_000
 	}
-	elog, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog")})
+	elog, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog"), Companions: cfg.Companions})
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +358,7 @@ func (b *Broker) Checkpoint() (seq uint64, covers time.Time) {
 }
 
 // send delivers a message to the actor a Ref names, spawning tenant and job actors on first
-// use. A message to a session that is gone is dropped.
+// use. A message to a session that is gone bounces (actors.Bounce) or is dropped.
 //
 // A job or session actor is looked up, and the message put in its mailbox, under refsMu; stop
 // unbinds and poisons under it too. So a message either reaches the old actor before its
@@ -378,10 +380,16 @@ func (b *Broker) send(to actors.Ref, msg envelope) {
 		b.refsMu.Unlock()
 	case actors.RefSession:
 		b.refsMu.Lock()
-		if pid := b.sessions[to.ID]; pid != nil {
+		pid := b.sessions[to.ID]
+		if pid != nil {
 			b.system.Root.Send(pid, msg)
 		}
 		b.refsMu.Unlock()
+		if pid == nil {
+			if to, notice, ok := actors.Bounce(msg.msg); ok {
+				b.send(to, envelope{msg: notice})
+			}
+		}
 	}
 }
 

@@ -165,8 +165,9 @@ func (b *Broker) Release(ctx context.Context, tenant, id string) (actors.Receipt
 	return b.done(ctx, actors.TenantRef(tenant), actors.Release{Tenant: tenant, ID: id})
 }
 
-// SetQuota sets a tenant's max_active and max_running (0: unlimited).
-func (b *Broker) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning int) (actors.Receipt, error) {
+// SetQuota sets a tenant's max_active and max_running (0: unlimited); a nil limit keeps its
+// current value.
+func (b *Broker) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (actors.Receipt, error) {
 	return b.done(ctx, actors.TenantRef(tenant), actors.SetQuota{Tenant: tenant, MaxActive: maxActive, MaxRunning: maxRunning})
 }
 
@@ -277,6 +278,9 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 			b.log.Error("a worker connection stopped reading; its session is closed",
 				zap.String("code", "SESSION_STALLED"), zap.String("worker_id", workerID), zap.String("session_id", id))
 			b.send(ref, envelope{msg: actors.CloseSession{Reason: "closed"}})
+			if to, notice, ok := actors.Bounce(m); ok {
+				b.send(to, envelope{msg: notice})
+			}
 			return
 		}
 		if _, end := m.(actors.SessionEnded); end {
@@ -326,6 +330,25 @@ func (s *Session) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck,
 // Close ends the session; its leases run out on schedule unless the worker reconnects in time.
 func (s *Session) Close() { s.b.send(s.ref, envelope{msg: actors.CloseSession{Reason: "closed"}}) }
 
+// Offer lets a long-poll session be assigned up to n jobs until Withdraw. An
+// actors.CodeSessionClosed rejection means the session ended; open another.
+func (s *Session) Offer(ctx context.Context, n int) error {
+	r, err := callFor[actors.OfferAck](ctx, s.b, s.ref, actors.Offer{N: n})
+	return firstErr(err, r.Err)
+}
+
+// Withdraw ends the offer. Frames then carries actors.OfferEnded after every assignment the
+// offer brought; one that comes later goes back to the queue.
+func (s *Session) Withdraw() { s.b.send(s.ref, envelope{msg: actors.Withdraw{}}) }
+
+// ReturnUndelivered puts back assignments that never reached the worker: their jobs are
+// queued again with no attempt spent.
+func (b *Broker) ReturnUndelivered(assignments ...actors.Assignment) {
+	for _, a := range assignments {
+		b.send(actors.DispatcherRef(), envelope{msg: actors.Undelivered{JobID: a.JobID, LeaseID: a.LeaseID}})
+	}
+}
+
 // Worker operations on a leased job. They name the worker, not a session: a worker that
 // reconnected, or one that polls, reports on the leases it holds through any connection.
 
@@ -341,12 +364,33 @@ func (b *Broker) Event(ctx context.Context, p actors.Progress) (int, actors.Rece
 
 // Complete reports a job's output.
 func (b *Broker) Complete(ctx context.Context, c actors.Complete) (actors.Receipt, error) {
-	return b.settle(replyOf[actors.Done](b.callVia(ctx, b.toJob(c.JobID), c)))
+	return b.Report(ctx, c)
 }
 
 // Fail reports a failed attempt.
 func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error) {
-	return b.settle(replyOf[actors.Done](b.callVia(ctx, b.toJob(f.JobID), f)))
+	return b.Report(ctx, f)
+}
+
+// Report sends a worker's result on a job, actors.Complete, actors.Fail or actors.ReleaseLease
+// (which gives the job back with no attempt spent), and returns its receipt.
+func (b *Broker) Report(ctx context.Context, op any) (actors.Receipt, error) {
+	return b.settle(replyOf[actors.Done](b.callVia(ctx, b.toJob(jobOf(op)), op)))
+}
+
+// jobOf names the job a worker operation is on.
+func jobOf(op any) string {
+	switch m := op.(type) {
+	case actors.Complete:
+		return m.JobID
+	case actors.Fail:
+		return m.JobID
+	case actors.Progress:
+		return m.JobID
+	case actors.ReleaseLease:
+		return m.JobID
+	}
+	return ""
 }
 
 // toJob delivers a worker's operation on a job. A job in flight has an actor, which checks the
@@ -362,21 +406,13 @@ func (b *Broker) toJob(jobID string) func(envelope) {
 	}
 }
 
-// WorkerOp sends a worker operation (actors.Progress, actors.Complete or actors.Fail) without
+// WorkerOp sends a worker operation (actors.Progress, actors.Complete, actors.Fail or
+// actors.ReleaseLease) without
 // waiting: done is called once with the event's number (Progress only) and the receipt, on an
 // actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
 // order sent, which a connection that goes on reading needs (an event before its completion).
 func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
-	jobID := ""
-	switch m := op.(type) {
-	case actors.Complete:
-		jobID = m.JobID
-	case actors.Fail:
-		jobID = m.JobID
-	case actors.Progress:
-		jobID = m.JobID
-	}
-	b.askVia(b.toJob(jobID), op, func(r any, err error) {
+	b.askVia(b.toJob(jobOf(op)), op, func(r any, err error) {
 		switch r := r.(type) {
 		case actors.ProgressAck:
 			done(r.Number, r.Receipt, firstErr(err, r.Err))

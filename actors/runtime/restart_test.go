@@ -72,7 +72,7 @@ func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 		return panicky{b, new(bool)}
 	}})
 	defer b.Close()
-	if _, err := b.SetQuota(ctx(t), "acme", 3, 0); err != nil {
+	if _, err := b.SetQuota(ctx(t), "acme", new(3), new(0)); err != nil {
 		t.Fatal(err)
 	}
 	resID, _, _, err := b.Reserve(ctx(t), "acme", time.Hour)

@@ -123,7 +123,7 @@ func TestRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	b := open(t, runtime.Config{Dir: dir, CheckpointEvery: 7})
-	if _, err := b.SetQuota(ctx(t), "acme", 50, 0); err != nil {
+	if _, err := b.SetQuota(ctx(t), "acme", new(50), new(0)); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, err := b.Reserve(ctx(t), "acme", time.Hour); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"os/signal"
@@ -14,9 +15,10 @@ import (
 func runBench(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg bench.Config
-	fs.StringVar(&cfg.Server, "server", "http://127.0.0.1:8080", "the server's URL")
+	serverVar(fs, &cfg.Server)
 	fs.StringVar(&cfg.Token, "token", "", "API key to submit with (none under --auth none)")
 	fs.StringVar(&cfg.EnrollToken, "enroll-token", "", "enroll token for the workers, with --workers uses (none under --auth none)")
+	fs.StringVar(&cfg.MetricsToken, "metrics-token", "", "reads /metrics under --auth token (the server's --metrics-token, or its admin token); without it the server's figures are left out")
 	fs.IntVar(&cfg.Jobs, "jobs", 20000, "saturated mode: jobs to run")
 	fs.IntVar(&cfg.Producers, "producers", 8, "producers, each submitting one job per request and waiting for the answer")
 	fs.IntVar(&cfg.Workers, "workers", 50, "workers, each its own WebSocket connection with capacity 1")
@@ -25,6 +27,12 @@ func runBench(args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of a table (a progress bar is drawn on stderr when it is a terminal)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	switch {
+	case cfg.Producers < 1 || cfg.Workers < 1:
+		return errors.New("--producers and --workers are 1 or more")
+	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0:
+		return errors.New("--jobs, --rate and --duration are not negative")
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()

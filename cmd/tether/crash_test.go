@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -51,24 +52,29 @@ type server struct {
 	url string
 }
 
-// startServer runs the binary on dir and waits until it is ready.
-func startServer(t *testing.T, dir string) *server {
+// startServer runs the binary on dir, with extra flags, and waits until it is ready.
+func startServer(t *testing.T, dir string, extra ...string) *server {
 	t.Helper()
 	bin, err := buildBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "server", "--data", dir, "--addr", "127.0.0.1:0", "--log-format", "json")
+	args := append([]string{"server", "--data", dir, "--addr", "127.0.0.1:0", "--log-format", "json"}, extra...)
+	cmd := exec.Command(bin, args...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// The log says where the server listens, then that recovery is done.
-	addr, ready := make(chan string, 1), make(chan struct{})
+	// The log says where the server listens, then that recovery is done; a server that exits
+	// first says why.
+	addr, ready, exited := make(chan string, 1), make(chan struct{}), make(chan struct{})
+	var lines strings.Builder
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			lines.WriteString(sc.Text() + "\n")
 			var line struct{ Msg, Addr string }
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
@@ -86,11 +92,15 @@ func startServer(t *testing.T, dir string) *server {
 	select {
 	case a := <-addr:
 		s = &server{cmd: cmd, url: "http://" + a}
+	case <-exited:
+		t.Fatalf("the server exited before it listened:\n%s", lines.String())
 	case <-timeout:
 		t.Fatal("the server did not log its address")
 	}
 	select {
 	case <-ready:
+	case <-exited:
+		t.Fatalf("the server exited before it was ready:\n%s", lines.String())
 	case <-timeout:
 		t.Fatal("the server did not become ready")
 	}

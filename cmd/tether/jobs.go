@@ -24,7 +24,7 @@ type clientFlags struct {
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet, tokenHelp string) {
-	fs.StringVar(&c.server, "server", "http://127.0.0.1:8080", "the server's URL")
+	serverVar(fs, &c.server)
 	fs.StringVar(&c.token, "token", "", tokenHelp)
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
 }
@@ -47,7 +47,7 @@ func (c *clientFlags) print(v any, human func() string) error {
 func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parse(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
@@ -242,6 +242,9 @@ func jobList(args []string) error {
 	if _, err := parseArgs(fs, args, 0, "tether job ls [--status S] [--queue Q]"); err != nil {
 		return err
 	}
+	if o.Limit < 1 || o.Limit > 1000 {
+		return fmt.Errorf("--limit %d: want 1..1000", o.Limit)
+	}
 	l, err := cf.client().List(context.Background(), o)
 	if err != nil {
 		return err
@@ -347,14 +350,22 @@ func adminAPIKey(args []string) error {
 	var cf clientFlags
 	cf.register(fs, adminTokenHelp)
 	tenant := fs.String("tenant", "", "tenant of the new key")
+	quiet := fs.Bool("quiet", false, "print only the new key (for scripts: KEY=$(tether admin apikey create ... --quiet))")
 	pos, err := parseArgs(fs, args, -1, "")
 	if err != nil {
 		return err
 	}
 	switch {
 	case len(pos) == 1 && pos[0] == "create":
+		if *tenant == "" {
+			return errors.New("--tenant is required")
+		}
 		k, err := cf.client().CreateAPIKey(context.Background(), *tenant)
 		if err != nil {
+			return err
+		}
+		if *quiet {
+			_, err := fmt.Println(k.Key)
 			return err
 		}
 		return cf.print(k, func() string {
@@ -376,11 +387,24 @@ func adminEnrollToken(args []string) error {
 	tenant := fs.String("tenant", "", "tenant the workers join")
 	uses := fs.Int("uses", 1, "how many workers may register with it")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long it lasts")
+	quiet := fs.Bool("quiet", false, "print only the new token (for scripts: ENROLL=$(tether admin enroll-token ... --quiet))")
 	if _, err := parseArgs(fs, args, 0, "tether admin enroll-token --tenant T [--uses N] [--ttl D]"); err != nil {
 		return err
 	}
+	switch {
+	case *tenant == "":
+		return errors.New("--tenant is required")
+	case *uses < 1:
+		return fmt.Errorf("--uses %d: a token must let at least one worker register", *uses)
+	case *ttl <= 0:
+		return fmt.Errorf("--ttl %s: want a positive duration", *ttl)
+	}
 	t, err := cf.client().CreateEnrollToken(context.Background(), *tenant, *uses, *ttl)
 	if err != nil {
+		return err
+	}
+	if *quiet {
+		_, err := fmt.Println(t.Token)
 		return err
 	}
 	return cf.print(t, func() string {
@@ -392,17 +416,41 @@ func adminQuota(args []string) error {
 	fs := flag.NewFlagSet("admin quota", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs, adminTokenHelp)
-	tenant := fs.String("tenant", "", "tenant")
-	maxActive := fs.Int("max-active", 0, "non-terminal jobs plus reservations (0: unlimited)")
-	maxRunning := fs.Int("max-running", 0, "leased jobs at once (0: unlimited)")
-	if _, err := parseArgs(fs, args, 0, "tether admin quota --tenant T --max-active N --max-running N"); err != nil {
+	tenant := fs.String("tenant", "", "tenant (required)")
+	maxActive := fs.Int("max-active", 0, "non-terminal jobs plus reservations (0: unlimited); left out: unchanged")
+	maxRunning := fs.Int("max-running", 0, "leased jobs at once (0: unlimited); left out: unchanged")
+	const usage = "tether admin quota --tenant T [--max-active N] [--max-running N]"
+	if _, err := parseArgs(fs, args, 0, usage); err != nil {
 		return err
 	}
-	q, err := cf.client().SetQuota(context.Background(), *tenant, *maxActive, *maxRunning)
+	given := setFlags(fs)
+	var active, running *int
+	if given["max-active"] {
+		active = maxActive
+	}
+	if given["max-running"] {
+		running = maxRunning
+	}
+	switch {
+	case *tenant == "":
+		return fmt.Errorf("--tenant is required; usage: %s", usage)
+	case active == nil && running == nil:
+		return fmt.Errorf("nothing to change: give --max-active, --max-running or both; usage: %s", usage)
+	case *maxActive < 0 || *maxRunning < 0:
+		return errors.New("--max-active and --max-running are 0 (unlimited) or more")
+	}
+	q, err := cf.client().SetQuota(context.Background(), *tenant, active, running)
 	if err != nil {
 		return err
 	}
 	return cf.print(q, func() string {
 		return fmt.Sprintf("tenant %s: max_active %d, max_running %d (0: unlimited); active %d, running %d\n", q.Tenant, q.MaxActive, q.MaxRunning, q.Active, q.Running)
 	})
+}
+
+// setFlags names the flags given on the command line or through their environment twins.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }

@@ -3,8 +3,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"strings"
 
@@ -32,7 +35,10 @@ func main() {
 	}
 	for _, c := range commands {
 		if c.name == os.Args[1] {
-			if err := c.run(os.Args[2:]); err != nil {
+			err := c.run(os.Args[2:])
+			switch {
+			case errors.Is(err, errHelpShown):
+			case err != nil:
 				fmt.Fprintf(os.Stderr, "tether %s: %v\n", c.name, err)
 				os.Exit(1)
 			}
@@ -52,24 +58,85 @@ func usage() {
 	fmt.Fprintln(os.Stderr, "\nEvery flag --some-name can also be set as TETHER_SOME_NAME.")
 }
 
+// errHelpShown is what a command returns after --help printed its usage: not a failure.
+var errHelpShown = errors.New("help shown")
+
+// parse parses args with fs: a mistake is one line that says what and where to look, not the
+// whole usage and the mistake twice; --help prints the usage.
+func parse(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(os.Stderr)
+		fmt.Fprintf(os.Stderr, "usage of tether %s:\n", fs.Name())
+		fs.PrintDefaults()
+		fmt.Fprintln(os.Stderr, "\nEvery flag --some-name can also be set as TETHER_SOME_NAME.")
+		return errHelpShown
+	case err != nil:
+		return fmt.Errorf("%w (see tether %s --help)", err, fs.Name())
+	}
+	return nil
+}
+
+// jobEnvPrefix is the namespace of the variables a worker gives each job's program
+// (client.JobEnv): no flag reads it, so a job that runs tether is not steered by them.
+const jobEnvPrefix = "TETHER_JOB_"
+
 // parseFlags parses args, then fills every flag not given on the command line from its
 // environment twin: --log-level ↔ TETHER_LOG_LEVEL.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		env := "TETHER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envTwin(f.Name)
+		if strings.HasPrefix(env, jobEnvPrefix) {
+			panic("tether: flag --" + f.Name + " would read the jobs' own variables, " + env)
+		}
 		if v, ok := os.LookupEnv(env); ok && !set[f.Name] && err == nil {
-			if e := f.Value.Set(v); e != nil {
+			if e := fs.Set(f.Name, v); e != nil { // Set, not f.Value.Set: fs.Visit sees it as given
 				err = fmt.Errorf("%s=%q: %w", env, v, e)
 			}
 		}
 	})
 	return err
+}
+
+// envTwin is the environment variable that sets a flag: --log-level ↔ TETHER_LOG_LEVEL.
+func envTwin(flagName string) string {
+	return "TETHER_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// defaultServer is where client commands find a server unless told otherwise.
+const defaultServer = "http://127.0.0.1:8080"
+
+// serverURL is the value of a --server flag: an http(s) URL; a bare host:port means
+// http://host:port.
+type serverURL string
+
+func (s *serverURL) String() string { return string(*s) }
+
+func (s *serverURL) Set(v string) error {
+	raw := v
+	if !strings.Contains(v, "://") {
+		v = "http://" + v
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q is not a server URL: want http(s)://host:port, or host:port", raw)
+	}
+	*s = serverURL(strings.TrimRight(u.String(), "/"))
+	return nil
+}
+
+// serverVar defines a --server flag.
+func serverVar(fs *flag.FlagSet, p *string) {
+	*p = defaultServer
+	fs.Var((*serverURL)(p), "server", "the server's URL (host:port means http://host:port)")
 }
 
 // logFlags are the logging flags every long-running command takes.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,42 +13,38 @@ import (
 	"time"
 )
 
-// The README's quick start works verbatim: `make run`, then the block after the quickstart
-// marker, run by sh in the repository root.
-func TestReadmeQuickStart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs make and the binary")
-	}
-	root, _ := filepath.Abs("../..")
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+// readmeBlock returns the shell block after the README's <!-- name --> marker.
+func readmeBlock(t *testing.T, name string) string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(readme), "<!-- quickstart -->\n```sh\n")
+	_, block, ok := strings.Cut(string(readme), "<!-- "+name+" -->\n```sh\n")
 	if !ok {
-		t.Fatal("README.md has no quickstart block")
+		t.Fatalf("README.md has no %s block", name)
 	}
 	block, _, _ = strings.Cut(block, "```")
+	return block
+}
 
-	// make run, on a data dir and port of the test's own (make's variables, not an edit).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+// startReady starts a server command (make run, or a README block that runs the server) in its
+// own process group, and waits until its JSON log says it is ready.
+func startReady(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	server := exec.Command("make", "run", "DATA="+t.TempDir(), "ADDR="+addr)
-	server.Dir = root
-	server.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, _ := server.StderrPipe()
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-server.Process.Pid, syscall.SIGKILL); _ = server.Wait() })
-	ready := make(chan struct{})
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	ready, exited := make(chan struct{}), make(chan struct{})
+	var log strings.Builder
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
 			var line struct{ Msg string }
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ready" {
 				close(ready)
@@ -58,16 +53,22 @@ func TestReadmeQuickStart(t *testing.T) {
 	}()
 	select {
 	case <-ready:
+	case <-exited:
+		t.Fatalf("the server exited before it was ready:\n%s", log.String())
 	case <-time.After(2 * time.Minute):
-		t.Fatal("make run did not get ready")
+		t.Fatal("the server did not get ready")
 	}
+}
 
+// runBlock runs a README block with sh -e in dir, with env added, and returns what it printed.
+// Whatever it leaves running in the background (a worker) is stopped afterwards.
+func runBlock(t *testing.T, dir string, env []string, block string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sh := exec.CommandContext(ctx, "sh", "-e", "-c", block)
-	sh.Dir = root
-	sh.Env = append(os.Environ(), "TETHER_SERVER=http://"+addr)
-	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the worker it starts in the background goes with it
+	sh.Dir, sh.Env = dir, append(os.Environ(), env...)
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the worker it leaves running goes with it
 	// A file, not a pipe: the worker the block leaves running in the background holds its
 	// output open, and Run must not wait for it.
 	outFile, err := os.Create(filepath.Join(t.TempDir(), "out"))
@@ -80,12 +81,54 @@ func TestReadmeQuickStart(t *testing.T) {
 	outFile.Close()
 	out, _ := os.ReadFile(outFile.Name())
 	if err != nil {
-		t.Fatalf("the quick start failed: %v\n%s", err, string(out))
+		t.Fatalf("the README's block failed: %v\n%s", err, out)
 	}
+	return string(out)
+}
+
+// The README's quick start works verbatim: `make run`, then the block after the quickstart
+// marker, run by sh in the repository root.
+func TestReadmeQuickStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs make and the binary")
+	}
+	root, _ := filepath.Abs("../..")
+	// make run, on a data dir and port of the test's own (make's variables, not an edit).
+	addr := freeAddr(t)
+	server := exec.Command("make", "run", "DATA="+t.TempDir(), "ADDR="+addr)
+	server.Dir = root
+	startReady(t, server)
+	// The worker keeps its registration in a state dir of the test's own, not the user's.
+	out := runBlock(t, root, []string{"TETHER_SERVER=http://" + addr, "XDG_STATE_HOME=" + t.TempDir()}, readmeBlock(t, "quickstart"))
 	t.Logf("quick start output:\n%s", out)
-	for _, want := range []string{"job.progress", `"working on `, "job.succeeded", `output={"got":{"n":1}}`, "done: succeeded"} {
-		if !strings.Contains(string(out), want) {
-			t.Fatalf("the quick start's output lacks %q:\n%s", want, string(out))
-		}
+	mustContain(t, "the quick start's output", out, "job.progress", `"working on `, "job.succeeded", `output={"got":{"n":1}}`, "done: succeeded")
+}
+
+// The README's --auth token walk-through works verbatim on a fresh directory: the server as it
+// says (which makes and keeps the admin token), then the client block in a second shell.
+func TestReadmeTokenAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd := t.TempDir() // the user's directory: bin/tether in it, and nothing else
+	if err := os.Mkdir(filepath.Join(cwd, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, filepath.Join(cwd, "bin", "tether")); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	env := []string{"TETHER_ADDR=" + addr, "TETHER_SERVER=http://" + addr, "TETHER_LOG_FORMAT=json", "XDG_STATE_HOME=" + filepath.Join(cwd, "state")}
+	server := exec.Command("sh", "-e", "-c", readmeBlock(t, "token-server"))
+	server.Dir, server.Env = cwd, append(os.Environ(), env...)
+	startReady(t, server)
+	out := runBlock(t, cwd, env, readmeBlock(t, "token-clients"))
+	mustContain(t, "the client block's output", out, "job.succeeded", `output={"n":2}`, "done: succeeded")
+	if fi, err := os.Stat(filepath.Join(cwd, "tether-secure", "admin-token")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the admin token's file: %v %v", fi, err)
 	}
 }

@@ -298,6 +298,9 @@ func replayExport(args []string) error {
 		return err
 	}
 	defer l.Close()
+	if _, _, err := audit.ExportRange(l.Head().Seq, *from, *to); err != nil {
+		return err // before any file is made
+	}
 	var w io.Writer = os.Stdout
 	if *out != "-" {
 		f, err := os.Create(*out)

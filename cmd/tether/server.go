@@ -48,6 +48,8 @@ func runServer(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	auth := fs.String("auth", "none", "none (loopback only: every client is tenant \"default\") or token (API keys, enroll tokens, an admin token)")
 	adminToken := fs.String("admin-token", "", "the admin token under --auth token; if empty, one is made and kept in DATA/admin-token (mode 0600)")
+	metricsToken := fs.String("metrics-token", "", "under --auth token, a token that reads /metrics (the admin token does too)")
+	metricsAddr := fs.String("metrics-addr", "", "also serve /metrics with no credential on this (loopback) address, for a local scraper; empty: off")
 	maxConns := fs.Int("max-conns", 10_000, "the most connections served at once; more wait to be accepted")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's /debug/pprof on this (loopback) address; empty: off")
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
@@ -68,21 +70,33 @@ func runServer(args []string) error {
 		goruntime.GOMAXPROCS(n)
 	}
 
+	// Everything a flag can get wrong is refused before anything is made on disk.
 	mode := transport.AuthMode(*auth)
-	if mode == transport.AuthNone && !loopback(*addr) {
+	switch {
+	case mode != transport.AuthNone && mode != transport.AuthToken:
+		return fmt.Errorf("--auth %q: want none or token", *auth)
+	case mode == transport.AuthNone && !loopback(*addr):
 		return fmt.Errorf("--auth none serves loopback addresses only, not %q; use --auth token", *addr)
+	case *adminToken != "" && len(*adminToken) < transport.AdminTokenLenMin:
+		return fmt.Errorf("--admin-token is %d characters; it needs at least %d", len(*adminToken), transport.AdminTokenLenMin)
+	case *metricsToken != "" && len(*metricsToken) < transport.AdminTokenLenMin:
+		return fmt.Errorf("--metrics-token is %d characters; it needs at least %d", len(*metricsToken), transport.AdminTokenLenMin)
+	case *metricsAddr != "" && !loopback(*metricsAddr):
+		return fmt.Errorf("--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", *metricsAddr)
+	case *data == "":
+		return errors.New("--data is empty")
 	}
 	if err := os.MkdirAll(*data, 0o755); err != nil {
-		return err
+		return fmt.Errorf("data directory: %w", err)
 	}
 	if mode == transport.AuthToken && *adminToken == "" {
-		path := filepath.Join(*data, "admin-token")
+		path := filepath.Join(*data, adminTokenName)
 		if *adminToken, err = adminTokenFile(path); err != nil {
-			return err
+			return fmt.Errorf("the admin token: %w", err)
 		}
 		log.Info("the admin token is in a file", zap.String("path", path))
 	}
-	api, err := transport.NewServer(transport.Config{Auth: mode, AdminToken: *adminToken, Logger: log})
+	api, err := transport.NewServer(transport.Config{Auth: mode, AdminToken: *adminToken, MetricsToken: *metricsToken, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -101,6 +115,16 @@ func runServer(args []string) error {
 	srv := transport.NewHTTPServer(api, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(transport.LimitListener(ln, *maxConns)) }()
+	if *metricsAddr != "" {
+		mln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		msrv := transport.NewHTTPServer(api.MetricsHandler(), log)
+		defer msrv.Close()
+		go func() { _ = msrv.Serve(mln) }()
+		log.Info("serving /metrics without a credential", zap.String("metrics_addr", mln.Addr().String()))
+	}
 	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()), zap.String("auth", *auth),
 		zap.String("dashboard", "http://"+ln.Addr().String()+"/"),
 		zap.Int("procs", goruntime.GOMAXPROCS(0)))
@@ -112,7 +136,7 @@ func runServer(args []string) error {
 	}
 	recovered := make(chan opened, 1)
 	go func() {
-		b, err := runtime.Open(runtime.Config{Dir: *data, Logger: log})
+		b, err := runtime.Open(runtime.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}})
 		recovered <- opened{b, err}
 	}()
 
@@ -194,11 +218,19 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// adminTokenName is the file in the data dir that keeps the admin token made under --auth
+// token when none is given.
+const adminTokenName = "admin-token"
+
 // adminTokenFile reads the admin token kept at path, or makes one and keeps it there.
 func adminTokenFile(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil {
-		if t := strings.TrimSpace(string(b)); t != "" {
+		t := strings.TrimSpace(string(b))
+		if len(t) >= transport.AdminTokenLenMin {
 			return t, nil
+		}
+		if t != "" {
+			return "", fmt.Errorf("%s holds a token of %d characters; it needs at least %d", path, len(t), transport.AdminTokenLenMin)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", err

@@ -15,17 +15,20 @@ import (
 )
 
 func runSim(args []string) error {
-	fs := flag.NewFlagSet("tether sim", flag.ContinueOnError)
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	seed := fs.Uint64("seed", 1, "the seed of one run")
 	seeds := fs.String("seeds", "", "a range of seeds A..B to run instead of one")
 	steps := fs.Int("steps", 2000, "steps of the safety phase (faults on); heal and liveness follow")
-	off := fs.String("off", "", "fault classes to turn off, comma-separated: drop,delay,reorder,dup,partition,worker-crash,pause,misbehave,crash,disk,clock")
+	off := fs.String("off", "", "fault classes to turn off, comma-separated: drop,delay,reorder,dup,partition,worker-crash,pause,misbehave,crash,disk,clock; all: a run without faults")
 	shrink := fs.Bool("shrink", false, "on a failure, turn fault classes off and shorten the run while it still fails")
 	twice := fs.Bool("check-determinism", false, "run every seed twice in this process and fail if the traces differ")
 	trace := fs.Bool("trace", false, "print every step of a single seed")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "seeds run at once with --seeds")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *steps < 0 || *parallel < 1 {
+		return errors.New("--steps is 0 or more, --parallel 1 or more")
 	}
 	faults, err := sim.ParseFaults(*off)
 	if err != nil {

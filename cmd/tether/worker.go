@@ -4,14 +4,20 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,33 +40,45 @@ func runWorker(args []string) error {
 		}
 	}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	server := fs.String("server", "http://127.0.0.1:8080", "the server's URL")
-	token := fs.String("token", "", "a worker token (tw_…), or an enroll token (te_…) to register with at start; none under --auth none")
-	queue := fs.String("queue", "default", "queues to serve, comma-separated (when registering at start)")
-	name := fs.String("name", hostname(), "worker name (when registering at start)")
+	var server string
+	serverVar(fs, &server)
+	token := fs.String("token", "", "a worker token (tw_…), or an enroll token (te_…) to register with on the first start; none under --auth none")
+	queue := fs.String("queue", "default", "queues to serve, comma-separated (when registering)")
+	name := fs.String("name", hostname(), "worker name (when registering); one registration is kept per name and server")
 	capacity := fs.Int("capacity", 1, "jobs at once")
 	keyFile := fs.String("key", "", "Ed25519 private key (PEM, from tether worker keygen) that signs every result")
 	timeout := fs.Duration("timeout", 0, "per-job time limit (0: none)")
-	grace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM, how long a cancelled or timed-out command has before SIGKILL")
+	grace := fs.Duration("grace", 10*time.Second, "on SIGTERM or Ctrl-C, how long running jobs may finish before they are stopped and given back (a second signal: at once)")
+	killGrace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM, how long a stopped or timed-out command has before SIGKILL")
 	fatal := fs.String("fatal-exit-codes", "", "exit codes that fail a job for good (no retry), comma-separated")
-	transportName := fs.String("transport", "auto", "auto (WebSocket, long-poll when it fails), websocket, or longpoll")
+	transportName := fs.String("transport", client.TransportAuto, "auto (WebSocket, long-poll where it is refused), websocket, or longpoll")
+	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600)")
 	var lf logFlags
 	lf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	argv := fs.Args()
-	if len(argv) == 0 {
-		return errors.New("usage: tether worker [flags] -- COMMAND [ARGS]")
+	switch {
+	case len(argv) == 0:
+		return errors.New("no command given; usage: tether worker [flags] -- COMMAND [ARGS]")
+	case *capacity < 1 || *capacity > 1000:
+		return fmt.Errorf("--capacity %d: want 1..1000", *capacity)
+	case *timeout < 0, *grace < 0, *killGrace < 0:
+		return errors.New("--timeout, --grace and --kill-grace are durations of 0 or more")
 	}
-	log, err := lf.logger()
-	if err != nil {
-		return err
+	switch *transportName {
+	case client.TransportAuto, client.TransportWebSocket, client.TransportLongPoll:
+	default:
+		return fmt.Errorf("--transport %q: want auto, websocket or longpoll", *transportName)
 	}
-	defer func() { _ = log.Sync() }()
 	codes, err := intList(*fatal)
 	if err != nil {
 		return fmt.Errorf("--fatal-exit-codes: %w", err)
+	}
+	command := client.Command{Args: argv, Timeout: *timeout, KillGrace: *killGrace, FatalExitCodes: codes, Stderr: os.Stderr}
+	if err := command.Check(); err != nil {
+		return err // a typo here would give every job back, one after another
 	}
 	var key ed25519.PrivateKey
 	if *keyFile != "" {
@@ -68,22 +86,193 @@ func runWorker(args []string) error {
 			return err
 		}
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	log, err := lf.logger()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	// The first signal stops the worker cleanly; a second one cuts its grace short.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	workerToken := *token
-	if !strings.HasPrefix(workerToken, runtime.WorkerTokenPrefix) {
-		reg, err := register(ctx, *server, *token, *name, *queue, *capacity, key)
-		if err != nil {
-			return err
+	hurry := make(chan struct{})
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	go func() {
+		<-signals
+		log.Info("stopping: taking no new jobs; running ones have their grace (signal again to stop them now)", zap.Duration("grace", *grace))
+		cancel()
+		<-signals
+		close(hurry)
+	}()
+
+	reg := registration{server: server, name: *name, queues: splitList(*queue), capacity: *capacity, key: key, stateDir: *stateDir, log: log}
+	for {
+		workerToken := *token
+		stored := false
+		if !strings.HasPrefix(workerToken, runtime.WorkerTokenPrefix) {
+			if workerToken, err = reg.token(ctx, *token); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			stored = true
 		}
-		workerToken = reg.WorkerToken
-		log.Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt))
+		w := &client.Worker{
+			Server: server, Token: workerToken, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
+			Grace: *grace, Hurry: hurry, Handler: command.Handler(),
+		}
+		err = w.Run(ctx)
+		if stored && reg.forgetIfUnknown(err) {
+			continue // the stored token is gone (expired, or the server's data dir is new): register again
+		}
+		return err
 	}
-	w := &client.Worker{
-		Server: *server, Token: workerToken, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
-		Handler: client.Command{Args: argv, Timeout: *timeout, KillGrace: *grace, FatalExitCodes: codes, Stderr: os.Stderr}.Handler(),
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "tether")
 	}
-	return w.Run(ctx)
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "tether")
+	}
+	return ".tether"
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// registration is a worker that registers once and keeps its token in a file, so that a
+// restart neither spends another enroll use nor leaves the old worker behind.
+type registration struct {
+	server, name string
+	queues       []string
+	capacity     int
+	key          ed25519.PrivateKey
+	stateDir     string
+	log          *zap.Logger
+}
+
+// workerState is what the state file holds.
+type workerState struct {
+	Server      string    `json:"server"`
+	WorkerID    string    `json:"worker_id"`
+	WorkerToken string    `json:"worker_token"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	Name        string    `json:"name"`
+	Queues      []string  `json:"queues"`
+	Capacity    int       `json:"capacity"`
+	PublicKey   string    `json:"public_key,omitempty"`
+}
+
+// path is the state file of this worker name at this server.
+func (g *registration) path() string {
+	sum := sha256.Sum256([]byte(g.server))
+	safe := strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9') {
+			return r
+		}
+		return '_'
+	}, g.name)
+	return filepath.Join(g.stateDir, fmt.Sprintf("worker-%s-%s.json", safe, hex.EncodeToString(sum[:4])))
+}
+
+func (g *registration) publicKey() string {
+	if g.key == nil {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString(g.key.Public().(ed25519.PublicKey))
+}
+
+// token returns the stored worker token if the stored registration is this worker's as it is
+// configured now, or registers (retrying while the server cannot be reached) and stores it.
+func (g *registration) token(ctx context.Context, enrollToken string) (string, error) {
+	path := g.path()
+	if b, err := os.ReadFile(path); err == nil {
+		var st workerState
+		switch {
+		case json.Unmarshal(b, &st) != nil || st.WorkerToken == "":
+			g.log.Warn("the worker's state file is unreadable; registering anew", zap.String("path", path))
+		case !slices.Equal(st.Queues, g.queues) || st.Capacity != g.capacity || st.PublicKey != g.publicKey():
+			g.log.Info("queues, capacity or key differ from the stored registration; registering anew", zap.String("path", path),
+				zap.String("worker_id", st.WorkerID))
+		default:
+			g.log.Info("using the stored registration", zap.String("worker_id", st.WorkerID), zap.String("path", path))
+			return st.WorkerToken, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("reading the worker's state: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		reg, err := register(ctx, g.server, enrollToken, g.name, g.queues, g.capacity, g.key)
+		var apiErr *client.Error
+		switch {
+		case err == nil:
+			st := workerState{Server: g.server, WorkerID: reg.WorkerID, WorkerToken: reg.WorkerToken, ExpiresAt: reg.ExpiresAt,
+				Name: g.name, Queues: g.queues, Capacity: g.capacity, PublicKey: g.publicKey()}
+			if err := writeState(path, st); err != nil {
+				return "", fmt.Errorf("registered as %s, but could not keep its token (a restart would register again): %w", reg.WorkerID, err)
+			}
+			g.log.Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("state", path))
+			return reg.WorkerToken, nil
+		case errors.As(err, &apiErr) && apiErr.Status != http.StatusServiceUnavailable:
+			return "", fmt.Errorf("registering: %w", err)
+		case ctx.Err() != nil:
+			return "", ctx.Err()
+		}
+		d := min(time.Duration(1<<min(attempt-1, 5))*time.Second, 30*time.Second)
+		g.log.Warn("the server cannot be reached to register; trying again", zap.Error(err), zap.Duration("in", d))
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+// forgetIfUnknown removes the stored registration if err says the server no longer knows its
+// token, and reports whether it did. A revoked worker stays revoked: it is not registered again.
+func (g *registration) forgetIfUnknown(err error) bool {
+	var e *client.Error
+	if !errors.As(err, &e) || (e.Code != "UNAUTHENTICATED" && e.Code != "TOKEN_EXPIRED") {
+		return false
+	}
+	g.log.Warn("the server does not know the stored worker token; registering anew", zap.String("code", e.Code))
+	return os.Remove(g.path()) == nil
+}
+
+// writeState writes the state file atomically, readable by its owner only.
+func writeState(path string, st workerState) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".worker-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := errors.Join(tmp.Sync(), tmp.Chmod(0o600), tmp.Close()); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 func hostname() string {
@@ -109,8 +298,8 @@ func intList(s string) ([]int, error) {
 	return out, nil
 }
 
-func register(ctx context.Context, server, enrollToken, name, queues string, capacity int, key ed25519.PrivateKey) (*wire.Registration, error) {
-	req := wire.RegisterRequest{Name: name, Queues: strings.Split(queues, ","), Capacity: capacity}
+func register(ctx context.Context, server, enrollToken, name string, queues []string, capacity int, key ed25519.PrivateKey) (*wire.Registration, error) {
+	req := wire.RegisterRequest{Name: name, Queues: queues, Capacity: capacity}
 	if key != nil {
 		req.PublicKey = base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
 	}
@@ -135,7 +324,7 @@ func workerRegister(args []string) error {
 			return err
 		}
 	}
-	reg, err := register(context.Background(), cf.server, cf.token, *name, *queue, *capacity, key)
+	reg, err := register(context.Background(), cf.server, cf.token, *name, splitList(*queue), *capacity, key)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func scriptedWorkload(t *testing.T, applied func(*projections.Set, actorstest.Re
 		return replies[0]
 	}
 	tenant := actors.TenantRef("acme")
-	call(tenant, actors.SetQuota{Tenant: "acme", MaxActive: 50, MaxRunning: 5})
+	call(tenant, actors.SetQuota{Tenant: "acme", MaxActive: new(50), MaxRunning: new(5)})
 	call(tenant, actors.CreateAPIKey{Tenant: "acme", KeyHash: "kh1"})
 	res := call(tenant, actors.Reserve{Tenant: "acme", TTL: time.Minute}).(actors.Reserved)
 	res2 := call(tenant, actors.Reserve{Tenant: "acme", TTL: time.Minute}).(actors.Reserved)
@@ -78,8 +78,8 @@ func scriptedWorkload(t *testing.T, applied func(*projections.Set, actorstest.Re
 	w.Run()
 	sink("s1")
 	w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: w2, Transport: "longpoll"})
-	w.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: "s2", N: 1}, actorstest.External("sink:s2"))
-	w.Run()
+	w.Call("poll:s2", actors.SessionRef("s2"), actors.Offer{N: 1}) // a long poll waits...
+	w.Call("poll:s2", actors.SessionRef("s2"), actors.Withdraw{})  // ...and ends with its job
 	sink("s2")
 	if len(assigned) != 3 {
 		t.Fatalf("%d assignments, want 3", len(assigned))

@@ -30,9 +30,12 @@ type Config struct {
 	Server      string
 	Token       string // API key for submitting (none under --auth none)
 	EnrollToken string // registers the workers (none under --auth none)
-	Jobs        int    // saturated mode: how many jobs
-	Producers   int
-	Workers     int
+	// MetricsToken reads /metrics under --auth token (the server's metrics or admin token).
+	// Without it such a server's event, fsync and CPU figures are left out.
+	MetricsToken string
+	Jobs         int // saturated mode: how many jobs
+	Producers    int
+	Workers      int
 	// Rate > 0 selects paced mode: Rate submits per second for Duration, each on schedule
 	// whether or not earlier ones were answered.
 	Rate     float64
@@ -55,6 +58,9 @@ type Result struct {
 	Events         float64       `json:"events"`
 	Fsyncs         float64       `json:"fsyncs"`
 	EventsPerFsync float64       `json:"events_per_fsync"`
+	// ServerMetrics says the server's /metrics could be read: without it (--auth token and no
+	// metrics token) Events, Fsyncs and ServerCPUPerJob are unknown, not zero.
+	ServerMetrics bool `json:"server_metrics"`
 	// CPU per job, user and system: the server's from its process_cpu_seconds_total, the
 	// generator's its own. On a shared or noisy machine these compare builds better than
 	// jobs/s, which also moves with latency. Zero where a side does not report it.
@@ -105,7 +111,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	_, _ = rand.Read(tag[:])
 	queue := "bench-" + hex.EncodeToString(tag[:]) // a queue of its own: old jobs do not count
 
-	if _, err := scrape(ctx, hc, cfg.Server); err != nil { // a server that is there, before workers register
+	if err := healthy(ctx, hc, cfg.Server); err != nil { // a server that is there, before workers register
 		return Result{}, err
 	}
 	// Workers: one registration and one WebSocket each, capacity 1, no-op jobs.
@@ -122,11 +128,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	wctx, stopWorkers := context.WithCancel(ctx)
-	defer stopWorkers()
-	connected := make(chan struct{}, cfg.Workers)
-	enroll := client.New(cfg.Server, cfg.EnrollToken, hc)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() { // every way out stops the workers, then waits for them
+		stopWorkers()
+		wg.Wait()
+	}()
+	connected := make(chan struct{}, cfg.Workers)
+	stopped := make(chan error, cfg.Workers) // a worker that gave up (its token refused, say)
+	enroll := client.New(cfg.Server, cfg.EnrollToken, hc)
 	for i := range cfg.Workers {
 		reg, err := enroll.RegisterWorker(ctx, wire.RegisterRequest{Name: fmt.Sprintf("bench-%d", i), Queues: []string{queue}, Capacity: 1})
 		if err != nil {
@@ -151,16 +160,23 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				finish()
 			},
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = w.Run(wctx) }()
+		wg.Go(func() {
+			if err := w.Run(wctx); err != nil {
+				stopped <- err
+			}
+		})
 	}
+	connectBy := time.NewTimer(connectWait)
+	defer connectBy.Stop()
 	for range cfg.Workers {
 		select {
 		case <-connected:
+		case err := <-stopped:
+			return Result{}, fmt.Errorf("bench: a worker stopped before it connected: %w", err)
 		case <-ctx.Done():
 			return Result{}, ctx.Err()
-		case <-time.After(30 * time.Second):
-			return Result{}, errors.New("bench: the workers did not all connect within 30 s")
+		case <-connectBy.C:
+			return Result{}, fmt.Errorf("bench: the workers did not all connect within %s", connectWait)
 		}
 	}
 
@@ -192,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		submitMu.Unlock()
 	}
 	// What the server counts from here on is the run's: the workers are registered and connected.
-	before, err := scrape(ctx, hc, cfg.Server)
+	before, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
 	if err != nil {
 		return Result{}, err
 	}
@@ -211,8 +227,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		interval := time.Duration(float64(time.Second) / cfg.Rate)
 		for i := range total {
 			at := began.Add(time.Duration(i) * interval)
-			if d := time.Until(at); d > 0 {
-				time.Sleep(d) // pacing the load generator, not waiting for a result
+			if d := time.Until(at); d > 0 { // pacing the load generator, not waiting for a result
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return Result{}, ctx.Err()
+				}
 			}
 			sem <- struct{}{}
 			producers.Add(1)
@@ -263,14 +283,14 @@ wait:
 		cfg.Progress(total, total)
 	}
 	cpuAfter, _ := proc.CPU()
-	after, err := scrape(ctx, hc, cfg.Server)
+	after, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
 	if err != nil {
 		return Result{}, err
 	}
 	stopWorkers()
 	res := Result{Mode: "saturated", Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Elapsed: elapsed,
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
-		Errors: int(errs.Load() + failed.Load()),
+		Errors: int(errs.Load() + failed.Load()), ServerMetrics: after != nil,
 		Events: after["tether_log_events_total"] - before["tether_log_events_total"],
 		Fsyncs: after["tether_log_fsync_seconds_count"] - before["tether_log_fsync_seconds_count"]}
 	if paced {
@@ -292,18 +312,45 @@ wait:
 	return res, nil
 }
 
-// scrape reads the unlabelled samples of the server's /metrics.
-func scrape(ctx context.Context, hc *http.Client, server string) (map[string]float64, error) {
+// connectWait bounds how long the workers have to connect before a run gives up.
+const connectWait = 30 * time.Second
+
+// healthy checks that a tether server answers at server.
+func healthy(ctx context.Context, hc *http.Client, server string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/healthz", nil)
+	if err != nil {
+		return fmt.Errorf("bench: --server %q: %w", server, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: the server at %s: %w", server, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("bench: %s/healthz answered %s", server, resp.Status)
+	}
+	return nil
+}
+
+// scrape reads the unlabelled samples of the server's /metrics, or returns nil if the server
+// wants a credential the run was not given.
+func scrape(ctx context.Context, hc *http.Client, server, token string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/metrics", nil)
 	if err != nil {
 		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("bench: the server at %s: %w", server, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch {
+	case (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && token == "":
+		return nil, nil
+	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("bench: %s/metrics answered %s", server, resp.Status)
 	}
 	out := map[string]float64{}

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,9 +10,12 @@ import (
 	"github.com/tetherhq/tether/actors/runtime"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/bench"
+	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/internal/proc"
 	"github.com/tetherhq/tether/transport/transporttest"
 )
+
+const metricsToken = "metrics-token-for-the-bench-test"
 
 // server starts a real broker behind a real HTTP server, with token auth.
 func server(t testing.TB) (url, apiKey, enroll string) {
@@ -20,7 +24,7 @@ func server(t testing.TB) (url, apiKey, enroll string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, url = transporttest.Serve(t, b, transport.Config{Auth: transport.AuthToken, AdminToken: "admin-token-for-the-bench-test"})
+	_, url = transporttest.Serve(t, b, transport.Config{Auth: transport.AuthToken, AdminToken: "admin-token-for-the-bench-test", MetricsToken: metricsToken})
 	ctx := context.Background()
 	key, err := b.CreateAPIKey(ctx, "acme")
 	if err != nil {
@@ -42,7 +46,7 @@ func runCtx(t testing.TB) context.Context {
 
 func TestSaturatedRunsEveryJob(t *testing.T) {
 	url, key, enroll := server(t)
-	res, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: key, EnrollToken: enroll, Jobs: 300, Producers: 3, Workers: 4})
+	res, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: key, EnrollToken: enroll, MetricsToken: metricsToken, Jobs: 300, Producers: 3, Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +73,59 @@ func TestPacedRunsEveryJob(t *testing.T) {
 	}
 }
 
+// Without the metrics token a run still runs every job; what only /metrics tells is left out,
+// and the table says how to get it.
+func TestRunWithoutMetricsToken(t *testing.T) {
+	url, key, enroll := server(t)
+	res, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: key, EnrollToken: enroll, Jobs: 20, Producers: 1, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Jobs != 20 || res.Errors != 0 || res.ServerMetrics || res.Events != 0 || res.ServerCPUPerJob != 0 {
+		t.Fatalf("%+v", res)
+	}
+	var table strings.Builder
+	if err := res.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "--metrics-token") {
+		t.Fatalf("the table does not say how to get the server's figures:\n%s", table.String())
+	}
+}
+
+// Every way a run can go wrong before its jobs run returns promptly, with the reason: a worker
+// that cannot register (an enroll token with too few uses), and one whose token is refused
+// once registered. Each used to hang until killed.
+func TestFailingWorkersEndTheRunPromptly(t *testing.T) {
+	url, key, _ := server(t)
+	admin := client.New(url, "admin-token-for-the-bench-test", nil)
+	tok, err := admin.CreateEnrollToken(context.Background(), "acme", 2, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // far beyond prompt; the hang was forever
+	defer cancel()
+	_, err = bench.Run(ctx, bench.Config{Server: url, Token: key, EnrollToken: tok.Token, Jobs: 10, Producers: 1, Workers: 3})
+	if err == nil || !strings.Contains(err.Error(), "registering worker 2") || !strings.Contains(err.Error(), "ENROLL_TOKEN_USED_UP") {
+		t.Fatalf("err = %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the run did not return before its context ended")
+	}
+}
+
+// A paced run whose context ends while it waits for the next submit's turn returns at once.
+func TestPacedRunStopsWithItsContext(t *testing.T) {
+	url, key, enroll := server(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := time.AfterFunc(time.Second, cancel) // a second into a run paced over an hour
+	defer stop.Stop()
+	_, err := bench.Run(ctx, bench.Config{Server: url, Token: key, EnrollToken: enroll, Rate: 1, Duration: time.Hour, Producers: 1, Workers: 1})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want the context's", err)
+	}
+}
+
 func TestRefusedSubmitsAreReportedWithTheirCode(t *testing.T) {
 	url, _, enroll := server(t)
 	_, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: "tk_not-a-key", EnrollToken: enroll, Jobs: 5, Producers: 1, Workers: 1})
@@ -84,7 +141,7 @@ func TestRefusedSubmitsAreReportedWithTheirCode(t *testing.T) {
 func BenchmarkSaturated(b *testing.B) {
 	url, key, enroll := server(b)
 	b.ResetTimer()
-	res, err := bench.Run(runCtx(b), bench.Config{Server: url, Token: key, EnrollToken: enroll, Jobs: b.N, Producers: 8, Workers: 50})
+	res, err := bench.Run(runCtx(b), bench.Config{Server: url, Token: key, EnrollToken: enroll, MetricsToken: metricsToken, Jobs: b.N, Producers: 8, Workers: 50})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,10 +15,18 @@ func (r Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "%s run: %d jobs, %d producers, %d workers, %.2f s\n\n", r.Mode, r.Jobs, r.Producers, r.Workers, r.Elapsed.Seconds())
 	summary := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(summary, "throughput\t%.0f jobs/s\t(until every completion was acknowledged)\n", r.JobsPerSecond)
-	fmt.Fprintf(summary, "events per fsync\t%.1f\t(%.0f events, %.0f fsyncs)\n", r.EventsPerFsync, r.Events, r.Fsyncs)
-	if r.ServerCPUPerJob > 0 || r.GeneratorCPUPerJob > 0 {
-		us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
-		fmt.Fprintf(summary, "CPU per job\t%s\t(server; the generator %s; user + system)\n", us(r.ServerCPUPerJob), us(r.GeneratorCPUPerJob))
+	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+	switch {
+	case !r.ServerMetrics:
+		fmt.Fprintf(summary, "events per fsync\tn/a\t(the server's /metrics needs --metrics-token)\n")
+		if r.GeneratorCPUPerJob > 0 {
+			fmt.Fprintf(summary, "CPU per job\tn/a\t(server; the generator %s; user + system)\n", us(r.GeneratorCPUPerJob))
+		}
+	default:
+		fmt.Fprintf(summary, "events per fsync\t%.1f\t(%.0f events, %.0f fsyncs)\n", r.EventsPerFsync, r.Events, r.Fsyncs)
+		if r.ServerCPUPerJob > 0 || r.GeneratorCPUPerJob > 0 {
+			fmt.Fprintf(summary, "CPU per job\t%s\t(server; the generator %s; user + system)\n", us(r.ServerCPUPerJob), us(r.GeneratorCPUPerJob))
+		}
 	}
 	fmt.Fprintf(summary, "errors\t%d\t\n", r.Errors)
 	if err := summary.Flush(); err != nil {

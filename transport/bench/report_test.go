@@ -10,7 +10,7 @@ import (
 
 func TestWriteTable(t *testing.T) {
 	t.Parallel()
-	r := Result{Mode: "saturated", Jobs: 20000, Producers: 8, Workers: 50, Elapsed: 4 * time.Second, JobsPerSecond: 5000,
+	r := Result{Mode: "saturated", ServerMetrics: true, Jobs: 20000, Producers: 8, Workers: 50, Elapsed: 4 * time.Second, JobsPerSecond: 5000,
 		Submit:        Latency{P50: 1500 * time.Microsecond, P90: 2 * time.Millisecond, P99: 3250 * time.Microsecond, Max: 9 * time.Millisecond},
 		SubmitToStart: Latency{P50: 4 * time.Millisecond, P90: 6 * time.Millisecond, P99: 11 * time.Millisecond, Max: 20 * time.Millisecond},
 		Events:        100000, Fsyncs: 2000, EventsPerFsync: 50, ServerCPUPerJob: 180 * time.Microsecond}

@@ -319,13 +319,13 @@ func (c *Client) RevokeAPIKey(ctx context.Context, id string) error {
 // CreateEnrollToken issues a token that registers up to uses workers within ttl (admin).
 func (c *Client) CreateEnrollToken(ctx context.Context, tenant string, uses int, ttl time.Duration) (*wire.EnrollToken, error) {
 	var out wire.EnrollToken
-	_, err := c.do(ctx, http.MethodPost, "/v1/admin/enroll-tokens", wire.EnrollTokenRequest{Tenant: tenant, Uses: uses, TTLSeconds: ttl.Seconds()}, &out)
+	_, err := c.do(ctx, http.MethodPost, "/v1/admin/enroll-tokens", wire.EnrollTokenRequest{Tenant: tenant, Uses: &uses, TTLSeconds: ttl.Seconds()}, &out)
 	return &out, err
 }
 
-// SetQuota sets a tenant's limits; 0 is unlimited (admin).
-func (c *Client) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning int) (*wire.Quota, error) {
+// SetQuota sets a tenant's limits (admin): 0 is unlimited, nil keeps the current value.
+func (c *Client) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (*wire.Quota, error) {
 	var out wire.Quota
-	_, err := c.do(ctx, http.MethodPut, "/v1/admin/tenants/"+url.PathEscape(tenant)+"/quota", wire.QuotaRequest{MaxActive: maxActive, MaxRunning: maxRunning}, &out)
+	_, err := c.do(ctx, http.MethodPatch, "/v1/admin/tenants/"+url.PathEscape(tenant)+"/quota", wire.QuotaRequest{MaxActive: maxActive, MaxRunning: maxRunning}, &out)
 	return &out, err
 }

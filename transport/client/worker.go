@@ -3,24 +3,19 @@ package client
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/signing"
-	"github.com/tetherhq/tether/transport/internal/frames"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -50,9 +45,9 @@ func (j *Job) Event(ctx context.Context, eventType string, data any) error {
 }
 
 // Handler runs one job and returns its output (any JSON-encodable value; json.RawMessage is
-// sent as is) or an error. A *Failure says how the attempt failed; any other error fails it
-// with code "error", retryable. ctx ends when the server asks to cancel the job, the lease is
-// lost, or the worker stops.
+// sent as is) or an error. A *Failure says how the attempt failed, a *Release gives the job back
+// untried; any other error fails it with code "error", retryable. ctx ends when the server asks
+// to cancel the job, the lease is lost, or the worker stops and its grace is over.
 type Handler func(ctx context.Context, job *Job) (output any, err error)
 
 // Failure is a failed attempt with a code. Retryable false sends the job to the dead-letter
@@ -65,50 +60,79 @@ type Failure struct {
 
 func (f *Failure) Error() string { return f.Code + ": " + f.Message }
 
+// Release is a handler's answer for a job it could not even try, through no fault of the job
+// (its command could not start, say): the job goes back to the queue with no attempt spent.
+// Backoff says the fault is the worker's: it takes no new job for a while, longer each time in
+// a row, so that a broken worker does not take the whole queue through its hands.
+type Release struct {
+	Reason  string // a short code: "start_failed"
+	Message string
+	Backoff bool
+}
+
+func (r *Release) Error() string { return r.Reason + ": " + r.Message }
+
 // Worker runs Handler for every job the server leases to it, up to Capacity at once. It
-// connects over WebSocket and falls back to long-polling when the WebSocket cannot be opened
-// or keeps failing; it reconnects with exponential backoff and jitter, heartbeats its leases,
-// and signs completions with Key when set.
+// connects over WebSocket and falls back to long-polling when WebSocket itself is refused while
+// plain HTTP works; it reconnects with exponential backoff and jitter, heartbeats each lease as
+// often as its lease_ttl needs, and signs completions with Key when set.
+//
+// When Run's context ends the worker stops cleanly: it takes no new job, lets the running ones
+// finish for up to Grace, then stops them and gives their leases back, with no attempt spent.
 type Worker struct {
 	Server   string // http(s)://host:port
 	Token    string // the worker token from registration
 	Capacity int    // jobs at once; 0: 1
 	Handler  Handler
-	Key      ed25519.PrivateKey // optional: signs every completion
-	// Transport is "auto" (WebSocket, long-poll when it fails; the default), "websocket" or
-	// "longpoll".
+	Key      ed25519.PrivateKey // signs every completion; the server's registered key must match
+	// Transport is "auto" (WebSocket, long-poll when it is refused; the default), "websocket"
+	// or "longpoll".
 	Transport  string
 	Logger     *zap.Logger
 	HTTPClient *http.Client
-	// DrainTimeout is how long a stopping worker lets cancelled jobs report before it closes
-	// its connection; 0: 10 s.
+	// Grace is how long running jobs may go on once Run's context ends; the rest are then
+	// stopped and released. 0: none. Hurry, if set and closed, ends the grace early.
+	Grace time.Duration
+	Hurry <-chan struct{}
+	// DrainTimeout is how long stopped jobs have to report before Run returns; 0: 10 s.
 	DrainTimeout time.Duration
 	// OnConnect, if set, is called each time a connection is up, with its transport.
 	OnConnect func(transport string)
 	// OnResult, if set, is called once the server has answered a job's result: report is
-	// "complete" or "fail", err what the server refused it with (nil: accepted). Over
-	// WebSocket it runs on the goroutine that reads the connection, so it must not block.
+	// "complete", "fail" or "release", err what the server refused it with (nil: accepted).
+	// Over WebSocket it runs on the goroutine that reads the connection, so it must not block.
 	OnResult func(job *Job, report string, err error)
 }
+
+// Transports a Worker may use.
+const (
+	TransportAuto      = "auto"
+	TransportWebSocket = "websocket"
+	TransportLongPoll  = "longpoll"
+)
 
 // errLinkDown is a request that could not be answered because its connection went away; the
 // runner sends it again on the next one.
 var errLinkDown = errors.New("tether: connection lost")
 
-// Tunables of reconnection.
+// Tunables of reconnection and heartbeats.
 const (
 	backoffMin       = 200 * time.Millisecond
 	backoffMax       = 30 * time.Second
-	wsFailuresMax    = 3               // WebSocket failures in a row before falling back
+	wsFailuresMax    = 3               // WebSocket refusals in a row, with HTTP working, before falling back
 	longPollFor      = 5 * time.Minute // how long a fallback lasts before WebSocket is tried again
 	shortLived       = 10 * time.Second
 	pollWait         = 25 // seconds
 	reportGiveUp     = 2 * time.Minute
 	handshakeTimeout = 10 * time.Second
+	// heartbeatDefault is the interval before the server has said one.
+	heartbeatDefault = 10 * time.Second
+	// pauseMax caps how long a worker whose jobs cannot start waits before it takes another.
+	pauseMax = 5 * time.Minute
 )
 
-// Run runs the worker until ctx ends (then it cancels its jobs, lets them report for up to
-// DrainTimeout, and returns nil) or the server refuses its token (an *Error).
+// Run runs the worker until ctx ends (then it stops cleanly, as the Worker's comment says, and
+// returns nil) or the server refuses its token or key for good (an error saying why).
 func (w *Worker) Run(ctx context.Context) error {
 	if w.Handler == nil {
 		return errors.New("tether: Worker.Handler is nil")
@@ -116,8 +140,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if _, err := wsURL(w.Server); err != nil {
 		return err
 	}
+	switch w.Transport {
+	case "", TransportAuto, TransportWebSocket, TransportLongPoll:
+	default:
+		return fmt.Errorf("tether: transport %q is not auto, websocket or longpoll", w.Transport)
+	}
 	r := &runner{w: w, tasks: map[string]*task{}, linkUp: make(chan struct{}), freed: make(chan struct{}, 1),
-		api: New(w.Server, w.Token, w.HTTPClient), log: w.Logger, idle: make(chan *task), ended: make(chan struct{})}
+		tighter: make(chan struct{}, 1), api: New(w.Server, w.Token, w.HTTPClient), log: w.Logger,
+		idle: make(chan *task), ended: make(chan struct{})}
 	defer close(r.ended)
 	if r.log == nil {
 		r.log = zap.NewNop()
@@ -125,10 +155,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Capacity <= 0 {
 		w.Capacity = 1
 	}
+	if w.Key != nil {
+		r.publicKey = base64.StdEncoding.EncodeToString(w.Key.Public().(ed25519.PublicKey))
+	}
+	err := r.connectLoop(ctx)
+	r.stop(err)
+	return err
+}
+
+// connectLoop keeps a connection up until ctx ends or the server refuses the worker for good.
+func (r *runner) connectLoop(ctx context.Context) error {
+	w := r.w
 	failures, wsFailures := 0, 0
 	var pollUntil time.Time
 	for ctx.Err() == nil {
-		useWS := w.Transport == "websocket" || (w.Transport != "longpoll" && time.Now().After(pollUntil))
+		useWS := w.Transport == TransportWebSocket || (w.Transport != TransportLongPoll && time.Now().After(pollUntil))
 		began := time.Now()
 		var connected bool
 		var err error
@@ -138,21 +179,19 @@ func (w *Worker) Run(ctx context.Context) error {
 			connected, err = r.runPoll(ctx)
 		}
 		if permanent(err) {
-			r.cancelAll()
 			return err
 		}
 		if ctx.Err() != nil {
-			break
+			return nil
 		}
-		lasted := time.Since(began) > shortLived
-		if connected && lasted {
-			failures = 0
+		if connected && time.Since(began) > shortLived {
+			failures, wsFailures = 0, 0
 		}
-		if useWS {
-			if connected && lasted {
-				wsFailures = 0
-			} else if wsFailures++; w.Transport != "websocket" && wsFailures >= wsFailuresMax {
-				r.log.Warn("WebSocket keeps failing; long-polling for a while", zap.Error(err), zap.Duration("for", longPollFor))
+		// A server that is down, restarting or recovering is no reason to leave WebSocket;
+		// one that answers HTTP but refuses the upgrade (a proxy that strips it) is.
+		if useWS && w.Transport != TransportWebSocket && wsRefused(err) && r.httpWorks(ctx) {
+			if wsFailures++; wsFailures >= wsFailuresMax {
+				r.log.Warn("WebSocket is refused while HTTP works; long-polling for a while", zap.Error(err), zap.Duration("for", longPollFor))
 				pollUntil, wsFailures, failures = time.Now().Add(longPollFor), 0, 0
 				continue
 			}
@@ -165,19 +204,23 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	r.cancelAll()
 	return nil
 }
 
-// permanent reports whether err means the token will never work: reconnecting is pointless.
+// errMisconfigured is a worker the server will never take results from as it is configured.
+var errMisconfigured = errors.New("tether: worker misconfigured")
+
+// permanent reports whether err means the worker will never work as it is: reconnecting is
+// pointless. A 401 or 403 counts only when tether said it, not a proxy on the way.
 func permanent(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+		return (e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden) && isTetherCode(e.Code)
 	}
-	var ce *websocket.CloseError
-	return errors.As(err, &ce) && ce.Code == wire.CloseWorkerRevoked
+	return errors.Is(err, errMisconfigured) || closedRevoked(err)
 }
+
+func isTetherCode(code string) bool { return code != "" && !(len(code) > 5 && code[:5] == "HTTP_") }
 
 // backoff is the delay before attempt n (from 1): exponential from min, capped at max, with
 // jitter over its upper half so that many workers do not come back in step.
@@ -189,20 +232,44 @@ func backoff(n int, lo, hi time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// httpWorks reports whether the server answers plain HTTP.
+func (r *runner) httpWorks(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.api.base+"/healthz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := r.api.hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // runner is the state of a running Worker that outlives connections: its jobs.
 type runner struct {
-	w   *Worker
-	api *Client
-	log *zap.Logger
+	w         *Worker
+	api       *Client
+	log       *zap.Logger
+	publicKey string // the worker's own, base64; "" without a key
 
 	mu    sync.Mutex
 	tasks map[string]*task // by lease id, from assignment until the result is acknowledged
 	// running counts the handlers running; the rest of the capacity is free. uncredited counts
 	// the slots freed since the server was last granted credit for them.
 	running, uncredited int
-	link                link          // nil while disconnected
-	linkUp              chan struct{} // closed when a link is set, replaced when it goes
-	freed               chan struct{} // a handler returned or a job finished reporting
+	// stopping is set once Run's context ended: no credit is granted from then on.
+	stopping bool
+	// pausedUntil holds credit back after jobs that could not start (Release.Backoff); pauses
+	// counts them in a row.
+	pausedUntil time.Time
+	pauses      int
+	link        link          // nil while disconnected
+	linkUp      chan struct{} // closed when a link is set, replaced when it goes
+	freed       chan struct{} // a handler returned, a job finished reporting, or a pause ended
+	tighter     chan struct{} // a lease that needs heartbeats more often arrived
 
 	// idle hands a task to a goroutine that finished one and waits for the next; parked
 	// counts those, at most Capacity. A goroutine that has run a job has grown its stack:
@@ -217,15 +284,17 @@ type task struct {
 	job    *Job
 	ctx    context.Context // the handler's: cancelled when the server cancels the job
 	cancel context.CancelFunc
-	// cancelled is why the server wants the job stopped: "cancelled" (a client asked) or
-	// "lost" (the lease is no longer this worker's).
+	// heartbeat is how often the lease must be heartbeaten.
+	heartbeat time.Duration
+	// cancelled is why the job was stopped: "cancelled" (a client asked), "lost" (the lease is
+	// no longer this worker's) or "stopping" (the worker stops).
 	cancelled atomic.Value
 }
 
 // link is one connection to the server: WebSocket or long-poll.
 type link interface {
-	// request sends an event, complete, fail or heartbeat, with credit for n more jobs if n > 0,
-	// and returns the server's ack.
+	// request sends an event, complete, fail, release or heartbeat, with credit for n more
+	// jobs if n > 0, and returns the server's ack.
 	request(ctx context.Context, f wire.Frame, credit int) (wire.Frame, error)
 	// credit lets the server lease n more jobs (a long-poll link asks when it polls instead).
 	credit(n int)
@@ -251,6 +320,17 @@ func (r *runner) clearLink(l link) {
 	}
 }
 
+// takeCreditLocked returns the credit owed for freed slots that may be granted now, and
+// counts it as granted: none while stopping or paused. r.mu is held.
+func (r *runner) takeCreditLocked() int {
+	if r.stopping || time.Now().Before(r.pausedUntil) {
+		return 0
+	}
+	n := r.uncredited
+	r.uncredited = 0
+	return n
+}
+
 // request sends f over the current link, waiting for one while disconnected and resending
 // after a reconnect (the server treats a repeated completion as the same one). Credit for the
 // slots freed since the last grant goes with it; a new link grants its own at connect.
@@ -260,7 +340,7 @@ func (r *runner) request(ctx context.Context, f wire.Frame) (wire.Frame, error) 
 		l, up := r.link, r.linkUp
 		credit := 0
 		if l != nil {
-			credit, r.uncredited = r.uncredited, 0
+			credit = r.takeCreditLocked()
 		}
 		r.mu.Unlock()
 		if l == nil {
@@ -290,9 +370,13 @@ func (r *runner) leases() []string {
 	return out
 }
 
+// free is how many more jobs the worker would take now.
 func (r *runner) free() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.stopping || time.Now().Before(r.pausedUntil) {
+		return 0
+	}
 	return r.w.Capacity - r.running
 }
 
@@ -306,12 +390,12 @@ func (r *runner) busy() int {
 // grantCredit sends the credit owed for freed slots over the current link, if there is one.
 func (r *runner) grantCredit() {
 	r.mu.Lock()
-	l, n := r.link, r.uncredited
+	l, n := r.link, 0
 	if l != nil {
-		r.uncredited = 0
+		n = r.takeCreditLocked()
 	}
 	r.mu.Unlock()
-	if l != nil && n > 0 {
+	if n > 0 {
 		l.credit(n)
 	}
 }
@@ -320,8 +404,8 @@ func (r *runner) grantCredit() {
 // connection, so what the last one was owed is settled here.
 func (r *runner) creditOnConnect(l link) {
 	r.mu.Lock()
-	n := r.w.Capacity - r.running
-	r.uncredited = 0
+	r.uncredited = r.w.Capacity - r.running
+	n := r.takeCreditLocked()
 	r.mu.Unlock()
 	if n > 0 {
 		l.credit(n)
@@ -335,37 +419,30 @@ func (r *runner) notifyFreed() {
 	}
 }
 
-// stop cancels the task holding lease, for why ("cancelled" or "lost").
-func (r *runner) stop(lease, why string) {
+// pause holds credit back after a job that could not start: 1 s, then twice as long each time
+// in a row, up to pauseMax.
+func (r *runner) pause(rel *Release) {
+	r.mu.Lock()
+	r.pauses++
+	d := backoff(r.pauses, time.Second, pauseMax)
+	r.pausedUntil = time.Now().Add(d)
+	r.mu.Unlock()
+	r.log.Error("a job could not start; it goes back to the queue, and this worker takes no job for a while",
+		zap.String("code", "JOB_NOT_STARTED"), zap.String("reason", rel.Reason), zap.String("error", rel.Message), zap.Duration("for", d))
+	time.AfterFunc(d, func() {
+		r.grantCredit()
+		r.notifyFreed()
+	})
+}
+
+// stopTask cancels the task holding lease, for why ("cancelled", "lost" or "stopping").
+func (r *runner) stopTask(lease, why string) {
 	r.mu.Lock()
 	t := r.tasks[lease]
 	r.mu.Unlock()
 	if t != nil {
 		t.cancelled.CompareAndSwap(nil, why)
 		t.cancel()
-	}
-}
-
-func (r *runner) cancelAll() {
-	for _, l := range r.leases() {
-		r.stop(l, "stopping")
-	}
-}
-
-// drain cancels every task and waits up to DrainTimeout for them to report.
-func (r *runner) drain() {
-	r.cancelAll()
-	d := r.w.DrainTimeout
-	if d <= 0 {
-		d = 10 * time.Second
-	}
-	deadline := time.After(d)
-	for r.busy() > 0 {
-		select {
-		case <-r.freed:
-		case <-deadline:
-			return
-		}
 	}
 }
 
@@ -376,7 +453,7 @@ func (r *runner) start(a wire.Frame) {
 		job.LeaseExpiresAt = *a.LeaseExpiresAt
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &task{job: job, ctx: ctx, cancel: cancel}
+	t := &task{job: job, ctx: ctx, cancel: cancel, heartbeat: seconds(a.HeartbeatSeconds)}
 	r.mu.Lock()
 	if _, dup := r.tasks[a.LeaseID]; dup {
 		r.mu.Unlock()
@@ -384,8 +461,20 @@ func (r *runner) start(a wire.Frame) {
 		return
 	}
 	r.tasks[a.LeaseID] = t
-	r.running++
+	stopping := r.stopping
+	if !stopping {
+		r.running++
+	}
 	r.mu.Unlock()
+	select {
+	case r.tighter <- struct{}{}:
+	default:
+	}
+	if stopping { // it came as the worker stopped: give it back untried
+		t.cancelled.Store("stopping")
+		go r.report(t, nil, context.Canceled)
+		return
+	}
 	select {
 	case r.idle <- t:
 	default:
@@ -426,7 +515,9 @@ func (r *runner) run(t *task) {
 	r.report(t, out, err)
 }
 
-// report sends the job's result. The task ends when the server has answered it (finish).
+// report sends the job's result: a completion, a failure, or a release when the job was not
+// (or not wholly) tried through no fault of its own. The task ends when the server has
+// answered it (finish).
 func (r *runner) report(t *task, out any, herr error) {
 	j := t.job
 	why, _ := t.cancelled.Load().(string)
@@ -439,43 +530,77 @@ func (r *runner) report(t *task, out any, herr error) {
 	}
 	f := wire.Frame{JobID: j.ID, LeaseID: j.LeaseID}
 	if herr == nil {
-		raw, err := outputOf(out)
-		if err != nil {
-			herr = &Failure{Code: "bad_output", Message: err.Error(), Retryable: false}
-		} else {
-			f.Type, f.Nonce, f.Output = wire.FrameComplete, j.nonce, raw
-			f.OutputHash, _ = signing.OutputHash(raw)
-			if r.w.Key != nil {
-				f.Signature = signing.SignCompletion(r.w.Key, j.ID, j.LeaseID, j.nonce, f.OutputHash)
-			}
-		}
+		f, herr = r.completion(j, out)
 	}
-	if herr != nil {
-		retryable := true
-		f.Type, f.ErrorCode, f.Message = wire.FrameFail, "error", herr.Error()
-		var fl *Failure
-		switch {
-		case why == "cancelled":
-			f.ErrorCode, f.Message, retryable = "cancelled", "cancelled at the server's request", false
-		case errors.As(herr, &fl):
-			f.ErrorCode, f.Message, retryable = fl.Code, fl.Message, fl.Retryable
+	var rel *Release
+	switch {
+	case herr == nil:
+		r.mu.Lock()
+		r.pauses = 0
+		r.mu.Unlock()
+	case why == "stopping":
+		f.Type, f.Reason, f.Message = wire.FrameRelease, "worker_stopping", "the worker stopped before the job finished"
+	case errors.As(herr, &rel):
+		f.Type, f.Reason, f.Message = wire.FrameRelease, rel.Reason, rel.Message
+		if rel.Backoff {
+			r.pause(rel)
 		}
-		f.Retryable = &retryable
+	default:
+		f = failFrame(j, herr, why == "cancelled")
 	}
-	// Over WebSocket the handler's goroutine does not wait for the ack: the link's reader ends
-	// the task when it reads it, which spares a hand-off between goroutines on every job.
+	r.send(t, f)
+}
+
+// completion is the complete frame for a handler's output, or the failure that output is.
+func (r *runner) completion(j *Job, out any) (wire.Frame, error) {
+	f := wire.Frame{Type: wire.FrameComplete, JobID: j.ID, LeaseID: j.LeaseID, Nonce: j.nonce}
+	raw, err := outputOf(out)
+	switch {
+	case err != nil:
+		return f, &Failure{Code: "bad_output", Message: err.Error()}
+	case len(raw) > wire.OutputBytesMax:
+		// Sent, it would be refused (413, or a WebSocket frame too big): say so instead.
+		return f, &Failure{Code: "output_too_large", Message: fmt.Sprintf("the output is %d bytes of JSON; the limit is %d", len(raw), wire.OutputBytesMax)}
+	}
+	f.Output = raw
+	f.OutputHash, _ = signing.OutputHash(raw)
+	if r.w.Key != nil {
+		f.Signature = signing.SignCompletion(r.w.Key, j.ID, j.LeaseID, j.nonce, f.OutputHash)
+	}
+	return f, nil
+}
+
+// failFrame is the fail frame for a handler's error.
+func failFrame(j *Job, herr error, cancelled bool) wire.Frame {
+	retryable := true
+	f := wire.Frame{Type: wire.FrameFail, JobID: j.ID, LeaseID: j.LeaseID, ErrorCode: "error", Message: herr.Error()}
+	var fl *Failure
+	switch {
+	case cancelled:
+		f.ErrorCode, f.Message, retryable = "cancelled", "cancelled at the server's request", false
+	case errors.As(herr, &fl):
+		f.ErrorCode, f.Message, retryable = fl.Code, fl.Message, fl.Retryable
+	}
+	f.Retryable = &retryable
+	return f
+}
+
+// send reports f for t. Over WebSocket the handler's goroutine does not wait for the ack: the
+// link's reader ends the task when it reads it, which spares a hand-off between goroutines on
+// every job.
+func (r *runner) send(t *task, f wire.Frame) {
 	r.mu.Lock()
 	ws, async := r.link.(*wsLink)
 	credit := 0
 	if async {
-		credit, r.uncredited = r.uncredited, 0
+		credit = r.takeCreditLocked()
 	}
 	r.mu.Unlock()
 	if !async {
 		r.reportAndWait(t, f)
 		return
 	}
-	ws.requestAsync(f, credit, func(ack wire.Frame, err error) {
+	ws.requestAsync(f, credit, func(_ wire.Frame, err error) {
 		if errors.Is(err, errLinkDown) {
 			// The connection went away first: send it again on the next one, as request
 			// does. The credit sent with it is settled when that one connects.
@@ -495,7 +620,10 @@ func (r *runner) reportAndWait(t *task, f wire.Frame) {
 }
 
 // finish ends a task whose result the server answered, err saying what it refused (nil:
-// taken), or why the answer never came.
+// taken), or why the answer never came. A completion the server refuses for what it is (too
+// large, not valid, a signature that does not verify) would be refused again however often it
+// were sent: the job is failed instead, naming the reason, rather than left to its lease's
+// expiry.
 func (r *runner) finish(t *task, f wire.Frame, err error) {
 	j := t.job
 	if err != nil {
@@ -507,7 +635,34 @@ func (r *runner) finish(t *task, f wire.Frame, err error) {
 	if r.w.OnResult != nil {
 		r.w.OnResult(j, f.Type, err)
 	}
+	if f.Type == wire.FrameComplete {
+		if fail, ok := refusedResult(j, err); ok {
+			go r.reportAndWait(t, fail)
+			return
+		}
+	}
 	r.forget(t)
+}
+
+// refusedResult is the failure to report for a completion the server refused for good.
+func refusedResult(j *Job, err error) (wire.Frame, bool) {
+	var e *Error
+	if !errors.As(err, &e) {
+		return wire.Frame{}, false
+	}
+	var fl *Failure
+	switch e.Code {
+	case "PAYLOAD_TOO_LARGE":
+		fl = &Failure{Code: "output_too_large", Message: e.Message}
+	case "INVALID_ARGUMENT":
+		fl = &Failure{Code: "output_refused", Message: e.Message}
+	case "SIGNATURE_INVALID":
+		// The worker's key, not the job, is at fault: another worker may run it.
+		fl = &Failure{Code: "signature_invalid", Message: e.Message, Retryable: true}
+	default:
+		return wire.Frame{}, false
+	}
+	return failFrame(j, fl, false), true
 }
 
 // forget removes an ended task.
@@ -533,234 +688,44 @@ func outputOf(out any) (json.RawMessage, error) {
 	return json.Marshal(out)
 }
 
-// ---- WebSocket -------------------------------------------------------------------------------
-
-type wsLink struct {
-	conn    *websocket.Conn
-	cork    *corkConn // under conn: frames sent together leave in one write
-	reader  frames.Reader
-	wmu     sync.Mutex // guards writes to conn, and encoder
-	encoder frames.Encoder
-	mu      sync.Mutex
-	pending map[string]ackFunc // by ref; nil once the link is down
-	ref     atomic.Uint64
-}
-
-// ackFunc receives the server's ack to a request, or errLinkDown if the link went away first.
-type ackFunc func(ack wire.Frame, err error)
-
-// send writes f, and a grant of credit if credit > 0, in one write to the connection.
-func (l *wsLink) send(f wire.Frame, credit int) error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	_ = l.conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
-	l.cork.cork()
-	err := l.write(f)
-	if err == nil && credit > 0 {
-		err = l.write(wire.Frame{Type: wire.FrameCredit, N: credit})
-	}
-	if uerr := l.cork.uncork(); err == nil {
-		err = uerr
-	}
-	return err
-}
-
-func (l *wsLink) write(f wire.Frame) error {
-	data, err := l.encoder.Encode(f)
-	if err != nil {
-		return err
-	}
-	return l.conn.WriteMessage(websocket.TextMessage, data)
-}
-
-// requestAsync sends f with a new ref, and a grant of credit if credit > 0, and calls done
-// exactly once: with the ack, on the link's reader goroutine, or with errLinkDown. It returns
-// the ref.
-func (l *wsLink) requestAsync(f wire.Frame, credit int, done ackFunc) string {
-	f.Ref = strconv.FormatUint(l.ref.Add(1), 10)
-	l.mu.Lock()
-	up := l.pending != nil
-	if up {
-		l.pending[f.Ref] = done
-	}
-	l.mu.Unlock()
-	if !up {
-		done(wire.Frame{}, errLinkDown)
-		return f.Ref
-	}
-	if err := l.send(f, credit); err != nil {
-		if done := l.take(f.Ref); done != nil {
-			done(wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err))
-		}
-	}
-	return f.Ref
-}
-
-func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Frame, error) {
-	type answer struct {
-		ack wire.Frame
-		err error
-	}
-	ch := make(chan answer, 1)
-	ref := l.requestAsync(f, credit, func(ack wire.Frame, err error) { ch <- answer{ack, err} })
-	select {
-	case a := <-ch:
-		return a.ack, a.err
-	case <-ctx.Done():
-		l.take(ref)
-		return wire.Frame{}, ctx.Err()
-	}
-}
-
-func (l *wsLink) credit(n int) { _ = l.send(wire.Frame{Type: wire.FrameCredit, N: n}, 0) }
-
-// take removes and returns the callback waiting for ref, nil if it is not waiting any more.
-func (l *wsLink) take(ref string) ackFunc {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	done := l.pending[ref]
-	delete(l.pending, ref)
-	return done
-}
-
-// deliver hands an ack to the request waiting for it.
-func (l *wsLink) deliver(a wire.Frame) {
-	done := l.take(a.Ref)
-	if done == nil {
-		return
-	}
-	var err error
-	if a.OK != nil && !*a.OK && a.Error != nil {
-		err = &Error{Status: wire.StatusOf(a.Error.Code), Code: a.Error.Code, Message: a.Error.Message, Details: a.Error.Details}
-	}
-	done(a, err)
-}
-
-// fail answers every request still waiting with errLinkDown; later ones get it at once.
-func (l *wsLink) fail() {
-	l.mu.Lock()
-	waiting := l.pending
-	l.pending = nil
-	l.mu.Unlock()
-	for _, done := range waiting {
-		done(wire.Frame{}, errLinkDown)
-	}
-}
-
-// wsURL turns the server's http(s) URL into the worker endpoint's ws(s) URL.
-func wsURL(server string) (string, error) {
-	u, err := url.Parse(strings.TrimRight(server, "/"))
-	if err != nil {
-		return "", err
-	}
-	switch u.Scheme {
-	case "http":
-		u.Scheme = "ws"
-	case "https":
-		u.Scheme = "wss"
+// checkKey compares the key the server holds for this worker with the runner's own: a worker
+// registered with a key must sign with that key, or the server refuses every result.
+func (r *runner) checkKey(registered string) error {
+	switch {
+	case registered == "" && r.publicKey != "":
+		r.log.Warn("this worker registered no public key: the server does not check the results' signatures")
+	case registered == "" || registered == r.publicKey:
+	case r.publicKey == "":
+		return fmt.Errorf("%w: this worker registered public key %s, so the server takes only results signed with its private key; give it the key (tether worker --key FILE)",
+			errMisconfigured, registered)
 	default:
-		return "", fmt.Errorf("tether: server URL %q is not http(s)", server)
+		return fmt.Errorf("%w: this worker's private key is not the one whose public key it registered (%s); give it that key, or register anew",
+			errMisconfigured, registered)
 	}
-	u.Path += "/v1/worker/connect"
-	return u.String(), nil
+	return nil
 }
 
-// runWS serves one WebSocket connection until it breaks; connected says whether it got as
-// far as the server's welcome.
-func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
-	u, _ := wsURL(r.w.Server) // checked by Run
-	var cork *corkConn
-	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment,
-		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			cork = &corkConn{Conn: c}
-			return cork, nil
-		}}
-	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + r.w.Token}})
-	if err != nil {
-		if resp != nil && resp.StatusCode >= 400 {
-			return false, errorOf(resp)
-		}
-		return false, err
+// heartbeats heartbeats every lease the worker holds until done: as often as the lease with the
+// shortest interval needs (each assignment says its own), and every base otherwise. It stops the
+// jobs the server wants cancelled or no longer knows.
+func (r *runner) heartbeats(l link, base time.Duration, done <-chan struct{}) {
+	if base <= 0 {
+		base = heartbeatDefault
 	}
-	defer conn.Close()
-	conn.SetReadLimit(64 << 20)
-	l := &wsLink{conn: conn, cork: cork, pending: map[string]ackFunc{}}
-	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}, 0); err != nil {
-		return false, err
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	var welcome wire.Frame
-	if err := l.reader.Read(conn, &welcome); err != nil {
-		return false, err
-	}
-	if welcome.Type != wire.FrameWelcome {
-		return false, fmt.Errorf("tether: the server answered hello with %q", welcome.Type)
-	}
-	idle := 3 * time.Minute // the server pings every 20 s
-	_ = conn.SetReadDeadline(time.Now().Add(idle))
-	conn.SetPingHandler(func(data string) error {
-		_ = conn.SetReadDeadline(time.Now().Add(idle))
-		return conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(handshakeTimeout))
-	})
-	r.setLink(l)
-	if r.w.OnConnect != nil {
-		r.w.OnConnect("websocket")
-	}
-	r.log.Info("connected", zap.String("transport", "websocket"), zap.String("worker_id", welcome.WorkerID))
-	r.creditOnConnect(l)
-	readDone := make(chan struct{})
-	go r.heartbeats(l, time.Duration(welcome.HeartbeatSeconds*float64(time.Second)), readDone)
-	go func() {
-		select {
-		case <-ctx.Done():
-			r.drain()
-			l.wmu.Lock()
-			_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "worker stopping"), time.Now().Add(time.Second))
-			l.wmu.Unlock()
-			_ = conn.Close()
-		case <-readDone:
-		}
-	}()
-	defer func() {
-		r.clearLink(l) // before fail: a result it sends back must not find this link again
-		l.fail()
-		close(readDone)
-	}()
-	var f wire.Frame // one for the connection: Read resets it, and nothing keeps it
+	last := time.Now()
+	timer := time.NewTimer(base)
+	defer timer.Stop()
 	for {
-		if err := l.reader.Read(conn, &f); err != nil {
-			return true, err
-		}
-		_ = conn.SetReadDeadline(time.Now().Add(idle))
-		switch f.Type {
-		case wire.FrameAssign:
-			r.start(f)
-		case wire.FrameCancel:
-			r.stop(f.LeaseID, "cancelled")
-		case wire.FrameAck:
-			l.deliver(f)
-		}
-	}
-}
-
-// heartbeats sends the leases the worker holds every interval until done, and stops the jobs
-// the server wants cancelled or no longer knows.
-func (r *runner) heartbeats(l link, every time.Duration, done <-chan struct{}) {
-	if every <= 0 {
-		every = 10 * time.Second
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
+		timer.Reset(time.Until(last.Add(r.heartbeatEvery(base))))
 		select {
-		case <-t.C:
+		case <-timer.C:
+		case <-r.tighter:
+			continue // a new lease may need a shorter interval: reckon again from the last one
 		case <-done:
 			return
 		}
+		last = time.Now()
+		every := r.heartbeatEvery(base)
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		ack, err := l.request(ctx, wire.Frame{Type: wire.FrameHeartbeat, Leases: r.leases()}, 0)
 		cancel()
@@ -768,100 +733,77 @@ func (r *runner) heartbeats(l link, every time.Duration, done <-chan struct{}) {
 			continue
 		}
 		for _, id := range ack.Cancel {
-			r.stop(id, "cancelled")
+			r.stopTask(id, "cancelled")
 		}
 		for _, id := range ack.Unknown {
-			r.stop(id, "lost")
+			r.stopTask(id, "lost")
 		}
 	}
 }
 
-// ---- long-poll -------------------------------------------------------------------------------
-
-type pollLink struct{ api *Client }
-
-func (l *pollLink) credit(int) {}
-
-// request ignores credit: a long-poll link asks for work when it polls.
-func (l *pollLink) request(ctx context.Context, f wire.Frame, _ int) (wire.Frame, error) {
-	ok := true
-	ack := wire.Frame{Type: wire.FrameAck, OK: &ok}
-	path := "/v1/worker/jobs/" + url.PathEscape(f.JobID)
-	var err error
-	switch f.Type {
-	case wire.FrameEvent:
-		var out wire.EventAck
-		_, err = l.api.do(ctx, http.MethodPost, path+"/events", wire.EventRequest{LeaseID: f.LeaseID, EventType: f.EventType, Data: f.Data}, &out)
-		ack.Number, ack.Receipt = out.Number, &out.Receipt
-	case wire.FrameComplete:
-		var out wire.Done
-		_, err = l.api.do(ctx, http.MethodPost, path+"/complete", wire.CompleteRequest{LeaseID: f.LeaseID, Nonce: f.Nonce, Output: f.Output,
-			OutputHash: f.OutputHash, Signature: f.Signature}, &out)
-		ack.Receipt = &out.Receipt
-	case wire.FrameFail:
-		var out wire.Done
-		_, err = l.api.do(ctx, http.MethodPost, path+"/fail", wire.FailRequest{LeaseID: f.LeaseID, ErrorCode: f.ErrorCode, Message: f.Message,
-			Retryable: f.Retryable}, &out)
-		ack.Receipt = &out.Receipt
-	case wire.FrameHeartbeat:
-		var out wire.HeartbeatResponse
-		_, err = l.api.do(ctx, http.MethodPost, "/v1/worker/heartbeat", wire.HeartbeatRequest{Leases: f.Leases}, &out)
-		ack.Cancel, ack.Unknown, ack.HeartbeatSeconds = out.Cancel, out.Unknown, out.HeartbeatSeconds
-	default:
-		return wire.Frame{}, fmt.Errorf("tether: long-poll cannot send %q", f.Type)
+// heartbeatEvery is the heartbeat interval the leases held now need.
+func (r *runner) heartbeatEvery(base time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	every := base
+	for _, t := range r.tasks {
+		if t.heartbeat > 0 {
+			every = min(every, t.heartbeat)
+		}
 	}
-	var apiErr *Error
-	if err != nil && !errors.As(err, &apiErr) && ctx.Err() == nil {
-		return wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err)
-	}
-	return ack, err
+	return every
 }
 
-// runPoll long-polls for work until a request fails; connected says whether a poll succeeded.
-func (r *runner) runPoll(ctx context.Context) (connected bool, err error) {
+func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// stop ends a Run: no more credit; running jobs get the grace to finish, reporting over plain
+// HTTP (the connection that brought work is closed, so nothing more comes); then the rest are
+// stopped and released, and have DrainTimeout to say so. After a refusal for good (err) there
+// is nobody to report to: the jobs are just stopped.
+func (r *runner) stop(err error) {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	drain := r.w.DrainTimeout
+	if drain <= 0 {
+		drain = 10 * time.Second
+	}
+	if err != nil {
+		for _, l := range r.leases() {
+			r.stopTask(l, "lost")
+		}
+		r.waitIdle(drain, nil) // their commands are stopped before Run returns
+		return
+	}
+	if r.busy() == 0 {
+		return
+	}
 	l := &pollLink{api: r.api}
+	r.setLink(l)
 	done := make(chan struct{})
 	defer close(done)
-	for {
-		if ctx.Err() != nil {
-			r.drain()
-			r.clearLink(l)
-			return connected, nil
+	go r.heartbeats(l, heartbeatDefault, done)
+	r.log.Info("stopping: running jobs have their grace to finish", zap.Int("jobs", r.busy()), zap.Duration("grace", max(r.w.Grace, 0)))
+	if !r.waitIdle(r.w.Grace, r.w.Hurry) {
+		for _, l := range r.leases() {
+			r.stopTask(l, "stopping")
 		}
-		n := r.free()
-		if n <= 0 {
-			select {
-			case <-r.freed:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		var out wire.Assignments
-		wait := float64(pollWait)
-		if !connected {
-			wait = 0 // the first poll only finds out whether the server answers
-		}
-		status, err := r.api.do(ctx, http.MethodPost, "/v1/worker/lease", wire.LeaseRequest{Max: n, WaitSeconds: wait}, &out)
-		if err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			r.clearLink(l)
-			return connected, err
-		}
-		if !connected {
-			connected = true
-			r.setLink(l)
-			if r.w.OnConnect != nil {
-				r.w.OnConnect("longpoll")
-			}
-			r.log.Info("connected", zap.String("transport", "longpoll"))
-			go r.heartbeats(l, 10*time.Second, done)
-		}
-		if status == http.StatusOK {
-			for _, a := range out.Assignments {
-				r.start(a)
-			}
+		r.waitIdle(drain, nil)
+	}
+}
+
+// waitIdle waits until no job is left, d passes or hurry closes, and reports whether none is.
+func (r *runner) waitIdle(d time.Duration, hurry <-chan struct{}) bool {
+	deadline := time.NewTimer(max(d, 0))
+	defer deadline.Stop()
+	for r.busy() > 0 {
+		select {
+		case <-r.freed:
+		case <-deadline.C:
+			return r.busy() == 0
+		case <-hurry:
+			return r.busy() == 0
 		}
 	}
+	return true
 }

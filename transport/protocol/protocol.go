@@ -9,7 +9,7 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-// WorkerOp turns an event, complete or fail (a frame, or a long-poll body in frame form) into
+// WorkerOp turns an event, complete, fail or release (a frame, or a long-poll body in frame form) into
 // the broker's command, checking what the broker does not. A frame it refuses gets an
 // INVALID_ARGUMENT *actors.Rejection.
 func WorkerOp(workerID, jobID string, f wire.Frame) (any, error) {
@@ -37,6 +37,11 @@ func WorkerOp(workerID, jobID string, f wire.Frame) (any, error) {
 		}
 		return actors.Fail{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Code: f.ErrorCode, Message: f.Message,
 			Retryable: f.Retryable == nil || *f.Retryable}, nil
+	case wire.FrameRelease:
+		if f.Reason == "" {
+			return invalid("reason is required, e.g. worker_stopping")
+		}
+		return actors.ReleaseLease{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Reason: f.Reason, Message: f.Message}, nil
 	}
 	return invalid("frame type " + f.Type + " is not an operation on a job")
 }
@@ -45,7 +50,7 @@ func WorkerOp(workerID, jobID string, f wire.Frame) (any, error) {
 func AssignFrame(a actors.Assignment) wire.Frame {
 	at := a.LeaseExpiresAt
 	return wire.Frame{Type: wire.FrameAssign, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Queue: a.Queue,
-		JobType: a.JobType, Payload: a.Payload, Attempt: a.Attempt, LeaseExpiresAt: &at}
+		JobType: a.JobType, Payload: a.Payload, Attempt: a.Attempt, LeaseExpiresAt: &at, HeartbeatSeconds: a.HeartbeatInterval.Seconds()}
 }
 
 // CancelFrame tells the worker a client asked to cancel the job it holds.

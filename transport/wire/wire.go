@@ -142,10 +142,11 @@ type Quota struct {
 	Receipt      *Receipt `json:"receipt,omitempty"` // when the limits were just set
 }
 
-// QuotaRequest is the body of PUT /v1/admin/tenants/{tenant}/quota.
+// QuotaRequest is the body of PUT or PATCH /v1/admin/tenants/{tenant}/quota. A limit left
+// out (or null) keeps its current value; 0 is unlimited.
 type QuotaRequest struct {
-	MaxActive  int `json:"max_active"`
-	MaxRunning int `json:"max_running"`
+	MaxActive  *int `json:"max_active,omitempty"`
+	MaxRunning *int `json:"max_running,omitempty"`
 }
 
 // Queue is one queue's counts (GET /v1/queues).
@@ -218,10 +219,10 @@ type APIKey struct {
 	Receipt Receipt `json:"receipt"`
 }
 
-// EnrollTokenRequest is the body of POST /v1/admin/enroll-tokens.
+// EnrollTokenRequest is the body of POST /v1/admin/enroll-tokens; Uses left out is 1.
 type EnrollTokenRequest struct {
 	Tenant     string  `json:"tenant"`
-	Uses       int     `json:"uses"`
+	Uses       *int    `json:"uses,omitempty"`
 	TTLSeconds float64 `json:"ttl_seconds"`
 }
 

@@ -6,7 +6,7 @@ import (
 )
 
 // Frame types of the worker protocol. Worker → server: hello, credit, heartbeat, event,
-// complete, fail. Server → worker: welcome, assign, ack, cancel.
+// complete, fail, release. Server → worker: welcome, assign, ack, cancel.
 const (
 	FrameHello     = "hello"
 	FrameCredit    = "credit"
@@ -14,6 +14,7 @@ const (
 	FrameEvent     = "event"
 	FrameComplete  = "complete"
 	FrameFail      = "fail"
+	FrameRelease   = "release"
 	FrameWelcome   = "welcome"
 	FrameAssign    = "assign"
 	FrameAck       = "ack"
@@ -42,15 +43,21 @@ type Frame struct {
 	Output     json.RawMessage `json:"output,omitempty"`
 	OutputHash string          `json:"output_hash,omitempty"`
 	Signature  string          `json:"signature,omitempty"`
-	// fail
+	// fail (and release: Message)
 	ErrorCode string `json:"error_code,omitempty"`
 	Message   string `json:"message,omitempty"`
 	Retryable *bool  `json:"retryable,omitempty"`
+	// release: why the worker gives the job back untried or unfinished ("worker_stopping",
+	// "start_failed"); no attempt is spent
+	Reason string `json:"reason,omitempty"`
 
-	// welcome
+	// welcome (and assign: HeartbeatSeconds, how often to heartbeat while holding that lease)
 	WorkerID         string  `json:"worker_id,omitempty"`
 	HeartbeatSeconds float64 `json:"heartbeat_seconds,omitempty"`
 	LeaseTTLSeconds  float64 `json:"lease_ttl_seconds,omitempty"`
+	// PublicKey is the Ed25519 key (base64) the worker registered, which every completion
+	// must be signed with; empty: results are not signed.
+	PublicKey string `json:"public_key,omitempty"`
 	// assign
 	Queue          string          `json:"queue,omitempty"`
 	JobType        string          `json:"job_type,omitempty"`
@@ -92,11 +99,14 @@ type HeartbeatRequest struct {
 }
 
 // HeartbeatResponse lists the leases to cancel and the ones the server no longer knows.
+// HeartbeatSeconds is the interval for a worker that holds no lease with a shorter one (each
+// assignment says its own); PublicKey is as in the welcome frame.
 type HeartbeatResponse struct {
 	Cancel           []string `json:"cancel"`
 	Unknown          []string `json:"unknown"`
 	HeartbeatSeconds float64  `json:"heartbeat_seconds"`
 	LeaseTTLSeconds  float64  `json:"lease_ttl_seconds"`
+	PublicKey        string   `json:"public_key,omitempty"`
 }
 
 // EventRequest is the body of POST /v1/worker/jobs/{id}/events.
@@ -120,6 +130,18 @@ type CompleteRequest struct {
 	OutputHash string          `json:"output_hash,omitempty"`
 	Signature  string          `json:"signature,omitempty"`
 }
+
+// ReleaseRequest is the body of POST /v1/worker/jobs/{id}/release: the worker gives the job
+// back untried or unfinished, and no attempt is spent.
+type ReleaseRequest struct {
+	LeaseID string `json:"lease_id"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
+
+// OutputBytesMax caps a job's output: its JSON, as the complete frame or body carries it.
+// A worker checks it before it sends a result; the server refuses more with 413.
+const OutputBytesMax = 1 << 20
 
 // FailRequest is the body of POST /v1/worker/jobs/{id}/fail; Retryable defaults to true.
 type FailRequest struct {

@@ -12,6 +12,7 @@ package fastjson
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -132,6 +133,48 @@ func (s *Scanner) Int64() (int64, bool) {
 	v, err := strconv.ParseInt(string(s.B[start:j]), 10, 64)
 	s.i = j
 	return v, err == nil
+}
+
+// Float64 reads a number as encoding/json reads one into a float64: its grammar checked, then
+// strconv.ParseFloat. A number out of range reports false.
+func (s *Scanner) Float64(dst *float64) bool {
+	s.skipSpace()
+	start, j := s.i, s.i
+	digits := func() int {
+		n := 0
+		for ; j < len(s.B) && s.B[j] >= '0' && s.B[j] <= '9'; j++ {
+			n++
+		}
+		return n
+	}
+	if j < len(s.B) && s.B[j] == '-' {
+		j++
+	}
+	intStart := j
+	if n := digits(); n == 0 || (n > 1 && s.B[intStart] == '0') {
+		return false
+	}
+	if j < len(s.B) && s.B[j] == '.' {
+		j++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if j < len(s.B) && (s.B[j] == 'e' || s.B[j] == 'E') {
+		j++
+		if j < len(s.B) && (s.B[j] == '+' || s.B[j] == '-') {
+			j++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	v, err := strconv.ParseFloat(string(s.B[start:j]), 64)
+	if err != nil {
+		return false
+	}
+	*dst, s.i = v, j
+	return true
 }
 
 // BoolPtr reads true or false into a new bool.
@@ -278,6 +321,20 @@ func (w *Writer) Int(k string, v int, always bool) {
 		w.Key(k)
 		w.B = strconv.AppendInt(w.B, int64(v), 10)
 	}
+}
+
+// Float writes a float64 member, a zero only if always, as json.Marshal does in its plain
+// notation (1e-6 <= |v| < 1e21); it gives up on the rest.
+func (w *Writer) Float(k string, v float64, always bool) {
+	if v == 0 && !always {
+		return
+	}
+	if abs := math.Abs(v); v != 0 && (abs < 1e-6 || abs >= 1e21 || math.IsNaN(v)) {
+		w.OK = false
+		return
+	}
+	w.Key(k)
+	w.B = strconv.AppendFloat(w.B, v, 'f', -1, 64)
 }
 
 // Uint writes an unsigned integer member, zero included.

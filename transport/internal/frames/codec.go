@@ -48,8 +48,16 @@ func decodeFast(data []byte, f *wire.Frame) bool {
 			return s.String(&f.Message)
 		case "retryable":
 			return s.BoolPtr(&f.Retryable)
+		case "reason":
+			return s.String(&f.Reason)
 		case "worker_id":
 			return s.String(&f.WorkerID)
+		case "heartbeat_seconds":
+			return s.Float64(&f.HeartbeatSeconds)
+		case "lease_ttl_seconds":
+			return s.Float64(&f.LeaseTTLSeconds)
+		case "public_key":
+			return s.String(&f.PublicKey)
 		case "queue":
 			return s.String(&f.Queue)
 		case "job_type":
@@ -93,7 +101,7 @@ func decodeReceipt(s *fastjson.Scanner, r *wire.Receipt) bool {
 // f holds something whose encoding it leaves to encoding/json (see fastjson.Writer), a float
 // or an error.
 func appendFast(dst []byte, f *wire.Frame) ([]byte, bool) {
-	if f.HeartbeatSeconds != 0 || f.LeaseTTLSeconds != 0 || f.Error != nil {
+	if f.Error != nil {
 		return dst, false
 	}
 	w := fastjson.NewWriter(dst)
@@ -113,7 +121,11 @@ func appendFast(dst []byte, f *wire.Frame) ([]byte, bool) {
 	w.Str("error_code", f.ErrorCode, false)
 	w.Str("message", f.Message, false)
 	w.BoolPtr("retryable", f.Retryable)
+	w.Str("reason", f.Reason, false)
 	w.Str("worker_id", f.WorkerID, false)
+	w.Float("heartbeat_seconds", f.HeartbeatSeconds, false)
+	w.Float("lease_ttl_seconds", f.LeaseTTLSeconds, false)
+	w.Str("public_key", f.PublicKey, false)
 	w.Str("queue", f.Queue, false)
 	w.Str("job_type", f.JobType, false)
 	w.Raw("payload", f.Payload, false)

@@ -1,0 +1,5 @@
+//go:build mutant_credit_outlives_poll
+
+package actors
+
+func init() { mutantCreditOutlivesPoll = true }

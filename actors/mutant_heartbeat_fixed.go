@@ -1,0 +1,5 @@
+//go:build mutant_heartbeat_fixed
+
+package actors
+
+func init() { mutantHeartbeatFixed = true }

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/transport/client"
+)
+
+// Every way a user can start the server, with the real binary.
+func TestServerStartUpPaths(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	t.Run("a fresh dir under --auth token, as the README says", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		s := startServer(t, dir, "--auth", "token")
+		token, err := os.ReadFile(filepath.Join(dir, "admin-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := os.Stat(filepath.Join(dir, "admin-token")); fi.Mode().Perm() != 0o600 {
+			t.Fatalf("admin-token has mode %v, want 0600", fi.Mode().Perm())
+		}
+		admin := client.New(s.url, strings.TrimSpace(string(token)), nil)
+		key, err := admin.CreateAPIKey(context.Background(), "acme")
+		if err != nil {
+			t.Fatalf("the admin token in the file does not work: %v", err)
+		}
+		stop(t, s)
+		// An existing dir: the same token, the same key, the same data.
+		s = startServer(t, dir, "--auth", "token")
+		if _, err := client.New(s.url, key.Key, nil).Quota(context.Background()); err != nil {
+			t.Fatalf("after a restart the API key made before does not work: %v", err)
+		}
+		if again, _ := os.ReadFile(filepath.Join(dir, "admin-token")); string(again) != string(token) {
+			t.Fatal("a restart made a new admin token")
+		}
+		stop(t, s)
+	})
+	t.Run("a dir with only an admin token", func(t *testing.T) {
+		// What a first start under --auth token used to leave behind before refusing the dir.
+		dir := t.TempDir()
+		const token = "ta_an-admin-token-someone-kept"
+		if err := os.WriteFile(filepath.Join(dir, "admin-token"), []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := startServer(t, dir, "--auth", "token")
+		if _, err := client.New(s.url, token, nil).CreateAPIKey(context.Background(), "acme"); err != nil {
+			t.Fatalf("the kept admin token does not work: %v", err)
+		}
+		stop(t, s)
+	})
+	t.Run("a dir of something else", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code := tether(t, nil, "server", "--data", dir, "--addr", freeAddr(t))
+		if code != 1 {
+			t.Fatalf("exit %d", code)
+		}
+		mustContain(t, "stderr", stderr, "holds no event log")
+	})
+	t.Run("a data path under a file", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(file, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code := tether(t, nil, "server", "--data", filepath.Join(file, "data"), "--addr", freeAddr(t))
+		if code != 1 {
+			t.Fatalf("exit %d", code)
+		}
+		mustContain(t, "stderr", stderr, "data directory", "not a directory")
+	})
+	t.Run("an unwritable dir", func(t *testing.T) {
+		dir, err := os.MkdirTemp("", "tether-ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		bin, err := buildBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "server", "--data", dir, "--addr", freeAddr(t))
+		if os.Getuid() == 0 { // root writes anywhere: run as nobody, who may not write here
+			if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		}
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 {
+			t.Fatalf("exit %v: %v\n%s", cmd.ProcessState, err, out)
+		}
+		mustContain(t, "output", string(out), "permission denied")
+	})
+	t.Run("a dir a running server holds", func(t *testing.T) {
+		dir := t.TempDir()
+		s := startServer(t, dir)
+		_, stderr, code := tether(t, nil, "server", "--data", dir, "--addr", freeAddr(t))
+		if code != 1 {
+			t.Fatalf("exit %d", code)
+		}
+		mustContain(t, "stderr", stderr, "is a tether server running on it?")
+		if resp, err := http.Get(s.url + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("the first server after the second was refused: %v %v", resp, err)
+		}
+	})
+	t.Run("flags refused before anything is made", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--auth", "token", "--admin-token", "short"}, "--admin-token is 5 characters"},
+			{[]string{"--auth", "tokens"}, `--auth "tokens"`},
+			{[]string{"--auth", "none", "--addr", "0.0.0.0:0"}, "loopback"},
+			{[]string{"--metrics-addr", "0.0.0.0:9090"}, "--metrics-addr"},
+		} {
+			dir := filepath.Join(t.TempDir(), "data")
+			args := append([]string{"server", "--data", dir}, tc.args...)
+			if !strings.Contains(strings.Join(tc.args, " "), "--addr") {
+				args = append(args, "--addr", freeAddr(t))
+			}
+			_, stderr, code := tether(t, nil, args...)
+			if code != 1 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, stderr, tc.want)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("%v: the data dir was made: %v", tc.args, err)
+			}
+		}
+	})
+}
+
+// stop stops a server with SIGTERM, as a service manager does, and checks it exits cleanly.
+func stop(t *testing.T, s *server) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the server exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not stop within 30 s of SIGTERM")
+	}
+}

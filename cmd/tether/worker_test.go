@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// `tether worker` as users run it: real processes, real signals.
+
+// online waits until the server shows n workers online, and returns them.
+func online(t *testing.T, c *client.Client, n int) []wire.Worker {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ws, err := c.Workers(context.Background())
+		if err != nil { // the server may be on its way up
+			ws = &wire.Workers{}
+		}
+		up := 0
+		for _, w := range ws.Workers {
+			if w.Status == "online" {
+				up++
+			}
+		}
+		if up == n {
+			return ws.Workers
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers online, want %d: %+v", up, n, ws.Workers)
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's state through the API
+	}
+}
+
+// A typo in the command refuses to start the worker, with the reason, before it takes a job:
+// the queue is untouched.
+func TestWorkerWithAMissingCommandRefusesToStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	c := client.New(s.url, "", nil)
+	j, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "typo", Type: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "typo", "--", "/path/that/does/not/exist")
+	if code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	mustContain(t, "stderr", stderr, "/path/that/does/not/exist", "cannot be run")
+	if got, _ := c.Get(context.Background(), j.ID); got.Status != "queued" || got.Attempt != 0 {
+		t.Fatalf("the job after the worker refused: %s attempt %d", got.Status, got.Attempt)
+	}
+	if ws, _ := c.Workers(context.Background()); len(ws.Workers) != 0 {
+		t.Fatalf("a worker that refused to start registered: %+v", ws.Workers)
+	}
+}
+
+// SIGTERM stops a worker cleanly: it takes no new job, lets the running one try to finish
+// within --grace, then stops it and gives its lease back with no attempt spent. The job's
+// history says so.
+func TestWorkerSIGTERMGivesItsJobBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	c := client.New(s.url, "", nil)
+	w := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "q", "--grace", "1s",
+		"--kill-grace", "2s", "--log-format", "json", "--", "sh", "-c", `echo running >&2; exec sleep 60`)
+	w.waitFor(t, `"msg":"connected"`)
+	j, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Watch(context.Background(), j.ID, 0, func(e wire.Event) error {
+		if strings.Contains(string(e.Data), "running") {
+			return errors.New("running")
+		}
+		return nil
+	})
+	next, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.signal(t, syscall.SIGTERM)
+	if code := w.wait(30 * time.Second); code != 0 {
+		t.Fatalf("the worker exited %d after SIGTERM:\n%s", code, w.output())
+	}
+	got, _ := c.Get(context.Background(), j.ID)
+	if got.Status != "queued" || got.Attempt != 0 || got.DeadReason != "" {
+		t.Fatalf("the running job after SIGTERM: %s attempt %d dead %q error %+v", got.Status, got.Attempt, got.DeadReason, got.Error)
+	}
+	evs, _ := c.Events(context.Background(), j.ID, 0)
+	last := evs.Events[len(evs.Events)-1]
+	if last.Type != "job.lease_released" || !strings.Contains(string(last.Data), "worker_stopping") {
+		t.Fatalf("the history ends %s %s", last.Type, last.Data)
+	}
+	if got, _ := c.Get(context.Background(), next.ID); got.Status != "queued" || got.Attempt != 0 {
+		t.Fatalf("the next job: %s attempt %d: it went to the stopping worker", got.Status, got.Attempt)
+	}
+}
+
+// A worker registers once: a restart reuses the worker token it kept, so an enroll token of
+// one use starts it any number of times, and the server shows one worker, not a ghost per
+// start.
+func TestWorkerRestartReusesItsRegistration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	dir := t.TempDir()
+	const admin = "an-admin-token-for-the-test"
+	s := startServer(t, dir, "--auth", "token", "--admin-token", admin)
+	ac := client.New(s.url, admin, nil)
+	key, err := ac.CreateAPIKey(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ac.CreateEnrollToken(context.Background(), "acme", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(s.url, key.Key, nil)
+	state := t.TempDir()
+	var ids []string
+	for range 3 {
+		w := startTether(t, []string{"XDG_STATE_HOME=" + state}, "worker", "--server", s.url, "--token", tok.Token, "--queue", "q",
+			"--name", "lab-pc", "--log-format", "json", "--", "cat")
+		w.waitFor(t, `"msg":"connected"`) // this process's connection, not the last one's
+		ws := online(t, c, 1)
+		ids = append(ids, ws[0].ID)
+		w.signal(t, syscall.SIGTERM)
+		if code := w.wait(30 * time.Second); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, w.output())
+		}
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Fatalf("three starts were three workers: %v", ids)
+	}
+	if ws, _ := c.Workers(context.Background()); len(ws.Workers) != 1 {
+		t.Fatalf("%d workers registered, want 1: %+v", len(ws.Workers), ws.Workers)
+	}
+	files, _ := filepath.Glob(filepath.Join(state, "tether", "worker-lab-pc-*.json"))
+	if len(files) != 1 {
+		t.Fatalf("state files %v", files)
+	}
+	if fi, _ := os.Stat(files[0]); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the state file has mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+// A worker started before its server waits for it, as it waits for a server that restarts,
+// and then registers and works.
+func TestWorkerWaitsForItsServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	addr := freeAddr(t)
+	w := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", addr, "--queue", "q", "--log-format", "json",
+		"--", "sh", "-c", "cat")
+	w.waitFor(t, "cannot be reached to register") // it tries, fails, and goes on trying
+	startTether(t, nil, "server", "--data", t.TempDir(), "--addr", addr, "--log-format", "json")
+	c := client.New("http://"+addr, "", nil)
+	online(t, c, 1)
+	j, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", Payload: []byte(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := c.Watch(context.Background(), j.ID, 0, func(wire.Event) error { return nil })
+	if err != nil || status != "succeeded" {
+		t.Fatalf("job %s: %v", status, err)
+	}
+}

@@ -1,0 +1,129 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// Only WebSocket refused by something that answers HTTP counts towards falling back to
+// long-polling; a server that is away, restarting, not ready, closing a frame too big, or
+// refusing the worker itself does not.
+func TestWhatCountsAsWebSocketRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, false},
+		{"a handshake cut", fmt.Errorf("%w: %w", errWSRefused, io.ErrUnexpectedEOF), true},
+		{"an upgrade answered 200", fmt.Errorf("%w: the upgrade was answered 200 OK", errWSRefused), true},
+		{"a proxy's 400", &Error{Status: 400, Code: "HTTP_400"}, true},
+		{"a proxy's 403", &Error{Status: 403, Code: "HTTP_403"}, true},
+		{"not ready", &Error{Status: 503, Code: "NOT_READY"}, false},
+		{"a bad gateway", &Error{Status: 502, Code: "HTTP_502"}, false},
+		{"too many requests", &Error{Status: 429, Code: "HTTP_429"}, false},
+		{"the worker revoked", &Error{Status: 403, Code: "WORKER_REVOKED"}, false},
+		{"a frame too big", &websocket.CloseError{Code: websocket.CloseMessageTooBig}, false},
+		{"the server going away", &websocket.CloseError{Code: websocket.CloseGoingAway}, false},
+	} {
+		if got := wsRefused(tc.err); got != tc.want {
+			t.Errorf("%s: wsRefused = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if !permanent(&Error{Status: 401, Code: "UNAUTHENTICATED"}) || permanent(&Error{Status: 401, Code: "HTTP_401"}) ||
+		!permanent(&websocket.CloseError{Code: wire.CloseWorkerRevoked}) || !permanent(fmt.Errorf("x: %w", errMisconfigured)) {
+		t.Error("permanent misjudges a refusal")
+	}
+}
+
+// A completion refused for what it is becomes a failure that names the reason; one refused for
+// the lease (gone, another's) does not, since there is nothing left to fail.
+func TestRefusedResultBecomesAFailure(t *testing.T) {
+	j := &Job{ID: "j", LeaseID: "l"}
+	for _, tc := range []struct {
+		code, want string
+		retryable  bool
+	}{
+		{"PAYLOAD_TOO_LARGE", "output_too_large", false},
+		{"INVALID_ARGUMENT", "output_refused", false},
+		{"SIGNATURE_INVALID", "signature_invalid", true},
+	} {
+		f, ok := refusedResult(j, &Error{Status: 400, Code: tc.code, Message: "why"})
+		if !ok || f.Type != wire.FrameFail || f.ErrorCode != tc.want || *f.Retryable != tc.retryable || f.Message != "why" {
+			t.Errorf("%s: %+v %v", tc.code, f, ok)
+		}
+	}
+	for _, err := range []error{&Error{Status: 409, Code: "LEASE_MISMATCH"}, &Error{Status: 404, Code: "JOB_NOT_FOUND"}, errLinkDown, nil} {
+		if _, ok := refusedResult(j, err); ok {
+			t.Errorf("%v became a failure", err)
+		}
+	}
+}
+
+// What a command prints becomes the output as a client reads it, or a failure that says why.
+func TestCommandOutput(t *testing.T) {
+	for _, tc := range []struct {
+		name, stdout, want, code string
+	}{
+		{"JSON", ` {"a": 1} ` + "\n", `{"a": 1}`, ""},
+		{"text", "hello\n", `"hello"`, ""},
+		{"text with CRLF", "hello\r\n", `"hello"`, ""},
+		{"text inside lines kept", "a\r\nb\n\n", `"a\r\nb"`, ""},
+		{"nothing", "", `""`, ""},
+		{"not UTF-8", "caf\xe9", "", "output_not_utf8"},
+		{"escaping past the limit", strings.Repeat("\x01", wire.OutputBytesMax/6+1), "", "output_too_large"},
+		{"just under the limit once escaped", strings.Repeat("\x01", (wire.OutputBytesMax-2)/6), "", ""},
+	} {
+		data := []byte(tc.stdout)
+		out, err := outputOfCommand(capped{data: data, total: len(data)})
+		var fl *Failure
+		switch {
+		case tc.code != "":
+			if !errors.As(err, &fl) || fl.Code != tc.code || fl.Retryable {
+				t.Errorf("%s: %v %v, want failure %s", tc.name, out, err, tc.code)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && string(out.(json.RawMessage)) != tc.want:
+			t.Errorf("%s: %s, want %s", tc.name, out, tc.want)
+		}
+	}
+	// More than was kept is too large, whatever was kept.
+	if _, err := outputOfCommand(capped{data: []byte("{}"), total: 3 << 20}); err == nil || !strings.Contains(err.Error(), "3145728") {
+		t.Errorf("an overflow: %v", err)
+	}
+}
+
+// readCapped keeps the first bytes and counts the rest, reading all of it.
+func TestReadCapped(t *testing.T) {
+	src := bytes.Repeat([]byte("0123456789"), 10_000)
+	r := bytes.NewReader(src)
+	c := readCapped(r, 1234)
+	if len(c.data) != 1234 || c.total != len(src) || !bytes.Equal(c.data, src[:1234]) || r.Len() != 0 {
+		t.Fatalf("kept %d of %d, counted %d, left %d", len(c.data), len(src), c.total, r.Len())
+	}
+}
+
+// JobEnv passes the runner's environment on without any TETHER_* variable, and adds the job's.
+func TestJobEnv(t *testing.T) {
+	at := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
+	env := JobEnv([]string{"PATH=/bin", "TETHER_TOKEN=tw_secret", "TETHER_QUEUE=q", "HOME=/root", "TETHERED=yes"},
+		&Job{ID: "J", Type: "T", Queue: "Q", Attempt: 2, LeaseID: "L", LeaseExpiresAt: at})
+	want := "PATH=/bin HOME=/root TETHERED=yes TETHER_JOB_ID=J TETHER_JOB_TYPE=T TETHER_JOB_QUEUE=Q TETHER_JOB_ATTEMPT=2 " +
+		"TETHER_JOB_LEASE_ID=L TETHER_JOB_LEASE_EXPIRES_AT=2026-11-23T01:02:03Z"
+	if got := strings.Join(env, " "); got != want {
+		t.Fatalf("env %s\nwant %s", got, want)
+	}
+}
