@@ -562,6 +562,7 @@ func (w *worker) release(h *held) {
 			}
 			if w.leases[h.leaseID] == h {
 				delete(w.leases, h.leaseID)
+				w.ended = append(w.ended, h) // a lease given back is stale from now on
 			}
 		})
 		w.s.after(requestTimeout, w.name+" release timeout", func() {
@@ -655,11 +656,14 @@ func (w *worker) misbehave(h *held) {
 	var probe Probe
 	var want []actors.Code
 	switch kind := s.faultRand[FaultMisbehave].IntN(4); {
-	case kind == 0 && len(w.ended) > 0:
-		// A lease that ended, named for the job it holds now or for its own job.
-		old := w.ended[s.faultRand[FaultMisbehave].IntN(len(w.ended))]
+	case kind == 0 && len(w.otherLeases(h)) > 0:
+		// A lease that ended (or another job's), named for the job it holds now or for the
+		// lease's own job.
+		others := w.otherLeases(h)
+		old := others[s.faultRand[FaultMisbehave].IntN(len(others))]
 		f.LeaseID = old.leaseID
-		if s.faultRand[FaultMisbehave].IntN(2) == 0 {
+		// Named for its own job only if it ended: a lease still held is valid for its job.
+		if s.faultRand[FaultMisbehave].IntN(2) == 0 && w.leases[old.leaseID] != old {
 			f.JobID, f.Nonce = old.jobID, old.nonce
 		}
 		probe, want = ProbeStaleLeaseRejected, []actors.Code{actors.CodeLeaseMismatch}
@@ -694,6 +698,18 @@ func (w *worker) misbehave(h *held) {
 		}
 		// Any other refusal is right too: the lease may have ended while the message travelled.
 	})
+}
+
+// otherLeases lists the leases the worker knows of other than h, ended or held: none of them
+// covers h's job.
+func (w *worker) otherLeases(h *held) []*held {
+	out := slices.Clone(w.ended)
+	for _, id := range slices.Sorted(maps.Keys(w.leases)) {
+		if o := w.leases[id]; o != h && o.jobID != h.jobID {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // crash kills the worker: it forgets its jobs and comes back after a while.
