@@ -104,7 +104,7 @@ func (s *Session) Receive(env Env, msg any) {
 		s.heartbeat(env, m)
 	case Assignment:
 		if s.open && s.offering {
-			env.Send(s.sink, m)
+			env.Send(s.sink, msg) // msg, not m: it is boxed already
 		} else {
 			env.Send(DispatcherRef(), Undelivered{JobID: m.JobID, LeaseID: m.LeaseID})
 		}
@@ -113,7 +113,7 @@ func (s *Session) Receive(env Env, msg any) {
 		}
 	case CancelNotice:
 		if s.open {
-			env.Send(s.sink, m)
+			env.Send(s.sink, msg)
 		}
 	case Offer:
 		s.offer(env, m)

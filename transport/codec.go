@@ -23,8 +23,8 @@ import (
 // decoder refuses.
 func decodeSubmitFast(body []byte, req *wire.SubmitRequest) bool {
 	s := fastjson.Scanner{B: body}
-	return s.Object(true, func(key string) bool {
-		switch key {
+	return s.Object(true, func(key []byte) bool {
+		switch string(key) {
 		case "queue":
 			return s.String(&req.Queue)
 		case "type":

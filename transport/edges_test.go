@@ -399,6 +399,9 @@ func TestMetricsNeedACredentialUnderTokenAuth(t *testing.T) {
 	if got := get(api.MetricsHandler(), "http://127.0.0.1", ""); got != 200 {
 		t.Errorf("the metrics listener: %d", got)
 	}
+	if got := get(api.MetricsHandler(), "http://rebound.example", ""); got != 403 {
+		t.Errorf("the metrics listener under a rebound name: %d", got)
+	}
 }
 
 type recorder struct {

@@ -92,11 +92,18 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 // MetricsHandler serves GET /metrics with no credential, for a listener of its own (tether
-// server --metrics-addr, on loopback).
+// server --metrics-addr, on loopback). Like the API under AuthNone, it answers only to a
+// loopback Host, so that a web page cannot read it by rebinding its own name.
 func (s *Server) MetricsHandler() http.Handler {
 	m := http.NewServeMux()
 	m.Handle("GET /metrics", s.api(authNone, s.serveMetrics))
-	return m
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host) {
+			writeError(w, errorf(http.StatusForbidden, "HOST_NOT_ALLOWED", "the metrics listener answers only to a loopback host, not %q", clip(r.Host)))
+			return
+		}
+		m.ServeHTTP(w, r)
+	})
 }
 
 // Attach makes the server serve b, once b has recovered.

@@ -128,6 +128,10 @@ func runWorker(args []string) error {
 		if stored && reg.forgetIfUnknown(err) {
 			continue // the stored token is gone (expired, or the server's data dir is new): register again
 		}
+		var revoked *client.Error
+		if stored && errors.As(err, &revoked) && revoked.Code == "WORKER_REVOKED" {
+			return fmt.Errorf("%w; it stays revoked: to register a new worker, remove %s", err, reg.path())
+		}
 		return err
 	}
 }

@@ -532,15 +532,14 @@ func (r *runner) report(t *task, out any, herr error) {
 	if herr == nil {
 		f, herr = r.completion(j, out)
 	}
-	var rel *Release
-	switch {
+	switch rel := asRelease(herr); {
 	case herr == nil:
 		r.mu.Lock()
 		r.pauses = 0
 		r.mu.Unlock()
 	case why == "stopping":
 		f.Type, f.Reason, f.Message = wire.FrameRelease, "worker_stopping", "the worker stopped before the job finished"
-	case errors.As(herr, &rel):
+	case rel != nil:
 		f.Type, f.Reason, f.Message = wire.FrameRelease, rel.Reason, rel.Message
 		if rel.Backoff {
 			r.pause(rel)
@@ -549,6 +548,16 @@ func (r *runner) report(t *task, out any, herr error) {
 		f = failFrame(j, herr, why == "cancelled")
 	}
 	r.send(t, f)
+}
+
+// asRelease returns the *Release err is, or nil. (A function of its own: the target errors.As
+// takes escapes, and a completion, the common case, need not pay for it.)
+func asRelease(err error) *Release {
+	var rel *Release
+	if err == nil || !errors.As(err, &rel) {
+		return nil
+	}
+	return rel
 }
 
 // completion is the complete frame for a handler's output, or the failure that output is.

@@ -52,15 +52,16 @@ func (s *Scanner) End() bool {
 }
 
 // Object reads an object, calling field for each key to read its value, and then checks that
-// nothing but whitespace follows if top is set. field reports false to give up.
-func (s *Scanner) Object(top bool, field func(key string) bool) bool {
+// nothing but whitespace follows if top is set. field reports false to give up. The key aliases
+// B: a field that switches on string(key) compares it without a copy.
+func (s *Scanner) Object(top bool, field func(key []byte) bool) bool {
 	if !s.Consume('{') {
 		return false
 	}
 	if !s.Consume('}') {
 		for {
 			key, ok := s.Str()
-			if !ok || !s.Consume(':') || !field(string(key)) {
+			if !ok || !s.Consume(':') || !field(key) {
 				return false
 			}
 			if s.Consume('}') {
@@ -169,12 +170,39 @@ func (s *Scanner) Float64(dst *float64) bool {
 			return false
 		}
 	}
+	if n, exact := smallInteger(s.B[start:j]); exact {
+		*dst, s.i = n, j // most durations are whole seconds: no string to parse
+		return true
+	}
 	v, err := strconv.ParseFloat(string(s.B[start:j]), 64)
 	if err != nil {
 		return false
 	}
 	*dst, s.i = v, j
 	return true
+}
+
+// smallInteger reads a number of at most 15 digits and nothing else, which a float64 holds
+// exactly, and reports whether it was one. "-0" is not: its float is -0, not 0.
+func smallInteger(b []byte) (float64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 15 || (neg && len(b) == 1 && b[0] == '0') {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return float64(n), true
 }
 
 // BoolPtr reads true or false into a new bool.

@@ -16,8 +16,8 @@ import (
 // any state, for anything else: a key it does not know, an escape, a null, a float, a list.
 func decodeFast(data []byte, f *wire.Frame) bool {
 	s := fastjson.Scanner{B: data}
-	return s.Object(true, func(key string) bool {
-		switch key {
+	return s.Object(true, func(key []byte) bool {
+		switch string(key) {
 		case "type":
 			return s.String(&f.Type)
 		case "ref":
@@ -84,8 +84,8 @@ func decodeFast(data []byte, f *wire.Frame) bool {
 
 // decodeReceipt decodes {"seq":N,"hash":"..."}.
 func decodeReceipt(s *fastjson.Scanner, r *wire.Receipt) bool {
-	return s.Object(false, func(key string) bool {
-		switch key {
+	return s.Object(false, func(key []byte) bool {
+		switch string(key) {
 		case "seq":
 			seq, ok := s.Int64()
 			r.Seq = uint64(seq)
