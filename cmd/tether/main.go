@@ -64,6 +64,11 @@ var errHelpShown = errors.New("help shown")
 // parse parses args with fs: a mistake is one line that says what and where to look, not the
 // whole usage and the mistake twice; --help prints the usage.
 func parse(fs *flag.FlagSet, args []string) error {
+	fs.VisitAll(func(f *flag.Flag) {
+		if env := envTwin(f.Name); strings.HasPrefix(env, jobEnvPrefix) {
+			panic("tether: flag --" + f.Name + " would read the jobs' own variables, " + env)
+		}
+	})
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	switch {
@@ -94,9 +99,6 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := envTwin(f.Name)
-		if strings.HasPrefix(env, jobEnvPrefix) {
-			panic("tether: flag --" + f.Name + " would read the jobs' own variables, " + env)
-		}
 		if v, ok := os.LookupEnv(env); ok && !set[f.Name] && err == nil {
 			if e := fs.Set(f.Name, v); e != nil { // Set, not f.Value.Set: fs.Visit sees it as given
 				err = fmt.Errorf("%s=%q: %w", env, v, e)

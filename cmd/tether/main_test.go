@@ -70,3 +70,16 @@ func TestServerProcs(t *testing.T) {
 		t.Fatalf("--procs 4 with GOMAXPROCS set: %d", got)
 	}
 }
+
+// No flag may read the TETHER_JOB_* variables a worker gives each job's program: a flag named
+// job-* is refused as soon as its command parses.
+func TestNoFlagReadsTheJobsVariables(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("job-id", "", "")
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a flag in the jobs' namespace was accepted")
+		}
+	}()
+	_ = parseFlags(fs, []string{"--help"})
+}

@@ -1,7 +1,8 @@
 // Package client is the Go client of tether: Client for submitters and administrators (jobs,
 // event streams, quotas, keys), and Worker, which runs a handler for every job a server
-// leases to it over WebSocket, falling back to HTTP long-polling when a WebSocket cannot be
-// opened.
+// leases to it over WebSocket, falling back to HTTP long-polling where WebSocket is refused
+// while plain HTTP works, and stops cleanly, giving back what it could not finish. Command is
+// the handler behind `tether worker`: a program run per job.
 //
 // Everything it sends and receives is a type of package wire; it does not link the broker.
 package client
