@@ -166,8 +166,12 @@ func (s *Server) checkSite(r *http.Request) *apiError {
 }
 
 // loopbackHost reports whether a Host header names this machine: localhost (or a name under
-// .localhost, which browsers resolve to loopback themselves) or a loopback address.
+// .localhost, which browsers resolve to loopback themselves) or a loopback address. No Host at
+// all (HTTP/1.0) is no browser's request.
 func loopbackHost(hostport string) bool {
+	if hostport == "" {
+		return true
+	}
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h

@@ -110,6 +110,18 @@ func (s *Scanner) Int(dst *int) bool {
 	return ok
 }
 
+// Uint64 reads an unsigned integer of at most 18 digits: no sign, not even "-0", which
+// encoding/json refuses for an unsigned field.
+func (s *Scanner) Uint64(dst *uint64) bool {
+	s.skipSpace()
+	if s.i < len(s.B) && s.B[s.i] == '-' {
+		return false
+	}
+	v, ok := s.Int64()
+	*dst = uint64(v)
+	return ok
+}
+
 // Int64 reads an integer of at most 18 digits, with no fraction or exponent.
 func (s *Scanner) Int64() (int64, bool) {
 	s.skipSpace()

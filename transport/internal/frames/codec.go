@@ -87,9 +87,7 @@ func decodeReceipt(s *fastjson.Scanner, r *wire.Receipt) bool {
 	return s.Object(false, func(key []byte) bool {
 		switch string(key) {
 		case "seq":
-			seq, ok := s.Int64()
-			r.Seq = uint64(seq)
-			return ok && seq >= 0
+			return s.Uint64(&r.Seq)
 		case "hash":
 			return s.String(&r.Hash)
 		}

@@ -108,7 +108,7 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 		`{"leases":["a"]}`, `{"heartbeat_seconds":10}`, `{"heartbeat_seconds":1.6666666666666667}`, `{"heartbeat_seconds":-0}`,
 		`{"heartbeat_seconds":1e400}`, `{"heartbeat_seconds":.5}`, `{"heartbeat_seconds":1.}`, `{"heartbeat_seconds":2E-3}`, `{"reason":"r"}`,
 		`{"public_key":"k"}`, `{"error":{"code":"X","message":"m","details":{}}}`, `{"receipt":{"seq":-1,"hash":"h"}}`,
-		`{"receipt":{"seq":1},"receipt":{"hash":"h"}}`, `{"ok":true,"ok":false}`,
+		`{"receipt":{"seq":1},"receipt":{"hash":"h"}}`, `{"ok":true,"ok":false}`, `{"receipt":{"seq":-0}}`, `{"receipt":{"seq":0}}`,
 	} {
 		f.Add([]byte(s))
 	}
