@@ -31,7 +31,8 @@
 //     loopback name or address (403 HOST_NOT_ALLOWED: DNS rebinding) and any Origin the
 //     server's own (403 ORIGIN_NOT_ALLOWED). /healthz and /readyz are exempt.
 //   - /metrics names tenants and queues: under AuthToken it needs the admin token or the
-//     metrics token; MetricsHandler serves it with no credential for a loopback listener.
+//     metrics token; MetricsHandler serves it with no credential for a loopback listener, to a
+//     loopback Host only.
 //
 // Subpackages: wire holds the wire contract's types; client is the Go client for submitters and
 // workers.
