@@ -108,6 +108,13 @@ func runWorker(args []string) error {
 	}()
 
 	reg := registration{server: server, name: *name, queues: splitList(*queue), capacity: *capacity, key: key, stateDir: *stateDir, log: log}
+	if !strings.HasPrefix(*token, runtime.WorkerTokenPrefix) {
+		unlock, err := reg.claim()
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	for {
 		workerToken := *token
 		stored := false
@@ -165,6 +172,39 @@ type registration struct {
 	key          ed25519.PrivateKey
 	stateDir     string
 	log          *zap.Logger
+}
+
+// slotsMax bounds how many workers of one name may run at once on one machine.
+const slotsMax = 64
+
+// claim takes the registration of the first of name, name-2, name-3... that no other worker
+// process on this machine holds, so that several workers started alike (a service template,
+// a second terminal) each keep a worker of their own rather than share one, which the server
+// would let only one of them connect as. It holds a lock on the state until unlock.
+func (g *registration) claim() (unlock func(), err error) {
+	if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("the worker's state dir: %w", err)
+	}
+	base := g.name
+	for n := 1; n <= slotsMax; n++ {
+		if n > 1 {
+			g.name = fmt.Sprintf("%s-%d", base, n)
+		}
+		f, err := os.OpenFile(g.path()+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("the worker's state: %w", err)
+		}
+		switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+		case err == nil:
+			return func() { f.Close() }, nil // closing the file lets the lock go
+		case errors.Is(err, syscall.EWOULDBLOCK):
+			f.Close() // another worker of this name runs here: try the next
+		default:
+			f.Close()
+			return nil, fmt.Errorf("locking the worker's state: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("%d workers named %q run on this machine already", slotsMax, base)
 }
 
 // workerState is what the state file holds.

@@ -180,3 +180,38 @@ func TestWorkerWaitsForItsServer(t *testing.T) {
 		t.Fatalf("job %s: %v", status, err)
 	}
 }
+
+// Two workers started alike on one machine (a service template, a second terminal) keep a
+// registration each, instead of sharing one that the server would let only one of them connect
+// as; started again, they take the same two.
+func TestWorkersStartedAlikeKeepARegistrationEach(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	c := client.New(s.url, "", nil)
+	state := t.TempDir()
+	start := func() *process {
+		w := startTether(t, []string{"XDG_STATE_HOME=" + state}, "worker", "--server", s.url, "--queue", "q", "--name", "lab-pc",
+			"--log-format", "json", "--", "cat")
+		w.waitFor(t, `"msg":"connected"`)
+		return w
+	}
+	for round := range 2 {
+		a, b := start(), start()
+		ws := online(t, c, 2)
+		names := map[string]bool{}
+		for _, w := range ws {
+			names[w.Name] = true
+		}
+		if len(ws) != 2 || !names["lab-pc"] || !names["lab-pc-2"] {
+			t.Fatalf("round %d: workers %+v", round, ws)
+		}
+		for _, p := range []*process{a, b} {
+			p.signal(t, syscall.SIGTERM)
+			if code := p.wait(30 * time.Second); code != 0 {
+				t.Fatalf("exit %d:\n%s", code, p.output())
+			}
+		}
+	}
+}
