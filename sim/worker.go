@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -132,7 +131,7 @@ func (w *worker) disconnect(why string) {
 	w.s.record(w.name + " disconnected: " + why)
 	w.conn, w.polling = nil, false
 	if w.stopping {
-		w.restartLater(w.s.workload)
+		w.restartLater()
 		return
 	}
 	w.s.after(time.Duration(100+w.s.workload.IntN(900))*time.Millisecond, w.name+" reconnects", w.connect)
@@ -194,7 +193,7 @@ func (w *worker) sessionEnded(session, reason string) {
 		s.after(closeLinger, w.name+" closed", func() {
 			if w.conn == c {
 				w.conn = nil
-				w.restartLater(w.s.workload)
+				w.restartLater()
 			}
 		})
 	})
@@ -620,25 +619,25 @@ func (w *worker) stop() {
 	}
 	c := w.conn
 	if c == nil {
-		w.restartLater(s.workload)
+		w.restartLater()
 		return
 	}
 	// The server's end of the session may be lost on the way: the worker does not wait forever.
 	s.after(requestTimeout, w.name+" close timeout", func() {
 		if w.conn == c {
 			w.conn = nil
-			w.restartLater(s.workload)
+			w.restartLater()
 		}
 	})
 }
 
 // restartLater starts a stopped worker again after a while.
-func (w *worker) restartLater(r *rand.Rand) {
+func (w *worker) restartLater() {
 	if !w.stopping {
 		w.connect()
 		return
 	}
-	w.s.after(time.Duration(1+r.IntN(20))*time.Second, w.name+" starts again", func() {
+	w.s.after(time.Duration(1+w.s.workload.IntN(20))*time.Second, w.name+" starts again", func() {
 		if w.stopping && w.conn == nil {
 			w.stopping = false
 			w.connect()
