@@ -265,10 +265,10 @@ type CancelNotice struct {
 	LeaseID string
 }
 
-// Bounce says what becomes of a message to a session that has stopped: an assignment goes
-// back to its job (Undelivered, by way of the dispatcher), anything else is dropped. Both
-// runtimes call it for what they cannot deliver to a session, and for an assignment a stalled
-// connection could not take.
+// Bounce says what becomes of a message that could not reach its worker: an assignment goes
+// back to its job (Undelivered, by way of the dispatcher), anything else is dropped. Every
+// path that fails to hand an assignment over calls it: a session offering nothing, a runtime
+// that finds a session gone or its connection stalled, a transport that could not write it.
 func Bounce(msg any) (to Ref, notice any, ok bool) {
 	if a, isAssignment := msg.(Assignment); isAssignment {
 		return DispatcherRef(), Undelivered{JobID: a.JobID, LeaseID: a.LeaseID}, true

@@ -106,7 +106,8 @@ func (s *Session) Receive(env Env, msg any) {
 		if s.open && s.offering {
 			env.Send(s.sink, msg) // msg, not m: it is boxed already
 		} else {
-			env.Send(DispatcherRef(), Undelivered{JobID: m.JobID, LeaseID: m.LeaseID})
+			to, notice, _ := Bounce(msg)
+			env.Send(to, notice)
 		}
 		if s.transport == TransportLongPoll {
 			env.Send(DispatcherRef(), assignmentArrived{SessionID: s.id})

@@ -85,7 +85,8 @@ func (v *server) answer(p *simPoll) {
 	s := v.s
 	if p.abandoned {
 		for _, a := range p.got {
-			v.send(actors.DispatcherRef(), actors.Undelivered{JobID: a.JobID, LeaseID: a.LeaseID}, actors.Ref{})
+			to, notice, _ := actors.Bounce(a)
+			v.send(to, notice, actors.Ref{})
 		}
 		return
 	}

@@ -345,7 +345,8 @@ func (s *Session) Withdraw() { s.b.send(s.ref, envelope{msg: actors.Withdraw{}})
 // queued again with no attempt spent.
 func (b *Broker) ReturnUndelivered(assignments ...actors.Assignment) {
 	for _, a := range assignments {
-		b.send(actors.DispatcherRef(), envelope{msg: actors.Undelivered{JobID: a.JobID, LeaseID: a.LeaseID}})
+		to, notice, _ := actors.Bounce(a)
+		b.send(to, envelope{msg: notice})
 	}
 }
 
@@ -407,9 +408,8 @@ func (b *Broker) toJob(jobID string) func(envelope) {
 }
 
 // WorkerOp sends a worker operation (actors.Progress, actors.Complete, actors.Fail or
-// actors.ReleaseLease) without
-// waiting: done is called once with the event's number (Progress only) and the receipt, on an
-// actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
+// actors.ReleaseLease) without waiting: done is called once with the event's number (Progress
+// only) and the receipt, on an actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
 // order sent, which a connection that goes on reading needs (an event before its completion).
 func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
 	b.askVia(b.toJob(jobOf(op)), op, func(r any, err error) {

@@ -97,12 +97,15 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 	return resp.StatusCode, nil
 }
 
+// httpCodePrefix starts the code of an error answer that is not tether's: HTTP_502, say.
+const httpCodePrefix = "HTTP_"
+
 // errorOf reads an error answer.
 func errorOf(resp *http.Response) error {
 	var e wire.Error
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
-		return &Error{Status: resp.StatusCode, Code: "HTTP_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(body))}
+		return &Error{Status: resp.StatusCode, Code: httpCodePrefix + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(body))}
 	}
 	return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Key != nil {
 		r.publicKey = base64.StdEncoding.EncodeToString(w.Key.Public().(ed25519.PublicKey))
 	}
+	// From the moment ctx ends the worker grants no credit, and an assignment that reaches it
+	// still is given back untried.
+	stopping := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		r.stopping = true
+		r.mu.Unlock()
+	})
+	defer stopping()
 	err := r.connectLoop(ctx)
 	r.stop(err)
 	return err
@@ -220,7 +229,9 @@ func permanent(err error) bool {
 	return errors.Is(err, errMisconfigured) || closedRevoked(err)
 }
 
-func isTetherCode(code string) bool { return code != "" && !(len(code) > 5 && code[:5] == "HTTP_") }
+// isTetherCode reports whether an error code is tether's own, not one errorOf made of a bare
+// status (from a proxy, say).
+func isTetherCode(code string) bool { return code != "" && !strings.HasPrefix(code, httpCodePrefix) }
 
 // backoff is the delay before attempt n (from 1): exponential from min, capped at max, with
 // jitter over its upper half so that many workers do not come back in step.

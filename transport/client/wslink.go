@@ -232,12 +232,15 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	go func() {
 		select {
 		case <-ctx.Done():
-			// A stopping worker takes no more work: closing the socket ends its credit, and
-			// the server puts back whatever was on its way. Results go over plain HTTP.
+			// A stopping worker takes no more work: closing the socket ends its credit. It reads
+			// on until the server's close answers its own, so that an assignment the server wrote
+			// before it is read and given back (the runner is stopping), not lost in a buffer;
+			// whatever the server could not write, it puts back itself. Results go over plain
+			// HTTP.
 			l.wmu.Lock()
 			_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "worker stopping"), time.Now().Add(time.Second))
 			l.wmu.Unlock()
-			_ = conn.Close()
+			_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
 		case <-readDone:
 		}
 	}()
