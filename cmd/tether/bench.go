@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"os"
 	"os/signal"
@@ -30,9 +29,9 @@ func runBench(args []string) error {
 	}
 	switch {
 	case cfg.Producers < 1 || cfg.Workers < 1:
-		return errors.New("--producers and --workers are 1 or more")
+		return badFlagf(fs, "--producers and --workers are 1 or more")
 	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0:
-		return errors.New("--jobs, --rate and --duration are not negative")
+		return badFlagf(fs, "--jobs, --rate and --duration are not negative")
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()

@@ -29,7 +29,6 @@ func TestCommandLineMistakes(t *testing.T) {
 	}{
 		{[]string{"job", "ls", srv, "--limit", "0"}, "--limit 0: want 1..1000"},
 		{[]string{"job", "ls", srv, "--limit", "-1"}, "--limit -1: want 1..1000"},
-		{[]string{"job", "ls", srv, "--cursor", "garbage"}, "cursor \"garbage\" is not a next_cursor"},
 		{[]string{"worker", srv, "--transport", "carrier-pigeon", "--", "cat"}, `--transport "carrier-pigeon"`},
 		{[]string{"worker", srv, "--timeout", "-5s", "--", "cat"}, "--timeout"},
 		{[]string{"worker", srv, "--capacity", "0", "--", "cat"}, "--capacity 0"},
@@ -42,9 +41,13 @@ func TestCommandLineMistakes(t *testing.T) {
 		{[]string{"bench", srv, "--workers", "0"}, "--producers and --workers"},
 	} {
 		stdout, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, tc.args...)
-		if code != 1 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("tether %v: exit %d, stderr %q, want %q (stdout %q)", tc.args, code, stderr, tc.want, stdout)
+		if code != 2 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "usage") {
+			t.Errorf("tether %v: exit %d, stderr %q, want %q and the usage (stdout %q)", tc.args, code, stderr, tc.want, stdout)
 		}
+	}
+	// A mistake only the server can see is a failure, exit 1, without the usage.
+	if _, stderr, code := tether(t, nil, "job", "ls", srv, "--cursor", "garbage"); code != 1 || !strings.Contains(stderr, `cursor "garbage" is not a next_cursor`) {
+		t.Errorf("--cursor garbage: exit %d, stderr %q", code, stderr)
 	}
 	// The server now is a stopped server's dir for replay.
 	stop(t, s)
@@ -67,26 +70,37 @@ func TestCommandLineMistakes(t *testing.T) {
 	}
 }
 
-// A bad flag is said once, with where to look, not with the whole usage and the error twice;
-// --help prints the usage and is no error. Every command's --help works, which also proves no
-// flag reads the jobs' own TETHER_JOB_* variables (parseFlags refuses such a flag).
+// A wrong flag exits 2 and says the mistake once, then the usage, on stderr; --help is no
+// error and prints to stdout, as with the shell's own tools. Every command's --help works, which
+// also proves no flag reads the jobs' own TETHER_JOB_* variables (parseFlags refuses such a flag).
 func TestFlagErrorsAndHelp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
 	}
-	_, stderr, code := tether(t, nil, "job", "ls", "--bogus")
-	if code != 1 || strings.Count(stderr, "flag provided but not defined: -bogus") != 1 || strings.Contains(stderr, "Usage") ||
-		!strings.Contains(stderr, "see tether job ls --help") {
-		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	stdout, stderr, code := tether(t, nil, "job", "ls", "--bogus")
+	if code != 2 || strings.Count(stderr, "flag provided but not defined: -bogus") != 1 || !strings.Contains(stderr, "usage of tether job ls") || stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, stdout, stderr)
 	}
 	for _, args := range [][]string{
+		{}, {"bogus"}, {"job"}, {"job", "bogus"}, {"admin"}, {"replay"}, {"server", "--addr"}, {"sim", "--seed", "x"},
+		{"job", "get"}, {"worker", "--bogus", "--", "cat"},
+	} {
+		stdout, stderr, code := tether(t, nil, args...)
+		if code != 2 || !strings.Contains(stderr, "usage") || stdout != "" {
+			t.Errorf("tether %v: exit %d, stdout %q, stderr:\n%s", args, code, stdout, stderr)
+		}
+	}
+	for _, args := range [][]string{
+		{}, {"job"}, {"admin"}, {"replay"},
 		{"server"}, {"worker"}, {"worker", "register"}, {"worker", "keygen"}, {"job", "submit"}, {"job", "get"}, {"job", "ls"},
 		{"job", "cancel"}, {"job", "retry"}, {"job", "watch"}, {"admin", "apikey"}, {"admin", "enroll-token"}, {"admin", "quota"},
 		{"bench"}, {"replay", "verify"}, {"replay", "history"}, {"replay", "state"}, {"replay", "export"}, {"replay", "receipt"}, {"sim"},
 	} {
-		_, stderr, code := tether(t, nil, append(args, "--help")...)
-		if code != 0 || !strings.Contains(stderr, "usage of tether") {
-			t.Errorf("tether %v --help: exit %d\n%s", args, code, stderr)
+		for _, help := range []string{"--help", "-h"} {
+			stdout, stderr, code := tether(t, nil, append(args, help)...)
+			if code != 0 || !strings.Contains(stdout, "usage") || stderr != "" {
+				t.Errorf("tether %v %s: exit %d, stdout %q, stderr %q", args, help, code, stdout, stderr)
+			}
 		}
 	}
 }

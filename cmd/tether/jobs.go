@@ -61,29 +61,32 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]strin
 		return nil, err
 	}
 	if want >= 0 && len(pos) != want {
-		return nil, fmt.Errorf("usage: %s", usage)
+		return nil, badFlagf(fs, "usage: %s", usage)
 	}
 	return pos, nil
 }
 
 // subcommands runs the subcommand args[0] of a command group.
 func subcommands(group string, cmds []command, args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintf(os.Stderr, "usage: tether %s <command> [flags]\n\ncommands:\n", group)
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: tether %s <command> [flags]\n\ncommands:\n", group)
 		for _, c := range cmds {
-			fmt.Fprintf(os.Stderr, "  %-13s %s\n", c.name, c.summary)
+			fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 		}
-		if len(args) == 0 {
-			return errors.New("no command given")
-		}
-		return nil
+	}
+	switch {
+	case len(args) == 0:
+		return &usageError{command: group, err: errors.New("no command given"), usage: usage}
+	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
+		usage(os.Stdout)
+		return errHelpShown
 	}
 	for _, c := range cmds {
 		if c.name == args[0] {
 			return c.run(args[1:])
 		}
 	}
-	return fmt.Errorf("unknown command %q; see tether %s help", args[0], group)
+	return &usageError{command: group, err: fmt.Errorf("unknown command %q", args[0]), usage: usage}
 }
 
 type command struct {
@@ -146,7 +149,7 @@ func jobSubmit(args []string) error {
 			return err
 		}
 		if !json.Valid(raw) {
-			return errors.New("--payload is not valid JSON")
+			return badFlagf(fs, "--payload is not valid JSON")
 		}
 		req.Payload = raw
 	}
@@ -243,7 +246,7 @@ func jobList(args []string) error {
 		return err
 	}
 	if o.Limit < 1 || o.Limit > 1000 {
-		return fmt.Errorf("--limit %d: want 1..1000", o.Limit)
+		return badFlagf(fs, "--limit %d: want 1..1000", o.Limit)
 	}
 	l, err := cf.client().List(context.Background(), o)
 	if err != nil {
@@ -358,7 +361,7 @@ func adminAPIKey(args []string) error {
 	switch {
 	case len(pos) == 1 && pos[0] == "create":
 		if *tenant == "" {
-			return errors.New("--tenant is required")
+			return badFlagf(fs, "--tenant is required")
 		}
 		k, err := cf.client().CreateAPIKey(context.Background(), *tenant)
 		if err != nil {
@@ -377,7 +380,7 @@ func adminAPIKey(args []string) error {
 		}
 		return cf.print(map[string]string{"revoked": pos[1]}, func() string { return "revoked " + pos[1] + "\n" })
 	}
-	return errors.New("usage: tether admin apikey create --tenant T | tether admin apikey revoke KEY_ID")
+	return badFlagf(fs, "usage: tether admin apikey create --tenant T | tether admin apikey revoke KEY_ID")
 }
 
 func adminEnrollToken(args []string) error {
@@ -393,11 +396,11 @@ func adminEnrollToken(args []string) error {
 	}
 	switch {
 	case *tenant == "":
-		return errors.New("--tenant is required")
+		return badFlagf(fs, "--tenant is required")
 	case *uses < 1:
-		return fmt.Errorf("--uses %d: a token must let at least one worker register", *uses)
+		return badFlagf(fs, "--uses %d: a token must let at least one worker register", *uses)
 	case *ttl <= 0:
-		return fmt.Errorf("--ttl %s: want a positive duration", *ttl)
+		return badFlagf(fs, "--ttl %s: want a positive duration", *ttl)
 	}
 	t, err := cf.client().CreateEnrollToken(context.Background(), *tenant, *uses, *ttl)
 	if err != nil {
@@ -433,11 +436,11 @@ func adminQuota(args []string) error {
 	}
 	switch {
 	case *tenant == "":
-		return fmt.Errorf("--tenant is required; usage: %s", usage)
+		return badFlagf(fs, "--tenant is required; usage: %s", usage)
 	case active == nil && running == nil:
-		return fmt.Errorf("nothing to change: give --max-active, --max-running or both; usage: %s", usage)
+		return badFlagf(fs, "nothing to change: give --max-active, --max-running or both; usage: %s", usage)
 	case *maxActive < 0 || *maxRunning < 0:
-		return errors.New("--max-active and --max-running are 0 (unlimited) or more")
+		return badFlagf(fs, "--max-active and --max-running are 0 (unlimited) or more")
 	}
 	q, err := cf.client().SetQuota(context.Background(), *tenant, active, running)
 	if err != nil {

@@ -28,41 +28,85 @@ var commands = []struct {
 	{"sim", "run the deterministic simulator over seeds, with faults, checking invariants", runSim},
 }
 
+// Exit statuses, as the shell's own tools have them: 1 for a failure, 2 for a command line
+// that is wrong, with the usage on stderr; --help is no error, and prints to stdout.
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
-		usage()
-		return
-	}
-	for _, c := range commands {
-		if c.name == os.Args[1] {
-			err := c.run(os.Args[2:])
-			switch {
-			case errors.Is(err, errHelpShown):
-			case err != nil:
-				fmt.Fprintf(os.Stderr, "tether %s: %v\n", c.name, err)
-				os.Exit(1)
-			}
-			return
-		}
-	}
-	fmt.Fprintf(os.Stderr, "tether: unknown command %q\n\n", os.Args[1])
-	usage()
-	os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: tether <command> [flags]\n\ncommands:")
-	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.summary)
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return 2
 	}
-	fmt.Fprintln(os.Stderr, "\nEvery flag --some-name can also be set as TETHER_SOME_NAME.")
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printUsage(stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:])
+		var ue *usageError
+		switch {
+		case err == nil, errors.Is(err, errHelpShown):
+			return 0
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "tether %s: %v\n\n", ue.command, err)
+			ue.usage(stderr)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "tether %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "tether: unknown command %q\n\n", args[0])
+	printUsage(stderr)
+	return 2
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: tether <command> [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as TETHER_SOME_NAME.")
 }
 
 // errHelpShown is what a command returns after --help printed its usage: not a failure.
 var errHelpShown = errors.New("help shown")
 
-// parse parses args with fs: a mistake is one line that says what and where to look, not the
-// whole usage and the mistake twice; --help prints the usage.
+// usageError is a mistake on the command line: main says it, then prints the usage, and
+// exits 2.
+type usageError struct {
+	command string // "job get"
+	err     error
+	usage   func(io.Writer)
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// badFlag marks err as a mistake in fs's flags or arguments.
+func badFlag(fs *flag.FlagSet, err error) error {
+	return &usageError{command: fs.Name(), err: err, usage: func(w io.Writer) { printFlags(w, fs) }}
+}
+
+// badFlagf is badFlag with a formatted message.
+func badFlagf(fs *flag.FlagSet, format string, args ...any) error {
+	return badFlag(fs, fmt.Errorf(format, args...))
+}
+
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage of tether %s:\n", fs.Name())
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as TETHER_SOME_NAME.")
+}
+
+// parse parses args with fs: a mistake is a usage error; --help prints the usage to stdout.
 func parse(fs *flag.FlagSet, args []string) error {
 	fs.VisitAll(func(f *flag.Flag) {
 		if env := envTwin(f.Name); strings.HasPrefix(env, jobEnvPrefix) {
@@ -73,13 +117,10 @@ func parse(fs *flag.FlagSet, args []string) error {
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(os.Stderr)
-		fmt.Fprintf(os.Stderr, "usage of tether %s:\n", fs.Name())
-		fs.PrintDefaults()
-		fmt.Fprintln(os.Stderr, "\nEvery flag --some-name can also be set as TETHER_SOME_NAME.")
+		printFlags(os.Stdout, fs)
 		return errHelpShown
 	case err != nil:
-		return fmt.Errorf("%w (see tether %s --help)", err, fs.Name())
+		return badFlag(fs, err)
 	}
 	return nil
 }
@@ -101,7 +142,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		env := envTwin(f.Name)
 		if v, ok := os.LookupEnv(env); ok && !set[f.Name] && err == nil {
 			if e := fs.Set(f.Name, v); e != nil { // Set, not f.Value.Set: fs.Visit sees it as given
-				err = fmt.Errorf("%s=%q: %w", env, v, e)
+				err = badFlagf(fs, "%s=%q: %w", env, v, e)
 			}
 		}
 	})

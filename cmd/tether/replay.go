@@ -334,7 +334,7 @@ func replayReceipt(args []string) error {
 		return err
 	}
 	if *seq == 0 || *hash == "" {
-		return errors.New("--seq and --hash are required")
+		return badFlagf(fs, "--seq and --hash are required")
 	}
 	l, err := rf.open()
 	if err != nil {

@@ -64,7 +64,7 @@ func runServer(args []string) error {
 	}
 	defer func() { _ = log.Sync() }()
 	if *procs < 0 {
-		return fmt.Errorf("--procs %d: want 0 (the default) or more", *procs)
+		return badFlagf(fs, "--procs %d: want 0 (the default) or more", *procs)
 	}
 	if n := serverProcs(*procs); n > 0 {
 		goruntime.GOMAXPROCS(n)
@@ -74,17 +74,17 @@ func runServer(args []string) error {
 	mode := transport.AuthMode(*auth)
 	switch {
 	case mode != transport.AuthNone && mode != transport.AuthToken:
-		return fmt.Errorf("--auth %q: want none or token", *auth)
+		return badFlagf(fs, "--auth %q: want none or token", *auth)
 	case mode == transport.AuthNone && !loopback(*addr):
-		return fmt.Errorf("--auth none serves loopback addresses only, not %q; use --auth token", *addr)
+		return badFlagf(fs, "--auth none serves loopback addresses only, not %q; use --auth token", *addr)
 	case *adminToken != "" && len(*adminToken) < transport.AdminTokenLenMin:
-		return fmt.Errorf("--admin-token is %d characters; it needs at least %d", len(*adminToken), transport.AdminTokenLenMin)
+		return badFlagf(fs, "--admin-token is %d characters; it needs at least %d", len(*adminToken), transport.AdminTokenLenMin)
 	case *metricsToken != "" && len(*metricsToken) < transport.AdminTokenLenMin:
-		return fmt.Errorf("--metrics-token is %d characters; it needs at least %d", len(*metricsToken), transport.AdminTokenLenMin)
+		return badFlagf(fs, "--metrics-token is %d characters; it needs at least %d", len(*metricsToken), transport.AdminTokenLenMin)
 	case *metricsAddr != "" && !loopback(*metricsAddr):
-		return fmt.Errorf("--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", *metricsAddr)
+		return badFlagf(fs, "--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", *metricsAddr)
 	case *data == "":
-		return errors.New("--data is empty")
+		return badFlagf(fs, "--data is empty")
 	}
 	if err := os.MkdirAll(*data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -102,7 +102,7 @@ func runServer(args []string) error {
 	}
 	if *pprofAddr != "" {
 		if !loopback(*pprofAddr) {
-			return fmt.Errorf("--pprof-addr %q: profiles are served on loopback addresses only", *pprofAddr)
+			return badFlagf(fs, "--pprof-addr %q: profiles are served on loopback addresses only", *pprofAddr)
 		}
 		go func() {
 			log.Warn("pprof stopped", zap.String("code", "PPROF_STOPPED"), zap.Error(http.ListenAndServe(*pprofAddr, pprofMux())))

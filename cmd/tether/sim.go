@@ -28,7 +28,7 @@ func runSim(args []string) error {
 		return err
 	}
 	if *steps < 0 || *parallel < 1 {
-		return errors.New("--steps is 0 or more, --parallel 1 or more")
+		return badFlagf(fs, "--steps is 0 or more, --parallel 1 or more")
 	}
 	faults, err := sim.ParseFaults(*off)
 	if err != nil {

@@ -134,7 +134,7 @@ func TestServerStartUpPaths(t *testing.T) {
 				args = append(args, "--addr", freeAddr(t))
 			}
 			_, stderr, code := tether(t, nil, args...)
-			if code != 1 || !strings.Contains(stderr, tc.want) {
+			if code != 2 || !strings.Contains(stderr, tc.want) {
 				t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, stderr, tc.want)
 			}
 			if _, err := os.Stat(dir); !os.IsNotExist(err) {

@@ -61,20 +61,20 @@ func runWorker(args []string) error {
 	argv := fs.Args()
 	switch {
 	case len(argv) == 0:
-		return errors.New("no command given; usage: tether worker [flags] -- COMMAND [ARGS]")
+		return badFlagf(fs, "no command given; usage: tether worker [flags] -- COMMAND [ARGS]")
 	case *capacity < 1 || *capacity > 1000:
-		return fmt.Errorf("--capacity %d: want 1..1000", *capacity)
+		return badFlagf(fs, "--capacity %d: want 1..1000", *capacity)
 	case *timeout < 0, *grace < 0, *killGrace < 0:
-		return errors.New("--timeout, --grace and --kill-grace are durations of 0 or more")
+		return badFlagf(fs, "--timeout, --grace and --kill-grace are durations of 0 or more")
 	}
 	switch *transportName {
 	case client.TransportAuto, client.TransportWebSocket, client.TransportLongPoll:
 	default:
-		return fmt.Errorf("--transport %q: want auto, websocket or longpoll", *transportName)
+		return badFlagf(fs, "--transport %q: want auto, websocket or longpoll", *transportName)
 	}
 	codes, err := intList(*fatal)
 	if err != nil {
-		return fmt.Errorf("--fatal-exit-codes: %w", err)
+		return badFlagf(fs, "--fatal-exit-codes: %w", err)
 	}
 	command := client.Command{Args: argv, Timeout: *timeout, KillGrace: *killGrace, FatalExitCodes: codes, Stderr: os.Stderr}
 	if err := command.Check(); err != nil {
