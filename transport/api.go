@@ -59,12 +59,13 @@ func toAPIError(err error) *apiError {
 	}
 }
 
+// writeError writes e in the error shape, with the exchange's request id (requestIDs.assign).
 func writeError(w http.ResponseWriter, e *apiError) {
 	details := e.details
 	if details == nil {
 		details = map[string]any{}
 	}
-	writeJSON(w, e.status, wire.Error{Error: wire.ErrorDetail{Code: e.code, Message: e.message, Details: details}})
+	writeJSON(w, e.status, wire.Error{Error: wire.ErrorDetail{Code: e.code, Message: e.message, Details: details, RequestID: w.Header().Get(RequestIDHeader)}})
 }
 
 // principal is who a request comes from.
@@ -136,6 +137,8 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 			e := toAPIError(err)
 			if e.status >= 500 {
 				s.log.Error("request failed", requestFields(r, p, zap.String("code", e.code), zap.String("error", e.message))...)
+			} else if ce := s.log.Check(zap.DebugLevel, "request refused"); ce != nil {
+				ce.Write(requestFields(r, p, zap.Int("status", e.status), zap.String("code", e.code), zap.String("error", e.message))...)
 			}
 			writeError(w, e)
 		}
@@ -190,10 +193,10 @@ func sameOrigin(origin, host string) bool {
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Path == "" && strings.EqualFold(u.Host, host)
 }
 
-// requestFields names a request in a log line: its route, and the tenant, worker and job it
-// concerns. Never its headers or body, which carry credentials and payloads.
+// requestFields names a request in a log line: its id, its route, and the tenant, worker and
+// job it concerns. Never its headers or body, which carry credentials and payloads.
 func requestFields(r *http.Request, p principal, fields ...zap.Field) []zap.Field {
-	fields = append(fields, zap.String("method", r.Method), zap.String("path", r.URL.Path))
+	fields = append(fields, zap.String("request_id", r.Header.Get(RequestIDHeader)), zap.String("method", r.Method), zap.String("path", r.URL.Path))
 	if p.tenant != "" {
 		fields = append(fields, zap.String("tenant", p.tenant))
 	}

@@ -112,3 +112,56 @@ func TestLogsCarryCodesAndNoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// Every answer carries an X-Request-Id: the caller's when it is sane, a fresh one otherwise.
+// An error body and the log lines about the request carry the same id, so a user's report
+// finds its line in the log.
+func TestRequestIDs(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.DebugLevel)
+	b, err := runtime.Open(runtime.Config{Dir: "/data", FS: vfs.NewMem(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := transport.NewServer(transport.Config{Auth: transport.AuthToken, AdminToken: adminToken, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Attach(b)
+	srv := httptest.NewServer(api)
+	defer func() { api.Shutdown(); srv.Close(); _ = b.Close() }()
+
+	get := func(path, id string) (*http.Response, wire.Error) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if id != "" {
+			req.Header.Set("X-Request-Id", id)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e wire.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp, e
+	}
+	resp, e := get("/v1/jobs/nope", "trace-7f3a.1")
+	if got := resp.Header.Get("X-Request-Id"); got != "trace-7f3a.1" || e.Error.RequestID != got || e.Error.Code != "UNAUTHENTICATED" {
+		t.Fatalf("a sane id: header %q, body %+v", got, e)
+	}
+	if n := logs.FilterField(zap.String("request_id", "trace-7f3a.1")).Len(); n != 1 {
+		t.Fatalf("%d log lines carry the request's id, want 1: %v", n, logs.All())
+	}
+	seen := map[string]bool{}
+	for _, id := range []string{"", "with space", strings.Repeat("x", 129), "line\u2028break"} {
+		resp, e := get("/v1/nothing", id)
+		got := resp.Header.Get("X-Request-Id")
+		if got == "" || got == id || e.Error.RequestID != got || seen[got] {
+			t.Fatalf("sent %q: header %q, body id %q (seen before: %v)", id, got, e.Error.RequestID, seen[got])
+		}
+		seen[got] = true
+	}
+	if resp, _ := get("/healthz", ""); resp.Header.Get("X-Request-Id") == "" {
+		t.Fatal("a success carries no request id")
+	}
+}

@@ -25,23 +25,12 @@ func OpsHandler(r Readiness) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.Ready(); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: "NOT_READY", Message: err.Error(), Details: map[string]any{}}})
+			writeError(w, errorf(http.StatusServiceUnavailable, "NOT_READY", "%v", err))
 			return
 		}
 		writeJSON(w, http.StatusOK, r.Status())
 	})
 	return mux
-}
-
-// errorBody is the error shape of every endpoint (DESIGN §5); details is always an object.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details"`
 }
 
 // writeJSONFlushed writes v and flushes it to the connection, and says whether that failed: an

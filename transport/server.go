@@ -56,6 +56,7 @@ type Server struct {
 	clock  func() time.Time
 	broker atomic.Pointer[runtime.Broker]
 	mux    *http.ServeMux
+	ids    *requestIDs
 	polls  pollSessions
 	// shutdown is closed by Shutdown: event streams and long polls end.
 	shutdown     chan struct{}
@@ -85,7 +86,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	// A failed request's line says which request; a stack of the handler wrapper would not add
 	// to it.
-	s := &Server{cfg: cfg, log: cfg.Logger.Named("http").WithOptions(zap.AddStacktrace(zap.DPanicLevel)), clock: cfg.Clock, shutdown: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger.Named("http").WithOptions(zap.AddStacktrace(zap.DPanicLevel)), clock: cfg.Clock, ids: newRequestIDs(), shutdown: make(chan struct{})}
 	s.polls.sessions = map[string]*pollSession{}
 	s.routes()
 	return s, nil
@@ -98,6 +99,7 @@ func (s *Server) MetricsHandler() http.Handler {
 	m := http.NewServeMux()
 	m.Handle("GET /metrics", s.api(authNone, s.serveMetrics))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.ids.assign(w, r)
 		if !loopbackHost(r.Host) {
 			writeError(w, errorf(http.StatusForbidden, "HOST_NOT_ALLOWED", "the metrics listener answers only to a loopback host, not %q", clip(r.Host)))
 			return
@@ -144,7 +146,9 @@ func (s *Server) Status() any {
 }
 
 // ServeHTTP serves the API; a path or method that matches no route gets the JSON error shape.
+// Every answer carries an X-Request-Id.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.ids.assign(w, r)
 	if e := s.checkSite(r); e != nil {
 		writeError(w, e)
 		return

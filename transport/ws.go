@@ -48,13 +48,13 @@ func (s *Server) connect(r *request) error {
 	if !websocket.IsWebSocketUpgrade(r.Request) {
 		return errorf(http.StatusBadRequest, "BAD_HANDSHAKE", "this endpoint speaks WebSocket; use POST /v1/worker/lease to long-poll")
 	}
-	conn, err := upgrader.Upgrade(r.w, r.Request, nil)
+	conn, err := upgrader.Upgrade(r.w, r.Request, http.Header{RequestIDHeader: {r.Header.Get(RequestIDHeader)}})
 	if err != nil {
 		return nil // the upgrader answered
 	}
 	s.conns.Add(1)
 	defer s.conns.Done()
-	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, log: s.log.With(zap.String("worker_id", r.by.worker.ID)),
+	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
 		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax)}
 	c.serve()
 	return nil

@@ -30,9 +30,17 @@ type Error struct {
 	Code    string
 	Message string
 	Details map[string]any
+	// RequestID is the answer's X-Request-Id: the server's log lines about the request carry
+	// it, so quote it in a report.
+	RequestID string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s (%d): %s", e.Code, e.Status, e.Message) }
+func (e *Error) Error() string {
+	if e.RequestID == "" {
+		return fmt.Sprintf("%s (%d): %s", e.Code, e.Status, e.Message)
+	}
+	return fmt.Sprintf("%s (%d): %s (request %s)", e.Code, e.Status, e.Message, e.RequestID)
+}
 
 // Client talks to one tether server with one credential: an API key for a submitter, an enroll
 // token to register a worker, the admin token for admin calls (none under --auth none).
@@ -104,10 +112,11 @@ const httpCodePrefix = "HTTP_"
 func errorOf(resp *http.Response) error {
 	var e wire.Error
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	id := resp.Header.Get("X-Request-Id")
 	if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
-		return &Error{Status: resp.StatusCode, Code: httpCodePrefix + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(body))}
+		return &Error{Status: resp.StatusCode, Code: httpCodePrefix + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(body)), RequestID: id}
 	}
-	return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+	return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details, RequestID: id}
 }
 
 // Submit submits one job. An idempotent hit returns the original job with IdempotentHit set.

@@ -14,11 +14,13 @@ type Error struct {
 	Error ErrorDetail `json:"error"`
 }
 
-// ErrorDetail is one error; Details is always an object, never null.
+// ErrorDetail is one error; Details is always an object, never null. RequestID is the
+// answer's X-Request-Id, which the server's log lines about the request carry too.
 type ErrorDetail struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details"`
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Details   map[string]any `json:"details"`
+	RequestID string         `json:"request_id,omitempty"`
 }
 
 // Receipt names the last event a state-changing request caused: its seq and chain hash.
