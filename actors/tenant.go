@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
@@ -375,11 +376,14 @@ func (t *Tenant) register(env Env, m RegisterWorker) {
 		bad("capacity %d is outside 1..%d", m.Capacity, CapacityMax)
 		return
 	}
+	publicKey := ""
 	if m.PublicKey != "" {
-		if k, err := base64.StdEncoding.DecodeString(m.PublicKey); err != nil || len(k) != ed25519.PublicKeySize {
-			bad("public_key must be a base64 Ed25519 public key of %d bytes", ed25519.PublicKeySize)
+		k, err := signing.DecodePublicKey(m.PublicKey)
+		if err != nil {
+			bad("public_key must be a base64 (standard or URL-safe, padding optional) Ed25519 public key of %d bytes", ed25519.PublicKeySize)
 			return
 		}
+		publicKey = base64.StdEncoding.EncodeToString(k) // one form in the log and on the wire
 	}
 	if r := checkLabels(m.Labels); r != nil {
 		env.Send(env.Sender(), Registered{Err: r})
@@ -396,7 +400,7 @@ func (t *Tenant) register(env Env, m RegisterWorker) {
 	}
 	events = append(events, eventlog.WorkerRegistered{
 		WorkerID: id, Tenant: t.name, Name: m.Name, Queues: m.Queues, Capacity: m.Capacity,
-		PublicKey: m.PublicKey, Labels: m.Labels, TokenHash: m.TokenHash, ExpiresAt: m.ExpiresAt.UTC(),
+		PublicKey: publicKey, Labels: m.Labels, TokenHash: m.TokenHash, ExpiresAt: m.ExpiresAt.UTC(),
 		EnrollTokenID: m.EnrollTokenID,
 	})
 	t.pipe.persist(env, events, registerDone{reply: env.Sender(), workerID: id, enrollTokenID: m.EnrollTokenID})

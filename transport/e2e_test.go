@@ -135,8 +135,9 @@ func wantErr(t *testing.T, err error, status int, code string) {
 
 // wsWorker is a worker speaking the protocol frame by frame.
 type wsWorker struct {
-	t    *testing.T
-	conn *websocket.Conn
+	t       *testing.T
+	conn    *websocket.Conn
+	welcome wire.Frame
 }
 
 func (h *harness) dial(token string, capacity int) *wsWorker {
@@ -148,8 +149,8 @@ func (h *harness) dial(token string, capacity int) *wsWorker {
 	w := &wsWorker{t: h.t, conn: conn}
 	h.t.Cleanup(func() { conn.Close() })
 	w.send(wire.Frame{Type: wire.FrameHello, Capacity: capacity})
-	if f := w.next(); f.Type != wire.FrameWelcome || f.HeartbeatSeconds != 10 {
-		h.t.Fatalf("welcome: %+v", f)
+	if w.welcome = w.next(); w.welcome.Type != wire.FrameWelcome || w.welcome.HeartbeatSeconds != 10 {
+		h.t.Fatalf("welcome: %+v", w.welcome)
 	}
 	return w
 }
@@ -957,5 +958,47 @@ func TestResultResentAfterConnectionBreaks(t *testing.T) {
 	case r := <-results:
 		t.Fatalf("a second answer for one result: %+v", r)
 	default:
+	}
+}
+
+// Seed 002's wire: a worker may send its public key and its signatures in URL-safe base64,
+// padding or not, as well as in standard base64. The key is kept in one form.
+func TestBase64URLKeysAndSignatures(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	c := client.New(h.url, "", nil)
+	for _, enc := range []*base64.Encoding{base64.RawURLEncoding, base64.URLEncoding, base64.RawStdEncoding} {
+		var pub ed25519.PublicKey
+		var priv ed25519.PrivateKey
+		for { // a key whose encodings differ between the alphabets, so the test means something
+			pub, priv, _ = ed25519.GenerateKey(nil)
+			if base64.StdEncoding.EncodeToString(pub) != base64.URLEncoding.EncodeToString(pub) {
+				break
+			}
+		}
+		reg, err := client.New(h.url, "", nil).RegisterWorker(ctx(t), wire.RegisterRequest{Name: "w", Queues: []string{"q"}, Capacity: 1, PublicKey: enc.EncodeToString(pub)})
+		if err != nil {
+			t.Fatalf("register with a %v key: %v", enc, err)
+		}
+		w := h.dial(reg.WorkerToken, 1)
+		if welcome := w.welcome; welcome.PublicKey != base64.StdEncoding.EncodeToString(pub) {
+			t.Fatalf("welcome names the key %q, want it in standard base64", welcome.PublicKey)
+		}
+		w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
+		job := submit(t, c, `{}`)
+		a := w.assignment()
+		output := json.RawMessage(`{"ok":true}`)
+		hash, _ := signing.OutputHash(output)
+		sig := enc.EncodeToString(ed25519.Sign(priv, signing.SignedCompletion(job.ID, a.LeaseID, a.Nonce, hash)))
+		body, _ := json.Marshal(wire.CompleteRequest{LeaseID: a.LeaseID, Nonce: a.Nonce, Output: output, Signature: sig})
+		if st, b := h.raw("POST", "/v1/worker/jobs/"+job.ID+"/complete", reg.WorkerToken, body); st != http.StatusOK {
+			t.Fatalf("a %v signature: %d %v", enc, st, b)
+		}
+	}
+	for _, key := range []string{"not base64!", base64.StdEncoding.EncodeToString(make([]byte, 31)), "AAAA-AAA+" + strings.Repeat("A", 34), strings.Repeat("A", 43) + "==="} {
+		body, _ := json.Marshal(wire.RegisterRequest{Name: "w", Queues: []string{"q"}, Capacity: 1, PublicKey: key})
+		if st, b := h.raw("POST", "/v1/workers/register", "", body); st != http.StatusBadRequest || codeOf(b) != "INVALID_ARGUMENT" {
+			t.Errorf("public key %q: %d %v", key, st, b)
+		}
 	}
 }

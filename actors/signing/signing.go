@@ -12,6 +12,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 )
 
 // Canonical returns the canonical JSON of a value: object keys sorted, no insignificant
@@ -73,13 +75,40 @@ func SignCompletion(key ed25519.PrivateKey, jobID, leaseID, nonce, outputHash st
 	return base64.StdEncoding.EncodeToString(ed25519.Sign(key, SignedCompletion(jobID, leaseID, nonce, outputHash)))
 }
 
-// VerifyCompletion checks a base64 Ed25519 signature by a base64 public key.
+// DecodeBase64 decodes a key or signature as workers send them (seed 002's wire): standard or
+// URL-safe base64, with or without padding. Anything else is an error, as is a mix of the two
+// alphabets, a line break, or padding in the wrong place.
+func DecodeBase64(s string) ([]byte, error) {
+	trimmed := strings.TrimRight(s, "=")
+	if pad := len(s) - len(trimmed); pad > 2 || (pad > 0 && len(s)%4 != 0) {
+		return nil, errors.New("base64: bad padding")
+	}
+	if strings.ContainsAny(trimmed, "\r\n") {
+		return nil, errors.New("base64: a line break")
+	}
+	enc := base64.RawStdEncoding
+	if strings.ContainsAny(trimmed, "-_") {
+		enc = base64.RawURLEncoding
+	}
+	return enc.Strict().DecodeString(trimmed)
+}
+
+// DecodePublicKey decodes an Ed25519 public key in any form DecodeBase64 takes.
+func DecodePublicKey(s string) (ed25519.PublicKey, error) {
+	k, err := DecodeBase64(s)
+	if err != nil || len(k) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("not a base64 Ed25519 public key of %d bytes", ed25519.PublicKeySize)
+	}
+	return k, nil
+}
+
+// VerifyCompletion checks an Ed25519 signature by a public key, both in base64 (DecodeBase64).
 func VerifyCompletion(publicKey, signature, jobID, leaseID, nonce, outputHash string) bool {
-	pub, err := base64.StdEncoding.DecodeString(publicKey)
-	if err != nil || len(pub) != ed25519.PublicKeySize {
+	pub, err := DecodePublicKey(publicKey)
+	if err != nil {
 		return false
 	}
-	sig, err := base64.StdEncoding.DecodeString(signature)
+	sig, err := DecodeBase64(signature)
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return false
 	}
