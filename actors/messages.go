@@ -80,6 +80,17 @@ type Registered struct {
 	Err      *Rejection
 }
 
+// RenewWorkerToken replaces a worker's token with a new one the shell made, of which only the
+// hash reaches the log. PresentedHash is the hash of the token the worker asked with: it keeps
+// working for TokenRenewGrace, in case the answer is lost on the way.
+type RenewWorkerToken struct {
+	Tenant        string
+	WorkerID      string
+	PresentedHash string
+	TokenHash     string
+	ExpiresAt     time.Time
+}
+
 // RevokeWorker stops a worker for good: its session ends and its leases go back at once.
 type RevokeWorker struct {
 	Tenant   string

@@ -26,6 +26,7 @@ const (
 	CodePermissionDenied     Code = "PERMISSION_DENIED"      // 403: a valid credential that may not do this
 	CodeEnrollTokenUsedUp    Code = "ENROLL_TOKEN_USED_UP"   // 403
 	CodeAPIKeyNotFound       Code = "API_KEY_NOT_FOUND"      // 404
+	CodeTokenRenewedRecently Code = "TOKEN_RENEWED_RECENTLY" // 429: the current token is too new to renew
 	CodeUnavailable          Code = "UNAVAILABLE"            // 503: the log failed, the server is stopping
 )
 

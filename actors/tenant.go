@@ -35,7 +35,9 @@ type Tenant struct {
 	// pendingEnroll counts the uses of each enroll token spent by registrations not yet durable.
 	pendingEnroll map[string]int
 	revoking      map[string]bool
-	pipe          pipeline
+	// renewing counts each worker's token renewals not yet durable: one at a time.
+	renewing map[string]int
+	pipe     pipeline
 }
 
 type reservation struct {
@@ -57,7 +59,7 @@ func (t *Tenant) Recover(env Env) {
 	t.maxActive, t.maxRunning = q.MaxActive, q.MaxRunning
 	t.reservations = map[string]reservation{}
 	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
-	t.pendingEnroll = map[string]int{}
+	t.pendingEnroll, t.renewing = map[string]int{}, map[string]int{}
 	now := env.Now()
 	for _, id := range slices.Sorted(maps.Keys(q.Reservations)) { // timers in a replayable order
 		exp := q.Reservations[id]
@@ -81,6 +83,11 @@ type submitDone struct {
 type replyDone struct{ reply Ref }
 
 type revokeDone struct {
+	reply    Ref
+	workerID string
+}
+
+type renewDone struct {
 	reply    Ref
 	workerID string
 }
@@ -124,6 +131,8 @@ func (t *Tenant) Receive(env Env, msg any) {
 		t.register(env, m)
 	case RevokeWorker:
 		t.revoke(env, m)
+	case RenewWorkerToken:
+		t.renewToken(env, m)
 	case CreateAPIKey:
 		id := NewID(env)
 		t.pipe.persist(env, []eventlog.Payload{eventlog.APIKeyCreated{Tenant: t.name, KeyID: id, KeyHash: m.KeyHash}}, createdDone{env.Sender(), id})
@@ -476,6 +485,53 @@ func (t *Tenant) revoke(env Env, m RevokeWorker) {
 	}
 }
 
+// Token renewal limits.
+const (
+	// TokenRenewGrace is how long the token a renewal was asked with keeps working.
+	TokenRenewGrace = 5 * time.Minute
+	// TokenRenewIntervalMin is how young a token may be renewed at the earliest (or a quarter of
+	// its life, if that is shorter): each renewal is an event, and a worker must not flood the
+	// log with them.
+	TokenRenewIntervalMin = time.Minute
+)
+
+func (t *Tenant) renewToken(env Env, m RenewWorkerToken) {
+	var w projections.Worker
+	var ok bool
+	env.Read(func(s *projections.Set) { w, ok = s.Worker(m.WorkerID) })
+	now := env.Now()
+	presentedUntil := w.TokenValidUntil(m.PresentedHash)
+	switch {
+	case !ok || w.Tenant != t.name:
+		env.Send(env.Sender(), Done{Err: reject(CodeWorkerNotFound, "no worker %q", clip(m.WorkerID))})
+		return
+	case w.Revoked || t.revoking[m.WorkerID]:
+		env.Send(env.Sender(), Done{Err: reject(CodeWorkerRevoked, "worker %s is revoked", w.ID)})
+		return
+	case !now.Before(presentedUntil):
+		env.Send(env.Sender(), Done{Err: reject(CodeTokenExpired, "the token this renewal was asked with no longer works")})
+		return
+	case t.renewing[m.WorkerID] > 0 || (m.PresentedHash == w.TokenHash && now.Sub(w.TokenIssuedAt) < min(TokenRenewIntervalMin, w.ExpiresAt.Sub(w.TokenIssuedAt)/4)):
+		env.Send(env.Sender(), Done{Err: reject(CodeTokenRenewedRecently, "the worker's token was issued at %s; renew it later", w.TokenIssuedAt.Format(time.RFC3339))})
+		return
+	case !m.ExpiresAt.After(now):
+		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "a new token must expire in the future")})
+		return
+	}
+	t.renewing[m.WorkerID]++
+	t.pipe.persist(env, []eventlog.Payload{eventlog.WorkerTokenRotated{
+		WorkerID: w.ID, TokenHash: m.TokenHash, ExpiresAt: m.ExpiresAt.UTC(),
+		PreviousTokenHash: m.PresentedHash, PreviousValidUntil: minTime(now.Add(TokenRenewGrace), presentedUntil).UTC(),
+	}}, renewDone{reply: env.Sender(), workerID: w.ID})
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 func (t *Tenant) redrive(env Env, m Redrive) {
 	var j *projections.Job
 	env.Read(func(s *projections.Set) { j, _ = s.Job(m.JobID) })
@@ -526,6 +582,11 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 		env.Send(d.reply, Registered{WorkerID: d.workerID, Receipt: receiptOf(m.Receipt), Err: err})
 	case createdDone:
 		env.Send(d.reply, Created{ID: d.id, Receipt: receiptOf(m.Receipt), Err: err})
+	case renewDone:
+		if t.renewing[d.workerID]--; t.renewing[d.workerID] == 0 {
+			delete(t.renewing, d.workerID)
+		}
+		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	case revokeDone:
 		delete(t.revoking, d.workerID)
 		if err == nil {

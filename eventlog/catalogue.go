@@ -203,11 +203,15 @@ type WorkerRegistered struct {
 	EnrollTokenID string            `json:"enroll_token_id,omitempty"`
 }
 
-// WorkerTokenRotated records that the worker's token was replaced; the old one stops working.
+// WorkerTokenRotated records that the worker renewed its token. The token it renewed with
+// (PreviousTokenHash) keeps working until PreviousValidUntil, in case the answer with the new
+// one was lost; any older token stops working.
 type WorkerTokenRotated struct {
-	WorkerID  string    `json:"worker_id"`
-	TokenHash string    `json:"token_hash"`
-	ExpiresAt time.Time `json:"expires_at"`
+	WorkerID           string    `json:"worker_id"`
+	TokenHash          string    `json:"token_hash"`
+	ExpiresAt          time.Time `json:"expires_at"`
+	PreviousTokenHash  string    `json:"previous_token_hash"`
+	PreviousValidUntil time.Time `json:"previous_valid_until"`
 }
 
 // WorkerRevoked records that the worker may no longer connect; its session ends and its leases

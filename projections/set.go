@@ -72,21 +72,50 @@ func (t *Tenant) Usage() int { return t.Active + len(t.Reservations) }
 
 // Worker is a registered worker and its current session.
 type Worker struct {
-	ID           string            `json:"id"`
-	Tenant       string            `json:"tenant"`
-	Name         string            `json:"name"`
-	Queues       []string          `json:"queues"`
-	Capacity     int               `json:"capacity"`
-	PublicKey    string            `json:"public_key,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	TokenHash    string            `json:"token_hash"`
-	ExpiresAt    time.Time         `json:"expires_at"`
-	Revoked      bool              `json:"revoked"`
-	RegisteredAt time.Time         `json:"registered_at"`
-	Session      *Session          `json:"session"`
+	ID        string            `json:"id"`
+	Tenant    string            `json:"tenant"`
+	Name      string            `json:"name"`
+	Queues    []string          `json:"queues"`
+	Capacity  int               `json:"capacity"`
+	PublicKey string            `json:"public_key,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	TokenHash string            `json:"token_hash"`
+	ExpiresAt time.Time         `json:"expires_at"`
+	// TokenIssuedAt is when the current token was issued: at registration or the last renewal.
+	TokenIssuedAt time.Time `json:"token_issued_at"`
+	// PreviousTokenHash is the token the last renewal was asked with, which works until
+	// PreviousValidUntil (eventlog.WorkerTokenRotated).
+	PreviousTokenHash  string    `json:"previous_token_hash,omitempty"`
+	PreviousValidUntil time.Time `json:"previous_valid_until"`
+	Revoked            bool      `json:"revoked"`
+	RegisteredAt       time.Time `json:"registered_at"`
+	Session            *Session  `json:"session"`
 	// LastSeen is the last logged sign of life: a session start or end. Heartbeats are not
 	// logged; the runtime knows fresher times for connected workers.
 	LastSeen time.Time `json:"last_seen"`
+}
+
+// TokenValidUntil is when the token that hashes to h stops working for this worker: the
+// current token's expiry, the previous one's grace, or the zero time for any other.
+func (w *Worker) TokenValidUntil(h string) time.Time {
+	switch {
+	case h == w.TokenHash:
+		return w.ExpiresAt
+	case h == w.PreviousTokenHash && h != "":
+		return w.PreviousValidUntil
+	}
+	return time.Time{}
+}
+
+// TokenRenewDue reports whether the worker should renew its token at now: once half its
+// lifetime has passed, which leaves the other half to reach the server.
+func (w *Worker) TokenRenewDue(now time.Time) bool {
+	return !now.Before(w.TokenRenewAt())
+}
+
+// TokenRenewAt is when the current token is half spent.
+func (w *Worker) TokenRenewAt() time.Time {
+	return w.TokenIssuedAt.Add(w.ExpiresAt.Sub(w.TokenIssuedAt) / 2)
 }
 
 // Session is a worker's open connection.
@@ -153,7 +182,7 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 	case eventlog.WorkerRegistered:
 		w := &Worker{
 			ID: e.WorkerID, Tenant: e.Tenant, Name: e.Name, Queues: e.Queues, Capacity: e.Capacity,
-			PublicKey: e.PublicKey, Labels: e.Labels, TokenHash: e.TokenHash, ExpiresAt: e.ExpiresAt,
+			PublicKey: e.PublicKey, Labels: e.Labels, TokenHash: e.TokenHash, ExpiresAt: e.ExpiresAt, TokenIssuedAt: at,
 			RegisteredAt: at, LastSeen: at,
 		}
 		s.workers[w.ID] = w
@@ -306,8 +335,13 @@ func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
 	case eventlog.WorkerTokenRotated:
 		if w := s.workers[e.WorkerID]; w != nil {
 			delete(s.tokens, w.TokenHash)
-			w.TokenHash, w.ExpiresAt = e.TokenHash, e.ExpiresAt
+			delete(s.tokens, w.PreviousTokenHash)
+			w.TokenHash, w.ExpiresAt, w.TokenIssuedAt = e.TokenHash, e.ExpiresAt, at
+			w.PreviousTokenHash, w.PreviousValidUntil = e.PreviousTokenHash, e.PreviousValidUntil
 			s.tokens[w.TokenHash] = w.ID
+			if w.PreviousTokenHash != "" {
+				s.tokens[w.PreviousTokenHash] = w.ID
+			}
 		}
 	case eventlog.WorkerRevoked:
 		if w := s.workers[e.WorkerID]; w != nil {
@@ -342,6 +376,9 @@ func (s *Set) derive() {
 	}
 	for _, w := range s.workers {
 		s.tokens[w.TokenHash] = w.ID
+		if w.PreviousTokenHash != "" {
+			s.tokens[w.PreviousTokenHash] = w.ID
+		}
 	}
 	s.creds.derive()
 }
@@ -369,8 +406,8 @@ type idemEntry struct {
 
 // checkpointVersion changes with the checkpoint's shape; a checkpoint of another version is
 // unusable, and the server replays the whole log instead (Rebuild). v2 added the assign latency
-// and the throughput.
-const checkpointVersion = "tether.projections.v2"
+// and the throughput; v3 the workers' token renewals and the jobs' run times.
+const checkpointVersion = "tether.projections.v3"
 
 // CheckpointName is the name under which the server stores the Set's checkpoint in the log,
 // and where `tether replay verify` looks for it.
@@ -445,7 +482,7 @@ func (s *Set) checkpointHead() checkpoint {
 }
 
 // olderCheckpointVersions are the formats earlier builds wrote.
-var olderCheckpointVersions = []string{"tether.projections.v1"}
+var olderCheckpointVersions = []string{"tether.projections.v1", "tether.projections.v2"}
 
 // CheckpointOutdated reports whether data is a checkpoint in a format an earlier build wrote
 // (WriteCheckpoint ends with the version). That is no fault in the log: the server replays the

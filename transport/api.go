@@ -286,13 +286,17 @@ func (s *Server) authenticate(b *runtime.Broker, r *http.Request, kind authKind)
 			return principal{}, errNoCredential
 		}
 		wk, ok := b.WorkerByToken(token)
-		switch {
-		case !ok:
+		if !ok {
 			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "unknown worker token")
-		case wk.Revoked:
+		}
+		if wk.Revoked {
 			return principal{}, errorf(http.StatusForbidden, string(actors.CodeWorkerRevoked), "worker %s is revoked", wk.ID)
-		case !s.clock().Before(wk.ExpiresAt):
-			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "the worker token expired at %s; register again", wk.ExpiresAt.Format(time.RFC3339))
+		}
+		if until := wk.TokenValidUntil(runtime.TokenHash(token)); !s.clock().Before(until) {
+			if until != wk.ExpiresAt {
+				return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "this worker token was renewed, and stopped working at %s; use the new one", until.Format(time.RFC3339))
+			}
+			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "the worker token expired at %s; register again", until.Format(time.RFC3339))
 		}
 		return principal{tenant: wk.Tenant, worker: wk}, nil
 	}

@@ -47,11 +47,15 @@ type harness struct {
 
 const adminToken = "test-admin-token-0123456789"
 
-func start(t *testing.T, auth transport.AuthMode) *harness {
+func start(t *testing.T, auth transport.AuthMode, configure ...func(*runtime.Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: &clock{}}
 	log := zaptest.NewLogger(t)
-	b, err := runtime.Open(runtime.Config{Dir: t.TempDir(), Logger: log, Clock: h.clock.now})
+	cfg := runtime.Config{Dir: t.TempDir(), Logger: log, Clock: h.clock.now}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	b, err := runtime.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -280,8 +281,10 @@ func (s *Server) pollHeartbeat(r *request) error {
 	if err != nil {
 		return err
 	}
+	expires, renewIn := tokenHint(r.by.worker, s.clock())
 	out := wire.HeartbeatResponse{Cancel: ack.CancelRequested, Unknown: ack.Unknown,
-		HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds(), PublicKey: r.by.worker.PublicKey}
+		HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds(), PublicKey: r.by.worker.PublicKey,
+		TokenExpiresAt: expires, TokenRenewSeconds: renewIn}
 	if out.Cancel == nil {
 		out.Cancel = []string{}
 	}
@@ -289,6 +292,23 @@ func (s *Server) pollHeartbeat(r *request) error {
 		out.Unknown = []string{}
 	}
 	return r.reply(http.StatusOK, out)
+}
+
+// renewToken serves POST /v1/worker/token: the worker's new token. It keeps its id, its
+// session and its leases; the token it asked with works on for actors.TokenRenewGrace.
+func (s *Server) renewToken(r *request) error {
+	rt, err := r.b.RenewWorkerToken(r.Context(), r.by.worker, bearer(r.Request))
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusOK, wire.TokenRenewal{WorkerID: r.by.worker.ID, WorkerToken: rt.Token, ExpiresAt: rt.ExpiresAt, Receipt: receipt(rt.Receipt)})
+}
+
+// tokenHint is what a welcome and a heartbeat's answer say of the worker's token: when it
+// expires, and in how many seconds to renew it (0: now). Both are the server's clock's, so a
+// worker's own clock being off does not matter.
+func tokenHint(w projections.Worker, now time.Time) (expires time.Time, renewIn float64) {
+	return w.ExpiresAt, max(w.TokenRenewAt().Sub(now).Seconds(), 0)
 }
 
 func (s *Server) workerEvent(r *request) error {

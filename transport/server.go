@@ -205,6 +205,7 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/worker/connect", s.api(authWorker, s.connect))
 	m.Handle("POST /v1/worker/lease", s.api(authWorker, s.pollLease))
 	m.Handle("POST /v1/worker/heartbeat", s.api(authWorker, s.pollHeartbeat))
+	m.Handle("POST /v1/worker/token", s.api(authWorker, s.renewToken))
 	m.Handle("POST /v1/worker/jobs/{id}/events", s.api(authWorker, s.workerEvent))
 	m.Handle("POST /v1/worker/jobs/{id}/complete", s.api(authWorker, s.workerComplete))
 	m.Handle("POST /v1/worker/jobs/{id}/fail", s.api(authWorker, s.workerFail))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/internal/frames"
 	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
@@ -54,7 +55,7 @@ func (s *Server) connect(r *request) error {
 	}
 	s.conns.Add(1)
 	defer s.conns.Done()
-	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
+	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, token: bearer(r.Request), log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
 		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax)}
 	c.serve()
 	return nil
@@ -66,6 +67,7 @@ type wsConn struct {
 	conn      *websocket.Conn
 	worker    string
 	publicKey string
+	token     string // the worker token in force: the one it connected with, or its renewal
 	log       *zap.Logger
 	sess      *runtime.Session
 
@@ -103,8 +105,10 @@ func (c *wsConn) serve() {
 		return
 	}
 	c.sess = sess
-	c.push(wire.Frame{Type: wire.FrameWelcome, WorkerID: c.worker, HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds(),
-		PublicKey: c.publicKey})
+	welcome := wire.Frame{Type: wire.FrameWelcome, WorkerID: c.worker, HeartbeatSeconds: sess.HeartbeatInterval.Seconds(), LeaseTTLSeconds: sess.LeaseTTL.Seconds(),
+		PublicKey: c.publicKey}
+	c.hintToken(&welcome)
+	c.push(welcome)
 	_ = c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout))
 	c.conn.SetPongHandler(func(string) error { return c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout)) })
 	writerDone := make(chan struct{})
@@ -285,8 +289,14 @@ func (c *wsConn) handle(f wire.Frame) {
 		c.sess.HeartbeatAsync(f.Leases, func(ack actors.HeartbeatAck, err error) {
 			a := c.ack(ref, err)
 			a.Cancel, a.Unknown = ack.CancelRequested, ack.Unknown
+			if err == nil {
+				c.hintToken(&a)
+			}
 			c.done(a)
 		})
+	case wire.FrameRenew:
+		c.inFlight <- struct{}{}
+		go c.renew(f.Ref) // a call into the tenant's actor: the reader goes on meanwhile
 	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail, wire.FrameRelease:
 		op, err := protocol.WorkerOp(c.worker, f.JobID, f)
 		if err != nil {
@@ -306,6 +316,37 @@ func (c *wsConn) handle(f wire.Frame) {
 		c.push(c.ack(f.Ref, invalid("frame type %q is not one a worker sends after hello", clip(f.Type))))
 	}
 }
+
+// hintToken adds to f what the worker should know of its token (tokenHint).
+func (c *wsConn) hintToken(f *wire.Frame) {
+	var w projections.Worker
+	c.b.Read(func(s *projections.Set) { w, _ = s.Worker(c.worker) })
+	expires, renewIn := tokenHint(w, c.s.clock())
+	f.TokenExpiresAt, f.TokenRenewSeconds = &expires, &renewIn
+}
+
+// renew renews the worker's token and acks with the new one, which the connection then holds.
+func (c *wsConn) renew(ref string) {
+	c.mu.Lock()
+	presented := c.token
+	c.mu.Unlock()
+	var w projections.Worker
+	c.b.Read(func(s *projections.Set) { w, _ = s.Worker(c.worker) })
+	ctx, cancel := contextFor(c.s.shutdown, renewTimeout)
+	rt, err := c.b.RenewWorkerToken(ctx, w, presented)
+	cancel()
+	a := c.ack(ref, err)
+	if err == nil {
+		c.mu.Lock()
+		c.token = rt.Token
+		c.mu.Unlock()
+		a.WorkerToken, a.TokenExpiresAt, a.Receipt = rt.Token, &rt.ExpiresAt, new(receipt(rt.Receipt))
+	}
+	c.done(a)
+}
+
+// renewTimeout bounds a token renewal over the WebSocket.
+const renewTimeout = 30 * time.Second
 
 // done pushes the ack of an operation the broker answered and frees its in-flight slot.
 func (c *wsConn) done(a wire.Frame) {

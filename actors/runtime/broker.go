@@ -33,6 +33,13 @@ type Config struct {
 	Decorate func(ref actors.Ref, b actors.Behaviour) actors.Behaviour
 	// Companions names files kept in Dir beside the log (eventlog.Options.Companions).
 	Companions []string
+	// WorkerTokenTTL is how long a worker token lasts, from registration or renewal; 0:
+	// WorkerTokenTTLDefault.
+	WorkerTokenTTL time.Duration
+	// IdleHeartbeat, if set below actors.HeartbeatInterval, is how often workers are told to
+	// heartbeat while their leases need no more: sooner news of cancels and of their token's
+	// renewal, at the cost of more requests. The sessions' liveness does not change.
+	IdleHeartbeat time.Duration
 }
 
 // ErrClosed is returned by calls on a Broker that is closing or closed.

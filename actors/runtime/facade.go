@@ -210,7 +210,7 @@ func (b *Broker) RegisterWorker(ctx context.Context, tenant string, spec WorkerS
 	}
 	ttl := spec.TokenTTL
 	if ttl <= 0 {
-		ttl = WorkerTokenTTLDefault
+		ttl = b.workerTokenTTL()
 	}
 	exp := b.clock().Add(ttl).UTC()
 	r, err := callFor[actors.Registered](ctx, b, actors.TenantRef(tenant), actors.RegisterWorker{
@@ -221,6 +221,38 @@ func (b *Broker) RegisterWorker(ctx context.Context, tenant string, spec WorkerS
 		return Registration{}, firstErr(err, r.Err)
 	}
 	return Registration{WorkerID: r.WorkerID, Token: token, ExpiresAt: exp, Receipt: r.Receipt}, nil
+}
+
+func (b *Broker) workerTokenTTL() time.Duration {
+	if b.cfg.WorkerTokenTTL > 0 {
+		return b.cfg.WorkerTokenTTL
+	}
+	return WorkerTokenTTLDefault
+}
+
+// RenewedToken is a worker's new token, shown only here.
+type RenewedToken struct {
+	Token     string
+	ExpiresAt time.Time
+	Receipt   actors.Receipt
+}
+
+// RenewWorkerToken issues worker w a new token for the server's token lifetime. presented is
+// the token the worker asked with; it keeps working for actors.TokenRenewGrace. The worker keeps
+// its id, its session and its leases.
+func (b *Broker) RenewWorkerToken(ctx context.Context, w projections.Worker, presented string) (RenewedToken, error) {
+	token, err := newSecret(WorkerTokenPrefix)
+	if err != nil {
+		return RenewedToken{}, err
+	}
+	exp := b.clock().Add(b.workerTokenTTL()).UTC()
+	rc, err := b.done(ctx, actors.TenantRef(w.Tenant), actors.RenewWorkerToken{
+		Tenant: w.Tenant, WorkerID: w.ID, PresentedHash: TokenHash(presented), TokenHash: TokenHash(token), ExpiresAt: exp,
+	})
+	if err != nil {
+		return RenewedToken{}, err
+	}
+	return RenewedToken{Token: token, ExpiresAt: exp, Receipt: rc}, nil
 }
 
 // TokenHash is how a secret token is stored and looked up: lowercase hex SHA-256.
@@ -297,7 +329,11 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	if err != nil || r.Err != nil {
 		return nil, firstErr(err, r.Err)
 	}
-	return &Session{ID: id, WorkerID: workerID, HeartbeatInterval: r.HeartbeatInterval, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref}, nil
+	every := r.HeartbeatInterval
+	if b.cfg.IdleHeartbeat > 0 {
+		every = min(every, b.cfg.IdleHeartbeat)
+	}
+	return &Session{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref}, nil
 }
 
 // Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps

@@ -52,6 +52,8 @@ func runWorker(args []string) error {
 	killGrace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM, how long a stopped or timed-out command has before SIGKILL")
 	fatal := fs.String("fatal-exit-codes", "", "exit codes that fail a job for good (no retry), comma-separated")
 	transportName := fs.String("transport", client.TransportAuto, "auto (WebSocket, long-poll where it is refused), websocket, or longpoll")
+	var env envFlags
+	fs.Var(&env, "env", "give every job the worker's variable KEY, or KEY=VALUE (repeatable); jobs get the worker's environment without any TETHER_* variable, and never the token")
 	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600)")
 	var lf logFlags
 	lf.register(fs)
@@ -76,7 +78,7 @@ func runWorker(args []string) error {
 	if err != nil {
 		return badFlagf(fs, "--fatal-exit-codes: %w", err)
 	}
-	command := client.Command{Args: argv, Timeout: *timeout, KillGrace: *killGrace, FatalExitCodes: codes, Stderr: os.Stderr}
+	command := client.Command{Args: argv, Timeout: *timeout, KillGrace: *killGrace, FatalExitCodes: codes, Stderr: os.Stderr, Env: env}
 	if err := command.Check(); err != nil {
 		return err // a typo here would give every job back, one after another
 	}
@@ -420,4 +422,25 @@ func readKey(path string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("%s: not an Ed25519 key", path)
 	}
 	return ed, nil
+}
+
+// envFlags collects --env KEY (the worker's own value) and --env KEY=VALUE as KEY=VALUE.
+type envFlags []string
+
+func (e *envFlags) String() string { return strings.Join(*e, ",") }
+
+func (e *envFlags) Set(v string) error {
+	name, _, given := strings.Cut(v, "=")
+	if err := client.CheckEnvVar(name); err != nil {
+		return err
+	}
+	if !given {
+		val, ok := os.LookupEnv(name)
+		if !ok {
+			return fmt.Errorf("%s is not set in the worker's environment; give --env %s=VALUE", name, name)
+		}
+		v = name + "=" + val
+	}
+	*e = append(*e, v)
+	return nil
 }

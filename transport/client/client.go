@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/transport/wire"
@@ -46,7 +47,7 @@ func (e *Error) Error() string {
 // token to register a worker, the admin token for admin calls (none under --auth none).
 type Client struct {
 	base  string
-	token string
+	token atomic.Pointer[string] // a worker's renews itself while in use
 	hc    *http.Client
 }
 
@@ -61,8 +62,14 @@ func New(base, token string, hc *http.Client) *Client {
 			IdleConnTimeout:     90 * time.Second,
 		}}
 	}
-	return &Client{base: strings.TrimRight(base, "/"), token: token, hc: hc}
+	c := &Client{base: strings.TrimRight(base, "/"), hc: hc}
+	c.token.Store(&token)
+	return c
 }
+
+func (c *Client) tokenNow() string { return *c.token.Load() }
+
+func (c *Client) setToken(token string) { c.token.Store(&token) }
 
 // do sends a JSON request and decodes a JSON answer into out (if not nil).
 func (c *Client) do(ctx context.Context, method, path string, body, out any, header ...string) (int, error) {
@@ -81,8 +88,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if token := c.tokenNow(); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
@@ -222,8 +229,8 @@ func (c *Client) watchOnce(ctx context.Context, id string, after int, fn func(wi
 	if after > 0 {
 		req.Header.Set("Last-Event-ID", strconv.Itoa(after))
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if token := c.tokenNow(); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -37,6 +37,10 @@ type Command struct {
 	FatalExitCodes []int
 	// Stderr, if set, also receives the program's stderr.
 	Stderr io.Writer
+	// Env is KEY=VALUE pairs every job's program gets on top of JobEnv's; they may name a
+	// TETHER_* variable, but never a credential (TETHER_TOKEN, TETHER_TOKEN_FILE) nor the job's
+	// own TETHER_JOB_* facts.
+	Env []string
 }
 
 // Limits of what a program may produce for one job.
@@ -52,18 +56,47 @@ const (
 
 // JobEnv is the environment a job's program gets: the runner's own, without any TETHER_*
 // variable (the runner's configuration and credentials, which tether's own flags would read),
-// plus the job's facts in TETHER_JOB_*, a namespace no flag reads.
-func JobEnv(base []string, job *Job) []string {
-	env := make([]string, 0, len(base)+6)
+// then extra (KEY=VALUE, each replacing a variable of that name), then the job's facts in
+// TETHER_JOB_*, a namespace no flag reads.
+func JobEnv(base []string, job *Job, extra ...string) []string {
+	env := make([]string, 0, len(base)+len(extra)+6)
 	for _, kv := range base {
-		if !strings.HasPrefix(kv, "TETHER_") {
+		if !strings.HasPrefix(kv, "TETHER_") && !replaced(kv, extra) {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, extra...)
 	return append(env,
 		"TETHER_JOB_ID="+job.ID, "TETHER_JOB_TYPE="+job.Type, "TETHER_JOB_QUEUE="+job.Queue,
 		"TETHER_JOB_ATTEMPT="+strconv.Itoa(job.Attempt), "TETHER_JOB_LEASE_ID="+job.LeaseID,
 		"TETHER_JOB_LEASE_EXPIRES_AT="+job.LeaseExpiresAt.UTC().Format(time.RFC3339Nano))
+}
+
+// replaced reports whether extra sets the variable kv sets.
+func replaced(kv string, extra []string) bool {
+	name, _, _ := strings.Cut(kv, "=")
+	for _, e := range extra {
+		if n, _, _ := strings.Cut(e, "="); n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckEnvVar reports whether a job may be given the variable named name: a name a shell takes,
+// and not one of tether's credentials or the job's own facts.
+func CheckEnvVar(name string) error {
+	switch {
+	case name == "" || strings.IndexFunc(name, func(r rune) bool {
+		return !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9')
+	}) >= 0 || name[0] >= '0' && name[0] <= '9':
+		return fmt.Errorf("%q is not a variable name: letters, digits and _, not starting with a digit", name)
+	case name == "TETHER_TOKEN" || name == "TETHER_TOKEN_FILE":
+		return fmt.Errorf("%s is the worker's credential; it is never given to a job", name)
+	case strings.HasPrefix(name, "TETHER_JOB_"):
+		return fmt.Errorf("%s is one of the job's own facts, set by the worker", name)
+	}
+	return nil
 }
 
 // Check reports whether the command can be started at all, so that a worker with a typo in
@@ -71,6 +104,15 @@ func JobEnv(base []string, job *Job) []string {
 func (c Command) Check() error {
 	if len(c.Args) == 0 {
 		return errors.New("no command to run")
+	}
+	for _, kv := range c.Env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("environment entry %q is not KEY=VALUE", kv)
+		}
+		if err := CheckEnvVar(name); err != nil {
+			return err
+		}
 	}
 	path, err := exec.LookPath(c.Args[0])
 	if err != nil {
@@ -101,7 +143,7 @@ func (c Command) run(ctx context.Context, job *Job) (any, error) {
 	}
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, c.Args[0], c.Args[1:]...)
-	cmd.Env = JobEnv(os.Environ(), job)
+	cmd.Env = JobEnv(os.Environ(), job, c.Env...)
 	payload := job.Payload
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")

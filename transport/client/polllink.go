@@ -47,6 +47,13 @@ func (l *pollLink) request(ctx context.Context, f wire.Frame, _ int) (wire.Frame
 		var out wire.HeartbeatResponse
 		_, err = l.api.do(ctx, http.MethodPost, "/v1/worker/heartbeat", wire.HeartbeatRequest{Leases: f.Leases}, &out)
 		ack.Cancel, ack.Unknown, ack.HeartbeatSeconds, ack.PublicKey = out.Cancel, out.Unknown, out.HeartbeatSeconds, out.PublicKey
+		if !out.TokenExpiresAt.IsZero() {
+			ack.TokenExpiresAt, ack.TokenRenewSeconds = &out.TokenExpiresAt, &out.TokenRenewSeconds
+		}
+	case wire.FrameRenew:
+		var out wire.TokenRenewal
+		_, err = l.api.do(ctx, http.MethodPost, "/v1/worker/token", nil, &out)
+		ack.WorkerToken, ack.TokenExpiresAt, ack.Receipt = out.WorkerToken, &out.ExpiresAt, &out.Receipt
 	default:
 		return wire.Frame{}, fmt.Errorf("tether: long-poll cannot send %q", f.Type)
 	}
@@ -70,6 +77,7 @@ func (r *runner) runPoll(ctx context.Context) (connected bool, err error) {
 	if err := r.checkKey(hello.PublicKey); err != nil {
 		return false, err
 	}
+	r.noteToken(hello)
 	for _, id := range hello.Unknown {
 		r.stopTask(id, "lost")
 	}

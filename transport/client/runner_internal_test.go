@@ -126,4 +126,18 @@ func TestJobEnv(t *testing.T) {
 	if got := strings.Join(env, " "); got != want {
 		t.Fatalf("env %s\nwant %s", got, want)
 	}
+	// What --env adds replaces the runner's variable of the same name, and may name a TETHER_*
+	// variable; the job's own facts still come last.
+	env = JobEnv([]string{"PATH=/bin", "HOME=/root", "TETHER_REGION=eu"}, &Job{ID: "J"}, "HOME=/scratch", "TETHER_REGION=eu")
+	if got := strings.Join(env[:3], " "); got != "PATH=/bin HOME=/scratch TETHER_REGION=eu" {
+		t.Fatalf("env %s", got)
+	}
+	for _, name := range []string{"TETHER_TOKEN", "TETHER_TOKEN_FILE", "TETHER_JOB_ID", "", "1X", "A-B"} {
+		if err := (Command{Args: []string{"true"}, Env: []string{name + "=v"}}).Check(); err == nil {
+			t.Errorf("--env %s= was taken", name)
+		}
+	}
+	if err := (Command{Args: []string{"true"}, Env: []string{"CUDA_VISIBLE_DEVICES=0,1"}}).Check(); err != nil {
+		t.Error(err)
+	}
 }

@@ -99,6 +99,10 @@ type Worker struct {
 	DrainTimeout time.Duration
 	// OnConnect, if set, is called each time a connection is up, with its transport.
 	OnConnect func(transport string)
+	// OnTokenRenewed, if set, is called with the worker's new token each time the worker
+	// renews it (at half its life, without a reconnect): keep it where the next start finds it.
+	// The token the worker was started with stops working a few minutes later.
+	OnTokenRenewed func(token string, expiresAt time.Time)
 	// OnResult, if set, is called once the server has answered a job's result: report is
 	// "complete", "fail" or "release", err what the server refused it with (nil: accepted).
 	// Over WebSocket it runs on the goroutine that reads the connection, so it must not block.
@@ -277,6 +281,7 @@ type runner struct {
 	// counts them in a row.
 	pausedUntil time.Time
 	pauses      int
+	token       tokenState
 	link        link          // nil while disconnected
 	linkUp      chan struct{} // closed when a link is set, replaced when it goes
 	freed       chan struct{} // a handler returned, a job finished reporting, or a pause ended
@@ -736,13 +741,22 @@ func (r *runner) heartbeats(l link, base time.Duration, done <-chan struct{}) {
 	timer := time.NewTimer(base)
 	defer timer.Stop()
 	for {
-		timer.Reset(time.Until(last.Add(r.heartbeatEvery(base))))
+		next := last.Add(r.heartbeatEvery(base))
+		renew := r.renewDue()
+		if !renew.IsZero() && renew.Before(next) {
+			next = renew
+		}
+		timer.Reset(time.Until(next))
 		select {
 		case <-timer.C:
 		case <-r.tighter:
-			continue // a new lease may need a shorter interval: reckon again from the last one
+			continue // a new lease, or a word on the token: reckon again from the last heartbeat
 		case <-done:
 			return
+		}
+		if renew := r.renewDue(); !renew.IsZero() && !time.Now().Before(renew) {
+			r.renewToken(l)
+			continue
 		}
 		last = time.Now()
 		every := r.heartbeatEvery(base)
@@ -758,6 +772,7 @@ func (r *runner) heartbeats(l link, base time.Duration, done <-chan struct{}) {
 		for _, id := range ack.Unknown {
 			r.stopTask(id, "lost")
 		}
+		r.noteToken(ack)
 	}
 }
 

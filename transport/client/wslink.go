@@ -186,7 +186,7 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 			cork = &corkConn{Conn: c}
 			return cork, nil
 		}}
-	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + r.w.Token}})
+	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + r.api.tokenNow()}})
 	switch {
 	case err == nil:
 	case resp != nil && resp.StatusCode >= 400:
@@ -215,6 +215,7 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	if err := r.checkKey(welcome.PublicKey); err != nil {
 		return false, err
 	}
+	r.noteToken(welcome)
 	idle := 3 * time.Minute // the server pings every 20 s
 	_ = conn.SetReadDeadline(time.Now().Add(idle))
 	conn.SetPingHandler(func(data string) error {

@@ -28,6 +28,7 @@ var statusOf = map[string]int{
 	"PAYLOAD_TOO_LARGE":      http.StatusRequestEntityTooLarge,
 	"IDEMPOTENCY_KEY_REUSED": http.StatusUnprocessableEntity,
 	"QUOTA_EXCEEDED":         http.StatusTooManyRequests,
+	"TOKEN_RENEWED_RECENTLY": http.StatusTooManyRequests,
 	"UNAVAILABLE":            http.StatusServiceUnavailable,
 	"NOT_READY":              http.StatusServiceUnavailable,
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // Frame types of the worker protocol. Worker → server: hello, credit, heartbeat, event,
-// complete, fail, release. Server → worker: welcome, assign, ack, cancel.
+// complete, fail, release, renew. Server → worker: welcome, assign, ack, cancel.
 const (
 	FrameHello     = "hello"
 	FrameCredit    = "credit"
@@ -15,6 +15,7 @@ const (
 	FrameComplete  = "complete"
 	FrameFail      = "fail"
 	FrameRelease   = "release"
+	FrameRenew     = "renew"
 	FrameWelcome   = "welcome"
 	FrameAssign    = "assign"
 	FrameAck       = "ack"
@@ -35,9 +36,12 @@ type Frame struct {
 	// event, complete, fail, assign, cancel
 	JobID   string `json:"job_id,omitempty"`
 	LeaseID string `json:"lease_id,omitempty"`
-	// event
+	// event. Seq numbers the worker's events within one attempt, from 1: the server writes the
+	// first event of each number and answers a repeat with that first write's Number, writing
+	// nothing. 0: not numbered, every event is written.
 	EventType string          `json:"event_type,omitempty"`
 	Data      json.RawMessage `json:"data,omitempty"`
+	Seq       int             `json:"seq,omitempty"`
 	// complete (and assign: Nonce)
 	Nonce      string          `json:"nonce,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
@@ -72,6 +76,12 @@ type Frame struct {
 	Unknown []string     `json:"unknown,omitempty"`
 	Number  int          `json:"number,omitempty"`
 	Receipt *Receipt     `json:"receipt,omitempty"`
+
+	// welcome, and the ack of a heartbeat: when the worker token expires, and in how many
+	// seconds to renew it (0: now). The ack of a renew: the new token and its expiry.
+	WorkerToken       string     `json:"worker_token,omitempty"`
+	TokenExpiresAt    *time.Time `json:"token_expires_at,omitempty"`
+	TokenRenewSeconds *float64   `json:"token_renew_seconds,omitempty"`
 }
 
 // WebSocket close codes the server uses, beyond the standard ones (1000 normal, 1001 going
@@ -107,6 +117,19 @@ type HeartbeatResponse struct {
 	HeartbeatSeconds float64  `json:"heartbeat_seconds"`
 	LeaseTTLSeconds  float64  `json:"lease_ttl_seconds"`
 	PublicKey        string   `json:"public_key,omitempty"`
+	// TokenExpiresAt is when the worker token expires; TokenRenewSeconds is in how many
+	// seconds the worker should renew it (POST /v1/worker/token), 0 meaning now.
+	TokenExpiresAt    time.Time `json:"token_expires_at"`
+	TokenRenewSeconds float64   `json:"token_renew_seconds"`
+}
+
+// TokenRenewal answers POST /v1/worker/token (and a renew frame's ack carries the same): the
+// worker's new token. The token the request was made with keeps working for a short grace.
+type TokenRenewal struct {
+	WorkerID    string    `json:"worker_id"`
+	WorkerToken string    `json:"worker_token"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	Receipt     Receipt   `json:"receipt"`
 }
 
 // EventRequest is the body of POST /v1/worker/jobs/{id}/events.
@@ -114,6 +137,7 @@ type EventRequest struct {
 	LeaseID   string          `json:"lease_id"`
 	EventType string          `json:"event_type"`
 	Data      json.RawMessage `json:"data,omitempty"`
+	Seq       int             `json:"seq,omitempty"` // as in the event frame
 }
 
 // EventAck answers an appended event with its number in the job's stream.

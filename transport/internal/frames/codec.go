@@ -34,6 +34,8 @@ func decodeFast(data []byte, f *wire.Frame) bool {
 			return s.String(&f.EventType)
 		case "data":
 			return s.Raw(&f.Data)
+		case "seq":
+			return s.Int(&f.Seq)
 		case "nonce":
 			return s.String(&f.Nonce)
 		case "output":
@@ -97,10 +99,10 @@ func decodeReceipt(s *fastjson.Scanner, r *wire.Receipt) bool {
 
 // appendFast appends f as json.Marshal would write it and reports true, or reports false when
 // f holds something whose encoding it leaves to encoding/json (see fastjson.Writer), a float
-// or an error.
+// an error, or the token fields.
 func appendFast(dst []byte, f *wire.Frame) ([]byte, bool) {
-	if f.Error != nil {
-		return dst, false
+	if f.Error != nil || f.WorkerToken != "" || f.TokenExpiresAt != nil || f.TokenRenewSeconds != nil {
+		return dst, false // rare frames: a welcome, a heartbeat's ack, a renewal
 	}
 	w := fastjson.NewWriter(dst)
 	w.Str("type", f.Type, true)
@@ -112,6 +114,7 @@ func appendFast(dst []byte, f *wire.Frame) ([]byte, bool) {
 	w.Str("lease_id", f.LeaseID, false)
 	w.Str("event_type", f.EventType, false)
 	w.Raw("data", f.Data, false)
+	w.Int("seq", f.Seq, false)
 	w.Str("nonce", f.Nonce, false)
 	w.Raw("output", f.Output, false)
 	w.Str("output_hash", f.OutputHash, false)

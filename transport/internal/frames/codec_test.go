@@ -27,7 +27,7 @@ func hotFrames() []wire.Frame {
 		{Type: wire.FrameComplete, Ref: "17", JobID: "j", LeaseID: "l", Nonce: "n", Output: json.RawMessage(`null`),
 			OutputHash: "74234e98afe7498fb5daf1f36ac2d78acc339464f950703b8c019892f982b90b", Signature: "c2ln"},
 		{Type: wire.FrameFail, Ref: "18", JobID: "j", LeaseID: "l", ErrorCode: "error", Message: "exit status 3", Retryable: &no},
-		{Type: wire.FrameEvent, Ref: "19", JobID: "j", LeaseID: "l", EventType: "log", Data: json.RawMessage(`"line one"`)},
+		{Type: wire.FrameEvent, Ref: "19", JobID: "j", LeaseID: "l", EventType: "log", Data: json.RawMessage(`"line one"`), Seq: 4},
 		{Type: wire.FrameAck, Ref: "17", OK: &yes, Receipt: &wire.Receipt{Seq: 123456, Hash: "9f86d081"}},
 		{Type: wire.FrameAck, Ref: "19", OK: &yes, Number: 3},
 		{Type: wire.FrameCancel, JobID: "j", LeaseID: "l"},
@@ -43,7 +43,7 @@ func TestFastEncoderWritesEveryField(t *testing.T) {
 	samples := map[reflect.Type]any{
 		reflect.TypeOf(""): "x", reflect.TypeOf(0): 7, reflect.TypeOf(0.0): 2.5, reflect.TypeOf([]string{}): []string{"a"},
 		reflect.TypeOf(json.RawMessage{}): json.RawMessage(`{"a":1}`), reflect.TypeOf(new(bool)): new(true),
-		reflect.TypeOf(new(time.Time)): &at, reflect.TypeOf(new(wire.Receipt)): &wire.Receipt{Seq: 1, Hash: "h"},
+		reflect.TypeOf(new(time.Time)): &at, reflect.TypeOf(new(float64)): new(0.0), reflect.TypeOf(new(wire.Receipt)): &wire.Receipt{Seq: 1, Hash: "h"},
 		reflect.TypeOf(new(wire.ErrorDetail)): &wire.ErrorDetail{Code: "C", Message: "m", Details: map[string]any{}},
 	}
 	for i := range v.NumField() {
