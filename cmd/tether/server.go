@@ -42,6 +42,12 @@ func serverProcs(flagValue int) int {
 	return goruntime.GOMAXPROCS(0) + 1
 }
 
+// Bounds of --worker-token-ttl.
+const (
+	workerTokenTTLMin = 10 * time.Second
+	workerTokenTTLMax = 365 * 24 * time.Hour
+)
+
 func runServer(args []string) error {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	data := fs.String("data", "tether-data", "data directory (created if missing)")
@@ -52,6 +58,7 @@ func runServer(args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "also serve /metrics with no credential on this (loopback) address, for a local scraper; empty: off")
 	maxConns := fs.Int("max-conns", 10_000, "the most connections served at once; more wait to be accepted")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's /debug/pprof on this (loopback) address; empty: off")
+	tokenTTL := fs.Duration("worker-token-ttl", runtime.WorkerTokenTTLDefault, "how long a worker token lasts; connected workers renew theirs at half of it")
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags
 	lf.register(fs)
@@ -85,6 +92,8 @@ func runServer(args []string) error {
 		return badFlagf(fs, "--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", *metricsAddr)
 	case *data == "":
 		return badFlagf(fs, "--data is empty")
+	case *tokenTTL < workerTokenTTLMin || *tokenTTL > workerTokenTTLMax:
+		return badFlagf(fs, "--worker-token-ttl %s: want %s..%s", *tokenTTL, workerTokenTTLMin, workerTokenTTLMax)
 	}
 	if err := os.MkdirAll(*data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -136,7 +145,7 @@ func runServer(args []string) error {
 	}
 	recovered := make(chan opened, 1)
 	go func() {
-		b, err := runtime.Open(runtime.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}})
+		b, err := runtime.Open(runtime.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL})
 		recovered <- opened{b, err}
 	}()
 

@@ -54,6 +54,7 @@ func runWorker(args []string) error {
 	transportName := fs.String("transport", client.TransportAuto, "auto (WebSocket, long-poll where it is refused), websocket, or longpoll")
 	var env envFlags
 	fs.Var(&env, "env", "give every job the worker's variable KEY, or KEY=VALUE (repeatable); jobs get the worker's environment without any TETHER_* variable, and never the token")
+	tokenFile := fs.String("token-file", "", "a file (mode 0600) that holds the worker token and is rewritten atomically each time the worker renews it; if it does not exist yet, the worker registers with --token and writes it")
 	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600)")
 	var lf logFlags
 	lf.register(fs)
@@ -110,7 +111,7 @@ func runWorker(args []string) error {
 	}()
 
 	reg := registration{server: server, name: *name, queues: splitList(*queue), capacity: *capacity, key: key, stateDir: *stateDir, log: log}
-	if !strings.HasPrefix(*token, runtime.WorkerTokenPrefix) {
+	if *tokenFile == "" && !strings.HasPrefix(*token, runtime.WorkerTokenPrefix) {
 		unlock, err := reg.claim()
 		if err != nil {
 			return err
@@ -120,7 +121,24 @@ func runWorker(args []string) error {
 	for {
 		workerToken := *token
 		stored := false
-		if !strings.HasPrefix(workerToken, runtime.WorkerTokenPrefix) {
+		// keep is where a renewed token goes, so that the next start uses it.
+		keep := func(string, time.Time) {
+			log.Warn("the renewed worker token is kept in memory only: a restart uses the old one, which stops working soon; give --token-file")
+		}
+		switch {
+		case *tokenFile != "":
+			if workerToken, err = reg.fromTokenFile(ctx, *tokenFile, *token); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			keep = func(t string, _ time.Time) {
+				if err := writeFileAtomic(*tokenFile, []byte(t+"\n")); err != nil {
+					log.Error("the renewed worker token could not be written; a restart would use the old one", zap.String("path", *tokenFile), zap.Error(err))
+				}
+			}
+		case !strings.HasPrefix(workerToken, runtime.WorkerTokenPrefix):
 			if workerToken, err = reg.token(ctx, *token); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -128,10 +146,11 @@ func runWorker(args []string) error {
 				return err
 			}
 			stored = true
+			keep = reg.keepRenewed
 		}
 		w := &client.Worker{
 			Server: server, Token: workerToken, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
-			Grace: *grace, Hurry: hurry, Handler: command.Handler(),
+			Grace: *grace, Hurry: hurry, Handler: command.Handler(), OnTokenRenewed: keep,
 		}
 		err = w.Run(ctx)
 		if stored && reg.forgetIfUnknown(err) {
@@ -259,30 +278,84 @@ func (g *registration) token(ctx context.Context, enrollToken string) (string, e
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("reading the worker's state: %w", err)
 	}
+	reg, err := g.register(ctx, enrollToken)
+	if err != nil {
+		return "", err
+	}
+	st := workerState{Server: g.server, WorkerID: reg.WorkerID, WorkerToken: reg.WorkerToken, ExpiresAt: reg.ExpiresAt,
+		Name: g.name, Queues: g.queues, Capacity: g.capacity, PublicKey: g.publicKey()}
+	if err := writeState(path, st); err != nil {
+		return "", fmt.Errorf("registered as %s, but could not keep its token (a restart would register again): %w", reg.WorkerID, err)
+	}
+	g.log.Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("state", path))
+	return reg.WorkerToken, nil
+}
+
+// register registers the worker, retrying while the server cannot be reached.
+func (g *registration) register(ctx context.Context, enrollToken string) (*wire.Registration, error) {
 	for attempt := 1; ; attempt++ {
 		reg, err := register(ctx, g.server, enrollToken, g.name, g.queues, g.capacity, g.key)
 		var apiErr *client.Error
 		switch {
 		case err == nil:
-			st := workerState{Server: g.server, WorkerID: reg.WorkerID, WorkerToken: reg.WorkerToken, ExpiresAt: reg.ExpiresAt,
-				Name: g.name, Queues: g.queues, Capacity: g.capacity, PublicKey: g.publicKey()}
-			if err := writeState(path, st); err != nil {
-				return "", fmt.Errorf("registered as %s, but could not keep its token (a restart would register again): %w", reg.WorkerID, err)
-			}
-			g.log.Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("state", path))
-			return reg.WorkerToken, nil
+			return reg, nil
 		case errors.As(err, &apiErr) && apiErr.Status != http.StatusServiceUnavailable:
-			return "", fmt.Errorf("registering: %w", err)
+			return nil, fmt.Errorf("registering: %w", err)
 		case ctx.Err() != nil:
-			return "", ctx.Err()
+			return nil, ctx.Err()
 		}
 		d := min(time.Duration(1<<min(attempt-1, 5))*time.Second, 30*time.Second)
 		g.log.Warn("the server cannot be reached to register; trying again", zap.Error(err), zap.Duration("in", d))
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return nil, ctx.Err()
 		}
+	}
+}
+
+// fromTokenFile returns the worker token the file holds. A file that does not exist yet, or
+// holds an enroll token, is a worker to register: with the file's enroll token or initial, and
+// the file then holds its worker token.
+func (g *registration) fromTokenFile(ctx context.Context, path, initial string) (string, error) {
+	b, err := os.ReadFile(path)
+	token := initial
+	switch {
+	case err == nil:
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return "", fmt.Errorf("--token-file %s is empty", path)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	if strings.HasPrefix(token, runtime.WorkerTokenPrefix) {
+		return token, nil
+	}
+	reg, err := g.register(ctx, token)
+	if err != nil {
+		return "", err
+	}
+	if err := writeFileAtomic(path, []byte(reg.WorkerToken+"\n")); err != nil {
+		return "", fmt.Errorf("registered as %s, but could not write its token to %s: %w", reg.WorkerID, path, err)
+	}
+	g.log.Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("token_file", path))
+	return reg.WorkerToken, nil
+}
+
+// keepRenewed writes a renewed token into the state file, so the next start uses it.
+func (g *registration) keepRenewed(token string, expiresAt time.Time) {
+	path := g.path()
+	var st workerState
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err == nil {
+		st.WorkerToken, st.ExpiresAt = token, expiresAt
+		err = writeState(path, st)
+	}
+	if err != nil {
+		g.log.Error("the renewed worker token could not be kept; a restart would use the old one", zap.String("path", path), zap.Error(err))
 	}
 }
 
@@ -306,19 +379,34 @@ func writeState(path string, st workerState) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".worker-*")
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+// writeFileAtomic replaces path with data, readable by its owner only: a reader (or a crash)
+// sees the old file or the new one, never a part. The new file is synced before it replaces
+// the old, and the directory after, so the replacement survives a power cut.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
 	}
-	if err := errors.Join(tmp.Sync(), tmp.Chmod(0o600), tmp.Close()); err != nil {
+	if err := errors.Join(tmp.Chmod(0o600), tmp.Sync(), tmp.Close()); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 func hostname() string {

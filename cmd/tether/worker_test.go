@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -214,4 +217,91 @@ func TestWorkersStartedAlikeKeepARegistrationEach(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A worker keeps its token in --token-file: it registers and writes the file (mode 0600) on
+// its first start, rewrites it each time it renews the token, and a restart uses the newest
+// one, after the first has stopped working. The job's program sees neither the token nor the
+// file's path; --env passes what it is told to.
+func TestWorkerTokenFileFollowsRenewals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir(), "--worker-token-ttl", "10s")
+	c := client.New(s.url, "", nil)
+	file := filepath.Join(t.TempDir(), "worker-token")
+	env := []string{"XDG_STATE_HOME=" + t.TempDir(), "TETHER_TOKEN_FILE=" + file, "SECRET_SAUCE=ketchup", "LAB=b12"}
+	args := []string{"worker", "--server", s.url, "--queue", "q", "--log-format", "json", "--env", "LAB", "--env", "GPU=0,1",
+		"--", "sh", "-c", `printf '"%s"' "$(env | grep -E '^(TETHER_TOKEN|TETHER_TOKEN_FILE|LAB|GPU|SECRET_SAUCE)=' | sort | tr '\n' ';')"`}
+	w := startTether(t, env, args...)
+	w.waitFor(t, `"msg":"registered"`)
+	first, err := os.ReadFile(file)
+	if err != nil || !strings.HasPrefix(string(first), "tw_") {
+		t.Fatalf("the token file after registration: %q %v", first, err)
+	}
+	// Two renewals, 5 s apart: the first token has stopped working by the second.
+	w.waitFor(t, `"msg":"worker token renewed"`)
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(w.output(), `"msg":"worker token renewed"`) < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // another process's log
+	}
+	now, err := os.ReadFile(file)
+	if fi, _ := os.Stat(file); err != nil || string(now) == string(first) || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the token file after renewals: %q (mode %v) %v", now, fi.Mode().Perm(), err)
+	}
+	w.signal(t, syscall.SIGTERM)
+	if code := w.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, w.output())
+	}
+	if st, _ := rawHeartbeat(t, s.url, strings.TrimSpace(string(first))); st != 401 {
+		t.Fatalf("the first token answers %d", st)
+	}
+
+	w = startTether(t, env, args...)
+	w.waitFor(t, `"msg":"connected"`)
+	j, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := awaitJob(t, c, j.ID)
+	var out string
+	if got.Status != "succeeded" || json.Unmarshal(got.Output, &out) != nil {
+		t.Fatalf("the restarted worker's job: %+v\n%s", got, w.output())
+	}
+	if out != "GPU=0,1;LAB=b12;SECRET_SAUCE=ketchup;" {
+		t.Fatalf("the job's environment: %q", out)
+	}
+	if ws, _ := c.Workers(context.Background()); len(ws.Workers) != 1 {
+		t.Fatalf("the restart registered again: %+v", ws.Workers)
+	}
+}
+
+// awaitJob waits until job id is terminal and returns it.
+func awaitJob(t *testing.T, c *client.Client, id string) *wire.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Watch(ctx, id, 0, func(wire.Event) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	j, err := c.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// rawHeartbeat heartbeats no lease with a worker token and returns the status.
+func rawHeartbeat(t *testing.T, server, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, server+"/v1/worker/heartbeat", strings.NewReader(`{"leases":[]}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
