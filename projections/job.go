@@ -98,8 +98,13 @@ type Job struct {
 	DeadReason     string          `json:"dead_reason,omitempty"`
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	RequestHash    string          `json:"request_hash,omitempty"`
+	// StartedAt is when the last lease began and WorkerID whose it was; both stay after the
+	// lease ends. FinishedAt is when the job became terminal (zero while it is not).
+	StartedAt      time.Time `json:"started_at,omitzero"`
+	WorkerID       string    `json:"worker_id,omitempty"`
+	FinishedAt     time.Time `json:"finished_at,omitzero"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	RequestHash    string    `json:"request_hash,omitempty"`
 	// SubmitSeq orders jobs of equal priority by age; LastSeq is the seq of the job's last event.
 	SubmitSeq uint64 `json:"submit_seq"`
 	LastSeq   uint64 `json:"last_seq"`
@@ -153,6 +158,7 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 		j.Status, j.RunAt = StatusScheduled, e.RunAt
 	case eventlog.JobLeased:
 		j.Status, j.Attempt, j.RunAt, j.LastLeaseID = StatusLeased, e.Attempt, time.Time{}, e.LeaseID
+		j.StartedAt, j.WorkerID = at, e.WorkerID
 		j.Lease = &Lease{LeaseID: e.LeaseID, WorkerID: e.WorkerID, SessionID: e.SessionID, Nonce: e.Nonce, Attempt: e.Attempt, ExpiresAt: e.ExpiresAt}
 	case eventlog.JobLeaseExtended:
 		if j.Lease != nil && j.Lease.LeaseID == e.LeaseID {
@@ -169,7 +175,7 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 			j.SucceededNonce = j.Lease.Nonce
 		}
 		j.Signature = e.Signature
-		j.Status, j.Lease, j.Error = StatusSucceeded, nil, nil
+		j.Status, j.Lease, j.Error, j.FinishedAt = StatusSucceeded, nil, nil, at
 		j.Output, j.OutputHash, j.SucceededLease, j.SucceededSeq = e.Output, e.OutputHash, e.LeaseID, seq
 	case eventlog.JobFailed:
 		j.Lease, j.Releases = nil, 0
@@ -192,13 +198,13 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 	case eventlog.JobRetryScheduled:
 		j.Status, j.RunAt = StatusScheduled, e.RunAt
 	case eventlog.JobDeadLettered:
-		j.Status, j.DeadReason = StatusFailed, e.Reason
+		j.Status, j.DeadReason, j.FinishedAt = StatusFailed, e.Reason, at
 	case eventlog.JobCancelRequested:
 		j.CancelRequested = true
 	case eventlog.JobCancelled:
-		j.Status, j.Lease = StatusCancelled, nil
+		j.Status, j.Lease, j.FinishedAt = StatusCancelled, nil, at
 	case eventlog.JobRedriven:
-		j.Status, j.DeadReason, j.Error, j.RunAt, j.Releases = StatusQueued, "", nil, time.Time{}, 0
+		j.Status, j.DeadReason, j.Error, j.RunAt, j.Releases, j.FinishedAt = StatusQueued, "", nil, time.Time{}, 0, time.Time{}
 		j.MaxAttempts, j.AttemptBase, j.CancelRequested = e.MaxAttempts, j.Attempt, false
 	}
 }

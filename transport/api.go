@@ -298,6 +298,7 @@ func (s *Server) authenticate(b *runtime.Broker, r *http.Request, kind authKind)
 			}
 			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "the worker token expired at %s; register again", until.Format(time.RFC3339))
 		}
+		b.Liveness(wk.ID).Touch(s.clock())
 		return principal{tenant: wk.Tenant, worker: wk}, nil
 	}
 	return principal{}, errors.New("transport: unknown auth kind")

@@ -34,6 +34,14 @@ func jobOf(j *projections.Job, now time.Time) wire.Job {
 	if j.Error != nil {
 		out.Error = &wire.JobError{Code: j.Error.Code, Message: j.Error.Message}
 	}
+	if !j.StartedAt.IsZero() {
+		started, worker := j.StartedAt, j.WorkerID // copies: j may be the live projection's
+		out.StartedAt, out.WorkerID = &started, &worker
+	}
+	if !j.FinishedAt.IsZero() {
+		finished := j.FinishedAt
+		out.FinishedAt = &finished
+	}
 	return out
 }
 
@@ -123,7 +131,17 @@ func (s *Server) getJob(r *request) error {
 	if !ok {
 		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", r.PathValue("id"))
 	}
-	return r.reply(http.StatusOK, jobOf(j, s.clock()))
+	return r.reply(http.StatusOK, liveJob(r.b, j, s.clock()))
+}
+
+// liveJob is jobOf with what the broker knows beyond the log: a lease's expiry as its last
+// heartbeat extended it.
+func liveJob(b *runtime.Broker, j *projections.Job, now time.Time) wire.Job {
+	out := jobOf(j, now)
+	if l := out.Lease; l != nil {
+		l.ExpiresAt = b.LeaseExpiresAt(l.WorkerID, l.LeaseID, j.LeaseTTL, l.ExpiresAt)
+	}
+	return out
 }
 
 // ListLimitDefault is the page size of GET /v1/jobs without a limit.
@@ -162,7 +180,7 @@ func (s *Server) listJobs(r *request) error {
 	now := s.clock()
 	out := wire.JobList{Jobs: make([]wire.Job, len(jobs))}
 	for i, j := range jobs {
-		out.Jobs[i] = jobOf(j, now)
+		out.Jobs[i] = liveJob(r.b, j, now)
 	}
 	if more && len(jobs) > 0 {
 		out.NextCursor = jobs[len(jobs)-1].ID
@@ -192,7 +210,7 @@ func (s *Server) replyJob(r *request, rc actors.Receipt) error {
 	if !ok {
 		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", r.PathValue("id"))
 	}
-	out := jobOf(j, s.clock())
+	out := liveJob(r.b, j, s.clock())
 	out.Receipt = new(receipt(rc))
 	return r.reply(http.StatusOK, out)
 }
@@ -250,20 +268,40 @@ func (s *Server) queues(r *request) error {
 	return r.reply(http.StatusOK, out)
 }
 
+// OfflineListedFor is how long GET /v1/workers lists a worker that went offline, unless asked
+// for all=true (seed 003's worker TTL).
+const OfflineListedFor = 24 * time.Hour
+
 func (s *Server) workers(r *request) error {
+	all := false
+	switch v := r.URL.Query().Get("all"); v {
+	case "", "false", "0":
+	case "true", "1":
+		all = true
+	default:
+		return invalid("all is true or false, not %q", clip(v))
+	}
 	var views []projections.WorkerView
 	r.b.Read(func(set *projections.Set) { views = set.Workers(r.by.tenant) })
-	out := wire.Workers{Workers: make([]wire.Worker, len(views))}
-	for i, v := range views {
+	now := s.clock()
+	out := wire.Workers{Workers: make([]wire.Worker, 0, len(views))}
+	for _, v := range views {
+		lastSeen := v.LastSeen
+		if live := r.b.LastSeen(v.ID); live.After(lastSeen) {
+			lastSeen = live
+		}
+		if !all && (v.Status == "revoked" || (v.Status == "offline" && now.Sub(lastSeen) > OfflineListedFor)) {
+			continue
+		}
 		w := wire.Worker{ID: v.ID, Name: v.Name, Queues: v.Queues, Capacity: v.Capacity, Labels: v.Labels, Status: v.Status,
-			InFlight: v.InFlight, LastSeen: v.LastSeen, RegisteredAt: v.RegisteredAt, ExpiresAt: v.ExpiresAt, HasKey: v.PublicKey != ""}
+			InFlight: v.InFlight, LastSeen: lastSeen, RegisteredAt: v.RegisteredAt, ExpiresAt: v.ExpiresAt, HasKey: v.PublicKey != ""}
 		if v.Session != nil {
 			w.Transport = v.Session.Transport
 		}
 		if w.InFlight == nil {
 			w.InFlight = []string{}
 		}
-		out.Workers[i] = w
+		out.Workers = append(out.Workers, w)
 	}
 	return r.reply(http.StatusOK, out)
 }

@@ -55,7 +55,7 @@ func (s *Server) connect(r *request) error {
 	}
 	s.conns.Add(1)
 	defer s.conns.Done()
-	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, token: bearer(r.Request), log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
+	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, token: bearer(r.Request), live: r.b.Liveness(r.by.worker.ID), log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
 		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax)}
 	c.serve()
 	return nil
@@ -68,6 +68,7 @@ type wsConn struct {
 	worker    string
 	publicKey string
 	token     string // the worker token in force: the one it connected with, or its renewal
+	live      *runtime.Liveness
 	log       *zap.Logger
 	sess      *runtime.Session
 
@@ -250,6 +251,7 @@ func (c *wsConn) readLoop() {
 			return
 		}
 		_ = c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout))
+		c.live.Touch(c.s.clock())
 		c.handle(f)
 	}
 }

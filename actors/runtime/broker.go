@@ -62,6 +62,8 @@ type Broker struct {
 	mu  sync.RWMutex // guards set
 	set *projections.Set
 
+	live liveness
+
 	refsMu     sync.Mutex
 	dispatcher *actor.PID
 	tenants    map[string]*actor.PID

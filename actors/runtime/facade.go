@@ -348,6 +348,9 @@ func (s *Session) Heartbeat(ctx context.Context, leases []string) (actors.Heartb
 	if err == nil && r.Err != nil {
 		err = r.Err
 	}
+	if err == nil {
+		s.b.Liveness(s.WorkerID).heartbeat(s.b.clock(), leases, r.Unknown)
+	}
 	return r, err
 }
 
@@ -358,6 +361,9 @@ func (s *Session) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck,
 		ack, _ := r.(actors.HeartbeatAck)
 		if err == nil && ack.Err != nil {
 			err = ack.Err
+		}
+		if err == nil {
+			s.b.Liveness(s.WorkerID).heartbeat(s.b.clock(), leases, ack.Unknown)
 		}
 		done(ack, err)
 	})

@@ -310,6 +310,14 @@ func (c *Client) Workers(ctx context.Context) (*wire.Workers, error) {
 	return &out, err
 }
 
+// AllWorkers lists the tenant's workers with those Workers leaves out: revoked ones, and those
+// offline for more than a day.
+func (c *Client) AllWorkers(ctx context.Context) (*wire.Workers, error) {
+	var out wire.Workers
+	_, err := c.do(ctx, http.MethodGet, "/v1/workers?all=true", nil, &out)
+	return &out, err
+}
+
 // RegisterWorker registers a worker; the client's token is the enroll token.
 func (c *Client) RegisterWorker(ctx context.Context, req wire.RegisterRequest) (*wire.Registration, error) {
 	var out wire.Registration

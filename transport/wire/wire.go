@@ -63,9 +63,14 @@ type Job struct {
 	DeadReason      string            `json:"dead_reason,omitempty"`
 	CreatedAt       time.Time         `json:"created_at"`
 	UpdatedAt       time.Time         `json:"updated_at"`
-	EventsTruncated bool              `json:"events_truncated"`
-	Receipt         *Receipt          `json:"receipt,omitempty"`
-	IdempotentHit   *bool             `json:"idempotent_hit,omitempty"`
+	// StartedAt is when the last attempt's lease began, WorkerID the worker that held it; both
+	// stay after the lease ends. FinishedAt is when the job became terminal. Null until then.
+	StartedAt       *time.Time `json:"started_at"`
+	FinishedAt      *time.Time `json:"finished_at"`
+	WorkerID        *string    `json:"worker_id"`
+	EventsTruncated bool       `json:"events_truncated"`
+	Receipt         *Receipt   `json:"receipt,omitempty"`
+	IdempotentHit   *bool      `json:"idempotent_hit,omitempty"`
 }
 
 // SubmitRequest is the body of POST /v1/jobs and one element of a batch.
