@@ -9,7 +9,7 @@ FUZZTIME ?= 150000x
 
 # The simulator's fixed seed range for CI, and the planted bugs it must catch (actors/mutant*.go).
 SIMSEEDS ?= 1..1000
-MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed
+MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed progress_twice
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants
 

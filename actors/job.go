@@ -237,9 +237,45 @@ func (a *Job) progress(env Env, m Progress) {
 	case len(m.Data) > 0 && !json.Valid(m.Data):
 		env.Send(env.Sender(), ProgressAck{Err: reject(CodeInvalidArgument, "event data is not valid JSON")})
 		return
+	case m.Seq < 0 || m.Seq > ProgressSeqMax:
+		env.Send(env.Sender(), ProgressAck{Err: reject(CodeInvalidArgument, "seq %d is outside 1..%d (or 0: not numbered)", m.Seq, ProgressSeqMax)})
+		return
+	case m.Seq > 0 && m.Seq <= a.job.WorkerSeq && !mutantProgressTwice:
+		// A repeat: the worker did not hear the first write's answer. It is answered once that
+		// write is durable, as the first would have been, and nothing is written.
+		reply, number := env.Sender(), a.numberOf(m.Seq)
+		a.pipe.whenSettled(func() { env.Send(reply, ProgressAck{Number: number}) })
+		return
 	}
-	a.decide(env, []eventlog.Payload{eventlog.JobProgress{JobID: a.id, LeaseID: m.LeaseID, Kind: m.Kind, Data: m.Data}},
+	a.decide(env, []eventlog.Payload{eventlog.JobProgress{JobID: a.id, LeaseID: m.LeaseID, Kind: m.Kind, Data: m.Data, WorkerSeq: m.Seq}},
 		progressDone{reply: env.Sender(), number: a.job.Events + 1})
+}
+
+// ProgressSeqMax bounds the worker's numbering of its events within one lease.
+const ProgressSeqMax = 1 << 31
+
+// numberOf is the stream number of the current lease's event the worker numbered seq, as far
+// as the snapshot remembers it (the last ProgressKept events); 0 if it does not.
+func (a *Job) numberOf(seq int) int {
+	if seq == a.job.WorkerSeq {
+		return a.job.WorkerSeqEvent
+	}
+	// Newest first: within a lease the numbers written only rise, so one that does not fall
+	// going back is an earlier lease's.
+	below := a.job.WorkerSeq + 1
+	for i := len(a.job.Progress) - 1; i >= 0; i-- {
+		p := a.job.Progress[i]
+		switch {
+		case p.WorkerSeq == 0:
+		case p.WorkerSeq >= below:
+			return 0
+		case p.WorkerSeq == seq:
+			return p.Number
+		default:
+			below = p.WorkerSeq
+		}
+	}
+	return 0
 }
 
 func orNull(raw json.RawMessage) json.RawMessage {

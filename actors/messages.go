@@ -156,6 +156,9 @@ type Progress struct {
 	LeaseID  string
 	Kind     string
 	Data     json.RawMessage
+	// Seq is the worker's number for the event within its lease (0: not numbered). The first
+	// write of a number is kept: a number at or below the highest written is a repeat.
+	Seq int
 }
 
 // ProgressAck answers Progress with the event's number in the job's stream.

@@ -22,4 +22,7 @@ var (
 	// mutantHeartbeatFixed tells workers to heartbeat every HeartbeatInterval whatever their
 	// leases' lease_ttl, as tether did before HeartbeatIntervalFor.
 	mutantHeartbeatFixed bool
+	// mutantProgressTwice writes a worker's repeated event again, as tether did before events
+	// were numbered.
+	mutantProgressTwice bool
 )

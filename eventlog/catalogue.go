@@ -86,6 +86,9 @@ type JobProgress struct {
 	LeaseID string          `json:"lease_id"`
 	Kind    string          `json:"event_type"` // "log", "progress", or a worker-defined type
 	Data    json.RawMessage `json:"data,omitempty"`
+	// WorkerSeq is the worker's own number for the event within its lease, if it numbers them:
+	// a repeat of a number is acknowledged and not written again.
+	WorkerSeq int `json:"worker_seq,omitempty"`
 }
 
 // JobSucceeded records that the current lease holder completed the job. Terminal.

@@ -55,11 +55,12 @@ type JobError struct {
 // Progress is one event a worker appended to a job. Number is its place in the job's stream
 // (lifecycle events included), the id a client resumes an event stream from.
 type Progress struct {
-	Number int             `json:"number"`
-	Seq    uint64          `json:"seq"`
-	Time   time.Time       `json:"time"`
-	Kind   string          `json:"event_type"`
-	Data   json.RawMessage `json:"data,omitempty"`
+	Number    int             `json:"number"`
+	Seq       uint64          `json:"seq"`
+	Time      time.Time       `json:"time"`
+	Kind      string          `json:"event_type"`
+	Data      json.RawMessage `json:"data,omitempty"`
+	WorkerSeq int             `json:"worker_seq,omitempty"`
 }
 
 // Job is the snapshot of one job: the fold of its stream.
@@ -108,6 +109,10 @@ type Job struct {
 	// SubmitSeq orders jobs of equal priority by age; LastSeq is the seq of the job's last event.
 	SubmitSeq uint64 `json:"submit_seq"`
 	LastSeq   uint64 `json:"last_seq"`
+	// WorkerSeq is the highest number the current lease's worker gave an event it wrote, and
+	// WorkerSeqEvent that event's number in the stream (eventlog.JobProgress.WorkerSeq).
+	WorkerSeq      int `json:"worker_seq,omitempty"`
+	WorkerSeqEvent int `json:"worker_seq_event,omitempty"`
 	// Events counts every event in the job's stream; Progress keeps the last ProgressKept
 	// progress events, and EventsTruncated says older ones were dropped from the snapshot.
 	Events          int        `json:"events"`
@@ -158,14 +163,17 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 		j.Status, j.RunAt = StatusScheduled, e.RunAt
 	case eventlog.JobLeased:
 		j.Status, j.Attempt, j.RunAt, j.LastLeaseID = StatusLeased, e.Attempt, time.Time{}, e.LeaseID
-		j.StartedAt, j.WorkerID = at, e.WorkerID
+		j.StartedAt, j.WorkerID, j.WorkerSeq, j.WorkerSeqEvent = at, e.WorkerID, 0, 0
 		j.Lease = &Lease{LeaseID: e.LeaseID, WorkerID: e.WorkerID, SessionID: e.SessionID, Nonce: e.Nonce, Attempt: e.Attempt, ExpiresAt: e.ExpiresAt}
 	case eventlog.JobLeaseExtended:
 		if j.Lease != nil && j.Lease.LeaseID == e.LeaseID {
 			j.Lease.ExpiresAt = e.ExpiresAt
 		}
 	case eventlog.JobProgress:
-		j.Progress = append(j.Progress, Progress{Number: j.Events, Seq: seq, Time: at, Kind: e.Kind, Data: e.Data})
+		j.Progress = append(j.Progress, Progress{Number: j.Events, Seq: seq, Time: at, Kind: e.Kind, Data: e.Data, WorkerSeq: e.WorkerSeq})
+		if e.WorkerSeq > j.WorkerSeq {
+			j.WorkerSeq, j.WorkerSeqEvent = e.WorkerSeq, j.Events
+		}
 		if len(j.Progress) > ProgressKept {
 			j.Progress = slices.Delete(j.Progress, 0, len(j.Progress)-ProgressKept)
 			j.EventsTruncated = true

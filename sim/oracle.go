@@ -40,7 +40,10 @@ type ojob struct {
 	succeeded       bool
 }
 
-type olease struct{ id, worker, nonce string }
+type olease struct {
+	id, worker, nonce string
+	progress          map[int]bool // the worker's event numbers written under this lease
+}
 
 type otenant struct {
 	maxActive    int
@@ -112,7 +115,17 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 	case eventlog.JobLeaseExtended:
 		o.current(seq, e.JobID, e.LeaseID, p)
 	case eventlog.JobProgress:
-		o.current(seq, e.JobID, e.LeaseID, p)
+		j := o.current(seq, e.JobID, e.LeaseID, p)
+		if j == nil || e.WorkerSeq == 0 {
+			return
+		}
+		if j.lease.progress[e.WorkerSeq] {
+			o.fail("progress_once", "job %s's worker event %d of lease %s was written twice (seq %d)", e.JobID, e.WorkerSeq, e.LeaseID, seq)
+		}
+		if j.lease.progress == nil {
+			j.lease.progress = map[int]bool{}
+		}
+		j.lease.progress[e.WorkerSeq] = true
 	case eventlog.JobSucceeded:
 		j := o.current(seq, e.JobID, e.LeaseID, p)
 		if j == nil {

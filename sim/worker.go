@@ -458,12 +458,25 @@ func (w *worker) drop(leaseID string) {
 func (w *worker) work(h *held, d time.Duration) {
 	s := w.s
 	if s.workload.IntN(3) == 0 {
-		s.after(d/2, w.name+" progress", func() {
-			if w.leases[h.leaseID] == h && w.alive() {
-				w.toServer(wire.Frame{Type: wire.FrameEvent, JobID: h.jobID, LeaseID: h.leaseID, EventType: "progress",
-					Data: json.RawMessage(`{"pct":50}`)}, func(wire.Frame) {})
+		// Progress events numbered within the lease, as the Go client numbers them; some are
+		// sent again later, as a worker that did not hear the answer does. The server must keep
+		// each number once (the oracle's progress_once).
+		n := 1 + s.workload.IntN(3)
+		for i := 1; i <= n; i++ {
+			at := d * time.Duration(i) / time.Duration(n+1)
+			resend := s.workload.IntN(3) == 0
+			f := wire.Frame{Type: wire.FrameEvent, JobID: h.jobID, LeaseID: h.leaseID, EventType: "progress",
+				Data: json.RawMessage(fmt.Sprintf(`{"pct":%d}`, 100*i/(n+1))), Seq: i}
+			send := func() {
+				if w.leases[h.leaseID] == h && w.alive() {
+					w.toServer(f, func(wire.Frame) {})
+				}
 			}
-		})
+			s.after(at, w.name+" progress", send)
+			if resend {
+				s.after(at+d/time.Duration(2*(n+1)), w.name+" resends progress", send)
+			}
+		}
 	}
 	s.after(d, w.name+" finishes "+h.jobID, func() {
 		if w.leases[h.leaseID] != h || w.crashed || w.stopping {

@@ -549,7 +549,13 @@ func TestARestartIsNotAWebSocketFailure(t *testing.T) {
 	// The server comes back on the address: a proxy to the real one.
 	addr := ln.Addr().String()
 	ln.Close()
+	// Rebinding the port can meet a connection of another test that the kernel gave it as its
+	// own ephemeral port; that connection ends soon.
 	back, err := net.Listen("tcp", addr)
+	for deadline := time.Now().Add(5 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		back, err = net.Listen("tcp", addr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -316,7 +316,7 @@ func (s *Server) workerEvent(r *request) error {
 	if err := r.decode(int64(actors.ProgressDataBytesMax+envelopeBytes), &req); err != nil {
 		return err
 	}
-	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameEvent, LeaseID: req.LeaseID, EventType: req.EventType, Data: req.Data})
+	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), wire.Frame{Type: wire.FrameEvent, LeaseID: req.LeaseID, EventType: req.EventType, Data: req.Data, Seq: req.Seq})
 	if err != nil {
 		return err
 	}

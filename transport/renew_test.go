@@ -3,6 +3,7 @@ package transport_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -157,5 +158,58 @@ func TestWorkerWorksForThirtyDays(t *testing.T) {
 				t.Fatalf("the newest token: %d %v", st, b)
 			}
 		})
+	}
+}
+
+// A worker numbers its events within its lease; the server writes the first of each number
+// and answers a repeat with that first write's number, over the WebSocket and over long-poll's
+// endpoint alike. The job's stream holds each event once.
+func TestProgressEventsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	c := client.New(h.url, "", nil)
+	reg := h.register("", nil, 1)
+	w := h.dial(reg.WorkerToken, 1)
+	w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
+	job := submit(t, c, `{}`)
+	a := w.assignment()
+	event := func(seq int) wire.Frame {
+		return wire.Frame{Type: wire.FrameEvent, JobID: job.ID, LeaseID: a.LeaseID, EventType: "log", Data: []byte(`"line"`), Seq: seq}
+	}
+	first := w.ack(event(1))
+	again := w.ack(event(1))
+	if !*first.OK || !*again.OK || again.Number != first.Number {
+		t.Fatalf("an event and its repeat: %+v, %+v", first, again)
+	}
+	second := w.ack(event(2))
+	post := func(seq int) (int, map[string]any) {
+		return h.raw("POST", "/v1/worker/jobs/"+job.ID+"/events", reg.WorkerToken,
+			[]byte(`{"lease_id":"`+a.LeaseID+`","event_type":"log","data":"line","seq":`+strconv.Itoa(seq)+`}`))
+	}
+	for _, seq := range []int{1, 2} {
+		if st, b := post(seq); st != http.StatusCreated || int(b["number"].(float64)) != map[int]int{1: first.Number, 2: second.Number}[seq] {
+			t.Fatalf("a repeat of event %d over HTTP: %d %v", seq, st, b)
+		}
+	}
+	if st, b := post(3); st != http.StatusCreated || int(b["number"].(float64)) != second.Number+1 {
+		t.Fatalf("event 3 over HTTP: %d %v", st, b)
+	}
+	if st, b := post(-1); st != http.StatusBadRequest {
+		t.Fatalf("seq -1: %d %v", st, b)
+	}
+	if ack := w.ack(wire.Frame{Type: wire.FrameComplete, JobID: job.ID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: []byte(`1`)}); !*ack.OK {
+		t.Fatalf("complete: %+v", ack)
+	}
+	logs := 0
+	if _, err := c.Watch(ctx(t), job.ID, 0, func(e wire.Event) error {
+		if e.Type == "job.progress" {
+			logs++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if logs != 3 {
+		t.Fatalf("%d log events in the job's stream, want 3", logs)
 	}
 }

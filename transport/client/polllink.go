@@ -27,7 +27,7 @@ func (l *pollLink) request(ctx context.Context, f wire.Frame, _ int) (wire.Frame
 	switch f.Type {
 	case wire.FrameEvent:
 		var out wire.EventAck
-		_, err = l.api.do(ctx, http.MethodPost, path+"/events", wire.EventRequest{LeaseID: f.LeaseID, EventType: f.EventType, Data: f.Data}, &out)
+		_, err = l.api.do(ctx, http.MethodPost, path+"/events", wire.EventRequest{LeaseID: f.LeaseID, EventType: f.EventType, Data: f.Data, Seq: f.Seq}, &out)
 		ack.Number, ack.Receipt = out.Number, &out.Receipt
 	case wire.FrameComplete:
 		var out wire.Done

@@ -30,8 +30,9 @@ type Job struct {
 	Attempt        int
 	LeaseExpiresAt time.Time
 
-	nonce string
-	r     *runner
+	nonce  string
+	r      *runner
+	events atomic.Int64 // numbers the events of this lease: a resent one is not written twice
 }
 
 // Event appends an event (a log line, progress, any type) to the job's stream, where clients
@@ -41,7 +42,8 @@ func (j *Job) Event(ctx context.Context, eventType string, data any) error {
 	if err != nil {
 		return err
 	}
-	_, err = j.r.request(ctx, wire.Frame{Type: wire.FrameEvent, JobID: j.ID, LeaseID: j.LeaseID, EventType: eventType, Data: raw})
+	seq := int(j.events.Add(1))
+	_, err = j.r.request(ctx, wire.Frame{Type: wire.FrameEvent, JobID: j.ID, LeaseID: j.LeaseID, EventType: eventType, Data: raw, Seq: seq})
 	return err
 }
 

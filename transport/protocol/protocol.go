@@ -24,7 +24,7 @@ func WorkerOp(workerID, jobID string, f wire.Frame) (any, error) {
 		if f.EventType == "" {
 			return invalid("event_type is required")
 		}
-		return actors.Progress{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Kind: f.EventType, Data: f.Data}, nil
+		return actors.Progress{WorkerID: workerID, JobID: jobID, LeaseID: f.LeaseID, Kind: f.EventType, Data: f.Data, Seq: f.Seq}, nil
 	case wire.FrameComplete:
 		if f.Nonce == "" {
 			return invalid("nonce is required: it came with the assignment")
