@@ -23,6 +23,8 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.Workers, "workers", 50, "workers, each its own WebSocket connection with capacity 1")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "paced mode: submits per second (with --duration)")
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "paced mode: how long to submit")
+	var ca caCert
+	ca.register(fs)
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of a table (a progress bar is drawn on stderr when it is a terminal)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -33,6 +35,7 @@ func runBench(args []string) error {
 	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0:
 		return badFlagf(fs, "--jobs, --rate and --duration are not negative")
 	}
+	cfg.TLS = ca.config
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
 	var bar *bench.ProgressBar

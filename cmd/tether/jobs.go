@@ -21,15 +21,19 @@ import (
 type clientFlags struct {
 	server, token string
 	json          bool
+	ca            caCert
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet, tokenHelp string) {
 	serverVar(fs, &c.server)
 	fs.StringVar(&c.token, "token", "", tokenHelp)
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
+	c.ca.register(fs)
 }
 
-func (c *clientFlags) client() *client.Client { return client.New(c.server, c.token, nil) }
+func (c *clientFlags) client() *client.Client {
+	return client.New(c.server, c.token, c.ca.httpClient())
+}
 
 // print writes v as JSON with --json, else the text human returns.
 func (c *clientFlags) print(v any, human func() string) error {

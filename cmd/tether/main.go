@@ -3,16 +3,20 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/tetherhq/tether/transport/client"
 )
 
 var commands = []struct {
@@ -217,3 +221,28 @@ func (l *logFlags) logger() (*zap.Logger, error) {
 	cfg.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 	return cfg.Build()
 }
+
+// caCert is the value of a --ca-cert flag: a PEM file of a private CA that the server's
+// certificate is verified against, besides the system's roots. It is read when the flag is set.
+type caCert struct {
+	file   string
+	config *tls.Config // nil: the system's roots only
+}
+
+func (c *caCert) String() string { return c.file }
+
+func (c *caCert) Set(v string) error {
+	config, err := client.TLSConfigWithCA(v)
+	if err != nil {
+		return err
+	}
+	c.file, c.config = v, config
+	return nil
+}
+
+func (c *caCert) register(fs *flag.FlagSet) {
+	fs.Var(c, "ca-cert", "a PEM file of the private CA that signed the server's certificate (https only; the system's roots are trusted too)")
+}
+
+// httpClient is an HTTP client that verifies the server's certificate against c.
+func (c *caCert) httpClient() *http.Client { return client.NewHTTPClient(c.config) }

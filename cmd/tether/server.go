@@ -58,6 +58,9 @@ func runServer(args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "also serve /metrics with no credential on this (loopback) address, for a local scraper; empty: off")
 	maxConns := fs.Int("max-conns", 10_000, "the most connections served at once; more wait to be accepted")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's /debug/pprof on this (loopback) address; empty: off")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS and WSS with this certificate (PEM; a chain, leaf first); a changed file is picked up without a restart")
+	tlsKey := fs.String("tls-key", "", "the private key (PEM) of --tls-cert")
+	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP under --auth token on a non-loopback address: only behind a proxy that terminates TLS")
 	tokenTTL := fs.Duration("worker-token-ttl", runtime.WorkerTokenTTLDefault, "how long a worker token lasts; connected workers renew theirs at half of it")
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags
@@ -92,8 +95,18 @@ func runServer(args []string) error {
 		return badFlagf(fs, "--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", *metricsAddr)
 	case *data == "":
 		return badFlagf(fs, "--data is empty")
+	case (*tlsCert == "") != (*tlsKey == ""):
+		return badFlagf(fs, "--tls-cert and --tls-key go together")
+	case mode == transport.AuthToken && !loopback(*addr) && *tlsCert == "" && !*insecureHTTP:
+		return badFlagf(fs, "--auth token on %s, a non-loopback address, would send API keys and tokens in clear text: give --tls-cert and --tls-key, or --insecure-http behind a proxy that terminates TLS", *addr)
 	case *tokenTTL < workerTokenTTLMin || *tokenTTL > workerTokenTTLMax:
 		return badFlagf(fs, "--worker-token-ttl %s: want %s..%s", *tokenTTL, workerTokenTTLMin, workerTokenTTLMax)
+	}
+	var certs *transport.CertReloader
+	if *tlsCert != "" {
+		if certs, err = transport.NewCertReloader(*tlsCert, *tlsKey, log); err != nil {
+			return badFlag(fs, err)
+		}
 	}
 	if err := os.MkdirAll(*data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -122,8 +135,19 @@ func runServer(args []string) error {
 		return err
 	}
 	srv := transport.NewHTTPServer(api, log)
+	scheme := "http"
+	if certs != nil {
+		srv.TLSConfig, scheme = certs.TLSConfig(), "https"
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(transport.LimitListener(ln, *maxConns)) }()
+	go func() {
+		limited := transport.LimitListener(ln, *maxConns)
+		if scheme == "https" {
+			served <- srv.ServeTLS(limited, "", "")
+			return
+		}
+		served <- srv.Serve(limited)
+	}()
 	if *metricsAddr != "" {
 		mln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
@@ -135,7 +159,7 @@ func runServer(args []string) error {
 		log.Info("serving /metrics without a credential", zap.String("metrics_addr", mln.Addr().String()))
 	}
 	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()), zap.String("auth", *auth),
-		zap.String("dashboard", "http://"+ln.Addr().String()+"/"),
+		zap.String("dashboard", scheme+"://"+ln.Addr().String()+"/"),
 		zap.Int("procs", goruntime.GOMAXPROCS(0)))
 
 	// Recovery (checkpoint, tail replay, lease grace) runs while /healthz already answers.

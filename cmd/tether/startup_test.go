@@ -127,6 +127,10 @@ func TestServerStartUpPaths(t *testing.T) {
 			{[]string{"--auth", "tokens"}, `--auth "tokens"`},
 			{[]string{"--auth", "none", "--addr", "0.0.0.0:0"}, "loopback"},
 			{[]string{"--metrics-addr", "0.0.0.0:9090"}, "--metrics-addr"},
+			{[]string{"--auth", "token", "--addr", "0.0.0.0:0"}, "clear text"},
+			{[]string{"--tls-cert", "cert.pem"}, "--tls-cert and --tls-key go together"},
+			{[]string{"--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"}, "--tls-cert"},
+			{[]string{"--worker-token-ttl", "1s"}, "--worker-token-ttl"},
 		} {
 			dir := filepath.Join(t.TempDir(), "data")
 			args := append([]string{"server", "--data", dir}, tc.args...)

@@ -52,6 +52,8 @@ func runWorker(args []string) error {
 	killGrace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM, how long a stopped or timed-out command has before SIGKILL")
 	fatal := fs.String("fatal-exit-codes", "", "exit codes that fail a job for good (no retry), comma-separated")
 	transportName := fs.String("transport", client.TransportAuto, "auto (WebSocket, long-poll where it is refused), websocket, or longpoll")
+	var ca caCert
+	ca.register(fs)
 	var env envFlags
 	fs.Var(&env, "env", "give every job the worker's variable KEY, or KEY=VALUE (repeatable); jobs get the worker's environment without any TETHER_* variable, and never the token")
 	tokenFile := fs.String("token-file", "", "a file (mode 0600) that holds the worker token and is rewritten atomically each time the worker renews it; if it does not exist yet, the worker registers with --token and writes it")
@@ -110,7 +112,7 @@ func runWorker(args []string) error {
 		close(hurry)
 	}()
 
-	reg := registration{server: server, name: *name, queues: splitList(*queue), capacity: *capacity, key: key, stateDir: *stateDir, log: log}
+	reg := registration{server: server, hc: ca.httpClient(), name: *name, queues: splitList(*queue), capacity: *capacity, key: key, stateDir: *stateDir, log: log}
 	if *tokenFile == "" && !strings.HasPrefix(*token, runtime.WorkerTokenPrefix) {
 		unlock, err := reg.claim()
 		if err != nil {
@@ -150,7 +152,7 @@ func runWorker(args []string) error {
 		}
 		w := &client.Worker{
 			Server: server, Token: workerToken, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
-			Grace: *grace, Hurry: hurry, Handler: command.Handler(), OnTokenRenewed: keep,
+			Grace: *grace, Hurry: hurry, Handler: command.Handler(), OnTokenRenewed: keep, TLSConfig: ca.config,
 		}
 		err = w.Run(ctx)
 		if stored && reg.forgetIfUnknown(err) {
@@ -188,6 +190,7 @@ func splitList(s string) []string {
 // restart neither spends another enroll use nor leaves the old worker behind.
 type registration struct {
 	server, name string
+	hc           *http.Client
 	queues       []string
 	capacity     int
 	key          ed25519.PrivateKey
@@ -294,7 +297,7 @@ func (g *registration) token(ctx context.Context, enrollToken string) (string, e
 // register registers the worker, retrying while the server cannot be reached.
 func (g *registration) register(ctx context.Context, enrollToken string) (*wire.Registration, error) {
 	for attempt := 1; ; attempt++ {
-		reg, err := register(ctx, g.server, enrollToken, g.name, g.queues, g.capacity, g.key)
+		reg, err := register(ctx, client.New(g.server, enrollToken, g.hc), g.name, g.queues, g.capacity, g.key)
 		var apiErr *client.Error
 		switch {
 		case err == nil:
@@ -432,12 +435,12 @@ func intList(s string) ([]int, error) {
 	return out, nil
 }
 
-func register(ctx context.Context, server, enrollToken, name string, queues []string, capacity int, key ed25519.PrivateKey) (*wire.Registration, error) {
+func register(ctx context.Context, c *client.Client, name string, queues []string, capacity int, key ed25519.PrivateKey) (*wire.Registration, error) {
 	req := wire.RegisterRequest{Name: name, Queues: queues, Capacity: capacity}
 	if key != nil {
 		req.PublicKey = base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
 	}
-	return client.New(server, enrollToken, nil).RegisterWorker(ctx, req)
+	return c.RegisterWorker(ctx, req)
 }
 
 func workerRegister(args []string) error {
@@ -458,7 +461,7 @@ func workerRegister(args []string) error {
 			return err
 		}
 	}
-	reg, err := register(context.Background(), cf.server, cf.token, *name, splitList(*queue), *capacity, key)
+	reg, err := register(context.Background(), cf.client(), *name, splitList(*queue), *capacity, key)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -42,6 +43,8 @@ type Config struct {
 	Duration time.Duration
 	// Progress, if set, is called with the jobs completed so far about ten times a second.
 	Progress func(done, total int)
+	// TLS, if set, is the TLS configuration for an https server (a private CA's RootCAs).
+	TLS *tls.Config
 }
 
 // Result is what a run measured.
@@ -103,8 +106,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if total <= 0 {
 		return Result{}, errors.New("bench: nothing to do: give --jobs, or --rate and --duration")
 	}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}}
-	if _, err := newProducer(cfg.Server, cfg.Token); err != nil {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, TLSClientConfig: cfg.TLS}}
+	if _, err := newProducer(cfg.Server, cfg.Token, cfg.TLS); err != nil {
 		return Result{}, err
 	}
 	var tag [6]byte
@@ -141,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			return Result{}, fmt.Errorf("bench: registering worker %d: %w", i, err)
 		}
-		w := &client.Worker{Server: cfg.Server, Token: reg.WorkerToken, Capacity: 1, Transport: "websocket", HTTPClient: hc,
+		w := &client.Worker{Server: cfg.Server, Token: reg.WorkerToken, Capacity: 1, Transport: "websocket", HTTPClient: hc, TLSConfig: cfg.TLS,
 			OnConnect: func(string) { connected <- struct{}{} },
 			Handler: func(_ context.Context, j *client.Job) (any, error) {
 				var p payload
@@ -243,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				select {
 				case p = <-idle:
 				default:
-					p, _ = newProducer(cfg.Server, cfg.Token) // checked above
+					p, _ = newProducer(cfg.Server, cfg.Token, cfg.TLS) // checked above
 				}
 				submitOne(p, at)
 				idle <- p // never blocks: at most cap(sem) are made
@@ -252,7 +255,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	} else {
 		for range cfg.Producers {
 			producers.Add(1)
-			p, _ := newProducer(cfg.Server, cfg.Token) // checked above
+			p, _ := newProducer(cfg.Server, cfg.Token, cfg.TLS) // checked above
 			go func() {
 				defer producers.Done()
 				defer p.close()

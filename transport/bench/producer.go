@@ -26,6 +26,7 @@ import (
 type producer struct {
 	addr, host string
 	tls        bool
+	tlsConfig  *tls.Config
 	header     []byte // the request line and headers, up to the Content-Length value
 	conn       net.Conn
 	r          *bufio.Reader
@@ -33,12 +34,12 @@ type producer struct {
 	body       bytes.Buffer // the answer's body
 }
 
-func newProducer(server, token string) (*producer, error) {
+func newProducer(server, token string, tlsConfig *tls.Config) (*producer, error) {
 	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("bench: server URL %q is not http(s)://host[:port]", server)
 	}
-	p := &producer{host: u.Host, addr: u.Host, tls: u.Scheme == "https"}
+	p := &producer{host: u.Host, addr: u.Host, tls: u.Scheme == "https", tlsConfig: tlsConfig}
 	switch {
 	case u.Port() != "":
 	case p.tls:
@@ -61,7 +62,12 @@ func (p *producer) dial(ctx context.Context) error {
 	}
 	if p.tls {
 		host, _, _ := net.SplitHostPort(p.addr)
-		tc := tls.Client(conn, &tls.Config{ServerName: host})
+		cfg := &tls.Config{}
+		if p.tlsConfig != nil {
+			cfg = p.tlsConfig.Clone()
+		}
+		cfg.ServerName = host
+		tc := tls.Client(conn, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = conn.Close()
 			return err

@@ -86,7 +86,7 @@ func TestProducerAgainstNetHTTP(t *testing.T) {
 		_, _ = io.WriteString(w, `{"id":"j1"}`)
 	}))
 	defer srv.Close()
-	p, err := newProducer(srv.URL, "")
+	p, err := newProducer(srv.URL, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,12 +55,7 @@ type Client struct {
 // hc may be nil for a client with sensible timeouts and keep-alive.
 func New(base, token string, hc *http.Client) *Client {
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-		}}
+		hc = NewHTTPClient(nil)
 	}
 	c := &Client{base: strings.TrimRight(base, "/"), hc: hc}
 	c.token.Store(&token)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -93,6 +94,9 @@ type Worker struct {
 	Transport  string
 	Logger     *zap.Logger
 	HTTPClient *http.Client
+	// TLSConfig, if set, is the TLS configuration of the WebSocket and, when HTTPClient is nil,
+	// of the HTTP requests (TLSConfigWithCA for a private CA).
+	TLSConfig *tls.Config
 	// Grace is how long running jobs may go on once Run's context ends; the rest are then
 	// stopped and released. 0: none. Hurry, if set and closed, ends the grace early.
 	Grace time.Duration
@@ -153,7 +157,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("tether: transport %q is not auto, websocket or longpoll", w.Transport)
 	}
 	r := &runner{w: w, tasks: map[string]*task{}, linkUp: make(chan struct{}), freed: make(chan struct{}, 1),
-		tighter: make(chan struct{}, 1), api: New(w.Server, w.Token, w.HTTPClient), log: w.Logger,
+		tighter: make(chan struct{}, 1), api: New(w.Server, w.Token, w.httpClient()), log: w.Logger,
 		idle: make(chan *task), ended: make(chan struct{})}
 	defer close(r.ended)
 	if r.log == nil {
@@ -232,7 +236,14 @@ func permanent(err error) bool {
 	if errors.As(err, &e) {
 		return (e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden) && isTetherCode(e.Code)
 	}
-	return errors.Is(err, errMisconfigured) || closedRevoked(err)
+	return errors.Is(err, errMisconfigured) || closedRevoked(err) || certificateRefused(err)
+}
+
+func (w *Worker) httpClient() *http.Client {
+	if w.HTTPClient == nil && w.TLSConfig != nil {
+		return NewHTTPClient(w.TLSConfig)
+	}
+	return w.HTTPClient
 }
 
 // isTetherCode reports whether an error code is tether's own, not one errorOf made of a bare

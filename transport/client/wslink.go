@@ -177,7 +177,7 @@ func closedRevoked(err error) bool {
 func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	u, _ := wsURL(r.w.Server) // checked by Run
 	var cork *corkConn
-	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment,
+	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment, TLSClientConfig: r.w.TLSConfig,
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			if err != nil {
