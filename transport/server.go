@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/actors/runtime"
 	"github.com/tetherhq/tether/transport/dashboard"
+	"github.com/tetherhq/tether/transport/openapi"
 )
 
 // AuthMode says how clients and workers prove who they are.
@@ -186,6 +187,10 @@ func (s *Server) routes() {
 	dash := dashboard.Handler() // it speaks the API below, with the caller's own key
 	m.Handle("GET /{$}", dash)
 	m.Handle("GET /ui/", dash)
+	m.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapi.JSON)
+	})
 
 	m.Handle("POST /v1/jobs", s.api(authClient, s.submit))
 	m.Handle("POST /v1/jobs/batch", s.api(authClient, s.submitBatch))

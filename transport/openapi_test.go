@@ -1,0 +1,96 @@
+package transport_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+
+	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/openapi"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// The OpenAPI document is valid OpenAPI 3.1, the server serves it, and real answers of a
+// running server match it: a submit, a get, a list, an error, a lease and a worker list.
+func TestOpenAPIDescribesTheAnswers(t *testing.T) {
+	t.Parallel()
+	doc, err := libopenapi.NewDocument(openapi.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := doc.GetVersion(); v != "3.1.0" {
+		t.Fatalf("openapi %s", v)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		for _, e := range verrs {
+			t.Errorf("the document: %s", e.Message)
+		}
+		t.FailNow()
+	}
+
+	h := start(t, transport.AuthNone)
+	reg := h.register("", nil, 1)
+	check := func(method, path, token, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, h.url+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(raw))
+		req.Body = io.NopCloser(strings.NewReader(body))
+		if ok, verrs := v.ValidateHttpRequestResponse(req, resp); !ok {
+			for _, e := range verrs {
+				t.Errorf("%s %s → %d %s: %s (%s)", method, path, resp.StatusCode, raw, e.Message, e.Reason)
+				for _, se := range e.SchemaValidationErrors {
+					t.Errorf("  %s at %s", se.Reason, se.FieldPath)
+				}
+			}
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(raw))
+		return resp
+	}
+	if resp := check("GET", "/v1/openapi.json", "", ""); resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/openapi.json: %d", resp.StatusCode)
+	}
+	resp := check("POST", "/v1/jobs", "", `{"queue":"q","type":"t","payload":{"n":1},"labels":{"a":"b"}}`)
+	var job wire.Job
+	decode(t, resp, &job)
+	check("GET", "/v1/jobs/"+job.ID, "", "")
+	check("GET", "/v1/jobs?limit=10", "", "")
+	check("GET", "/v1/jobs/01NOSUCHJOB00000000000000", "", "")
+	check("POST", "/v1/jobs", "", `{"queue":"","type":"t"}`)
+	if resp := check("POST", "/v1/worker/lease", reg.WorkerToken, `{"max":1,"wait_seconds":0}`); resp.StatusCode != 200 {
+		t.Fatalf("lease: %d", resp.StatusCode)
+	}
+	check("POST", "/v1/worker/heartbeat", reg.WorkerToken, `{"leases":[]}`)
+	check("GET", "/v1/jobs/"+job.ID, "", "")
+	check("GET", "/v1/workers", "", "")
+	check("GET", "/v1/workers?all=true", "", "")
+	check("GET", "/v1/quota", "", "")
+}
+
+func decode(t *testing.T, resp *http.Response, v any) {
+	t.Helper()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
