@@ -569,7 +569,10 @@ func (w *worker) release(h *held) {
 	send = func() {
 		w.sendDirect(f, func(a wire.Frame) {
 			answered = true
-			if a.Error != nil && a.Error.Code != string(actors.CodeLeaseMismatch) && a.Error.Code != string(actors.CodeJobNotFound) {
+			// UNAVAILABLE: the log failed under the release and the server stops; the lease runs
+			// out after its recovery instead.
+			if a.Error != nil && a.Error.Code != string(actors.CodeLeaseMismatch) && a.Error.Code != string(actors.CodeJobNotFound) &&
+				a.Error.Code != string(actors.CodeUnavailable) {
 				w.s.fail("release", "%s's release of job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
 			}
 			if w.leases[h.leaseID] == h {
