@@ -35,8 +35,8 @@ type Tenant struct {
 	// pendingEnroll counts the uses of each enroll token spent by registrations not yet durable.
 	pendingEnroll map[string]int
 	revoking      map[string]bool
-	// renewing counts each worker's token renewals not yet durable: one at a time.
-	renewing map[string]int
+	// renewing holds the workers whose token renewal is not durable yet: one at a time.
+	renewing map[string]bool
 	pipe     pipeline
 }
 
@@ -59,7 +59,7 @@ func (t *Tenant) Recover(env Env) {
 	t.maxActive, t.maxRunning = q.MaxActive, q.MaxRunning
 	t.reservations = map[string]reservation{}
 	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
-	t.pendingEnroll, t.renewing = map[string]int{}, map[string]int{}
+	t.pendingEnroll, t.renewing = map[string]int{}, map[string]bool{}
 	now := env.Now()
 	for _, id := range slices.Sorted(maps.Keys(q.Reservations)) { // timers in a replayable order
 		exp := q.Reservations[id]
@@ -491,7 +491,8 @@ const (
 	TokenRenewGrace = 5 * time.Minute
 	// TokenRenewIntervalMin is how young a token may be renewed at the earliest (or a quarter of
 	// its life, if that is shorter): each renewal is an event, and a worker must not flood the
-	// log with them.
+	// log with them. It is well inside TokenRenewGrace, so a worker that lost a renewal's
+	// answer can renew again with the token it asked with.
 	TokenRenewIntervalMin = time.Minute
 )
 
@@ -511,14 +512,17 @@ func (t *Tenant) renewToken(env Env, m RenewWorkerToken) {
 	case !now.Before(presentedUntil):
 		env.Send(env.Sender(), Done{Err: reject(CodeTokenExpired, "the token this renewal was asked with no longer works")})
 		return
-	case t.renewing[m.WorkerID] > 0 || (m.PresentedHash == w.TokenHash && now.Sub(w.TokenIssuedAt) < min(TokenRenewIntervalMin, w.ExpiresAt.Sub(w.TokenIssuedAt)/4)):
+	case t.renewing[m.WorkerID] || now.Sub(w.TokenIssuedAt) < min(TokenRenewIntervalMin, w.ExpiresAt.Sub(w.TokenIssuedAt)/4):
+		// Whatever token it is asked with: a renewal sent twice (a retry, a duplicate on the
+		// way) must not end the token the first one gave, which the worker may hold by now. A
+		// worker that lost the answer keeps the token it asked with for the grace, and asks again.
 		env.Send(env.Sender(), Done{Err: reject(CodeTokenRenewedRecently, "the worker's token was issued at %s; renew it later", w.TokenIssuedAt.Format(time.RFC3339))})
 		return
 	case !m.ExpiresAt.After(now):
 		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "a new token must expire in the future")})
 		return
 	}
-	t.renewing[m.WorkerID]++
+	t.renewing[m.WorkerID] = true
 	t.pipe.persist(env, []eventlog.Payload{eventlog.WorkerTokenRotated{
 		WorkerID: w.ID, TokenHash: m.TokenHash, ExpiresAt: m.ExpiresAt.UTC(),
 		PreviousTokenHash: m.PresentedHash, PreviousValidUntil: minTime(now.Add(TokenRenewGrace), presentedUntil).UTC(),
@@ -583,9 +587,7 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 	case createdDone:
 		env.Send(d.reply, Created{ID: d.id, Receipt: receiptOf(m.Receipt), Err: err})
 	case renewDone:
-		if t.renewing[d.workerID]--; t.renewing[d.workerID] == 0 {
-			delete(t.renewing, d.workerID)
-		}
+		delete(t.renewing, d.workerID)
 		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	case revokeDone:
 		delete(t.revoking, d.workerID)

@@ -303,3 +303,44 @@ func TestAPIKeyCreateAndRevoke(t *testing.T) {
 	}
 	wantTypes(t, w.Since(0), "tenant.api_key_created", "tenant.api_key_revoked")
 }
+
+// A renewal needs a token a minute old, whichever token asks: a renewal that arrives twice (a
+// retry, a duplicate on the way) renews once, and the token the first gave keeps working. The
+// token a renewal was asked with works for TokenRenewGrace; any older one stops at once; and a
+// revoked worker renews nothing.
+func TestRenewWorkerToken(t *testing.T) {
+	t.Parallel()
+	w := actorstest.New(1, t0)
+	reg := one[actors.Registered](t, w.Call("c", actors.TenantRef("a"), actors.RegisterWorker{Tenant: "a", Name: "w", Queues: []string{"q"},
+		Capacity: 1, TokenHash: "A", ExpiresAt: t0.Add(7 * 24 * time.Hour)}))
+	renew := func(presented, token string) *actors.Rejection {
+		return one[actors.Done](t, w.Call("c", actors.TenantRef("a"), actors.RenewWorkerToken{Tenant: "a", WorkerID: reg.WorkerID,
+			PresentedHash: presented, TokenHash: token, ExpiresAt: w.Clock.Add(7 * 24 * time.Hour)})).Err
+	}
+	wantCode(t, renew("A", "B"), actors.CodeTokenRenewedRecently)
+	w.Advance(actors.TokenRenewIntervalMin)
+	if err := renew("A", "B"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, renew("A", "C"), actors.CodeTokenRenewedRecently) // the same renewal again
+	wantCode(t, renew("B", "C"), actors.CodeTokenRenewedRecently)
+	rec, _ := w.Set.Worker(reg.WorkerID)
+	if rec.TokenHash != "B" || rec.PreviousTokenHash != "A" || !rec.PreviousValidUntil.Equal(w.Clock.Add(actors.TokenRenewGrace)) {
+		t.Fatalf("after one renewal: %+v", rec)
+	}
+	// The answer was lost: the worker asks again with A, in its grace, and B ends.
+	w.Advance(actors.TokenRenewIntervalMin)
+	if err := renew("A", "C"); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ = w.Set.Worker(reg.WorkerID)
+	if rec.TokenHash != "C" || rec.PreviousTokenHash != "A" || !rec.TokenValidUntil("B").IsZero() {
+		t.Fatalf("after a renewal asked with the old token: %+v", rec)
+	}
+	w.Advance(actors.TokenRenewGrace)
+	wantCode(t, renew("A", "D"), actors.CodeTokenExpired) // its grace is over
+	if err := one[actors.Done](t, w.Call("c", actors.TenantRef("a"), actors.RevokeWorker{Tenant: "a", WorkerID: reg.WorkerID})).Err; err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, renew("C", "D"), actors.CodeWorkerRevoked)
+}

@@ -37,7 +37,8 @@ func (s *Sim) setup() error {
 			w := &worker{s: s, name: fmt.Sprintf("%s-w%d", tenant, n), tenant: tenant, queues: queues,
 				capacity: 1 + r.IntN(3), leases: map[string]*held{}, acks: map[string]func(wire.Frame){}}
 			reg := actors.RegisterWorker{Tenant: tenant, Name: w.name, Queues: w.queues, Capacity: w.capacity,
-				TokenHash: "sim-" + w.name, ExpiresAt: s.start.Add(365 * 24 * time.Hour)}
+				TokenHash: "sim-" + w.name, ExpiresAt: s.start.Add(tokenTTL)}
+			w.token = reg.TokenHash
 			if r.IntN(2) == 0 {
 				var seed [ed25519.SeedSize]byte
 				for i := range seed {

@@ -80,13 +80,14 @@ const (
 	ProbeRedrive
 	ProbeUndeliveredReturned
 	ProbeCleanStopReleased
+	ProbeTokenRenewed
 	probeCount
 )
 
 var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_append_and_reply", "idempotent_resubmit_after_crash",
 	"quota_full", "lease_expired_worker_alive", "cancel_while_leased", "nonce_replay_rejected", "recovery_crash",
 	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
-	"clean_stop_released"}
+	"clean_stop_released", "token_renewed"}
 
 func (p Probe) String() string { return probeNames[p] }
 
@@ -185,7 +186,10 @@ type Sim struct {
 	rates [faultClasses]float64
 
 	workload, network, sched, serverRand *rand.Rand
-	faultRand                            [faultClasses]*rand.Rand
+	// renewals draws the workers' early token renewals, apart from the workload, so that the
+	// rest of a run's workload does not change with them.
+	renewals  *rand.Rand
+	faultRand [faultClasses]*rand.Rand
 
 	start       time.Time
 	now         time.Time     // true time; only moves forward
@@ -208,6 +212,8 @@ type Sim struct {
 	workers  []*worker
 	// partitioned holds the parties cut off from the server, until when.
 	partitioned map[string]time.Time
+	// tokens counts the worker tokens the server has made, for their unique names.
+	tokens int
 
 	result    Result
 	violation *Violation
@@ -254,7 +260,7 @@ func newSim(cfg Config) *Sim {
 	s := &Sim{
 		cfg: cfg, start: start, now: start, trace: sha256.New(), partitioned: map[string]time.Time{}, received: map[string]bool{},
 		workload: stream(cfg.Seed, "workload"), network: stream(cfg.Seed, "network"),
-		sched: stream(cfg.Seed, "sched"), serverRand: stream(cfg.Seed, "server"),
+		sched: stream(cfg.Seed, "sched"), serverRand: stream(cfg.Seed, "server"), renewals: stream(cfg.Seed, "renewals"),
 	}
 	for _, f := range cfg.Off {
 		s.off[f] = true

@@ -48,6 +48,11 @@ type worker struct {
 	// starts a new one.
 	hbGen  int
 	hbNext time.Time
+	// token is (the hash of) the worker token it holds; renewing is set while a renewal waits,
+	// and renewals counts them, so that only the last one's answer is taken.
+	token    string
+	renewing bool
+	renewals int
 }
 
 type wconn struct {
@@ -283,6 +288,23 @@ func (v *server) onFrame(w *worker, session string, f wire.Frame) {
 			r := reply.(actors.HeartbeatAck)
 			a := protocol.Ack(f.Ref, r.Err)
 			a.Cancel, a.Unknown = r.CancelRequested, r.Unknown
+			if rec, ok := v.set.Worker(w.id); ok && r.Err == nil {
+				renewIn := max(rec.TokenRenewAt().Sub(s.serverNow()).Seconds(), 0)
+				a.TokenRenewSeconds = &renewIn
+			}
+			send(a)
+		})
+	case wire.FrameRenew:
+		// As transport's renew: the shell makes the new token, the tenant's actor decides.
+		s.tokens++
+		token := fmt.Sprintf("sim-%s-%d", w.name, s.tokens)
+		v.request(w.name, actors.TenantRef(w.tenant), actors.RenewWorkerToken{Tenant: w.tenant, WorkerID: w.id, PresentedHash: f.WorkerToken,
+			TokenHash: token, ExpiresAt: s.serverNow().Add(tokenTTL)}, func(reply any) {
+			r := reply.(actors.Done)
+			a := protocol.Ack(f.Ref, r.Err)
+			if r.Err == nil {
+				a.WorkerToken = token
+			}
 			send(a)
 		})
 	case wire.FrameEvent, wire.FrameComplete, wire.FrameFail, wire.FrameRelease:
@@ -436,6 +458,10 @@ func (w *worker) beat() {
 				}
 			}
 			w.credit()
+			w.checkToken()
+			if a.TokenRenewSeconds != nil && (*a.TokenRenewSeconds <= 0 || s.renewals.IntN(8) == 0) {
+				w.renew() // when told, and now and then too early, which is refused
+			}
 		})
 		s.after(max(every, 2*time.Second), w.name+" heartbeat deadline", func() {
 			if !answered && w.conn == c {
@@ -443,6 +469,51 @@ func (w *worker) beat() {
 			}
 		})
 	}()
+}
+
+// tokenTTL is the life of the simulated workers' tokens. It outlives any run, since a session
+// with an expired token is refused and the simulated worker does not register again; runs
+// renew tokens early instead, which the server takes once a token is a minute old.
+const tokenTTL = 365 * 24 * time.Hour
+
+// renew renews the worker's token over its connection, as the Go client does when a heartbeat's
+// answer says it is due.
+func (w *worker) renew() {
+	s := w.s
+	if w.renewing {
+		return
+	}
+	w.renewing = true
+	w.renewals++
+	c, n := w.conn, w.renewals
+	w.toServer(wire.Frame{Type: wire.FrameRenew, WorkerToken: w.token}, func(a wire.Frame) {
+		if n != w.renewals {
+			return // a later renewal was asked with the token this one renewed: that one's answer counts
+		}
+		w.renewing = false
+		switch {
+		case a.Error == nil:
+			w.token = a.WorkerToken
+			s.probe(ProbeTokenRenewed)
+		case a.Error.Code == string(actors.CodeTokenRenewedRecently), a.Error.Code == string(actors.CodeUnavailable):
+		default:
+			s.fail("token_renewal", "%s's renewal of its token was refused: %s %s", w.name, a.Error.Code, a.Error.Message)
+		}
+	})
+	s.after(2*time.Second, w.name+" renewal deadline", func() {
+		if w.conn == c {
+			w.renewing = false // the answer was lost: ask again when next told
+		}
+	})
+}
+
+// checkToken checks that the server knows the token the worker holds, as its current or its
+// previous one: a renewal the worker was answered is durable, crashes or not.
+func (w *worker) checkToken() {
+	rec, ok := w.s.srv.set.Worker(w.id)
+	if ok && w.token != rec.TokenHash && w.token != rec.PreviousTokenHash {
+		w.s.fail("token_kept", "%s holds token %s, which the server does not know (current %s, previous %s)", w.name, w.token, rec.TokenHash, rec.PreviousTokenHash)
+	}
 }
 
 func (w *worker) drop(leaseID string) {

@@ -58,7 +58,15 @@ func TestWorkerTokenRenewal(t *testing.T) {
 			t.Fatalf("within the grace, a token answers %d %v", st, b)
 		}
 	}
-	// Over the WebSocket. The lease it holds is its own still.
+	// The same renewal asked again at once (a retry, a duplicate) is refused, whichever token
+	// asks: it must not end the token the first one gave.
+	if st, b := h.raw("POST", "/v1/worker/token", reg.WorkerToken, nil); st != http.StatusTooManyRequests {
+		t.Fatalf("a renewal asked again at once with the old token: %d %v", st, b)
+	}
+	// Over the WebSocket, later, with the token it connected with, which is in its grace. The
+	// lease it holds is its own still.
+	h.clock.advance(2 * time.Minute)
+	w.ack(wire.Frame{Type: wire.FrameHeartbeat, Leases: []string{a.LeaseID}}) // the lease outlives the jump
 	ack := w.ack(wire.Frame{Type: wire.FrameRenew})
 	if !*ack.OK || ack.WorkerToken == "" || ack.TokenExpiresAt == nil {
 		t.Fatalf("a renew frame: %+v", ack)

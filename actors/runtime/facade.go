@@ -283,8 +283,9 @@ type Session struct {
 	LeaseTTL          time.Duration
 	Frames            <-chan any
 
-	b   *Broker
-	ref actors.Ref
+	b    *Broker
+	ref  actors.Ref
+	live *Liveness
 }
 
 // framesMax bounds what a session buffers for its connection: assignments never exceed the
@@ -333,7 +334,7 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	if b.cfg.IdleHeartbeat > 0 {
 		every = min(every, b.cfg.IdleHeartbeat)
 	}
-	return &Session{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref}, nil
+	return &Session{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.Liveness(workerID)}, nil
 }
 
 // Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps
@@ -349,7 +350,7 @@ func (s *Session) Heartbeat(ctx context.Context, leases []string) (actors.Heartb
 		err = r.Err
 	}
 	if err == nil {
-		s.b.Liveness(s.WorkerID).heartbeat(s.b.clock(), leases, r.Unknown)
+		s.live.heartbeat(s.b.clock(), leases, r.Unknown)
 	}
 	return r, err
 }
@@ -363,7 +364,7 @@ func (s *Session) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck,
 			err = ack.Err
 		}
 		if err == nil {
-			s.b.Liveness(s.WorkerID).heartbeat(s.b.clock(), leases, ack.Unknown)
+			s.live.heartbeat(s.b.clock(), leases, ack.Unknown)
 		}
 		done(ack, err)
 	})

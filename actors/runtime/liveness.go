@@ -81,24 +81,26 @@ func (b *Broker) Liveness(workerID string) *Liveness {
 	return l
 }
 
+// heard returns worker id's Liveness if it was heard from since the start, else nil.
+func (b *Broker) heard(workerID string) *Liveness {
+	b.live.mu.Lock()
+	defer b.live.mu.Unlock()
+	return b.live.workers[workerID]
+}
+
 // LastSeen is when worker id was last heard from since the start; zero if it was not.
 func (b *Broker) LastSeen(workerID string) time.Time {
-	b.live.mu.Lock()
-	l := b.live.workers[workerID]
-	b.live.mu.Unlock()
-	if l == nil {
-		return time.Time{}
+	if l := b.heard(workerID); l != nil {
+		return l.LastSeen()
 	}
-	return l.LastSeen()
+	return time.Time{}
 }
 
 // LeaseExpiresAt is when a lease runs out as its last heartbeat left it: the heartbeat's time
 // plus the job's lease_ttl, as the job's actor reckons it; or logged, the expiry the log holds,
 // if no later heartbeat extended it.
 func (b *Broker) LeaseExpiresAt(workerID, leaseID string, ttl time.Duration, logged time.Time) time.Time {
-	b.live.mu.Lock()
-	l := b.live.workers[workerID]
-	b.live.mu.Unlock()
+	l := b.heard(workerID)
 	if l == nil {
 		return logged
 	}
