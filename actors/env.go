@@ -23,6 +23,13 @@ type Behaviour interface {
 	Receive(env Env, msg any)
 }
 
+// Checker is a behaviour that states invariants of its state (the `// INVARIANT:` comments in
+// its code). A runtime that checks them (the simulator, the tests) calls CheckInvariants after
+// every message the behaviour handles.
+type Checker interface {
+	CheckInvariants() error
+}
+
 // Env is everything a behaviour may use of the world. Time, randomness and IDs come from it so
 // that the simulator can drive the same code with a virtual clock and a seeded PRNG.
 type Env interface {

@@ -84,8 +84,8 @@ const requestTimeout = 5 * time.Second
 // the dispatcher.
 func toJob(jobID string) func(*server) actors.Ref {
 	return func(v *server) actors.Ref {
-		if c := v.cells[actors.JobRef(jobID)]; c != nil && !c.stopped {
-			return c.ref
+		if v.rt.Bound(actors.JobRef(jobID)) != nil {
+			return actors.JobRef(jobID)
 		}
 		return actors.DispatcherRef()
 	}

@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/cells"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/audit"
@@ -37,14 +36,14 @@ type server struct {
 	mem  *vfs.MemFS
 	disk *disk
 	log  *eventlog.Log
-	set  *projections.Set
+	// rt is the production cell runtime, which this server drives: it picks which cell runs
+	// next (the sched stream), and commits as the group commit does, with faults.
+	rt  *cells.Runtime
+	set *projections.Set // rt's projections
 
-	cells     map[actors.Ref]*cell
-	runnable  []*cell
+	runnable  []*cells.Cell
 	pending   []*persist
-	committer bool                    // a commit item is scheduled
-	timers    map[actors.TimerID]bool // armed and neither fired nor cancelled
-	timerSeq  actors.TimerID
+	committer bool // a commit item is scheduled
 	external  map[string]func(any)
 	extSeq    int
 	polls     map[string]*simPoll // long polls waiting, by session
@@ -57,25 +56,17 @@ type server struct {
 	commits   int
 }
 
-type cell struct {
-	ref       actors.Ref
-	b         actors.Behaviour
-	box       []delivery
-	queued    bool
-	recovered bool
-	stopped   bool
+// mailbox is a cell's home in the simulator: what is scheduled to it, in order.
+type mailbox struct {
+	epoch  int
+	box    []cells.Delivery
+	queued bool // in runnable
 }
 
-type delivery struct {
-	msg    any
-	sender actors.Ref
-	stop   bool
-}
-
+// persist is one Commit waiting for the group commit.
 type persist struct {
-	cell      *cell // nil for the start-up events
 	events    []eventlog.Payload
-	then      any
+	done      func(eventlog.Receipt, error)
 	decidedAt time.Time
 	clock     int // the clock-jump count when it was decided
 }
@@ -104,25 +95,52 @@ func (v *server) start() {
 	}
 	v.set = set
 	v.up, v.recovering = true, true
-	v.cells, v.runnable, v.pending, v.committer = map[actors.Ref]*cell{}, nil, nil, false
-	v.timers, v.external, v.polls = map[actors.TimerID]bool{}, map[string]func(any){}, map[string]*simPoll{}
+	v.runnable, v.pending, v.committer = nil, nil, false
+	v.external, v.polls = map[string]func(any){}, map[string]*simPoll{}
+	v.rt = cells.New(cells.Config{
+		Scheduler: (*scheduler)(v), Committer: (*committer)(v), Clock: &clock{v: v, epoch: v.epoch}, Set: set,
+		Make: func(ref actors.Ref) actors.Behaviour {
+			switch ref.Kind {
+			case actors.RefDispatcher:
+				return actors.NewDispatcher()
+			case actors.RefTenant:
+				return actors.NewTenant(ref.ID, actors.Limits{})
+			case actors.RefJob:
+				return actors.NewJob(ref.ID)
+			}
+			return nil
+		},
+		External: func(to actors.Ref, msg any) {
+			if h := v.external[to.ID]; h != nil {
+				h(msg)
+			}
+		},
+		Rand: s.serverRand,
+		Refused: func(seq uint64, _ eventlog.Payload, err error) {
+			s.fail("projections", "the projections refused seq %d: %v", seq, err)
+		},
+		CheckInvariants: true,
+		Broken: func(ref actors.Ref, err error) {
+			s.fail("behaviour_state", "%s: %v", refName(ref), err)
+		},
+	})
 	if !v.checkRecovered() {
 		return
 	}
 	s.record(fmt.Sprintf("server up at seq %d", l.Head().Seq))
 	if ends := actors.StaleSessionEnds(v.set); len(ends) > 0 {
-		v.pending = append(v.pending, &persist{events: ends, decidedAt: s.serverNow(), clock: s.clockJumps})
+		v.rt.Persist(ends, func(eventlog.Receipt, error) {})
 		if !v.commit() {
 			return
 		}
 	}
 	epoch := v.epoch
-	v.recover(v.cellAt(actors.DispatcherRef()))
+	v.recover(actors.DispatcherRef())
 	for _, ref := range actors.ResumedRefs(v.set) {
 		if v.epoch != epoch {
 			return
 		}
-		v.recover(v.cellAt(ref))
+		v.recover(ref)
 	}
 	if len(v.pending) == 0 {
 		v.recovering = false
@@ -222,7 +240,7 @@ func (v *server) crash(why string) {
 	v.mem = mem
 	v.epoch++
 	v.up, v.recovering = false, false
-	v.cells, v.runnable, v.pending, v.external = nil, nil, nil, nil
+	v.rt, v.runnable, v.pending, v.external = nil, nil, nil, nil
 	s.record(fmt.Sprintf("server crash (%s), %d%% of unsynced WAL blocks kept", why, keep))
 	for _, w := range s.workers {
 		w.serverCrashed()
@@ -247,60 +265,58 @@ func (v *server) shutdown() {
 
 func (v *server) runnableCount() int { return len(v.runnable) }
 
-// cellAt returns the actor at ref, making tenants and jobs on first use as the runtime does.
-func (v *server) cellAt(ref actors.Ref) *cell {
-	if c := v.cells[ref]; c != nil {
-		return c
+// scheduler is the server as the runtime's Scheduler: a mailbox per cell, and the sched stream
+// picks which runnable cell goes next (runOne).
+type scheduler server
+
+func (sc *scheduler) Start(c *cells.Cell) { c.Home = &mailbox{epoch: sc.epoch} }
+
+func (sc *scheduler) Schedule(c *cells.Cell, d cells.Delivery) {
+	mb := c.Home.(*mailbox)
+	if mb.epoch != sc.epoch {
+		return // a cell of a process that crashed
 	}
-	var b actors.Behaviour
-	switch ref.Kind {
-	case actors.RefDispatcher:
-		b = actors.NewDispatcher()
-	case actors.RefTenant:
-		b = actors.NewTenant(ref.ID, actors.Limits{})
-	case actors.RefJob:
-		b = actors.NewJob(ref.ID)
-	default:
-		return nil // a session that is gone
+	mb.box = append(mb.box, d)
+	if !mb.queued {
+		mb.queued = true
+		sc.runnable = append(sc.runnable, c)
 	}
-	c := &cell{ref: ref, b: b}
-	v.cells[ref] = c
-	return c
+}
+
+// committer is the server as the runtime's Committer: commits wait for the group commit, an
+// fsync's time later (scheduleCommit, commit).
+type committer server
+
+func (cm *committer) Commit(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
+	v := (*server)(cm)
+	v.pending = append(v.pending, &persist{events: events, done: done, decidedAt: v.s.serverNow(), clock: v.s.clockJumps})
+	v.scheduleCommit()
+}
+
+// clock is the server's clock for the runtime: timers are items on the simulator's agenda that
+// die with the process that armed them.
+type clock struct {
+	v     *server
+	epoch int
+}
+
+func (c *clock) Now() time.Time { return c.v.s.serverNow() }
+
+func (c *clock) AfterFunc(d time.Duration, f func()) func() {
+	v, epoch := c.v, c.epoch
+	return v.s.after(d, "timer", func() {
+		if v.epoch == epoch {
+			f()
+		}
+	}).Cancel
 }
 
 func (v *server) spawnSession(id string, sink actors.Ref) {
-	v.cells[actors.SessionRef(id)] = &cell{ref: actors.SessionRef(id), b: actors.NewSession(id, sink)}
+	v.rt.Spawn(actors.SessionRef(id), actors.NewSession(id, sink))
 }
 
 // send delivers msg to ref: to an actor's mailbox, or to an external party's handler.
-func (v *server) send(to actors.Ref, msg any, sender actors.Ref) {
-	if to.Kind == actors.RefExternal {
-		if h := v.external[to.ID]; h != nil {
-			h(msg)
-		}
-		return
-	}
-	if c := v.cellAt(to); c != nil {
-		v.enqueue(c, delivery{msg: msg, sender: sender})
-		return
-	}
-	v.bounce(to, msg)
-}
-
-// bounce sends back what a session that is gone cannot take, as the runtime does.
-func (v *server) bounce(to actors.Ref, msg any) {
-	if back, notice, ok := actors.Bounce(msg); ok && to.Kind == actors.RefSession {
-		v.send(back, notice, actors.Ref{})
-	}
-}
-
-func (v *server) enqueue(c *cell, d delivery) {
-	c.box = append(c.box, d)
-	if !c.queued {
-		c.queued = true
-		v.runnable = append(v.runnable, c)
-	}
-}
+func (v *server) send(to actors.Ref, msg any, sender actors.Ref) { v.rt.Send(to, msg, sender) }
 
 // listen registers a handler for what the server sends to External(id); once is for a reply.
 func (v *server) listen(prefix string, once bool, h func(any)) actors.Ref {
@@ -320,37 +336,27 @@ func (v *server) request(prefix string, to actors.Ref, msg any, onReply func(any
 	v.send(to, msg, v.listen(prefix, true, onReply))
 }
 
-// runOne handles one message of an actor the scheduler picks.
+// runOne hands one delivery of a cell the scheduler picks to the runtime.
 func (v *server) runOne() {
 	i := v.s.sched.IntN(len(v.runnable))
 	c := v.runnable[i]
-	d := c.box[0]
-	c.box[0] = delivery{}
-	c.box = c.box[1:]
-	if len(c.box) == 0 {
-		c.queued = false
+	mb := c.Home.(*mailbox)
+	d := mb.box[0]
+	mb.box[0] = cells.Delivery{}
+	mb.box = mb.box[1:]
+	if len(mb.box) == 0 {
+		mb.queued = false
 		v.runnable = slices.Delete(v.runnable, i, i+1)
 	}
-	v.s.record(fmt.Sprintf("actor %s %s", refName(c.ref), msgName(d)))
-	if d.stop {
-		c.stopped = true
-		return
-	}
-	if c.stopped {
-		v.bounce(c.ref, d.msg)
-		return // a dead letter
-	}
-	env := &env{v: v, c: c, sender: d.sender}
-	if !c.recovered {
-		c.recovered = true
-		c.b.Recover(env)
-	}
-	c.b.Receive(env, d.msg)
+	v.s.record(fmt.Sprintf("actor %s %s", refName(c.Ref()), d))
+	v.rt.Handle(c, d)
 }
 
-func (v *server) recover(c *cell) {
-	c.recovered = true
-	c.b.Recover(&env{v: v, c: c})
+// recover brings up the actor at ref before anything reaches it, as start-up does.
+func (v *server) recover(ref actors.Ref) {
+	if c := v.rt.Bind(ref); c != nil {
+		v.rt.Handle(c, cells.Wake())
+	}
 }
 
 func refName(r actors.Ref) string {
@@ -365,16 +371,6 @@ func refName(r actors.Ref) string {
 		return "session/" + r.ID
 	}
 	return "external/" + r.ID
-}
-
-func msgName(d delivery) string {
-	if d.stop {
-		return "stop"
-	}
-	if p, ok := d.msg.(actors.Persisted); ok {
-		return fmt.Sprintf("persisted %T", p.Then)
-	}
-	return fmt.Sprintf("%T", d.msg)
 }
 
 // scheduleCommit puts a group commit on the clock, an fsync's time from now, if none is.
@@ -407,9 +403,7 @@ func (v *server) commit() bool {
 	v.commits++
 	if err := v.log.Err(); err != nil { // failed before, and stopping: nothing more is durable
 		for _, p := range batch {
-			if p.cell != nil {
-				v.enqueue(p.cell, delivery{msg: actors.Persisted{Then: p.then, Err: err}})
-			}
+			p.done(eventlog.Receipt{}, err)
 		}
 		return false
 	}
@@ -452,9 +446,7 @@ func (v *server) commit() bool {
 		v.lastBatch = batch
 		s.record(fmt.Sprintf("disk %s error: %v", kind, res.err))
 		for _, p := range batch {
-			if p.cell != nil {
-				v.enqueue(p.cell, delivery{msg: actors.Persisted{Then: p.then, Err: res.err}})
-			}
+			p.done(eventlog.Receipt{}, res.err)
 		}
 		// A failed log stops the server; what was already decided may still answer with 503.
 		epoch := v.epoch
@@ -475,29 +467,19 @@ func (v *server) commit() bool {
 	seq := r.First
 	for _, p := range batch {
 		for _, pl := range p.events {
-			if err := v.set.Apply(seq, r.Time, pl); err != nil {
-				s.fail("projections", "the projections refused seq %d: %v", seq, err)
-				return false
-			}
 			s.oracle.apply(seq, r.Time, pl, p.decidedAt, p.clock)
 			seq++
 		}
 	}
 	v.synced = eventlog.Head{Seq: r.Last, Hash: r.Hash, Time: r.Time}
 	s.record(fmt.Sprintf("commit seq %d..%d hash %s", r.First, r.Last, r.Hash.String()[:16]))
-	if s.sched.IntN(40) == 0 {
-		v.checkpoint()
-	}
-	if v.commits%50 == 0 && !v.sameAsReplay("the live projections") {
-		return false
-	}
 	if s.strikes(FaultServerCrash, 0.02) {
-		if slices.ContainsFunc(batch, func(p *persist) bool { return p.cell != nil }) {
-			s.probe(ProbeCrashBeforeReply)
-		}
+		s.probe(ProbeCrashBeforeReply)
 		v.crash("after a commit, before its replies")
 		return false
 	}
+	// Each Commit hears of its own events: the runtime folds them into the projections, then
+	// schedules Persisted to the cell that made them.
 	first := r.First
 	for _, p := range batch {
 		last := first + uint64(len(p.events)) - 1
@@ -510,10 +492,17 @@ func (v *server) commit() bool {
 			}
 			rc.Hash = rec.Hash
 		}
-		if p.cell != nil {
-			v.enqueue(p.cell, delivery{msg: actors.Persisted{Then: p.then, Receipt: rc}})
+		p.done(rc, nil)
+		if s.violation != nil {
+			return false
 		}
 		first = last + 1
+	}
+	if s.sched.IntN(40) == 0 {
+		v.checkpoint()
+	}
+	if v.commits%50 == 0 && !v.sameAsReplay("the live projections") {
+		return false
 	}
 	if v.recovering && len(v.pending) == 0 {
 		v.recovering = false
@@ -533,50 +522,3 @@ func (v *server) checkpoint() {
 	}
 	v.s.record(fmt.Sprintf("checkpoint at seq %d", v.set.Seq()))
 }
-
-// env is what a behaviour sees of the simulated world.
-type env struct {
-	v      *server
-	c      *cell
-	sender actors.Ref
-}
-
-func (e *env) Now() time.Time            { return e.v.s.serverNow() }
-func (e *env) Rand() *rand.Rand          { return e.v.s.serverRand }
-func (e *env) Log() *zap.Logger          { return zap.NewNop() }
-func (e *env) Sender() actors.Ref        { return e.sender }
-func (e *env) Send(to actors.Ref, m any) { e.v.send(to, m, e.c.ref) }
-func (e *env) Forward(to actors.Ref, m any, sender actors.Ref) {
-	e.v.send(to, m, sender)
-}
-
-func (e *env) Persist(events []eventlog.Payload, then any) {
-	v := e.v
-	v.pending = append(v.pending, &persist{cell: e.c, events: slices.Clone(events), then: then, decidedAt: v.s.serverNow(), clock: v.s.clockJumps})
-	v.scheduleCommit()
-}
-
-func (e *env) After(d time.Duration, msg any) actors.TimerID {
-	v := e.v
-	v.timerSeq++
-	id, epoch, c := v.timerSeq, v.epoch, e.c
-	v.timers[id] = true
-	v.s.after(d, fmt.Sprintf("timer %s %T", refName(c.ref), msg), func() {
-		if v.epoch == epoch && v.timers[id] {
-			delete(v.timers, id)
-			v.enqueue(c, delivery{msg: msg})
-		}
-	})
-	return id
-}
-
-func (e *env) Cancel(id actors.TimerID) { delete(e.v.timers, id) }
-
-func (e *env) Stop(ref actors.Ref) {
-	if c := e.v.cells[ref]; c != nil {
-		e.v.enqueue(c, delivery{stop: true})
-		delete(e.v.cells, ref)
-	}
-}
-
-func (e *env) Read(fn func(*projections.Set)) { fn(e.v.set) }

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tetherhq/tether/actors/cells"
 )
 
 // Fault is a class of injected fault. Each class draws from its own random stream, so turning
@@ -195,8 +196,7 @@ type Sim struct {
 	now         time.Time     // true time; only moves forward
 	clockOffset time.Duration // the server's clock is now + clockOffset
 	clockJumps  int
-	items       itemHeap
-	itemSeq     uint64
+	agenda      cells.Agenda // what is due when: deliveries, timers, commits, faults
 	steps       int
 	phase       phase
 	healedAt    time.Time // when the liveness phase began
@@ -217,32 +217,6 @@ type Sim struct {
 
 	result    Result
 	violation *Violation
-}
-
-type item struct {
-	at    time.Time
-	seq   uint64
-	label string
-	fn    func()
-}
-
-type itemHeap []*item
-
-func (h itemHeap) Len() int { return len(h) }
-func (h itemHeap) Less(i, j int) bool {
-	if c := h[i].at.Compare(h[j].at); c != 0 {
-		return c < 0
-	}
-	return h[i].seq < h[j].seq
-}
-func (h itemHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *itemHeap) Push(x any)   { *h = append(*h, x.(*item)) }
-func (h *itemHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return it
 }
 
 // stream returns a random stream derived from the seed and a name, independent of the others.
@@ -281,15 +255,16 @@ func newSim(cfg Config) *Sim {
 }
 
 // at schedules fn at true time t.
-func (s *Sim) at(t time.Time, label string, fn func()) {
+func (s *Sim) at(t time.Time, label string, fn func()) *cells.Item {
 	if t.Before(s.now) {
 		t = s.now
 	}
-	s.itemSeq++
-	heap.Push(&s.items, &item{at: t, seq: s.itemSeq, label: label, fn: fn})
+	return s.agenda.At(t, label, fn)
 }
 
-func (s *Sim) after(d time.Duration, label string, fn func()) { s.at(s.now.Add(d), label, fn) }
+func (s *Sim) after(d time.Duration, label string, fn func()) *cells.Item {
+	return s.at(s.now.Add(d), label, fn)
+}
 
 // serverNow is the server's clock: true time moved by the clock jumps.
 func (s *Sim) serverNow() time.Time { return s.now.Add(s.clockOffset) }
@@ -345,15 +320,16 @@ func (s *Sim) fail(invariant, format string, args ...any) {
 // fall at the same instant and the actors' work, the scheduler stream picks.
 func (s *Sim) step() bool {
 	runnable := s.srv.runnableCount() > 0
-	due := len(s.items) > 0 && !s.items[0].at.After(s.now)
+	next, pending := s.agenda.Next()
+	due := pending && !next.At.After(s.now)
 	switch {
 	case runnable && (!due || s.sched.IntN(3) != 0):
 		s.srv.runOne()
-	case len(s.items) > 0:
-		it := heap.Pop(&s.items).(*item)
-		s.now = it.at
-		s.record(it.label)
-		it.fn()
+	case pending:
+		s.agenda.Take()
+		s.now = next.At
+		s.record(next.Label)
+		next.Run()
 	default:
 		return false
 	}

@@ -1,0 +1,34 @@
+// Package cells is the one runtime of tether's behaviours: it owns the ordering rules that make
+// pipelined decisions durable, and every shell (the protoactor host in actors/broker, the
+// deterministic world of actors/actorstest, the simulator) drives it. So the simulator, with
+// every seed, runs the same ordering code as production.
+//
+// A cell is one actor: a Ref, a behaviour and its incarnation. The Runtime binds Refs to cells
+// (making tenant and job cells on first use), hands each message to the Scheduler, and handles
+// a delivery when the scheduler says the cell's turn has come (Handle). What it owns, in the
+// order things happen:
+//
+//  1. Persist hands a behaviour's events to the Committer and returns at once; the behaviour
+//     goes on with its next message. Persists complete in the order they were made.
+//  2. When the committer reports them durable, the runtime applies them to the projections, in
+//     log order, and only then schedules Persisted to the cell that made them: an actor that
+//     hears its events are durable can read them back, and so can anyone it tells.
+//  3. A Persisted or a timer meant for an earlier incarnation of a cell is dropped: the
+//     restarted behaviour rebuilt its state from projections that hold those events. A restart
+//     (Restart) first waits until every persist issued before it is applied.
+//  4. A behaviour recovers (Behaviour.Recover) before its first message.
+//  5. Timers run on the injected Clock and die with their incarnation; a cancelled timer never
+//     fires.
+//  6. Stop unbinds a Ref at once, so the next message to it makes a new cell, and stops the old
+//     cell after the messages already scheduled to it. A message to a session that is gone
+//     bounces (actors.Bounce).
+//  7. A failed commit delivers Persisted with Err set; the server is stopping.
+//
+// The extension points are the Scheduler (protoactor's mailboxes and goroutines, or the
+// simulator's seeded interleaving, or a test's FIFO), the Committer (the event log's group
+// commit, or the simulator's, which injects crashes and disk faults there) and the Clock (the
+// wall clock, or a virtual Timeline).
+//
+// Behaviours may state invariants of their state (actors.Checker); with Config.CheckInvariants
+// the runtime checks them after every message, as the simulator and the tests do.
+package cells

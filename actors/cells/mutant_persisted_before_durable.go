@@ -1,0 +1,5 @@
+//go:build mutant_persisted_before_durable
+
+package cells
+
+func init() { mutantPersistedBeforeDurable = true }

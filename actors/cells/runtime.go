@@ -1,0 +1,542 @@
+package cells
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// Scheduler runs cells. Schedule puts a delivery in c's mailbox; later, one at a time per cell,
+// the scheduler hands it to Runtime.Handle. Schedule must not block and may be called from any
+// goroutine the runtime is used on, with the runtime's binding lock held.
+type Scheduler interface {
+	// Start is called once for a new cell, before anything is scheduled to it; a scheduler
+	// keeps its mailbox in Cell.Home.
+	Start(c *Cell)
+	Schedule(c *Cell, d Delivery)
+}
+
+// Committer makes events durable. Commit returns at once; done is called once per Commit, in
+// the order of the calls, with the receipt of the events or the error that stopped them.
+type Committer interface {
+	Commit(events []eventlog.Payload, done func(eventlog.Receipt, error))
+}
+
+// Clock is the runtime's time. AfterFunc calls f once d has passed (on any goroutine) unless
+// stop is called first.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) (stop func())
+}
+
+// Config configures a Runtime.
+type Config struct {
+	Scheduler Scheduler
+	Committer Committer
+	Clock     Clock
+	// Set is the projections as recovered; the runtime folds every commit into it.
+	Set *projections.Set
+	// Make returns the behaviour of a tenant, job or dispatcher cell made on first use, and nil
+	// for a Ref that cannot be made (a session that is gone).
+	Make func(ref actors.Ref) actors.Behaviour
+	// External delivers a message to a party outside the behaviours (RefExternal).
+	External func(to actors.Ref, msg any)
+	// Rand, if set, is the randomness of every cell (a single-goroutine runtime); otherwise each
+	// cell gets its own stream on first use, seeded from the global one.
+	Rand *rand.Rand
+	// Logger returns a cell's logger, made on first use; nil: no logging.
+	Logger func(ref actors.Ref) *zap.Logger
+	// Applied, if set, is called after each event is folded into the projections, with the
+	// write lock held: the projections at every seq.
+	Applied func(seq uint64, at time.Time, p eventlog.Payload)
+	// Refused is called when the projections refuse a durable event: the fold and the
+	// behaviours disagree. The runtime delivers nothing more of that commit. nil: panic.
+	Refused func(seq uint64, p eventlog.Payload, err error)
+	// CheckInvariants checks a behaviour's invariants (actors.Checker) after every message it
+	// handles, and Broken hears of a failed check (nil: panic).
+	CheckInvariants bool
+	Broken          func(ref actors.Ref, err error)
+}
+
+// Runtime binds Refs to cells and carries out the ordering rules (see the package comment).
+// It is safe for concurrent use by the cells of a concurrent scheduler.
+type Runtime struct {
+	cfg Config
+
+	mu     sync.Mutex // guards cells and the binding of messages to them
+	cells  map[actors.Ref]*Cell
+	closed bool // set under issueMu once no persist may start
+
+	setMu sync.RWMutex // guards set
+	set   *projections.Set
+
+	// issued and applied count persists: issued when handed to the committer, applied once
+	// their events are in the projections (or failed). They complete in the order issued.
+	issueMu sync.Mutex
+	issued  uint64
+	applyMu sync.Mutex
+	applied uint64
+	advance *sync.Cond
+	// deferred holds a commit the apply_after_reply mutant has not applied yet.
+	deferred []func()
+}
+
+// New returns a runtime with no cells.
+func New(cfg Config) *Runtime {
+	if cfg.Set == nil {
+		cfg.Set = projections.New()
+	}
+	rt := &Runtime{cfg: cfg, cells: map[actors.Ref]*Cell{}, set: cfg.Set}
+	rt.advance = sync.NewCond(&rt.applyMu)
+	return rt
+}
+
+// Cell is one actor: a Ref bound to a behaviour, which it runs as an actors.Env. Its fields
+// other than Home belong to the runtime and are used only on the cell's turn.
+type Cell struct {
+	rt   *Runtime
+	ref  actors.Ref
+	beh  actors.Behaviour
+	make func() actors.Behaviour
+	// Home is the scheduler's: a protoactor PID, a simulator's mailbox.
+	Home any
+
+	incarnation uint64
+	recovered   bool
+	stopped     bool
+	sender      actors.Ref
+	rand        *rand.Rand
+	log         *zap.Logger
+	timers      map[actors.TimerID]func()
+	timerSeq    actors.TimerID
+}
+
+// Ref names the cell.
+func (c *Cell) Ref() actors.Ref { return c.ref }
+
+// Stopped reports whether the cell has handled its stop; the scheduler may then let it go.
+func (c *Cell) Stopped() bool { return c.stopped }
+
+// Behaviour is what the cell runs now.
+func (c *Cell) Behaviour() actors.Behaviour { return c.beh }
+
+type deliveryKind uint8
+
+const (
+	kindMessage deliveryKind = iota
+	kindPersisted
+	kindTimer
+	kindStop
+	kindWake
+)
+
+// Delivery is one item of a cell's mailbox.
+type Delivery struct {
+	kind        deliveryKind
+	msg         any
+	sender      actors.Ref
+	incarnation uint64
+	timer       actors.TimerID
+}
+
+// Wake is a delivery that only makes the cell recover if it has not yet.
+func Wake() Delivery { return Delivery{kind: kindWake} }
+
+// Msg is the behaviour message the delivery carries, if any.
+func (d Delivery) Msg() any { return d.msg }
+
+// String names the delivery for traces.
+func (d Delivery) String() string {
+	switch d.kind {
+	case kindStop:
+		return "stop"
+	case kindWake:
+		return "wake"
+	case kindPersisted:
+		return fmt.Sprintf("persisted %T", d.msg.(actors.Persisted).Then)
+	case kindTimer:
+		return fmt.Sprintf("timer %T", d.msg)
+	}
+	return fmt.Sprintf("%T", d.msg)
+}
+
+// Send delivers msg from sender to the actor at to: to an external party at once, or into the
+// mailbox of the cell bound to to now, making a tenant, job or dispatcher cell on first use. A
+// message to a session that is gone bounces.
+func (rt *Runtime) Send(to actors.Ref, msg any, sender actors.Ref) {
+	if to.Kind == actors.RefExternal {
+		rt.cfg.External(to, msg)
+		return
+	}
+	rt.mu.Lock()
+	c := rt.bindLocked(to, nil)
+	if c != nil {
+		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
+	}
+	rt.mu.Unlock()
+	if c == nil {
+		rt.bounce(to, msg)
+	}
+}
+
+// SendIfBound delivers msg to the cell bound to to, if there is one, and reports whether it did;
+// it never makes a cell.
+func (rt *Runtime) SendIfBound(to actors.Ref, msg any, sender actors.Ref) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	c := rt.cells[to]
+	if c != nil {
+		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
+	}
+	return c != nil
+}
+
+// Spawn binds ref to a new cell running b (a session, or a behaviour a test places), replacing
+// any cell bound there, and returns it.
+func (rt *Runtime) Spawn(ref actors.Ref, b actors.Behaviour) *Cell {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	delete(rt.cells, ref)
+	return rt.bindLocked(ref, func() actors.Behaviour { return b })
+}
+
+// Bind returns the cell bound to ref, making a tenant, job or dispatcher cell if there is none;
+// nil for a session that is gone.
+func (rt *Runtime) Bind(ref actors.Ref) *Cell {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.bindLocked(ref, nil)
+}
+
+// Bound returns the cell bound to ref, or nil.
+func (rt *Runtime) Bound(ref actors.Ref) *Cell {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.cells[ref]
+}
+
+// Cells returns the cells bound to Refs of kind k.
+func (rt *Runtime) Cells(k actors.RefKind) []*Cell {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var out []*Cell
+	for ref, c := range rt.cells {
+		if ref.Kind == k {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (rt *Runtime) bindLocked(ref actors.Ref, make func() actors.Behaviour) *Cell {
+	if c := rt.cells[ref]; c != nil {
+		return c
+	}
+	var b actors.Behaviour
+	if make == nil {
+		if ref.Kind == actors.RefSession {
+			return nil // a session is made only by Spawn: one that is gone stays gone
+		}
+		if b = rt.cfg.Make(ref); b == nil {
+			return nil
+		}
+		make = func() actors.Behaviour { return rt.cfg.Make(ref) }
+	} else {
+		b = make()
+	}
+	c := &Cell{rt: rt, ref: ref, make: make, beh: b}
+	rt.cells[ref] = c
+	rt.cfg.Scheduler.Start(c)
+	return c
+}
+
+// Stop unbinds ref at once, so the next message to it makes a new cell, and stops the cell
+// that was bound after the messages already scheduled to it.
+func (rt *Runtime) Stop(ref actors.Ref) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if c := rt.cells[ref]; c != nil {
+		delete(rt.cells, ref)
+		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindStop})
+	}
+}
+
+// Forget unbinds c if it is still bound: the scheduler gave up on it (a supervisor that stopped
+// a cell failing too often).
+func (rt *Runtime) Forget(c *Cell) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.cells[c.ref] == c {
+		delete(rt.cells, c.ref)
+	}
+	c.stopTimers()
+}
+
+// bounce sends back what a session that is gone cannot take.
+func (rt *Runtime) bounce(to actors.Ref, msg any) {
+	if back, notice, ok := actors.Bounce(msg); ok && to.Kind == actors.RefSession {
+		rt.Send(back, notice, actors.Ref{})
+	}
+}
+
+// Handle runs one delivery on the cell; the scheduler calls it on the cell's turn.
+func (rt *Runtime) Handle(c *Cell, d Delivery) {
+	if d.kind == kindStop {
+		c.stopped = true
+		c.stopTimers()
+		return
+	}
+	if c.stopped {
+		rt.bounce(c.ref, d.msg) // a dead letter
+		return
+	}
+	switch d.kind {
+	case kindPersisted:
+		if d.incarnation != c.incarnation {
+			return
+		}
+	case kindTimer:
+		_, live := c.timers[d.timer]
+		delete(c.timers, d.timer)
+		if !live || d.incarnation != c.incarnation {
+			return
+		}
+	}
+	c.sender = d.sender
+	if !c.recovered {
+		c.recovered = true
+		c.sender = actors.Ref{}
+		c.beh.Recover(c)
+		c.sender = d.sender
+		rt.check(c)
+	}
+	if d.kind == kindWake {
+		return
+	}
+	c.beh.Receive(c, d.msg)
+	rt.check(c)
+}
+
+func (rt *Runtime) check(c *Cell) {
+	if !rt.cfg.CheckInvariants {
+		return
+	}
+	ch, ok := c.beh.(actors.Checker)
+	if !ok {
+		return
+	}
+	if err := ch.CheckInvariants(); err != nil {
+		if rt.cfg.Broken == nil {
+			panic(fmt.Sprintf("cells: %v broke an invariant: %v", c.ref, err))
+		}
+		rt.cfg.Broken(c.ref, err)
+	}
+}
+
+// Restart replaces the cell's behaviour with b (nil: a fresh one of its kind) that recovers
+// before its next message, as a supervisor does after a panic. What the old incarnation
+// persisted is applied first, and its timers and pending Persisted are dropped. It runs on the
+// cell's turn; with a single-goroutine committer, commit everything pending before calling it.
+func (rt *Runtime) Restart(c *Cell, b actors.Behaviour) {
+	c.stopTimers()
+	c.incarnation++
+	rt.Drain()
+	if b == nil {
+		b = c.make()
+	}
+	c.beh, c.recovered = b, false
+}
+
+// Persist commits events outside any cell (start-up's), through the same path: done is called
+// once they are durable and applied, or failed.
+func (rt *Runtime) Persist(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
+	rt.persist(slices.Clone(events), done)
+}
+
+func (c *Cell) persist(events []eventlog.Payload, then any) {
+	rt, inc := c.rt, c.incarnation
+	events = slices.Clone(events)
+	if mutantPersistedBeforeDurable {
+		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: then}, incarnation: inc})
+		rt.persist(events, func(eventlog.Receipt, error) {})
+		return
+	}
+	rt.persist(events, func(r eventlog.Receipt, err error) {
+		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: then, Receipt: r, Err: err}, incarnation: inc})
+	})
+}
+
+// persist hands events to the committer; once they are durable it folds them into the
+// projections and only then calls then.
+func (rt *Runtime) persist(events []eventlog.Payload, then func(eventlog.Receipt, error)) {
+	rt.issueMu.Lock()
+	if rt.closed {
+		rt.issueMu.Unlock()
+		return // a timer fired while the runtime closed; nothing more is committed
+	}
+	rt.issued++
+	rt.cfg.Committer.Commit(events, func(r eventlog.Receipt, err error) { rt.committed(events, r, err, then) })
+	rt.issueMu.Unlock()
+}
+
+// committed applies a commit's events to the projections and only then tells who made them.
+func (rt *Runtime) committed(events []eventlog.Payload, r eventlog.Receipt, err error, then func(eventlog.Receipt, error)) {
+	ok := true
+	if err == nil {
+		if mutantApplyAfterReply {
+			// The planted bug: the projections catch up on the next commit, after the replies.
+			pending := rt.deferred
+			rt.deferred = []func(){func() { rt.apply(events, r) }}
+			for _, f := range pending {
+				f()
+			}
+		} else {
+			ok = rt.apply(events, r)
+		}
+	}
+	if ok {
+		then(r, err)
+	}
+	rt.applyMu.Lock()
+	rt.applied++
+	rt.advance.Broadcast()
+	rt.applyMu.Unlock()
+}
+
+func (rt *Runtime) apply(events []eventlog.Payload, r eventlog.Receipt) bool {
+	rt.setMu.Lock()
+	defer rt.setMu.Unlock()
+	for i, p := range events {
+		seq := r.First + uint64(i)
+		if err := rt.set.Apply(seq, r.Time, p); err != nil {
+			if rt.cfg.Refused == nil {
+				panic(fmt.Sprintf("cells: the projections refused durable seq %d: %v", seq, err))
+			}
+			rt.cfg.Refused(seq, p, err)
+			return false
+		}
+		if rt.cfg.Applied != nil {
+			rt.cfg.Applied(seq, r.Time, p)
+		}
+	}
+	return true
+}
+
+// Drain waits until every persist issued so far is applied. With a single-goroutine
+// committer, it must be called only when none is pending.
+func (rt *Runtime) Drain() {
+	rt.issueMu.Lock()
+	target := rt.issued
+	rt.issueMu.Unlock()
+	rt.applyMu.Lock()
+	for rt.applied < target {
+		rt.advance.Wait()
+	}
+	rt.applyMu.Unlock()
+}
+
+// Close refuses every persist from now on (a timer that fires late commits nothing) and waits
+// for those in flight. The projections are then the caller's alone.
+func (rt *Runtime) Close() {
+	rt.issueMu.Lock()
+	rt.closed = true
+	rt.issueMu.Unlock()
+	rt.Drain()
+}
+
+// Read runs fn with the projections under the read lock. fn must not keep or modify what it
+// reads.
+func (rt *Runtime) Read(fn func(*projections.Set)) {
+	rt.setMu.RLock()
+	defer rt.setMu.RUnlock()
+	fn(rt.set)
+}
+
+// Set returns the projections, for a single-goroutine driver or once the runtime is closed.
+func (rt *Runtime) Set() *projections.Set { return rt.set }
+
+// The actors.Env methods. They run on the cell's turn.
+
+// Now is the runtime's clock.
+func (c *Cell) Now() time.Time { return c.rt.cfg.Clock.Now() }
+
+// Rand is the runtime's shared randomness, or a stream of the cell's own made on first use
+// (most job cells draw only a nonce). Secrets never come from here but from crypto/rand.
+func (c *Cell) Rand() *rand.Rand {
+	if c.rt.cfg.Rand != nil {
+		return c.rt.cfg.Rand
+	}
+	if c.rand == nil {
+		c.rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return c.rand
+}
+
+// Log returns the cell's logger, made on first use because most cells never log.
+func (c *Cell) Log() *zap.Logger {
+	if c.log == nil {
+		if c.rt.cfg.Logger == nil {
+			c.log = zap.NewNop()
+		} else {
+			c.log = c.rt.cfg.Logger(c.ref)
+		}
+	}
+	return c.log
+}
+
+// Sender is who sent the message being handled.
+func (c *Cell) Sender() actors.Ref { return c.sender }
+
+// Persist hands events to the committer; Persisted{Then: then} comes back once they are durable
+// and applied.
+func (c *Cell) Persist(events []eventlog.Payload, then any) { c.persist(events, then) }
+
+// Send delivers msg to an actor, from this cell.
+func (c *Cell) Send(to actors.Ref, msg any) { c.rt.Send(to, msg, c.ref) }
+
+// Forward delivers msg as if sender had sent it.
+func (c *Cell) Forward(to actors.Ref, msg any, sender actors.Ref) { c.rt.Send(to, msg, sender) }
+
+// After delivers msg to this incarnation of the cell once d has passed on the clock.
+func (c *Cell) After(d time.Duration, msg any) actors.TimerID {
+	c.timerSeq++
+	id, inc, rt := c.timerSeq, c.incarnation, c.rt
+	if c.timers == nil {
+		c.timers = map[actors.TimerID]func(){}
+	}
+	c.timers[id] = rt.cfg.Clock.AfterFunc(d, func() {
+		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindTimer, msg: msg, incarnation: inc, timer: id})
+	})
+	return id
+}
+
+// Cancel stops a timer of this cell; it will not fire.
+func (c *Cell) Cancel(id actors.TimerID) {
+	if stop := c.timers[id]; stop != nil {
+		stop()
+		delete(c.timers, id)
+	}
+}
+
+// Stop stops the actor at ref after the messages already sent to it.
+func (c *Cell) Stop(ref actors.Ref) { c.rt.Stop(ref) }
+
+// Read runs fn with the committed projections.
+func (c *Cell) Read(fn func(*projections.Set)) { c.rt.Read(fn) }
+
+func (c *Cell) stopTimers() {
+	for id, stop := range c.timers {
+		stop()
+		delete(c.timers, id)
+	}
+}
+
+var _ actors.Env = (*Cell)(nil)
