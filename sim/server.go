@@ -312,7 +312,7 @@ func (c *clock) AfterFunc(d time.Duration, f func()) func() {
 }
 
 func (v *server) spawnSession(id string, sink actors.Ref) {
-	v.rt.Spawn(actors.SessionRef(id), actors.NewSession(id, sink))
+	v.rt.Spawn(actors.SessionRef(id), func() actors.Behaviour { return actors.NewSession(id, sink) })
 }
 
 // send delivers msg to ref: to an actor's mailbox, or to an external party's handler.

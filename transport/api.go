@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -50,7 +50,7 @@ func toAPIError(err error) *apiError {
 		return &apiError{status: wire.StatusOf(string(rej.Code)), code: string(rej.Code), message: rej.Message, details: rej.Details}
 	case errors.As(err, &tooBig):
 		return errorf(http.StatusRequestEntityTooLarge, string(actors.CodePayloadTooLarge), "the body is larger than %d bytes", tooBig.Limit)
-	case errors.Is(err, runtime.ErrClosed):
+	case errors.Is(err, broker.ErrClosed):
 		return errorf(http.StatusServiceUnavailable, string(actors.CodeUnavailable), "the server is shutting down")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return errorf(http.StatusServiceUnavailable, string(actors.CodeUnavailable), "the request ended before the broker answered: %v", err)
@@ -101,7 +101,7 @@ const (
 type request struct {
 	*http.Request
 	w  http.ResponseWriter
-	b  *runtime.Broker
+	b  *broker.Broker
 	by principal
 }
 
@@ -226,7 +226,7 @@ func bearer(r *http.Request) string {
 
 var errNoCredential = errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "this endpoint needs a credential: Authorization: Bearer <token>")
 
-func (s *Server) authenticate(b *runtime.Broker, r *http.Request, kind authKind) (principal, error) {
+func (s *Server) authenticate(b *broker.Broker, r *http.Request, kind authKind) (principal, error) {
 	token := bearer(r)
 	open := s.cfg.Auth == AuthNone
 	switch kind {
@@ -292,7 +292,7 @@ func (s *Server) authenticate(b *runtime.Broker, r *http.Request, kind authKind)
 		if wk.Revoked {
 			return principal{}, errorf(http.StatusForbidden, string(actors.CodeWorkerRevoked), "worker %s is revoked", wk.ID)
 		}
-		if until := wk.TokenValidUntil(runtime.TokenHash(token)); !s.clock().Before(until) {
+		if until := wk.TokenValidUntil(broker.TokenHash(token)); !s.clock().Before(until) {
 			if until != wk.ExpiresAt {
 				return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "this worker token was renewed, and stopped working at %s; use the new one", until.Format(time.RFC3339))
 			}

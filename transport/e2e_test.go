@@ -20,7 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
@@ -38,7 +38,7 @@ func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 // harness is a broker and its HTTP server on a real loopback socket.
 type harness struct {
 	t     *testing.T
-	b     *runtime.Broker
+	b     *broker.Broker
 	api   *transport.Server
 	url   string
 	clock *clock
@@ -47,15 +47,15 @@ type harness struct {
 
 const adminToken = "test-admin-token-0123456789"
 
-func start(t *testing.T, auth transport.AuthMode, configure ...func(*runtime.Config)) *harness {
+func start(t *testing.T, auth transport.AuthMode, configure ...func(*broker.Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: &clock{}}
 	log := zaptest.NewLogger(t)
-	cfg := runtime.Config{Dir: t.TempDir(), Logger: log, Clock: h.clock.now}
+	cfg := broker.Config{Dir: t.TempDir(), Logger: log, Clock: h.clock.now}
 	for _, c := range configure {
 		c(&cfg)
 	}
-	b, err := runtime.Open(cfg)
+	b, err := broker.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/transporttest"
@@ -31,7 +31,7 @@ func startObserved(t *testing.T, auth transport.AuthMode) (*harness, *observer.O
 	core, logs := observer.New(zapcore.DebugLevel)
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
 	h := &harness{t: t, clock: &clock{}}
-	b, err := runtime.Open(runtime.Config{Dir: t.TempDir(), Logger: log, Clock: h.clock.now})
+	b, err := broker.Open(broker.Config{Dir: t.TempDir(), Logger: log, Clock: h.clock.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestAPIRefusesWhatItCannotMeanSilently(t *testing.T) {
 // admin token; a listener of its own (MetricsHandler, for --metrics-addr) serves it without.
 func TestMetricsNeedACredentialUnderTokenAuth(t *testing.T) {
 	t.Parallel()
-	b, err := runtime.Open(runtime.Config{Dir: t.TempDir()})
+	b, err := broker.Open(broker.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -136,7 +136,7 @@ func (s *Server) getJob(r *request) error {
 
 // liveJob is jobOf with what the broker knows beyond the log: a lease's expiry as its last
 // heartbeat extended it.
-func liveJob(b *runtime.Broker, j *projections.Job, now time.Time) wire.Job {
+func liveJob(b *broker.Broker, j *projections.Job, now time.Time) wire.Job {
 	out := jobOf(j, now)
 	if l := out.Lease; l != nil {
 		l.ExpiresAt = b.LeaseExpiresAt(l.WorkerID, l.LeaseID, j.LeaseTTL, l.ExpiresAt)
@@ -240,7 +240,7 @@ func (s *Server) release(r *request) error {
 
 func (s *Server) quota(r *request) error { return r.reply(http.StatusOK, quotaOf(r.b, r.by.tenant)) }
 
-func quotaOf(b *runtime.Broker, tenant string) wire.Quota {
+func quotaOf(b *broker.Broker, tenant string) wire.Quota {
 	q := b.Quota(tenant)
 	return wire.Quota{Tenant: tenant, MaxActive: q.MaxActive, MaxRunning: q.MaxRunning, Active: q.Active, Running: q.Running,
 		Reservations: len(q.Reservations)}
@@ -311,7 +311,7 @@ func (s *Server) register(r *request) error {
 	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
 		return err
 	}
-	reg, err := r.b.RegisterWorker(r.Context(), r.by.tenant, runtime.WorkerSpec{
+	reg, err := r.b.RegisterWorker(r.Context(), r.by.tenant, broker.WorkerSpec{
 		Name: req.Name, Queues: req.Queues, Capacity: req.Capacity, PublicKey: req.PublicKey, Labels: req.Labels, EnrollTokenID: r.by.enrollID,
 	})
 	if err != nil {

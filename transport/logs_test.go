@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
@@ -36,7 +36,7 @@ func TestLogsCarryCodesAndNoSecrets(t *testing.T) {
 		}
 		return nil
 	})
-	b, err := runtime.Open(runtime.Config{Dir: "/data", FS: errorfs.Wrap(vfs.NewMem(), fault), Logger: log})
+	b, err := broker.Open(broker.Config{Dir: "/data", FS: errorfs.Wrap(vfs.NewMem(), fault), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestLogsCarryCodesAndNoSecrets(t *testing.T) {
 func TestRequestIDs(t *testing.T) {
 	t.Parallel()
 	core, logs := observer.New(zapcore.DebugLevel)
-	b, err := runtime.Open(runtime.Config{Dir: "/data", FS: vfs.NewMem(), Logger: zap.NewNop()})
+	b, err := broker.Open(broker.Config{Dir: "/data", FS: vfs.NewMem(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func (s *Server) serveMetrics(r *request) error {
 			e.sample("tether_workers_connected", float64(byTransport[t]), "transport", t)
 		}
 	})
-	st, head := r.b.Log().Stats(), r.b.Head()
+	st, head := r.b.LogStats(), r.b.Head()
 	e.family("tether_log_events_total", "counter", "Events made durable by this process.")
 	e.sample("tether_log_events_total", float64(st.Events))
 	e.family("tether_log_head_seq", "gauge", "Seq of the newest durable event.")
@@ -104,7 +104,7 @@ func (s *Server) serveMetrics(r *request) error {
 		e.histogram(h.name, h.h)
 	}
 	e.family("tether_log_size_bytes", "gauge", "Disk space the event log's store takes.")
-	e.sample("tether_log_size_bytes", float64(r.b.Log().DiskBytes()))
+	e.sample("tether_log_size_bytes", float64(r.b.LogBytes()))
 	ckptSeq, ckptCovers := r.b.Checkpoint()
 	e.family("tether_checkpoint_seq", "gauge", "Seq up to which the newest projection checkpoint covers the log; 0 before the first.")
 	e.sample("tether_checkpoint_seq", float64(ckptSeq))

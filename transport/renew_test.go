@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
@@ -123,7 +123,7 @@ func TestWorkerWorksForThirtyDays(t *testing.T) {
 	for _, tr := range []string{client.TransportWebSocket, client.TransportLongPoll} {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
-			h := start(t, transport.AuthNone, func(c *runtime.Config) {
+			h := start(t, transport.AuthNone, func(c *broker.Config) {
 				c.WorkerTokenTTL = 7 * 24 * time.Hour
 				c.IdleHeartbeat = 50 * time.Millisecond // the news of a jump in the clock comes at once
 			})

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport/dashboard"
 	"github.com/tetherhq/tether/transport/openapi"
 )
@@ -55,7 +55,7 @@ type Server struct {
 	cfg    Config
 	log    *zap.Logger
 	clock  func() time.Time
-	broker atomic.Pointer[runtime.Broker]
+	broker atomic.Pointer[broker.Broker]
 	mux    *http.ServeMux
 	ids    *requestIDs
 	polls  pollSessions
@@ -110,7 +110,7 @@ func (s *Server) MetricsHandler() http.Handler {
 }
 
 // Attach makes the server serve b, once b has recovered.
-func (s *Server) Attach(b *runtime.Broker) { s.broker.Store(b) }
+func (s *Server) Attach(b *broker.Broker) { s.broker.Store(b) }
 
 // Shutdown ends the event streams and long polls the server holds open, so http.Server's
 // Shutdown does not wait for them. WebSocket sessions end when the broker closes: each is told
@@ -141,7 +141,7 @@ func (s *Server) Ready() error {
 // Status implements Readiness.
 func (s *Server) Status() any {
 	b := s.broker.Load()
-	head, st := b.Head(), b.Log().Stats()
+	head, st := b.Head(), b.LogStats()
 	return map[string]any{"status": "ready", "head_seq": head.Seq, "head_hash": head.Hash.String(), "events": st.Events, "fsyncs": st.Syncs,
 		"auth": s.cfg.Auth} // the dashboard asks for a key up front under "token
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
@@ -72,10 +72,10 @@ func (ca *testCA) issue(t *testing.T, serial int64, certFile, keyFile string) {
 }
 
 // serveTLS serves a broker's API over HTTPS with the certificate files, through wrap if set.
-func serveTLS(t *testing.T, certs *transport.CertReloader, wrap func(http.Handler) http.Handler) (url string, b *runtime.Broker) {
+func serveTLS(t *testing.T, certs *transport.CertReloader, wrap func(http.Handler) http.Handler) (url string, b *broker.Broker) {
 	t.Helper()
 	log := zaptest.NewLogger(t)
-	b, err := runtime.Open(runtime.Config{Dir: "/data", FS: vfs.NewMem(), Logger: log})
+	b, err := broker.Open(broker.Config{Dir: "/data", FS: vfs.NewMem(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/internal/frames"
 	"github.com/tetherhq/tether/transport/protocol"
@@ -63,14 +63,14 @@ func (s *Server) connect(r *request) error {
 
 type wsConn struct {
 	s         *Server
-	b         *runtime.Broker
+	b         *broker.Broker
 	conn      *websocket.Conn
 	worker    string
 	publicKey string
 	token     string // the worker token in force: the one it connected with, or its renewal
-	live      *runtime.Liveness
+	live      *broker.Liveness
 	log       *zap.Logger
-	sess      *runtime.Session
+	sess      *broker.Session
 
 	// outbox holds frames for the writer: acks pushed from actor goroutines, which must not
 	// block. Its size is bounded by inFlight.

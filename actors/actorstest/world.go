@@ -121,7 +121,9 @@ func (w *World) Inbox(name string) []any {
 }
 
 // Spawn places a behaviour at ref; actors of the other kinds are made on first use.
-func (w *World) Spawn(ref actors.Ref, b actors.Behaviour) { w.rt.Spawn(ref, b) }
+func (w *World) Spawn(ref actors.Ref, b actors.Behaviour) {
+	w.rt.Spawn(ref, func() actors.Behaviour { return b })
+}
 
 // Send queues a message from sender.
 func (w *World) Send(to actors.Ref, msg any, sender actors.Ref) { w.rt.Send(to, msg, sender) }
@@ -226,7 +228,7 @@ func (w *World) Restart(ref actors.Ref, b actors.Behaviour) {
 		w.rt.Restart(c, b)
 		return
 	}
-	w.rt.Spawn(ref, b)
+	w.Spawn(ref, b)
 }
 
 // Connect opens a worker session whose frames land in Inbox(sink), and runs the world. It

@@ -150,6 +150,10 @@ type Delivery struct {
 // Wake is a delivery that only makes the cell recover if it has not yet.
 func Wake() Delivery { return Delivery{kind: kindWake} }
 
+// Droppable reports whether a stopped cell drops the delivery anyway (a Persisted, a timer): no
+// message of a sender is lost with it.
+func (d Delivery) Droppable() bool { return d.kind == kindPersisted || d.kind == kindTimer }
+
 // Msg is the behaviour message the delivery carries, if any.
 func (d Delivery) Msg() any { return d.msg }
 
@@ -199,13 +203,13 @@ func (rt *Runtime) SendIfBound(to actors.Ref, msg any, sender actors.Ref) bool {
 	return c != nil
 }
 
-// Spawn binds ref to a new cell running b (a session, or a behaviour a test places), replacing
-// any cell bound there, and returns it.
-func (rt *Runtime) Spawn(ref actors.Ref, b actors.Behaviour) *Cell {
+// Spawn binds ref to a new cell running what make returns (a session, or a behaviour a test
+// places), replacing any cell bound there, and returns it. A restart calls make again.
+func (rt *Runtime) Spawn(ref actors.Ref, make func() actors.Behaviour) *Cell {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	delete(rt.cells, ref)
-	return rt.bindLocked(ref, func() actors.Behaviour { return b })
+	return rt.bindLocked(ref, make)
 }
 
 // Bind returns the cell bound to ref, making a tenant, job or dispatcher cell if there is none;
@@ -458,6 +462,12 @@ func (rt *Runtime) Read(fn func(*projections.Set)) {
 	rt.setMu.RLock()
 	defer rt.setMu.RUnlock()
 	fn(rt.set)
+}
+
+// View returns the projections with the read lock held until release is called.
+func (rt *Runtime) View() (set *projections.Set, release func()) {
+	rt.setMu.RLock()
+	return rt.set, rt.setMu.RUnlock
 }
 
 // Set returns the projections, for a single-goroutine driver or once the runtime is closed.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/eventlog"
 )
 
@@ -15,7 +15,7 @@ import (
 // server holds are refused with a plain message.
 func TestReplayCommands(t *testing.T) {
 	dir := t.TempDir()
-	b, err := runtime.Open(runtime.Config{Dir: dir})
+	b, err := broker.Open(broker.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 )
 
@@ -61,7 +61,7 @@ func runServer(args []string) error {
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS and WSS with this certificate (PEM; a chain, leaf first); a changed file is picked up without a restart")
 	tlsKey := fs.String("tls-key", "", "the private key (PEM) of --tls-cert")
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP under --auth token on a non-loopback address: only behind a proxy that terminates TLS")
-	tokenTTL := fs.Duration("worker-token-ttl", runtime.WorkerTokenTTLDefault, "how long a worker token lasts; connected workers renew theirs at half of it")
+	tokenTTL := fs.Duration("worker-token-ttl", broker.WorkerTokenTTLDefault, "how long a worker token lasts; connected workers renew theirs at half of it")
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags
 	lf.register(fs)
@@ -164,37 +164,37 @@ func runServer(args []string) error {
 
 	// Recovery (checkpoint, tail replay, lease grace) runs while /healthz already answers.
 	type opened struct {
-		b   *runtime.Broker
+		b   *broker.Broker
 		err error
 	}
 	recovered := make(chan opened, 1)
 	go func() {
-		b, err := runtime.Open(runtime.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL})
+		b, err := broker.Open(broker.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL})
 		recovered <- opened{b, err}
 	}()
 
 	stop, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	var broker *runtime.Broker
+	var core *broker.Broker
 	var failed <-chan struct{}
 	var runErr error
-	for broker == nil && runErr == nil {
+	for core == nil && runErr == nil {
 		select {
 		case o := <-recovered:
 			if o.err != nil {
 				runErr = o.err
 				break
 			}
-			broker, failed = o.b, o.b.Failed()
-			api.Attach(broker)
-			head := broker.Head()
+			core, failed = o.b, o.b.Failed()
+			api.Attach(core)
+			head := core.Head()
 			log.Info("ready", zap.String("data", *data), zap.Uint64("head_seq", head.Seq), zap.Stringer("head_hash", head.Hash))
 		case err := <-served:
 			runErr = err
 		case <-stop.Done():
 			log.Info("shutting down during recovery")
 			if o := <-recovered; o.err == nil {
-				broker = o.b
+				core = o.b
 			}
 			runErr = errStopped
 		}
@@ -204,7 +204,7 @@ func runServer(args []string) error {
 		case <-stop.Done():
 			log.Info("shutting down: no new connections; requests in flight finish, workers are told to go away")
 		case <-failed:
-			runErr = fmt.Errorf("event log failed, stopping: %w", broker.Err())
+			runErr = fmt.Errorf("event log failed, stopping: %w", core.Err())
 		case err := <-served:
 			runErr = err
 		}
@@ -218,8 +218,8 @@ func runServer(args []string) error {
 	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("http shutdown did not finish in time", zap.String("code", "SHUTDOWN_TIMEOUT"), zap.Error(err))
 	}
-	if broker != nil {
-		runErr = errors.Join(runErr, broker.Close())
+	if core != nil {
+		runErr = errors.Join(runErr, core.Close())
 	}
 	api.Wait(ctx)
 	if errors.Is(runErr, errStopped) {

@@ -25,7 +25,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -113,7 +113,7 @@ func runWorker(args []string) error {
 	}()
 
 	reg := registration{server: server, hc: ca.httpClient(), name: *name, queues: splitList(*queue), capacity: *capacity, key: key, stateDir: *stateDir, log: log}
-	if *tokenFile == "" && !strings.HasPrefix(*token, runtime.WorkerTokenPrefix) {
+	if *tokenFile == "" && !strings.HasPrefix(*token, broker.WorkerTokenPrefix) {
 		unlock, err := reg.claim()
 		if err != nil {
 			return err
@@ -140,7 +140,7 @@ func runWorker(args []string) error {
 					log.Error("the renewed worker token could not be written; a restart would use the old one", zap.String("path", *tokenFile), zap.Error(err))
 				}
 			}
-		case !strings.HasPrefix(workerToken, runtime.WorkerTokenPrefix):
+		case !strings.HasPrefix(workerToken, broker.WorkerTokenPrefix):
 			if workerToken, err = reg.token(ctx, *token); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -331,7 +331,7 @@ func (g *registration) fromTokenFile(ctx context.Context, path, initial string) 
 	case !errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("--token-file: %w", err)
 	}
-	if strings.HasPrefix(token, runtime.WorkerTokenPrefix) {
+	if strings.HasPrefix(token, broker.WorkerTokenPrefix) {
 		return token, nil
 	}
 	reg, err := g.register(ctx, token)

@@ -17,7 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/audit"
@@ -38,17 +38,17 @@ type dataDir struct {
 	worker   string
 }
 
-// realDataDir runs a small workload through runtime.Broker and closes it, which saves a
+// realDataDir runs a small workload through broker.Broker and closes it, which saves a
 // checkpoint: jobs that succeed, one with progress, one that fails and is retried, one that
 // fails for good, one cancelled while queued, and one left queued.
 func realDataDir(t *testing.T) dataDir {
 	t.Helper()
 	d := dataDir{dir: t.TempDir()}
-	b, err := runtime.Open(runtime.Config{Dir: d.dir})
+	b, err := broker.Open(broker.Config{Dir: d.dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := b.RegisterWorker(ctx(t), "acme", runtime.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: 1})
+	reg, err := b.RegisterWorker(ctx(t), "acme", broker.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

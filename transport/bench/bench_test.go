@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/bench"
 	"github.com/tetherhq/tether/transport/client"
@@ -20,7 +20,7 @@ const metricsToken = "metrics-token-for-the-bench-test"
 // server starts a real broker behind a real HTTP server, with token auth.
 func server(t testing.TB) (url, apiKey, enroll string) {
 	t.Helper()
-	b, err := runtime.Open(runtime.Config{Dir: t.TempDir()})
+	b, err := broker.Open(broker.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

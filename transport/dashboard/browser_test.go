@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/internal/testtool"
@@ -29,7 +29,7 @@ func TestDashboardInChromium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	log := zaptest.NewLogger(t)
-	b, err := runtime.Open(runtime.Config{Dir: t.TempDir(), Logger: log})
+	b, err := broker.Open(broker.Config{Dir: t.TempDir(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,13 +8,13 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 )
 
 // Serve serves b with cfg until the test ends, then shuts the server down and closes b. It
 // returns the API server and its base URL.
-func Serve(t testing.TB, b *runtime.Broker, cfg transport.Config) (*transport.Server, string) {
+func Serve(t testing.TB, b *broker.Broker, cfg transport.Config) (*transport.Server, string) {
 	t.Helper()
 	api, err := transport.NewServer(cfg)
 	if err != nil {

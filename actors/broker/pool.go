@@ -1,7 +1,7 @@
-package runtime
+package broker
 
 import (
-	goruntime "runtime"
+	"runtime"
 )
 
 // pool is a protoactor dispatcher that runs mailboxes on a fixed set of long-lived goroutines.
@@ -35,7 +35,7 @@ func newPool(workers, throughput int) *pool {
 	return p
 }
 
-func defaultPoolWorkers() int { return 4 * goruntime.GOMAXPROCS(0) }
+func defaultPoolWorkers() int { return 4 * runtime.GOMAXPROCS(0) }
 
 func (p *pool) Schedule(fn func()) {
 	select {

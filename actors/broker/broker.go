@@ -1,9 +1,9 @@
-package runtime
+package broker
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/exp/zapslog"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/cells"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
@@ -46,8 +47,9 @@ type Config struct {
 var ErrClosed = errors.New("runtime: broker closed")
 
 // Broker is the core of tether in one process: the event log, the projections, and the
-// supervised actors that run the behaviours. Its methods are the facade transport calls; each
-// one that changes state returns once its events are durable, with their receipt.
+// supervised actors that run the behaviours on the cell runtime. Its methods are the facade
+// transport calls; each one that changes state returns once its events are durable, with their
+// receipt.
 type Broker struct {
 	cfg Config
 	log *zap.Logger
@@ -55,29 +57,14 @@ type Broker struct {
 	kindLogs [actors.RefExternal + 1]*zap.Logger
 	elog     *eventlog.Log
 	clock    func() time.Time
-	system   *actor.ActorSystem
-	pool     *pool
-	props    map[actors.RefKind]*actor.Props
-
-	mu  sync.RWMutex // guards set
-	set *projections.Set
+	// rt carries the ordering rules; protoactor is its scheduler (scheduler, host) and the log
+	// its committer.
+	rt     *cells.Runtime
+	system *actor.ActorSystem
+	pool   *pool
+	props  map[actors.RefKind]*actor.Props
 
 	live liveness
-
-	refsMu     sync.Mutex
-	dispatcher *actor.PID
-	tenants    map[string]*actor.PID
-	jobs       map[string]*actor.PID
-	sessions   map[string]*actor.PID
-
-	// issued and applied count persists: issued when handed to the log, applied once their
-	// events are in the projections (or failed). They complete in the order they were issued.
-	issueMu sync.Mutex
-	issued  uint64
-	closed  bool // set under issueMu once the log is closed
-	applyMu sync.Mutex
-	applied uint64
-	advance *sync.Cond
 
 	// lastCheckpoint is the seq of the newest checkpoint; checkpointing is set while one is
 	// being written in the background, and checkpoints waits for it.
@@ -115,11 +102,9 @@ func Open(cfg Config) (*Broker, error) {
 	}
 	b := &Broker{
 		cfg: cfg, log: cfg.Logger.Named("broker"), elog: elog, clock: cfg.Clock,
-		tenants: map[string]*actor.PID{}, jobs: map[string]*actor.PID{}, sessions: map[string]*actor.PID{},
 		closing: make(chan struct{}), stopped: make(chan struct{}),
 		changed: make(chan struct{}),
 	}
-	b.advance = sync.NewCond(&b.applyMu)
 	for k := range b.kindLogs {
 		b.kindLogs[k] = b.log.Named(kindName(actors.RefKind(k)))
 	}
@@ -148,11 +133,39 @@ func (b *Broker) rebuildProjections() error {
 	if err != nil {
 		return err
 	}
-	b.set = set
+	b.rt = cells.New(cells.Config{
+		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: wallClock(b.clock), Set: set,
+		Make: b.make,
+		External: func(to actors.Ref, msg any) { to.External.(*sink).deliver(msg) },
+		Logger:   func(ref actors.Ref) *zap.Logger { return b.kindLogs[ref.Kind].With(refField(ref)) },
+		Refused: func(seq uint64, p eventlog.Payload, err error) {
+			b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree",
+				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", eventlog.StreamOf(p)), zap.Error(err))
+		},
+	})
 	b.noteCheckpoint(from)
-	b.log.Info("projections rebuilt", zap.Uint64("checkpoint_seq", from), zap.Uint64("head_seq", b.set.Seq()),
-		zap.Uint64("replayed", b.set.Seq()-from), zap.Duration("took", time.Since(start)))
+	b.log.Info("projections rebuilt", zap.Uint64("checkpoint_seq", from), zap.Uint64("head_seq", set.Seq()),
+		zap.Uint64("replayed", set.Seq()-from), zap.Duration("took", time.Since(start)))
 	return nil
+}
+
+// make returns the behaviour of a tenant, job or dispatcher cell, as Decorate has it.
+func (b *Broker) make(ref actors.Ref) actors.Behaviour {
+	var beh actors.Behaviour
+	switch ref.Kind {
+	case actors.RefDispatcher:
+		beh = actors.NewDispatcher()
+	case actors.RefTenant:
+		beh = actors.NewTenant(ref.ID, b.cfg.Limits)
+	case actors.RefJob:
+		beh = actors.NewJob(ref.ID)
+	default:
+		return nil
+	}
+	if d := b.cfg.Decorate; d != nil {
+		beh = d(ref, beh)
+	}
+	return beh
 }
 
 func (b *Broker) startActors() {
@@ -174,83 +187,43 @@ func (b *Broker) startActors() {
 		strategy := actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)
 		b.props[k] = actor.PropsFromFunc(nil, actor.WithGuardian(strategy), actor.WithDispatcher(b.pool))
 	}
-	b.dispatcher = b.spawn(actors.DispatcherRef(), func() actors.Behaviour { return actors.NewDispatcher() })
-}
-
-func (b *Broker) spawn(ref actors.Ref, make func() actors.Behaviour) *actor.PID {
-	if d := b.cfg.Decorate; d != nil {
-		inner := make
-		make = func() actors.Behaviour { return d(ref, inner()) }
-	}
-	h := newHost(b, ref, make)
-	props := *b.props[ref.Kind]
-	return b.system.Root.Spawn(props.Configure(actor.WithProducer(func() actor.Actor { return h })))
 }
 
 // endStaleSessions logs the end of every session the last run left open: their connections
 // are gone. It runs before any actor starts, so the dispatcher never sees them.
 func (b *Broker) endStaleSessions() error {
-	payloads := actors.StaleSessionEnds(b.set)
+	payloads := actors.StaleSessionEnds(b.rt.Set())
 	if len(payloads) == 0 {
 		return nil
 	}
-	r, err := b.elog.Append(context.Background(), encode(payloads)...)
-	if err != nil {
-		return err
-	}
-	for i, p := range payloads {
-		if err := b.set.Apply(r.First+uint64(i), r.Time, p); err != nil {
-			return err
-		}
-	}
-	return nil
+	var err error
+	b.rt.Persist(payloads, func(_ eventlog.Receipt, e error) { err = e })
+	b.rt.Drain()
+	return err
 }
 
 // resume starts the dispatcher, then the actors of actors.ResumedRefs (tenants with
 // reservations, which arm their expiry timers, and leased jobs, which log a fresh lease_ttl of
 // grace), and returns once all of it is durable.
 func (b *Broker) resume() error {
-	b.mu.RLock()
-	refs := actors.ResumedRefs(b.set)
-	b.mu.RUnlock()
+	var refs []actors.Ref
+	b.rt.Read(func(s *projections.Set) { refs = actors.ResumedRefs(s) })
 	// The dispatcher rebuilds before Open returns, not whenever its mailbox first runs.
-	if _, err := b.system.Root.RequestFuture(b.dispatcher, ping{}, time.Minute).Result(); err != nil {
-		return fmt.Errorf("runtime: starting the dispatcher: %w", err)
-	}
 	leases := 0
-	for _, ref := range refs {
-		var pid *actor.PID
+	for _, ref := range append([]actors.Ref{actors.DispatcherRef()}, refs...) {
 		if ref.Kind == actors.RefJob {
-			pid = b.jobPID(ref.ID)
 			leases++
-		} else {
-			pid = b.tenantPID(ref.ID)
 		}
+		pid := pidOf(b.rt.Bind(ref))
 		if _, err := b.system.Root.RequestFuture(pid, ping{}, time.Minute).Result(); err != nil {
 			return fmt.Errorf("runtime: resuming %s %s: %w", kindName(ref.Kind), ref.ID, err)
 		}
 	}
-	b.drain()
+	b.rt.Drain()
 	if leases > 0 {
 		b.log.Info("leases resumed with a fresh lease_ttl of grace", zap.Int("leases", leases))
 	}
 	return b.elog.Err()
-}
-
-// persist hands a behaviour's events to the log. When they are durable, commit applies them to
-// the projections and then tells the actor.
-func (b *Broker) persist(to *actor.PID, incarnation uint64, payloads []eventlog.Payload, then any) {
-	events := encode(payloads)
-	b.issueMu.Lock()
-	if b.closed {
-		b.issueMu.Unlock()
-		return // a timer fired during Close; the log takes nothing more
-	}
-	b.issued++
-	b.elog.AppendAsync(events, func(r eventlog.Receipt, err error) {
-		b.commit(to, incarnation, payloads, persisted{incarnation: incarnation, p: actors.Persisted{Then: then, Receipt: r, Err: err}})
-	})
-	b.issueMu.Unlock()
 }
 
 // encode turns payloads into events of their streams.
@@ -266,46 +239,6 @@ func encode(payloads []eventlog.Payload) []eventlog.Event {
 	return events
 }
 
-// commit applies an append's events to the projections and only then delivers Persisted: an
-// actor that hears its events are durable can read them back. It runs as the log's completion
-// callback, which the log calls in seq order on its own goroutine (or at once, for an append
-// that fails before it is sequenced), so the projections are folded in log order with no
-// hand-off to another goroutine between an fsync and the replies that wait for it.
-func (b *Broker) commit(to *actor.PID, incarnation uint64, payloads []eventlog.Payload, done persisted) {
-	if r := done.p.Receipt; done.p.Err == nil {
-		b.mu.Lock()
-		for i, p := range payloads {
-			if err := b.set.Apply(r.First+uint64(i), r.Time, p); err != nil {
-				b.mu.Unlock()
-				b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree",
-					zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", r.First+uint64(i)), zap.String("stream", eventlog.StreamOf(p)), zap.Error(err))
-			}
-		}
-		b.mu.Unlock()
-		b.signalChanged()
-	}
-	b.system.Root.Send(to, done)
-	b.applyMu.Lock()
-	b.applied++
-	b.advance.Broadcast()
-	b.applyMu.Unlock()
-	if done.p.Err == nil {
-		b.maybeCheckpoint()
-	}
-}
-
-// drain waits until every persist issued so far is applied.
-func (b *Broker) drain() {
-	b.issueMu.Lock()
-	target := b.issued
-	b.issueMu.Unlock()
-	b.applyMu.Lock()
-	for b.applied < target {
-		b.advance.Wait()
-	}
-	b.applyMu.Unlock()
-}
-
 // maybeCheckpoint starts a checkpoint once CheckpointEvery events, and at least four times as
 // many events as the Set holds jobs, have passed since the last. A checkpoint costs in
 // proportion to the jobs it holds, so the second condition keeps its cost per event constant
@@ -314,11 +247,12 @@ func (b *Broker) drain() {
 // commit only clones the Set (79 ms for 100,000 jobs, against 313 ms to encode it); the
 // encoding and the synced write happen on another goroutine while commits go on.
 func (b *Broker) maybeCheckpoint() {
-	since := b.set.Seq() - b.lastCheckpoint.Load()
-	if since < b.cfg.CheckpointEvery || since < 4*uint64(b.set.JobCount()) || !b.checkpointing.CompareAndSwap(false, true) {
+	set := b.rt.Set() // the log's goroutine, which calls this, is the only one that writes it
+	since := set.Seq() - b.lastCheckpoint.Load()
+	if since < b.cfg.CheckpointEvery || since < 4*uint64(set.JobCount()) || !b.checkpointing.CompareAndSwap(false, true) {
 		return
 	}
-	snapshot := b.set.Clone()
+	snapshot := set.Clone()
 	b.checkpoints.Add(1)
 	go func() {
 		defer b.checkpoints.Done()
@@ -366,118 +300,6 @@ func (b *Broker) Checkpoint() (seq uint64, covers time.Time) {
 	return seq, covers
 }
 
-// send delivers a message to the actor a Ref names, spawning tenant and job actors on first
-// use. A message to a session that is gone bounces (actors.Bounce) or is dropped.
-//
-// A job or session actor is looked up, and the message put in its mailbox, under refsMu; stop
-// unbinds and poisons under it too. So a message either reaches the old actor before its
-// poison pill, or finds the Ref unbound and starts a new actor: none is lost to a stopped
-// mailbox in between.
-func (b *Broker) send(to actors.Ref, msg envelope) {
-	switch to.Kind {
-	case actors.RefExternal:
-		to.External.(*sink).deliver(msg.msg)
-		return
-	case actors.RefDispatcher:
-		b.system.Root.Send(b.dispatcher, msg)
-		return
-	case actors.RefTenant:
-		b.system.Root.Send(b.tenantPID(to.ID), msg)
-	case actors.RefJob:
-		b.refsMu.Lock()
-		b.system.Root.Send(b.jobPIDLocked(to.ID), msg)
-		b.refsMu.Unlock()
-	case actors.RefSession:
-		b.refsMu.Lock()
-		pid := b.sessions[to.ID]
-		if pid != nil {
-			b.system.Root.Send(pid, msg)
-		}
-		b.refsMu.Unlock()
-		if pid == nil {
-			if to, notice, ok := actors.Bounce(msg.msg); ok {
-				b.send(to, envelope{msg: notice})
-			}
-		}
-	}
-}
-
-// sendToLiveJob delivers msg to the job's actor if one is running and reports whether it did;
-// it never starts one.
-func (b *Broker) sendToLiveJob(id string, msg envelope) bool {
-	b.refsMu.Lock()
-	defer b.refsMu.Unlock()
-	pid := b.jobs[id]
-	if pid != nil {
-		b.system.Root.Send(pid, msg)
-	}
-	return pid != nil
-}
-
-func (b *Broker) tenantPID(name string) *actor.PID {
-	b.refsMu.Lock()
-	defer b.refsMu.Unlock()
-	pid := b.tenants[name]
-	if pid == nil {
-		limits := b.cfg.Limits
-		pid = b.spawn(actors.TenantRef(name), func() actors.Behaviour { return actors.NewTenant(name, limits) })
-		b.tenants[name] = pid
-	}
-	return pid
-}
-
-func (b *Broker) jobPID(id string) *actor.PID {
-	b.refsMu.Lock()
-	defer b.refsMu.Unlock()
-	return b.jobPIDLocked(id)
-}
-
-func (b *Broker) jobPIDLocked(id string) *actor.PID {
-	pid := b.jobs[id]
-	if pid == nil {
-		pid = b.spawn(actors.JobRef(id), func() actors.Behaviour { return actors.NewJob(id) })
-		b.jobs[id] = pid
-	}
-	return pid
-}
-
-// stop unbinds a Ref at once, so the next message to it starts a new actor, and stops the old
-// actor after the messages already in its mailbox.
-func (b *Broker) stop(ref actors.Ref) {
-	b.refsMu.Lock()
-	defer b.refsMu.Unlock()
-	var pid *actor.PID
-	switch ref.Kind {
-	case actors.RefJob:
-		pid = b.jobs[ref.ID]
-		delete(b.jobs, ref.ID)
-	case actors.RefSession:
-		pid = b.sessions[ref.ID]
-		delete(b.sessions, ref.ID)
-	}
-	if pid != nil {
-		b.system.Root.Poison(pid)
-	}
-}
-
-// forget drops a binding when its actor stopped on its own (its supervisor gave up on it).
-func (b *Broker) forget(ref actors.Ref, pid *actor.PID) {
-	b.refsMu.Lock()
-	defer b.refsMu.Unlock()
-	var m map[string]*actor.PID
-	switch ref.Kind {
-	case actors.RefJob:
-		m = b.jobs
-	case actors.RefSession:
-		m = b.sessions
-	case actors.RefTenant:
-		m = b.tenants
-	}
-	if bound := m[ref.ID]; bound != nil && bound.Equal(pid) {
-		delete(m, ref.ID)
-	}
-}
-
 // Failed is closed when the event log fails; the server must stop.
 func (b *Broker) Failed() <-chan struct{} { return b.elog.Failed() }
 
@@ -487,8 +309,18 @@ func (b *Broker) Err() error { return b.elog.Err() }
 // Head is the log's durable head.
 func (b *Broker) Head() eventlog.Head { return b.elog.Head() }
 
-// Log returns the event log, for reads.
-func (b *Broker) Log() *eventlog.Log { return b.elog }
+// LogStats reports the log's work since this process opened it: events, batches, fsyncs and
+// their latency.
+func (b *Broker) LogStats() eventlog.Stats { return b.elog.Stats() }
+
+// LogBytes is the space the log's store takes on disk.
+func (b *Broker) LogBytes() uint64 { return b.elog.DiskBytes() }
+
+// JobStream yields the durable records of a job's stream from seq on, in order: what an event
+// stream (SSE) of the job sends.
+func (b *Broker) JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record, error] {
+	return b.elog.Stream(eventlog.JobStream(jobID), from)
+}
 
 // Close ends every session ("shutdown"), waits for the appends in flight, saves a checkpoint,
 // stops the actors and closes the log.
@@ -496,35 +328,27 @@ func (b *Broker) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		close(b.closing)
-		b.refsMu.Lock()
-		var sessions []*actor.PID
-		for _, pid := range b.sessions {
-			sessions = append(sessions, pid)
-		}
-		b.refsMu.Unlock()
+		sessions := b.rt.Cells(actors.RefSession)
 		// Sessions end with "shutdown" so workers go elsewhere or come back later: the end is
 		// logged (first ping, then drain), and the worker told (second ping: the session has
 		// handled its Persisted).
-		for _, pid := range sessions {
-			b.system.Root.Send(pid, envelope{msg: actors.CloseSession{Reason: "shutdown"}})
+		for _, c := range sessions {
+			b.rt.Send(c.Ref(), actors.CloseSession{Reason: "shutdown"}, actors.Ref{})
 		}
 		for range 2 {
-			for _, pid := range sessions {
-				_, _ = b.system.Root.RequestFuture(pid, ping{}, 5*time.Second).Result()
+			for _, c := range sessions {
+				_, _ = b.system.Root.RequestFuture(pidOf(c), ping{}, 5*time.Second).Result()
 			}
-			b.drain()
+			b.rt.Drain()
 		}
 		b.system.Shutdown()
 		b.pool.close()
 		// No actor appends any more; once the appends in flight are applied, the Set is the Close
 		// goroutine's alone.
-		b.issueMu.Lock()
-		b.closed = true
-		b.issueMu.Unlock()
-		b.drain()
+		b.rt.Close()
 		b.checkpoints.Wait()
-		if b.elog.Err() == nil && b.set.Seq() > b.lastCheckpoint.Load() {
-			err = b.checkpoint(b.set)
+		if set := b.rt.Set(); b.elog.Err() == nil && set.Seq() > b.lastCheckpoint.Load() {
+			err = b.checkpoint(set)
 		}
 		if cerr := b.elog.Close(); err == nil {
 			err = cerr

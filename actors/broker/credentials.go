@@ -1,4 +1,4 @@
-package runtime
+package broker
 
 import (
 	"context"
@@ -59,9 +59,9 @@ func (b *Broker) RevokeAPIKey(ctx context.Context, id string) (actors.Receipt, e
 
 // APIKeyByToken finds the API key a secret belongs to, revoked or not.
 func (b *Broker) APIKeyByToken(key string) (projections.APIKey, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.set.APIKeyByHash(TokenHash(key))
+	set, release := b.rt.View()
+	defer release()
+	return set.APIKeyByHash(TokenHash(key))
 }
 
 // NewEnrollToken is a tenant's new enroll token. Token is shown only here.
@@ -92,7 +92,7 @@ func (b *Broker) CreateEnrollToken(ctx context.Context, tenant string, uses int,
 
 // EnrollTokenByToken finds the enroll token a secret belongs to, spent or expired or not.
 func (b *Broker) EnrollTokenByToken(token string) (projections.EnrollToken, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.set.EnrollTokenByHash(TokenHash(token))
+	set, release := b.rt.View()
+	defer release()
+	return set.EnrollTokenByHash(TokenHash(token))
 }

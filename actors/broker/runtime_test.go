@@ -1,4 +1,4 @@
-package runtime_test
+package broker_test
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
 )
 
-func open(t testing.TB, cfg runtime.Config) *runtime.Broker {
+func open(t testing.TB, cfg broker.Config) *broker.Broker {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
@@ -26,7 +26,7 @@ func open(t testing.TB, cfg runtime.Config) *runtime.Broker {
 			cfg.Logger = zaptest.NewLogger(tt)
 		}
 	}
-	b, err := runtime.Open(cfg)
+	b, err := broker.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,9 +40,9 @@ func ctx(t testing.TB) context.Context {
 }
 
 // worker registers and connects a worker of tenant "acme" serving queue "q".
-func worker(t testing.TB, b *runtime.Broker, capacity int) *runtime.Session {
+func worker(t testing.TB, b *broker.Broker, capacity int) *broker.Session {
 	t.Helper()
-	reg, err := b.RegisterWorker(ctx(t), "acme", runtime.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: capacity})
+	reg, err := b.RegisterWorker(ctx(t), "acme", broker.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func worker(t testing.TB, b *runtime.Broker, capacity int) *runtime.Session {
 	return s
 }
 
-func next(t testing.TB, s *runtime.Session) actors.Assignment {
+func next(t testing.TB, s *broker.Session) actors.Assignment {
 	t.Helper()
 	for {
 		select {
@@ -72,7 +72,7 @@ func next(t testing.TB, s *runtime.Session) actors.Assignment {
 
 func TestSubmitLeaseComplete(t *testing.T) {
 	t.Parallel()
-	b := open(t, runtime.Config{})
+	b := open(t, broker.Config{})
 	defer b.Close()
 	res, rc, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t", Payload: json.RawMessage(`{"n":1}`), IdempotencyKey: "k1"})
 	if err != nil || rc.Seq == 0 || len(rc.Hash) != 64 || res[0].Job.Status != projections.StatusQueued {
@@ -82,7 +82,7 @@ func TestSubmitLeaseComplete(t *testing.T) {
 	if err != nil || !again[0].IdempotentHit || again[0].Job.ID != res[0].Job.ID || rc2 != rc {
 		t.Fatalf("idempotent resubmit: %+v %+v %v (first receipt %+v)", again, rc2, err, rc)
 	}
-	reg, err := b.RegisterWorker(ctx(t), "acme", runtime.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: 2})
+	reg, err := b.RegisterWorker(ctx(t), "acme", broker.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestSubmitLeaseComplete(t *testing.T) {
 func TestRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := open(t, runtime.Config{Dir: dir, CheckpointEvery: 7})
+	b := open(t, broker.Config{Dir: dir, CheckpointEvery: 7})
 	if _, err := b.SetQuota(ctx(t), "acme", new(50), new(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestRestart(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b2 := open(t, runtime.Config{Dir: dir})
+	b2 := open(t, broker.Config{Dir: dir})
 	defer b2.Close()
 	after := snapshot(t, b2)
 	// The lease still open got a grace extension and its session ended: those two events, and
@@ -183,7 +183,7 @@ type snap struct {
 	quota  projections.Tenant
 }
 
-func snapshot(t *testing.T, b *runtime.Broker) snap {
+func snapshot(t *testing.T, b *broker.Broker) snap {
 	t.Helper()
 	jobs, _ := b.List(projections.JobFilter{Tenant: "acme"})
 	s := snap{status: map[string]projections.Status{}, quota: b.Quota("acme")}
@@ -205,7 +205,7 @@ func count(m map[string]projections.Status, st projections.Status) int {
 
 func TestTenantNamesAreChecked(t *testing.T) {
 	t.Parallel()
-	b := open(t, runtime.Config{})
+	b := open(t, broker.Config{})
 	defer b.Close()
 	for _, name := range []string{"", "a/b", "a b", string(make([]byte, 65))} {
 		_, _, err := b.Submit(ctx(t), name, "", actors.JobSpec{Queue: "q", Type: "t"})
@@ -223,10 +223,11 @@ func TestTenantNamesAreChecked(t *testing.T) {
 // and that the live projections equal a replay of the log.
 func TestConcurrentWorkload(t *testing.T) {
 	t.Parallel()
-	b := open(t, runtime.Config{CheckpointEvery: 50})
+	cfg := broker.Config{Dir: t.TempDir(), CheckpointEvery: 50}
+	b := open(t, cfg)
 	defer b.Close()
 	const jobs, workers = 300, 8
-	var sessions []*runtime.Session
+	var sessions []*broker.Session
 	for range workers {
 		s := worker(t, b, 2)
 		s.Credit(2)
@@ -310,7 +311,7 @@ func TestConcurrentWorkload(t *testing.T) {
 	if q.Active != 0 || q.Running != 0 {
 		t.Fatalf("quota after the workload: %+v", q)
 	}
-	assertLiveEqualsReplay(t, b)
+	assertLiveEqualsReplay(t, b, cfg)
 }
 
 // countsResults counts the results that reach the behaviour it wraps.
@@ -332,7 +333,7 @@ func (c countsResults) Receive(env actors.Env, msg any) {
 func TestResultsGoStraightToTheJobsActor(t *testing.T) {
 	t.Parallel()
 	var atDispatcher atomic.Int32
-	b := open(t, runtime.Config{Decorate: func(ref actors.Ref, b actors.Behaviour) actors.Behaviour {
+	b := open(t, broker.Config{Decorate: func(ref actors.Ref, b actors.Behaviour) actors.Behaviour {
 		if ref.Kind == actors.RefDispatcher {
 			return countsResults{b, &atDispatcher}
 		}

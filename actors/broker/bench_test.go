@@ -1,4 +1,4 @@
-package runtime_test
+package broker_test
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 )
 
 // BenchmarkLifecycle drives no-op jobs through the facade, no network: 64 submitters each submit
 // one job and wait for its receipt, and 64 workers (capacity 1) take each assignment, complete
 // it and grant one credit more. An op is one job from submit to durable completion.
 func BenchmarkLifecycle(b *testing.B) {
-	br := open(b, runtime.Config{Logger: zap.NewNop()})
+	br := open(b, broker.Config{Logger: zap.NewNop()})
 	defer br.Close()
 	const submitters, workers = 64, 64
 	ctx := context.Background()
@@ -68,7 +68,7 @@ func BenchmarkLifecycle(b *testing.B) {
 	<-all
 	b.StopTimer()
 	elapsed := time.Since(start)
-	st := br.Log().Stats()
+	st := br.LogStats()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
 	b.ReportMetric(float64(st.Events)/float64(max(st.Syncs, 1)), "events/fsync")
 	b.ReportMetric(0, "ns/op")

@@ -1,4 +1,4 @@
-package runtime
+package broker
 
 import (
 	"context"
@@ -19,11 +19,11 @@ func (b *Broker) call(ctx context.Context, to actors.Ref, msg any) (any, error) 
 	if to.Kind == actors.RefTenant && !actors.ValidTenant(to.ID) {
 		return nil, &actors.Rejection{Code: actors.CodeInvalidArgument, Message: "a tenant name is 1..64 of [A-Za-z0-9_.-]"}
 	}
-	return b.callVia(ctx, func(env envelope) { b.send(to, env) }, msg)
+	return b.callVia(ctx, b.sendTo(to), msg)
 }
 
 // callVia is call with the delivery left to deliver.
-func (b *Broker) callVia(ctx context.Context, deliver func(envelope), msg any) (any, error) {
+func (b *Broker) callVia(ctx context.Context, deliver func(msg any, sender actors.Ref), msg any) (any, error) {
 	type reply struct {
 		m   any
 		err error
@@ -87,12 +87,12 @@ func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...a
 		return nil, actors.Receipt{}, firstErr(err, r.Err)
 	}
 	out := make([]SubmitResult, len(r.Jobs))
-	b.mu.RLock()
+	set, release := b.rt.View()
 	for i, j := range r.Jobs {
-		job, _ := b.set.Job(j.ID)
+		job, _ := set.Job(j.ID)
 		out[i] = SubmitResult{Job: job, IdempotentHit: j.IdempotentHit}
 	}
-	b.mu.RUnlock()
+	release()
 	return out, b.fill(r.Receipt), nil
 }
 
@@ -105,9 +105,9 @@ func firstErr(err error, r *actors.Rejection) error {
 
 // Get returns a tenant's job; another tenant's job is not found.
 func (b *Broker) Get(tenant, id string) (*projections.Job, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	j, ok := b.set.Job(id)
+	set, release := b.rt.View()
+	defer release()
+	j, ok := set.Job(id)
 	if !ok || j.Tenant != tenant {
 		return nil, false
 	}
@@ -116,17 +116,17 @@ func (b *Broker) Get(tenant, id string) (*projections.Job, bool) {
 
 // List returns one page of a tenant's jobs and whether more follow.
 func (b *Broker) List(f projections.JobFilter) ([]*projections.Job, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.set.List(f, b.clock())
+	set, release := b.rt.View()
+	defer release()
+	return set.List(f, b.clock())
 }
 
 // Read runs fn with the projections under the read lock, for views the facade does not wrap.
 // fn must not keep or modify what it reads.
 func (b *Broker) Read(fn func(*projections.Set)) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	fn(b.set)
+	set, release := b.rt.View()
+	defer release()
+	fn(set)
 }
 
 // Cancel cancels a tenant's job: at once when it waits, by request when it is leased.
@@ -173,9 +173,9 @@ func (b *Broker) SetQuota(ctx context.Context, tenant string, maxActive, maxRunn
 
 // Quota returns a tenant's limits and usage.
 func (b *Broker) Quota(tenant string) projections.Tenant {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.set.Tenant(tenant)
+	set, release := b.rt.View()
+	defer release()
+	return set.Tenant(tenant)
 }
 
 // WorkerSpec is what a worker registers with.
@@ -264,9 +264,9 @@ func TokenHash(token string) string {
 // WorkerByToken finds the worker a token belongs to, whatever its state; callers check
 // Revoked and ExpiresAt.
 func (b *Broker) WorkerByToken(token string) (projections.Worker, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.set.WorkerByTokenHash(TokenHash(token))
+	set, release := b.rt.View()
+	defer release()
+	return set.WorkerByTokenHash(TokenHash(token))
 }
 
 // RevokeWorker revokes a tenant's worker: its session ends and its leases go back at once.
@@ -310,9 +310,9 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 		default:
 			b.log.Error("a worker connection stopped reading; its session is closed",
 				zap.String("code", "SESSION_STALLED"), zap.String("worker_id", workerID), zap.String("session_id", id))
-			b.send(ref, envelope{msg: actors.CloseSession{Reason: "closed"}})
+			b.rt.Send(ref, actors.CloseSession{Reason: "closed"}, actors.Ref{})
 			if to, notice, ok := actors.Bounce(m); ok {
-				b.send(to, envelope{msg: notice})
+				b.rt.Send(to, notice, actors.Ref{})
 			}
 			return
 		}
@@ -321,11 +321,9 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 			close(frames)
 		}
 	}}
-	b.refsMu.Lock()
-	b.sessions[id] = b.spawn(ref, func() actors.Behaviour {
+	b.rt.Spawn(ref, func() actors.Behaviour {
 		return actors.NewSession(id, actors.Ref{Kind: actors.RefExternal, External: out})
 	})
-	b.refsMu.Unlock()
 	r, err := callFor[actors.SessionOpened](ctx, b, ref, actors.OpenSession{WorkerID: workerID, Transport: transport, Capacity: capacity})
 	if err != nil || r.Err != nil {
 		return nil, firstErr(err, r.Err)
@@ -340,7 +338,7 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 // Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps
 // the session's credit; the session actor has nothing to add.
 func (s *Session) Credit(n int) {
-	s.b.send(actors.DispatcherRef(), envelope{msg: actors.SessionCredit{SessionID: s.ID, N: n}})
+	s.b.rt.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: s.ID, N: n}, actors.Ref{})
 }
 
 // Heartbeat extends the listed leases and says which of them to cancel or forget.
@@ -371,7 +369,7 @@ func (s *Session) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck,
 }
 
 // Close ends the session; its leases run out on schedule unless the worker reconnects in time.
-func (s *Session) Close() { s.b.send(s.ref, envelope{msg: actors.CloseSession{Reason: "closed"}}) }
+func (s *Session) Close() { s.b.rt.Send(s.ref, actors.CloseSession{Reason: "closed"}, actors.Ref{}) }
 
 // Offer lets a long-poll session be assigned up to n jobs until Withdraw. An
 // actors.CodeSessionClosed rejection means the session ended; open another.
@@ -382,14 +380,14 @@ func (s *Session) Offer(ctx context.Context, n int) error {
 
 // Withdraw ends the offer. Frames then carries actors.OfferEnded after every assignment the
 // offer brought; one that comes later goes back to the queue.
-func (s *Session) Withdraw() { s.b.send(s.ref, envelope{msg: actors.Withdraw{}}) }
+func (s *Session) Withdraw() { s.b.rt.Send(s.ref, actors.Withdraw{}, actors.Ref{}) }
 
 // ReturnUndelivered puts back assignments that never reached the worker: their jobs are
 // queued again with no attempt spent.
 func (b *Broker) ReturnUndelivered(assignments ...actors.Assignment) {
 	for _, a := range assignments {
 		to, notice, _ := actors.Bounce(a)
-		b.send(to, envelope{msg: notice})
+		b.rt.Send(to, notice, actors.Ref{})
 	}
 }
 
@@ -442,12 +440,17 @@ func jobOf(op any) string {
 // to it straight: that spares the dispatcher, which every job's lease passes through, a
 // message per result. A job with no actor running goes by the dispatcher, so that operations
 // on jobs not in flight start no actors.
-func (b *Broker) toJob(jobID string) func(envelope) {
-	return func(env envelope) {
-		if !b.sendToLiveJob(jobID, env) {
-			b.send(actors.DispatcherRef(), env)
+func (b *Broker) toJob(jobID string) func(msg any, sender actors.Ref) {
+	return func(msg any, sender actors.Ref) {
+		if !b.rt.SendIfBound(actors.JobRef(jobID), msg, sender) {
+			b.rt.Send(actors.DispatcherRef(), msg, sender)
 		}
 	}
+}
+
+// sendTo delivers to the actor at to.
+func (b *Broker) sendTo(to actors.Ref) func(msg any, sender actors.Ref) {
+	return func(msg any, sender actors.Ref) { b.rt.Send(to, msg, sender) }
 }
 
 // WorkerOp sends a worker operation (actors.Progress, actors.Complete, actors.Fail or
@@ -473,11 +476,11 @@ func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err e
 // ask sends msg to an actor now and calls done with the one reply, or with ErrClosed if the
 // broker is closing. done runs on the replying actor's goroutine.
 func (b *Broker) ask(to actors.Ref, msg any, done func(any, error)) {
-	b.askVia(func(env envelope) { b.send(to, env) }, msg, done)
+	b.askVia(b.sendTo(to), msg, done)
 }
 
 // askVia is ask with the delivery left to deliver.
-func (b *Broker) askVia(deliver func(envelope), msg any, done func(any, error)) {
+func (b *Broker) askVia(deliver func(msg any, sender actors.Ref), msg any, done func(any, error)) {
 	select {
 	case <-b.closing:
 		done(nil, ErrClosed)
@@ -486,7 +489,7 @@ func (b *Broker) askVia(deliver func(envelope), msg any, done func(any, error)) 
 	}
 	var once sync.Once
 	s := &sink{deliver: func(m any) { once.Do(func() { done(m, nil) }) }}
-	deliver(envelope{msg: msg, sender: actors.Ref{Kind: actors.RefExternal, External: s}})
+	deliver(msg, actors.Ref{Kind: actors.RefExternal, External: s})
 }
 
 // Changed returns a channel that is closed once the projections next change. Watchers (an

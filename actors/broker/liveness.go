@@ -1,4 +1,4 @@
-package runtime
+package broker
 
 import (
 	"slices"

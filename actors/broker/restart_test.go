@@ -1,4 +1,4 @@
-package runtime_test
+package broker_test
 
 import (
 	"bytes"
@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/runtime"
+	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/eventlog/eventlogtest"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -65,7 +66,7 @@ func reject(t *testing.T, err error, code actors.Code) {
 // state from the log before they take another message.
 func TestPanickedBehaviourRebuildsFromTheLog(t *testing.T) {
 	t.Parallel()
-	b := open(t, runtime.Config{Decorate: func(ref actors.Ref, b actors.Behaviour) actors.Behaviour {
+	b := open(t, broker.Config{Decorate: func(ref actors.Ref, b actors.Behaviour) actors.Behaviour {
 		if ref.Kind == actors.RefDispatcher {
 			return dispatcherPanics{b}
 		}
@@ -157,7 +158,7 @@ func TestAbandonedBrokerRecovers(t *testing.T) {
 	t.Parallel()
 	for seed := uint64(1); seed <= 5; seed++ {
 		store := eventlogtest.CrashableMem()
-		b := open(t, runtime.Config{FS: store.FS, Dir: store.Dir, CheckpointEvery: 10})
+		b := open(t, broker.Config{FS: store.FS, Dir: store.Dir, CheckpointEvery: 10})
 		acked := map[string]projections.Status{}
 		s := worker(t, b, 2)
 		s.Credit(2)
@@ -179,7 +180,7 @@ func TestAbandonedBrokerRecovers(t *testing.T) {
 		crashed := store.Crash(50, rand.New(rand.NewPCG(seed, seed)))
 		_ = b.Close()
 
-		b2 := open(t, runtime.Config{FS: crashed.FS, Dir: crashed.Dir})
+		b2 := open(t, broker.Config{FS: crashed.FS, Dir: crashed.Dir})
 		for id, st := range acked {
 			j, ok := b2.Get("acme", id)
 			if !ok {
@@ -189,16 +190,26 @@ func TestAbandonedBrokerRecovers(t *testing.T) {
 				t.Fatalf("seed %d: acknowledged completion of %s is lost: %s", seed, id, j.Status)
 			}
 		}
-		assertLiveEqualsReplay(t, b2)
-		_ = b2.Close()
+		assertLiveEqualsReplay(t, b2, broker.Config{FS: crashed.FS, Dir: crashed.Dir})
 	}
 }
 
-// assertLiveEqualsReplay folds the whole log into a fresh Set and compares it with the broker's.
-func assertLiveEqualsReplay(t *testing.T, b *runtime.Broker) {
+// assertLiveEqualsReplay closes the broker, opened with cfg, then folds its whole log into a
+// fresh Set and compares that with the broker's projections as the close left them.
+func assertLiveEqualsReplay(t *testing.T, b *broker.Broker, cfg broker.Config) {
 	t.Helper()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var live []byte
+	b.Read(func(s *projections.Set) { live, _ = s.MarshalCheckpoint() })
+	l, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 	fresh := projections.New()
-	for r, err := range b.Log().Range(1, 0) {
+	for r, err := range l.Range(1, 0) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,20 +218,15 @@ func assertLiveEqualsReplay(t *testing.T, b *runtime.Broker) {
 		}
 	}
 	want, _ := fresh.MarshalCheckpoint()
-	var got []byte
-	b.Read(func(s *projections.Set) {
-		if s.Seq() == fresh.Seq() {
-			got, _ = s.MarshalCheckpoint()
-		}
-	})
-	if !bytes.Equal(got, want) {
+	if !bytes.Equal(live, want) {
 		t.Fatalf("live projections at seq %d differ from a replay of the log", fresh.Seq())
 	}
 }
 
 func TestLiveEqualsReplayThroughTheRuntime(t *testing.T) {
 	t.Parallel()
-	b := open(t, runtime.Config{})
+	cfg := broker.Config{Dir: t.TempDir()}
+	b := open(t, cfg)
 	defer b.Close()
 	s := worker(t, b, 3)
 	s.Credit(3)
@@ -242,5 +248,5 @@ func TestLiveEqualsReplayThroughTheRuntime(t *testing.T) {
 	if _, err := b.Retry(ctx(t), "acme", "", b.Quota("acme").Name); err == nil {
 		t.Fatal("a retry of no job succeeded")
 	}
-	assertLiveEqualsReplay(t, b)
+	assertLiveEqualsReplay(t, b, cfg)
 }

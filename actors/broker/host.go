@@ -1,0 +1,150 @@
+package broker
+
+import (
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/cells"
+	"github.com/tetherhq/tether/eventlog"
+)
+
+// mail carries a delivery of the cell runtime into a protoactor mailbox.
+type mail struct{ d cells.Delivery }
+
+// quietMail is a delivery that a stopped cell drops anyway (a Persisted, a timer), so one that
+// finds the actor gone is not worth a dead-letter log line; nor is a ping, which Close sends to
+// sessions that may have stopped already.
+type quietMail struct{ d cells.Delivery }
+
+type ping struct{}
+
+func (ping) IgnoreDeadLetterLogging()      {}
+func (quietMail) IgnoreDeadLetterLogging() {}
+
+// sink is the handle of a RefExternal: a caller waiting for a reply, or a worker's connection.
+type sink struct{ deliver func(any) }
+
+// host runs one cell as a protoactor actor: protoactor is the cell runtime's scheduler (a
+// mailbox and a turn on the pool per cell) and its supervisor. The same host survives restarts
+// (its producer returns it), and the runtime counts the cell's incarnations.
+type host struct {
+	b *Broker
+	c *cells.Cell
+	// pid is the actor's, stored by Start once Spawn returns and by the actor itself when it
+	// starts, whichever comes first: a cell's own persists (from Recover on) may complete before
+	// Spawn has returned.
+	pid atomic.Pointer[actor.PID]
+}
+
+// Receive implements actor.Actor.
+func (h *host) Receive(ctx actor.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.c.Log().Error("behaviour panicked; its supervisor restarts it",
+				zap.String("code", "ACTOR_PANIC"), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+			panic(r)
+		}
+	}()
+	rt := h.b.rt
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		h.pid.Store(ctx.Self())
+		rt.Handle(h.c, cells.Wake()) // recover before the first message
+	case *actor.Restarting:
+		rt.Restart(h.c, nil)
+	case *actor.Stopped:
+		rt.Forget(h.c)
+	case mail:
+		h.handle(ctx, m.d)
+	case quietMail:
+		h.handle(ctx, m.d)
+	case ping:
+		ctx.Respond(ping{})
+	}
+}
+
+func (h *host) handle(ctx actor.Context, d cells.Delivery) {
+	h.b.rt.Handle(h.c, d)
+	if h.c.Stopped() {
+		ctx.Stop(ctx.Self())
+	}
+}
+
+// scheduler is the Broker as the cell runtime's Scheduler: one protoactor actor per cell,
+// under the supervisor of its kind.
+type scheduler Broker
+
+func (s *scheduler) Start(c *cells.Cell) {
+	props := *s.props[c.Ref().Kind]
+	h := &host{b: (*Broker)(s), c: c}
+	c.Home = h
+	h.pid.Store(s.system.Root.Spawn(props.Configure(actor.WithProducer(func() actor.Actor { return h }))))
+}
+
+// pidOf is the actor that runs c.
+func pidOf(c *cells.Cell) *actor.PID { return c.Home.(*host).pid.Load() }
+
+func (s *scheduler) Schedule(c *cells.Cell, d cells.Delivery) {
+	var m any = mail{d}
+	if d.Droppable() {
+		m = quietMail{d}
+	}
+	s.system.Root.Send(pidOf(c), m)
+}
+
+// committer is the Broker as the cell runtime's Committer: the log's group commit. The log
+// calls done in seq order on its own goroutine, so the projections are folded in log order with
+// no hand-off between an fsync and the replies that wait for it.
+type committer Broker
+
+func (cm *committer) Commit(payloads []eventlog.Payload, done func(eventlog.Receipt, error)) {
+	b := (*Broker)(cm)
+	b.elog.AppendAsync(encode(payloads), func(r eventlog.Receipt, err error) {
+		done(r, err)
+		if err == nil {
+			b.signalChanged()
+			b.maybeCheckpoint()
+		}
+	})
+}
+
+// wallClock is the runtime's clock in production.
+type wallClock func() time.Time
+
+func (c wallClock) Now() time.Time { return c() }
+func (wallClock) AfterFunc(d time.Duration, f func()) func() {
+	t := time.AfterFunc(d, f)
+	return func() { t.Stop() }
+}
+
+// refField names what an actor concerns in its log lines: job_id, session_id or tenant.
+func refField(ref actors.Ref) zap.Field {
+	switch ref.Kind {
+	case actors.RefJob:
+		return zap.String("job_id", ref.ID)
+	case actors.RefSession:
+		return zap.String("session_id", ref.ID)
+	case actors.RefTenant:
+		return zap.String("tenant", ref.ID)
+	}
+	return zap.Skip()
+}
+
+func kindName(k actors.RefKind) string {
+	switch k {
+	case actors.RefDispatcher:
+		return "dispatcher"
+	case actors.RefTenant:
+		return "tenant"
+	case actors.RefJob:
+		return "job"
+	case actors.RefSession:
+		return "session"
+	}
+	return "actor"
+}
