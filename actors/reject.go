@@ -2,32 +2,34 @@ package actors
 
 import "fmt"
 
-// Code is a stable rejection code; transport maps each to one HTTP status in one place.
+// Code is a stable rejection code. Each is in the one table of codes (wire.ErrorCodes), which
+// gives its HTTP status, whether to retry, its WebSocket close code and its meaning; a test
+// fails when one is missing there.
 type Code string
 
 // Rejection codes. Their meaning never changes once released; new ones may be added.
 const (
-	CodeInvalidArgument      Code = "INVALID_ARGUMENT"       // 400
-	CodePayloadTooLarge      Code = "PAYLOAD_TOO_LARGE"      // 413
-	CodeJobNotFound          Code = "JOB_NOT_FOUND"          // 404
-	CodeWorkerNotFound       Code = "WORKER_NOT_FOUND"       // 404
-	CodeReservationNotFound  Code = "RESERVATION_NOT_FOUND"  // 404
-	CodeLeaseMismatch        Code = "LEASE_MISMATCH"         // 409
-	CodeAlreadyTerminal      Code = "ALREADY_TERMINAL"       // 409
-	CodeNotDeadLettered      Code = "NOT_DEAD_LETTERED"      // 409
-	CodeCompletionConflict   Code = "COMPLETION_CONFLICT"    // 409
-	CodeSessionClosed        Code = "SESSION_CLOSED"         // 409
-	CodeSignatureInvalid     Code = "SIGNATURE_INVALID"      // 400
-	CodeIdempotencyKeyReused Code = "IDEMPOTENCY_KEY_REUSED" // 422
-	CodeQuotaExceeded        Code = "QUOTA_EXCEEDED"         // 429
-	CodeWorkerRevoked        Code = "WORKER_REVOKED"         // 403
-	CodeUnauthenticated      Code = "UNAUTHENTICATED"        // 401: no credential, or an unknown one
-	CodeTokenExpired         Code = "TOKEN_EXPIRED"          // 401
-	CodePermissionDenied     Code = "PERMISSION_DENIED"      // 403: a valid credential that may not do this
-	CodeEnrollTokenUsedUp    Code = "ENROLL_TOKEN_USED_UP"   // 403
-	CodeAPIKeyNotFound       Code = "API_KEY_NOT_FOUND"      // 404
-	CodeTokenRenewedRecently Code = "TOKEN_RENEWED_RECENTLY" // 429: the current token is too new to renew
-	CodeUnavailable          Code = "UNAVAILABLE"            // 503: the log failed, the server is stopping
+	CodeInvalidArgument      Code = "INVALID_ARGUMENT"
+	CodePayloadTooLarge      Code = "PAYLOAD_TOO_LARGE"
+	CodeJobNotFound          Code = "JOB_NOT_FOUND"
+	CodeWorkerNotFound       Code = "WORKER_NOT_FOUND"
+	CodeReservationNotFound  Code = "RESERVATION_NOT_FOUND"
+	CodeLeaseMismatch        Code = "LEASE_MISMATCH"
+	CodeAlreadyTerminal      Code = "ALREADY_TERMINAL"
+	CodeNotDeadLettered      Code = "NOT_DEAD_LETTERED"
+	CodeCompletionConflict   Code = "COMPLETION_CONFLICT"
+	CodeSessionClosed        Code = "SESSION_CLOSED"
+	CodeSignatureInvalid     Code = "SIGNATURE_INVALID"
+	CodeIdempotencyKeyReused Code = "IDEMPOTENCY_KEY_REUSED"
+	CodeQuotaExceeded        Code = "QUOTA_EXCEEDED"
+	CodeWorkerRevoked        Code = "WORKER_REVOKED"
+	CodeUnauthenticated      Code = "UNAUTHENTICATED"
+	CodeTokenExpired         Code = "TOKEN_EXPIRED"
+	CodePermissionDenied     Code = "PERMISSION_DENIED"
+	CodeEnrollTokenUsedUp    Code = "ENROLL_TOKEN_USED_UP"
+	CodeAPIKeyNotFound       Code = "API_KEY_NOT_FOUND"
+	CodeTokenRenewedRecently Code = "TOKEN_RENEWED_RECENTLY"
+	CodeUnavailable          Code = "UNAVAILABLE"
 )
 
 // Rejection is a refused command: a value, not a failure of the broker.

@@ -34,8 +34,9 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
-func errorf(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+// errorf makes an error with a code of the table (wire.ErrorCodes), which gives its status.
+func errorf[C ~string](code C, format string, args ...any) *apiError {
+	return &apiError{status: wire.StatusOf(string(code)), code: string(code), message: fmt.Sprintf(format, args...)}
 }
 
 // toAPIError turns any error a handler returns into the one shape clients see.
@@ -47,15 +48,17 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &rej):
-		return &apiError{status: wire.StatusOf(string(rej.Code)), code: string(rej.Code), message: rej.Message, details: rej.Details}
+		e := errorf(rej.Code, "%s", rej.Message)
+		e.details = rej.Details
+		return e
 	case errors.As(err, &tooBig):
-		return errorf(http.StatusRequestEntityTooLarge, string(actors.CodePayloadTooLarge), "the body is larger than %d bytes", tooBig.Limit)
+		return errorf(actors.CodePayloadTooLarge, "the body is larger than %d bytes", tooBig.Limit)
 	case errors.Is(err, broker.ErrClosed):
-		return errorf(http.StatusServiceUnavailable, string(actors.CodeUnavailable), "the server is shutting down")
+		return errorf(actors.CodeUnavailable, "the server is shutting down")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return errorf(http.StatusServiceUnavailable, string(actors.CodeUnavailable), "the request ended before the broker answered: %v", err)
+		return errorf(actors.CodeUnavailable, "the request ended before the broker answered: %v", err)
 	default:
-		return errorf(http.StatusServiceUnavailable, string(actors.CodeUnavailable), "%v", err)
+		return errorf(actors.CodeUnavailable, "%v", err)
 	}
 }
 
@@ -111,11 +114,11 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := s.broker.Load()
 		if b == nil {
-			writeError(w, errorf(http.StatusServiceUnavailable, "NOT_READY", "the server is recovering; try again shortly"))
+			writeError(w, errorf(wire.CodeNotReady, "the server is recovering; try again shortly"))
 			return
 		}
 		if r.URL.RawQuery != "" && credentialInQuery(r.URL.Query()) {
-			writeError(w, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "credentials are never accepted in the query string; send an Authorization header"))
+			writeError(w, errorf(actors.CodeInvalidArgument, "credentials are never accepted in the query string; send an Authorization header"))
 			return
 		}
 		p, err := s.authenticate(b, r, kind)
@@ -153,17 +156,17 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 func (s *Server) checkSite(r *http.Request) *apiError {
 	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
 	if !safe && r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-		return errorf(http.StatusForbidden, "CROSS_SITE_REQUEST", "a state-changing request from another web site is refused")
+		return errorf(wire.CodeCrossSiteRequest, "a state-changing request from another web site is refused")
 	}
 	if s.cfg.Auth != AuthNone || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 		return nil
 	}
 	if !loopbackHost(r.Host) {
-		return errorf(http.StatusForbidden, "HOST_NOT_ALLOWED",
+		return errorf(wire.CodeHostNotAllowed,
 			"under --auth none this server answers only to a loopback host (localhost, 127.0.0.1, [::1]), not %q", clip(r.Host))
 	}
 	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
-		return errorf(http.StatusForbidden, "ORIGIN_NOT_ALLOWED", "under --auth none only pages of this server may call it, not %q", clip(o))
+		return errorf(wire.CodeOriginNotAllowed, "under --auth none only pages of this server may call it, not %q", clip(o))
 	}
 	return nil
 }
@@ -224,7 +227,7 @@ func bearer(r *http.Request) string {
 	return strings.TrimSpace(r.Header.Get("X-API-Key"))
 }
 
-var errNoCredential = errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "this endpoint needs a credential: Authorization: Bearer <token>")
+var errNoCredential = errorf(actors.CodeUnauthenticated, "this endpoint needs a credential: Authorization: Bearer <token>")
 
 func (s *Server) authenticate(b *broker.Broker, r *http.Request, kind authKind) (principal, error) {
 	token := bearer(r)
@@ -237,9 +240,9 @@ func (s *Server) authenticate(b *broker.Broker, r *http.Request, kind authKind) 
 			return principal{}, nil
 		}
 		if token == "" {
-			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "under --auth token /metrics needs the metrics token or the admin token")
+			return principal{}, errorf(actors.CodeUnauthenticated, "under --auth token /metrics needs the metrics token or the admin token")
 		}
-		return principal{}, errorf(http.StatusForbidden, string(actors.CodePermissionDenied), "this endpoint needs the metrics token or the admin token")
+		return principal{}, errorf(actors.CodePermissionDenied, "this endpoint needs the metrics token or the admin token")
 	case authAdmin:
 		if open || s.isAdmin(token) {
 			return principal{admin: true}, nil
@@ -247,7 +250,7 @@ func (s *Server) authenticate(b *broker.Broker, r *http.Request, kind authKind) 
 		if token == "" {
 			return principal{}, errNoCredential
 		}
-		return principal{}, errorf(http.StatusForbidden, string(actors.CodePermissionDenied), "this endpoint needs the admin token")
+		return principal{}, errorf(actors.CodePermissionDenied, "this endpoint needs the admin token")
 	case authClient, authClientOrAdmin:
 		if open {
 			return principal{tenant: DefaultTenant}, nil
@@ -261,9 +264,9 @@ func (s *Server) authenticate(b *broker.Broker, r *http.Request, kind authKind) 
 		k, ok := b.APIKeyByToken(token)
 		switch {
 		case !ok:
-			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "unknown API key")
+			return principal{}, errorf(actors.CodeUnauthenticated, "unknown API key")
 		case k.Revoked:
-			return principal{}, errorf(http.StatusForbidden, string(actors.CodePermissionDenied), "the API key was revoked")
+			return principal{}, errorf(actors.CodePermissionDenied, "the API key was revoked")
 		}
 		return principal{tenant: k.Tenant, apiKeyID: k.ID}, nil
 	case authEnroll:
@@ -276,9 +279,9 @@ func (s *Server) authenticate(b *broker.Broker, r *http.Request, kind authKind) 
 		t, ok := b.EnrollTokenByToken(token)
 		switch {
 		case !ok:
-			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "unknown enroll token")
+			return principal{}, errorf(actors.CodeUnauthenticated, "unknown enroll token")
 		case !s.clock().Before(t.ExpiresAt):
-			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "the enroll token expired at %s", t.ExpiresAt.Format(time.RFC3339))
+			return principal{}, errorf(actors.CodeTokenExpired, "the enroll token expired at %s", t.ExpiresAt.Format(time.RFC3339))
 		}
 		return principal{tenant: t.Tenant, enrollID: t.ID}, nil
 	case authWorker:
@@ -287,16 +290,16 @@ func (s *Server) authenticate(b *broker.Broker, r *http.Request, kind authKind) 
 		}
 		wk, ok := b.WorkerByToken(token)
 		if !ok {
-			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeUnauthenticated), "unknown worker token")
+			return principal{}, errorf(actors.CodeUnauthenticated, "unknown worker token")
 		}
 		if wk.Revoked {
-			return principal{}, errorf(http.StatusForbidden, string(actors.CodeWorkerRevoked), "worker %s is revoked", wk.ID)
+			return principal{}, errorf(actors.CodeWorkerRevoked, "worker %s is revoked", wk.ID)
 		}
 		if until := wk.TokenValidUntil(broker.TokenHash(token)); !s.clock().Before(until) {
 			if until != wk.ExpiresAt {
-				return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "this worker token was renewed, and stopped working at %s; use the new one", until.Format(time.RFC3339))
+				return principal{}, errorf(actors.CodeTokenExpired, "this worker token was renewed, and stopped working at %s; use the new one", until.Format(time.RFC3339))
 			}
-			return principal{}, errorf(http.StatusUnauthorized, string(actors.CodeTokenExpired), "the worker token expired at %s; register again", until.Format(time.RFC3339))
+			return principal{}, errorf(actors.CodeTokenExpired, "the worker token expired at %s; register again", until.Format(time.RFC3339))
 		}
 		b.Liveness(wk.ID).Touch(s.clock())
 		return principal{tenant: wk.Tenant, worker: wk}, nil
@@ -344,7 +347,7 @@ func jsonBody(r *http.Request) error {
 	if ct == "" {
 		ct = "none"
 	}
-	return errorf(http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", "the body must be JSON sent with Content-Type: application/json, not %s", clip(ct))
+	return errorf(wire.CodeUnsupportedMedia, "the body must be JSON sent with Content-Type: application/json, not %s", clip(ct))
 }
 
 // decode reads a JSON body of at most limit bytes into v, refusing unknown fields, trailing
@@ -378,7 +381,7 @@ func decodeStrict(body io.Reader, v any) error {
 		if err != nil {
 			return jsonError(err)
 		}
-		return errorf(http.StatusBadRequest, "INVALID_JSON", "the body holds more than one JSON value")
+		return errorf(wire.CodeInvalidJSON, "the body holds more than one JSON value")
 	}
 	return nil
 }
@@ -392,15 +395,15 @@ func jsonError(err error) error {
 	case errors.As(err, &tooBig):
 		return err
 	case errors.Is(err, io.EOF):
-		return errorf(http.StatusBadRequest, "INVALID_JSON", "the body is empty; send a JSON object")
+		return errorf(wire.CodeInvalidJSON, "the body is empty; send a JSON object")
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
-		return errorf(http.StatusBadRequest, "INVALID_JSON", "the body is not valid JSON: %v", err)
+		return errorf(wire.CodeInvalidJSON, "the body is not valid JSON: %v", err)
 	case errors.As(err, &typ):
-		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "field %q must be a %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+		return errorf(actors.CodeInvalidArgument, "field %q must be a %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "%s", strings.TrimPrefix(err.Error(), "json: "))
+		return errorf(actors.CodeInvalidArgument, "%s", strings.TrimPrefix(err.Error(), "json: "))
 	default:
-		return errorf(http.StatusBadRequest, "INVALID_JSON", "the body could not be read: %v", err)
+		return errorf(wire.CodeInvalidJSON, "the body could not be read: %v", err)
 	}
 }
 

@@ -48,15 +48,15 @@ func jobOf(j *projections.Job, now time.Time) wire.Job {
 // specOf turns a submit body into a job spec; header is the Idempotency-Key header, if any.
 func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
 	if req.DelaySeconds < 0 {
-		return actors.JobSpec{}, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "delay_seconds must not be negative")
+		return actors.JobSpec{}, errorf(actors.CodeInvalidArgument, "delay_seconds must not be negative")
 	}
 	if req.LeaseTTLSeconds < 0 {
-		return actors.JobSpec{}, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "lease_ttl_seconds must not be negative")
+		return actors.JobSpec{}, errorf(actors.CodeInvalidArgument, "lease_ttl_seconds must not be negative")
 	}
 	key := req.IdempotencyKey
 	if header != "" {
 		if key != "" && key != header {
-			return actors.JobSpec{}, errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "the Idempotency-Key header and the idempotency_key field differ")
+			return actors.JobSpec{}, errorf(actors.CodeInvalidArgument, "the Idempotency-Key header and the idempotency_key field differ")
 		}
 		key = header
 	}
@@ -100,7 +100,7 @@ func (s *Server) submitBatch(r *request) error {
 		return err
 	}
 	if len(req.Jobs) == 0 || len(req.Jobs) > actors.BatchJobsMax {
-		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "a batch holds 1..%d jobs, not %d", actors.BatchJobsMax, len(req.Jobs))
+		return errorf(actors.CodeInvalidArgument, "a batch holds 1..%d jobs, not %d", actors.BatchJobsMax, len(req.Jobs))
 	}
 	specs := make([]actors.JobSpec, len(req.Jobs))
 	for i, j := range req.Jobs {
@@ -129,7 +129,7 @@ func (s *Server) submitBatch(r *request) error {
 func (s *Server) getJob(r *request) error {
 	j, ok := r.b.Get(r.by.tenant, r.PathValue("id"))
 	if !ok {
-		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", r.PathValue("id"))
+		return errorf(actors.CodeJobNotFound, "no job %q", r.PathValue("id"))
 	}
 	return r.reply(http.StatusOK, liveJob(r.b, j, s.clock()))
 }
@@ -155,11 +155,11 @@ func (s *Server) listJobs(r *request) error {
 	case "", projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased, projections.StatusSucceeded,
 		projections.StatusFailed, projections.StatusCancelled:
 	default:
-		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "status %q is not one of queued, scheduled, leased, succeeded, failed, cancelled", clip(string(f.Status)))
+		return errorf(actors.CodeInvalidArgument, "status %q is not one of queued, scheduled, leased, succeeded, failed, cancelled", clip(string(f.Status)))
 	}
 	if c := f.After; c != "" {
 		if _, err := ulid.ParseStrict(c); err != nil {
-			return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "cursor %q is not a next_cursor this API gave", clip(c))
+			return errorf(actors.CodeInvalidArgument, "cursor %q is not a next_cursor this API gave", clip(c))
 		}
 	}
 	switch q.Get("order") {
@@ -167,12 +167,12 @@ func (s *Server) listJobs(r *request) error {
 	case "newest":
 		f.Newest = true
 	default:
-		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "order is oldest (the default) or newest")
+		return errorf(actors.CodeInvalidArgument, "order is oldest (the default) or newest")
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > projections.ListLimitMax {
-			return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "limit must be 1..%d", projections.ListLimitMax)
+			return errorf(actors.CodeInvalidArgument, "limit must be 1..%d", projections.ListLimitMax)
 		}
 		f.Limit = n
 	}
@@ -208,7 +208,7 @@ func (s *Server) retryJob(r *request) error {
 func (s *Server) replyJob(r *request, rc actors.Receipt) error {
 	j, ok := r.b.Get(r.by.tenant, r.PathValue("id"))
 	if !ok {
-		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", r.PathValue("id"))
+		return errorf(actors.CodeJobNotFound, "no job %q", r.PathValue("id"))
 	}
 	out := liveJob(r.b, j, s.clock())
 	out.Receipt = new(receipt(rc))
@@ -221,7 +221,7 @@ func (s *Server) reserve(r *request) error {
 		return err
 	}
 	if req.TTLSeconds < 0 || seconds(req.TTLSeconds) > actors.ReservationTTLMax {
-		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "ttl_seconds must be 0 (the default, 300) up to %d", int(actors.ReservationTTLMax.Seconds()))
+		return errorf(actors.CodeInvalidArgument, "ttl_seconds must be 0 (the default, 300) up to %d", int(actors.ReservationTTLMax.Seconds()))
 	}
 	id, exp, rc, err := r.b.Reserve(r.Context(), r.by.tenant, seconds(req.TTLSeconds))
 	if err != nil {
@@ -329,7 +329,7 @@ func (s *Server) revokeWorker(r *request) error {
 		var ok bool
 		r.b.Read(func(set *projections.Set) { w, ok = set.Worker(id) })
 		if !ok {
-			return errorf(http.StatusNotFound, string(actors.CodeWorkerNotFound), "no worker %q", clip(id))
+			return errorf(actors.CodeWorkerNotFound, "no worker %q", clip(id))
 		}
 		tenant = w.Tenant
 	}
@@ -370,7 +370,7 @@ func (s *Server) createEnrollToken(r *request) error {
 		uses = *req.Uses // the tenant's actor refuses what is outside its range
 	}
 	if req.TTLSeconds < 0 {
-		return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "ttl_seconds must not be negative")
+		return errorf(actors.CodeInvalidArgument, "ttl_seconds must not be negative")
 	}
 	t, err := r.b.CreateEnrollToken(r.Context(), req.Tenant, uses, seconds(req.TTLSeconds))
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // running server match it: a submit, a get, a list, an error, a lease and a worker list.
 func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	t.Parallel()
-	doc, err := libopenapi.NewDocument(openapi.JSON)
+	doc, err := libopenapi.NewDocument(openapi.Document())
 	if err != nil {
 		t.Fatal(err)
 	}

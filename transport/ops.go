@@ -25,7 +25,7 @@ func OpsHandler(r Readiness) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.Ready(); err != nil {
-			writeError(w, errorf(http.StatusServiceUnavailable, "NOT_READY", "%v", err))
+			writeError(w, errorf(wire.CodeNotReady, "%v", err))
 			return
 		}
 		writeJSON(w, http.StatusOK, r.Status())

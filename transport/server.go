@@ -15,6 +15,7 @@ import (
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport/dashboard"
 	"github.com/tetherhq/tether/transport/openapi"
+	"github.com/tetherhq/tether/transport/wire"
 )
 
 // AuthMode says how clients and workers prove who they are.
@@ -102,7 +103,7 @@ func (s *Server) MetricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.ids.assign(w, r)
 		if !loopbackHost(r.Host) {
-			writeError(w, errorf(http.StatusForbidden, "HOST_NOT_ALLOWED", "the metrics listener answers only to a loopback host, not %q", clip(r.Host)))
+			writeError(w, errorf(wire.CodeHostNotAllowed, "the metrics listener answers only to a loopback host, not %q", clip(r.Host)))
 			return
 		}
 		m.ServeHTTP(w, r)
@@ -159,10 +160,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec := &statusOnly{header: w.Header()}
 		h.ServeHTTP(rec, r)
 		if rec.status == http.StatusMethodNotAllowed {
-			writeError(w, errorf(http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "%s is not allowed on %s", r.Method, r.URL.Path))
+			writeError(w, errorf(wire.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
 			return
 		}
-		writeError(w, errorf(http.StatusNotFound, "NOT_FOUND", "no route %s %s", r.Method, r.URL.Path))
+		writeError(w, errorf(wire.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 		return
 	}
 	s.mux.ServeHTTP(w, r)
@@ -189,7 +190,7 @@ func (s *Server) routes() {
 	m.Handle("GET /ui/", dash)
 	m.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openapi.JSON)
+		_, _ = w.Write(openapi.Document())
 	})
 
 	m.Handle("POST /v1/jobs", s.api(authClient, s.submit))

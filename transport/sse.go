@@ -67,7 +67,7 @@ func jobState(b *broker.Broker, tenant, id string) (lastSeq uint64, status proje
 func (s *Server) jobEvents(r *request) error {
 	id := r.PathValue("id")
 	if _, _, ok := jobState(r.b, r.by.tenant, id); !ok {
-		return errorf(http.StatusNotFound, string(actors.CodeJobNotFound), "no job %q", clip(id))
+		return errorf(actors.CodeJobNotFound, "no job %q", clip(id))
 	}
 	after := 0
 	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
@@ -76,7 +76,7 @@ func (s *Server) jobEvents(r *request) error {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), "the event to resume after must be a number, not %q", clip(v))
+			return errorf(actors.CodeInvalidArgument, "the event to resume after must be a number, not %q", clip(v))
 		}
 		after = n
 	}

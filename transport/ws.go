@@ -40,14 +40,18 @@ var upgrader = websocket.Upgrader{
 	// on a WebSocket, so the origin proves nothing either way.
 	CheckOrigin: func(*http.Request) bool { return true },
 	Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
-		writeError(w, errorf(status, "BAD_HANDSHAKE", "%v", reason))
+		code := wire.CodeBadHandshake
+		if status == http.StatusMethodNotAllowed {
+			code = wire.CodeMethodNotAllowed
+		}
+		writeError(w, errorf(code, "%v", reason))
 	},
 }
 
 // connect serves GET /v1/worker/connect: the worker protocol over WebSocket (DESIGN §5).
 func (s *Server) connect(r *request) error {
 	if !websocket.IsWebSocketUpgrade(r.Request) {
-		return errorf(http.StatusBadRequest, "BAD_HANDSHAKE", "this endpoint speaks WebSocket; use POST /v1/worker/lease to long-poll")
+		return errorf(wire.CodeBadHandshake, "this endpoint speaks WebSocket; use POST /v1/worker/lease to long-poll")
 	}
 	conn, err := upgrader.Upgrade(r.w, r.Request, http.Header{RequestIDHeader: {r.Header.Get(RequestIDHeader)}})
 	if err != nil {
@@ -98,11 +102,7 @@ func (c *wsConn) serve() {
 	cancel()
 	if err != nil {
 		e := toAPIError(err)
-		code := websocket.CloseInternalServerErr
-		if e.status == http.StatusForbidden || e.status == http.StatusUnauthorized {
-			code = wire.CloseWorkerRevoked
-		}
-		c.closeWith(code, e.message)
+		c.closeWith(wire.CloseOf(e.code), e.message)
 		return
 	}
 	c.sess = sess
@@ -265,7 +265,7 @@ func (c *wsConn) ack(ref string, err error) wire.Frame {
 }
 
 func invalid(format string, args ...any) error {
-	return errorf(http.StatusBadRequest, string(actors.CodeInvalidArgument), format, args...)
+	return errorf(actors.CodeInvalidArgument, format, args...)
 }
 
 // handle acts on one frame. Operations the broker answers later are sent now, in frame order,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
-	"github.com/tetherhq/tether/eventlog/eventlogtest"
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/eventlogtest"
 	"github.com/tetherhq/tether/projections"
 )
 

@@ -43,6 +43,16 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s (%d): %s (request %s)", e.Code, e.Status, e.Message, e.RequestID)
 }
 
+// Retryable reports whether the same request may succeed later unchanged, with backoff: the
+// code's Retry in the table of codes (docs/errors.md), or, for an answer with no tether code (a
+// proxy's), a 5xx or 429 status.
+func (e *Error) Retryable() bool {
+	if c, ok := wire.LookupCode(e.Code); ok {
+		return c.Retry
+	}
+	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+}
+
 // Client talks to one tether server with one credential: an API key for a submitter, an enroll
 // token to register a worker, the admin token for admin calls (none under --auth none).
 type Client struct {

@@ -84,14 +84,6 @@ type Frame struct {
 	TokenRenewSeconds *float64   `json:"token_renew_seconds,omitempty"`
 }
 
-// WebSocket close codes the server uses, beyond the standard ones (1000 normal, 1001 going
-// away at shutdown, 1007 a frame that is not JSON, 1008 a protocol violation, 1009 too big).
-const (
-	CloseSessionReplaced = 4000 // another connection of the same worker took over
-	CloseWorkerRevoked   = 4003 // the worker was revoked or its token expired: do not reconnect
-	CloseHeartbeatMissed = 4008 // no heartbeat for three intervals
-)
-
 // LeaseRequest is the body of POST /v1/worker/lease (long-poll).
 type LeaseRequest struct {
 	Max         int     `json:"max"`
