@@ -135,7 +135,7 @@ func (b *Broker) rebuildProjections() error {
 	}
 	b.rt = cells.New(cells.Config{
 		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: wallClock(b.clock), Set: set,
-		Make: b.make,
+		Make:     b.make,
 		External: func(to actors.Ref, msg any) { to.External.(*sink).deliver(msg) },
 		Logger:   func(ref actors.Ref) *zap.Logger { return b.kindLogs[ref.Kind].With(refField(ref)) },
 		Refused: func(seq uint64, p eventlog.Payload, err error) {
