@@ -21,14 +21,19 @@ var update = flag.Bool("update", false, "rewrite docs/errors.md from the table")
 // Every code the behaviours can refuse with (a constant of type actors.Code, wherever in the
 // package it is declared) is in the table, so none reaches a client with a made-up status.
 func TestEveryActorsCodeIsInTheTable(t *testing.T) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, "../../actors", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	const dir = "../../actors"
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	fset := token.NewFileSet()
 	found := 0
-	for _, pkg := range pkgs {
-		for _, f := range pkg.Files {
+	for _, e := range entries {
+		if name := e.Name(); strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+			f, err := parser.ParseFile(fset, dir+"/"+name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
 			ast.Inspect(f, func(n ast.Node) bool {
 				spec, ok := n.(*ast.ValueSpec)
 				if !ok {
