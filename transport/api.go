@@ -104,7 +104,7 @@ const (
 type request struct {
 	*http.Request
 	w  http.ResponseWriter
-	b  *broker.Broker
+	b  Core
 	by principal
 }
 
@@ -112,7 +112,7 @@ type request struct {
 // error the handler returns is written in the error shape.
 func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b := s.broker.Load()
+		b := s.loaded()
 		if b == nil {
 			writeError(w, errorf(wire.CodeNotReady, "the server is recovering; try again shortly"))
 			return
@@ -229,7 +229,7 @@ func bearer(r *http.Request) string {
 
 var errNoCredential = errorf(actors.CodeUnauthenticated, "this endpoint needs a credential: Authorization: Bearer <token>")
 
-func (s *Server) authenticate(b *broker.Broker, r *http.Request, kind authKind) (principal, error) {
+func (s *Server) authenticate(b Core, r *http.Request, kind authKind) (principal, error) {
 	token := bearer(r)
 	open := s.cfg.Auth == AuthNone
 	switch kind {

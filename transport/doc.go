@@ -1,11 +1,12 @@
 // Package transport is tether's network shell: the HTTP API, the WebSocket and long-poll worker
 // endpoints, SSE, authentication, and the operations endpoints (DESIGN §5). It translates
-// requests into calls on the broker facade (actors/runtime) and reads views from the
-// projections; it holds no decision logic and never touches the store directly (DESIGN §1).
+// requests into calls on the broker through the Core interface (actors/broker.Broker in a
+// server) and reads views from the projections through it; it holds no decision logic and
+// never touches the store or the event log directly (DESIGN §1).
 //
 // Contract:
-//   - Every error has the shape of wire.Error, with a stable code; each broker rejection code
-//     maps to one HTTP status (statusOf).
+//   - Every error has the shape of wire.Error, with a stable code from the one table of codes
+//     (wire.ErrorCodes), which gives its HTTP status and its WebSocket close code.
 //   - Nothing client- or worker-controlled is unbounded: bodies (SmallBodyBytesMax, a payload
 //     or an output plus an envelope, BatchBodyBytesMax), headers (HeaderBytesMax), frames
 //     (FrameBytesMax), unanswered operations per WebSocket (InFlightMax), long-poll waits
@@ -20,7 +21,7 @@
 //     lasts as long as its socket, a long-poll worker's as long as one of its polls waits
 //     (poll.go). An assignment that was not written to the worker (the socket died first, the
 //     poll's client went away, its answer could not be written) goes back to the queue at once,
-//     with no attempt spent (runtime.Broker.ReturnUndelivered).
+//     with no attempt spent (Core.ReturnUndelivered).
 //   - A long-poll worker's heartbeats and results never wait for its poll; a newer poll ends
 //     the older one.
 //   - A client that goes away before its answer is logged at debug level, not as an error.

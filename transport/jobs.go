@@ -136,7 +136,7 @@ func (s *Server) getJob(r *request) error {
 
 // liveJob is jobOf with what the broker knows beyond the log: a lease's expiry as its last
 // heartbeat extended it.
-func liveJob(b *broker.Broker, j *projections.Job, now time.Time) wire.Job {
+func liveJob(b Core, j *projections.Job, now time.Time) wire.Job {
 	out := jobOf(j, now)
 	if l := out.Lease; l != nil {
 		l.ExpiresAt = b.LeaseExpiresAt(l.WorkerID, l.LeaseID, j.LeaseTTL, l.ExpiresAt)
@@ -240,7 +240,7 @@ func (s *Server) release(r *request) error {
 
 func (s *Server) quota(r *request) error { return r.reply(http.StatusOK, quotaOf(r.b, r.by.tenant)) }
 
-func quotaOf(b *broker.Broker, tenant string) wire.Quota {
+func quotaOf(b Core, tenant string) wire.Quota {
 	q := b.Quota(tenant)
 	return wire.Quota{Tenant: tenant, MaxActive: q.MaxActive, MaxRunning: q.MaxRunning, Active: q.Active, Running: q.Running,
 		Reservations: len(q.Reservations)}

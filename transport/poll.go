@@ -104,7 +104,7 @@ func (ps *pollSession) acquire(ctx context.Context) (preempted <-chan struct{}, 
 
 // session returns the worker's open session and its inbox, opening one if there is none or the
 // last one ended.
-func (ps *pollSession) session(ctx context.Context, b *broker.Broker) (*broker.Session, <-chan any, error) {
+func (ps *pollSession) session(ctx context.Context, b Core) (*broker.Session, <-chan any, error) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.sess != nil {
@@ -144,7 +144,7 @@ func (ps *pollSession) forget(sess *broker.Session) {
 
 // withSession runs fn with the worker's session, and once more with a new one if the first had
 // ended (actors.CodeSessionClosed).
-func (ps *pollSession) withSession(ctx context.Context, b *broker.Broker, fn func(*broker.Session, <-chan any) error) error {
+func (ps *pollSession) withSession(ctx context.Context, b Core, fn func(*broker.Session, <-chan any) error) error {
 	for try := 0; ; try++ {
 		sess, inbox, err := ps.session(ctx, b)
 		if err != nil {

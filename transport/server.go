@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport/dashboard"
 	"github.com/tetherhq/tether/transport/openapi"
 	"github.com/tetherhq/tether/transport/wire"
@@ -53,13 +52,13 @@ type Config struct {
 // Server is the HTTP face of one broker. It serves /healthz from the start, and everything
 // else answers 503 NOT_READY until Attach hands it a recovered broker.
 type Server struct {
-	cfg    Config
-	log    *zap.Logger
-	clock  func() time.Time
-	broker atomic.Pointer[broker.Broker]
-	mux    *http.ServeMux
-	ids    *requestIDs
-	polls  pollSessions
+	cfg   Config
+	log   *zap.Logger
+	clock func() time.Time
+	core  atomic.Pointer[Core]
+	mux   *http.ServeMux
+	ids   *requestIDs
+	polls pollSessions
 	// shutdown is closed by Shutdown: event streams and long polls end.
 	shutdown     chan struct{}
 	shutdownOnce sync.Once
@@ -111,7 +110,15 @@ func (s *Server) MetricsHandler() http.Handler {
 }
 
 // Attach makes the server serve b, once b has recovered.
-func (s *Server) Attach(b *broker.Broker) { s.broker.Store(b) }
+func (s *Server) Attach(b Core) { s.core.Store(&b) }
+
+// loaded is the attached Core, or nil while the broker is recovering.
+func (s *Server) loaded() Core {
+	if p := s.core.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Shutdown ends the event streams and long polls the server holds open, so http.Server's
 // Shutdown does not wait for them. WebSocket sessions end when the broker closes: each is told
@@ -132,7 +139,7 @@ func (s *Server) Wait(ctx context.Context) {
 
 // Ready implements Readiness.
 func (s *Server) Ready() error {
-	b := s.broker.Load()
+	b := s.loaded()
 	if b == nil {
 		return errors.New("recovering: the projections are being rebuilt from the log")
 	}
@@ -141,7 +148,7 @@ func (s *Server) Ready() error {
 
 // Status implements Readiness.
 func (s *Server) Status() any {
-	b := s.broker.Load()
+	b := s.loaded()
 	head, st := b.Head(), b.LogStats()
 	return map[string]any{"status": "ready", "head_seq": head.Seq, "head_hash": head.Hash.String(), "events": st.Events, "fsyncs": st.Syncs,
 		"auth": s.cfg.Auth} // the dashboard asks for a key up front under "token

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -33,7 +32,7 @@ type cursor struct {
 
 // next reads up to EventsPageMax events after the cursor, skipping those numbered skipTo or
 // below (a resume), and moves the cursor past what it read.
-func (c *cursor) next(b *broker.Broker, skipTo int) ([]wire.Event, error) {
+func (c *cursor) next(b Core, skipTo int) ([]wire.Event, error) {
 	var out []wire.Event
 	for rec, err := range b.JobStream(c.jobID, c.seq+1) {
 		if err != nil {
@@ -53,7 +52,7 @@ func (c *cursor) next(b *broker.Broker, skipTo int) ([]wire.Event, error) {
 }
 
 // jobState reads what a watcher needs to know of a job without copying it.
-func jobState(b *broker.Broker, tenant, id string) (lastSeq uint64, status projections.Status, ok bool) {
+func jobState(b Core, tenant, id string) (lastSeq uint64, status projections.Status, ok bool) {
 	b.Read(func(s *projections.Set) {
 		if j := s.JobRef(id); j != nil && j.Tenant == tenant {
 			lastSeq, status, ok = j.LastSeq, j.Status, true

@@ -67,7 +67,7 @@ func (s *Server) connect(r *request) error {
 
 type wsConn struct {
 	s         *Server
-	b         *broker.Broker
+	b         Core
 	conn      *websocket.Conn
 	worker    string
 	publicKey string

@@ -1,4 +1,4 @@
-// Command floor measures what the shape of `tether bench` costs on a machine with nothing but
+// Command benchfloor measures what the shape of `tether bench` costs on a machine with nothing but
 // the shape: producers that POST one job each and wait for an answer sent after the job's record
 // is fsynced; WebSocket workers of capacity 1; a lease record fsynced before each assignment; a
 // completion record fsynced before each ack. One goroutine group-commits the records with a
@@ -9,8 +9,8 @@
 // on this machine; tether's own figure is read against it. It runs the server in a child
 // process, as `tether bench` runs against a separate `tether server`:
 //
-//	go run ./transport/bench/floor --jobs 20000 --producers 8 --workers 50
-//	go run ./transport/bench/floor --fsync=false   # the same shape without the disk
+//	go run ./cmd/benchfloor --jobs 20000 --producers 8 --workers 50
+//	go run ./cmd/benchfloor --fsync=false   # the same shape without the disk
 package main
 
 import (
