@@ -7,9 +7,11 @@ ADDR     ?= 127.0.0.1:8080
 # (golang/go#75804, fixed in Go 1.27) and fails with "context deadline exceeded".
 FUZZTIME ?= 150000x
 
-# The simulator's fixed seed range for CI, and the planted bugs it must catch (actors/mutant*.go).
+# The simulator's fixed seed range for CI, and the planted bugs it must catch: in the behaviours
+# (actors/mutant*.go) and in the cell runtime that carries the ordering rules (actors/cells/mutant*.go).
 SIMSEEDS ?= 1..1000
-MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed progress_twice
+MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed progress_twice \
+            persisted_before_durable apply_after_reply
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants
 

@@ -4,11 +4,16 @@
 // scheduler, the server's Env, and one per fault class, so that turning a class off does not
 // move the others) and a priority queue of timed items. Into that world it puts:
 //
-//   - the server: the production behaviours (package actors) in per-actor FIFO mailboxes, run
-//     one message at a time in an order the scheduler stream picks; the production projections;
-//     and the production event log on Pebble's crashable in-memory filesystem, committed in
-//     groups as the runtime does, with start-up through the same functions as the runtime
-//     (projections.Rebuild, actors.StaleSessionEnds, actors.ResumedRefs);
+//   - the server: the production behaviours (package actors) on the production cell runtime
+//     (actors/cells), which carries the ordering rules (persist, then apply, then deliver;
+//     incarnations; timers; stop and bounce) for the simulator as for protoactor. The simulator
+//     plugs in its scheduler (per-cell FIFO mailboxes, one message at a time in an order the
+//     scheduler stream picks), its committer (a group commit on the virtual clock, where crashes
+//     and disk faults strike) and its clock. Under them: the production projections, and the
+//     production event log on Pebble's crashable in-memory filesystem, with start-up through the
+//     same functions as the broker (projections.Rebuild, actors.StaleSessionEnds,
+//     actors.ResumedRefs). The behaviours' invariants (actors.Checker) are checked after every
+//     message;
 //   - clients of two or three tenants that submit (with and without idempotency keys, in
 //     batches, with reservations), cancel (their jobs and other tenants'), reserve, release,
 //     re-drive, list and set quotas;
@@ -26,6 +31,9 @@
 // another tenant's job); server crashes at any step, mid-commit with the records written and
 // not synced (a share of the WAL's unsynced blocks survives), after a commit before its
 // replies, and during recovery; WAL write and sync errors through errorfs; clock jumps both ways.
+//
+// Planted bugs (make sim-mutants) prove the invariants bite, in the behaviours (actors/mutant*.go)
+// and in the cell runtime (actors/cells/mutant*.go).
 //
 // A run has three phases: safety (Config.Steps steps with faults), heal (faults off, server up,
 // workers back), and liveness (every job terminal and every reservation ended within

@@ -20,11 +20,12 @@ import (
 // dataDir is where the server keeps its log on the simulated disk.
 const dataDir = "/data"
 
-// server is the simulated tether process: the production behaviours in per-actor mailboxes, the
-// production projections, and the production log on Pebble's crashable in-memory filesystem.
-// What the runtime does with protoactor and goroutines (mailboxes, timers, group commit,
-// start-up) it does in the simulator's one goroutine. A crash throws all of it away but the
-// disk, cut the way a power loss would cut it.
+// server is the simulated tether process: the production behaviours on the production cell
+// runtime, the production projections, and the production log on Pebble's crashable in-memory
+// filesystem. Where the broker plugs protoactor's mailboxes, the log's group commit and the wall
+// clock into the runtime, the server plugs in the simulator's seeded scheduler, a group commit
+// on the virtual clock with faults, and the virtual clock. A crash throws all of it away but
+// the disk, cut the way a power loss would cut it.
 type server struct {
 	s     *Sim
 	epoch int // bumped by every crash; what belongs to an older epoch is dead
