@@ -1,0 +1,272 @@
+package cells_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/cells"
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// driver is the smallest deterministic driver: one FIFO, commits that wait for sync, and an
+// Agenda for a clock. The tests below script the ordering rules against it.
+type driver struct {
+	rt      *cells.Runtime
+	now     time.Time
+	agenda  cells.Agenda
+	queue   []queued
+	commits []commit
+	seq     uint64
+	out     []string // what reached external parties, and what the probes saw
+	broken  []string
+}
+
+type queued struct {
+	c *cells.Cell
+	d cells.Delivery
+}
+
+type commit struct {
+	events []eventlog.Payload
+	done   func(eventlog.Receipt, error)
+}
+
+func (d *driver) Start(*cells.Cell)                          {}
+func (d *driver) Schedule(c *cells.Cell, del cells.Delivery) { d.queue = append(d.queue, queued{c, del}) }
+func (d *driver) Commit(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
+	d.commits = append(d.commits, commit{events, done})
+}
+func (d *driver) Now() time.Time { return d.now }
+func (d *driver) AfterFunc(after time.Duration, f func()) func() {
+	return d.agenda.At(d.now.Add(after), "", f).Cancel
+}
+
+func newDriver() *driver {
+	d := &driver{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	d.rt = cells.New(cells.Config{
+		Scheduler: d, Committer: d, Clock: d,
+		Make: func(ref actors.Ref) actors.Behaviour {
+			if ref.Kind == actors.RefTenant {
+				return &probe{d: d, name: ref.ID}
+			}
+			return nil
+		},
+		External:        func(to actors.Ref, msg any) { d.out = append(d.out, fmt.Sprintf("%s<-%v", to.ID, msg)) },
+		CheckInvariants: true,
+		Broken:          func(ref actors.Ref, err error) { d.broken = append(d.broken, ref.ID+": "+err.Error()) },
+	})
+	return d
+}
+
+// run delivers until nothing is queued.
+func (d *driver) run() {
+	for len(d.queue) > 0 {
+		q := d.queue[0]
+		d.queue = d.queue[1:]
+		d.rt.Handle(q.c, q.d)
+	}
+}
+
+// sync makes the pending commits durable, or fails them.
+func (d *driver) sync(err error) {
+	commits := d.commits
+	d.commits = nil
+	for _, c := range commits {
+		if err != nil {
+			c.done(eventlog.Receipt{}, err)
+			continue
+		}
+		first := d.seq + 1
+		d.seq += uint64(len(c.events))
+		c.done(eventlog.Receipt{First: first, Last: d.seq, Time: d.now}, nil)
+	}
+}
+
+// advance moves the clock, firing what falls due.
+func (d *driver) advance(by time.Duration) {
+	end := d.now.Add(by)
+	for it, ok := d.agenda.Next(); ok && !it.At.After(end); it, ok = d.agenda.Next() {
+		d.agenda.Take()
+		d.now = it.At
+		it.Run()
+	}
+	d.now = end
+}
+
+// probe is a behaviour that does what it is told and says what it sees.
+type probe struct {
+	d        *driver
+	name     string
+	timer    actors.TimerID
+	recovers int
+	bad      bool
+}
+
+type (
+	setQuota struct{ n int }   // persist a quota of n, then report what the projections hold
+	arm      struct{ d time.Duration }
+	cancel   struct{}
+	stopSelf struct{}
+	breakIt  struct{}
+	ring     struct{}
+)
+
+func (p *probe) Recover(actors.Env) { p.recovers++ }
+
+func (p *probe) Receive(env actors.Env, msg any) {
+	switch m := msg.(type) {
+	case setQuota:
+		env.Persist([]eventlog.Payload{eventlog.TenantQuotaSet{Tenant: p.name, MaxActive: m.n}}, m)
+	case actors.Persisted:
+		var seen int
+		env.Read(func(s *projections.Set) { seen = s.Tenant(p.name).MaxActive })
+		p.d.out = append(p.d.out, fmt.Sprintf("%s persisted %v err=%v projections=%d", p.name, m.Then, m.Err, seen))
+	case arm:
+		p.timer = env.After(m.d, ring{})
+	case cancel:
+		env.Cancel(p.timer)
+	case ring:
+		p.d.out = append(p.d.out, p.name+" rang")
+	case stopSelf:
+		env.Stop(actors.TenantRef(p.name))
+	case breakIt:
+		p.bad = true
+	default:
+		p.d.out = append(p.d.out, fmt.Sprintf("%s got %v (recovered %d)", p.name, msg, p.recovers))
+	}
+}
+
+func (p *probe) CheckInvariants() error {
+	if p.bad {
+		return errors.New("told to break")
+	}
+	return nil
+}
+
+// The ordering rules, each a script: what is sent, what happens to the log and the clock, and
+// what the probes and the outside world see.
+func TestOrderingRules(t *testing.T) {
+	a := actors.TenantRef("a")
+	for _, tc := range []struct {
+		name   string
+		script func(d *driver)
+		want   []string
+	}{{
+		name: "Persisted comes only once durable, with the events applied",
+		script: func(d *driver) {
+			d.rt.Send(a, setQuota{7}, actors.Ref{})
+			d.run() // decided, not durable: nothing comes back
+			d.out = append(d.out, "synced")
+			d.sync(nil)
+			d.run()
+		},
+		want: []string{"synced", "a persisted {7} err=<nil> projections=7"},
+	}, {
+		name: "persists complete in the order made",
+		script: func(d *driver) {
+			d.rt.Send(a, setQuota{1}, actors.Ref{})
+			d.rt.Send(a, setQuota{2}, actors.Ref{})
+			d.run()
+			d.sync(nil)
+			d.run()
+		},
+		want: []string{"a persisted {1} err=<nil> projections=2", "a persisted {2} err=<nil> projections=2"},
+	}, {
+		name: "a failed commit applies nothing and says so",
+		script: func(d *driver) {
+			d.rt.Send(a, setQuota{3}, actors.Ref{})
+			d.run()
+			d.sync(errors.New("fsync failed"))
+			d.run()
+		},
+		want: []string{"a persisted {3} err=fsync failed projections=0"},
+	}, {
+		name: "a restart drops the old incarnation's Persisted and timers and recovers once",
+		script: func(d *driver) {
+			d.rt.Send(a, arm{time.Second}, actors.Ref{})
+			d.rt.Send(a, setQuota{4}, actors.Ref{})
+			d.run()
+			d.sync(nil) // Persisted for incarnation 0 is queued
+			d.rt.Restart(d.rt.Bound(a), nil)
+			d.run()
+			d.advance(2 * time.Second)
+			d.run()
+			d.rt.Send(a, "hello", actors.Ref{})
+			d.run()
+		},
+		want: []string{"a got hello (recovered 1)"},
+	}, {
+		name: "a cancelled timer never fires; one left alone does",
+		script: func(d *driver) {
+			d.rt.Send(a, arm{time.Second}, actors.Ref{})
+			d.rt.Send(a, cancel{}, actors.Ref{})
+			d.run()
+			d.advance(time.Minute)
+			d.run()
+			d.out = append(d.out, "cancelled")
+			d.rt.Send(a, arm{time.Second}, actors.Ref{})
+			d.run()
+			d.advance(time.Minute)
+			d.run()
+		},
+		want: []string{"cancelled", "a rang"},
+	}, {
+		name: "a stop takes what was sent before it; what comes after makes a new cell",
+		script: func(d *driver) {
+			d.rt.Send(a, "first", actors.Ref{})
+			d.rt.Send(a, stopSelf{}, actors.Ref{})
+			d.run()
+			old := d.rt.Bound(a)
+			d.rt.Send(a, "second", actors.Ref{})
+			d.run()
+			if d.rt.Bound(a) == old || old != nil {
+				d.out = append(d.out, "the stopped cell is still bound")
+			}
+		},
+		want: []string{"a got first (recovered 1)", "a got second (recovered 1)"},
+	}, {
+		name: "an assignment to a session that is gone bounces to the dispatcher as Undelivered",
+		script: func(d *driver) {
+			d.rt.Spawn(actors.DispatcherRef(), func() actors.Behaviour { return &probe{d: d, name: "dispatcher"} })
+			d.rt.Send(actors.SessionRef("gone"), actors.Assignment{JobID: "j", LeaseID: "l"}, actors.Ref{})
+			d.rt.Send(actors.SessionRef("gone"), actors.CancelNotice{JobID: "j"}, actors.Ref{})
+			d.run()
+		},
+		want: []string{"dispatcher got {j l} (recovered 1)"},
+	}, {
+		name: "replies reach the sender outside",
+		script: func(d *driver) {
+			d.rt.Spawn(actors.DispatcherRef(), func() actors.Behaviour { return &echo{} })
+			d.rt.Send(actors.DispatcherRef(), "ping", actors.Ref{Kind: actors.RefExternal, ID: "caller"})
+			d.run()
+		},
+		want: []string{"caller<-ping"},
+	}, {
+		name: "a broken invariant is reported after the message that broke it",
+		script: func(d *driver) {
+			d.rt.Send(a, breakIt{}, actors.Ref{})
+			d.run()
+			d.out = append(d.out, d.broken...)
+		},
+		want: []string{"a: told to break"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDriver()
+			tc.script(d)
+			if !slices.Equal(d.out, tc.want) {
+				t.Fatalf("saw\n  %q\nwant\n  %q", d.out, tc.want)
+			}
+		})
+	}
+}
+
+// echo answers its sender with what it got.
+type echo struct{}
+
+func (echo) Recover(actors.Env)               {}
+func (echo) Receive(env actors.Env, msg any) { env.Send(env.Sender(), msg) }
