@@ -36,8 +36,10 @@ type commit struct {
 	done   func(eventlog.Receipt, error)
 }
 
-func (d *driver) Start(*cells.Cell)                          {}
-func (d *driver) Schedule(c *cells.Cell, del cells.Delivery) { d.queue = append(d.queue, queued{c, del}) }
+func (d *driver) Start(*cells.Cell) {}
+func (d *driver) Schedule(c *cells.Cell, del cells.Delivery) {
+	d.queue = append(d.queue, queued{c, del})
+}
 func (d *driver) Commit(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
 	d.commits = append(d.commits, commit{events, done})
 }
@@ -108,7 +110,7 @@ type probe struct {
 }
 
 type (
-	setQuota struct{ n int }   // persist a quota of n, then report what the projections hold
+	setQuota struct{ n int } // persist a quota of n, then report what the projections hold
 	arm      struct{ d time.Duration }
 	cancel   struct{}
 	stopSelf struct{}
@@ -268,5 +270,5 @@ func TestOrderingRules(t *testing.T) {
 // echo answers its sender with what it got.
 type echo struct{}
 
-func (echo) Recover(actors.Env)               {}
+func (echo) Recover(actors.Env)              {}
 func (echo) Receive(env actors.Env, msg any) { env.Send(env.Sender(), msg) }
