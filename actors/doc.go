@@ -3,9 +3,12 @@
 //
 // A behaviour is pure. It gets its state, one message and an Env that supplies the time,
 // randomness, IDs, persistence, sends and timers; it never imports protoactor, reads the wall
-// clock, uses global randomness or touches the network (TestBehavioursArePure checks). The same
-// behaviours run under protoactor (actors/runtime) and in the deterministic world of
-// actors/actorstest, which the simulator grows from.
+// clock, uses global randomness or touches the network (TestBehavioursArePure checks). They run
+// on one runtime, actors/cells, which carries the ordering rules below that are not the
+// behaviours' own (persist, apply, deliver; incarnations; timers; stop); protoactor drives it in
+// production (actors/broker), a FIFO in tests (actors/actorstest), and the simulator's seeded
+// scheduler under faults. The dispatcher and job state their invariants (invariants.go,
+// `// INVARIANT:`), which the tests and the simulator check after every message.
 //
 // Who owns what:
 //
@@ -52,7 +55,8 @@
 //  5. A restarted behaviour rebuilds from the projections (Recover) only once everything it
 //     persisted before is durable. A job found leased gets a fresh lease_ttl of grace, logged,
 //     because heartbeat extensions live only in memory.
-//  6. Every refusal is a *Rejection with a stable Code; transport maps each code to one status.
+//  6. Every refusal is a *Rejection with a stable Code, each in the one table of codes
+//     (wire.ErrorCodes), which gives its status; a test fails when one is missing there.
 //  7. An assignment is offered to the worker only while someone is there to take it, and one
 //     that does not reach the worker comes back, spending no attempt: the session hands back
 //     what arrives while it offers nothing; a runtime hands back what it cannot deliver to a
