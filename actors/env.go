@@ -35,7 +35,8 @@ type Checker interface {
 type Env interface {
 	Now() time.Time
 	Rand() *rand.Rand
-	// Persist hands events to the log and returns at once. When they are durable (and applied
+	// Persist hands events to the log and returns at once; the slice is the log's from then
+	// on, and the behaviour must not change it. When they are durable (and applied
 	// to the projections) the runtime delivers Persisted{Then: then} to this actor; if the log
 	// failed, Persisted.Err is set and the server is stopping. Persists of one actor complete in
 	// the order they were made.

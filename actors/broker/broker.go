@@ -44,7 +44,7 @@ type Config struct {
 }
 
 // ErrClosed is returned by calls on a Broker that is closing or closed.
-var ErrClosed = errors.New("runtime: broker closed")
+var ErrClosed = errors.New("broker: closed")
 
 // Broker is the core of tether in one process: the event log, the projections, and the
 // supervised actors that run the behaviours on the cell runtime. Its methods are the facade
@@ -108,10 +108,12 @@ func Open(cfg Config) (*Broker, error) {
 	for k := range b.kindLogs {
 		b.kindLogs[k] = b.log.Named(kindName(actors.RefKind(k)))
 	}
-	if err := b.rebuildProjections(); err != nil {
+	set, err := b.rebuildProjections()
+	if err != nil {
 		_ = elog.Close()
 		return nil, err
 	}
+	b.rt = b.newRuntime(set)
 	if err := b.endStaleSessions(); err != nil {
 		_ = elog.Close()
 		return nil, err
@@ -125,15 +127,24 @@ func Open(cfg Config) (*Broker, error) {
 }
 
 // rebuildProjections loads the newest checkpoint, then folds every record after it.
-func (b *Broker) rebuildProjections() error {
+func (b *Broker) rebuildProjections() (*projections.Set, error) {
 	start := time.Now()
 	set, from, err := projections.Rebuild(b.elog, func(err error) {
 		b.log.Warn("checkpoint unusable; replaying the whole log", zap.String("code", "CHECKPOINT_UNUSABLE"), zap.Error(err))
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b.rt = cells.New(cells.Config{
+	b.noteCheckpoint(from)
+	b.log.Info("projections rebuilt", zap.Uint64("checkpoint_seq", from), zap.Uint64("head_seq", set.Seq()),
+		zap.Uint64("replayed", set.Seq()-from), zap.Duration("took", time.Since(start)))
+	return set, nil
+}
+
+// newRuntime makes the cell runtime over the recovered projections, with protoactor as its
+// scheduler, the log as its committer and the wall clock.
+func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
+	return cells.New(cells.Config{
 		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: wallClock(b.clock), Set: set,
 		Make:     b.make,
 		External: func(to actors.Ref, msg any) { to.External.(*sink).deliver(msg) },
@@ -143,10 +154,6 @@ func (b *Broker) rebuildProjections() error {
 				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", eventlog.StreamOf(p)), zap.Error(err))
 		},
 	})
-	b.noteCheckpoint(from)
-	b.log.Info("projections rebuilt", zap.Uint64("checkpoint_seq", from), zap.Uint64("head_seq", set.Seq()),
-		zap.Uint64("replayed", set.Seq()-from), zap.Duration("took", time.Since(start)))
-	return nil
 }
 
 // make returns the behaviour of a tenant, job or dispatcher cell, as Decorate has it.
@@ -216,7 +223,7 @@ func (b *Broker) resume() error {
 		}
 		pid := pidOf(b.rt.Bind(ref))
 		if _, err := b.system.Root.RequestFuture(pid, ping{}, time.Minute).Result(); err != nil {
-			return fmt.Errorf("runtime: resuming %s %s: %w", kindName(ref.Kind), ref.ID, err)
+			return fmt.Errorf("broker: resuming %s %s: %w", kindName(ref.Kind), ref.ID, err)
 		}
 	}
 	b.rt.Drain()

@@ -3,7 +3,6 @@ package cells
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -71,7 +70,10 @@ type Config struct {
 type Runtime struct {
 	cfg Config
 
-	mu     sync.Mutex // guards cells and the binding of messages to them
+	// mu guards cells. A message is scheduled to the cell its Ref is bound to under the read
+	// lock, and Stop unbinds and schedules the stop under the write lock, so every message
+	// reaches either the old cell before its stop or a new cell: none is lost in between.
+	mu     sync.RWMutex
 	cells  map[actors.Ref]*Cell
 	closed bool // set under issueMu once no persist may start
 
@@ -180,8 +182,16 @@ func (rt *Runtime) Send(to actors.Ref, msg any, sender actors.Ref) {
 		rt.cfg.External(to, msg)
 		return
 	}
+	rt.mu.RLock()
+	c := rt.cells[to]
+	if c != nil {
+		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
+		rt.mu.RUnlock()
+		return
+	}
+	rt.mu.RUnlock()
 	rt.mu.Lock()
-	c := rt.bindLocked(to, nil)
+	c = rt.bindLocked(to, nil)
 	if c != nil {
 		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
 	}
@@ -194,8 +204,8 @@ func (rt *Runtime) Send(to actors.Ref, msg any, sender actors.Ref) {
 // SendIfBound delivers msg to the cell bound to to, if there is one, and reports whether it did;
 // it never makes a cell.
 func (rt *Runtime) SendIfBound(to actors.Ref, msg any, sender actors.Ref) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
 	c := rt.cells[to]
 	if c != nil {
 		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
@@ -222,15 +232,15 @@ func (rt *Runtime) Bind(ref actors.Ref) *Cell {
 
 // Bound returns the cell bound to ref, or nil.
 func (rt *Runtime) Bound(ref actors.Ref) *Cell {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
 	return rt.cells[ref]
 }
 
 // Cells returns the cells bound to Refs of kind k.
 func (rt *Runtime) Cells(k actors.RefKind) []*Cell {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
 	var out []*Cell
 	for ref, c := range rt.cells {
 		if ref.Kind == k {
@@ -360,14 +370,14 @@ func (rt *Runtime) Restart(c *Cell, b actors.Behaviour) {
 }
 
 // Persist commits events outside any cell (start-up's), through the same path: done is called
-// once they are durable and applied, or failed.
+// once they are durable and applied, or failed. Like a behaviour's, the events are the
+// runtime's from then on: the caller must not change them.
 func (rt *Runtime) Persist(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	rt.persist(slices.Clone(events), done)
+	rt.persist(events, done)
 }
 
 func (c *Cell) persist(events []eventlog.Payload, then any) {
 	rt, inc := c.rt, c.incarnation
-	events = slices.Clone(events)
 	if mutantPersistedBeforeDurable {
 		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: then}, incarnation: inc})
 		rt.persist(events, func(eventlog.Receipt, error) {})
