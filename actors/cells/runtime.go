@@ -74,7 +74,7 @@ type Runtime struct {
 	// lock, and Stop unbinds and schedules the stop under the write lock, so every message
 	// reaches either the old cell before its stop or a new cell: none is lost in between.
 	mu     sync.RWMutex
-	cells  map[actors.Ref]*Cell
+	cells  map[cellKey]*Cell
 	closed bool // set under issueMu once no persist may start
 
 	setMu sync.RWMutex // guards set
@@ -91,12 +91,21 @@ type Runtime struct {
 	deferred []func()
 }
 
+// cellKey is what names a cell in the map: a Ref without its External handle, which would make
+// every lookup hash an interface.
+type cellKey struct {
+	kind actors.RefKind
+	id   string
+}
+
+func keyOf(ref actors.Ref) cellKey { return cellKey{ref.Kind, ref.ID} }
+
 // New returns a runtime with no cells.
 func New(cfg Config) *Runtime {
 	if cfg.Set == nil {
 		cfg.Set = projections.New()
 	}
-	rt := &Runtime{cfg: cfg, cells: map[actors.Ref]*Cell{}, set: cfg.Set}
+	rt := &Runtime{cfg: cfg, cells: map[cellKey]*Cell{}, set: cfg.Set}
 	rt.advance = sync.NewCond(&rt.applyMu)
 	return rt
 }
@@ -183,7 +192,7 @@ func (rt *Runtime) Send(to actors.Ref, msg any, sender actors.Ref) {
 		return
 	}
 	rt.mu.RLock()
-	c := rt.cells[to]
+	c := rt.cells[keyOf(to)]
 	if c != nil {
 		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
 		rt.mu.RUnlock()
@@ -206,7 +215,7 @@ func (rt *Runtime) Send(to actors.Ref, msg any, sender actors.Ref) {
 func (rt *Runtime) SendIfBound(to actors.Ref, msg any, sender actors.Ref) bool {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
-	c := rt.cells[to]
+	c := rt.cells[keyOf(to)]
 	if c != nil {
 		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
 	}
@@ -218,7 +227,7 @@ func (rt *Runtime) SendIfBound(to actors.Ref, msg any, sender actors.Ref) bool {
 func (rt *Runtime) Spawn(ref actors.Ref, make func() actors.Behaviour) *Cell {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	delete(rt.cells, ref)
+	delete(rt.cells, keyOf(ref))
 	return rt.bindLocked(ref, make)
 }
 
@@ -234,7 +243,7 @@ func (rt *Runtime) Bind(ref actors.Ref) *Cell {
 func (rt *Runtime) Bound(ref actors.Ref) *Cell {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
-	return rt.cells[ref]
+	return rt.cells[keyOf(ref)]
 }
 
 // Cells returns the cells bound to Refs of kind k.
@@ -242,8 +251,8 @@ func (rt *Runtime) Cells(k actors.RefKind) []*Cell {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
 	var out []*Cell
-	for ref, c := range rt.cells {
-		if ref.Kind == k {
+	for key, c := range rt.cells {
+		if key.kind == k {
 			out = append(out, c)
 		}
 	}
@@ -251,7 +260,7 @@ func (rt *Runtime) Cells(k actors.RefKind) []*Cell {
 }
 
 func (rt *Runtime) bindLocked(ref actors.Ref, make func() actors.Behaviour) *Cell {
-	if c := rt.cells[ref]; c != nil {
+	if c := rt.cells[keyOf(ref)]; c != nil {
 		return c
 	}
 	var b actors.Behaviour
@@ -267,7 +276,7 @@ func (rt *Runtime) bindLocked(ref actors.Ref, make func() actors.Behaviour) *Cel
 		b = make()
 	}
 	c := &Cell{rt: rt, ref: ref, make: make, beh: b}
-	rt.cells[ref] = c
+	rt.cells[keyOf(ref)] = c
 	rt.cfg.Scheduler.Start(c)
 	return c
 }
@@ -277,8 +286,8 @@ func (rt *Runtime) bindLocked(ref actors.Ref, make func() actors.Behaviour) *Cel
 func (rt *Runtime) Stop(ref actors.Ref) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if c := rt.cells[ref]; c != nil {
-		delete(rt.cells, ref)
+	if c := rt.cells[keyOf(ref)]; c != nil {
+		delete(rt.cells, keyOf(ref))
 		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindStop})
 	}
 }
@@ -288,8 +297,8 @@ func (rt *Runtime) Stop(ref actors.Ref) {
 func (rt *Runtime) Forget(c *Cell) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if rt.cells[c.ref] == c {
-		delete(rt.cells, c.ref)
+	if rt.cells[keyOf(c.ref)] == c {
+		delete(rt.cells, keyOf(c.ref))
 	}
 	c.stopTimers()
 }
