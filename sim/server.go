@@ -303,13 +303,13 @@ type clock struct {
 
 func (c *clock) Now() time.Time { return c.v.s.serverNow() }
 
-func (c *clock) AfterFunc(d time.Duration, f func()) func() {
+func (c *clock) AfterFunc(d time.Duration, f func()) cells.Timer {
 	v, epoch := c.v, c.epoch
 	return v.s.after(d, "timer", func() {
 		if v.epoch == epoch {
 			f()
 		}
-	}).Cancel
+	})
 }
 
 func (v *server) spawnSession(id string, sink actors.Ref) {
@@ -475,7 +475,9 @@ func (v *server) commit() bool {
 	v.synced = eventlog.Head{Seq: r.Last, Hash: r.Hash, Time: r.Time}
 	s.record(fmt.Sprintf("commit seq %d..%d hash %s", r.First, r.Last, r.Hash.String()[:16]))
 	if s.strikes(FaultServerCrash, 0.02) {
-		s.probe(ProbeCrashBeforeReply)
+		if !v.recovering { // start-up's events have no replies
+			s.probe(ProbeCrashBeforeReply)
+		}
 		v.crash("after a commit, before its replies")
 		return false
 	}

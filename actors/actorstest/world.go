@@ -105,8 +105,8 @@ func (s *syncer) Commit(events []eventlog.Payload, done func(eventlog.Receipt, e
 type clock World
 
 func (c *clock) Now() time.Time { return c.Clock }
-func (c *clock) AfterFunc(d time.Duration, f func()) func() {
-	return c.agenda.At(c.Clock.Add(d), "", f).Cancel
+func (c *clock) AfterFunc(d time.Duration, f func()) cells.Timer {
+	return c.agenda.At(c.Clock.Add(d), "", f)
 }
 
 // External is the Ref of a named party outside the behaviours (a caller, a worker's

@@ -146,9 +146,10 @@ func (b *Broker) rebuildProjections() (*projections.Set, error) {
 func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 	return cells.New(cells.Config{
 		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: wallClock(b.clock), Set: set,
-		Make:     b.make,
-		External: func(to actors.Ref, msg any) { to.External.(*sink).deliver(msg) },
-		Logger:   func(ref actors.Ref) *zap.Logger { return b.kindLogs[ref.Kind].With(refField(ref)) },
+		Make:      b.make,
+		Committed: b.committed,
+		External:  func(to actors.Ref, msg any) { to.External.(*sink).deliver(msg) },
+		Logger:    func(ref actors.Ref) *zap.Logger { return b.kindLogs[ref.Kind].With(refField(ref)) },
 		Refused: func(seq uint64, p eventlog.Payload, err error) {
 			b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree",
 				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", eventlog.StreamOf(p)), zap.Error(err))

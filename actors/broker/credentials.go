@@ -58,10 +58,9 @@ func (b *Broker) RevokeAPIKey(ctx context.Context, id string) (actors.Receipt, e
 }
 
 // APIKeyByToken finds the API key a secret belongs to, revoked or not.
-func (b *Broker) APIKeyByToken(key string) (projections.APIKey, bool) {
-	set, release := b.rt.View()
-	defer release()
-	return set.APIKeyByHash(TokenHash(key))
+func (b *Broker) APIKeyByToken(key string) (k projections.APIKey, ok bool) {
+	b.rt.Read(func(set *projections.Set) { k, ok = set.APIKeyByHash(TokenHash(key)) })
+	return k, ok
 }
 
 // NewEnrollToken is a tenant's new enroll token. Token is shown only here.
@@ -91,8 +90,7 @@ func (b *Broker) CreateEnrollToken(ctx context.Context, tenant string, uses int,
 }
 
 // EnrollTokenByToken finds the enroll token a secret belongs to, spent or expired or not.
-func (b *Broker) EnrollTokenByToken(token string) (projections.EnrollToken, bool) {
-	set, release := b.rt.View()
-	defer release()
-	return set.EnrollTokenByHash(TokenHash(token))
+func (b *Broker) EnrollTokenByToken(token string) (t projections.EnrollToken, ok bool) {
+	b.rt.Read(func(set *projections.Set) { t, ok = set.EnrollTokenByHash(TokenHash(token)) })
+	return t, ok
 }

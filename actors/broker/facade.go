@@ -87,12 +87,12 @@ func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...a
 		return nil, actors.Receipt{}, firstErr(err, r.Err)
 	}
 	out := make([]SubmitResult, len(r.Jobs))
-	set, release := b.rt.View()
-	for i, j := range r.Jobs {
-		job, _ := set.Job(j.ID)
-		out[i] = SubmitResult{Job: job, IdempotentHit: j.IdempotentHit}
-	}
-	release()
+	b.rt.Read(func(set *projections.Set) {
+		for i, j := range r.Jobs {
+			job, _ := set.Job(j.ID)
+			out[i] = SubmitResult{Job: job, IdempotentHit: j.IdempotentHit}
+		}
+	})
 	return out, b.fill(r.Receipt), nil
 }
 
@@ -104,30 +104,23 @@ func firstErr(err error, r *actors.Rejection) error {
 }
 
 // Get returns a tenant's job; another tenant's job is not found.
-func (b *Broker) Get(tenant, id string) (*projections.Job, bool) {
-	set, release := b.rt.View()
-	defer release()
-	j, ok := set.Job(id)
-	if !ok || j.Tenant != tenant {
+func (b *Broker) Get(tenant, id string) (job *projections.Job, ok bool) {
+	b.rt.Read(func(set *projections.Set) { job, ok = set.Job(id) })
+	if !ok || job.Tenant != tenant {
 		return nil, false
 	}
-	return j, true
+	return job, true
 }
 
 // List returns one page of a tenant's jobs and whether more follow.
-func (b *Broker) List(f projections.JobFilter) ([]*projections.Job, bool) {
-	set, release := b.rt.View()
-	defer release()
-	return set.List(f, b.clock())
+func (b *Broker) List(f projections.JobFilter) (page []*projections.Job, more bool) {
+	b.rt.Read(func(set *projections.Set) { page, more = set.List(f, b.clock()) })
+	return page, more
 }
 
 // Read runs fn with the projections under the read lock, for views the facade does not wrap.
 // fn must not keep or modify what it reads.
-func (b *Broker) Read(fn func(*projections.Set)) {
-	set, release := b.rt.View()
-	defer release()
-	fn(set)
-}
+func (b *Broker) Read(fn func(*projections.Set)) { b.rt.Read(fn) }
 
 // Cancel cancels a tenant's job: at once when it waits, by request when it is leased.
 func (b *Broker) Cancel(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
@@ -172,10 +165,9 @@ func (b *Broker) SetQuota(ctx context.Context, tenant string, maxActive, maxRunn
 }
 
 // Quota returns a tenant's limits and usage.
-func (b *Broker) Quota(tenant string) projections.Tenant {
-	set, release := b.rt.View()
-	defer release()
-	return set.Tenant(tenant)
+func (b *Broker) Quota(tenant string) (t projections.Tenant) {
+	b.rt.Read(func(set *projections.Set) { t = set.Tenant(tenant) })
+	return t
 }
 
 // WorkerSpec is what a worker registers with.
@@ -263,10 +255,9 @@ func TokenHash(token string) string {
 
 // WorkerByToken finds the worker a token belongs to, whatever its state; callers check
 // Revoked and ExpiresAt.
-func (b *Broker) WorkerByToken(token string) (projections.Worker, bool) {
-	set, release := b.rt.View()
-	defer release()
-	return set.WorkerByTokenHash(TokenHash(token))
+func (b *Broker) WorkerByToken(token string) (w projections.Worker, ok bool) {
+	b.rt.Read(func(set *projections.Set) { w, ok = set.WorkerByTokenHash(TokenHash(token)) })
+	return w, ok
 }
 
 // RevokeWorker revokes a tenant's worker: its session ends and its leases go back at once.

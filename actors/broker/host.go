@@ -103,24 +103,21 @@ func (s *scheduler) Schedule(c *cells.Cell, d cells.Delivery) {
 type committer Broker
 
 func (cm *committer) Commit(payloads []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	b := (*Broker)(cm)
-	b.elog.AppendAsync(encode(payloads), func(r eventlog.Receipt, err error) {
-		done(r, err)
-		if err == nil {
-			b.signalChanged()
-			b.maybeCheckpoint()
-		}
-	})
+	cm.elog.AppendAsync(encode(payloads), done)
+}
+
+// committed runs after each commit is applied and told: it wakes watchers and decides on a
+// checkpoint.
+func (b *Broker) committed() {
+	b.signalChanged()
+	b.maybeCheckpoint()
 }
 
 // wallClock is the runtime's clock in production.
 type wallClock func() time.Time
 
-func (c wallClock) Now() time.Time { return c() }
-func (wallClock) AfterFunc(d time.Duration, f func()) func() {
-	t := time.AfterFunc(d, f)
-	return func() { t.Stop() }
-}
+func (c wallClock) Now() time.Time                                { return c() }
+func (wallClock) AfterFunc(d time.Duration, f func()) cells.Timer { return time.AfterFunc(d, f) }
 
 // refField names what an actor concerns in its log lines: job_id, session_id or tenant.
 func refField(ref actors.Ref) zap.Field {

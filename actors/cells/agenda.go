@@ -22,8 +22,12 @@ type Item struct {
 	cancelled bool
 }
 
-// Cancel keeps the item from being taken.
-func (it *Item) Cancel() { it.cancelled = true }
+// Stop keeps the item from being taken; it reports whether it had not been stopped before.
+func (it *Item) Stop() bool {
+	was := !it.cancelled
+	it.cancelled = true
+	return was
+}
 
 // At puts fn on the agenda at instant at.
 func (a *Agenda) At(at time.Time, label string, fn func()) *Item {

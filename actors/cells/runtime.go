@@ -30,10 +30,15 @@ type Committer interface {
 }
 
 // Clock is the runtime's time. AfterFunc calls f once d has passed (on any goroutine) unless
-// stop is called first.
+// the Timer is stopped first.
 type Clock interface {
 	Now() time.Time
-	AfterFunc(d time.Duration, f func()) (stop func())
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is an armed AfterFunc (a *time.Timer, an Agenda's *Item).
+type Timer interface {
+	Stop() bool
 }
 
 // Config configures a Runtime.
@@ -56,6 +61,9 @@ type Config struct {
 	// Applied, if set, is called after each event is folded into the projections, with the
 	// write lock held: the projections at every seq.
 	Applied func(seq uint64, at time.Time, p eventlog.Payload)
+	// Committed, if set, is called after each commit is applied and told, on the committer's
+	// goroutine: where production wakes watchers and decides on a checkpoint.
+	Committed func()
 	// Refused is called when the projections refuse a durable event: the fold and the
 	// behaviours disagree. The runtime delivers nothing more of that commit. nil: panic.
 	Refused func(seq uint64, p eventlog.Payload, err error)
@@ -73,9 +81,8 @@ type Runtime struct {
 	// mu guards cells. A message is scheduled to the cell its Ref is bound to under the read
 	// lock, and Stop unbinds and schedules the stop under the write lock, so every message
 	// reaches either the old cell before its stop or a new cell: none is lost in between.
-	mu     sync.RWMutex
-	cells  map[cellKey]*Cell
-	closed bool // set under issueMu once no persist may start
+	mu    sync.RWMutex
+	cells map[cellKey]*Cell
 
 	setMu sync.RWMutex // guards set
 	set   *projections.Set
@@ -84,6 +91,7 @@ type Runtime struct {
 	// their events are in the projections (or failed). They complete in the order issued.
 	issueMu sync.Mutex
 	issued  uint64
+	closed  bool // no persist may start
 	applyMu sync.Mutex
 	applied uint64
 	advance *sync.Cond
@@ -116,7 +124,7 @@ type Cell struct {
 	rt   *Runtime
 	ref  actors.Ref
 	beh  actors.Behaviour
-	make func() actors.Behaviour
+	make func() actors.Behaviour // nil: Config.Make
 	// Home is the scheduler's: a protoactor PID, a simulator's mailbox.
 	Home any
 
@@ -126,7 +134,7 @@ type Cell struct {
 	sender      actors.Ref
 	rand        *rand.Rand
 	log         *zap.Logger
-	timers      map[actors.TimerID]func()
+	timers      map[actors.TimerID]Timer
 	timerSeq    actors.TimerID
 }
 
@@ -135,9 +143,6 @@ func (c *Cell) Ref() actors.Ref { return c.ref }
 
 // Stopped reports whether the cell has handled its stop; the scheduler may then let it go.
 func (c *Cell) Stopped() bool { return c.stopped }
-
-// Behaviour is what the cell runs now.
-func (c *Cell) Behaviour() actors.Behaviour { return c.beh }
 
 type deliveryKind uint8
 
@@ -164,9 +169,6 @@ func Wake() Delivery { return Delivery{kind: kindWake} }
 // Droppable reports whether a stopped cell drops the delivery anyway (a Persisted, a timer): no
 // message of a sender is lost with it.
 func (d Delivery) Droppable() bool { return d.kind == kindPersisted || d.kind == kindTimer }
-
-// Msg is the behaviour message the delivery carries, if any.
-func (d Delivery) Msg() any { return d.msg }
 
 // String names the delivery for traces.
 func (d Delivery) String() string {
@@ -271,7 +273,6 @@ func (rt *Runtime) bindLocked(ref actors.Ref, make func() actors.Behaviour) *Cel
 		if b = rt.cfg.Make(ref); b == nil {
 			return nil
 		}
-		make = func() actors.Behaviour { return rt.cfg.Make(ref) }
 	} else {
 		b = make()
 	}
@@ -372,8 +373,12 @@ func (rt *Runtime) Restart(c *Cell, b actors.Behaviour) {
 	c.stopTimers()
 	c.incarnation++
 	rt.Drain()
-	if b == nil {
+	switch {
+	case b != nil:
+	case c.make != nil:
 		b = c.make()
+	default:
+		b = rt.cfg.Make(c.ref)
 	}
 	c.beh, c.recovered = b, false
 }
@@ -382,56 +387,71 @@ func (rt *Runtime) Restart(c *Cell, b actors.Behaviour) {
 // once they are durable and applied, or failed. Like a behaviour's, the events are the
 // runtime's from then on: the caller must not change them.
 func (rt *Runtime) Persist(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	rt.persist(events, done)
+	rt.issue(persisting{events: events, done: done})
 }
 
 func (c *Cell) persist(events []eventlog.Payload, then any) {
-	rt, inc := c.rt, c.incarnation
+	p := persisting{events: events, cell: c, incarnation: c.incarnation, then: then}
 	if mutantPersistedBeforeDurable {
-		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: then}, incarnation: inc})
-		rt.persist(events, func(eventlog.Receipt, error) {})
-		return
+		c.rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: then}, incarnation: c.incarnation})
+		p.cell, p.done = nil, func(eventlog.Receipt, error) {}
 	}
-	rt.persist(events, func(r eventlog.Receipt, err error) {
-		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: then, Receipt: r, Err: err}, incarnation: inc})
-	})
+	c.rt.issue(p)
 }
 
-// persist hands events to the committer; once they are durable it folds them into the
-// projections and only then calls then.
-func (rt *Runtime) persist(events []eventlog.Payload, then func(eventlog.Receipt, error)) {
+// persisting is one persist on its way: what it commits and whom to tell.
+type persisting struct {
+	events []eventlog.Payload
+	// A cell's persist tells the cell (Persisted{Then: then}, to the incarnation that made it);
+	// Runtime.Persist calls done.
+	cell        *Cell
+	incarnation uint64
+	then        any
+	done        func(eventlog.Receipt, error)
+}
+
+// issue hands a persist to the committer. Its callback is the one allocation a persist costs
+// the runtime: it carries the persisting by value.
+func (rt *Runtime) issue(p persisting) {
 	rt.issueMu.Lock()
+	defer rt.issueMu.Unlock()
 	if rt.closed {
-		rt.issueMu.Unlock()
 		return // a timer fired while the runtime closed; nothing more is committed
 	}
 	rt.issued++
-	rt.cfg.Committer.Commit(events, func(r eventlog.Receipt, err error) { rt.committed(events, r, err, then) })
-	rt.issueMu.Unlock()
+	rt.cfg.Committer.Commit(p.events, func(r eventlog.Receipt, err error) { rt.committed(p, r, err) })
 }
 
-// committed applies a commit's events to the projections and only then tells who made them.
-func (rt *Runtime) committed(events []eventlog.Payload, r eventlog.Receipt, err error, then func(eventlog.Receipt, error)) {
+// committed folds a durable commit's events into the projections and only then tells who made
+// them; a failed one is told at once.
+func (rt *Runtime) committed(p persisting, r eventlog.Receipt, err error) {
 	ok := true
 	if err == nil {
 		if mutantApplyAfterReply {
 			// The planted bug: the projections catch up on the next commit, after the replies.
 			pending := rt.deferred
-			rt.deferred = []func(){func() { rt.apply(events, r) }}
+			rt.deferred = []func(){func() { rt.apply(p.events, r) }}
 			for _, f := range pending {
 				f()
 			}
 		} else {
-			ok = rt.apply(events, r)
+			ok = rt.apply(p.events, r)
 		}
 	}
 	if ok {
-		then(r, err)
+		if p.cell != nil {
+			rt.cfg.Scheduler.Schedule(p.cell, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: p.then, Receipt: r, Err: err}, incarnation: p.incarnation})
+		} else {
+			p.done(r, err)
+		}
 	}
 	rt.applyMu.Lock()
 	rt.applied++
 	rt.advance.Broadcast()
 	rt.applyMu.Unlock()
+	if ok && err == nil && rt.cfg.Committed != nil {
+		rt.cfg.Committed()
+	}
 }
 
 func (rt *Runtime) apply(events []eventlog.Payload, r eventlog.Receipt) bool {
@@ -481,12 +501,6 @@ func (rt *Runtime) Read(fn func(*projections.Set)) {
 	rt.setMu.RLock()
 	defer rt.setMu.RUnlock()
 	fn(rt.set)
-}
-
-// View returns the projections with the read lock held until release is called.
-func (rt *Runtime) View() (set *projections.Set, release func()) {
-	rt.setMu.RLock()
-	return rt.set, rt.setMu.RUnlock
 }
 
 // Set returns the projections, for a single-goroutine driver or once the runtime is closed.
@@ -539,7 +553,7 @@ func (c *Cell) After(d time.Duration, msg any) actors.TimerID {
 	c.timerSeq++
 	id, inc, rt := c.timerSeq, c.incarnation, c.rt
 	if c.timers == nil {
-		c.timers = map[actors.TimerID]func(){}
+		c.timers = map[actors.TimerID]Timer{}
 	}
 	c.timers[id] = rt.cfg.Clock.AfterFunc(d, func() {
 		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindTimer, msg: msg, incarnation: inc, timer: id})
@@ -549,8 +563,8 @@ func (c *Cell) After(d time.Duration, msg any) actors.TimerID {
 
 // Cancel stops a timer of this cell; it will not fire.
 func (c *Cell) Cancel(id actors.TimerID) {
-	if stop := c.timers[id]; stop != nil {
-		stop()
+	if t := c.timers[id]; t != nil {
+		t.Stop()
 		delete(c.timers, id)
 	}
 }
@@ -562,8 +576,8 @@ func (c *Cell) Stop(ref actors.Ref) { c.rt.Stop(ref) }
 func (c *Cell) Read(fn func(*projections.Set)) { c.rt.Read(fn) }
 
 func (c *Cell) stopTimers() {
-	for id, stop := range c.timers {
-		stop()
+	for id, t := range c.timers {
+		t.Stop()
 		delete(c.timers, id)
 	}
 }
