@@ -2,6 +2,7 @@ package broker
 
 import (
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,18 +14,23 @@ import (
 	"github.com/tetherhq/tether/eventlog"
 )
 
-// mail carries a delivery of the cell runtime into a protoactor mailbox.
+// mail carries a delivery of the cell runtime into a protoactor mailbox. Every delivery is one,
+// so they are pooled: a delivery boxed by value would cost an allocation each (fifteen a job).
+// The host returns a mail to the pool once it has copied the delivery out; one lost to a dead
+// letter is left to the collector.
 type mail struct{ d cells.Delivery }
+
+var mailPool = sync.Pool{New: func() any { return new(mail) }}
 
 // quietMail is a delivery that a stopped cell drops anyway (a Persisted, a timer), so one that
 // finds the actor gone is not worth a dead-letter log line; nor is a ping, which Close sends to
 // sessions that may have stopped already.
-type quietMail struct{ d cells.Delivery }
+type quietMail mail
 
 type ping struct{}
 
-func (ping) IgnoreDeadLetterLogging()      {}
-func (quietMail) IgnoreDeadLetterLogging() {}
+func (ping) IgnoreDeadLetterLogging()       {}
+func (*quietMail) IgnoreDeadLetterLogging() {}
 
 // sink is the handle of a RefExternal: a caller waiting for a reply, or a worker's connection.
 type sink struct{ deliver func(any) }
@@ -59,16 +65,19 @@ func (h *host) Receive(ctx actor.Context) {
 		rt.Restart(h.c, nil)
 	case *actor.Stopped:
 		rt.Forget(h.c)
-	case mail:
-		h.handle(ctx, m.d)
-	case quietMail:
-		h.handle(ctx, m.d)
+	case *mail:
+		h.handle(ctx, m)
+	case *quietMail:
+		h.handle(ctx, (*mail)(m))
 	case ping:
 		ctx.Respond(ping{})
 	}
 }
 
-func (h *host) handle(ctx actor.Context, d cells.Delivery) {
+func (h *host) handle(ctx actor.Context, m *mail) {
+	d := m.d
+	*m = mail{}
+	mailPool.Put(m)
 	h.b.rt.Handle(h.c, d)
 	if h.c.Stopped() {
 		ctx.Stop(ctx.Self())
@@ -90,9 +99,11 @@ func (s *scheduler) Start(c *cells.Cell) {
 func pidOf(c *cells.Cell) *actor.PID { return c.Home.(*host).pid.Load() }
 
 func (s *scheduler) Schedule(c *cells.Cell, d cells.Delivery) {
-	var m any = mail{d}
+	m := mailPool.Get().(*mail)
+	m.d = d
 	if d.Droppable() {
-		m = quietMail{d}
+		s.system.Root.Send(pidOf(c), (*quietMail)(m))
+		return
 	}
 	s.system.Root.Send(pidOf(c), m)
 }

@@ -2,6 +2,7 @@ package cells
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 // Scheduler runs cells. Schedule puts a delivery in c's mailbox; later, one at a time per cell,
 // the scheduler hands it to Runtime.Handle. Schedule must not block and may be called from any
-// goroutine the runtime is used on, with the runtime's binding lock held.
+// goroutine the runtime is used on, with one of the runtime's binding locks held.
 type Scheduler interface {
 	// Start is called once for a new cell, before anything is scheduled to it; a scheduler
 	// keeps its mailbox in Cell.Home.
@@ -78,11 +79,10 @@ type Config struct {
 type Runtime struct {
 	cfg Config
 
-	// mu guards cells. A message is scheduled to the cell its Ref is bound to under the read
-	// lock, and Stop unbinds and schedules the stop under the write lock, so every message
-	// reaches either the old cell before its stop or a new cell: none is lost in between.
-	mu    sync.RWMutex
-	cells map[cellKey]*Cell
+	// shards hold the bindings, spread by Ref so that making and stopping a job's cell (a
+	// write lock each) does not stall the sends to every other cell.
+	shards [shardCount]shard
+	seed   maphash.Seed
 
 	setMu sync.RWMutex // guards set
 	set   *projections.Set
@@ -108,12 +108,29 @@ type cellKey struct {
 
 func keyOf(ref actors.Ref) cellKey { return cellKey{ref.Kind, ref.ID} }
 
+const shardCount = 64
+
+// shard binds some of the Refs. A message is scheduled to the cell its Ref is bound to under
+// the read lock, and Stop unbinds and schedules the stop under the write lock, so every message
+// reaches either the old cell before its stop or a new cell: none is lost in between.
+type shard struct {
+	mu    sync.RWMutex
+	cells map[cellKey]*Cell
+}
+
+func (rt *Runtime) shard(k cellKey) *shard {
+	return &rt.shards[maphash.String(rt.seed, k.id)%shardCount]
+}
+
 // New returns a runtime with no cells.
 func New(cfg Config) *Runtime {
 	if cfg.Set == nil {
 		cfg.Set = projections.New()
 	}
-	rt := &Runtime{cfg: cfg, cells: map[cellKey]*Cell{}, set: cfg.Set}
+	rt := &Runtime{cfg: cfg, seed: maphash.MakeSeed(), set: cfg.Set}
+	for i := range rt.shards {
+		rt.shards[i].cells = map[cellKey]*Cell{}
+	}
 	rt.advance = sync.NewCond(&rt.applyMu)
 	return rt
 }
@@ -193,20 +210,22 @@ func (rt *Runtime) Send(to actors.Ref, msg any, sender actors.Ref) {
 		rt.cfg.External(to, msg)
 		return
 	}
-	rt.mu.RLock()
-	c := rt.cells[keyOf(to)]
+	key := keyOf(to)
+	sh := rt.shard(key)
+	sh.mu.RLock()
+	c := sh.cells[key]
 	if c != nil {
 		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
-		rt.mu.RUnlock()
+		sh.mu.RUnlock()
 		return
 	}
-	rt.mu.RUnlock()
-	rt.mu.Lock()
-	c = rt.bindLocked(to, nil)
+	sh.mu.RUnlock()
+	sh.mu.Lock()
+	c = rt.bindLocked(sh, to, nil)
 	if c != nil {
 		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
 	}
-	rt.mu.Unlock()
+	sh.mu.Unlock()
 	if c == nil {
 		rt.bounce(to, msg)
 	}
@@ -215,9 +234,11 @@ func (rt *Runtime) Send(to actors.Ref, msg any, sender actors.Ref) {
 // SendIfBound delivers msg to the cell bound to to, if there is one, and reports whether it did;
 // it never makes a cell.
 func (rt *Runtime) SendIfBound(to actors.Ref, msg any, sender actors.Ref) bool {
-	rt.mu.RLock()
-	defer rt.mu.RUnlock()
-	c := rt.cells[keyOf(to)]
+	key := keyOf(to)
+	sh := rt.shard(key)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	c := sh.cells[key]
 	if c != nil {
 		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
 	}
@@ -227,42 +248,51 @@ func (rt *Runtime) SendIfBound(to actors.Ref, msg any, sender actors.Ref) bool {
 // Spawn binds ref to a new cell running what make returns (a session, or a behaviour a test
 // places), replacing any cell bound there, and returns it. A restart calls make again.
 func (rt *Runtime) Spawn(ref actors.Ref, make func() actors.Behaviour) *Cell {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	delete(rt.cells, keyOf(ref))
-	return rt.bindLocked(ref, make)
+	key := keyOf(ref)
+	sh := rt.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	delete(sh.cells, key)
+	return rt.bindLocked(sh, ref, make)
 }
 
 // Bind returns the cell bound to ref, making a tenant, job or dispatcher cell if there is none;
 // nil for a session that is gone.
 func (rt *Runtime) Bind(ref actors.Ref) *Cell {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return rt.bindLocked(ref, nil)
+	sh := rt.shard(keyOf(ref))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return rt.bindLocked(sh, ref, nil)
 }
 
 // Bound returns the cell bound to ref, or nil.
 func (rt *Runtime) Bound(ref actors.Ref) *Cell {
-	rt.mu.RLock()
-	defer rt.mu.RUnlock()
-	return rt.cells[keyOf(ref)]
+	key := keyOf(ref)
+	sh := rt.shard(key)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.cells[key]
 }
 
 // Cells returns the cells bound to Refs of kind k.
 func (rt *Runtime) Cells(k actors.RefKind) []*Cell {
-	rt.mu.RLock()
-	defer rt.mu.RUnlock()
 	var out []*Cell
-	for key, c := range rt.cells {
-		if key.kind == k {
-			out = append(out, c)
+	for i := range rt.shards {
+		sh := &rt.shards[i]
+		sh.mu.RLock()
+		for key, c := range sh.cells {
+			if key.kind == k {
+				out = append(out, c)
+			}
 		}
+		sh.mu.RUnlock()
 	}
 	return out
 }
 
-func (rt *Runtime) bindLocked(ref actors.Ref, make func() actors.Behaviour) *Cell {
-	if c := rt.cells[keyOf(ref)]; c != nil {
+// bindLocked runs with sh, the shard of ref, write-locked.
+func (rt *Runtime) bindLocked(sh *shard, ref actors.Ref, make func() actors.Behaviour) *Cell {
+	if c := sh.cells[keyOf(ref)]; c != nil {
 		return c
 	}
 	var b actors.Behaviour
@@ -277,7 +307,7 @@ func (rt *Runtime) bindLocked(ref actors.Ref, make func() actors.Behaviour) *Cel
 		b = make()
 	}
 	c := &Cell{rt: rt, ref: ref, make: make, beh: b}
-	rt.cells[keyOf(ref)] = c
+	sh.cells[keyOf(ref)] = c
 	rt.cfg.Scheduler.Start(c)
 	return c
 }
@@ -285,10 +315,12 @@ func (rt *Runtime) bindLocked(ref actors.Ref, make func() actors.Behaviour) *Cel
 // Stop unbinds ref at once, so the next message to it makes a new cell, and stops the cell
 // that was bound after the messages already scheduled to it.
 func (rt *Runtime) Stop(ref actors.Ref) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if c := rt.cells[keyOf(ref)]; c != nil {
-		delete(rt.cells, keyOf(ref))
+	key := keyOf(ref)
+	sh := rt.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if c := sh.cells[key]; c != nil {
+		delete(sh.cells, key)
 		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindStop})
 	}
 }
@@ -296,10 +328,12 @@ func (rt *Runtime) Stop(ref actors.Ref) {
 // Forget unbinds c if it is still bound: the scheduler gave up on it (a supervisor that stopped
 // a cell failing too often).
 func (rt *Runtime) Forget(c *Cell) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.cells[keyOf(c.ref)] == c {
-		delete(rt.cells, keyOf(c.ref))
+	key := keyOf(c.ref)
+	sh := rt.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.cells[key] == c {
+		delete(sh.cells, key)
 	}
 	c.stopTimers()
 }
@@ -411,14 +445,17 @@ type persisting struct {
 }
 
 // issue hands a persist to the committer. Its callback is the one allocation a persist costs
-// the runtime: it carries the persisting by value.
+// the runtime: it carries the persisting by value. The persist counts as issued before it is
+// handed over, so Drain waits for it; the hand-over itself (where production encodes the events)
+// is outside the lock, which every cell's persists share.
 func (rt *Runtime) issue(p persisting) {
 	rt.issueMu.Lock()
-	defer rt.issueMu.Unlock()
 	if rt.closed {
+		rt.issueMu.Unlock()
 		return // a timer fired while the runtime closed; nothing more is committed
 	}
 	rt.issued++
+	rt.issueMu.Unlock()
 	rt.cfg.Committer.Commit(p.events, func(r eventlog.Receipt, err error) { rt.committed(p, r, err) })
 }
 
