@@ -49,6 +49,9 @@ type JobSubmitted struct {
 	RequestHash   string `json:"request_hash,omitempty"`
 	ReservationID string `json:"reservation_id,omitempty"`
 	APIKeyID      string `json:"api_key_id,omitempty"` // who submitted it, for audits
+	// ResultTTLMillis, if set, is how long the job stays once it succeeded or was cancelled,
+	// instead of the server's retention.
+	ResultTTLMillis int64 `json:"result_ttl_ms,omitempty"`
 }
 
 // JobScheduled records that the job waits until RunAt before it can be leased (a delayed submit).
@@ -190,6 +193,23 @@ type JobRedriven struct {
 	APIKeyID    string `json:"api_key_id,omitempty"`
 }
 
+// JobExpired records that a finished job left every view: its retention ended, a client
+// deleted it, a purge of dead letters took it, or its tenant had more dead letters than the cap.
+// It is the job's last event.
+type JobExpired struct {
+	JobID    string `json:"job_id"`
+	Reason   string `json:"reason"` // ExpiredRetention, ExpiredDeleted, ExpiredPurged or ExpiredDeadCap
+	APIKeyID string `json:"api_key_id,omitempty"`
+}
+
+// The reasons a job expires.
+const (
+	ExpiredRetention = "retention"
+	ExpiredDeleted   = "deleted"
+	ExpiredPurged    = "purged"
+	ExpiredDeadCap   = "dead_cap"
+)
+
 // ---- worker/<id> -------------------------------------------------------------------------
 
 // WorkerRegistered records that a worker enrolled and was issued a token (stored only as its hash).
@@ -319,6 +339,7 @@ func (JobDeadLettered) EventType() string      { return "job.dead_lettered" }
 func (JobCancelRequested) EventType() string   { return "job.cancel_requested" }
 func (JobCancelled) EventType() string         { return "job.cancelled" }
 func (JobRedriven) EventType() string          { return "job.redriven" }
+func (JobExpired) EventType() string           { return "job.expired" }
 func (WorkerRegistered) EventType() string     { return "worker.registered" }
 func (WorkerTokenRotated) EventType() string   { return "worker.token_rotated" }
 func (WorkerRevoked) EventType() string        { return "worker.revoked" }
@@ -348,7 +369,7 @@ func Catalogue() []Payload {
 	return []Payload{
 		JobSubmitted{}, JobScheduled{}, JobLeased{}, JobLeaseExtended{}, JobProgress{},
 		JobSucceeded{}, JobFailed{}, JobRetryScheduled{}, JobLeaseExpired{}, JobDeadLettered{},
-		JobCancelRequested{}, JobCancelled{}, JobRedriven{}, JobLeaseReleased{},
+		JobCancelRequested{}, JobCancelled{}, JobRedriven{}, JobLeaseReleased{}, JobExpired{},
 		WorkerRegistered{}, WorkerTokenRotated{}, WorkerRevoked{}, WorkerSessionStarted{},
 		WorkerSessionEnded{},
 		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
@@ -410,6 +431,8 @@ func StreamOf(p Payload) string {
 	case JobCancelled:
 		return JobStream(e.JobID)
 	case JobRedriven:
+		return JobStream(e.JobID)
+	case JobExpired:
 		return JobStream(e.JobID)
 	case WorkerRegistered:
 		return WorkerStream(e.WorkerID)

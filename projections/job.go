@@ -106,6 +106,9 @@ type Job struct {
 	FinishedAt     time.Time `json:"finished_at,omitzero"`
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	RequestHash    string    `json:"request_hash,omitempty"`
+	// ResultTTL, if set, is how long the job stays once it succeeded or was cancelled
+	// (Retention).
+	ResultTTL time.Duration `json:"result_ttl,omitempty"`
 	// SubmitSeq orders jobs of equal priority by age; LastSeq is the seq of the job's last event.
 	SubmitSeq uint64 `json:"submit_seq"`
 	LastSeq   uint64 `json:"last_seq"`

@@ -38,10 +38,11 @@ type Set struct {
 	creds      credentials
 
 	// Derived from the above and rebuilt on restore, never checkpointed.
-	leases  map[string]*Job            // leased jobs by lease id
-	tokens  map[string]string          // worker token hash → worker id
-	dead    map[string]*Job            // dead-lettered jobs by id
-	waiting map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
+	leases   map[string]*Job            // leased jobs by lease id
+	tokens   map[string]string          // worker token hash → worker id
+	dead     map[string]*Job            // dead-lettered jobs by id
+	waiting  map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
+	retained retainedIndex              // finished jobs by when they are due to expire
 }
 
 type idemKey struct {
@@ -136,6 +137,7 @@ type Counters struct {
 	Released     uint64 `json:"released,omitempty"` // leases given back, mostly without spending an attempt
 	DeadLettered uint64 `json:"dead_lettered"`
 	Cancelled    uint64 `json:"cancelled"`
+	Expired      uint64 `json:"expired,omitempty"` // finished jobs that left the views (job.expired)
 	// AssignLatency: first attempts' wait from ready to leased.
 	AssignLatency LatencyHistogram `json:"assign_latency"`
 }
@@ -204,6 +206,8 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 	case eventlog.ReservationExpired:
 		delete(s.tenant(e.Tenant).Reservations, e.ReservationID)
 		return nil
+	case eventlog.JobExpired:
+		return s.expired(seq, e)
 	case eventlog.APIKeyCreated, eventlog.APIKeyRevoked, eventlog.EnrollTokenCreated, eventlog.EnrollTokenUsed:
 		s.creds.apply(at, p)
 		return nil
@@ -222,6 +226,23 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		return fmt.Errorf("projections: seq %d: %s for unknown job %s", seq, p.EventType(), id)
 	}
 	s.applyJob(seq, at, j, p)
+	return nil
+}
+
+// expired drops a finished job from every view; job.expired is its last event.
+func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
+	j := s.jobs[e.JobID]
+	if j == nil || !j.Status.Terminal() {
+		state := "unknown"
+		if j != nil {
+			state = string(j.Status)
+		}
+		return fmt.Errorf("projections: seq %d: job %s expired while %s", seq, e.JobID, state)
+	}
+	s.counter(j.Queue).Expired++
+	delete(s.jobs, j.ID)
+	delete(s.dead, j.ID)
+	s.retained.remove(j.ID)
 	return nil
 }
 
@@ -249,7 +270,7 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 		Priority: e.Priority, Labels: e.Labels, Status: StatusQueued, MaxAttempts: e.MaxAttempts,
 		LeaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, CreatedAt: at, UpdatedAt: at,
 		IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, SubmitSeq: seq, LastSeq: seq,
-		Events: 1,
+		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond,
 	}
 	s.jobs[j.ID] = j
 	s.wait(j)
@@ -302,8 +323,10 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	if terminal := j.Status.Terminal(); terminal != wasTerminal {
 		if terminal {
 			t.Active--
+			s.retained.add(j)
 		} else {
 			t.Active++
+			s.retained.remove(j.ID)
 		}
 	}
 	if waiting := j.Waiting(); waiting != wasWaiting {
@@ -363,7 +386,11 @@ func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
 // derive rebuilds the indexes that follow from jobs and workers.
 func (s *Set) derive() {
 	s.leases, s.tokens, s.dead, s.waiting = map[string]*Job{}, map[string]string{}, map[string]*Job{}, map[string]map[string]*Job{}
+	s.retained = newRetainedIndex()
 	for _, j := range s.jobs {
+		if j.Status.Terminal() {
+			s.retained.add(j)
+		}
 		if j.Lease != nil {
 			s.leases[j.Lease.LeaseID] = j
 		}

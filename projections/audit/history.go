@@ -105,6 +105,8 @@ func Describe(p eventlog.Payload) string {
 		return fmt.Sprintf("cancelled (%s)%s", e.Reason, by(e.APIKeyID))
 	case eventlog.JobRedriven:
 		return fmt.Sprintf("re-driven with max_attempts %d%s", e.MaxAttempts, by(e.APIKeyID))
+	case eventlog.JobExpired:
+		return fmt.Sprintf("expired (%s)%s; it left every view", e.Reason, by(e.APIKeyID))
 	}
 	return p.EventType()
 }

@@ -1,0 +1,151 @@
+package projections_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// folder applies events to a Set one at a time, each stamped at the time it is given.
+type folder struct {
+	t   *testing.T
+	set *projections.Set
+}
+
+func (f folder) apply(at time.Time, events ...eventlog.Payload) error {
+	f.t.Helper()
+	for _, p := range events {
+		if err := f.set.Apply(f.set.Seq()+1, at, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f folder) must(at time.Time, events ...eventlog.Payload) {
+	f.t.Helper()
+	if err := f.apply(at, events...); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f folder) submit(at time.Time, id, tenant string, ttl time.Duration) {
+	f.t.Helper()
+	f.must(at, eventlog.JobSubmitted{JobID: id, Tenant: tenant, Queue: "q", Type: "t", MaxAttempts: 1, ResultTTLMillis: ttl.Milliseconds()},
+		eventlog.JobLeased{JobID: id, LeaseID: "L" + id, WorkerID: "w", Attempt: 1, ExpiresAt: at.Add(time.Minute)})
+}
+
+func (f folder) succeed(at time.Time, id string) {
+	f.t.Helper()
+	f.must(at, eventlog.JobSucceeded{JobID: id, LeaseID: "L" + id, Attempt: 1})
+}
+
+func (f folder) die(at time.Time, id string) {
+	f.t.Helper()
+	f.must(at, eventlog.JobFailed{JobID: id, LeaseID: "L" + id, Attempt: 1, ErrorCode: "e"},
+		eventlog.JobDeadLettered{JobID: id, Reason: eventlog.DeadMaxAttempts, Attempt: 1})
+}
+
+func expiries(es []projections.Expiry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.JobID+":"+e.Reason)
+	}
+	return out
+}
+
+// TestRetention drives the retention index through every kind of finished job: the server's
+// retention, a job's own result TTL, dead letters by age and over the cap, a re-drive, an
+// expiry, and a restore from a checkpoint, which must order them the same.
+func TestRetention(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	f := folder{t, projections.New()}
+	r := projections.Retention{Done: 10 * time.Minute, Dead: time.Hour, MaxDead: 2}
+
+	f.submit(t0, "a", "acme", 0)
+	f.submit(t0, "b", "acme", 30*time.Second)
+	f.submit(t0, "live", "acme", time.Second)
+	for _, id := range []string{"c", "d", "e"} {
+		f.submit(t0, id, "x", 0)
+	}
+	f.succeed(t0.Add(time.Minute), "a")
+	f.succeed(t0.Add(time.Minute), "b")
+	f.die(t0.Add(2*time.Minute), "c")
+	f.die(t0.Add(3*time.Minute), "d")
+	f.die(t0.Add(4*time.Minute), "e")
+
+	steps := []struct {
+		name string
+		now  time.Time
+		want []string
+		next time.Time
+	}{
+		{"before anything is due the cap already takes x's oldest dead letter", t0.Add(70 * time.Second), []string{"c:dead_cap"}, t0.Add(90 * time.Second)},
+		{"the result TTL ends before the server's retention", t0.Add(5 * time.Minute), []string{"b:retention", "c:dead_cap"}, t0.Add(90 * time.Second)},
+		{"then the retention", t0.Add(11 * time.Minute), []string{"b:retention", "c:dead_cap", "a:retention"}, t0.Add(90 * time.Second)},
+	}
+	for _, st := range steps {
+		if got := expiries(f.set.Expirable(r, st.now, 10)); !slices.Equal(got, st.want) {
+			t.Errorf("%s: Expirable = %v, want %v", st.name, got, st.want)
+		}
+		if next, ok := f.set.NextExpiry(r); !ok || !next.Equal(st.next) {
+			t.Errorf("%s: NextExpiry = %v %v, want %v", st.name, next, ok, st.next)
+		}
+	}
+	if got := expiries(f.set.Expirable(r, t0.Add(11*time.Minute), 2)); !slices.Equal(got, []string{"b:retention", "c:dead_cap"}) {
+		t.Errorf("limit 2: %v", got)
+	}
+	if j, _ := f.set.Job("a"); !r.Expired(j, t0.Add(11*time.Minute)) || r.Expired(j, t0.Add(10*time.Minute)) {
+		t.Error("a should read as expired from 11m (finished at 1m, retained 10m), not before")
+	}
+	if j, _ := f.set.Job("live"); r.Expired(j, t0.Add(24*time.Hour)) {
+		t.Error("a live job never reads as expired")
+	}
+
+	if err := f.apply(t0.Add(12*time.Minute), eventlog.JobExpired{JobID: "live", Reason: eventlog.ExpiredDeleted}); err == nil {
+		t.Error("a live job's job.expired was folded")
+	}
+	f.must(t0.Add(12*time.Minute), eventlog.JobExpired{JobID: "b", Reason: eventlog.ExpiredRetention},
+		eventlog.JobExpired{JobID: "c", Reason: eventlog.ExpiredDeadCap},
+		eventlog.JobRedriven{JobID: "d", MaxAttempts: 2})
+	if _, ok := f.set.Job("b"); ok {
+		t.Error("an expired job is still in the views")
+	}
+	if err := f.apply(t0.Add(12*time.Minute), eventlog.JobExpired{JobID: "b", Reason: eventlog.ExpiredDeleted}); err == nil {
+		t.Error("a job expired twice")
+	}
+	f = folder{t, mustRestore(t, f.set)}
+	if n := f.set.RetainedCount(); n != 2 {
+		t.Errorf("RetainedCount = %d, want 2 (a, e)", n)
+	}
+	if got := expiries(f.set.Expirable(r, t0.Add(13*time.Minute), 10)); !slices.Equal(got, []string{"a:retention"}) {
+		t.Errorf("after the expiries and the re-drive: %v", got)
+	}
+	if next, _ := f.set.NextExpiry(r); !next.Equal(t0.Add(11 * time.Minute)) {
+		t.Errorf("NextExpiry = %v, want a's", next)
+	}
+	if c := f.set.Counters()["q"]; c.Expired != 2 {
+		t.Errorf("expired counter = %d, want 2", c.Expired)
+	}
+	// Nothing is due under a policy that keeps everything but the cap.
+	if got := f.set.Expirable(projections.Retention{}, t0.Add(1000*time.Hour), 10); len(got) != 0 {
+		t.Errorf("a zero retention expired %v", expiries(got))
+	}
+}
+
+// mustRestore round-trips a Set through its checkpoint, as a restart does.
+func mustRestore(t *testing.T, s *projections.Set) *projections.Set {
+	t.Helper()
+	b, err := s.MarshalCheckpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := projections.UnmarshalCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
