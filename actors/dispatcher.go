@@ -38,6 +38,12 @@ type Dispatcher struct {
 	tick       TimerID
 	tickAt     time.Time
 	pipe       pipeline
+	// retention is the policy for finished jobs; expiring holds those whose job.expired is not
+	// durable yet, and sweeping is set while a sweep's batch is.
+	retention projections.Retention
+	expiring  map[string]bool
+	sweep     TimerID
+	sweeping  bool
 }
 
 // Waiting is a job the dispatcher should hold: newly submitted, re-queued after a failure, or
@@ -179,13 +185,14 @@ func (d *Dispatcher) wake(s *slot) {
 	}
 }
 
-// NewDispatcher returns the dispatcher's behaviour.
-func NewDispatcher() *Dispatcher { return &Dispatcher{} }
+// NewDispatcher returns the dispatcher's behaviour, which expires finished jobs under r.
+func NewDispatcher(r projections.Retention) *Dispatcher { return &Dispatcher{retention: r} }
 
 // Recover implements Behaviour: the waiting jobs, leases, sessions and limits are read back from
 // the projections. A session that was open gets credit for its free capacity.
 func (d *Dispatcher) Recover(env Env) {
 	*d = Dispatcher{
+		retention: d.retention, expiring: map[string]bool{},
 		waiting: map[string]*entry{}, ready: map[string]*entryHeap{}, scheduled: &entryHeap{less: dueFirst}, leased: map[string]leaseRef{},
 		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
 		redriving: map[string]bool{},
@@ -222,6 +229,7 @@ func (d *Dispatcher) Recover(env Env) {
 			d.wake(sl)
 		}
 	})
+	d.armSweep(env)
 	d.dispatch(env)
 }
 
@@ -321,6 +329,15 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		return
 	case redriveJob:
 		d.redrive(env, m)
+		return
+	case Delete:
+		d.deleteJob(env, m)
+		return
+	case PurgeDead:
+		d.purgeDead(env, m)
+		return
+	case retentionSweep:
+		d.sweepRetention(env)
 		return
 	case Progress:
 		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
@@ -459,10 +476,13 @@ type redriveDone struct {
 func (d *Dispatcher) redrive(env Env, m redriveJob) {
 	var j *projections.Job
 	env.Read(func(s *projections.Set) { j = s.JobRef(m.JobID); j = cloneIf(j, j != nil && j.Tenant == m.Tenant) })
-	if j == nil || j.Status != projections.StatusFailed || d.redriving[m.JobID] {
+	if j == nil || j.Status != projections.StatusFailed || d.redriving[m.JobID] || d.expiring[m.JobID] {
 		r := reject(CodeNotDeadLettered, "job %q is not in the dead-letter queue", clip(m.JobID))
-		if j == nil {
+		switch {
+		case j == nil:
 			r = reject(CodeJobNotFound, "no job %q", clip(m.JobID))
+		case d.expiring[m.JobID]:
+			r = reject(CodeJobExpired, "job %s has expired", j.ID)
 		}
 		env.Send(TenantRef(m.Tenant), redriveSettled{})
 		env.Send(env.Sender(), Done{Err: r})
@@ -487,6 +507,8 @@ func (d *Dispatcher) persisted(env Env, m Persisted) {
 		}
 		env.Send(TenantRef(t.tenant), redriveSettled{})
 		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
+	case expireDone:
+		d.expired(env, t, m)
 	}
 }
 

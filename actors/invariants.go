@@ -41,6 +41,14 @@ func (d *Dispatcher) CheckInvariants() error {
 			return fmt.Errorf("job %s is both waiting and leased", id)
 		}
 	}
+	// INVARIANT: a job whose expiry is on its way is finished: neither waiting, leased nor
+	// being re-driven.
+	for id := range d.expiring {
+		_, leased := d.leased[id]
+		if d.waiting[id] != nil || leased || d.redriving[id] {
+			return fmt.Errorf("job %s is expiring but waiting, leased or being re-driven", id)
+		}
+	}
 	// INVARIANT: readyCount counts the entries of the ready heaps.
 	if ready != d.readyCount {
 		return fmt.Errorf("readyCount %d, ready heaps hold %d", d.readyCount, ready)

@@ -141,6 +141,33 @@ type Redrive struct {
 	APIKeyID string
 }
 
+// Delete takes a finished job out of every view now (DELETE /v1/jobs/{id}); Done answers.
+type Delete struct {
+	Tenant   string
+	JobID    string
+	APIKeyID string
+}
+
+// PurgeDead takes a tenant's dead letters that died before Before out of every view, those of
+// Queue only if it is set, oldest first and at most PurgeLimit a call; PurgeDone answers.
+type PurgeDead struct {
+	Tenant   string
+	Queue    string
+	Before   time.Time
+	APIKeyID string
+}
+
+// PurgeLimit caps the dead letters one PurgeDead takes; More says to call again.
+const PurgeLimit = 1000
+
+// PurgeDone answers PurgeDead.
+type PurgeDone struct {
+	Purged  int
+	More    bool
+	Receipt Receipt
+	Err     *Rejection
+}
+
 // Done answers a command that returns nothing but its receipt.
 type Done struct {
 	Receipt Receipt

@@ -17,6 +17,8 @@ const (
 	CodeLeaseMismatch        Code = "LEASE_MISMATCH"
 	CodeAlreadyTerminal      Code = "ALREADY_TERMINAL"
 	CodeNotDeadLettered      Code = "NOT_DEAD_LETTERED"
+	CodeJobExpired           Code = "JOB_EXPIRED"
+	CodeNotFinished          Code = "JOB_NOT_FINISHED"
 	CodeCompletionConflict   Code = "COMPLETION_CONFLICT"
 	CodeSessionClosed        Code = "SESSION_CLOSED"
 	CodeSignatureInvalid     Code = "SIGNATURE_INVALID"

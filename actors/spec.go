@@ -26,6 +26,9 @@ type JobSpec struct {
 	Labels         map[string]string `json:"labels,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	ReservationID  string            `json:"reservation_id,omitempty"`
+	// ResultTTL, if set, is how long the job stays queryable once it succeeded or was
+	// cancelled, instead of the server's retention (projections.Retention).
+	ResultTTL time.Duration `json:"result_ttl,omitempty"`
 }
 
 // Limits and defaults of intake. Names put the qualifier last (leaseTTLMax), as the rest of
@@ -42,6 +45,8 @@ const (
 	LeaseTTLMax            = time.Hour
 	DefaultLeaseTTL        = 30 * time.Second
 	DelayMax               = 366 * 24 * time.Hour
+	ResultTTLMin           = time.Second
+	ResultTTLMax           = 366 * 24 * time.Hour
 	LabelsMax              = 32
 	LabelKeyLenMax         = 64
 	LabelValueLenMax       = 256
@@ -83,6 +88,8 @@ func (s *JobSpec) normalize(l Limits) *Rejection {
 		return reject(CodeInvalidArgument, "max_attempts %d is outside 1..%d", s.MaxAttempts, MaxAttemptsMax)
 	case s.LeaseTTL != 0 && (s.LeaseTTL < LeaseTTLMin || s.LeaseTTL > LeaseTTLMax):
 		return reject(CodeInvalidArgument, "lease_ttl %s is outside %s..%s", s.LeaseTTL, LeaseTTLMin, LeaseTTLMax)
+	case s.ResultTTL != 0 && (s.ResultTTL < ResultTTLMin || s.ResultTTL > ResultTTLMax):
+		return reject(CodeInvalidArgument, "result_ttl %s is outside %s..%s", s.ResultTTL, ResultTTLMin, ResultTTLMax)
 	case s.Delay < 0 || s.Delay > DelayMax:
 		return reject(CodeInvalidArgument, "delay %s is outside 0..%s", s.Delay, DelayMax)
 	case s.Delay != 0 && !s.RunAt.IsZero():

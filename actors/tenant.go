@@ -270,6 +270,7 @@ func (t *Tenant) submit(env Env, m Submit) {
 			Priority: spec.Priority, Labels: spec.Labels, MaxAttempts: spec.MaxAttempts,
 			LeaseTTLMillis: spec.LeaseTTL.Milliseconds(), IdempotencyKey: spec.IdempotencyKey,
 			RequestHash: hashes[i], ReservationID: spec.ReservationID, APIKeyID: m.APIKeyID,
+			ResultTTLMillis: spec.ResultTTL.Milliseconds(),
 		})
 		if runAt.After(now) {
 			done.waiting[len(done.waiting)-1].RunAt = runAt

@@ -259,3 +259,27 @@ func (f *indexHeap) Pop() any {
 	f.idx = f.idx[:len(f.idx)-1]
 	return i
 }
+
+// DeadBefore returns up to limit of a tenant's dead letters that died before before, oldest
+// first, those of queue only if it is set, and whether more match.
+func (s *Set) DeadBefore(tenant, queue string, before time.Time, limit int) (ids []string, more bool) {
+	h := s.retained.dead[tenant]
+	if h == nil {
+		return nil, false
+	}
+	h.ascend(h.Len(), func(e *retainedEntry) bool {
+		if !e.at.Before(before) {
+			return false
+		}
+		if queue != "" && s.jobs[e.id].Queue != queue {
+			return true
+		}
+		if len(ids) == limit {
+			more = true
+			return false
+		}
+		ids = append(ids, e.id)
+		return true
+	})
+	return ids, more
+}

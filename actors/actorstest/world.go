@@ -31,6 +31,8 @@ type World struct {
 	Set    *projections.Set
 	Log    []Record
 	Limits actors.Limits
+	// Retention is the dispatcher's policy for finished jobs (zero: keep them).
+	Retention projections.Retention
 	// Applied, if set, is called after each durable event is folded into Set, with the Set as
 	// it stands at that record: the live projections at every seq.
 	Applied func(Record)
@@ -77,7 +79,7 @@ func New(seed uint64, start time.Time) *World {
 func (w *World) make(ref actors.Ref) actors.Behaviour {
 	switch ref.Kind {
 	case actors.RefDispatcher:
-		return actors.NewDispatcher()
+		return actors.NewDispatcher(w.Retention)
 	case actors.RefTenant:
 		return actors.NewTenant(ref.ID, w.Limits)
 	case actors.RefJob:

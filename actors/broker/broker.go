@@ -27,6 +27,8 @@ type Config struct {
 	Logger *zap.Logger
 	Clock  func() time.Time // nil: time.Now
 	Limits actors.Limits
+	// Retention is how long finished jobs stay queryable; the zero value keeps them all.
+	Retention projections.Retention
 	// CheckpointEvery is how many events pass between projection checkpoints, which bound the
 	// tail replayed at start-up. 0: 100,000.
 	CheckpointEvery uint64
@@ -162,7 +164,7 @@ func (b *Broker) make(ref actors.Ref) actors.Behaviour {
 	var beh actors.Behaviour
 	switch ref.Kind {
 	case actors.RefDispatcher:
-		beh = actors.NewDispatcher()
+		beh = actors.NewDispatcher(b.cfg.Retention)
 	case actors.RefTenant:
 		beh = actors.NewTenant(ref.ID, b.cfg.Limits)
 	case actors.RefJob:

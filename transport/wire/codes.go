@@ -83,6 +83,8 @@ var ErrorCodes = []ErrorCode{
 	{"LEASE_MISMATCH", http.StatusConflict, noRetry, closeRequest, "The lease named is not the job's current lease, or not this worker's: drop the job."},
 	{"ALREADY_TERMINAL", http.StatusConflict, noRetry, closeRequest, "The job has already succeeded, failed or been cancelled."},
 	{"NOT_DEAD_LETTERED", http.StatusConflict, noRetry, closeRequest, "Only a dead-lettered job can be re-driven."},
+	{"JOB_EXPIRED", http.StatusGone, noRetry, closeRequest, "The job finished and left every view: its retention ended, or it was deleted or purged."},
+	{"JOB_NOT_FINISHED", http.StatusConflict, noRetry, closeRequest, "Only a job that succeeded, failed or was cancelled can be deleted; cancel it first."},
 	{"COMPLETION_CONFLICT", http.StatusConflict, noRetry, closeRequest, "The job was already completed with a different output."},
 	{"SESSION_CLOSED", http.StatusConflict, noRetry, closeRequest, "The worker's session ended; open another (reconnect or poll again)."},
 	{"PAYLOAD_TOO_LARGE", http.StatusRequestEntityTooLarge, noRetry, closeRequest, "A body, payload, output or event is over its limit; the message names the limit."},

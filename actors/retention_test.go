@@ -1,0 +1,135 @@
+package actors_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// retained is a fixture whose dispatcher keeps finished jobs a minute, a job with a result TTL
+// as long as that says, and dead letters an hour, at most two per tenant.
+func retained(t *testing.T) *fixture {
+	f := setup(t, nil)
+	r := projections.Retention{Done: time.Minute, Dead: time.Hour, MaxDead: 2}
+	f.w.Retention = r
+	f.w.Restart(actors.DispatcherRef(), actors.NewDispatcher(r))
+	return f
+}
+
+func (f *fixture) expiredEvents(since int) []eventlog.JobExpired {
+	var out []eventlog.JobExpired
+	for _, p := range f.w.Since(since) {
+		if e, ok := p.(eventlog.JobExpired); ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (f *fixture) gone(id string) bool {
+	_, ok := f.w.Set.Job(id)
+	return !ok
+}
+
+func TestRetentionExpiresFinishedJobs(t *testing.T) {
+	t.Parallel()
+	f := retained(t)
+	ids := f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t", ResultTTL: 5 * time.Second},
+		actors.JobSpec{Queue: "q", Type: "t"})
+	as := f.connect("s1", 3)
+	if len(as) != 3 {
+		t.Fatalf("%d assignments", len(as))
+	}
+	f.complete(as[0], `1`)
+	f.complete(as[1], `2`)
+	// as[2] stays leased the whole time: a live job never expires.
+	mark := len(f.w.Log)
+	f.live("s1", 10*time.Second)
+	if !f.gone(ids[1]) || f.gone(ids[0]) {
+		t.Fatalf("after 10s: the 5s result TTL job should be gone and the other kept")
+	}
+	f.live("s1", 55*time.Second)
+	if !f.gone(ids[0]) || f.gone(ids[2]) {
+		t.Fatal("after 65s: the finished job should be gone, the leased one kept")
+	}
+	got := f.expiredEvents(mark)
+	if len(got) != 2 || got[0].JobID != ids[1] || got[1].JobID != ids[0] || got[0].Reason != eventlog.ExpiredRetention {
+		t.Fatalf("expiries %+v", got)
+	}
+	if n := f.w.Set.RetainedCount(); n != 0 {
+		t.Fatalf("%d finished jobs retained", n)
+	}
+}
+
+func TestRetentionCapsDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := retained(t)
+	var ids []string
+	for range 3 {
+		ids = append(ids, f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t", MaxAttempts: 1})...)
+	}
+	mark := len(f.w.Log)
+	for _, a := range f.connect("s1", 3) {
+		f.do(actors.Fail{WorkerID: f.wk, JobID: a.JobID, LeaseID: a.LeaseID, Code: "boom"})
+		f.w.Advance(time.Second) // they die one second apart
+	}
+	f.live("s1", 15*time.Second)
+	got := f.expiredEvents(mark)
+	if len(got) != 1 || got[0].JobID != ids[0] || got[0].Reason != eventlog.ExpiredDeadCap {
+		t.Fatalf("expiries %+v, want the oldest dead letter past the cap of 2", got)
+	}
+	// A re-drive and an expiry never meet: the re-driven job is live and stays.
+	if d := one[actors.Done](t, f.w.Call("c", actors.TenantRef("acme"), actors.Redrive{Tenant: "acme", JobID: ids[1]})); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	wantCode(t, one[actors.Done](t, f.w.Call("c", actors.TenantRef("acme"), actors.Redrive{Tenant: "acme", JobID: ids[0]})).Err, actors.CodeJobNotFound)
+	f.live("s1", 2*time.Hour)
+	if f.gone(ids[1]) || !f.gone(ids[2]) {
+		t.Fatal("after 2h: the re-driven job should be live, the other dead letter gone")
+	}
+}
+
+func TestDeleteAndPurge(t *testing.T) {
+	t.Parallel()
+	f := retained(t)
+	ids := f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t", MaxAttempts: 1}, actors.JobSpec{Queue: "q", Type: "t", MaxAttempts: 1},
+		actors.JobSpec{Queue: "other", Type: "t", MaxAttempts: 1}, actors.JobSpec{Queue: "q", Type: "t"})
+	del := func(id string) actors.Done {
+		return one[actors.Done](t, f.w.Call("c", actors.DispatcherRef(), actors.Delete{Tenant: "acme", JobID: id, APIKeyID: "k1"}))
+	}
+	wantCode(t, del(ids[3]).Err, actors.CodeNotFinished)
+	wantCode(t, del("nope").Err, actors.CodeJobNotFound)
+	as := f.connect("s1", 2)
+	f.do(actors.Fail{WorkerID: f.wk, JobID: as[0].JobID, LeaseID: as[0].LeaseID, Code: "boom"})
+	f.complete(as[1], `1`)
+	mark := len(f.w.Log)
+	if d := del(as[1].JobID); d.Err != nil || d.Receipt.Seq == 0 {
+		t.Fatalf("delete: %+v", d)
+	}
+	if !f.gone(as[1].JobID) {
+		t.Fatal("a deleted job is still in the views")
+	}
+	wantCode(t, del(as[1].JobID).Err, actors.CodeJobNotFound)
+	if e := f.expiredEvents(mark); len(e) != 1 || e[0].Reason != eventlog.ExpiredDeleted || e[0].APIKeyID != "k1" {
+		t.Fatalf("delete wrote %+v", e)
+	}
+
+	purge := func(queue string, before time.Time) actors.PurgeDone {
+		return one[actors.PurgeDone](t, f.w.Call("c", actors.DispatcherRef(), actors.PurgeDead{Tenant: "acme", Queue: queue, Before: before}))
+	}
+	if p := purge("q", f.w.Clock.Add(-time.Minute)); p.Purged != 0 || p.More {
+		t.Fatalf("a purge of nothing old enough took %+v", p)
+	}
+	if p := purge("q", f.w.Clock.Add(time.Second)); p.Purged != 1 || p.Err != nil || !f.gone(as[0].JobID) {
+		t.Fatalf("purge of q: %+v", p)
+	}
+	if p := one[actors.PurgeDone](t, f.w.Call("c", actors.DispatcherRef(), actors.PurgeDead{Tenant: "other", Before: f.w.Clock.Add(time.Hour)})); p.Purged != 0 {
+		t.Fatalf("another tenant's purge took %+v", p)
+	}
+	if f.gone(ids[3]) || f.gone(ids[2]) {
+		t.Fatal("a purge took a live job")
+	}
+}
