@@ -237,9 +237,11 @@ func (t *Tenant) submit(env Env, m Submit) {
 			var seq uint64
 			lost := false
 			env.Read(func(s *projections.Set) {
-				for _, j := range out {
+				for i, j := range out {
 					if jr := s.JobRef(j.ID); jr != nil {
 						seq = max(seq, jr.SubmitSeq)
+					} else if e, ok := s.Idempotency(t.name, m.Jobs[i].IdempotencyKey, now); ok && e.JobID == j.ID {
+						seq = max(seq, e.Seq) // durable, and expired since: the key outlives its job
 					} else {
 						lost = true
 					}

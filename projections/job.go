@@ -26,6 +26,9 @@ const (
 	StatusFailed Status = "failed"
 	// StatusCancelled: terminal; it will not run again.
 	StatusCancelled Status = "cancelled"
+	// StatusExpired is never in the views: it is what an idempotent hit on a job that has left
+	// them (job.expired) answers with.
+	StatusExpired Status = "expired"
 )
 
 // Terminal reports whether no event but a re-drive can follow.

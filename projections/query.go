@@ -33,6 +33,9 @@ type JobFilter struct {
 	After  string
 	Limit  int
 	Newest bool // newest first
+	// Retention, if set, leaves out the jobs whose retention ended by now: they are gone for
+	// the API before the dispatcher's sweep writes their expiry.
+	Retention Retention
 }
 
 // ListLimitMax caps one page of List.
@@ -49,7 +52,8 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 	for _, j := range s.jobs {
 		if (f.Tenant != "" && j.Tenant != f.Tenant) || (f.Queue != "" && j.Queue != f.Queue) ||
 			(f.Type != "" && j.Type != f.Type) || (f.Status != "" && j.StatusAt(now) != f.Status) ||
-			(f.After != "" && !f.Newest && j.ID <= f.After) || (f.After != "" && f.Newest && j.ID >= f.After) {
+			(f.After != "" && !f.Newest && j.ID <= f.After) || (f.After != "" && f.Newest && j.ID >= f.After) ||
+			f.Retention.Expired(j, now) {
 			continue
 		}
 		out = append(out, j)

@@ -55,6 +55,8 @@ type Idempotency struct {
 	JobID       string    `json:"job_id"`
 	RequestHash string    `json:"request_hash"`
 	ExpiresAt   time.Time `json:"expires_at"`
+	// Seq is the job's job.submitted, the receipt of a repeat even once the job has expired.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Tenant is one tenant's quota and usage.
@@ -278,7 +280,7 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 	s.counter(j.Queue).Submitted++
 	if e.IdempotencyKey != "" {
 		k := idemKey{e.Tenant, e.IdempotencyKey}
-		s.idem[k] = Idempotency{JobID: j.ID, RequestHash: e.RequestHash, ExpiresAt: at.Add(IdempotencyTTL)}
+		s.idem[k] = Idempotency{JobID: j.ID, RequestHash: e.RequestHash, ExpiresAt: at.Add(IdempotencyTTL), Seq: seq}
 		s.idemOrder = append(s.idemOrder, k)
 	}
 }

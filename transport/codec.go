@@ -92,11 +92,12 @@ func appendJob(dst []byte, j *wire.Job) ([]byte, bool) {
 	w.Str("dead_reason", j.DeadReason, false)
 	w.Time("created_at", j.CreatedAt)
 	w.Time("updated_at", j.UpdatedAt)
-	if j.StartedAt != nil || j.FinishedAt != nil || j.WorkerID != nil {
+	if j.StartedAt != nil || j.FinishedAt != nil || j.ExpiresAt != nil || j.WorkerID != nil {
 		return dst, false // the submit's answer, the hot path, has none of these
 	}
 	w.Null("started_at")
 	w.Null("finished_at")
+	w.Null("expires_at")
 	w.Null("worker_id")
 	w.Bool("events_truncated", j.EventsTruncated)
 	if r := j.Receipt; r != nil {

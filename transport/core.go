@@ -27,6 +27,8 @@ type Core interface {
 	// Reads of the projections.
 	Read(fn func(*projections.Set))
 	Get(tenant, id string) (*projections.Job, bool)
+	Expired(tenant, id string) bool
+	Retention() projections.Retention
 	List(f projections.JobFilter) ([]*projections.Job, bool)
 	Quota(tenant string) projections.Tenant
 	JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record, error]
@@ -41,6 +43,8 @@ type Core interface {
 	Submit(ctx context.Context, tenant, apiKeyID string, specs ...actors.JobSpec) ([]broker.SubmitResult, actors.Receipt, error)
 	Cancel(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error)
 	Retry(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error)
+	Delete(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error)
+	PurgeDead(ctx context.Context, tenant, apiKeyID, queue string, before time.Time) (purged int, more bool, rc actors.Receipt, err error)
 	Reserve(ctx context.Context, tenant string, ttl time.Duration) (id string, expiresAt time.Time, rc actors.Receipt, err error)
 	Release(ctx context.Context, tenant, id string) (actors.Receipt, error)
 

@@ -53,6 +53,9 @@ func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
 	if req.LeaseTTLSeconds < 0 {
 		return actors.JobSpec{}, errorf(actors.CodeInvalidArgument, "lease_ttl_seconds must not be negative")
 	}
+	if t := req.ResultTTLSeconds; t != 0 && (t < actors.ResultTTLMin.Seconds() || t > actors.ResultTTLMax.Seconds()) {
+		return actors.JobSpec{}, errorf(actors.CodeInvalidArgument, "result_ttl_seconds must be %.0f..%.0f", actors.ResultTTLMin.Seconds(), actors.ResultTTLMax.Seconds())
+	}
 	key := req.IdempotencyKey
 	if header != "" {
 		if key != "" && key != header {
@@ -63,7 +66,7 @@ func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
 	spec := actors.JobSpec{
 		Queue: req.Queue, Type: req.Type, Payload: req.Payload, Priority: req.Priority, Delay: seconds(req.DelaySeconds),
 		MaxAttempts: req.MaxAttempts, LeaseTTL: seconds(req.LeaseTTLSeconds), Labels: req.Labels,
-		IdempotencyKey: key, ReservationID: req.ReservationID,
+		IdempotencyKey: key, ReservationID: req.ReservationID, ResultTTL: seconds(req.ResultTTLSeconds),
 	}
 	if req.RunAt != nil {
 		spec.RunAt = *req.RunAt
@@ -129,17 +132,29 @@ func (s *Server) submitBatch(r *request) error {
 func (s *Server) getJob(r *request) error {
 	j, ok := r.b.Get(r.by.tenant, r.PathValue("id"))
 	if !ok {
-		return errorf(actors.CodeJobNotFound, "no job %q", r.PathValue("id"))
+		return notFound(r.b, r.by.tenant, r.PathValue("id"))
 	}
 	return r.reply(http.StatusOK, liveJob(r.b, j, s.clock()))
 }
 
+// notFound answers for a job that is not in the views: JOB_EXPIRED if it was the tenant's and
+// has left them, else JOB_NOT_FOUND.
+func notFound(b Core, tenant, id string) error {
+	if b.Expired(tenant, id) {
+		return errorf(actors.CodeJobExpired, "job %s finished and has left every view (its retention ended, or it was deleted)", clip(id))
+	}
+	return errorf(actors.CodeJobNotFound, "no job %q", clip(id))
+}
+
 // liveJob is jobOf with what the broker knows beyond the log: a lease's expiry as its last
-// heartbeat extended it.
+// heartbeat extended it, and when a finished job leaves the views.
 func liveJob(b Core, j *projections.Job, now time.Time) wire.Job {
 	out := jobOf(j, now)
 	if l := out.Lease; l != nil {
 		l.ExpiresAt = b.LeaseExpiresAt(l.WorkerID, l.LeaseID, j.LeaseTTL, l.ExpiresAt)
+	}
+	if until, ok := b.Retention().Until(j); ok {
+		out.ExpiresAt = &until
 	}
 	return out
 }
@@ -204,11 +219,39 @@ func (s *Server) retryJob(r *request) error {
 	return s.replyJob(r, rc)
 }
 
+func (s *Server) deleteJob(r *request) error {
+	rc, err := r.b.Delete(r.Context(), r.by.tenant, r.by.apiKeyID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return r.reply(http.StatusOK, wire.Deleted{ID: r.PathValue("id"), Deleted: true, Receipt: new(receipt(rc))})
+}
+
+// purgeDead serves POST /v1/dead-letters/purge.
+func (s *Server) purgeDead(r *request) error {
+	var req wire.PurgeRequest
+	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+		return err
+	}
+	if req.OlderThanSeconds < 0 || req.OlderThanSeconds > actors.ResultTTLMax.Seconds() {
+		return errorf(actors.CodeInvalidArgument, "older_than_seconds must be 0..%.0f", actors.ResultTTLMax.Seconds())
+	}
+	n, more, rc, err := r.b.PurgeDead(r.Context(), r.by.tenant, r.by.apiKeyID, req.Queue, s.clock().Add(-seconds(req.OlderThanSeconds)))
+	if err != nil {
+		return err
+	}
+	out := wire.PurgeResponse{Purged: n, More: more}
+	if n > 0 {
+		out.Receipt = new(receipt(rc))
+	}
+	return r.reply(http.StatusOK, out)
+}
+
 // replyJob answers a request that changed a job with the job and the receipt.
 func (s *Server) replyJob(r *request, rc actors.Receipt) error {
 	j, ok := r.b.Get(r.by.tenant, r.PathValue("id"))
 	if !ok {
-		return errorf(actors.CodeJobNotFound, "no job %q", r.PathValue("id"))
+		return notFound(r.b, r.by.tenant, r.PathValue("id"))
 	}
 	out := liveJob(r.b, j, s.clock())
 	out.Receipt = new(receipt(rc))

@@ -34,6 +34,7 @@ func (s *Server) serveMetrics(r *request) error {
 			{"tether_lease_released_total", "Leases given back untried (undelivered, a worker stopping, a command that could not start), by queue.", func(c projections.Counters) uint64 { return c.Released }},
 			{"tether_jobs_dead_lettered_total", "Jobs dead-lettered, by queue.", func(c projections.Counters) uint64 { return c.DeadLettered }},
 			{"tether_jobs_cancelled_total", "Jobs cancelled, by queue.", func(c projections.Counters) uint64 { return c.Cancelled }},
+			{"tether_jobs_expired_total", "Finished jobs that left every view (retention ended, deleted, purged, over the dead-letter cap), by queue.", func(c projections.Counters) uint64 { return c.Expired }},
 		} {
 			e.family(m.name, "counter", m.help)
 			for _, q := range queues {
@@ -76,6 +77,8 @@ func (s *Server) serveMetrics(r *request) error {
 		}
 		e.family("tether_dlq_size", "gauge", "Dead-lettered jobs waiting for a re-drive, all queues.")
 		e.sample("tether_dlq_size", float64(dead))
+		e.family("tether_jobs_retained", "gauge", "Finished jobs the views keep until their retention ends.")
+		e.sample("tether_jobs_retained", float64(set.RetainedCount()))
 		e.family("tether_leases_active", "gauge", "Valid leases.")
 		e.sample("tether_leases_active", float64(len(set.Leases())))
 		byTransport := map[string]int{"websocket": 0, "longpoll": 0}

@@ -86,6 +86,19 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	check("GET", "/v1/workers", "", "")
 	check("GET", "/v1/workers?all=true", "", "")
 	check("GET", "/v1/quota", "", "")
+
+	resp = check("POST", "/v1/jobs", "", `{"queue":"q","type":"t","result_ttl_seconds":3600}`)
+	decode(t, resp, &job)
+	check("DELETE", "/v1/jobs/"+job.ID, "", "") // queued: 409 JOB_NOT_FINISHED
+	check("POST", "/v1/jobs/"+job.ID+"/cancel", "", "")
+	if resp := check("DELETE", "/v1/jobs/"+job.ID, "", ""); resp.StatusCode != 200 {
+		t.Fatalf("delete: %d", resp.StatusCode)
+	}
+	if resp := check("GET", "/v1/jobs/"+job.ID, "", ""); resp.StatusCode != 410 {
+		t.Fatalf("get of a deleted job: %d", resp.StatusCode)
+	}
+	check("DELETE", "/v1/jobs/01NOSUCHJOB00000000000000", "", "")
+	check("POST", "/v1/dead-letters/purge", "", `{"queue":"q","older_than_seconds":60}`)
 }
 
 func decode(t *testing.T, resp *http.Response, v any) {

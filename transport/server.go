@@ -206,6 +206,8 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/jobs/{id}", s.api(authClient, s.getJob))
 	m.Handle("POST /v1/jobs/{id}/cancel", s.api(authClient, s.cancelJob))
 	m.Handle("POST /v1/jobs/{id}/retry", s.api(authClient, s.retryJob))
+	m.Handle("DELETE /v1/jobs/{id}", s.api(authClient, s.deleteJob))
+	m.Handle("POST /v1/dead-letters/purge", s.api(authClient, s.purgeDead))
 	m.Handle("GET /v1/jobs/{id}/events", s.api(authClient, s.jobEvents))
 	m.Handle("POST /v1/reservations", s.api(authClient, s.reserve))
 	m.Handle("POST /v1/reservations/{id}/release", s.api(authClient, s.release))

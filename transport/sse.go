@@ -66,7 +66,7 @@ func jobState(b Core, tenant, id string) (lastSeq uint64, status projections.Sta
 func (s *Server) jobEvents(r *request) error {
 	id := r.PathValue("id")
 	if _, _, ok := jobState(r.b, r.by.tenant, id); !ok {
-		return errorf(actors.CodeJobNotFound, "no job %q", clip(id))
+		return notFound(r.b, r.by.tenant, id)
 	}
 	after := 0
 	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -87,9 +88,14 @@ func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...a
 		return nil, actors.Receipt{}, firstErr(err, r.Err)
 	}
 	out := make([]SubmitResult, len(r.Jobs))
+	now := b.clock()
 	b.rt.Read(func(set *projections.Set) {
 		for i, j := range r.Jobs {
-			job, _ := set.Job(j.ID)
+			job, ok := set.Job(j.ID)
+			if !ok || b.cfg.Retention.Expired(job, now) {
+				// An idempotent hit on a job that has left the views: the key outlives it.
+				job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
+			}
 			out[i] = SubmitResult{Job: job, IdempotentHit: j.IdempotentHit}
 		}
 	})
@@ -103,20 +109,57 @@ func firstErr(err error, r *actors.Rejection) error {
 	return errOf(r)
 }
 
-// Get returns a tenant's job; another tenant's job is not found.
+// Get returns a tenant's job; another tenant's job is not found, nor is one whose retention has
+// ended (Expired tells the two apart).
 func (b *Broker) Get(tenant, id string) (job *projections.Job, ok bool) {
 	b.rt.Read(func(set *projections.Set) { job, ok = set.Job(id) })
-	if !ok || job.Tenant != tenant {
+	if !ok || job.Tenant != tenant || b.cfg.Retention.Expired(job, b.clock()) {
 		return nil, false
 	}
 	return job, true
 }
 
-// List returns one page of a tenant's jobs and whether more follow.
+// Expired reports whether the tenant's job id finished and has left the views: its retention
+// ended, or it was deleted or purged. Its stream is still in the log, which is how a job that
+// expired differs from one that never was.
+func (b *Broker) Expired(tenant, id string) bool {
+	if len(id) > idLenMax {
+		return false
+	}
+	now := b.clock()
+	inViews, expired := false, false
+	b.rt.Read(func(set *projections.Set) {
+		if j := set.JobRef(id); j != nil {
+			inViews, expired = true, j.Tenant == tenant && b.cfg.Retention.Expired(j, now)
+		}
+	})
+	if inViews {
+		return expired
+	}
+	for rec, err := range b.elog.Stream(eventlog.JobStream(id), 0) {
+		if err != nil {
+			return false
+		}
+		p, err := eventlog.Decode(rec.Type, rec.Data)
+		submitted, ok := p.(eventlog.JobSubmitted)
+		return err == nil && ok && submitted.Tenant == tenant
+	}
+	return false
+}
+
+// idLenMax bounds an id looked up in the log: a ULID is 26 characters.
+const idLenMax = 64
+
+// List returns one page of a tenant's jobs and whether more follow; jobs whose retention has
+// ended are left out.
 func (b *Broker) List(f projections.JobFilter) (page []*projections.Job, more bool) {
+	f.Retention = b.cfg.Retention
 	b.rt.Read(func(set *projections.Set) { page, more = set.List(f, b.clock()) })
 	return page, more
 }
+
+// Retention is the policy for finished jobs.
+func (b *Broker) Retention() projections.Retention { return b.cfg.Retention }
 
 // Read runs fn with the projections under the read lock, for views the facade does not wrap.
 // fn must not keep or modify what it reads.
@@ -124,12 +167,41 @@ func (b *Broker) Read(fn func(*projections.Set)) { b.rt.Read(fn) }
 
 // Cancel cancels a tenant's job: at once when it waits, by request when it is leased.
 func (b *Broker) Cancel(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
-	return b.done(ctx, actors.DispatcherRef(), actors.Cancel{Tenant: tenant, JobID: id, APIKeyID: apiKeyID})
+	return b.jobDone(ctx, tenant, id, actors.DispatcherRef(), actors.Cancel{Tenant: tenant, JobID: id, APIKeyID: apiKeyID})
 }
 
 // Retry re-drives a dead-lettered job with a fresh attempt budget.
 func (b *Broker) Retry(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
-	return b.done(ctx, actors.TenantRef(tenant), actors.Redrive{Tenant: tenant, JobID: id, APIKeyID: apiKeyID})
+	return b.jobDone(ctx, tenant, id, actors.TenantRef(tenant), actors.Redrive{Tenant: tenant, JobID: id, APIKeyID: apiKeyID})
+}
+
+// Delete takes a tenant's finished job out of every view now.
+func (b *Broker) Delete(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
+	return b.jobDone(ctx, tenant, id, actors.DispatcherRef(), actors.Delete{Tenant: tenant, JobID: id, APIKeyID: apiKeyID})
+}
+
+// PurgeDead takes a tenant's dead letters that died before before out of every view, those of
+// queue only if it is set, up to actors.PurgeLimit a call; more says to call again.
+func (b *Broker) PurgeDead(ctx context.Context, tenant, apiKeyID, queue string, before time.Time) (purged int, more bool, rc actors.Receipt, err error) {
+	r, err := callFor[actors.PurgeDone](ctx, b, actors.DispatcherRef(), actors.PurgeDead{Tenant: tenant, Queue: queue, Before: before, APIKeyID: apiKeyID})
+	if err != nil || r.Err != nil {
+		return 0, false, actors.Receipt{}, firstErr(err, r.Err)
+	}
+	return r.Purged, r.More, b.fill(r.Receipt), nil
+}
+
+// jobDone is done for a command on one job, where a job that has expired, before the command or
+// while it ran, is JOB_EXPIRED rather than not found or finished.
+func (b *Broker) jobDone(ctx context.Context, tenant, id string, to actors.Ref, msg any) (actors.Receipt, error) {
+	expired := &actors.Rejection{Code: actors.CodeJobExpired, Message: "job " + id + " finished and has left every view"}
+	if b.Expired(tenant, id) {
+		return actors.Receipt{}, expired
+	}
+	rc, err := b.done(ctx, to, msg)
+	if r, ok := err.(*actors.Rejection); ok && r.Code == actors.CodeJobNotFound && b.Expired(tenant, id) {
+		return actors.Receipt{}, expired
+	}
+	return rc, err
 }
 
 func (b *Broker) done(ctx context.Context, to actors.Ref, msg any) (actors.Receipt, error) {

@@ -188,6 +188,21 @@ func (c *Client) Retry(ctx context.Context, id string) (*wire.Job, error) {
 	return &j, err
 }
 
+// Delete takes a finished job out of every view now; a job still running is JOB_NOT_FINISHED.
+func (c *Client) Delete(ctx context.Context, id string) (*wire.Deleted, error) {
+	var d wire.Deleted
+	_, err := c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), nil, &d)
+	return &d, err
+}
+
+// PurgeDead takes the dead letters of queue (every queue if empty) that died at least
+// olderThan ago out of every view, up to 1000 a call; the answer's More says to call again.
+func (c *Client) PurgeDead(ctx context.Context, queue string, olderThan time.Duration) (*wire.PurgeResponse, error) {
+	var p wire.PurgeResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/dead-letters/purge", wire.PurgeRequest{Queue: queue, OlderThanSeconds: olderThan.Seconds()}, &p)
+	return &p, err
+}
+
 // Events returns the events of a job after event number after, one page.
 func (c *Client) Events(ctx context.Context, id string, after int) (*wire.EventList, error) {
 	var out wire.EventList

@@ -65,8 +65,11 @@ type Job struct {
 	UpdatedAt       time.Time         `json:"updated_at"`
 	// StartedAt is when the last attempt's lease began, WorkerID the worker that held it; both
 	// stay after the lease ends. FinishedAt is when the job became terminal. Null until then.
-	StartedAt       *time.Time `json:"started_at"`
-	FinishedAt      *time.Time `json:"finished_at"`
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	// ExpiresAt is when a finished job leaves every view (GET then answers JOB_EXPIRED); null
+	// while it runs, or when the server keeps it until it is deleted.
+	ExpiresAt       *time.Time `json:"expires_at"`
 	WorkerID        *string    `json:"worker_id"`
 	EventsTruncated bool       `json:"events_truncated"`
 	Receipt         *Receipt   `json:"receipt,omitempty"`
@@ -86,6 +89,31 @@ type SubmitRequest struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	IdempotencyKey  string            `json:"idempotency_key,omitempty"`
 	ReservationID   string            `json:"reservation_id,omitempty"`
+	// ResultTTLSeconds, if set, is how long the job stays once it succeeded or was cancelled,
+	// instead of the server's --retain.
+	ResultTTLSeconds float64 `json:"result_ttl_seconds,omitempty"`
+}
+
+// Deleted answers DELETE /v1/jobs/{id}.
+type Deleted struct {
+	ID      string   `json:"id"`
+	Deleted bool     `json:"deleted"`
+	Receipt *Receipt `json:"receipt,omitempty"`
+}
+
+// PurgeRequest is the body of POST /v1/dead-letters/purge: the dead letters of Queue (every
+// queue if empty) that died at least OlderThanSeconds ago.
+type PurgeRequest struct {
+	Queue            string  `json:"queue,omitempty"`
+	OlderThanSeconds float64 `json:"older_than_seconds"`
+}
+
+// PurgeResponse answers a purge: how many dead letters left the views, and whether more match
+// (purge again).
+type PurgeResponse struct {
+	Purged  int      `json:"purged"`
+	More    bool     `json:"more"`
+	Receipt *Receipt `json:"receipt,omitempty"`
 }
 
 // BatchRequest is the body of POST /v1/jobs/batch.
