@@ -83,7 +83,7 @@ func TestFlagErrorsAndHelp(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{}, {"bogus"}, {"job"}, {"job", "bogus"}, {"admin"}, {"replay"}, {"server", "--addr"}, {"sim", "--seed", "x"},
-		{"job", "get"}, {"worker", "--bogus", "--", "cat"},
+		{"job", "get"}, {"worker", "--bogus", "--", "cat"}, {"job", "delete"}, {"job", "purge"}, {"job", "purge", "--older-than", "-1h"},
 	} {
 		stdout, stderr, code := tether(t, nil, args...)
 		if code != 2 || !strings.Contains(stderr, "usage") || stdout != "" {
@@ -93,7 +93,7 @@ func TestFlagErrorsAndHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"job"}, {"admin"}, {"replay"},
 		{"server"}, {"worker"}, {"worker", "register"}, {"worker", "keygen"}, {"job", "submit"}, {"job", "get"}, {"job", "ls"},
-		{"job", "cancel"}, {"job", "retry"}, {"job", "watch"}, {"admin", "apikey"}, {"admin", "enroll-token"}, {"admin", "quota"},
+		{"job", "cancel"}, {"job", "retry"}, {"job", "watch"}, {"job", "delete"}, {"job", "purge"}, {"admin", "apikey"}, {"admin", "enroll-token"}, {"admin", "quota"},
 		{"bench"}, {"replay", "verify"}, {"replay", "history"}, {"replay", "state"}, {"replay", "export"}, {"replay", "receipt"}, {"sim"},
 	} {
 		for _, help := range []string{"--help", "-h"} {
@@ -119,5 +119,38 @@ func TestAdminQuotaIsPartial(t *testing.T) {
 	q, err := client.New(s.url, "", nil).Quota(context.Background())
 	if err != nil || q.MaxActive != 10 || q.MaxRunning != 2 {
 		t.Fatalf("quota %+v (%v), want max_active 10 and max_running 2", q, err)
+	}
+}
+
+// A finished job is deleted from the command line, and answers JOB_EXPIRED after; a purge of
+// dead letters reports how many went.
+func TestJobDeleteAndPurge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir(), "--retain", "1h")
+	run := func(args ...string) (string, string, int) {
+		return tether(t, nil, append(append([]string{"job"}, args...), "--server", s.url)...)
+	}
+	id, stderr, code := run("submit", "--queue", "q", "--type", "t", "--result-ttl", "30s", "--quiet")
+	id = strings.TrimSpace(id)
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("delete", id); code != 1 || !strings.Contains(stderr, "JOB_NOT_FINISHED") {
+		t.Fatalf("delete of a queued job: exit %d\n%s", code, stderr)
+	}
+	run("cancel", id)
+	if out, _, _ := run("get", id); !strings.Contains(out, "expires") {
+		t.Fatalf("get of a cancelled job does not say when it expires:\n%s", out)
+	}
+	if out, stderr, code := run("delete", id); code != 0 || !strings.Contains(out, id+" deleted") {
+		t.Fatalf("delete: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, stderr, code := run("get", id); code != 1 || !strings.Contains(stderr, "JOB_EXPIRED (410)") {
+		t.Fatalf("get of a deleted job: exit %d\n%s", code, stderr)
+	}
+	if out, stderr, code := run("purge", "--older-than", "0s", "--queue", "q"); code != 0 || out != "0 dead letters purged\n" {
+		t.Fatalf("purge: exit %d\n%q%s", code, out, stderr)
 	}
 }

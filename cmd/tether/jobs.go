@@ -105,6 +105,8 @@ func runJob(args []string) error {
 		{"ls", "list jobs", jobList},
 		{"cancel", "cancel a job", jobAction("cancel")},
 		{"retry", "re-drive a dead-lettered job", jobAction("retry")},
+		{"delete", "take a finished job out of every view now", jobDelete},
+		{"purge", "take old dead letters out of every view", jobPurge},
 		{"watch", "stream a job's events until it ends", jobWatch},
 	}, args)
 }
@@ -136,6 +138,7 @@ func jobSubmit(args []string) error {
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead-lettered (0: server default, 5)")
 	leaseTTL := fs.Duration("lease-ttl", 0, "lease time-to-live (0: server default, 30s)")
 	key := fs.String("idempotency-key", "", "a key that makes resubmitting safe for 24 h")
+	resultTTL := fs.Duration("result-ttl", 0, "how long the job stays once it succeeded or was cancelled (0: the server's --retain)")
 	quiet := fs.Bool("quiet", false, "print only the job id (for scripts: JOB=$(tether job submit ... --quiet))")
 	labels := labelFlags{}
 	fs.Var(labels, "label", "key=value label (repeatable)")
@@ -143,7 +146,7 @@ func jobSubmit(args []string) error {
 		return err
 	}
 	req := wire.SubmitRequest{Queue: *queue, Type: *typ, Priority: *priority, DelaySeconds: delay.Seconds(), MaxAttempts: *maxAttempts,
-		LeaseTTLSeconds: leaseTTL.Seconds(), IdempotencyKey: *key}
+		LeaseTTLSeconds: leaseTTL.Seconds(), IdempotencyKey: *key, ResultTTLSeconds: resultTTL.Seconds()}
 	if len(labels) > 0 {
 		req.Labels = labels
 	}
@@ -229,6 +232,9 @@ func describe(j *wire.Job) string {
 	row("dead reason", j.DeadReason)
 	row("created", j.CreatedAt.Format(time.RFC3339))
 	row("updated", j.UpdatedAt.Format(time.RFC3339))
+	if j.ExpiresAt != nil {
+		row("expires", j.ExpiresAt.Format(time.RFC3339))
+	}
 	if j.Receipt != nil {
 		row("receipt", fmt.Sprintf("seq=%d hash=%s", j.Receipt.Seq, j.Receipt.Hash))
 	}
@@ -291,6 +297,56 @@ func jobAction(action string) func([]string) error {
 		}
 		return cf.print(j, func() string { return describe(j) })
 	}
+}
+
+func jobDelete(args []string) error {
+	fs := flag.NewFlagSet("job delete", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, apiKeyHelp)
+	pos, err := parseArgs(fs, args, 1, "tether job delete JOB_ID")
+	if err != nil {
+		return err
+	}
+	d, err := cf.client().Delete(context.Background(), pos[0])
+	if err != nil {
+		return err
+	}
+	return cf.print(d, func() string {
+		return fmt.Sprintf("%s deleted\nreceipt seq=%d hash=%s\n", d.ID, d.Receipt.Seq, d.Receipt.Hash)
+	})
+}
+
+func jobPurge(args []string) error {
+	fs := flag.NewFlagSet("job purge", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, apiKeyHelp)
+	queue := fs.String("queue", "", "only this queue's dead letters (default: every queue)")
+	olderThan := fs.Duration("older-than", 0, "only dead letters that died at least this long ago (required; 0s takes them all)")
+	if _, err := parseArgs(fs, args, 0, "tether job purge --older-than 24h [--queue Q]"); err != nil {
+		return err
+	}
+	if !setFlags(fs)["older-than"] {
+		return badFlagf(fs, "--older-than is required: how old a dead letter must be to go (0s: all of them)")
+	}
+	if *olderThan < 0 {
+		return badFlagf(fs, "--older-than %s must not be negative", *olderThan)
+	}
+	c := cf.client()
+	total := 0
+	var last *wire.PurgeResponse
+	for { // a call takes at most 1,000
+		p, err := c.PurgeDead(context.Background(), *queue, *olderThan)
+		if err != nil {
+			return err
+		}
+		total += p.Purged
+		last = p
+		if !p.More || p.Purged == 0 {
+			break
+		}
+	}
+	last.Purged = total
+	return cf.print(last, func() string { return fmt.Sprintf("%d dead letters purged\n", total) })
 }
 
 func jobWatch(args []string) error {

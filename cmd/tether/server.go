@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport"
 )
 
@@ -48,6 +49,12 @@ const (
 	workerTokenTTLMax = 365 * 24 * time.Hour
 )
 
+// Bounds of --retain and --retain-dead, besides 0.
+const (
+	retainMin = time.Second
+	retainMax = 10 * 365 * 24 * time.Hour
+)
+
 func runServer(args []string) error {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	data := fs.String("data", "tether-data", "data directory (created if missing)")
@@ -62,6 +69,9 @@ func runServer(args []string) error {
 	tlsKey := fs.String("tls-key", "", "the private key (PEM) of --tls-cert")
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP under --auth token on a non-loopback address: only behind a proxy that terminates TLS")
 	tokenTTL := fs.Duration("worker-token-ttl", broker.WorkerTokenTTLDefault, "how long a worker token lasts; connected workers renew theirs at half of it")
+	retain := fs.Duration("retain", 7*24*time.Hour, "how long a succeeded or cancelled job stays queryable (a job's result_ttl_seconds overrides it); 0: until deleted")
+	retainDead := fs.Duration("retain-dead", 7*24*time.Hour, "how long a dead-lettered job stays, for an operator to re-drive it; 0: until purged")
+	maxDead := fs.Int("max-dead", 100_000, "the most dead letters a tenant keeps; past it the oldest go first; 0: no cap")
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags
 	lf.register(fs)
@@ -101,6 +111,12 @@ func runServer(args []string) error {
 		return badFlagf(fs, "--auth token on %s, a non-loopback address, would send API keys and tokens in clear text: give --tls-cert and --tls-key, or --insecure-http behind a proxy that terminates TLS", *addr)
 	case *tokenTTL < workerTokenTTLMin || *tokenTTL > workerTokenTTLMax:
 		return badFlagf(fs, "--worker-token-ttl %s: want %s..%s", *tokenTTL, workerTokenTTLMin, workerTokenTTLMax)
+	case *retain != 0 && (*retain < retainMin || *retain > retainMax):
+		return badFlagf(fs, "--retain %s: want 0 (keep until deleted) or %s..%s", *retain, retainMin, retainMax)
+	case *retainDead != 0 && (*retainDead < retainMin || *retainDead > retainMax):
+		return badFlagf(fs, "--retain-dead %s: want 0 (keep until purged) or %s..%s", *retainDead, retainMin, retainMax)
+	case *maxDead < 0:
+		return badFlagf(fs, "--max-dead %d: want 0 (no cap) or more", *maxDead)
 	}
 	var certs *transport.CertReloader
 	if *tlsCert != "" {
@@ -169,7 +185,8 @@ func runServer(args []string) error {
 	}
 	recovered := make(chan opened, 1)
 	go func() {
-		b, err := broker.Open(broker.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL})
+		b, err := broker.Open(broker.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL,
+			Retention: projections.Retention{Done: *retain, Dead: *retainDead, MaxDead: *maxDead}})
 		recovered <- opened{b, err}
 	}()
 

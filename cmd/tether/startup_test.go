@@ -131,6 +131,9 @@ func TestServerStartUpPaths(t *testing.T) {
 			{[]string{"--tls-cert", "cert.pem"}, "--tls-cert and --tls-key go together"},
 			{[]string{"--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"}, "--tls-cert"},
 			{[]string{"--worker-token-ttl", "1s"}, "--worker-token-ttl"},
+			{[]string{"--retain", "-1h"}, "--retain -1h0m0s"},
+			{[]string{"--retain-dead", "1ms"}, "--retain-dead"},
+			{[]string{"--max-dead", "-1"}, "--max-dead -1"},
 		} {
 			dir := filepath.Join(t.TempDir(), "data")
 			args := append([]string{"server", "--data", dir}, tc.args...)
