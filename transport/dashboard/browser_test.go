@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -109,6 +110,33 @@ func TestDashboardInChromium(t *testing.T) {
 	if j, err := acme.Get(ctx, dead.ID); err != nil || j.Status != "cancelled" {
 		t.Fatalf("after the cancel button: %+v %v", j, err)
 	}
+
+	// A finished job's delete button asks once more, then deletes it; the page says it expired.
+	browser.Click("[data-action=delete]")
+	browser.WaitFor("the delete button armed", `document.querySelector("[data-action=delete]").dataset.armed === "1"`)
+	browser.Click("[data-action=delete]")
+	browser.WaitFor("the job list, the job deleted", `document.querySelector("[data-test=jobs]") && document.getElementById("toast").textContent === "Deleted `+dead.ID+`"`)
+	var gone *client.Error
+	if _, err := acme.Get(ctx, dead.ID); !errors.As(err, &gone) || gone.Code != "JOB_EXPIRED" {
+		t.Fatalf("after the delete button: %v, want JOB_EXPIRED", err)
+	}
+	noConsoleErrors(t, browser)
+	// Its page says it expired; the browser logs the 410 it got, and nothing else.
+	browser.Go(url + "/#/jobs/" + dead.ID)
+	browser.WaitFor("the job shown expired", `(document.querySelector("[data-test=job] .empty") || {textContent: ""}).textContent.includes("has expired")`)
+	for _, e := range browser.ConsoleLog() {
+		if !strings.Contains(e.Message, "status of 410") {
+			t.Errorf("console %s (%s): %s", e.Level, e.Source, e.Message)
+		}
+	}
+
+	// The dead-letter page purges by queue and age.
+	browser.Go(url + "/#/dead")
+	browser.WaitFor("the purge form", `document.querySelector("[data-test=purge]")`)
+	browser.Type("[data-test=purge] input[name=queue]", "renders")
+	browser.Eval(nil, `document.querySelector("[data-test=purge] select").value = "0"`)
+	browser.Click("[data-test=purge] button[type=submit]")
+	browser.WaitFor("the purge's answer", `document.getElementById("toast").textContent === "Purged 0 dead letters"`)
 	noConsoleErrors(t, browser)
 
 	// On a phone, tables stack into cards and nothing scrolls sideways.

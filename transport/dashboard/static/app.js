@@ -137,8 +137,8 @@ async function api(path, opts = {}) {
   }
 }
 
-function post(path) {
-  return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+function post(path, body) {
+  return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body || {}) });
 }
 
 // ---- Routing and refresh: each view returns a refresh function, called every 2 s. ----
@@ -240,7 +240,9 @@ function overview() {
 
 const STATUSES = ["", "queued", "scheduled", "leased", "succeeded", "failed", "cancelled"];
 
-function jobActions(j, after) {
+// jobActions are the buttons for job j; after runs once one has acted, and afterDelete (if
+// given) instead of it once the job is deleted.
+function jobActions(j, after, afterDelete) {
   const out = [];
   if (j.status === "failed") {
     out.push(h("button", { type: "button", class: "primary", "data-action": "retry", onclick: (e) => act(e, j, "retry", after) }, "Re-drive"));
@@ -248,7 +250,30 @@ function jobActions(j, after) {
   if (["queued", "scheduled", "leased"].includes(j.status) && !j.cancel_requested) {
     out.push(h("button", { type: "button", class: "danger", "data-action": "cancel", onclick: (e) => act(e, j, "cancel", after) }, "Cancel"));
   }
+  if (["succeeded", "failed", "cancelled"].includes(j.status)) {
+    out.push(h("button", { type: "button", class: "danger", "data-action": "delete", onclick: (e) => remove(e, j, afterDelete || after) }, "Delete"));
+  }
   return out;
+}
+
+// remove deletes a finished job on a second click: the first arms the button, so a stray click
+// deletes nothing.
+async function remove(e, j, after) {
+  e.preventDefault();
+  const b = e.currentTarget;
+  if (!b.dataset.armed) {
+    b.dataset.armed = "1";
+    b.textContent = "Delete for good?";
+    return;
+  }
+  b.disabled = true;
+  try {
+    await api(`/v1/jobs/${encodeURIComponent(j.id)}`, { method: "DELETE" });
+    toast(`Deleted ${j.id}`);
+  } catch (err) {
+    toast(`${err.code}: ${err.message}`, true);
+  }
+  if (after) await after();
 }
 
 async function act(e, j, what, after) {
@@ -316,8 +341,31 @@ function jobs(params) {
 
 function deadLetters() {
   const list = h("section", { class: "card", "data-test": "dead" });
+  const purge = h("form", { class: "filters", "data-test": "purge" },
+    h("label", {}, "Queue", h("input", { name: "queue", placeholder: "every queue", maxlength: 64 })),
+    h("label", {}, "Older than", h("select", { name: "older" },
+      [["3600", "1 hour"], ["86400", "1 day"], ["604800", "7 days"], ["0", "any age"]].map(([v, t]) => h("option", { value: v }, t)))),
+    h("button", { type: "submit", class: "danger" }, "Purge"));
+  purge.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const f = new FormData(purge);
+    const body = { queue: f.get("queue") || undefined, older_than_seconds: Number(f.get("older")) };
+    let total = 0;
+    try {
+      for (;;) { // the server takes at most 1,000 a call
+        const got = await post("/v1/dead-letters/purge", body);
+        total += got.purged;
+        if (!got.more || got.purged === 0) break;
+      }
+      toast(`Purged ${total} dead letter${total === 1 ? "" : "s"}`);
+    } catch (err) {
+      toast(`${err.code}: ${err.message}`, true);
+    }
+    await load();
+  });
   main().replaceChildren(h("h1", {}, "Dead letters"),
-    h("p", {}, "Jobs that failed for good. Re-driving one puts it back in its queue with a fresh attempt budget."), list);
+    h("p", {}, "Jobs that failed for good. Re-driving one puts it back in its queue with a fresh attempt budget; purging takes old ones out of every view."),
+    purge, list);
   const load = async () => {
     const got = await api(`/v1/jobs?status=failed&order=newest&limit=${PAGE}`);
     list.replaceChildren(table("dead", [["Job"], ["Queue"], ["Type"], ["Status"], ["Attempt", "num"], ["Reason"], ["Updated"], [""]],
@@ -359,8 +407,9 @@ function jobPage(id) {
       h("dt", {}, "Error"), h("dd", {}, j.error ? `${j.error.code}${j.error.message ? ": " + j.error.message : ""}` : "—"),
       h("dt", {}, "Created"), h("dd", {}, new Date(j.created_at).toLocaleString()),
       h("dt", {}, "Updated"), h("dd", {}, new Date(j.updated_at).toLocaleString()),
+      j.expires_at ? [h("dt", {}, "Expires"), h("dd", {}, new Date(j.expires_at).toLocaleString())] : null,
       j.events_truncated ? [h("dt", {}, "Events"), h("dd", {}, "older progress is in the log only")] : null));
-    actions.replaceChildren(...jobActions(j, refresh));
+    actions.replaceChildren(...jobActions(j, refresh, () => { location.hash = "#/jobs"; }));
     payload.textContent = pretty(j.payload);
     output.textContent = pretty(j.output);
   };
@@ -368,8 +417,9 @@ function jobPage(id) {
     try {
       show(await api(`/v1/jobs/${encodeURIComponent(id)}`));
     } catch (e) {
-      if (e.status === 404) {
-        facts.replaceChildren(h("div", { class: "empty" }, `No job ${id} for this key.`));
+      if (e.status === 404 || e.status === 410) {
+        facts.replaceChildren(h("div", { class: "empty" }, e.status === 410
+          ? `Job ${id} has expired: its retention ended, or it was deleted.` : `No job ${id} for this key.`));
         controller.abort();
         return;
       }
