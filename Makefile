@@ -11,7 +11,7 @@ FUZZTIME ?= 150000x
 # (actors/mutant*.go) and in the cell runtime that carries the ordering rules (actors/cells/mutant*.go).
 SIMSEEDS ?= 1..1000
 MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed progress_twice \
-            persisted_before_durable apply_after_reply
+            persisted_before_durable apply_after_reply expire_early delete_live
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants
 

@@ -17,7 +17,9 @@
 //     reservations, worker registration (spending enroll-token uses) and revocation, API keys
 //     and enroll tokens, and the quota check of a re-drive.
 //   - Dispatcher (one): every job that is not leased — the queued and scheduled jobs in
-//     priority heaps, cancel of a waiting job, re-drive of a dead one — and worker credit. It
+//     priority heaps, cancel of a waiting job, re-drive of a dead one, and the end of a
+//     finished one (job.expired: its retention ended, the dead-letter cap, a delete, a purge;
+//     retention.go) — and worker credit. It
 //     matches ready jobs to sessions with credit (their tenant's jobs only, by priority then age,
 //     honouring run_at and max_running), picks the lease id, and routes job commands to the
 //     job's actor while a lease is held. (The runtime sends a worker's progress, completion and

@@ -25,4 +25,8 @@ var (
 	// mutantProgressTwice writes a worker's repeated event again, as tether did before events
 	// were numbered.
 	mutantProgressTwice bool
+	// mutantExpireEarly expires finished jobs a retention early.
+	mutantExpireEarly bool
+	// mutantDeleteLive deletes a job whatever its status.
+	mutantDeleteLive bool
 )

@@ -12,5 +12,7 @@
 //
 // Time enters only as the record's time or as a `now` argument to a query: a scheduled job whose
 // run_at has passed reads as queued without any event, and idempotency keys expire by record
-// time. The package imports eventlog only.
+// time. A finished job leaves the Set only by its job.expired; the retention index orders the
+// finished jobs by when a Retention (the server's policy, not in the log) makes them due.
+// The package imports eventlog only.
 package projections

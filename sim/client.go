@@ -33,6 +33,14 @@ func (c *client) tick() {
 
 func (c *client) act() {
 	s := c.s
+	switch r := s.retentionRand.IntN(100); {
+	case r < 2 && len(c.jobs) > 0:
+		c.delete(c.jobs[s.retentionRand.IntN(len(c.jobs))])
+		return
+	case r < 3:
+		c.purge()
+		return
+	}
 	switch r := s.workload.IntN(100); {
 	case r < 45:
 		c.submit()
@@ -67,6 +75,9 @@ func (c *client) spec() actors.JobSpec {
 	}
 	if r.IntN(10) == 0 {
 		sp.Delay = time.Duration(1+r.IntN(30)) * time.Second
+	}
+	if rr := c.s.retentionRand; rr.IntN(5) == 0 {
+		sp.ResultTTL = time.Duration(1+rr.IntN(60)) * time.Second
 	}
 	if r.IntN(2) == 0 {
 		sp.IdempotencyKey = fmt.Sprintf("%s-%d", c.name, c.n)
@@ -134,10 +145,42 @@ func (c *client) cancel(jobID string, foreign bool) {
 			s.fail("isolation", "%s of tenant %s cancelled another tenant's job %s: %v", c.name, c.tenant, jobID, r.Err)
 		case foreign:
 			s.probe(ProbeForeignJobRejected)
-		case r.Err != nil && r.Err.Code == actors.CodeJobNotFound:
+		case r.Err != nil && r.Err.Code == actors.CodeJobNotFound && !s.oracle.hasExpired(jobID):
 			s.fail("durability", "%s's accepted job %s is not found", c.name, jobID)
 		}
 	}, nil)
+}
+
+// delete deletes one of its jobs, as DELETE /v1/jobs/{id} does: a finished one goes, a live one
+// is refused, and one that is not found must have expired.
+func (c *client) delete(jobID string) {
+	s := c.s
+	s.call(c.name, "delete", toRef(actors.DispatcherRef()), actors.Delete{Tenant: c.tenant, JobID: jobID}, func(reply any) {
+		r := reply.(actors.Done)
+		if r.Err != nil && r.Err.Code == actors.CodeJobNotFound && !s.oracle.hasExpired(jobID) {
+			s.fail("durability", "%s's accepted job %s is not found", c.name, jobID)
+		}
+	}, nil)
+}
+
+// purge purges its dead letters older than a random age, of one queue or all; half the time it
+// re-drives the oldest of them at once, as a second browser tab might, which the server must
+// serialise with the purge.
+func (c *client) purge() {
+	s := c.s
+	if !s.srv.up {
+		return
+	}
+	r := s.retentionRand
+	queue := ""
+	if r.IntN(2) == 0 {
+		queue = fmt.Sprintf("q%d", r.IntN(2))
+	}
+	before := s.serverNow().Add(-time.Duration(r.IntN(120)) * time.Second)
+	s.call(c.name, "purge", toRef(actors.DispatcherRef()), actors.PurgeDead{Tenant: c.tenant, Queue: queue, Before: before}, func(any) {}, nil)
+	if ids, _ := s.srv.set.DeadBefore(c.tenant, queue, before, 1); len(ids) > 0 && r.IntN(2) == 0 {
+		c.redriveJob(ids[0])
+	}
 }
 
 func (c *client) reserve() {
@@ -171,7 +214,11 @@ func (c *client) redrive() {
 	if len(dead) == 0 {
 		return
 	}
-	id := dead[s.workload.IntN(len(dead))].ID
+	c.redriveJob(dead[s.workload.IntN(len(dead))].ID)
+}
+
+func (c *client) redriveJob(id string) {
+	s := c.s
 	s.call(c.name, "redrive", toRef(actors.TenantRef(c.tenant)), actors.Redrive{Tenant: c.tenant, JobID: id}, func(reply any) {
 		if reply.(actors.Done).Err == nil {
 			s.probe(ProbeRedrive)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/actors"
@@ -38,6 +39,13 @@ type ojob struct {
 	terminals       int // terminal events since the submit or the last re-drive
 	dead            bool
 	succeeded       bool
+	// resultTTL is the job's own retention; finishedAt and finishedClock are when it last
+	// finished (the record's time, and the clock-jump count then); expired is set by its
+	// job.expired, after which no event may name it.
+	resultTTL     time.Duration
+	finishedAt    time.Time
+	finishedClock int
+	expired       bool
 }
 
 type olease struct {
@@ -91,7 +99,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 			return
 		}
 		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, status: projections.StatusQueued, maxAttempts: e.MaxAttempts,
-			leaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond}
+			leaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, resultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond}
 		t := o.tenant(e.Tenant)
 		t.active++
 		if e.IdempotencyKey != "" {
@@ -226,13 +234,86 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		o.endReservation(seq, e.Tenant, e.ReservationID, "released")
 	case eventlog.ReservationExpired:
 		o.endReservation(seq, e.Tenant, e.ReservationID, "expired")
+	case eventlog.JobExpired:
+		o.expired(seq, e, decidedAt, clock)
 	}
+	if j := o.jobs[jobOf(p)]; j != nil && j.status.Terminal() && j.finishedAt.IsZero() {
+		j.finishedAt, j.finishedClock = at, clock
+	}
+}
+
+// jobOf is the id of the job an event names, or "".
+func jobOf(p eventlog.Payload) string {
+	id, _ := strings.CutPrefix(eventlog.StreamOf(p), "job/")
+	return id
+}
+
+// expired checks a job.expired: only a finished job expires, once; by retention only once its
+// retention has ended (on the clock it finished by), by the cap only while its tenant holds
+// more dead letters than the cap, by a purge only as a dead letter.
+func (o *oracle) expired(seq uint64, e eventlog.JobExpired, decidedAt time.Time, clock int) {
+	j := o.job(seq, e.JobID)
+	if j == nil {
+		return
+	}
+	if !j.status.Terminal() {
+		o.fail("retention", "job %s expired (%s) while %s (seq %d)", e.JobID, e.Reason, j.status, seq)
+	}
+	r := o.s.retention
+	switch e.Reason {
+	case eventlog.ExpiredRetention:
+		keep := r.Done
+		switch {
+		case j.dead:
+			keep = r.Dead
+		case j.resultTTL > 0:
+			keep = j.resultTTL
+		}
+		if due := j.finishedAt.Add(keep); keep <= 0 || (clock >= 0 && clock == j.finishedClock && decidedAt.Before(due)) {
+			o.fail("retention", "job %s expired at %s, before its retention ended at %s (seq %d)", e.JobID, decidedAt, due, seq)
+		}
+		o.s.probe(ProbeExpired)
+	case eventlog.ExpiredDeadCap:
+		if n := o.deadOf(j.tenant); !j.dead || n <= r.MaxDead {
+			o.fail("retention", "job %s expired over the dead-letter cap %d, but its tenant holds %d (seq %d)", e.JobID, r.MaxDead, n, seq)
+		}
+		o.s.probe(ProbeExpired)
+	case eventlog.ExpiredPurged:
+		if !j.dead {
+			o.fail("retention", "job %s purged as a dead letter while %s (seq %d)", e.JobID, j.status, seq)
+		}
+		o.s.probe(ProbeDeleted)
+	case eventlog.ExpiredDeleted:
+		o.s.probe(ProbeDeleted)
+	}
+	j.expired = true
+}
+
+// hasExpired reports whether the job's job.expired is durable.
+func (o *oracle) hasExpired(id string) bool {
+	j := o.jobs[id]
+	return j != nil && j.expired
+}
+
+// deadOf counts a tenant's dead letters that have not expired.
+func (o *oracle) deadOf(tenant string) int {
+	n := 0
+	for _, j := range o.jobs {
+		if j.tenant == tenant && j.dead && !j.expired {
+			n++
+		}
+	}
+	return n
 }
 
 func (o *oracle) job(seq uint64, id string) *ojob {
 	j := o.jobs[id]
-	if j == nil {
+	switch {
+	case j == nil:
 		o.fail("transitions", "seq %d names job %s, which was never submitted", seq, id)
+	case j.expired:
+		o.fail("retention", "seq %d names job %s, which had expired: it came back", seq, id)
+		return nil
 	}
 	return j
 }
@@ -330,6 +411,7 @@ func (o *oracle) leased(seq uint64, e eventlog.JobLeased, decidedAt time.Time, c
 }
 
 func (o *oracle) terminal(seq uint64, j *ojob, status projections.Status) {
+	j.finishedAt = time.Time{} // set to this record's time once it is applied
 	j.terminals++
 	if j.terminals > 1 {
 		o.fail("terminal", "job %s has a second terminal event (seq %d)", j.id, seq)
@@ -356,7 +438,15 @@ func (o *oracle) checkFinal(set *projections.Set) {
 			o.fail("liveness", "job %s ended the run %s with %d terminal events", id, j.status, j.terminals)
 			return
 		}
-		if got := set.JobRef(id); got == nil || got.Status != j.status {
+		got := set.JobRef(id)
+		if j.expired {
+			if got != nil {
+				o.fail("retention", "job %s expired in the log but is still in the projections", id)
+				return
+			}
+			continue
+		}
+		if got == nil || got.Status != j.status {
 			o.fail("projections", "job %s is %s in the log and %v in the projections", id, j.status, got)
 			return
 		}
@@ -368,7 +458,7 @@ func (o *oracle) checkFinal(set *projections.Set) {
 func (o *oracle) checkDLQ(set *projections.Set) {
 	want := map[string]bool{}
 	for id, j := range o.jobs {
-		if j.dead {
+		if j.dead && !j.expired {
 			want[id] = true
 		}
 	}

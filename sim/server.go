@@ -103,7 +103,7 @@ func (v *server) start() {
 		Make: func(ref actors.Ref) actors.Behaviour {
 			switch ref.Kind {
 			case actors.RefDispatcher:
-				return actors.NewDispatcher(projections.Retention{})
+				return actors.NewDispatcher(s.retention)
 			case actors.RefTenant:
 				return actors.NewTenant(ref.ID, actors.Limits{})
 			case actors.RefJob:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors/cells"
+	"github.com/tetherhq/tether/projections"
 )
 
 // Fault is a class of injected fault. Each class draws from its own random stream, so turning
@@ -82,13 +83,15 @@ const (
 	ProbeUndeliveredReturned
 	ProbeCleanStopReleased
 	ProbeTokenRenewed
+	ProbeExpired
+	ProbeDeleted
 	probeCount
 )
 
 var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_append_and_reply", "idempotent_resubmit_after_crash",
 	"quota_full", "lease_expired_worker_alive", "cancel_while_leased", "nonce_replay_rejected", "recovery_crash",
 	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
-	"clean_stop_released", "token_renewed"}
+	"clean_stop_released", "token_renewed", "job_expired", "job_deleted"}
 
 func (p Probe) String() string { return probeNames[p] }
 
@@ -215,6 +218,11 @@ type Sim struct {
 	// tokens counts the worker tokens the server has made, for their unique names.
 	tokens int
 
+	// retention is the server's policy for finished jobs; retentionRand draws the clients'
+	// result TTLs, deletes and purges, apart from the rest of the workload.
+	retention     projections.Retention
+	retentionRand *rand.Rand
+
 	result    Result
 	violation *Violation
 }
@@ -248,6 +256,12 @@ func newSim(cfg Config) *Sim {
 			continue // this seed leaves the class out
 		}
 		s.rates[f] = r.Float64()
+	}
+	// Short enough that jobs expire within a run: every kind of expiry happens under faults.
+	r := stream(cfg.Seed, "retention")
+	s.retentionRand = r
+	s.retention = projections.Retention{
+		Done: time.Duration(10+r.IntN(110)) * time.Second, Dead: time.Duration(20+r.IntN(280)) * time.Second, MaxDead: 1 + r.IntN(4),
 	}
 	s.result.Config = cfg
 	s.oracle = newOracle(s)

@@ -8,16 +8,27 @@ import (
 	"github.com/tetherhq/tether/sim"
 )
 
-// Seeds run by the tests; make sim runs a thousand, twice each.
-const testSeeds = 30
+// Seeds run by the tests, twice each; make sim runs a thousand. Rare paths are looked for in
+// up to probeSeeds, once each.
+const (
+	testSeeds  = 30
+	probeSeeds = 150
+)
 
 // Every seed keeps every invariant, and the same seed gives the same trace in one process.
 // The paths that give leases back are reached: assignments that never reached their worker,
-// and workers that stop cleanly.
+// and workers that stop cleanly; so are the expiries and deletes of finished jobs. A rare path
+// is looked for past testSeeds, in single runs, until it is hit.
 func TestSeedsKeepTheInvariants(t *testing.T) {
 	probes := make([]int, len(sim.Probes()))
-	for seed := uint64(1); seed <= testSeeds; seed++ {
-		r, err := sim.RunTwice(sim.Config{Seed: seed, Steps: 1500})
+	rare := []sim.Probe{sim.ProbeUndeliveredReturned, sim.ProbeCleanStopReleased, sim.ProbeExpired, sim.ProbeDeleted}
+	missing := func() bool { return slices.ContainsFunc(rare, func(p sim.Probe) bool { return probes[p] == 0 }) }
+	for seed := uint64(1); seed <= testSeeds || (seed <= probeSeeds && missing()); seed++ {
+		run := sim.RunTwice
+		if seed > testSeeds {
+			run = sim.Run
+		}
+		r, err := run(sim.Config{Seed: seed, Steps: 1500})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,9 +39,9 @@ func TestSeedsKeepTheInvariants(t *testing.T) {
 			probes[p] += n
 		}
 	}
-	for _, p := range []sim.Probe{sim.ProbeUndeliveredReturned, sim.ProbeCleanStopReleased} {
+	for _, p := range rare {
 		if probes[p] == 0 {
-			t.Errorf("probe %s never hit in seeds 1..%d", p, testSeeds)
+			t.Errorf("probe %s never hit in seeds 1..%d", p, probeSeeds)
 		}
 	}
 }

@@ -10,7 +10,10 @@
 //   - Nothing client- or worker-controlled is unbounded: bodies (SmallBodyBytesMax, a payload
 //     or an output plus an envelope, BatchBodyBytesMax), headers (HeaderBytesMax), frames
 //     (FrameBytesMax), unanswered operations per WebSocket (InFlightMax), long-poll waits
-//     (WaitSecondsMax), list pages, and connections (LimitListener).
+//     (WaitSecondsMax), list pages, result TTLs and purge ages (actors.ResultTTLMax), purges
+//     (actors.PurgeLimit a call), and connections (LimitListener).
+//   - A tenant's job that finished and left the views answers 410 JOB_EXPIRED; any other
+//     tenant's, and one that never was, 404 JOB_NOT_FOUND.
 //   - Credentials travel in the Authorization header (or X-API-Key), never in a query string;
 //     they are compared as hashes, the admin token in constant time, and never logged.
 //   - A state-changing answer carries the receipt (seq, hash) of the last event it caused, and

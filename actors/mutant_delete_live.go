@@ -1,0 +1,5 @@
+//go:build mutant_delete_live
+
+package actors
+
+func init() { mutantDeleteLive = true }
