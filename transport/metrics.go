@@ -119,6 +119,10 @@ func (s *Server) serveMetrics(r *request) error {
 		e.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
 		e.sample("process_cpu_seconds_total", cpu.Seconds())
 	}
+	if rss, ok := proc.RSS(); ok {
+		e.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
+		e.sample("process_resident_memory_bytes", float64(rss))
+	}
 	var mem goruntime.MemStats
 	goruntime.ReadMemStats(&mem)
 	e.family("go_goroutines", "gauge", "Number of goroutines that currently exist.")

@@ -19,6 +19,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.EnrollToken, "enroll-token", "", "enroll token for the workers, with --workers uses (none under --auth none)")
 	fs.StringVar(&cfg.MetricsToken, "metrics-token", "", "reads /metrics under --auth token (the server's --metrics-token, or its admin token); without it the server's figures are left out")
 	fs.IntVar(&cfg.Jobs, "jobs", 20000, "saturated mode: jobs to run")
+	fill := fs.Int("fill", 0, "history mode: run this many jobs (saturated), then time the list pages and queue stats a dashboard reads and report the server's memory and log size")
 	fs.IntVar(&cfg.Producers, "producers", 8, "producers, each submitting one job per request and waiting for the answer")
 	fs.IntVar(&cfg.Workers, "workers", 50, "workers, each its own WebSocket connection with capacity 1")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "paced mode: submits per second (with --duration)")
@@ -32,8 +33,13 @@ func runBench(args []string) error {
 	switch {
 	case cfg.Producers < 1 || cfg.Workers < 1:
 		return badFlagf(fs, "--producers and --workers are 1 or more")
-	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0:
-		return badFlagf(fs, "--jobs, --rate and --duration are not negative")
+	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0 || *fill < 0:
+		return badFlagf(fs, "--jobs, --fill, --rate and --duration are not negative")
+	case *fill > 0 && cfg.Rate > 0:
+		return badFlagf(fs, "--fill runs saturated; it does not go with --rate")
+	}
+	if *fill > 0 {
+		cfg.Jobs, cfg.History = *fill, true
 	}
 	cfg.TLS = ca.config
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)

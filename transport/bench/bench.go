@@ -45,6 +45,9 @@ type Config struct {
 	Progress func(done, total int)
 	// TLS, if set, is the TLS configuration for an https server (a private CA's RootCAs).
 	TLS *tls.Config
+	// History, after a saturated run (tether bench --fill N), times the reads of a server that
+	// now holds a history: Result.History.
+	History bool
 }
 
 // Result is what a run measured.
@@ -69,6 +72,9 @@ type Result struct {
 	// jobs/s, which also moves with latency. Zero where a side does not report it.
 	ServerCPUPerJob    time.Duration `json:"server_cpu_per_job_ns"`
 	GeneratorCPUPerJob time.Duration `json:"generator_cpu_per_job_ns"`
+	// Queue is the run's own queue.
+	Queue   string   `json:"queue"`
+	History *History `json:"history,omitempty"`
 }
 
 // Latency percentiles.
@@ -291,7 +297,7 @@ wait:
 		return Result{}, err
 	}
 	stopWorkers()
-	res := Result{Mode: "saturated", Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Elapsed: elapsed,
+	res := Result{Mode: "saturated", Queue: queue, Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Elapsed: elapsed,
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
 		Errors: int(errs.Load() + failed.Load()), ServerMetrics: after != nil,
 		Events: after["tether_log_events_total"] - before["tether_log_events_total"],
@@ -311,6 +317,11 @@ wait:
 	}
 	if e, ok := firstErr.Load().(error); ok {
 		return res, fmt.Errorf("bench: %d submits failed; the first: %w", errs.Load(), e)
+	}
+	if cfg.History && !paced {
+		if res.History, err = measureHistory(ctx, hc, cfg, queue); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }

@@ -62,6 +62,32 @@ func TestSaturatedRunsEveryJob(t *testing.T) {
 	}
 }
 
+// A fill runs its jobs, then times every read a dashboard makes and reports the server's size.
+func TestFillMeasuresTheHistory(t *testing.T) {
+	url, key, enroll := server(t)
+	res, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: key, EnrollToken: enroll, MetricsToken: metricsToken, Jobs: 200, Producers: 2, Workers: 2, History: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := res.History
+	if h == nil || len(h.Reads) != 7 || h.Retained != 200 || h.LogBytes <= 0 {
+		t.Fatalf("history %+v", h)
+	}
+	if _, ok := proc.RSS(); ok && h.ServerRSS <= 0 {
+		t.Fatalf("no server RSS: %+v", h)
+	}
+	for _, r := range h.Reads {
+		if r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 {
+			t.Fatalf("read %+v", r)
+		}
+	}
+	var table strings.Builder
+	if err := res.WriteTable(&table); err != nil || !strings.Contains(table.String(), "GET /v1/jobs?limit=50&status=queued") ||
+		!strings.Contains(table.String(), "200 finished jobs retained") {
+		t.Fatalf("the table:\n%s", table.String())
+	}
+}
+
 func TestPacedRunsEveryJob(t *testing.T) {
 	url, key, enroll := server(t)
 	res, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: key, EnrollToken: enroll, Rate: 200, Duration: 500 * time.Millisecond, Producers: 2, Workers: 2})

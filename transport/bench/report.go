@@ -41,7 +41,19 @@ func (r Result) WriteTable(w io.Writer) error {
 	}{{"submit (durable answer)", r.Submit}, {"submit → start", r.SubmitToStart}} {
 		fmt.Fprintf(latency, "%s\t%s\t%s\t%s\t%s\t\n", row.name, ms(row.l.P50), ms(row.l.P90), ms(row.l.P99), ms(row.l.Max))
 	}
-	return latency.Flush()
+	if h := r.History; h != nil {
+		for _, read := range h.Reads {
+			fmt.Fprintf(latency, "GET %s\t%s\t%s\t%s\t%s\t\n", read.Path, ms(read.Latency.P50), ms(read.Latency.P90), ms(read.Latency.P99), ms(read.Latency.Max))
+		}
+	}
+	if err := latency.Flush(); err != nil {
+		return err
+	}
+	if h := r.History; h != nil && h.ServerRSS > 0 {
+		mib := func(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
+		fmt.Fprintf(w, "\nthe server now: %.0f finished jobs retained, %s resident, a %s log\n", h.Retained, mib(h.ServerRSS), mib(h.LogBytes))
+	}
+	return nil
 }
 
 // ProgressBar draws a run's progress on one terminal line, redrawn in place:

@@ -5,6 +5,22 @@ import (
 	"testing"
 )
 
+func TestRSSGrowsWithAHeldSlice(t *testing.T) {
+	before, ok := RSS()
+	if !ok {
+		t.Skip("this platform does not report resident memory")
+	}
+	held := make([]byte, 64<<20)
+	for i := range held { // touched, so resident
+		held[i] = byte(i)
+	}
+	after, _ := RSS()
+	if after < before+32<<20 {
+		t.Fatalf("RSS went from %d to %d while 64 MiB were touched", before, after)
+	}
+	_ = held[len(held)-1]
+}
+
 func TestCPUGrowsWithWork(t *testing.T) {
 	before, ok := CPU()
 	if !ok {

@@ -1,0 +1,90 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// History is what a server holding a history costs, measured after a fill (Config.History):
+// the latency of the reads a dashboard and clients make, one at a time, and the server's size.
+type History struct {
+	// Retained is the finished jobs the server's views hold (tether_jobs_retained); the
+	// server's figures are zero when its /metrics could not be read.
+	Retained  float64 `json:"retained_jobs"`
+	ServerRSS float64 `json:"server_rss_bytes"`
+	LogBytes  float64 `json:"log_bytes"`
+	Reads     []Read  `json:"reads"`
+}
+
+// Read is the latency of one kind of request, asked readRepeats times in a row.
+type Read struct {
+	Path    string  `json:"path"`
+	Latency Latency `json:"latency"`
+}
+
+// readRepeats is how often each read is timed, after readWarmups untimed.
+const (
+	readRepeats = 200
+	readWarmups = 10
+)
+
+// measureHistory times the reads of a server that holds the run's jobs (of queue) and more.
+func measureHistory(ctx context.Context, hc *http.Client, cfg Config, queue string) (*History, error) {
+	h := &History{}
+	q := url.QueryEscape(queue)
+	for _, path := range []string{
+		"/v1/jobs?limit=50",
+		"/v1/jobs?limit=50&order=newest",
+		"/v1/jobs?limit=50&status=succeeded",
+		"/v1/jobs?limit=50&status=queued", // none: the worst case for a scan
+		"/v1/jobs?limit=50&queue=" + q,
+		"/v1/jobs?limit=50&type=noop&order=newest",
+		"/v1/queues",
+	} {
+		ds := make([]time.Duration, 0, readRepeats)
+		for i := range readWarmups + readRepeats {
+			began := time.Now()
+			if err := get(ctx, hc, cfg.Server+path, cfg.Token); err != nil {
+				return nil, err
+			}
+			if i >= readWarmups {
+				ds = append(ds, time.Since(began))
+			}
+		}
+		h.Reads = append(h.Reads, Read{Path: path, Latency: latencyOf(ds)})
+	}
+	m, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
+	if err != nil {
+		return nil, err
+	}
+	h.Retained, h.ServerRSS, h.LogBytes = m["tether_jobs_retained"], m["process_resident_memory_bytes"], m["tether_log_size_bytes"]
+	return h, nil
+}
+
+// get asks for url and reads the whole answer, which must be 200.
+func get(ctx context.Context, hc *http.Client, url, token string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("bench: GET %s answered %s", strings.TrimPrefix(url, "http://"), resp.Status)
+	}
+	return nil
+}
