@@ -10,9 +10,10 @@ import (
 	"github.com/tetherhq/tether/projections"
 )
 
-// BenchmarkCheckpoint measures saving and restoring the projections of 100,000 finished jobs,
-// what start-up and the periodic checkpoint pay.
-func BenchmarkCheckpoint(b *testing.B) {
+// history folds n finished jobs of tenant acme (in queues q0..q9), and, if live, as many again
+// still queued, into a new Set.
+func history(b *testing.B, n int, live bool) *projections.Set {
+	b.Helper()
 	s := projections.New()
 	at := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 	seq := uint64(0)
@@ -22,13 +23,53 @@ func BenchmarkCheckpoint(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	const jobs = 100_000
-	for i := range jobs {
+	for i := range n {
 		id := fmt.Sprintf("01JOB%021d", i)
-		apply(eventlog.JobSubmitted{JobID: id, Tenant: "acme", Queue: "q", Type: "t", Payload: json.RawMessage(`{"n":1}`), MaxAttempts: 5, LeaseTTLMillis: 30000})
+		apply(eventlog.JobSubmitted{JobID: id, Tenant: "acme", Queue: fmt.Sprintf("q%d", i%10), Type: "t", Payload: json.RawMessage(`{"n":1}`), MaxAttempts: 5, LeaseTTLMillis: 30000})
 		apply(eventlog.JobLeased{JobID: id, LeaseID: "L" + id, WorkerID: "w", Nonce: "n", Attempt: 1, ExpiresAt: at})
 		apply(eventlog.JobSucceeded{JobID: id, LeaseID: "L" + id, Attempt: 1, Output: json.RawMessage(`null`), OutputHash: "h"})
+		if live {
+			apply(eventlog.JobSubmitted{JobID: fmt.Sprintf("01LIV%021d", i), Tenant: "acme", Queue: "q0", Type: "t", MaxAttempts: 5, LeaseTTLMillis: 30000})
+		}
 	}
+	return s
+}
+
+// BenchmarkListPage measures one page of 50 of a tenant's jobs among 100,000 finished and
+// 100,000 queued, as GET /v1/jobs asks for it: what a dashboard's poll holds the projections'
+// read lock for.
+func BenchmarkListPage(b *testing.B) {
+	s := history(b, 100_000, true)
+	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		f    projections.JobFilter
+	}{
+		{"all", projections.JobFilter{}},
+		{"newest", projections.JobFilter{Newest: true}},
+		{"succeeded", projections.JobFilter{Status: projections.StatusSucceeded, Newest: true}},
+		{"queued", projections.JobFilter{Status: projections.StatusQueued}},
+		{"queue", projections.JobFilter{Queue: "q3", Newest: true}},
+		{"status+queue", projections.JobFilter{Status: projections.StatusSucceeded, Queue: "q3"}},
+		{"cursor", projections.JobFilter{After: "01JOB000000000000000050000"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			f := tc.f
+			f.Tenant, f.Limit = "acme", 50
+			for b.Loop() {
+				if page, _ := s.List(f, now); len(page) != 50 {
+					b.Fatalf("a page of %d", len(page))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCheckpoint measures saving and restoring the projections of 100,000 finished jobs,
+// what start-up and the periodic checkpoint pay.
+func BenchmarkCheckpoint(b *testing.B) {
+	const jobs = 100_000
+	s := history(b, jobs, false)
 	var data []byte
 	b.Run("marshal", func(b *testing.B) {
 		for b.Loop() {

@@ -22,7 +22,7 @@ func (s *Set) Job(id string) (*Job, bool) {
 // past the lock that guards the Set; it exists for hot paths that read a field or two.
 func (s *Set) JobRef(id string) *Job { return s.jobs[id] }
 
-// JobFilter selects jobs for List. Empty fields match everything.
+// JobFilter selects jobs for List. Tenant is required; other empty fields match everything.
 type JobFilter struct {
 	Tenant string
 	Status Status // compared with StatusAt(now)
@@ -42,30 +42,47 @@ type JobFilter struct {
 const ListLimitMax = 1000
 
 // List returns one page of a tenant's jobs in id order (reversed with f.Newest) and whether more
-// follow.
+// follow. It walks the index of the most selective filter it has (status, then queue, then
+// type) and checks the others on the way, so a page costs its length plus the jobs that index
+// holds but the other filters leave out.
 func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 	limit := f.Limit
 	if limit <= 0 || limit > ListLimitMax {
 		limit = ListLimitMax
 	}
-	var out []*Job
-	for _, j := range s.jobs {
-		if (f.Tenant != "" && j.Tenant != f.Tenant) || (f.Queue != "" && j.Queue != f.Queue) ||
-			(f.Type != "" && j.Type != f.Type) || (f.Status != "" && j.StatusAt(now) != f.Status) ||
-			(f.After != "" && !f.Newest && j.ID <= f.After) || (f.After != "" && f.Newest && j.ID >= f.After) ||
-			f.Retention.Expired(j, now) {
-			continue
+	keep := func(id string) bool {
+		j := s.jobs[id]
+		return (f.Queue == "" || j.Queue == f.Queue) && (f.Type == "" || j.Type == f.Type) &&
+			(f.Status == "" || j.StatusAt(now) == f.Status) && !f.Retention.Expired(j, now)
+	}
+	var keys []indexKey
+	switch {
+	case f.Status == StatusQueued: // a scheduled job whose run_at has passed reads as queued
+		keys = []indexKey{{f.Tenant, byStatus, string(StatusQueued)}, {f.Tenant, byStatus, string(StatusScheduled)}}
+	case f.Status != "":
+		keys = []indexKey{{f.Tenant, byStatus, string(f.Status)}}
+	case f.Queue != "":
+		keys = []indexKey{{f.Tenant, byQueue, f.Queue}}
+	case f.Type != "":
+		keys = []indexKey{{f.Tenant, byType, f.Type}}
+	default:
+		keys = []indexKey{{f.Tenant, byNothing, ""}}
+	}
+	var ids []string
+	for _, k := range keys {
+		ids = append(ids, s.index.page(k, f.After, f.Newest, limit+1, keep)...)
+	}
+	if len(keys) > 1 { // the first limit+1 of the union are among the first limit+1 of each
+		slices.Sort(ids)
+		if f.Newest {
+			slices.Reverse(ids)
 		}
-		out = append(out, j)
 	}
-	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })
-	if f.Newest {
-		slices.Reverse(out)
-	}
-	more := len(out) > limit
-	out = out[:min(limit, len(out))]
-	for i, j := range out {
-		out[i] = j.Clone()
+	more := len(ids) > limit
+	ids = ids[:min(limit, len(ids))]
+	out := make([]*Job, len(ids))
+	for i, id := range ids {
+		out[i] = s.jobs[id].Clone()
 	}
 	return out, more
 }

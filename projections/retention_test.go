@@ -1,6 +1,8 @@
 package projections_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -148,4 +150,92 @@ func mustRestore(t *testing.T, s *projections.Set) *projections.Set {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestListMatchesAScan checks List's indexes against the plain definition — filter every job,
+// sort by id, cut at the cursor and the limit — over a seeded random history of two tenants
+// with every status, scheduled jobs on both sides of now, and expiries.
+func TestListMatchesAScan(t *testing.T) {
+	const seed = 20261123
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, seed))
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	f := folder{t, projections.New()}
+	var ids []string
+	for i := range 600 {
+		id, tenant := fmt.Sprintf("01J%023d", r.IntN(1_000_000)*1000+i), []string{"acme", "other"}[r.IntN(2)]
+		at := t0.Add(time.Duration(i) * time.Second)
+		f.must(at, eventlog.JobSubmitted{JobID: id, Tenant: tenant, Queue: fmt.Sprintf("q%d", r.IntN(3)), Type: fmt.Sprintf("t%d", r.IntN(2)), MaxAttempts: 1})
+		ids = append(ids, id)
+		switch r.IntN(6) {
+		case 0: // stays queued
+		case 1:
+			f.must(at, eventlog.JobScheduled{JobID: id, RunAt: t0.Add(time.Duration(r.IntN(1200)) * time.Second), Reason: "delay"})
+		case 2:
+			f.must(at, eventlog.JobLeased{JobID: id, LeaseID: "L" + id, WorkerID: "w", Attempt: 1, ExpiresAt: at})
+		case 3:
+			f.must(at, eventlog.JobLeased{JobID: id, LeaseID: "L" + id, WorkerID: "w", Attempt: 1, ExpiresAt: at})
+			f.succeed(at, id)
+			if r.IntN(3) == 0 {
+				f.must(at, eventlog.JobExpired{JobID: id, Reason: eventlog.ExpiredDeleted})
+			}
+		case 4:
+			f.must(at, eventlog.JobLeased{JobID: id, LeaseID: "L" + id, WorkerID: "w", Attempt: 1, ExpiresAt: at})
+			f.die(at, id)
+		case 5:
+			f.must(at, eventlog.JobCancelled{JobID: id, Reason: "requested"})
+		}
+	}
+	now := t0.Add(600 * time.Second)
+	statuses := []projections.Status{"", projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased,
+		projections.StatusSucceeded, projections.StatusFailed, projections.StatusCancelled}
+	retention := projections.Retention{Done: 300 * time.Second}
+	for range 400 {
+		fl := projections.JobFilter{Tenant: []string{"acme", "other"}[r.IntN(2)], Status: statuses[r.IntN(len(statuses))], Limit: 1 + r.IntN(40), Newest: r.IntN(2) == 0}
+		if r.IntN(2) == 0 {
+			fl.Queue = fmt.Sprintf("q%d", r.IntN(3))
+		}
+		if r.IntN(3) == 0 {
+			fl.Type = fmt.Sprintf("t%d", r.IntN(2))
+		}
+		if r.IntN(3) == 0 {
+			fl.After = ids[r.IntN(len(ids))]
+		}
+		if r.IntN(4) == 0 {
+			fl.Retention = retention
+		}
+		var want []string
+		for _, id := range ids {
+			j, ok := f.set.Job(id)
+			if !ok || j.Tenant != fl.Tenant || (fl.Queue != "" && j.Queue != fl.Queue) || (fl.Type != "" && j.Type != fl.Type) ||
+				(fl.Status != "" && j.StatusAt(now) != fl.Status) || fl.Retention.Expired(j, now) ||
+				(fl.After != "" && !fl.Newest && id <= fl.After) || (fl.After != "" && fl.Newest && id >= fl.After) {
+				continue
+			}
+			want = append(want, id)
+		}
+		slices.Sort(want)
+		if fl.Newest {
+			slices.Reverse(want)
+		}
+		wantMore := len(want) > fl.Limit
+		want = want[:min(len(want), fl.Limit)]
+		page, more := f.set.List(fl, now)
+		var got []string
+		for _, j := range page {
+			got = append(got, j.ID)
+		}
+		if !slices.Equal(got, want) || more != wantMore {
+			t.Fatalf("List(%+v) = %v (more %v), want %v (more %v)", fl, got, more, want, wantMore)
+		}
+	}
+	// A restored Set rebuilds the indexes.
+	restored := mustRestore(t, f.set)
+	for _, fl := range []projections.JobFilter{{Tenant: "acme"}, {Tenant: "other", Status: projections.StatusQueued, Newest: true}} {
+		a, _ := f.set.List(fl, now)
+		b, _ := restored.List(fl, now)
+		if len(a) != len(b) || (len(a) > 0 && a[0].ID != b[0].ID) {
+			t.Fatalf("a restored Set lists %d jobs, the original %d", len(b), len(a))
+		}
+	}
 }

@@ -43,6 +43,7 @@ type Set struct {
 	dead     map[string]*Job            // dead-lettered jobs by id
 	waiting  map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
 	retained retainedIndex              // finished jobs by when they are due to expire
+	index    listIndex                  // each tenant's jobs in id order, whole and by filter
 }
 
 type idemKey struct {
@@ -242,6 +243,7 @@ func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
 		return fmt.Errorf("projections: seq %d: job %s expired while %s", seq, e.JobID, state)
 	}
 	s.counter(j.Queue).Expired++
+	s.index.drop(j)
 	delete(s.jobs, j.ID)
 	delete(s.dead, j.ID)
 	s.retained.remove(j.ID)
@@ -275,6 +277,7 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond,
 	}
 	s.jobs[j.ID] = j
+	s.index.add(j)
 	s.wait(j)
 	s.tenant(j.Tenant).Active++
 	s.counter(j.Queue).Submitted++
@@ -305,7 +308,8 @@ func (s *Set) forgetIdempotency(at time.Time) {
 }
 
 func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
-	wasLeased, wasTerminal, wasWaiting := j.Lease != nil, j.Status.Terminal(), j.Waiting()
+	wasLeased, wasStatus, wasWaiting := j.Lease != nil, j.Status, j.Waiting()
+	wasTerminal := wasStatus.Terminal()
 	var endedLease string
 	if wasLeased {
 		endedLease = j.Lease.LeaseID // if this event ends it
@@ -313,6 +317,9 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	s.countStats(at, j, p)
 	j.Fold(seq, at, p)
 	t := s.tenant(j.Tenant)
+	if j.Status != wasStatus {
+		s.index.moved(j, wasStatus)
+	}
 	if leased := j.Lease != nil; leased != wasLeased {
 		if leased {
 			t.Running++
@@ -388,8 +395,9 @@ func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
 // derive rebuilds the indexes that follow from jobs and workers.
 func (s *Set) derive() {
 	s.leases, s.tokens, s.dead, s.waiting = map[string]*Job{}, map[string]string{}, map[string]*Job{}, map[string]map[string]*Job{}
-	s.retained = newRetainedIndex()
+	s.retained, s.index = newRetainedIndex(), listIndex{}
 	for _, j := range s.jobs {
+		s.index.add(j)
 		if j.Status.Terminal() {
 			s.retained.add(j)
 		}
