@@ -14,10 +14,10 @@ import (
 const (
 	// retentionBatch caps the expiries of one sweep; a full batch sweeps again at once.
 	retentionBatch = 256
-	// RetentionSweepMax is the longest the dispatcher waits between sweeps: a job finished with
+	// retentionSweepMax is the longest the dispatcher waits between sweeps: a job finished with
 	// a short result TTL is swept within it. The API hides a job whose retention has ended
 	// before the sweep writes its expiry.
-	RetentionSweepMax = 10 * time.Second
+	retentionSweepMax = 10 * time.Second
 	retentionSweepMin = time.Second
 )
 
@@ -36,12 +36,12 @@ type (
 )
 
 // armSweep sets the timer for the next retention sweep: when the next finished job is due,
-// but within RetentionSweepMax, since a job that finishes meanwhile may be due sooner.
+// but within retentionSweepMax, since a job that finishes meanwhile may be due sooner.
 func (d *Dispatcher) armSweep(env Env) {
 	if d.retention == (projections.Retention{}) || d.sweep != 0 || d.sweeping {
 		return
 	}
-	wait := RetentionSweepMax
+	wait := retentionSweepMax
 	now := env.Now()
 	env.Read(func(s *projections.Set) {
 		if next, ok := s.NextExpiry(d.retention); ok {
@@ -109,18 +109,23 @@ func (d *Dispatcher) expired(env Env, t expireDone, m Persisted) {
 
 // deleteJob takes a finished job of the tenant out of the views.
 func (d *Dispatcher) deleteJob(env Env, m Delete) {
-	var j *projections.Job
-	env.Read(func(s *projections.Set) { j = s.JobRef(m.JobID); j = cloneIf(j, j != nil && j.Tenant == m.Tenant) })
+	var status projections.Status // "": none of the tenant's
+	env.Read(func(s *projections.Set) {
+		if j := s.JobRef(m.JobID); j != nil && j.Tenant == m.Tenant {
+			status = j.Status
+		}
+	})
+	id := clip(m.JobID)
 	switch {
-	case j == nil:
-		env.Send(env.Sender(), Done{Err: reject(CodeJobNotFound, "no job %q", clip(m.JobID))})
-	case d.expiring[j.ID]:
-		env.Send(env.Sender(), Done{Err: reject(CodeJobExpired, "job %s has expired", j.ID)})
-	case (!j.Status.Terminal() || d.redriving[j.ID]) && !mutantDeleteLive:
-		env.Send(env.Sender(), Done{Err: reject(CodeNotFinished, "job %s is %s; only a finished job can be deleted", j.ID, j.Status)})
+	case status == "":
+		env.Send(env.Sender(), Done{Err: reject(CodeJobNotFound, "no job %q", id)})
+	case d.expiring[m.JobID]:
+		env.Send(env.Sender(), Done{Err: reject(CodeJobExpired, "job %s has expired", id)})
+	case (!status.Terminal() || d.redriving[m.JobID]) && !mutantDeleteLive:
+		env.Send(env.Sender(), Done{Err: reject(CodeNotFinished, "job %s is %s; only a finished job can be deleted", id, status)})
 	default:
-		d.expire(env, []eventlog.Payload{eventlog.JobExpired{JobID: j.ID, Reason: eventlog.ExpiredDeleted, APIKeyID: m.APIKeyID}},
-			expireDone{ids: []string{j.ID}, reply: env.Sender()})
+		d.expire(env, []eventlog.Payload{eventlog.JobExpired{JobID: m.JobID, Reason: eventlog.ExpiredDeleted, APIKeyID: m.APIKeyID}},
+			expireDone{ids: []string{m.JobID}, reply: env.Sender()})
 	}
 }
 

@@ -49,10 +49,9 @@ func (r Retention) Expired(j *Job, now time.Time) bool {
 	return ok && !now.Before(until)
 }
 
-// Expiry is a finished job due to leave the views, and why.
+// Expiry is a finished job due to leave the views, why, and since when.
 type Expiry struct {
 	JobID  string
-	Tenant string
 	Reason string // eventlog.ExpiredRetention or eventlog.ExpiredDeadCap
 	At     time.Time
 }
@@ -63,7 +62,7 @@ type Expiry struct {
 func (s *Set) Expirable(r Retention, now time.Time, limit int) []Expiry {
 	var out []Expiry
 	take := func(e *retainedEntry, reason string, at time.Time) {
-		out = append(out, Expiry{JobID: e.id, Tenant: e.tenant, Reason: reason, At: at})
+		out = append(out, Expiry{JobID: e.id, Reason: reason, At: at})
 	}
 	ri := &s.retained
 	if r.Done > 0 {
