@@ -19,8 +19,8 @@ import (
 
 // decodeSubmitFast decodes a submit body into req, which must be zero, as the strict decoder
 // would, if fastjson can read every member. Members it leaves to the strict decoder: floats
-// (delay_seconds, lease_ttl_seconds), labels, and any field it does not know, which the strict
-// decoder refuses.
+// (delay_seconds, lease_ttl_seconds, result_ttl_seconds), labels, and any field it does not
+// know, which the strict decoder refuses.
 func decodeSubmitFast(body []byte, req *wire.SubmitRequest) bool {
 	s := fastjson.Scanner{B: body}
 	return s.Object(true, func(key []byte) bool {
