@@ -11,8 +11,8 @@ import (
 )
 
 // history folds n finished jobs of tenant acme (in queues q0..q9), and, if live, as many again
-// still queued, into a new Set.
-func history(b *testing.B, n int, live bool) *projections.Set {
+// still queued, and if dead, as many dead letters, into a new Set.
+func history(b *testing.B, n int, live, dead bool) *projections.Set {
 	b.Helper()
 	s := projections.New()
 	at := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
@@ -28,6 +28,12 @@ func history(b *testing.B, n int, live bool) *projections.Set {
 		apply(eventlog.JobSubmitted{JobID: id, Tenant: "acme", Queue: fmt.Sprintf("q%d", i%10), Type: "t", Payload: json.RawMessage(`{"n":1}`), MaxAttempts: 5, LeaseTTLMillis: 30000})
 		apply(eventlog.JobLeased{JobID: id, LeaseID: "L" + id, WorkerID: "w", Nonce: "n", Attempt: 1, ExpiresAt: at})
 		apply(eventlog.JobSucceeded{JobID: id, LeaseID: "L" + id, Attempt: 1, Output: json.RawMessage(`null`), OutputHash: "h"})
+		if dead {
+			apply(eventlog.JobSubmitted{JobID: "01DED" + id[5:], Tenant: "acme", Queue: fmt.Sprintf("q%d", i%10), Type: "t", MaxAttempts: 1, LeaseTTLMillis: 30000})
+			apply(eventlog.JobLeased{JobID: "01DED" + id[5:], LeaseID: "LD" + id, WorkerID: "w", Nonce: "n", Attempt: 1, ExpiresAt: at})
+			apply(eventlog.JobFailed{JobID: "01DED" + id[5:], LeaseID: "LD" + id, Attempt: 1, ErrorCode: "e"})
+			apply(eventlog.JobDeadLettered{JobID: "01DED" + id[5:], Reason: eventlog.DeadMaxAttempts, Attempt: 1})
+		}
 		if live {
 			apply(eventlog.JobSubmitted{JobID: fmt.Sprintf("01LIV%021d", i), Tenant: "acme", Queue: "q0", Type: "t", MaxAttempts: 5, LeaseTTLMillis: 30000})
 		}
@@ -39,7 +45,7 @@ func history(b *testing.B, n int, live bool) *projections.Set {
 // 100,000 queued, as GET /v1/jobs asks for it: what a dashboard's poll holds the projections'
 // read lock for.
 func BenchmarkListPage(b *testing.B) {
-	s := history(b, 100_000, true)
+	s := history(b, 100_000, true, false)
 	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name string
@@ -65,11 +71,23 @@ func BenchmarkListPage(b *testing.B) {
 	}
 }
 
+// BenchmarkQueues measures GET /v1/queues (and each /metrics scrape, once per tenant) with
+// 100,000 finished jobs and 100,000 dead letters held.
+func BenchmarkQueues(b *testing.B) {
+	s := history(b, 100_000, false, true)
+	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	for b.Loop() {
+		if qs := s.Queues("acme", now); len(qs) != 10 || qs[0].Dead != 10_000 {
+			b.Fatalf("%+v", qs)
+		}
+	}
+}
+
 // BenchmarkCheckpoint measures saving and restoring the projections of 100,000 finished jobs,
 // what start-up and the periodic checkpoint pay.
 func BenchmarkCheckpoint(b *testing.B) {
 	const jobs = 100_000
-	s := history(b, jobs, false)
+	s := history(b, jobs, false, false)
 	var data []byte
 	b.Run("marshal", func(b *testing.B) {
 		for b.Loop() {

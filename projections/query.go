@@ -148,9 +148,9 @@ func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
 			stats(j.Queue).Leased++
 		}
 	}
-	for _, j := range s.dead {
-		if j.Tenant == tenant {
-			stats(j.Queue).Dead++
+	for k, n := range s.deadBy {
+		if hasTenant(k, tenant) {
+			stats(k[len(tenant)+1:]).Dead = n
 		}
 	}
 	for _, t := range s.throughput {
@@ -188,10 +188,11 @@ func (s *Set) JobCount() int { return len(s.jobs) }
 // DeadLetters returns a tenant's dead-lettered jobs, most recent first.
 func (s *Set) DeadLetters(tenant string) []*Job {
 	var out []*Job
-	for _, j := range s.dead {
-		if j.Tenant == tenant {
-			out = append(out, j.Clone())
-		}
+	if t := s.index[indexKey{tenant, byStatus, string(StatusFailed)}]; t != nil {
+		t.Ascend(func(id string) bool {
+			out = append(out, s.jobs[id].Clone())
+			return true
+		})
 	}
 	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(b.LastSeq, a.LastSeq) })
 	return out

@@ -132,6 +132,12 @@ func TestRetention(t *testing.T) {
 	if c := f.set.Counters()["q"]; c.Expired != 2 {
 		t.Errorf("expired counter = %d, want 2", c.Expired)
 	}
+	if qs := f.set.Queues("x", t0.Add(13*time.Minute)); len(qs) != 1 || qs[0].Dead != 1 {
+		t.Errorf("x's queues %+v, want one dead letter (e): c expired and d was re-driven", qs)
+	}
+	if dl := f.set.DeadLetters("x"); len(dl) != 1 || dl[0].ID != "e" {
+		t.Errorf("x's dead letters %v, want e", dl)
+	}
 	// Nothing is due under a policy that keeps everything but the cap.
 	if got := f.set.Expirable(projections.Retention{}, t0.Add(1000*time.Hour), 10); len(got) != 0 {
 		t.Errorf("a zero retention expired %v", expiries(got))

@@ -40,7 +40,7 @@ type Set struct {
 	// Derived from the above and rebuilt on restore, never checkpointed.
 	leases   map[string]*Job            // leased jobs by lease id
 	tokens   map[string]string          // worker token hash → worker id
-	dead     map[string]*Job            // dead-lettered jobs by id
+	deadBy   map[string]int             // dead letters by tenant/queue key (waitKey)
 	waiting  map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
 	retained retainedIndex              // finished jobs by when they are due to expire
 	index    listIndex                  // each tenant's jobs in id order, whole and by filter
@@ -245,7 +245,9 @@ func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
 	s.counter(j.Queue).Expired++
 	s.index.drop(j)
 	delete(s.jobs, j.ID)
-	delete(s.dead, j.ID)
+	if j.Status == StatusFailed {
+		s.undead(j)
+	}
 	s.retained.remove(j.ID)
 	return nil
 }
@@ -345,10 +347,19 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 			delete(s.waiting[waitKey(j)], j.ID)
 		}
 	}
-	if j.Status == StatusFailed {
-		s.dead[j.ID] = j
-	} else {
-		delete(s.dead, j.ID)
+	switch {
+	case j.Status == StatusFailed && wasStatus != StatusFailed:
+		s.deadBy[waitKey(j)]++
+	case j.Status != StatusFailed && wasStatus == StatusFailed:
+		s.undead(j)
+	}
+}
+
+// undead counts a dead letter no more: re-driven, or expired.
+func (s *Set) undead(j *Job) {
+	k := waitKey(j)
+	if s.deadBy[k]--; s.deadBy[k] == 0 {
+		delete(s.deadBy, k)
 	}
 }
 
@@ -394,7 +405,7 @@ func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
 
 // derive rebuilds the indexes that follow from jobs and workers.
 func (s *Set) derive() {
-	s.leases, s.tokens, s.dead, s.waiting = map[string]*Job{}, map[string]string{}, map[string]*Job{}, map[string]map[string]*Job{}
+	s.leases, s.tokens, s.deadBy, s.waiting = map[string]*Job{}, map[string]string{}, map[string]int{}, map[string]map[string]*Job{}
 	s.retained, s.index = newRetainedIndex(), listIndex{}
 	for _, j := range s.jobs {
 		s.index.add(j)
@@ -405,7 +416,7 @@ func (s *Set) derive() {
 			s.leases[j.Lease.LeaseID] = j
 		}
 		if j.Status == StatusFailed {
-			s.dead[j.ID] = j
+			s.deadBy[waitKey(j)]++
 		}
 		if j.Waiting() {
 			s.wait(j)
