@@ -171,11 +171,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// From the moment ctx ends the worker grants no credit, and an assignment that reaches it
 	// still is given back untried.
-	stopping := context.AfterFunc(ctx, func() {
-		r.mu.Lock()
-		r.stopping = true
-		r.mu.Unlock()
-	})
+	stopping := context.AfterFunc(ctx, r.markStopping)
 	defer stopping()
 	err := r.connectLoop(ctx)
 	r.stop(err)
@@ -804,14 +800,20 @@ func (r *runner) heartbeatEvery(base time.Duration) time.Duration {
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 
+// markStopping makes the worker grant no credit, and give back untried any assignment that
+// reaches it, from now on.
+func (r *runner) markStopping() {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+}
+
 // stop ends a Run: no more credit; running jobs get the grace to finish, reporting over plain
 // HTTP (the connection that brought work is closed, so nothing more comes); then the rest are
 // stopped and released, and have DrainTimeout to say so. After a refusal for good (err) there
 // is nobody to report to: the jobs are just stopped.
 func (r *runner) stop(err error) {
-	r.mu.Lock()
-	r.stopping = true
-	r.mu.Unlock()
+	r.markStopping()
 	drain := r.w.DrainTimeout
 	if drain <= 0 {
 		drain = 10 * time.Second
