@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/actors"
@@ -28,6 +27,7 @@ type oracle struct {
 
 type ojob struct {
 	id, tenant      string
+	queue           string
 	leaseTTL        time.Duration
 	status          projections.Status
 	lease           *olease
@@ -98,7 +98,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 			o.fail("transitions", "job %s submitted twice (seq %d)", e.JobID, seq)
 			return
 		}
-		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, status: projections.StatusQueued, maxAttempts: e.MaxAttempts,
+		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, queue: e.Queue, status: projections.StatusQueued, maxAttempts: e.MaxAttempts,
 			leaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, resultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond}
 		t := o.tenant(e.Tenant)
 		t.active++
@@ -147,7 +147,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 			o.fail("completion", "job %s completed twice (seq %d)", e.JobID, seq)
 		}
 		j.succeeded, j.lease = true, nil
-		o.terminal(seq, j, projections.StatusSucceeded)
+		o.terminal(seq, at, clock, j, projections.StatusSucceeded)
 	case eventlog.JobFailed:
 		if j := o.current(seq, e.JobID, e.LeaseID, p); j != nil {
 			j.lease = nil
@@ -183,7 +183,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 			o.fail("transitions", "job %s dead-lettered while %s with its lease held (seq %d)", e.JobID, j.status, seq)
 		}
 		j.dead = true
-		o.terminal(seq, j, projections.StatusFailed)
+		o.terminal(seq, at, clock, j, projections.StatusFailed)
 	case eventlog.JobCancelRequested:
 		j := o.job(seq, e.JobID)
 		if j == nil {
@@ -202,7 +202,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		if j.lease != nil || j.status.Terminal() {
 			o.fail("transitions", "job %s cancelled while %s (seq %d)", e.JobID, j.status, seq)
 		}
-		o.terminal(seq, j, projections.StatusCancelled)
+		o.terminal(seq, at, clock, j, projections.StatusCancelled)
 	case eventlog.JobRedriven:
 		j := o.job(seq, e.JobID)
 		if j == nil {
@@ -237,15 +237,6 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 	case eventlog.JobExpired:
 		o.expired(seq, e, decidedAt, clock)
 	}
-	if j := o.jobs[jobOf(p)]; j != nil && j.status.Terminal() && j.finishedAt.IsZero() {
-		j.finishedAt, j.finishedClock = at, clock
-	}
-}
-
-// jobOf is the id of the job an event names, or "".
-func jobOf(p eventlog.Payload) string {
-	id, _ := strings.CutPrefix(eventlog.StreamOf(p), "job/")
-	return id
 }
 
 // expired checks a job.expired: only a finished job expires, once; by retention only once its
@@ -410,8 +401,9 @@ func (o *oracle) leased(seq uint64, e eventlog.JobLeased, decidedAt time.Time, c
 	j.attempt, j.status = e.Attempt, projections.StatusLeased
 }
 
-func (o *oracle) terminal(seq uint64, j *ojob, status projections.Status) {
-	j.finishedAt = time.Time{} // set to this record's time once it is applied
+// terminal folds the end of a job, in the record stamped at on the clock-jump count clock.
+func (o *oracle) terminal(seq uint64, at time.Time, clock int, j *ojob, status projections.Status) {
+	j.finishedAt, j.finishedClock = at, clock
 	j.terminals++
 	if j.terminals > 1 {
 		o.fail("terminal", "job %s has a second terminal event (seq %d)", j.id, seq)
@@ -454,22 +446,32 @@ func (o *oracle) checkFinal(set *projections.Set) {
 	o.checkDLQ(set)
 }
 
-// checkDLQ checks that the dead-letter queue holds exactly the dead-lettered jobs.
+// checkDLQ checks that the dead-letter queue holds exactly the dead-lettered jobs, and the queue
+// stats count them by queue.
 func (o *oracle) checkDLQ(set *projections.Set) {
-	want := map[string]bool{}
+	want, wantBy := map[string]bool{}, map[string]int{}
 	for id, j := range o.jobs {
 		if j.dead && !j.expired {
 			want[id] = true
+			wantBy[j.tenant+"/"+j.queue]++
 		}
 	}
-	got := map[string]bool{}
+	got, gotBy := map[string]bool{}, map[string]int{}
 	for _, name := range set.TenantNames() {
 		for _, j := range set.DeadLetters(name) {
 			got[j.ID] = true
 		}
+		for _, q := range set.Queues(name, time.Time{}) {
+			if q.Dead > 0 {
+				gotBy[name+"/"+q.Queue] = q.Dead
+			}
+		}
 	}
-	if !maps.Equal(want, got) {
+	switch {
+	case !maps.Equal(want, got):
 		o.fail("dlq", "the dead-letter queue holds %d jobs; the log dead-lettered %d", len(got), len(want))
+	case !maps.Equal(wantBy, gotBy):
+		o.fail("dlq", "the queue stats count dead letters %v; the log has %v", gotBy, wantBy)
 	}
 }
 

@@ -196,6 +196,11 @@ func (s *Sim) final() {
 	if !v.sameAsReplay("the live projections") {
 		return
 	}
+	// The live views, folded one event at a time, and (below) the views recovered from the
+	// checkpoint, rebuilt in one go, must both agree with the log.
+	if s.oracle.checkFinal(v.set); s.violation != nil {
+		return
+	}
 	// A last crash and recovery: the checkpoint plus the tail must equal the full replay too.
 	v.checkpoint()
 	v.crash("final check")
