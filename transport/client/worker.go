@@ -156,7 +156,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	default:
 		return fmt.Errorf("tether: transport %q is not auto, websocket or longpoll", w.Transport)
 	}
-	r := &runner{w: w, tasks: map[string]*task{}, linkUp: make(chan struct{}), freed: make(chan struct{}, 1),
+	r := &runner{w: w, runCtx: ctx, tasks: map[string]*task{}, linkUp: make(chan struct{}), freed: make(chan struct{}, 1),
 		tighter: make(chan struct{}, 1), api: New(w.Server, w.Token, w.httpClient()), log: w.Logger,
 		idle: make(chan *task), ended: make(chan struct{})}
 	defer close(r.ended)
@@ -169,10 +169,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Key != nil {
 		r.publicKey = base64.StdEncoding.EncodeToString(w.Key.Public().(ed25519.PublicKey))
 	}
-	// From the moment ctx ends the worker grants no credit, and an assignment that reaches it
-	// still is given back untried.
-	stopping := context.AfterFunc(ctx, r.markStopping)
-	defer stopping()
 	err := r.connectLoop(ctx)
 	r.stop(err)
 	return err
@@ -284,7 +280,8 @@ type runner struct {
 	// running counts the handlers running; the rest of the capacity is free. uncredited counts
 	// the slots freed since the server was last granted credit for them.
 	running, uncredited int
-	// stopping is set once Run's context ended: no credit is granted from then on.
+	// runCtx is Run's; stopping is set when Run ends (stoppingLocked).
+	runCtx   context.Context
 	stopping bool
 	// pausedUntil holds credit back after jobs that could not start (Release.Backoff); pauses
 	// counts them in a row.
@@ -348,7 +345,7 @@ func (r *runner) clearLink(l link) {
 // takeCreditLocked returns the credit owed for freed slots that may be granted now, and
 // counts it as granted: none while stopping or paused. r.mu is held.
 func (r *runner) takeCreditLocked() int {
-	if r.stopping || time.Now().Before(r.pausedUntil) {
+	if r.stoppingLocked() || time.Now().Before(r.pausedUntil) {
 		return 0
 	}
 	n := r.uncredited
@@ -399,7 +396,7 @@ func (r *runner) leases() []string {
 func (r *runner) free() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopping || time.Now().Before(r.pausedUntil) {
+	if r.stoppingLocked() || time.Now().Before(r.pausedUntil) {
 		return 0
 	}
 	return r.w.Capacity - r.running
@@ -486,7 +483,7 @@ func (r *runner) start(a wire.Frame) {
 		return
 	}
 	r.tasks[a.LeaseID] = t
-	stopping := r.stopping
+	stopping := r.stoppingLocked()
 	if !stopping {
 		r.running++
 	}
@@ -800,20 +797,20 @@ func (r *runner) heartbeatEvery(base time.Duration) time.Duration {
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 
-// markStopping makes the worker grant no credit, and give back untried any assignment that
-// reaches it, from now on.
-func (r *runner) markStopping() {
-	r.mu.Lock()
-	r.stopping = true
-	r.mu.Unlock()
-}
+// stoppingLocked reports whether the worker stops: from the moment Run's context ends it grants
+// no credit, and gives back untried any assignment that still reaches it. The context says so
+// itself, with no goroutine to wait for, so whoever saw it end (the WebSocket link, closing)
+// finds the worker stopping too. r.mu is held.
+func (r *runner) stoppingLocked() bool { return r.stopping || r.runCtx.Err() != nil }
 
 // stop ends a Run: no more credit; running jobs get the grace to finish, reporting over plain
 // HTTP (the connection that brought work is closed, so nothing more comes); then the rest are
 // stopped and released, and have DrainTimeout to say so. After a refusal for good (err) there
 // is nobody to report to: the jobs are just stopped.
 func (r *runner) stop(err error) {
-	r.markStopping()
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
 	drain := r.w.DrainTimeout
 	if drain <= 0 {
 		drain = 10 * time.Second

@@ -237,9 +237,7 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 			// on until the server's close answers its own, so that an assignment the server wrote
 			// before it is read and given back (the runner is stopping), not lost in a buffer;
 			// whatever the server could not write, it puts back itself. Results go over plain
-			// HTTP. It is marked stopping first, here: the AfterFunc that also does so runs on a
-			// goroutine of its own, and an assignment the close brings must not find it not yet.
-			r.markStopping()
+			// HTTP.
 			l.wmu.Lock()
 			_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "worker stopping"), time.Now().Add(time.Second))
 			l.wmu.Unlock()
