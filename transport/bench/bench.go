@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -331,17 +332,31 @@ const connectWait = 30 * time.Second
 
 // healthy checks that a tether server answers at server.
 func healthy(ctx context.Context, hc *http.Client, server string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/healthz", nil)
+	if err := get(ctx, hc, strings.TrimRight(server, "/")+"/healthz", ""); err != nil {
+		return fmt.Errorf("bench: the server at %s: %w", server, err)
+	}
+	return nil
+}
+
+// get asks for target and reads the whole answer, which must be 200.
+func get(ctx context.Context, hc *http.Client, target, token string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return fmt.Errorf("bench: --server %q: %w", server, err)
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("bench: the server at %s: %w", server, err)
+		return err
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("bench: %s/healthz answered %s", server, resp.Status)
+		return fmt.Errorf("GET %s answered %s", target, resp.Status)
 	}
 	return nil
 }

@@ -3,10 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 )
 
@@ -50,7 +48,7 @@ func measureHistory(ctx context.Context, hc *http.Client, cfg Config, queue stri
 		for i := range readWarmups + readRepeats {
 			began := time.Now()
 			if err := get(ctx, hc, cfg.Server+path, cfg.Token); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("bench: %w", err)
 			}
 			if i >= readWarmups {
 				ds = append(ds, time.Since(began))
@@ -64,27 +62,4 @@ func measureHistory(ctx context.Context, hc *http.Client, cfg Config, queue stri
 	}
 	h.Retained, h.ServerRSS, h.LogBytes = m["tether_jobs_retained"], m["process_resident_memory_bytes"], m["tether_log_size_bytes"]
 	return h, nil
-}
-
-// get asks for url and reads the whole answer, which must be 200.
-func get(ctx context.Context, hc *http.Client, url, token string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("bench: GET %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("bench: GET %s answered %s", strings.TrimPrefix(url, "http://"), resp.Status)
-	}
-	return nil
 }
