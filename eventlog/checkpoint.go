@@ -33,13 +33,17 @@ func checkCheckpointName(name string) error {
 }
 
 // SaveCheckpoint stores data as the newest checkpoint called name, covering the records up to
-// seq, which must be durable. It replaces the previous checkpoint of that name and returns once
-// the checkpoint is fsynced.
-func (l *Log) SaveCheckpoint(name string, seq uint64, data []byte) error {
+// seq, which must be durable, and applies writes to the view table in the same batch: the
+// checkpoint and the table change together or not at all. It replaces the previous checkpoint
+// of that name and returns once the batch is fsynced.
+func (l *Log) SaveCheckpoint(name string, seq uint64, data []byte, writes ...ViewWrite) error {
 	if l.opts.ReadOnly {
 		return ErrReadOnly
 	}
 	if err := checkCheckpointName(name); err != nil {
+		return err
+	}
+	if err := checkViewWrites(writes); err != nil {
 		return err
 	}
 	if err := l.Err(); err != nil {
@@ -53,7 +57,22 @@ func (l *Log) SaveCheckpoint(name string, seq uint64, data []byte) error {
 	binary.BigEndian.PutUint64(v, seq)
 	copy(v[8:], hash[:])
 	copy(v[8+hashLen:], data)
-	if err := l.guard(func() error { return l.db.Set(ckptKey(name), v, pebble.Sync) }); err != nil {
+	b := l.db.NewBatch()
+	defer b.Close()
+	for _, w := range writes {
+		if w.Delete {
+			err = b.Delete(viewKey(w.Key), nil)
+		} else {
+			err = b.Set(viewKey(w.Key), w.Value, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := b.Set(ckptKey(name), v, nil); err != nil {
+		return err
+	}
+	if err := l.guard(func() error { return b.Commit(pebble.Sync) }); err != nil {
 		l.fail(err)
 		return l.Err()
 	}

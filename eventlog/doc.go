@@ -35,10 +35,15 @@
 //	log/ <seq: 8 bytes BE>           the encoded record, hash included
 //	idx/ <stream> 0x00 <seq: 8 BE>   empty; one per record, for reading a stream in order
 //	ckpt/<name>                      <seq: 8 BE> <hash of record seq: 32> <snapshot bytes>
+//	view/<key>                       a projection's table on disk (finished jobs and their
+//	                                 indexes); its keys and values are the projection's
 //
+
 // INVARIANT: the log/ keys are exactly 1..head, each holding the record of that seq.
 // INVARIANT: a record and its idx/ key are written in the same Pebble batch.
 // INVARIANT: a checkpoint's hash is the hash of the record at its seq.
+// INVARIANT: the view/ keys change only in the batch that saves a checkpoint (SaveCheckpoint),
+// so they always cover exactly the records that the newest checkpoint covers.
 // INVARIANT: records are written to Pebble's WAL in seq order, so what survives a crash is a
 // prefix of the log.
 //

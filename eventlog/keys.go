@@ -10,6 +10,9 @@ const (
 	prefixLog  = "log/"
 	prefixIdx  = "idx/"
 	prefixCkpt = "ckpt/"
+	prefixView = "view/"
+	// prefixViewEnd is the exclusive upper bound of every view key ('0' is the byte after '/').
+	prefixViewEnd = "view0"
 	keyFormat  = "meta/format"
 
 	// formatMarker is the value of keyFormat: it tells a tether log from any other Pebble store.

@@ -16,7 +16,7 @@ func TestWriteCheckpointIsTheStructsJSON(t *testing.T) {
 	s := New()
 	want := func() []byte {
 		c := s.checkpointHead()
-		c.Jobs = sortedValues(s.jobs, func(j *Job) string { return j.ID })
+		c.Jobs = s.liveJobs()
 		b, err := json.Marshal(c)
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package projections
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 )
@@ -9,18 +10,19 @@ import (
 // The queries below return copies: nothing a caller holds changes under it, and nothing it does
 // changes the Set.
 
-// Job returns the snapshot of one job, or false if no such job was submitted.
+// Job returns the snapshot of one job, or false if no such job was submitted or it expired.
 func (s *Set) Job(id string) (*Job, bool) {
-	j, ok := s.jobs[id]
-	if !ok {
-		return nil, false
+	if j, ok := s.jobs[id]; ok {
+		return j.Clone(), true
 	}
-	return j.Clone(), true
+	j := s.stored(id)
+	return j, j != nil
 }
 
-// JobRef returns the Set's own job without copying it. Callers must not modify it or keep it
-// past the lock that guards the Set; it exists for hot paths that read a field or two.
-func (s *Set) JobRef(id string) *Job { return s.jobs[id] }
+// JobRef returns the Set's own job without copying it, or a finished job read from the table.
+// Callers must not modify it or keep it past the lock that guards the Set; it exists for hot
+// paths that read a field or two.
+func (s *Set) JobRef(id string) *Job { return s.lookup(id) }
 
 // JobFilter selects jobs for List. Tenant is required; other empty fields match everything.
 type JobFilter struct {
@@ -43,36 +45,44 @@ const ListLimitMax = 1000
 
 // List returns one page of a tenant's jobs in id order (reversed with f.Newest) and whether more
 // follow. It walks the index of the most selective filter it has (status, then queue, then
-// type) and checks the others on the way, so a page costs its length plus the jobs that index
-// holds but the other filters leave out.
+// type), in memory and in the table merged, and checks the others on the way, so a page costs
+// its length plus the jobs that index holds but the other filters leave out.
 func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 	limit := f.Limit
 	if limit <= 0 || limit > ListLimitMax {
 		limit = ListLimitMax
 	}
-	keep := func(id string) bool {
-		j := s.jobs[id]
-		return (f.Queue == "" || j.Queue == f.Queue) && (f.Type == "" || j.Type == f.Type) &&
-			(f.Status == "" || j.StatusAt(now) == f.Status) && !f.Retention.Expired(j, now)
+	found := map[string]*Job{}
+	keep := func(id string, _ int) verdict {
+		if id == f.After {
+			return skip
+		}
+		j := s.lookup(id)
+		if j == nil || (f.Queue != "" && j.Queue != f.Queue) || (f.Type != "" && j.Type != f.Type) ||
+			(f.Status != "" && j.StatusAt(now) != f.Status) || f.Retention.Expired(j, now) {
+			return skip
+		}
+		found[id] = j
+		return take
 	}
-	var keys []indexKey
+	var prefixes []string
 	switch {
 	case f.Status == StatusQueued: // a scheduled job whose run_at has passed reads as queued
-		keys = []indexKey{{f.Tenant, byStatus, string(StatusQueued)}, {f.Tenant, byStatus, string(StatusScheduled)}}
+		prefixes = []string{listPrefix(f.Tenant, byStatus, string(StatusQueued)), listPrefix(f.Tenant, byStatus, string(StatusScheduled))}
 	case f.Status != "":
-		keys = []indexKey{{f.Tenant, byStatus, string(f.Status)}}
+		prefixes = []string{listPrefix(f.Tenant, byStatus, string(f.Status))}
 	case f.Queue != "":
-		keys = []indexKey{{f.Tenant, byQueue, f.Queue}}
+		prefixes = []string{listPrefix(f.Tenant, byQueue, f.Queue)}
 	case f.Type != "":
-		keys = []indexKey{{f.Tenant, byType, f.Type}}
+		prefixes = []string{listPrefix(f.Tenant, byType, f.Type)}
 	default:
-		keys = []indexKey{{f.Tenant, byNothing, ""}}
+		prefixes = []string{listPrefix(f.Tenant, byNothing, "")}
 	}
 	var ids []string
-	for _, k := range keys {
-		ids = append(ids, s.index.page(k, f.After, f.Newest, limit+1, keep)...)
+	for _, p := range prefixes {
+		ids = append(ids, s.scanMerged(p, f.After, f.Newest, limit+1, keep)...)
 	}
-	if len(keys) > 1 { // the first limit+1 of the union are among the first limit+1 of each
+	if len(prefixes) > 1 { // the first limit+1 of the union are among the first limit+1 of each
 		slices.Sort(ids)
 		if f.Newest {
 			slices.Reverse(ids)
@@ -82,7 +92,11 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 	ids = ids[:min(limit, len(ids))]
 	out := make([]*Job, len(ids))
 	for i, id := range ids {
-		out[i] = s.jobs[id].Clone()
+		j := found[id]
+		if s.jobs[id] == j {
+			j = j.Clone() // memory's own; a stored one was decoded for this call
+		}
+		out[i] = j
 	}
 	return out, more
 }
@@ -182,17 +196,25 @@ func (s *Set) Leases() []*Job {
 // caller must not keep or change it.
 func (s *Set) LeasedJob(leaseID string) *Job { return s.leases[leaseID] }
 
-// JobCount is the number of jobs the Set holds, finished ones included.
-func (s *Set) JobCount() int { return len(s.jobs) }
+// LiveCount is the number of jobs not finished: what a checkpoint holds.
+func (s *Set) LiveCount() int {
+	n := 0
+	for _, t := range s.tenants {
+		n += t.Active
+	}
+	return n
+}
 
-// DeadLetters returns a tenant's dead-lettered jobs, most recent first.
+// InMemory is the number of jobs the Set holds in memory: the live ones, and the finished ones
+// that changed since the last flush.
+func (s *Set) InMemory() int { return len(s.jobs) }
+
+// DeadLetters returns a tenant's dead-lettered jobs, most recent first. It reads every one: for
+// tests and the simulator, not for a request.
 func (s *Set) DeadLetters(tenant string) []*Job {
 	var out []*Job
-	if t := s.index[indexKey{tenant, byStatus, string(StatusFailed)}]; t != nil {
-		t.Ascend(func(id string) bool {
-			out = append(out, s.jobs[id].Clone())
-			return true
-		})
+	for _, id := range s.scanMerged(listPrefix(tenant, byStatus, string(StatusFailed)), "", false, math.MaxInt, takeAll) {
+		out = append(out, s.lookup(id).Clone())
 	}
 	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(b.LastSeq, a.LastSeq) })
 	return out
@@ -325,11 +347,17 @@ func (s *Set) Counters() map[string]Counters {
 	return out
 }
 
-// StatusCounts returns how many jobs are in each status at now, every status included.
+// StatusCounts returns how many jobs are in each status at now, every status included. It
+// costs the live jobs.
 func (s *Set) StatusCounts(now time.Time) map[Status]int {
 	out := map[Status]int{StatusQueued: 0, StatusScheduled: 0, StatusLeased: 0, StatusSucceeded: 0, StatusFailed: 0, StatusCancelled: 0}
 	for _, j := range s.jobs {
-		out[j.StatusAt(now)]++
+		if !j.Status.Terminal() {
+			out[j.StatusAt(now)]++
+		}
+	}
+	for st, n := range s.finished {
+		out[st] += n
 	}
 	return out
 }

@@ -2,9 +2,8 @@ package projections
 
 import (
 	"cmp"
-	"container/heap"
-	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
@@ -58,51 +57,76 @@ type Expiry struct {
 
 // Expirable returns up to limit finished jobs that are due to expire at now under r, soonest
 // due first: those whose retention ended, and each tenant's oldest dead letters past r.MaxDead.
-// It costs in proportion to what it returns (and the number of tenants with dead letters).
+// It walks the retention keys in memory and in the table in order of when they are due, so it
+// costs in proportion to what it returns (and the number of tenants with dead letters).
 func (s *Set) Expirable(r Retention, now time.Time, limit int) []Expiry {
 	var out []Expiry
-	take := func(e *retainedEntry, reason string, at time.Time) {
-		out = append(out, Expiry{JobID: e.id, Reason: reason, At: at})
-	}
-	ri := &s.retained
 	if r.Done > 0 {
-		ri.done.ascend(limit, func(e *retainedEntry) bool {
-			due := e.at.Add(r.Done)
-			if now.Before(due) {
-				return false
-			}
-			take(e, eventlog.ExpiredRetention, due)
-			return true
-		})
-	}
-	ri.ttl.ascend(limit, func(e *retainedEntry) bool {
-		if now.Before(e.at) {
-			return false
+		for _, rest := range s.scanMerged(string(keyDone), "", false, limit, dueBy(now, r.Done)) {
+			out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredRetention, At: keyTime(rest).Add(r.Done)})
 		}
-		take(e, eventlog.ExpiredRetention, e.at)
-		return true
-	})
-	for _, tenant := range slices.Sorted(maps.Keys(ri.dead)) {
-		h := ri.dead[tenant]
+	}
+	for _, rest := range s.scanMerged(string(keyTTL), "", false, limit, dueBy(now, 0)) {
+		out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredRetention, At: keyTime(rest)})
+	}
+	for tenant, dead := range s.deadByTenant() {
 		over := 0
 		if r.MaxDead > 0 {
-			over = h.Len() - r.MaxDead
+			over = dead - r.MaxDead
 		}
-		h.ascend(limit, func(e *retainedEntry) bool {
-			switch due := e.at.Add(r.Dead); {
+		// The first `over` of the merged order are among the first `over` of each side, and
+		// past them only the dead letters due by age, which come first, can go.
+		aged := dueBy(now, r.Dead)
+		keep := func(rest string, taken int) verdict {
+			if taken < over || r.Dead > 0 && aged(rest, taken) == take {
+				return take
+			}
+			return stop
+		}
+		for _, rest := range s.scanMerged(deadPrefix(tenant), "", false, limit, keep) {
+			switch at := keyTime(rest); {
 			case over > 0:
 				over--
-				take(e, eventlog.ExpiredDeadCap, e.at)
-			case r.Dead > 0 && !now.Before(due):
-				take(e, eventlog.ExpiredRetention, due)
-			default:
-				return false
+				out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredDeadCap, At: at})
+				continue
+			case r.Dead > 0 && !now.Before(at.Add(r.Dead)):
+				out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredRetention, At: at.Add(r.Dead)})
+				continue
 			}
-			return true
-		})
+			break
+		}
 	}
 	slices.SortFunc(out, func(a, b Expiry) int { return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.JobID, b.JobID)) })
 	return out[:min(len(out), limit)]
+}
+
+// dueBy takes the timed keys due at now after d, and stops at the first that is not.
+func dueBy(now time.Time, d time.Duration) func(string, int) verdict {
+	return func(rest string, _ int) verdict {
+		if now.Before(keyTime(rest).Add(d)) {
+			return stop
+		}
+		return take
+	}
+}
+
+// deadByTenant counts each tenant's dead letters.
+func (s *Set) deadByTenant() map[string]int {
+	out := map[string]int{}
+	for k, n := range s.deadBy {
+		tenant, _, _ := strings.Cut(k, "\x00")
+		out[tenant] += n
+	}
+	return out
+}
+
+// first returns the first key's part after prefix, in memory or the table, or false.
+func (s *Set) first(prefix string) (string, bool) {
+	rest := s.scanMerged(prefix, "", false, 1, takeAll)
+	if len(rest) == 0 {
+		return "", false
+	}
+	return rest[0], true
 }
 
 // NextExpiry is when the next finished job is due to expire under r, or false if none is.
@@ -114,171 +138,53 @@ func (s *Set) NextExpiry(r Retention) (time.Time, bool) {
 			next, found = t, true
 		}
 	}
-	ri := &s.retained
-	if e := ri.done.top(); e != nil && r.Done > 0 {
-		consider(e.at.Add(r.Done))
+	if rest, ok := s.first(string(keyDone)); ok && r.Done > 0 {
+		consider(keyTime(rest).Add(r.Done))
 	}
-	if e := ri.ttl.top(); e != nil {
-		consider(e.at)
+	if rest, ok := s.first(string(keyTTL)); ok {
+		consider(keyTime(rest))
 	}
-	for _, h := range ri.dead {
-		switch e := h.top(); {
-		case r.MaxDead > 0 && h.Len() > r.MaxDead:
-			consider(e.at)
+	for tenant, dead := range s.deadByTenant() {
+		rest, ok := s.first(deadPrefix(tenant))
+		if !ok {
+			continue
+		}
+		switch at := keyTime(rest); {
+		case r.MaxDead > 0 && dead > r.MaxDead:
+			consider(at)
 		case r.Dead > 0:
-			consider(e.at.Add(r.Dead))
+			consider(at.Add(r.Dead))
 		}
 	}
 	return next, found
 }
 
 // RetainedCount is the number of finished jobs the views hold.
-func (s *Set) RetainedCount() int { return len(s.retained.byJob) }
-
-// retainedIndex orders the finished jobs by when they are due to leave the views: succeeded
-// and cancelled jobs by when they finished (one retention applies to them all), those with a
-// result TTL by when it ends, and dead letters by tenant (the cap counts per tenant) and when
-// they died. Every finished job is in exactly one heap, and leaves it when it expires or is
-// re-driven.
-type retainedIndex struct {
-	byJob map[string]*retainedEntry
-	done  retainedHeap
-	ttl   retainedHeap
-	dead  map[string]*retainedHeap // by tenant
-}
-
-type retainedEntry struct {
-	at     time.Time // when the job finished; for the ttl heap, when its TTL ends
-	id     string
-	tenant string
-	heap   *retainedHeap
-	index  int
-}
-
-func newRetainedIndex() retainedIndex {
-	return retainedIndex{byJob: map[string]*retainedEntry{}, dead: map[string]*retainedHeap{}}
-}
-
-// add indexes a job that just finished.
-func (ri *retainedIndex) add(j *Job) {
-	e := &retainedEntry{at: j.FinishedAt, id: j.ID, tenant: j.Tenant}
-	switch {
-	case j.Status == StatusFailed:
-		h := ri.dead[j.Tenant]
-		if h == nil {
-			h = &retainedHeap{}
-			ri.dead[j.Tenant] = h
-		}
-		e.heap = h
-	case j.ResultTTL > 0:
-		e.at, e.heap = j.FinishedAt.Add(j.ResultTTL), &ri.ttl
-	default:
-		e.heap = &ri.done
+func (s *Set) RetainedCount() int {
+	n := 0
+	for _, c := range s.finished {
+		n += c
 	}
-	ri.byJob[j.ID] = e
-	heap.Push(e.heap, e)
-}
-
-// remove drops a job that expired or is live again.
-func (ri *retainedIndex) remove(id string) {
-	e := ri.byJob[id]
-	if e == nil {
-		return
-	}
-	delete(ri.byJob, id)
-	heap.Remove(e.heap, e.index)
-	if e.heap.Len() == 0 && ri.dead[e.tenant] == e.heap {
-		delete(ri.dead, e.tenant)
-	}
-}
-
-// retainedHeap is a min-heap of entries by (at, id).
-type retainedHeap struct{ items []*retainedEntry }
-
-func (h *retainedHeap) Len() int { return len(h.items) }
-func (h *retainedHeap) Less(i, j int) bool {
-	a, b := h.items[i], h.items[j]
-	return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.id, b.id)) < 0
-}
-func (h *retainedHeap) Swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].index, h.items[j].index = i, j
-}
-func (h *retainedHeap) Push(x any) {
-	e := x.(*retainedEntry)
-	e.index = len(h.items)
-	h.items = append(h.items, e)
-}
-func (h *retainedHeap) Pop() any {
-	e := h.items[len(h.items)-1]
-	h.items[len(h.items)-1] = nil
-	h.items = h.items[:len(h.items)-1]
-	return e
-}
-
-func (h *retainedHeap) top() *retainedEntry {
-	if len(h.items) == 0 {
-		return nil
-	}
-	return h.items[0]
-}
-
-// ascend calls f with up to limit entries in order, until f returns false, without changing
-// the heap: a best-first walk of the heap's tree, which costs O(k log k) for k entries.
-func (h *retainedHeap) ascend(limit int, f func(*retainedEntry) bool) {
-	if len(h.items) == 0 || limit <= 0 {
-		return
-	}
-	frontier := &indexHeap{of: h, idx: []int{0}}
-	for n := 0; n < limit && frontier.Len() > 0; n++ {
-		i := heap.Pop(frontier).(int)
-		if !f(h.items[i]) {
-			return
-		}
-		for _, c := range [2]int{2*i + 1, 2*i + 2} {
-			if c < len(h.items) {
-				heap.Push(frontier, c)
-			}
-		}
-	}
-}
-
-// indexHeap is a min-heap of positions in a retainedHeap, by the entries there.
-type indexHeap struct {
-	of  *retainedHeap
-	idx []int
-}
-
-func (f *indexHeap) Len() int           { return len(f.idx) }
-func (f *indexHeap) Less(i, j int) bool { return f.of.Less(f.idx[i], f.idx[j]) }
-func (f *indexHeap) Swap(i, j int)      { f.idx[i], f.idx[j] = f.idx[j], f.idx[i] }
-func (f *indexHeap) Push(x any)         { f.idx = append(f.idx, x.(int)) }
-func (f *indexHeap) Pop() any {
-	i := f.idx[len(f.idx)-1]
-	f.idx = f.idx[:len(f.idx)-1]
-	return i
+	return n
 }
 
 // DeadBefore returns up to limit of a tenant's dead letters that died before before, oldest
 // first, those of queue only if it is set, and whether more match.
 func (s *Set) DeadBefore(tenant, queue string, before time.Time, limit int) (ids []string, more bool) {
-	h := s.retained.dead[tenant]
-	if h == nil {
-		return nil, false
-	}
-	h.ascend(h.Len(), func(e *retainedEntry) bool {
-		if !e.at.Before(before) {
-			return false
+	rests := s.scanMerged(deadPrefix(tenant), "", false, limit+1, func(rest string, _ int) verdict {
+		switch {
+		case !keyTime(rest).Before(before):
+			return stop
+		case queue == "" || s.lookup(rest[8:]).Queue == queue:
+			return take
 		}
-		if queue != "" && s.jobs[e.id].Queue != queue {
-			return true
-		}
-		if len(ids) == limit {
-			more = true
-			return false
-		}
-		ids = append(ids, e.id)
-		return true
+		return skip
 	})
-	return ids, more
+	for _, rest := range rests {
+		ids = append(ids, rest[8:])
+	}
+	if len(ids) > limit {
+		return ids[:limit], true
+	}
+	return ids, false
 }

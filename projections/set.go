@@ -25,7 +25,9 @@ const IdempotencyTTL = 24 * time.Hour
 // A Set is not safe for concurrent use; the runtime guards it, the simulator runs on one
 // goroutine.
 type Set struct {
-	seq     uint64
+	seq uint64
+	// jobs holds every live job, and the finished jobs that changed since the last flush; the
+	// other finished jobs are in store (table.go).
 	jobs    map[string]*Job
 	workers map[string]*Worker
 	tenants map[string]*Tenant
@@ -36,14 +38,16 @@ type Set struct {
 	// throughput is each queue's recent finished attempts, by tenant/queue key (waitKey).
 	throughput map[string]*Throughput
 	creds      credentials
+	deadBy     map[string]int       // dead letters by tenant/queue key (waitKey)
+	finished   map[Status]int       // finished jobs by status, in memory and stored alike
+	store      Store                // the finished jobs' table; nil: all of them are in jobs
+	dirty      map[string]dirtyMark // jobs whose stored copy is stale since the last flush
 
 	// Derived from the above and rebuilt on restore, never checkpointed.
-	leases   map[string]*Job            // leased jobs by lease id
-	tokens   map[string]string          // worker token hash → worker id
-	deadBy   map[string]int             // dead letters by tenant/queue key (waitKey)
-	waiting  map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
-	retained retainedIndex              // finished jobs by when they are due to expire
-	index    listIndex                  // each tenant's jobs in id order, whole and by filter
+	leases  map[string]*Job            // leased jobs by lease id
+	tokens  map[string]string          // worker token hash → worker id
+	waiting map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
+	keys    memKeys                    // the index keys of the jobs in memory (table.go)
 }
 
 type idemKey struct {
@@ -155,8 +159,19 @@ func New() *Set {
 		counters:   map[string]*Counters{},
 		throughput: map[string]*Throughput{},
 		creds:      newCredentials(),
+		deadBy:     map[string]int{},
+		finished:   map[Status]int{},
+		dirty:      map[string]dirtyMark{},
 	}
 	s.derive()
+	return s
+}
+
+// NewOn returns an empty Set whose finished jobs go to store at each flush: the fold of the
+// empty log, for a log whose table is empty.
+func NewOn(store Store) *Set {
+	s := New()
+	s.store = store
 	return s
 }
 
@@ -224,7 +239,7 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 	if !ok {
 		return fmt.Errorf("projections: seq %d: no fold for %T", seq, p)
 	}
-	j := s.jobs[id]
+	j := s.load(id)
 	if j == nil {
 		return fmt.Errorf("projections: seq %d: %s for unknown job %s", seq, p.EventType(), id)
 	}
@@ -234,7 +249,7 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 
 // expired drops a finished job from every view; job.expired is its last event.
 func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
-	j := s.jobs[e.JobID]
+	j := s.load(e.JobID)
 	if j == nil || !j.Status.Terminal() {
 		state := "unknown"
 		if j != nil {
@@ -243,13 +258,21 @@ func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
 		return fmt.Errorf("projections: seq %d: job %s expired while %s", seq, e.JobID, state)
 	}
 	s.counter(j.Queue).Expired++
-	s.index.drop(j)
+	s.keys.drop(j)
 	delete(s.jobs, j.ID)
+	s.markDirty(j.ID)
+	s.unfinish(j)
+	return nil
+}
+
+// unfinish counts a finished job no more: expired, or live again.
+func (s *Set) unfinish(j *Job) {
+	if s.finished[j.Status]--; s.finished[j.Status] == 0 {
+		delete(s.finished, j.Status)
+	}
 	if j.Status == StatusFailed {
 		s.undead(j)
 	}
-	s.retained.remove(j.ID)
-	return nil
 }
 
 func (s *Set) tenant(name string) *Tenant {
@@ -279,7 +302,7 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond,
 	}
 	s.jobs[j.ID] = j
-	s.index.add(j)
+	s.keys.add(j)
 	s.wait(j)
 	s.tenant(j.Tenant).Active++
 	s.counter(j.Queue).Submitted++
@@ -312,15 +335,29 @@ func (s *Set) forgetIdempotency(at time.Time) {
 func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	wasLeased, wasStatus, wasWaiting := j.Lease != nil, j.Status, j.Waiting()
 	wasTerminal := wasStatus.Terminal()
-	var endedLease string
+	var endedLease, wasRetention string
 	if wasLeased {
 		endedLease = j.Lease.LeaseID // if this event ends it
+	}
+	if wasTerminal {
+		wasRetention = retentionKey(j)
 	}
 	s.countStats(at, j, p)
 	j.Fold(seq, at, p)
 	t := s.tenant(j.Tenant)
+	terminal := j.Status.Terminal()
 	if j.Status != wasStatus {
-		s.index.moved(j, wasStatus)
+		s.keys.t.Delete(listPrefix(j.Tenant, byStatus, string(wasStatus)) + j.ID)
+		s.keys.t.ReplaceOrInsert(listPrefix(j.Tenant, byStatus, string(j.Status)) + j.ID)
+		if wasTerminal {
+			s.keys.t.Delete(wasRetention)
+		}
+		if terminal {
+			s.keys.t.ReplaceOrInsert(retentionKey(j))
+		}
+	}
+	if wasTerminal || terminal {
+		s.markDirty(j.ID)
 	}
 	if leased := j.Lease != nil; leased != wasLeased {
 		if leased {
@@ -331,14 +368,19 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 			delete(s.leases, endedLease)
 		}
 	}
-	if terminal := j.Status.Terminal(); terminal != wasTerminal {
+	if terminal != wasTerminal {
 		if terminal {
 			t.Active--
-			s.retained.add(j)
+			s.finished[j.Status]++
 		} else {
 			t.Active++
-			s.retained.remove(j.ID)
+			was := *j
+			was.Status = wasStatus
+			s.unfinish(&was)
 		}
+	} else if terminal && j.Status != wasStatus {
+		s.finished[wasStatus]--
+		s.finished[j.Status]++
 	}
 	if waiting := j.Waiting(); waiting != wasWaiting {
 		if waiting {
@@ -347,11 +389,8 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 			delete(s.waiting[waitKey(j)], j.ID)
 		}
 	}
-	switch {
-	case j.Status == StatusFailed && wasStatus != StatusFailed:
+	if j.Status == StatusFailed && wasStatus != StatusFailed {
 		s.deadBy[waitKey(j)]++
-	case j.Status != StatusFailed && wasStatus == StatusFailed:
-		s.undead(j)
 	}
 }
 
@@ -405,18 +444,12 @@ func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
 
 // derive rebuilds the indexes that follow from jobs and workers.
 func (s *Set) derive() {
-	s.leases, s.tokens, s.deadBy, s.waiting = map[string]*Job{}, map[string]string{}, map[string]int{}, map[string]map[string]*Job{}
-	s.retained, s.index = newRetainedIndex(), listIndex{}
+	s.leases, s.tokens, s.waiting = map[string]*Job{}, map[string]string{}, map[string]map[string]*Job{}
+	s.keys = newMemKeys()
 	for _, j := range s.jobs {
-		s.index.add(j)
-		if j.Status.Terminal() {
-			s.retained.add(j)
-		}
+		s.keys.add(j)
 		if j.Lease != nil {
 			s.leases[j.Lease.LeaseID] = j
-		}
-		if j.Status == StatusFailed {
-			s.deadBy[waitKey(j)]++
 		}
 		if j.Waiting() {
 			s.wait(j)
@@ -444,6 +477,8 @@ type checkpoint struct {
 	Throughput []*Throughput        `json:"throughput"`
 	APIKeys    []*APIKey            `json:"api_keys"`
 	Enroll     []*EnrollToken       `json:"enroll_tokens"`
+	DeadBy     map[string]int       `json:"dead_by"`
+	Finished   map[Status]int       `json:"finished"`
 	Version    string               `json:"version"`
 }
 
@@ -454,8 +489,9 @@ type idemEntry struct {
 
 // checkpointVersion changes with the checkpoint's shape; a checkpoint of another version is
 // unusable, and the server replays the whole log instead (Rebuild). v2 added the assign latency
-// and the throughput; v3 the workers' token renewals and the jobs' run times.
-const checkpointVersion = "tether.projections.v3"
+// and the throughput; v3 the workers' token renewals and the jobs' run times; v4 holds the live
+// jobs only, the finished ones being in the table saved with it, and their counts.
+const checkpointVersion = "tether.projections.v4"
 
 // CheckpointName is the name under which the server stores the Set's checkpoint in the log,
 // and where `tether replay verify` looks for it.
@@ -483,10 +519,10 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 	}{
 		{"workers", c.Workers}, {"tenants", c.Tenants}, {"idempotency", c.Idem},
 		{"idempotency_order", c.IdemOrder}, {"counters", c.Counters}, {"throughput", c.Throughput}, {"api_keys", c.APIKeys},
-		{"enroll_tokens", c.Enroll}, {"version", c.Version},
+		{"enroll_tokens", c.Enroll}, {"dead_by", c.DeadBy}, {"finished", c.Finished}, {"version", c.Version},
 	}
 	fmt.Fprintf(bw, `{"seq":%d,"jobs":`, c.Seq)
-	jobs := sortedValues(s.jobs, func(j *Job) string { return j.ID })
+	jobs := s.liveJobs()
 	if len(jobs) == 0 {
 		bw.WriteString("null") // as encoding/json writes a nil slice
 	}
@@ -515,7 +551,8 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 
 // checkpointHead is the checkpoint struct without its jobs.
 func (s *Set) checkpointHead() checkpoint {
-	c := checkpoint{Seq: s.seq, Counters: s.counters, Throughput: s.throughputList(), IdemOrder: s.idemOrder, Version: checkpointVersion}
+	c := checkpoint{Seq: s.seq, Counters: s.counters, Throughput: s.throughputList(), IdemOrder: s.idemOrder, Version: checkpointVersion,
+		DeadBy: s.deadBy, Finished: s.finished}
 	c.Workers = sortedValues(s.workers, func(w *Worker) string { return w.ID })
 	c.Tenants = sortedValues(s.tenants, func(t *Tenant) string { return t.Name })
 	c.APIKeys = sortedValues(s.creds.apiKeys, func(k *APIKey) string { return k.ID })
@@ -529,8 +566,20 @@ func (s *Set) checkpointHead() checkpoint {
 	return c
 }
 
+// liveJobs returns the jobs that are not finished, by id: the jobs of a checkpoint.
+func (s *Set) liveJobs() []*Job {
+	var out []*Job
+	for _, j := range s.jobs {
+		if !j.Status.Terminal() {
+			out = append(out, j)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
 // olderCheckpointVersions are the formats earlier builds wrote.
-var olderCheckpointVersions = []string{"tether.projections.v1", "tether.projections.v2"}
+var olderCheckpointVersions = []string{"tether.projections.v1", "tether.projections.v2", "tether.projections.v3"}
 
 // CheckpointOutdated reports whether data is a checkpoint in a format an earlier build wrote
 // (WriteCheckpoint ends with the version). That is no fault in the log: the server replays the
@@ -545,8 +594,9 @@ func CheckpointOutdated(data []byte) bool {
 	return false
 }
 
-// UnmarshalCheckpoint restores a Set from MarshalCheckpoint's bytes.
-func UnmarshalCheckpoint(data []byte) (*Set, error) {
+// UnmarshalCheckpoint restores a Set from MarshalCheckpoint's bytes and the table saved with
+// them (nil if the Set had no finished jobs).
+func UnmarshalCheckpoint(data []byte, store Store) (*Set, error) {
 	var c checkpoint
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("projections: checkpoint: %w", err)
@@ -554,7 +604,7 @@ func UnmarshalCheckpoint(data []byte) (*Set, error) {
 	if c.Version != checkpointVersion {
 		return nil, fmt.Errorf("projections: checkpoint version %q, want %q", c.Version, checkpointVersion)
 	}
-	s := New()
+	s := NewOn(store)
 	s.seq = c.Seq
 	for _, j := range c.Jobs {
 		s.jobs[j.ID] = j
@@ -584,6 +634,12 @@ func UnmarshalCheckpoint(data []byte) (*Set, error) {
 	for _, t := range c.Throughput {
 		s.throughput[t.Tenant+"\x00"+t.Queue] = t
 	}
+	if c.DeadBy != nil {
+		s.deadBy = c.DeadBy
+	}
+	if c.Finished != nil {
+		s.finished = c.Finished
+	}
 	s.derive()
 	return s, nil
 }
@@ -594,8 +650,9 @@ func sortedValues[V any](m map[string]V, key func(V) string) []V {
 	return out
 }
 
-// Clone returns a deep copy of the Set, for a checkpoint written while the original moves on.
-func (s *Set) Clone() *Set {
+// cloneLive returns a deep copy of the Set's live state, for a checkpoint written while the
+// original moves on: everything but the finished jobs, which go to the table.
+func (s *Set) cloneLive() *Set {
 	c := &Set{
 		seq:        s.seq,
 		jobs:       make(map[string]*Job, len(s.jobs)),
@@ -606,9 +663,14 @@ func (s *Set) Clone() *Set {
 		counters:   make(map[string]*Counters, len(s.counters)),
 		throughput: make(map[string]*Throughput, len(s.throughput)),
 		creds:      s.creds.clone(),
+		deadBy:     maps.Clone(s.deadBy),
+		finished:   maps.Clone(s.finished),
+		dirty:      map[string]dirtyMark{},
 	}
 	for id, j := range s.jobs {
-		c.jobs[id] = j.Clone()
+		if !j.Status.Terminal() {
+			c.jobs[id] = j.Clone()
+		}
 	}
 	for id, w := range s.workers {
 		cw := *w
@@ -635,6 +697,5 @@ func (s *Set) Clone() *Set {
 		ct.Slots = slices.Clone(t.Slots)
 		c.throughput[k] = &ct
 	}
-	c.derive()
 	return c
 }

@@ -65,7 +65,7 @@ func TestAssignLatencyAndThroughput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := projections.UnmarshalCheckpoint(data)
+	back, err := projections.UnmarshalCheckpoint(data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
