@@ -8,10 +8,11 @@ ADDR     ?= 127.0.0.1:8080
 FUZZTIME ?= 150000x
 
 # The simulator's fixed seed range for CI, and the planted bugs it must catch: in the behaviours
-# (actors/mutant*.go) and in the cell runtime that carries the ordering rules (actors/cells/mutant*.go).
+# (actors/mutant*.go), in the cell runtime that carries the ordering rules (actors/cells/mutant*.go)
+# and in the finished jobs' table (projections/mutant*.go).
 SIMSEEDS ?= 1..1000
 MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed progress_twice \
-            persisted_before_durable apply_after_reply expire_early delete_live
+            persisted_before_durable apply_after_reply expire_early delete_live table_index_lost stale_table_copy
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants
 

@@ -226,6 +226,15 @@ func decodeStored(v []byte) (*Job, error) {
 	return j, nil
 }
 
+// Stored reports whether a job is read from the table: finished, and not in memory.
+func (s *Set) Stored(id string) bool {
+	if s.store == nil || s.masked(id) {
+		return false
+	}
+	_, ok := s.store.Get([]byte(string(keyJob) + id))
+	return ok
+}
+
 // lookup returns a job from memory or the Store, or nil; a job from the Store is a fresh copy
 // that nothing else holds.
 func (s *Set) lookup(id string) *Job {
@@ -375,7 +384,10 @@ func (f *Flush) Encode(store Store) ([]byte, []eventlog.ViewWrite, error) {
 			return nil, nil, err
 		}
 		writes = append(writes, eventlog.ViewWrite{Key: []byte(string(keyJob) + j.ID), Value: v})
-		for _, k := range keys(j) {
+		for i, k := range keys(j) {
+			if mutantTableIndexLost && i == 1 {
+				continue
+			}
 			writes = append(writes, eventlog.ViewWrite{Key: []byte(k), Value: []byte{}})
 		}
 	}
@@ -398,7 +410,7 @@ func (s *Set) EndFlush(f *Flush) {
 		if !ok {
 			continue
 		}
-		if d.seq > seq { // changed again since: the next flush replaces what this one stored
+		if d.seq > seq && !mutantStaleTableCopy { // changed again since: the next flush replaces what this one stored
 			d.stored = put[id]
 			s.dirty[id] = d
 			continue
@@ -436,14 +448,17 @@ func (s *Set) WriteFold(w io.Writer) error {
 	}
 	slices.SortFunc(mem, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
 	bw := bufio.NewWriter(w)
+	write := func(b []byte) error {
+		bw.WriteByte('\n')
+		_, err := bw.Write(b) // bufio keeps the first error: this one is every earlier one's too
+		return err
+	}
 	writeMem := func(j *Job) error {
 		b, err := json.Marshal(j)
 		if err != nil {
 			return err
 		}
-		bw.WriteByte('\n')
-		bw.Write(b)
-		return nil
+		return write(b)
 	}
 	var err error
 	if s.store != nil {
@@ -455,8 +470,9 @@ func (s *Set) WriteFold(w io.Writer) error {
 			for len(mem) > 0 && mem[0].ID < id && err == nil {
 				err, mem = writeMem(mem[0]), mem[1:]
 			}
-			bw.WriteByte('\n')
-			bw.Write(value)
+			if err == nil {
+				err = write(value)
+			}
 			return err == nil
 		})
 	}
@@ -476,4 +492,43 @@ func (s *Set) MarshalFold() ([]byte, error) {
 	var buf bytes.Buffer
 	err := s.WriteFold(&buf)
 	return buf.Bytes(), err
+}
+
+// CheckTable checks the table's indexes against its jobs: every stored job has exactly its
+// keys, and there is no key of a job that is not stored. It returns the number of stored jobs.
+// It reads the whole table: for the simulator and `tether replay verify`, not for a server.
+func CheckTable(store Store) (int, error) {
+	jobs, want := 0, 0
+	var err error
+	store.Scan([]byte{keyJob}, nil, false, func(key, value []byte) bool {
+		var j *Job
+		if j, err = decodeStored(value); err != nil {
+			err = fmt.Errorf("projections: stored job %s: %w", key[1:], err)
+			return false
+		}
+		if string(key[1:]) != j.ID || !j.Status.Terminal() {
+			err = fmt.Errorf("projections: the table holds job %s under %q as %s", j.ID, key, j.Status)
+			return false
+		}
+		jobs++
+		for _, k := range keys(j) {
+			want++
+			if _, ok := store.Get([]byte(k)); !ok {
+				err = fmt.Errorf("projections: stored job %s has no index key %q", j.ID, k)
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	have := 0
+	for _, p := range []byte{keyList, keyDone, keyTTL, keyDead} {
+		store.Scan([]byte{p}, nil, false, func([]byte, []byte) bool { have++; return true })
+	}
+	if have != want {
+		return 0, fmt.Errorf("projections: the table holds %d index keys, its %d jobs have %d", have, jobs, want)
+	}
+	return jobs, nil
 }

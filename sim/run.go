@@ -202,7 +202,7 @@ func (s *Sim) final() {
 		return
 	}
 	// A last crash and recovery: the checkpoint plus the tail must equal the full replay too.
-	v.checkpoint()
+	v.saveCheckpoint()
 	v.crash("final check")
 	v.start()
 	if s.violation != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -55,6 +56,9 @@ type server struct {
 	// survives, the oracle folds it with the times it was decided at.
 	lastBatch []*persist
 	commits   int
+	// checkpoint is the checkpoint begun and not yet saved, as the broker writes one on another
+	// goroutine while commits go on; nil if none is.
+	checkpoint *cells.Checkpoint
 }
 
 // mailbox is a cell's home in the simulator: what is scheduled to it, in order.
@@ -202,7 +206,8 @@ func (v *server) checkRecovered() bool {
 	return v.sameAsReplay("checkpoint + tail")
 }
 
-// sameAsReplay compares the live projections with a full replay of the log.
+// sameAsReplay compares the live projections, wherever they keep their jobs (memory or the
+// table on the disk), with a full replay of the log into memory, and checks the table's indexes.
 func (v *server) sameAsReplay(what string) bool {
 	replay := projections.New()
 	for r, err := range v.log.Range(1, 0) {
@@ -214,10 +219,14 @@ func (v *server) sameAsReplay(what string) bool {
 			return false
 		}
 	}
-	live, err1 := v.set.MarshalCheckpoint()
-	full, err2 := replay.MarshalCheckpoint()
+	live, err1 := v.set.MarshalFold()
+	full, err2 := replay.MarshalFold()
 	if err1 != nil || err2 != nil || !bytes.Equal(live, full) {
 		v.s.fail("replay", "%s differs from a full replay of the log at seq %d", what, replay.Seq())
+		return false
+	}
+	if _, err := projections.CheckTable(v.log.Views()); err != nil {
+		v.s.fail("table", "%s: %v", what, err)
 		return false
 	}
 	return true
@@ -241,7 +250,7 @@ func (v *server) crash(why string) {
 	v.mem = mem
 	v.epoch++
 	v.up, v.recovering = false, false
-	v.rt, v.runnable, v.pending, v.external = nil, nil, nil, nil
+	v.rt, v.runnable, v.pending, v.external, v.checkpoint = nil, nil, nil, nil, nil
 	s.record(fmt.Sprintf("server crash (%s), %d%% of unsynced WAL blocks kept", why, keep))
 	for _, w := range s.workers {
 		w.serverCrashed()
@@ -481,6 +490,13 @@ func (v *server) commit() bool {
 		v.crash("after a commit, before its replies")
 		return false
 	}
+	for _, p := range batch {
+		for _, pl := range p.events {
+			if id, ok := strings.CutPrefix(eventlog.StreamOf(pl), "job/"); ok && v.set.Stored(id) {
+				s.probe(ProbeStoredJobChanged)
+			}
+		}
+	}
 	// Each Commit hears of its own events: the runtime folds them into the projections, then
 	// schedules Persisted to the cell that made them.
 	first := r.First
@@ -501,8 +517,8 @@ func (v *server) commit() bool {
 		}
 		first = last + 1
 	}
-	if s.sched.IntN(40) == 0 {
-		v.checkpoint()
+	if v.checkpoint == nil && s.sched.IntN(40) == 0 {
+		v.beginCheckpoint()
 	}
 	if v.commits%50 == 0 && !v.sameAsReplay("the live projections") {
 		return false
@@ -513,15 +529,45 @@ func (v *server) commit() bool {
 	return true
 }
 
-// checkpoint saves the projections as the runtime does now and then.
-func (v *server) checkpoint() {
-	data, err := v.set.MarshalCheckpoint()
-	if err == nil {
-		err = v.log.SaveCheckpoint(projections.CheckpointName, v.set.Seq(), data)
+// saveCheckpoint saves the checkpoint in progress, or a new one, now.
+func (v *server) saveCheckpoint() {
+	cp := v.checkpoint
+	if cp == nil {
+		cp = v.rt.BeginCheckpoint()
 	}
-	if err != nil {
+	v.checkpoint = nil
+	if err := cp.Save(v.log); err != nil {
 		v.s.fail("checkpoint", "saving a checkpoint: %v", err)
 		return
 	}
-	v.s.record(fmt.Sprintf("checkpoint at seq %d", v.set.Seq()))
+	v.s.record(fmt.Sprintf("checkpoint at seq %d", cp.Seq()))
+}
+
+// beginCheckpoint begins a checkpoint, as the broker does now and then, and saves it a while
+// later, while commits go on, as the broker's checkpoint goroutine does: unless the server
+// crashes first, and the recovery starts from the checkpoint before.
+func (v *server) beginCheckpoint() {
+	s := v.s
+	cp := v.rt.BeginCheckpoint()
+	v.checkpoint = cp
+	epoch := v.epoch
+	s.after(time.Duration(s.sched.IntN(400))*time.Millisecond, "checkpoint saved", func() {
+		if v.epoch != epoch || v.checkpoint != cp {
+			return
+		}
+		if s.strikes(FaultServerCrash, 0.1) {
+			s.probe(ProbeCrashMidCheckpoint)
+			v.crash(fmt.Sprintf("while the checkpoint at seq %d was being written", cp.Seq()))
+			return
+		}
+		v.checkpoint = nil
+		if err := cp.Save(v.log); err != nil {
+			if v.log.Err() != nil { // a disk fault failed the log before: the server stops
+				return
+			}
+			s.fail("checkpoint", "saving a checkpoint: %v", err)
+			return
+		}
+		s.record(fmt.Sprintf("checkpoint at seq %d", cp.Seq()))
+	})
 }

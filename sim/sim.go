@@ -85,13 +85,15 @@ const (
 	ProbeTokenRenewed
 	ProbeExpired
 	ProbeDeleted
+	ProbeCrashMidCheckpoint
+	ProbeStoredJobChanged
 	probeCount
 )
 
 var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_append_and_reply", "idempotent_resubmit_after_crash",
 	"quota_full", "lease_expired_worker_alive", "cancel_while_leased", "nonce_replay_rejected", "recovery_crash",
 	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
-	"clean_stop_released", "token_renewed", "job_expired", "job_deleted"}
+	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed"}
 
 func (p Probe) String() string { return probeNames[p] }
 

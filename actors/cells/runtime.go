@@ -620,3 +620,36 @@ func (c *Cell) stopTimers() {
 }
 
 var _ actors.Env = (*Cell)(nil)
+
+// Checkpoint is a checkpoint of the projections in the making (projections.Flush): begun
+// between two commits, written to the log wherever the driver likes while commits go on, and
+// ended under the write lock, when the projections let go of what the log's table now holds.
+type Checkpoint struct {
+	rt    *Runtime
+	flush *projections.Flush
+}
+
+// BeginCheckpoint starts a checkpoint of the projections as the last applied commit left them.
+// It must be called where no commit is being applied (the committer's goroutine after a
+// commit, or a single-goroutine driver), with no other checkpoint in progress; it costs the
+// live jobs and what changed since the last checkpoint, not the history.
+func (rt *Runtime) BeginCheckpoint() *Checkpoint {
+	rt.setMu.RLock()
+	defer rt.setMu.RUnlock()
+	return &Checkpoint{rt: rt, flush: rt.set.BeginFlush()}
+}
+
+// Seq is the seq the checkpoint covers.
+func (c *Checkpoint) Seq() uint64 { return c.flush.Seq() }
+
+// Save writes the checkpoint and the changes to the finished jobs' table to the log in one
+// batch, then lets the projections drop from memory what the table now holds.
+func (c *Checkpoint) Save(l *eventlog.Log) error {
+	if err := c.flush.Write(l); err != nil {
+		return err
+	}
+	c.rt.setMu.Lock()
+	defer c.rt.setMu.Unlock()
+	c.rt.set.EndFlush(c.flush)
+	return nil
+}

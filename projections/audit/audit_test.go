@@ -513,13 +513,17 @@ func TestVerifySkipsAnOlderCheckpointFormat(t *testing.T) {
 	}
 }
 
-// A checkpoint in the middle of the log is compared with the replay at its own seq. One at seq
-// 0 (of the empty log) is always compared after the walk, the path a checkpoint that loads after
-// the fold has passed its seq takes.
+// A checkpoint in the middle of the log, with the table saved with it, is compared with the
+// replay at its own seq. One at seq 0 (of the empty log) is always compared after the walk, the
+// path a checkpoint that loads after the fold has passed its seq takes. A change to the
+// checkpoint, to a job in the table, or to the table's indexes is found.
 func TestVerifyComparesACheckpointMidLog(t *testing.T) {
 	d := realDataDir(t)
 	for _, k := range []uint64{9, 0} {
-		for _, corrupt := range []bool{false, true} {
+		for _, corrupt := range []string{"", "checkpoint", "table job", "table index"} {
+			if k == 0 && strings.HasPrefix(corrupt, "table") {
+				continue // the empty log has no table
+			}
 			dir := copyDir(t, d.dir)
 			l, err := eventlog.Open(dir, eventlog.Options{})
 			if err != nil {
@@ -529,18 +533,30 @@ func TestVerifyComparesACheckpointMidLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			data, _ := set.MarshalCheckpoint()
-			if corrupt {
-				changed := bytes.Replace(data, []byte(`"version":"`), []byte(`"version":"x`), 1)
-				if k > 0 {
-					changed = bytes.Replace(data, []byte(`"status":"`), []byte(`"status":"x`), 1)
-				}
-				if bytes.Equal(changed, data) {
-					t.Fatal("the corruption changed nothing")
-				}
-				data = changed
+			// The server's table is at its last checkpoint, the head: start the one at k afresh.
+			if err := l.ClearViews(projections.CheckpointName); err != nil {
+				t.Fatal(err)
 			}
-			if err := l.SaveCheckpoint(projections.CheckpointName, k, data); err != nil {
+			data, writes, err := set.BeginFlush().Encode(l.Views())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k > 0 && len(writes) == 0 {
+				t.Fatal("no finished job by seq 9: the table is not exercised")
+			}
+			changed := false
+			switch corrupt {
+			case "checkpoint":
+				data, changed = bytes.Replace(data, []byte(`"version":"`), []byte(`"version":"x`), 1), true
+			case "table job":
+				writes[0].Value, changed = bytes.Replace(writes[0].Value, []byte(`"attempt":`), []byte(`"attempt":1`), 1), true
+			case "table index":
+				writes, changed = writes[:len(writes)-1], true
+			}
+			if corrupt != "" && !changed {
+				t.Fatal("the corruption changed nothing")
+			}
+			if err := l.SaveCheckpoint(projections.CheckpointName, k, data, writes...); err != nil {
 				t.Fatal(err)
 			}
 			l.Close()
@@ -550,10 +566,12 @@ func TestVerifyComparesACheckpointMidLog(t *testing.T) {
 			}
 			var ce *audit.CheckpointError
 			switch {
-			case corrupt && (!errors.As(err, &ce) || ce.Seq != k):
-				t.Fatalf("a corrupt checkpoint at seq %d: %v", k, err)
-			case !corrupt && (err != nil || sum.CheckpointSeq != k):
+			case corrupt != "" && (!errors.As(err, &ce) || ce.Seq != k):
+				t.Fatalf("a checkpoint at seq %d with a corrupt %s: %v", k, corrupt, err)
+			case corrupt == "" && (err != nil || sum.CheckpointSeq != k):
 				t.Fatalf("a good checkpoint at seq %d: %v, %+v", k, err, sum)
+			case corrupt == "" && k > 0 && sum.TableJobs == 0:
+				t.Fatalf("a good checkpoint at seq %d: no job in its table", k)
 			}
 		}
 	}

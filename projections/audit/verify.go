@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
@@ -79,6 +80,9 @@ type Summary struct {
 	// CheckpointSeq is the seq of the checkpoint compared with the replay; 0 if there is none
 	// (or it is of the empty log).
 	CheckpointSeq uint64 `json:"checkpoint_seq"`
+	// TableJobs is how many finished jobs the table saved with the checkpoint holds: compared
+	// with the fold, and their indexes checked.
+	TableJobs int `json:"table_jobs"`
 	// CheckpointSkipped says why a stored checkpoint was not compared: it is of another format
 	// (an older build's), which the server ignores too.
 	CheckpointSkipped string `json:"checkpoint_skipped,omitempty"`
@@ -124,10 +128,11 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 			}
 		}
 		if ckpt != nil && ckpt.err == nil && r.Seq == ckpt.c.Seq {
-			if err := compareCheckpoint(set, ckpt.c); err != nil {
+			n, err := compareCheckpoint(l, set, ckpt.c)
+			if err != nil {
 				return err
 			}
-			compared = true
+			compared, sum.TableJobs = true, n
 		}
 		progress.report(r.Seq, total, false)
 		return nil
@@ -158,10 +163,11 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 		if err != nil {
 			return sum, err
 		}
-		if err := compareCheckpoint(at, ckpt.c); err != nil {
+		n, err := compareCheckpoint(l, at, ckpt.c)
+		if err != nil {
 			return sum, err
 		}
-		sum.CheckpointSeq = ckpt.c.Seq
+		sum.CheckpointSeq, sum.TableJobs = ckpt.c.Seq, n
 	default:
 		sum.CheckpointSeq = ckpt.c.Seq
 	}
@@ -178,37 +184,65 @@ type loadedCheckpoint struct {
 	err error
 }
 
-// compareCheckpoint checks that set, folded up to c's seq, encodes to c's bytes.
-func compareCheckpoint(set *projections.Set, c eventlog.Checkpoint) error {
-	same := &sameAs{want: c.Data}
-	if err := set.WriteCheckpoint(same); err != nil && !errors.Is(err, errDiffers) {
-		return err
+// compareCheckpoint checks that set, folded up to c's seq, is what c and the table saved with
+// it hold: the checkpoint's live state and every finished job in the table, compared as the
+// fold they make (projections.WriteFold) one buffer at a time, and the table's indexes against
+// its jobs.
+func compareCheckpoint(l *eventlog.Log, set *projections.Set, c eventlog.Checkpoint) (tableJobs int, err error) {
+	differs := &CheckpointError{Seq: c.Seq, Reason: "the stored projections differ from a replay of the log up to it"}
+	stored, err := projections.UnmarshalCheckpoint(c.Data, l.Views())
+	if err != nil {
+		return 0, &CheckpointError{Seq: c.Seq, Reason: err.Error()}
 	}
-	if !same.equal() {
-		return &CheckpointError{Seq: c.Seq, Reason: "the stored projections differ from a replay of the log up to it"}
+	pr, pw := io.Pipe()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		pw.CloseWithError(stored.WriteFold(pw))
+	}()
+	defer func() { pr.Close(); <-written }() // the writer reads the log, which closes after
+	same := &sameAs{want: pr}
+	if err := set.WriteFold(same); err != nil {
+		if errors.Is(err, errDiffers) {
+			return 0, differs
+		}
+		return 0, err
 	}
-	return nil
+	if !same.atEnd() {
+		return 0, differs
+	}
+	n, err := projections.CheckTable(l.Views())
+	if err != nil {
+		return 0, &CheckpointError{Seq: c.Seq, Reason: err.Error()}
+	}
+	return n, nil
 }
 
-// errDiffers stops writing a checkpoint at its first difference from the stored one.
+// errDiffers stops writing a fold at its first difference from the stored one.
 var errDiffers = errors.New("differs")
 
-// sameAs is a writer that compares what is written with want.
+// sameAs is a writer that compares what is written with what want reads.
 type sameAs struct {
-	want []byte
-	off  int
+	want io.Reader
+	buf  []byte
 }
 
 func (s *sameAs) Write(p []byte) (int, error) {
-	if len(p) > len(s.want)-s.off || !bytes.Equal(p, s.want[s.off:s.off+len(p)]) {
-		s.off = -1
+	if cap(s.buf) < len(p) {
+		s.buf = make([]byte, len(p))
+	}
+	b := s.buf[:len(p)]
+	if _, err := io.ReadFull(s.want, b); err != nil || !bytes.Equal(p, b) {
 		return 0, errDiffers
 	}
-	s.off += len(p)
 	return len(p), nil
 }
 
-func (s *sameAs) equal() bool { return s.off == len(s.want) }
+// atEnd reports whether want has nothing more.
+func (s *sameAs) atEnd() bool {
+	n, err := s.want.Read(make([]byte, 1))
+	return n == 0 && err == io.EOF
+}
 
 // fold decodes batches of records on two goroutines, taking turns, and applies them in order
 // on a third.

@@ -1,0 +1,5 @@
+//go:build mutant_stale_table_copy
+
+package projections
+
+func init() { mutantStaleTableCopy = true }

@@ -1,0 +1,5 @@
+//go:build mutant_table_index_lost
+
+package projections
+
+func init() { mutantTableIndexLost = true }
