@@ -13,7 +13,7 @@ const (
 	prefixView = "view/"
 	// prefixViewEnd is the exclusive upper bound of every view key ('0' is the byte after '/').
 	prefixViewEnd = "view0"
-	keyFormat  = "meta/format"
+	keyFormat     = "meta/format"
 
 	// formatMarker is the value of keyFormat: it tells a tether log from any other Pebble store.
 	formatMarker = "tether.eventlog.v1"

@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"SubscriptionDeliversInOrder", testSubscription},
 		{"CloseDrainsAcceptedAppends", testCloseDrains},
 		{"Checkpoints", testCheckpoints},
+		{"ViewTableMovesWithItsCheckpoint", testViews},
 		{"ReadOnly", testReadOnly},
 		{"RefusesForeignDirectories", testForeignDirectories},
 		{"VerifyNamesTamperedSeq", testVerifyTampered},
@@ -507,6 +508,85 @@ func testCheckpoints(t *testing.T, s Store) {
 	rec2, _ := l.Get(2)
 	if c.Seq != 2 || c.Hash != rec2.Hash || string(c.Data) != "snapshot@2" {
 		t.Fatalf("reloaded checkpoint %+v, want seq 2 with the newest data", c)
+	}
+}
+
+// views lists the view table as key=value pairs under prefix, in order or in reverse from start.
+func views(v eventlog.Views, prefix, start string, reverse bool) string {
+	var out []string
+	var from []byte
+	if start != "" {
+		from = []byte(start)
+	}
+	v.Scan([]byte(prefix), from, reverse, func(k, val []byte) bool {
+		out = append(out, string(k)+"="+string(val))
+		return true
+	})
+	return strings.Join(out, " ")
+}
+
+// The view table changes only with a checkpoint, in its batch: a crash leaves both as they were
+// or both as saved; its scans keep to their prefix in both directions; ClearViews empties it
+// with the checkpoint.
+func testViews(t *testing.T, s Store) {
+	l := Open(t, s, eventlog.Options{})
+	if _, err := l.Append(context.Background(), Event("job/v", 1), Event("job/v", 2)); err != nil {
+		t.Fatal(err)
+	}
+	put := func(k, v string) eventlog.ViewWrite { return eventlog.ViewWrite{Key: []byte(k), Value: []byte(v)} }
+	if err := l.SaveCheckpoint("p", 1, []byte("one"), put("a1", "x"), put("a2", "y"), put("b1", "z"), put("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	v := l.Views()
+	for _, c := range []struct {
+		prefix, start string
+		reverse       bool
+		want          string
+	}{
+		{"a", "", false, "a= a1=x a2=y"},
+		{"a", "a2", false, "a2=y"},
+		{"a", "", true, "a2=y a1=x a="},
+		{"a", "a1", true, "a1=x a="},
+		{"b", "", true, "b1=z"},
+		{"c", "", false, ""},
+		{"", "", false, "a= a1=x a2=y b1=z"},
+	} {
+		if got := views(v, c.prefix, c.start, c.reverse); got != c.want {
+			t.Errorf("Scan(%q from %q, reverse %v) = %q, want %q", c.prefix, c.start, c.reverse, got, c.want)
+		}
+	}
+	if val, ok := v.Get([]byte("a2")); !ok || string(val) != "y" {
+		t.Fatalf("Get(a2) = %q, %v", val, ok)
+	}
+	if _, ok := v.Get([]byte("zz")); ok {
+		t.Fatal("Get of a missing key found one")
+	}
+	if err := l.SaveCheckpoint("p", 2, []byte("two"), eventlog.ViewWrite{Key: []byte("a1"), Delete: true}, put("a2", "y2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SaveCheckpoint("p", 2, nil, eventlog.ViewWrite{}); err == nil {
+		t.Fatal("a view write with an empty key was accepted")
+	}
+	if s.Crash != nil {
+		crashed := s.Crash(0, rand.New(rand.NewPCG(1, 2)))
+		cl := Open(t, crashed, eventlog.Options{})
+		c, err := cl.LoadCheckpoint("p")
+		if got := views(cl.Views(), "", "", false); err != nil || c.Seq != 2 || got != "a= a2=y2 b1=z" {
+			t.Fatalf("after a crash: checkpoint %d (%v), table %q; want seq 2 with its table", c.Seq, err, got)
+		}
+		_ = cl.Close()
+	}
+	if err := l.ClearViews("p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.LoadCheckpoint("p"); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Fatalf("checkpoint after ClearViews: %v", err)
+	}
+	if got := views(v, "", "", false); got != "" {
+		t.Fatalf("table after ClearViews: %q", got)
+	}
+	if _, err := l.Get(2); err != nil {
+		t.Fatalf("ClearViews touched the log: %v", err)
 	}
 }
 
