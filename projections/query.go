@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -30,6 +31,8 @@ type JobFilter struct {
 	Status Status // compared with StatusAt(now)
 	Queue  string
 	Type   string
+	// Label is key=value: only jobs with that label.
+	Label string
 	// After is the id of the last job of the previous page; ids are ULIDs, so pages run in
 	// submission order, or its reverse with Newest.
 	After  string
@@ -44,8 +47,8 @@ type JobFilter struct {
 const ListLimitMax = 1000
 
 // List returns one page of a tenant's jobs in id order (reversed with f.Newest) and whether more
-// follow. It walks the index of the most selective filter it has (status, then queue, then
-// type), in memory and in the table merged, and checks the others on the way, so a page costs
+// follow. It walks the index of the most selective filter it has (status, then label, then
+// queue, then type), in memory and in the table merged, and checks the others on the way, so a page costs
 // its length plus the jobs that index holds but the other filters leave out.
 func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 	limit := f.Limit
@@ -53,12 +56,14 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 		limit = ListLimitMax
 	}
 	found := map[string]*Job{}
+	labelKey, labelValue, _ := strings.Cut(f.Label, "=")
 	keep := func(id string, _ int) verdict {
 		if id == f.After {
 			return skip
 		}
 		j := s.lookup(id)
 		if j == nil || (f.Queue != "" && j.Queue != f.Queue) || (f.Type != "" && j.Type != f.Type) ||
+			(f.Label != "" && !hasLabel(j, labelKey, labelValue)) ||
 			(f.Status != "" && j.StatusAt(now) != f.Status) || f.Retention.Expired(j, now) {
 			return skip
 		}
@@ -71,6 +76,8 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 		prefixes = []string{listPrefix(f.Tenant, byStatus, string(StatusQueued)), listPrefix(f.Tenant, byStatus, string(StatusScheduled))}
 	case f.Status != "":
 		prefixes = []string{listPrefix(f.Tenant, byStatus, string(f.Status))}
+	case f.Label != "":
+		prefixes = []string{listPrefix(f.Tenant, byLabel, f.Label)}
 	case f.Queue != "":
 		prefixes = []string{listPrefix(f.Tenant, byQueue, f.Queue)}
 	case f.Type != "":
@@ -99,6 +106,11 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 		out[i] = j
 	}
 	return out, more
+}
+
+func hasLabel(j *Job, key, value string) bool {
+	v, ok := j.Labels[key]
+	return ok && v == value
 }
 
 // AllWaiting returns every queued or scheduled job of every tenant, unordered.

@@ -189,7 +189,11 @@ func TestListMatchesAScan(t *testing.T) {
 		}
 		id, tenant := fmt.Sprintf("01J%023d", r.IntN(1_000_000)*1000+i), []string{"acme", "other"}[r.IntN(2)]
 		at := t0.Add(time.Duration(i) * time.Second)
-		f.must(at, eventlog.JobSubmitted{JobID: id, Tenant: tenant, Queue: fmt.Sprintf("q%d", r.IntN(3)), Type: fmt.Sprintf("t%d", r.IntN(2)), MaxAttempts: 1})
+		var labels map[string]string
+		if n := r.IntN(3); n > 0 {
+			labels = map[string]string{"gpu": fmt.Sprintf("g%d", n)}
+		}
+		f.must(at, eventlog.JobSubmitted{JobID: id, Tenant: tenant, Queue: fmt.Sprintf("q%d", r.IntN(3)), Type: fmt.Sprintf("t%d", r.IntN(2)), MaxAttempts: 1, Labels: labels})
 		ids = append(ids, id)
 		switch r.IntN(6) {
 		case 0: // stays queued
@@ -224,6 +228,9 @@ func TestListMatchesAScan(t *testing.T) {
 			fl.Type = fmt.Sprintf("t%d", r.IntN(2))
 		}
 		if r.IntN(3) == 0 {
+			fl.Label = fmt.Sprintf("gpu=g%d", r.IntN(3))
+		}
+		if r.IntN(3) == 0 {
 			fl.After = ids[r.IntN(len(ids))]
 		}
 		if r.IntN(4) == 0 {
@@ -233,6 +240,7 @@ func TestListMatchesAScan(t *testing.T) {
 		for _, id := range ids {
 			j, ok := f.set.Job(id)
 			if !ok || j.Tenant != fl.Tenant || (fl.Queue != "" && j.Queue != fl.Queue) || (fl.Type != "" && j.Type != fl.Type) ||
+				(fl.Label != "" && fl.Label != "gpu="+j.Labels["gpu"]) ||
 				(fl.Status != "" && j.StatusAt(now) != fl.Status) || fl.Retention.Expired(j, now) ||
 				(fl.After != "" && !fl.Newest && id <= fl.After) || (fl.After != "" && fl.Newest && id >= fl.After) {
 				continue

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -28,7 +29,9 @@ import (
 //
 //	j <id>                                   the finished job's JSON (Store only)
 //	l <tenant> 0 <field> <value> 0 <id>      List's index: field 0 is every job of the tenant,
-//	                                         's' its status, 'q' its queue, 'y' its type
+//	                                         's' its status, 'q' its queue, 'y' its type, 'L' a
+//	                                         label as key=value (one key each; values with NUL
+//	                                         are not indexed)
 //	d <finished: 8> <id>                     succeeded or cancelled, retained by --retain
 //	t <until: 8> <id>                        succeeded or cancelled with a result TTL
 //	x <tenant> 0 <died: 8> <id>              a dead letter, by tenant (the cap counts per tenant)
@@ -66,6 +69,7 @@ const (
 	byStatus  = 's'
 	byQueue   = 'q'
 	byType    = 'y'
+	byLabel   = 'L'
 )
 
 func listPrefix(tenant string, field byte, value string) string {
@@ -84,14 +88,19 @@ func keyTime(s string) time.Time {
 	return time.Unix(0, int64(binary.BigEndian.Uint64([]byte(s[:8])))).UTC()
 }
 
-// listKeys are the keys under which List finds a job.
-func listKeys(j *Job) [4]string {
-	return [4]string{
-		listPrefix(j.Tenant, byNothing, "") + j.ID,
-		listPrefix(j.Tenant, byStatus, string(j.Status)) + j.ID,
-		listPrefix(j.Tenant, byQueue, j.Queue) + j.ID,
-		listPrefix(j.Tenant, byType, j.Type) + j.ID,
+// listKeys are the keys under which List finds a job; the status key is the second.
+func listKeys(j *Job) []string {
+	out := make([]string, 4, 5+len(j.Labels))
+	out[0] = listPrefix(j.Tenant, byNothing, "") + j.ID
+	out[1] = listPrefix(j.Tenant, byStatus, string(j.Status)) + j.ID
+	out[2] = listPrefix(j.Tenant, byQueue, j.Queue) + j.ID
+	out[3] = listPrefix(j.Tenant, byType, j.Type) + j.ID
+	for _, k := range slices.Sorted(maps.Keys(j.Labels)) { // in one order: a checkpoint's batch is the same every run
+		if v := j.Labels[k]; !strings.Contains(v, "\x00") {
+			out = append(out, listPrefix(j.Tenant, byLabel, k+"="+v)+j.ID)
+		}
 	}
+	return out
 }
 
 // retentionKey orders a finished job by when it is due to leave the views; "" for a live one.
@@ -110,8 +119,7 @@ func retentionKey(j *Job) string {
 
 // keys are all of a job's index keys.
 func keys(j *Job) []string {
-	l := listKeys(j)
-	out := l[:]
+	out := listKeys(j)
 	if r := retentionKey(j); r != "" {
 		out = append(out, r)
 	}

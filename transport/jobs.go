@@ -3,6 +3,7 @@ package transport
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -165,7 +166,13 @@ const ListLimitDefault = 100
 func (s *Server) listJobs(r *request) error {
 	q := r.URL.Query()
 	f := projections.JobFilter{Tenant: r.by.tenant, Status: projections.Status(q.Get("status")), Queue: q.Get("queue"), Type: q.Get("type"),
-		After: q.Get("cursor"), Limit: ListLimitDefault}
+		Label: q.Get("label"), After: q.Get("cursor"), Limit: ListLimitDefault}
+	if l := f.Label; l != "" {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" || len(k) > actors.LabelKeyLenMax || len(v) > actors.LabelValueLenMax || strings.IndexByte(l, 0) >= 0 {
+			return errorf(actors.CodeInvalidArgument, "label %q must be key=value, a key of 1..%d bytes and a value of at most %d", clip(l), actors.LabelKeyLenMax, actors.LabelValueLenMax)
+		}
+	}
 	switch f.Status {
 	case "", projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased, projections.StatusSucceeded,
 		projections.StatusFailed, projections.StatusCancelled:

@@ -250,9 +250,11 @@ func jobList(args []string) error {
 	fs.StringVar(&o.Status, "status", "", "only jobs with this status")
 	fs.StringVar(&o.Queue, "queue", "", "only jobs of this queue")
 	fs.StringVar(&o.Type, "type", "", "only jobs of this type")
+	fs.StringVar(&o.Label, "label", "", "only jobs with this label, as key=value")
+	fs.BoolVar(&o.Newest, "newest", false, "newest jobs first")
 	fs.StringVar(&o.Cursor, "cursor", "", "the next_cursor of the previous page")
 	fs.IntVar(&o.Limit, "limit", 50, "jobs per page, 1..1000")
-	if _, err := parseArgs(fs, args, 0, "tether job ls [--status S] [--queue Q]"); err != nil {
+	if _, err := parseArgs(fs, args, 0, "tether job ls [--status S] [--queue Q] [--label K=V] [--newest]"); err != nil {
 		return err
 	}
 	if o.Limit < 1 || o.Limit > 1000 {

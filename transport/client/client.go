@@ -155,16 +155,23 @@ func (c *Client) Get(ctx context.Context, id string) (*wire.Job, error) {
 // ListOptions filter and page GET /v1/jobs; empty fields match everything.
 type ListOptions struct {
 	Status, Queue, Type, Cursor string
-	Limit                       int
+	// Label is key=value: only jobs with that label.
+	Label string
+	Limit int
+	// Newest lists the newest jobs first.
+	Newest bool
 }
 
 // List returns one page of jobs; pass NextCursor as Cursor for the next.
 func (c *Client) List(ctx context.Context, o ListOptions) (*wire.JobList, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "type": o.Type, "cursor": o.Cursor} {
+	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "type": o.Type, "label": o.Label, "cursor": o.Cursor} {
 		if v != "" {
 			q.Set(k, v)
 		}
+	}
+	if o.Newest {
+		q.Set("order", "newest")
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +98,32 @@ func TestClientDrivesAJobToItsResult(t *testing.T) {
 	page, err := c.List(ctx(t), client.ListOptions{Status: "succeeded", Queue: "q", Limit: 10})
 	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != job.ID || page.NextCursor != "" {
 		t.Fatalf("list: %+v, %v", page, err)
+	}
+	other, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "idle", Type: "sum", Labels: map[string]string{"team": "y"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		o    client.ListOptions
+		want []string
+	}{
+		{client.ListOptions{Label: "team=x"}, []string{job.ID}},
+		{client.ListOptions{Label: "team=y"}, []string{other.ID}},
+		{client.ListOptions{Label: "team="}, nil},
+		{client.ListOptions{Newest: true}, []string{other.ID, job.ID}},
+		{client.ListOptions{}, []string{job.ID, other.ID}},
+	} {
+		page, err := c.List(ctx(t), tc.o)
+		var ids []string
+		for _, j := range page.Jobs {
+			ids = append(ids, j.ID)
+		}
+		if err != nil || !slices.Equal(ids, tc.want) {
+			t.Fatalf("list %+v: %v, %v; want %v", tc.o, ids, err, tc.want)
+		}
+	}
+	if _, err := c.List(ctx(t), client.ListOptions{Label: "no-equals-sign"}); err == nil || !strings.Contains(err.Error(), "INVALID_ARGUMENT") {
+		t.Fatalf("a label filter without =: %v", err)
 	}
 	stop()
 	if err := <-ran; err != nil && !errors.Is(err, context.Canceled) {
