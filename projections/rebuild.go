@@ -10,14 +10,15 @@ import (
 // rebuildFlushAt is how many finished jobs a Rebuild holds in memory before it flushes them to
 // the table: replaying a long log (an older build's, or after an unusable checkpoint) costs
 // memory for what is live and this many jobs, not for the whole history.
-const rebuildFlushAt = 50_000
+const rebuildFlushAt = 10_000
 
 // Rebuild is how a server gets its projections when it starts on a log: the newest checkpoint
 // and the table saved with it, then every record after it. A checkpoint that is missing starts
 // from the empty Set; one that cannot be read or decoded, or that disagrees with its own seq, is
 // reported to unusable and the whole log is replayed instead, into a table cleared first (on a
-// read-only log, into memory alone). It returns the Set and the seq of the checkpoint it started
-// from (0 when none). The runtime and the simulator both start this way.
+// read-only log, into memory alone), saving a checkpoint every rebuildFlushAt finished jobs on
+// the way. It returns the Set and the seq of the newest checkpoint when it is done (0 when
+// none). The runtime and the simulator both start this way.
 func Rebuild(l *eventlog.Log, unusable func(error)) (*Set, uint64, error) {
 	var s *Set
 	ck, err := l.LoadCheckpoint(CheckpointName)
@@ -58,6 +59,7 @@ func Rebuild(l *eventlog.Log, unusable func(error)) (*Set, uint64, error) {
 			if err := s.BeginFlush().Save(l, s); err != nil {
 				return nil, 0, err
 			}
+			from = s.Seq()
 		}
 	}
 	return s, from, nil

@@ -597,6 +597,10 @@ func CheckpointOutdated(data []byte) bool {
 // UnmarshalCheckpoint restores a Set from MarshalCheckpoint's bytes and the table saved with
 // them (nil if the Set had no finished jobs).
 func UnmarshalCheckpoint(data []byte, store Store) (*Set, error) {
+	if !bytes.HasSuffix(data, []byte(`"version":"`+checkpointVersion+`"}`)) {
+		// Refused before it is decoded: an older build's checkpoint holds every job ever run.
+		return nil, fmt.Errorf("projections: checkpoint is not of version %q", checkpointVersion)
+	}
 	var c checkpoint
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("projections: checkpoint: %w", err)
