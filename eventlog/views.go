@@ -29,12 +29,7 @@ const (
 )
 
 // viewKey returns "view/" + key.
-func viewKey(key []byte) []byte {
-	k := make([]byte, len(prefixView)+len(key))
-	copy(k, prefixView)
-	copy(k[len(prefixView):], key)
-	return k
-}
+func viewKey(key []byte) []byte { return table{prefix: prefixView}.key(key) }
 
 // Views reads the view table as the newest saved checkpoint left it.
 type Views struct{ l *Log }
@@ -45,16 +40,7 @@ func (l *Log) Views() Views { return Views{l} }
 // Get returns the value under key, or false. A read error fails the log (the store is damaged
 // or gone, and the server must stop) and answers false.
 func (v Views) Get(key []byte) ([]byte, bool) {
-	val, closer, err := v.l.db.Get(viewKey(key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false
-	}
-	if err != nil {
-		v.l.fail(fmt.Errorf("eventlog: read view %q: %w", key, err))
-		return nil, false
-	}
-	defer closer.Close()
-	return bytes.Clone(val), true
+	return table{v.l.db, prefixView, v.l.fail}.get(key)
 }
 
 // Scan calls fn with every key that starts with prefix, from start on (start itself included if
@@ -62,39 +48,70 @@ func (v Views) Get(key []byte) ([]byte, bool) {
 // reverse, start bounds from above (included). A read error fails the log and ends the scan.
 // The key and value passed to fn are valid only during the call.
 func (v Views) Scan(prefix, start []byte, reverse bool, fn func(key, value []byte) bool) {
-	lower, upper := viewKey(prefix), viewKey(prefixEnd(prefix))
-	if len(prefix) == 0 {
-		upper = []byte(prefixViewEnd)
+	table{v.l.db, prefixView, v.l.fail}.scan(prefix, start, reverse, fn)
+}
+
+// table reads the keys of a Pebble store under a prefix, as a table of their own.
+type table struct {
+	db     *pebble.DB
+	prefix string
+	fail   func(error)
+}
+
+func (t table) key(key []byte) []byte {
+	k := make([]byte, len(t.prefix)+len(key))
+	copy(k, t.prefix)
+	copy(k[len(t.prefix):], key)
+	return k
+}
+
+func (t table) get(key []byte) ([]byte, bool) {
+	val, closer, err := t.db.Get(t.key(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false
 	}
-	it, err := v.l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		v.l.fail(fmt.Errorf("eventlog: scan views: %w", err))
+		t.fail(fmt.Errorf("eventlog: read table key %q: %w", key, err))
+		return nil, false
+	}
+	defer closer.Close()
+	return bytes.Clone(val), true
+}
+
+func (t table) scan(prefix, start []byte, reverse bool, fn func(key, value []byte) bool) {
+	lower, upper := t.key(prefix), t.key(prefixEnd(prefix))
+	if prefixEnd(prefix) == nil {
+		upper = prefixEnd([]byte(t.prefix)) // nil (no bound) for a table of the whole store
+	}
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		t.fail(fmt.Errorf("eventlog: scan table: %w", err))
 		return
 	}
 	defer it.Close()
 	var valid bool
 	switch {
 	case reverse && start != nil:
-		valid = it.SeekLT(append(viewKey(start), 0)) // start itself included
+		valid = it.SeekLT(append(t.key(start), 0)) // start itself included
 	case reverse:
 		valid = it.Last()
 	case start != nil:
-		valid = it.SeekGE(viewKey(start))
+		valid = it.SeekGE(t.key(start))
 	default:
 		valid = it.First()
 	}
 	for ; valid; valid = step(it, reverse) {
 		val, err := it.ValueAndErr()
 		if err != nil {
-			v.l.fail(fmt.Errorf("eventlog: scan views: %w", err))
+			t.fail(fmt.Errorf("eventlog: scan table: %w", err))
 			return
 		}
-		if !fn(it.Key()[len(prefixView):], val) {
+		if !fn(it.Key()[len(t.prefix):], val) {
 			return
 		}
 	}
 	if err := it.Error(); err != nil {
-		v.l.fail(fmt.Errorf("eventlog: scan views: %w", err))
+		t.fail(fmt.Errorf("eventlog: scan table: %w", err))
 	}
 }
 

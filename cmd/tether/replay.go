@@ -233,7 +233,8 @@ func replayState(args []string) error {
 	if err != nil {
 		return notVerified(err)
 	}
-	st := audit.Summarize(set, head)
+	defer set.Close()
+	st := audit.Summarize(set.Set, head)
 	return rf.print(st, func() string { return stateText(st) })
 }
 

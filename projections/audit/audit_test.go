@@ -233,7 +233,8 @@ func TestVerifyARealDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := audit.Summarize(at, head)
+	defer at.Close()
+	st := audit.Summarize(at.Set, head)
 	if len(st.Workers) != 1 || st.Workers[0].ID != d.worker || st.Workers[0].Status != "offline" ||
 		len(st.Tenants) != 1 || len(st.Tenants[0].Queues) != 1 || st.Tenants[0].Queues[0].Depth != 1 {
 		t.Fatalf("state at the head: %+v", st)
@@ -243,7 +244,8 @@ func TestVerifyARealDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := audit.Summarize(at, head); len(st.Workers) != 1 || len(st.Tenants) != 1 {
+	defer at.Close()
+	if st := audit.Summarize(at.Set, head); len(st.Workers) != 1 || len(st.Tenants) != 1 {
 		t.Fatalf("state at seq 1: %+v", st)
 	}
 }
@@ -533,6 +535,7 @@ func TestVerifyComparesACheckpointMidLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer set.Close()
 			// The server's table is at its last checkpoint, the head: start the one at k afresh.
 			if err := l.ClearViews(projections.CheckpointName); err != nil {
 				t.Fatal(err)

@@ -10,29 +10,75 @@ import (
 	"github.com/tetherhq/tether/projections"
 )
 
-// StateAt replays the records 1..seq into a fresh Set: the projections exactly as the server
-// held them once it had applied record seq. It checks the chain on the way.
-func StateAt(ctx context.Context, l *eventlog.Log, seq uint64, progress Progress) (*projections.Set, eventlog.Head, error) {
+// Fold is the projections as `tether replay` folds them: what is live in memory, and the
+// finished jobs spilled to a scratch table on disk every spillAt changed jobs, so that an audit
+// of a log of any length costs the memory of its live state, as the server does. Close deletes
+// the table.
+type Fold struct {
+	*projections.Set
+	scratch *eventlog.Scratch
+}
+
+// spillAt is how many changed jobs a Fold holds before it spills the finished ones.
+var spillAt = 10_000
+
+// NewFold returns the fold of the empty log, its scratch table in the system's temporary
+// directory.
+func NewFold() (*Fold, error) {
+	scratch, err := eventlog.OpenScratch("")
+	if err != nil {
+		return nil, err
+	}
+	return &Fold{Set: projections.NewOn(scratch), scratch: scratch}, nil
+}
+
+// Apply folds one decoded record.
+func (f *Fold) Apply(r eventlog.Record, p eventlog.Payload) error {
+	if err := f.Set.Apply(r.Seq, r.Time, p); err != nil {
+		return &FoldError{Seq: r.Seq, Err: err}
+	}
+	if f.Unflushed() >= spillAt {
+		return f.Spill(f.scratch.Apply)
+	}
+	return f.scratch.Err()
+}
+
+// Close deletes the scratch table.
+func (f *Fold) Close() error { return f.scratch.Close() }
+
+// StateAt replays the records 1..seq into a fresh Fold: the projections exactly as the server
+// held them once it had applied record seq. It checks the chain on the way. The caller closes
+// the Fold.
+func StateAt(ctx context.Context, l *eventlog.Log, seq uint64, progress Progress) (*Fold, eventlog.Head, error) {
 	head := eventlog.Head{Hash: eventlog.Genesis}
 	if seq > l.Head().Seq {
 		return nil, head, fmt.Errorf("%w: seq %d is beyond the head of the log, seq %d", eventlog.ErrNotFound, seq, l.Head().Seq)
 	}
-	set := projections.New()
+	f, err := NewFold()
+	if err != nil {
+		return nil, head, err
+	}
 	if seq == 0 {
-		return set, head, nil // Verified reads 0 as "to the head"
+		return f, head, nil // Verified reads 0 as "to the head"
 	}
 	for r, err := range l.Verified(ctx, seq) {
-		if err != nil {
-			return nil, head, err
+		if err == nil {
+			var p eventlog.Payload
+			if p, err = eventlog.Decode(r.Type, r.Data); err != nil {
+				err = &FoldError{Seq: r.Seq, Err: err}
+			} else {
+				err = f.Apply(r, p)
+			}
 		}
-		if err := set.ApplyRecord(r); err != nil {
-			return nil, head, &FoldError{Seq: r.Seq, Err: err}
+		if err != nil {
+			_ = f.Close()
+			return nil, head, err
 		}
 		head = eventlog.Head{Seq: r.Seq, Hash: r.Hash, Time: r.Time}
 		progress.report(r.Seq, seq, false)
 	}
 	progress.report(head.Seq, seq, true)
-	return set, head, nil
+	return f, head, nil
 }
 
 // SeqAt returns the seq of the last record stamped at or before t, 0 if there is none. Record

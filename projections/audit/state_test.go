@@ -112,11 +112,14 @@ func scriptedWorkload(t *testing.T, applied func(*projections.Set, actorstest.Re
 	return w
 }
 
-// The projections `state --at` rebuilds from the log equal the live ones at every seq.
+// The projections `state --at` rebuilds from the log equal the live ones at every seq, with
+// the finished jobs spilled to the scratch table after every 3 changed jobs.
 func TestStateAtEverySeqEqualsTheLiveProjections(t *testing.T) {
+	defer func(n int) { *audit.SpillAt = n }(*audit.SpillAt)
+	*audit.SpillAt = 3
 	live := map[uint64][]byte{}
 	world := scriptedWorkload(t, func(set *projections.Set, r actorstest.Record) {
-		b, err := set.MarshalCheckpoint()
+		b, err := set.MarshalFold()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,15 +154,22 @@ func TestStateAtEverySeqEqualsTheLiveProjections(t *testing.T) {
 	if uint64(len(live)) != n || n < 30 {
 		t.Fatalf("%d live captures for %d records", len(live), n)
 	}
+	everSpilled := false
 	for seq := uint64(1); seq <= n; seq++ {
 		set, head, err := audit.StateAt(ctx(t), l, seq, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _ := set.MarshalCheckpoint()
+		got, _ := set.MarshalFold()
+		spilled := set.InMemory() < set.RetainedCount()+set.LiveCount()
+		set.Close()
 		if head.Seq != seq || !bytes.Equal(got, live[seq]) {
 			t.Fatalf("state at seq %d differs from the live projections then:\n got %s\nwant %s", seq, got, live[seq])
 		}
+		everSpilled = everSpilled || spilled
+	}
+	if !everSpilled {
+		t.Fatal("no state held a finished job in the scratch table")
 	}
 	// --at TIME picks the last record stamped at or before it.
 	mid := world.Log[n/2]

@@ -113,11 +113,15 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 	}()
 	var ckpt *loadedCheckpoint
 	compared := false
-	set := projections.New()
+	set, err := NewFold()
+	if err != nil {
+		return sum, err
+	}
+	defer set.Close()
 	total := l.Head().Seq
 	fold := startFold(func(r eventlog.Record, p eventlog.Payload) error {
-		if err := set.Apply(r.Seq, r.Time, p); err != nil {
-			return &FoldError{Seq: r.Seq, Err: err}
+		if err := set.Apply(r, p); err != nil {
+			return err
 		}
 		sum.Types[r.Type]++
 		if ckpt == nil {
@@ -128,7 +132,7 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 			}
 		}
 		if ckpt != nil && ckpt.err == nil && r.Seq == ckpt.c.Seq {
-			n, err := compareCheckpoint(l, set, ckpt.c)
+			n, err := compareCheckpoint(l, set.Set, ckpt.c)
 			if err != nil {
 				return err
 			}
@@ -163,7 +167,8 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 		if err != nil {
 			return sum, err
 		}
-		n, err := compareCheckpoint(l, at, ckpt.c)
+		n, err := compareCheckpoint(l, at.Set, ckpt.c)
+		at.Close()
 		if err != nil {
 			return sum, err
 		}
