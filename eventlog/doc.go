@@ -38,7 +38,6 @@
 //	view/<key>                       a projection's table on disk (finished jobs and their
 //	                                 indexes); its keys and values are the projection's
 //
-
 // INVARIANT: the log/ keys are exactly 1..head, each holding the record of that seq.
 // INVARIANT: a record and its idx/ key are written in the same Pebble batch.
 // INVARIANT: a checkpoint's hash is the hash of the record at its seq.
