@@ -70,26 +70,26 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 		found[id] = j
 		return take
 	}
-	var prefixes []string
+	var indexes []index
 	switch {
 	case f.Status == StatusQueued: // a scheduled job whose run_at has passed reads as queued
-		prefixes = []string{listPrefix(f.Tenant, byStatus, string(StatusQueued)), listPrefix(f.Tenant, byStatus, string(StatusScheduled))}
+		indexes = []index{listIndex(f.Tenant, byStatus, string(StatusQueued)), listIndex(f.Tenant, byStatus, string(StatusScheduled))}
 	case f.Status != "":
-		prefixes = []string{listPrefix(f.Tenant, byStatus, string(f.Status))}
+		indexes = []index{listIndex(f.Tenant, byStatus, string(f.Status))}
 	case f.Label != "":
-		prefixes = []string{listPrefix(f.Tenant, byLabel, f.Label)}
+		indexes = []index{listIndex(f.Tenant, byLabel, f.Label)}
 	case f.Queue != "":
-		prefixes = []string{listPrefix(f.Tenant, byQueue, f.Queue)}
+		indexes = []index{listIndex(f.Tenant, byQueue, f.Queue)}
 	case f.Type != "":
-		prefixes = []string{listPrefix(f.Tenant, byType, f.Type)}
+		indexes = []index{listIndex(f.Tenant, byType, f.Type)}
 	default:
-		prefixes = []string{listPrefix(f.Tenant, byNothing, "")}
+		indexes = []index{listIndex(f.Tenant, byNothing, "")}
 	}
 	var ids []string
-	for _, p := range prefixes {
-		ids = append(ids, s.scanMerged(p, f.After, f.Newest, limit+1, keep)...)
+	for _, x := range indexes {
+		ids = append(ids, s.scanMerged(x, f.After, f.Newest, limit+1, keep)...)
 	}
-	if len(prefixes) > 1 { // the first limit+1 of the union are among the first limit+1 of each
+	if len(indexes) > 1 { // the first limit+1 of the union are among the first limit+1 of each
 		slices.Sort(ids)
 		if f.Newest {
 			slices.Reverse(ids)
@@ -225,7 +225,7 @@ func (s *Set) InMemory() int { return len(s.jobs) }
 // tests and the simulator, not for a request.
 func (s *Set) DeadLetters(tenant string) []*Job {
 	var out []*Job
-	for _, id := range s.scanMerged(listPrefix(tenant, byStatus, string(StatusFailed)), "", false, math.MaxInt, takeAll) {
+	for _, id := range s.scanMerged(listIndex(tenant, byStatus, string(StatusFailed)), "", false, math.MaxInt, takeAll) {
 		out = append(out, s.lookup(id).Clone())
 	}
 	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(b.LastSeq, a.LastSeq) })

@@ -62,11 +62,11 @@ type Expiry struct {
 func (s *Set) Expirable(r Retention, now time.Time, limit int) []Expiry {
 	var out []Expiry
 	if r.Done > 0 {
-		for _, rest := range s.scanMerged(string(keyDone), "", false, limit, dueBy(now, r.Done)) {
+		for _, rest := range s.scanMerged(index{kind: keyDone}, "", false, limit, dueBy(now, r.Done)) {
 			out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredRetention, At: keyTime(rest).Add(r.Done)})
 		}
 	}
-	for _, rest := range s.scanMerged(string(keyTTL), "", false, limit, dueBy(now, 0)) {
+	for _, rest := range s.scanMerged(index{kind: keyTTL}, "", false, limit, dueBy(now, 0)) {
 		out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredRetention, At: keyTime(rest)})
 	}
 	for tenant, dead := range s.deadByTenant() {
@@ -83,7 +83,7 @@ func (s *Set) Expirable(r Retention, now time.Time, limit int) []Expiry {
 			}
 			return stop
 		}
-		for _, rest := range s.scanMerged(deadPrefix(tenant), "", false, limit, keep) {
+		for _, rest := range s.scanMerged(deadIndex(tenant), "", false, limit, keep) {
 			switch at := keyTime(rest); {
 			case over > 0:
 				over--
@@ -120,9 +120,9 @@ func (s *Set) deadByTenant() map[string]int {
 	return out
 }
 
-// first returns the first key's part after prefix, in memory or the table, or false.
-func (s *Set) first(prefix string) (string, bool) {
-	rest := s.scanMerged(prefix, "", false, 1, takeAll)
+// first returns the first entry of x, in memory or the table, or false.
+func (s *Set) first(x index) (string, bool) {
+	rest := s.scanMerged(x, "", false, 1, takeAll)
 	if len(rest) == 0 {
 		return "", false
 	}
@@ -138,14 +138,14 @@ func (s *Set) NextExpiry(r Retention) (time.Time, bool) {
 			next, found = t, true
 		}
 	}
-	if rest, ok := s.first(string(keyDone)); ok && r.Done > 0 {
+	if rest, ok := s.first(index{kind: keyDone}); ok && r.Done > 0 {
 		consider(keyTime(rest).Add(r.Done))
 	}
-	if rest, ok := s.first(string(keyTTL)); ok {
+	if rest, ok := s.first(index{kind: keyTTL}); ok {
 		consider(keyTime(rest))
 	}
 	for tenant, dead := range s.deadByTenant() {
-		rest, ok := s.first(deadPrefix(tenant))
+		rest, ok := s.first(deadIndex(tenant))
 		if !ok {
 			continue
 		}
@@ -171,7 +171,7 @@ func (s *Set) RetainedCount() int {
 // DeadBefore returns up to limit of a tenant's dead letters that died before before, oldest
 // first, those of queue only if it is set, and whether more match.
 func (s *Set) DeadBefore(tenant, queue string, before time.Time, limit int) (ids []string, more bool) {
-	rests := s.scanMerged(deadPrefix(tenant), "", false, limit+1, func(rest string, _ int) verdict {
+	rests := s.scanMerged(deadIndex(tenant), "", false, limit+1, func(rest string, _ int) verdict {
 		switch {
 		case !keyTime(rest).Before(before):
 			return stop

@@ -47,7 +47,7 @@ type Set struct {
 	leases  map[string]*Job            // leased jobs by lease id
 	tokens  map[string]string          // worker token hash → worker id
 	waiting map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
-	keys    memKeys                    // the index keys of the jobs in memory (table.go)
+	index   memIndex                   // the index entries of the jobs in memory (table.go)
 }
 
 type idemKey struct {
@@ -243,6 +243,12 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 	if j == nil {
 		return fmt.Errorf("projections: seq %d: %s for unknown job %s", seq, p.EventType(), id)
 	}
+	if j.Status.Terminal() {
+		// INVARIANT: a finished job in memory is never changed in place: a flush in progress
+		// may be encoding it on another goroutine (BeginFlush keeps it without a copy).
+		j = j.Clone()
+		s.jobs[id] = j
+	}
 	s.applyJob(seq, at, j, p)
 	return nil
 }
@@ -258,7 +264,7 @@ func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
 		return fmt.Errorf("projections: seq %d: job %s expired while %s", seq, e.JobID, state)
 	}
 	s.counter(j.Queue).Expired++
-	s.keys.drop(j)
+	s.index.drop(j)
 	delete(s.jobs, j.ID)
 	s.markDirty(j.ID)
 	s.unfinish(j)
@@ -302,7 +308,7 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond,
 	}
 	s.jobs[j.ID] = j
-	s.keys.add(j)
+	s.index.add(j)
 	s.wait(j)
 	s.tenant(j.Tenant).Active++
 	s.counter(j.Queue).Submitted++
@@ -335,25 +341,26 @@ func (s *Set) forgetIdempotency(at time.Time) {
 func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	wasLeased, wasStatus, wasWaiting := j.Lease != nil, j.Status, j.Waiting()
 	wasTerminal := wasStatus.Terminal()
-	var endedLease, wasRetention string
+	var endedLease, wasEntry string
+	var wasClass index
 	if wasLeased {
 		endedLease = j.Lease.LeaseID // if this event ends it
 	}
 	if wasTerminal {
-		wasRetention = retentionKey(j)
+		wasClass, wasEntry = retention(j)
 	}
 	s.countStats(at, j, p)
 	j.Fold(seq, at, p)
 	t := s.tenant(j.Tenant)
 	terminal := j.Status.Terminal()
 	if j.Status != wasStatus {
-		s.keys.t.Delete(listPrefix(j.Tenant, byStatus, string(wasStatus)) + j.ID)
-		s.keys.t.ReplaceOrInsert(listPrefix(j.Tenant, byStatus, string(j.Status)) + j.ID)
+		s.index.remove(listIndex(j.Tenant, byStatus, string(wasStatus)), j.ID)
+		s.index.insert(listIndex(j.Tenant, byStatus, string(j.Status)), j.ID)
 		if wasTerminal {
-			s.keys.t.Delete(wasRetention)
+			s.index.remove(wasClass, wasEntry)
 		}
 		if terminal {
-			s.keys.t.ReplaceOrInsert(retentionKey(j))
+			s.index.insert(retention(j))
 		}
 	}
 	if wasTerminal || terminal {
@@ -445,9 +452,9 @@ func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
 // derive rebuilds the indexes that follow from jobs and workers.
 func (s *Set) derive() {
 	s.leases, s.tokens, s.waiting = map[string]*Job{}, map[string]string{}, map[string]map[string]*Job{}
-	s.keys = newMemKeys()
+	s.index = memIndex{}
 	for _, j := range s.jobs {
-		s.keys.add(j)
+		s.index.add(j)
 		if j.Lease != nil {
 			s.leases[j.Lease.LeaseID] = j
 		}

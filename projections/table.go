@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -37,12 +36,13 @@ import (
 //	t <until: 8> <id>                        succeeded or cancelled with a result TTL
 //	x <tenant> 0 <died: 8> <id>              a dead letter, by tenant (the cap counts per tenant)
 //
-// Memory keeps the l, d, t and x keys of the jobs it holds in one ordered tree; a query merges it
-// with the Store's keys, leaving out a stored key of any job that memory holds or that changed
-// since the last flush (dirty): memory's copy, or its absence, wins.
+// Memory keeps the same entries (the part of an l, d, t or x key after its prefix) for the jobs
+// it holds, an ordered set per prefix (memIndex); a query merges them with the Store's keys,
+// leaving out a stored key of any job that memory holds or that changed since the last flush
+// (dirty): memory's copy, or its absence, wins.
 //
 // INVARIANT: a job id is in the Store's current answer (not masked) only if it is neither in
-// jobs nor in dirty; every job in jobs has exactly its keys in memory.
+// jobs nor in dirty; every job in jobs has exactly its entries in memory.
 // INVARIANT: the Store holds exactly the finished jobs of the fold at the last flush's seq that
 // were not in memory then, with exactly their keys.
 
@@ -73,119 +73,142 @@ const (
 	byLabel   = 'L'
 )
 
-func listPrefix(tenant string, field byte, value string) string {
-	return string(keyList) + tenant + "\x00" + string(field) + value + "\x00"
+// index names one ordered set of index entries: List's (a tenant's jobs, or those whose field
+// has value), or a retention class (all done jobs, all with a TTL, or a tenant's dead letters).
+// An entry is the part of its key after the prefix: a job id, or for a timed class an 8-byte
+// time and the id.
+type index struct {
+	kind   byte   // keyList, keyDone, keyTTL or keyDead
+	tenant string // keyList, keyDead
+	field  byte   // keyList
+	value  string // keyList
 }
 
-func deadPrefix(tenant string) string { return string(keyDead) + tenant + "\x00" }
+func listIndex(tenant string, field byte, value string) index {
+	return index{kind: keyList, tenant: tenant, field: field, value: value}
+}
 
-func timeKey(t time.Time) string {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(t.UnixNano()))
-	return string(b[:])
+func deadIndex(tenant string) index { return index{kind: keyDead, tenant: tenant} }
+
+// timed reports whether the index's entries start with a time.
+func (x index) timed() bool { return x.kind != keyList }
+
+// appendPrefix appends the index's key prefix in the table.
+func (x index) appendPrefix(b []byte) []byte {
+	b = append(b, x.kind)
+	switch x.kind {
+	case keyList:
+		b = append(append(b, x.tenant...), 0, x.field)
+		b = append(append(b, x.value...), 0)
+	case keyDead:
+		b = append(append(b, x.tenant...), 0)
+	}
+	return b
+}
+
+// idOf is the job id of an entry.
+func (x index) idOf(entry string) string {
+	if x.timed() {
+		return entry[8:]
+	}
+	return entry
 }
 
 func keyTime(s string) time.Time {
 	return time.Unix(0, int64(binary.BigEndian.Uint64([]byte(s[:8])))).UTC()
 }
 
-// listKeys are the keys under which List finds a job; the status key is the second.
-func listKeys(j *Job) []string {
-	out := make([]string, 4, 5+len(j.Labels))
-	out[0] = listPrefix(j.Tenant, byNothing, "") + j.ID
-	out[1] = listPrefix(j.Tenant, byStatus, string(j.Status)) + j.ID
-	out[2] = listPrefix(j.Tenant, byQueue, j.Queue) + j.ID
-	out[3] = listPrefix(j.Tenant, byType, j.Type) + j.ID
-	for _, k := range slices.Sorted(maps.Keys(j.Labels)) { // in one order: a checkpoint's batch is the same every run
-		if v := j.Labels[k]; !strings.Contains(v, "\x00") {
-			out = append(out, listPrefix(j.Tenant, byLabel, k+"="+v)+j.ID)
-		}
-	}
-	return out
+func appendTime(b []byte, t time.Time) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(t.UnixNano()))
 }
 
-// retentionKey orders a finished job by when it is due to leave the views; "" for a live one.
-func retentionKey(j *Job) string {
+// LabelsIndexedMax is how many of a job's labels List's index holds, in key order; the job
+// spec allows no more.
+const LabelsIndexedMax = 32
+
+// entries calls add with each index a job is in and its entry there: List's (every job of its
+// tenant, then by status, queue, type and each label as key=value, a label with NUL in its value
+// left out), then, for a finished job, its retention class. List's entries are the job's id
+// itself, so the commit path makes no string for them.
+func entries(j *Job, add func(index, string)) {
+	add(listIndex(j.Tenant, byNothing, ""), j.ID)
+	add(listIndex(j.Tenant, byStatus, string(j.Status)), j.ID)
+	add(listIndex(j.Tenant, byQueue, j.Queue), j.ID)
+	add(listIndex(j.Tenant, byType, j.Type), j.ID)
+	if len(j.Labels) > 0 {
+		labels := make([]string, 0, len(j.Labels))
+		for k, v := range j.Labels {
+			if !strings.Contains(v, "\x00") {
+				labels = append(labels, k)
+			}
+		}
+		slices.Sort(labels) // one order: a checkpoint's batch is the same every run
+		for _, k := range labels[:min(len(labels), LabelsIndexedMax)] {
+			add(listIndex(j.Tenant, byLabel, k+"="+j.Labels[k]), j.ID)
+		}
+	}
+	if j.Status.Terminal() {
+		x, e := retention(j)
+		add(x, e)
+	}
+}
+
+// retention is a finished job's retention class and its entry there, ordered by when it is due
+// to leave the views.
+func retention(j *Job) (index, string) {
+	var b [8 + 64]byte
 	switch {
-	case !j.Status.Terminal():
-		return ""
 	case j.Status == StatusFailed:
-		return deadPrefix(j.Tenant) + timeKey(j.FinishedAt) + j.ID
+		return deadIndex(j.Tenant), string(append(appendTime(b[:0], j.FinishedAt), j.ID...))
 	case j.ResultTTL > 0:
-		return string(keyTTL) + timeKey(j.FinishedAt.Add(j.ResultTTL)) + j.ID
+		return index{kind: keyTTL}, string(append(appendTime(b[:0], j.FinishedAt.Add(j.ResultTTL)), j.ID...))
 	default:
-		return string(keyDone) + timeKey(j.FinishedAt) + j.ID
+		return index{kind: keyDone}, string(append(appendTime(b[:0], j.FinishedAt), j.ID...))
 	}
 }
 
-// keys are all of a job's index keys.
-func keys(j *Job) []string {
-	out := listKeys(j)
-	if r := retentionKey(j); r != "" {
-		out = append(out, r)
+// memIndex holds the index entries of the jobs in memory, an ordered set per index.
+type memIndex map[index]*btree.BTreeG[string]
+
+// indexDegree is the trees' degree: nodes of up to 63 entries.
+const indexDegree = 32
+
+func lessEntry(a, b string) bool { return a < b }
+
+func (m memIndex) insert(x index, e string) {
+	t := m[x]
+	if t == nil {
+		t = btree.NewG(indexDegree, lessEntry)
+		m[x] = t
 	}
-	return out
+	t.ReplaceOrInsert(e)
 }
 
-// memKeys is the ordered tree of the index keys of the jobs in memory.
-type memKeys struct{ t *btree.BTreeG[string] }
-
-// keysDegree is the tree's degree: nodes of up to 63 keys.
-const keysDegree = 32
-
-func newMemKeys() memKeys {
-	return memKeys{btree.NewG(keysDegree, func(a, b string) bool { return a < b })}
-}
-
-func (m memKeys) add(j *Job) {
-	for _, k := range keys(j) {
-		m.t.ReplaceOrInsert(k)
-	}
-}
-
-func (m memKeys) drop(j *Job) {
-	for _, k := range keys(j) {
-		m.t.Delete(k)
-	}
-}
-
-// scan calls fn with the part after prefix of each key under prefix, from prefix+start on
-// (start included), in order or in reverse, until fn returns false.
-func (m memKeys) scan(prefix, start string, reverse bool, fn func(rest string) bool) {
-	visit := func(k string) bool {
-		if !strings.HasPrefix(k, prefix) {
-			return false
+func (m memIndex) remove(x index, e string) {
+	if t := m[x]; t != nil {
+		t.Delete(e)
+		if t.Len() == 0 {
+			delete(m, x)
 		}
-		return fn(k[len(prefix):])
 	}
+}
+
+func (m memIndex) add(j *Job)  { entries(j, m.insert) }
+func (m memIndex) drop(j *Job) { entries(j, m.remove) }
+
+// scan calls fn with the entries of x from start (included; "" for the first), in order or
+// in reverse, until fn returns false.
+func (m memIndex) scan(x index, start string, reverse bool, fn func(entry string) bool) {
+	t := m[x]
 	switch {
+	case t == nil:
 	case reverse && start != "":
-		m.t.DescendLessOrEqual(prefix+start, visit)
+		t.DescendLessOrEqual(start, fn)
 	case reverse:
-		if end := prefixEnd(prefix); end != "" {
-			m.t.DescendLessOrEqual(end, func(k string) bool {
-				if k == end {
-					return true
-				}
-				return visit(k)
-			})
-		} else {
-			m.t.Descend(visit)
-		}
+		t.Descend(fn)
 	default:
-		m.t.AscendGreaterOrEqual(prefix+start, visit)
+		t.AscendGreaterOrEqual(start, fn)
 	}
-}
-
-func prefixEnd(prefix string) string {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1])
-		}
-	}
-	return ""
 }
 
 // dirtyMark says a job's stored copy, if any, is stale: the job changed at seq since the last
@@ -262,12 +285,12 @@ func (s *Set) load(id string) *Job {
 	if j == nil {
 		return nil
 	}
-	s.jobs[id] = j
-	s.keys.add(j)
-	s.dirty[id] = dirtyMark{seq: s.seq, stored: true}
 	if !j.Status.Terminal() {
-		panic(fmt.Sprintf("projections: stored job %s is %s", id, j.Status))
+		panic(fmt.Sprintf("projections: stored job %s is %s", id, j.Status)) // only a Flush writes it
 	}
+	s.jobs[id] = j
+	s.index.add(j)
+	s.dirty[id] = dirtyMark{seq: s.seq, stored: true}
 	return j
 }
 
@@ -282,34 +305,35 @@ const (
 
 func takeAll(string, int) verdict { return take }
 
-// scanMerged returns the parts after prefix of the keys under prefix, from prefix+start
-// (included; "" for the first) in order or in reverse, from memory and the table merged, the
-// table's masked jobs left out: up to n that keep takes, keep being told how many its side took
-// before. Each side stops at n or at keep's stop, so a scan costs a page and what keep skips.
-func (s *Set) scanMerged(prefix, start string, reverse bool, n int, keep func(rest string, taken int) verdict) []string {
+// scanMerged returns the entries of x from start (included; "" for the first) in order or in
+// reverse, from memory and the table merged, the table's masked jobs left out: up to n that
+// keep takes, keep being told how many its side took before. Each side stops at n or at keep's
+// stop, so a scan costs a page and what keep skips.
+func (s *Set) scanMerged(x index, start string, reverse bool, n int, keep func(entry string, taken int) verdict) []string {
 	var mem, disk []string
-	s.keys.scan(prefix, start, reverse, func(rest string) bool {
-		switch keep(rest, len(mem)) {
+	s.index.scan(x, start, reverse, func(e string) bool {
+		switch keep(e, len(mem)) {
 		case take:
-			mem = append(mem, rest)
+			mem = append(mem, e)
 		case stop:
 			return false
 		}
 		return len(mem) < n
 	})
 	if s.store != nil && n > 0 {
+		prefix := x.appendPrefix(nil)
 		var startKey []byte
 		if start != "" {
-			startKey = []byte(prefix + start)
+			startKey = append(slices.Clip(prefix), start...)
 		}
-		s.store.Scan([]byte(prefix), startKey, reverse, func(key, _ []byte) bool {
-			rest := string(key[len(prefix):])
-			if s.masked(idOf(prefix, rest)) {
+		s.store.Scan(prefix, startKey, reverse, func(key, _ []byte) bool {
+			e := string(key[len(prefix):])
+			if s.masked(x.idOf(e)) {
 				return true
 			}
-			switch keep(rest, len(disk)) {
+			switch keep(e, len(disk)) {
 			case take:
-				disk = append(disk, rest)
+				disk = append(disk, e)
 			case stop:
 				return false
 			}
@@ -326,15 +350,6 @@ func (s *Set) scanMerged(prefix, start string, reverse bool, n int, keep func(re
 	return out[:min(n, len(out))]
 }
 
-// idOf is the job id in the part after prefix of a key: after the 8-byte time for timed keys.
-func idOf(prefix, rest string) string {
-	switch prefix[0] {
-	case keyDone, keyTTL, keyDead:
-		return rest[8:]
-	}
-	return rest
-}
-
 // Flush is a checkpoint in the making: the Set's live state at Seq, and the changes to the
 // finished jobs' table since the last flush. BeginFlush takes it under the lock that guards the
 // Set, in time proportional to the live jobs and to what changed; Encode turns it into bytes
@@ -343,7 +358,7 @@ func idOf(prefix, rest string) string {
 type Flush struct {
 	seq  uint64
 	live *Set            // nil for a Spill, which keeps no checkpoint
-	put  []*Job          // finished jobs to store (copies)
+	put  []*Job          // finished jobs to store, shared with the Set, which never changes them
 	drop map[string]bool // jobs whose stored copy goes, or is replaced: stored → true
 }
 
@@ -382,7 +397,7 @@ func (s *Set) changes() *Flush {
 	f := &Flush{seq: s.seq, drop: make(map[string]bool, len(s.dirty))}
 	for id, d := range s.dirty {
 		if j := s.jobs[id]; j != nil && j.Status.Terminal() {
-			f.put = append(f.put, j.Clone())
+			f.put = append(f.put, j) // never changed in place (Apply), so no copy
 		}
 		f.drop[id] = d.stored
 	}
@@ -405,6 +420,8 @@ func (f *Flush) Encode(store Store) ([]byte, []eventlog.ViewWrite, error) {
 // their keys, then its finished jobs stored with theirs.
 func (f *Flush) tableWrites(store Store) ([]eventlog.ViewWrite, error) {
 	var writes []eventlog.ViewWrite
+	var arena keyArena
+	empty := []byte{}
 	for _, id := range sortedKeys(f.drop) {
 		if !f.drop[id] || store == nil {
 			continue
@@ -417,25 +434,39 @@ func (f *Flush) tableWrites(store Store) ([]eventlog.ViewWrite, error) {
 		if err != nil {
 			return nil, fmt.Errorf("projections: stored job %s: %w", id, err)
 		}
-		writes = append(writes, eventlog.ViewWrite{Key: []byte(string(keyJob) + id), Delete: true})
-		for _, k := range keys(old) {
-			writes = append(writes, eventlog.ViewWrite{Key: []byte(k), Delete: true})
-		}
+		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, id), Delete: true})
+		entries(old, func(x index, e string) {
+			writes = append(writes, eventlog.ViewWrite{Key: arena.key(x, e), Delete: true})
+		})
 	}
 	for _, j := range f.put {
 		v, err := json.Marshal(j)
 		if err != nil {
 			return nil, err
 		}
-		writes = append(writes, eventlog.ViewWrite{Key: []byte(string(keyJob) + j.ID), Value: v})
-		for i, k := range keys(j) {
-			if mutantTableIndexLost && i == 1 {
-				continue
+		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, j.ID), Value: v})
+		entries(j, func(x index, e string) {
+			if mutantTableIndexLost && x.field == byStatus {
+				return
 			}
-			writes = append(writes, eventlog.ViewWrite{Key: []byte(k), Value: []byte{}})
-		}
+			writes = append(writes, eventlog.ViewWrite{Key: arena.key(x, e), Value: empty})
+		})
 	}
 	return writes, nil
+}
+
+// keyArena hands out keys carved from large buffers: a flush writes several keys a job.
+type keyArena struct{ buf []byte }
+
+// key returns x's prefix and entry e as a slice of the arena that nothing else will write.
+func (a *keyArena) key(x index, e string) []byte {
+	n := 2*len(x.tenant) + len(x.value) + len(e) + 4
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]byte, 0, max(64<<10, n))
+	}
+	start := len(a.buf)
+	a.buf = append(x.appendPrefix(a.buf), e...)
+	return a.buf[start:len(a.buf):len(a.buf)]
 }
 
 // EndFlush records that f is saved: the Store now holds its finished jobs, so memory lets go of
@@ -461,7 +492,7 @@ func (s *Set) EndFlush(f *Flush) {
 		}
 		delete(s.dirty, id)
 		if j := s.jobs[id]; j != nil && j.Status.Terminal() {
-			s.keys.drop(j)
+			s.index.drop(j)
 			delete(s.jobs, id)
 		}
 	}
@@ -560,9 +591,7 @@ func CheckTable(store Store) (int, error) {
 			return false
 		}
 		jobs++
-		for _, k := range keys(j) {
-			want.add(seed, []byte(k))
-		}
+		entries(j, func(x index, e string) { want.add(seed, append(x.appendPrefix(nil), e...)) })
 		return true
 	})
 	if err != nil {
