@@ -146,8 +146,9 @@ func TestCheckpointPlusTailEqualsReplay(t *testing.T) {
 	}
 }
 
-// A flush runs while the Set goes on: begun at k, saved and ended some records later, then
-// restored from, it gives what a full replay gives, and so does the Set that went on.
+// A flush runs while the Set goes on: begun at k, saved some records later and ended in parts
+// with records folded between them, then restored from, it gives what a full replay gives, and
+// so does the Set that went on.
 func TestFlushInFlightEqualsReplay(t *testing.T) {
 	t.Parallel()
 	w := workload(t)
@@ -156,11 +157,13 @@ func TestFlushInFlightEqualsReplay(t *testing.T) {
 		for _, lag := range []int{1, 3, 10} {
 			end := min(k+lag, len(w.Log))
 			store := projectionstest.NewStore()
-			s := replay(t, w.Log[:k], projections.NewOn(store))
-			// An earlier flush, so that the one in flight replaces stored jobs.
+			// An earlier flush, so that the one in flight replaces stored jobs, and what changed
+			// since for the one in flight.
+			s := replay(t, w.Log[:k/2], projections.NewOn(store))
 			if _, err := store.Flush(s); err != nil {
 				t.Fatal(err)
 			}
+			replay(t, w.Log[k/2:k], s)
 			f := s.BeginFlush()
 			replay(t, w.Log[k:end], s)
 			if err := store.Write(f); err != nil {
@@ -170,12 +173,32 @@ func TestFlushInFlightEqualsReplay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.EndFlush(f)
+			// Ended a job at a time, a record folded between the parts, as a runtime may.
+			rest := w.Log[end:]
+			for !s.EndFlushPart(f, 1) {
+				if len(rest) > 0 {
+					replay(t, rest[:1], s)
+					rest = rest[1:]
+				}
+			}
 			if got := encode(t, replay(t, w.Log[k:], restored)); !bytes.Equal(got, want) {
 				t.Fatalf("a flush begun at seq %d and saved at %d, plus the tail, differs from a full replay", k, end)
 			}
-			if got := encode(t, replay(t, w.Log[end:], s)); !bytes.Equal(got, want) {
-				t.Fatalf("a Set whose flush ran from seq %d to %d differs from a full replay", k, end)
+			if got := encode(t, replay(t, rest, s)); !bytes.Equal(got, want) {
+				t.Fatalf("a Set whose flush ran from seq %d to %d and ended in parts differs from a full replay", k, end)
+			}
+			if _, err := s.CheckTable(); err != nil {
+				t.Fatalf("after a flush from seq %d to %d: %v", k, end, err)
+			}
+			// The next flush replaces what this one stored, index keys and all.
+			if _, err := store.Flush(s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CheckTable(); err != nil {
+				t.Fatalf("after a flush from seq %d to %d and the next: %v", k, end, err)
+			}
+			if got := encode(t, s); !bytes.Equal(got, want) {
+				t.Fatalf("after a flush from seq %d to %d and the next, the Set differs from a full replay", k, end)
 			}
 		}
 	}

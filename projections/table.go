@@ -360,6 +360,11 @@ type Flush struct {
 	live *Set            // nil for a Spill, which keeps no checkpoint
 	put  []*Job          // finished jobs to store, shared with the Set, which never changes them
 	drop map[string]bool // jobs whose stored copy goes, or is replaced: stored → true
+
+	// Ending it (EndFlushPart): the jobs in order, how many are done, and those it stored.
+	ids    []string
+	ended  int
+	stored map[string]bool
 }
 
 // Seq is the seq the flush covers.
@@ -472,21 +477,33 @@ func (a *keyArena) key(x index, e string) []byte {
 // EndFlush records that f is saved: the Store now holds its finished jobs, so memory lets go of
 // those that have not changed since. A Set without a Store keeps them.
 func (s *Set) EndFlush(f *Flush) {
+	for !s.EndFlushPart(f, len(f.drop)) {
+	}
+}
+
+// EndFlushPart does EndFlush's work for up to n more of the flush's jobs and reports whether it
+// is done: a runtime ends a flush of many jobs in parts, so that no part holds the lock that
+// commits wait on for long. Events applied between the parts are safe: a job they change stays.
+func (s *Set) EndFlushPart(f *Flush, n int) (done bool) {
 	if s.store == nil {
-		return
+		return true
+	}
+	if f.ids == nil {
+		f.ids = sortedKeys(f.drop)
+		f.stored = make(map[string]bool, len(f.put))
+		for _, j := range f.put {
+			f.stored[j.ID] = true
+		}
 	}
 	seq := f.Seq()
-	put := make(map[string]bool, len(f.put))
-	for _, j := range f.put {
-		put[j.ID] = true
-	}
-	for id := range f.drop {
+	for ; n > 0 && f.ended < len(f.ids); n, f.ended = n-1, f.ended+1 {
+		id := f.ids[f.ended]
 		d, ok := s.dirty[id]
 		if !ok {
 			continue
 		}
 		if d.seq > seq && !mutantStaleTableCopy { // changed again since: the next flush replaces what this one stored
-			d.stored = put[id]
+			d.stored = f.stored[id]
 			s.dirty[id] = d
 			continue
 		}
@@ -496,6 +513,7 @@ func (s *Set) EndFlush(f *Flush) {
 			delete(s.jobs, id)
 		}
 	}
+	return f.ended == len(f.ids)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -607,6 +625,26 @@ func CheckTable(store Store) (int, error) {
 		return 0, fmt.Errorf("projections: the table's %d index keys are not those of its %d jobs, which have %d", have.n, jobs, want.n)
 	}
 	return jobs, nil
+}
+
+// CheckTable checks the Set's table (the package's CheckTable) and how memory masks it: a job
+// the table holds and memory holds too is marked to be replaced or deleted by the next flush.
+func (s *Set) CheckTable() (int, error) {
+	if s.store == nil {
+		return 0, nil
+	}
+	n, err := CheckTable(s.store)
+	if err != nil {
+		return 0, err
+	}
+	s.store.Scan([]byte{keyJob}, nil, false, func(key, _ []byte) bool {
+		id := string(key[1:])
+		if _, inMemory := s.jobs[id]; inMemory && !s.dirty[id].stored {
+			err = fmt.Errorf("projections: job %s is in memory and in the table, and no flush will replace its stored copy", id)
+		}
+		return err == nil
+	})
+	return n, err
 }
 
 // keyDigest sums up a set of keys so that two sets compare in constant memory.

@@ -225,7 +225,7 @@ func (v *server) sameAsReplay(what string) bool {
 		v.s.fail("replay", "%s differs from a full replay of the log at seq %d", what, replay.Seq())
 		return false
 	}
-	if _, err := projections.CheckTable(v.log.Views()); err != nil {
+	if _, err := v.set.CheckTable(); err != nil {
 		v.s.fail("table", "%s: %v", what, err)
 		return false
 	}

@@ -642,14 +642,20 @@ func (rt *Runtime) BeginCheckpoint() *Checkpoint {
 // Seq is the seq the checkpoint covers.
 func (c *Checkpoint) Seq() uint64 { return c.flush.Seq() }
 
+// endFlushPart is how many jobs a checkpoint lets go of per hold of the write lock.
+const endFlushPart = 256
+
 // Save writes the checkpoint and the changes to the finished jobs' table to the log in one
-// batch, then lets the projections drop from memory what the table now holds.
+// batch, then lets the projections drop from memory what the table now holds, a part at a time
+// so that commits and reads go on between the parts.
 func (c *Checkpoint) Save(l *eventlog.Log) error {
 	if err := c.flush.Write(l); err != nil {
 		return err
 	}
-	c.rt.setMu.Lock()
-	defer c.rt.setMu.Unlock()
-	c.rt.set.EndFlush(c.flush)
+	for done := false; !done; {
+		c.rt.setMu.Lock()
+		done = c.rt.set.EndFlushPart(c.flush, endFlushPart)
+		c.rt.setMu.Unlock()
+	}
 	return nil
 }
