@@ -79,6 +79,8 @@ func (s *Server) serveMetrics(r *request) error {
 		e.sample("tether_dlq_size", float64(dead))
 		e.family("tether_jobs_retained", "gauge", "Finished jobs the views keep until their retention ends.")
 		e.sample("tether_jobs_retained", float64(set.RetainedCount()))
+		e.family("tether_jobs_in_memory", "gauge", "Jobs the views hold in memory: the live ones and those finished since the last checkpoint; the other finished jobs are in the table on disk.")
+		e.sample("tether_jobs_in_memory", float64(set.InMemory()))
 		e.family("tether_leases_active", "gauge", "Valid leases.")
 		e.sample("tether_leases_active", float64(len(set.Leases())))
 		byTransport := map[string]int{"websocket": 0, "longpoll": 0}

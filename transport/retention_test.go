@@ -131,7 +131,7 @@ func TestRetentionOverHTTP(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`tether_jobs_expired_total{queue="q"} 3`, "\ntether_jobs_retained "} {
+	for _, want := range []string{`tether_jobs_expired_total{queue="q"} 3`, "\ntether_jobs_retained ", "\ntether_jobs_in_memory "} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
