@@ -267,16 +267,16 @@ func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
 	s.index.drop(j)
 	delete(s.jobs, j.ID)
 	s.markDirty(j.ID)
-	s.unfinish(j)
+	s.unfinish(j.Status, j)
 	return nil
 }
 
-// unfinish counts a finished job no more: expired, or live again.
-func (s *Set) unfinish(j *Job) {
-	if s.finished[j.Status]--; s.finished[j.Status] == 0 {
-		delete(s.finished, j.Status)
+// unfinish counts a job that was finished with status no more: expired, or live again.
+func (s *Set) unfinish(status Status, j *Job) {
+	if s.finished[status]--; s.finished[status] == 0 {
+		delete(s.finished, status)
 	}
-	if j.Status == StatusFailed {
+	if status == StatusFailed {
 		s.undead(j)
 	}
 }
@@ -378,16 +378,20 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	if terminal != wasTerminal {
 		if terminal {
 			t.Active--
-			s.finished[j.Status]++
 		} else {
 			t.Active++
-			was := *j
-			was.Status = wasStatus
-			s.unfinish(&was)
 		}
-	} else if terminal && j.Status != wasStatus {
-		s.finished[wasStatus]--
-		s.finished[j.Status]++
+	}
+	if j.Status != wasStatus {
+		if wasTerminal {
+			s.unfinish(wasStatus, j)
+		}
+		if terminal {
+			s.finished[j.Status]++
+		}
+		if j.Status == StatusFailed {
+			s.deadBy[waitKey(j)]++
+		}
 	}
 	if waiting := j.Waiting(); waiting != wasWaiting {
 		if waiting {
@@ -395,9 +399,6 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 		} else {
 			delete(s.waiting[waitKey(j)], j.ID)
 		}
-	}
-	if j.Status == StatusFailed && wasStatus != StatusFailed {
-		s.deadBy[waitKey(j)]++
 	}
 }
 
