@@ -445,7 +445,7 @@ func (f *Flush) tableWrites(store Store) ([]eventlog.ViewWrite, error) {
 		})
 	}
 	for _, j := range f.put {
-		v, err := json.Marshal(j)
+		v, err := encodeJob(j)
 		if err != nil {
 			return nil, err
 		}
@@ -547,7 +547,7 @@ func (s *Set) WriteFold(w io.Writer) error {
 		return err
 	}
 	writeMem := func(j *Job) error {
-		b, err := json.Marshal(j)
+		b, err := encodeJob(j)
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/tetherhq/tether/transport/internal/fastjson"
+	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/transport/wire"
 )
 

@@ -1,7 +1,7 @@
 package frames
 
 import (
-	"github.com/tetherhq/tether/transport/internal/fastjson"
+	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/transport/wire"
 )
 

@@ -1,5 +1,7 @@
 // Package fastjson reads and writes the JSON shapes of tether's hottest messages without
-// reflection, for codecs that hand everything else to encoding/json.
+// reflection, for codecs that hand everything else to encoding/json: transport's job and frame
+// codecs, and the finished jobs projections stores in its table. It lives beside the event log,
+// the one package both may import.
 //
 // Its contract is narrow on purpose. A Scanner takes only what encoding/json would decode the
 // same way into a Go value: strings without escapes, in valid UTF-8; integers of at most 18
@@ -361,6 +363,31 @@ func (w *Writer) Int(k string, v int, always bool) {
 		w.Key(k)
 		w.B = strconv.AppendInt(w.B, int64(v), 10)
 	}
+}
+
+// Int64 writes an integer member; a zero only if always.
+func (w *Writer) Int64(k string, v int64, always bool) {
+	if v != 0 || always {
+		w.Key(k)
+		w.B = strconv.AppendInt(w.B, v, 10)
+	}
+}
+
+// Array writes a member whose value is a list of n objects, the i-th of which fill writes.
+func (w *Writer) Array(k string, n int, fill func(w *Writer, i int)) {
+	w.Key(k)
+	w.B = append(w.B, '[')
+	for i := range n {
+		if i > 0 {
+			w.B = append(w.B, ',')
+		}
+		inner := NewWriter(w.B)
+		fill(&inner, i)
+		var ok bool
+		w.B, ok = inner.Close()
+		w.OK = w.OK && ok
+	}
+	w.B = append(w.B, ']')
 }
 
 // Float writes a float64 member, a zero only if always, as json.Marshal does in its plain
