@@ -57,7 +57,11 @@ func (l *Log) SaveCheckpoint(name string, seq uint64, data []byte, writes ...Vie
 	binary.BigEndian.PutUint64(v, seq)
 	copy(v[8:], hash[:])
 	copy(v[8+hashLen:], data)
-	b := l.db.NewBatch()
+	size := len(v) + len(ckptKey(name)) + 16
+	for _, w := range writes {
+		size += len(prefixView) + len(w.Key) + len(w.Value) + 16 // a record's kind and varints
+	}
+	b := l.db.NewBatchWithSize(size) // sized at once: a checkpoint may move thousands of jobs
 	defer b.Close()
 	for _, w := range writes {
 		if w.Delete {

@@ -424,7 +424,7 @@ func (f *Flush) Encode(store Store) ([]byte, []eventlog.ViewWrite, error) {
 // tableWrites are the flush's changes to the table: the stored copies it replaces deleted with
 // their keys, then its finished jobs stored with theirs.
 func (f *Flush) tableWrites(store Store) ([]eventlog.ViewWrite, error) {
-	var writes []eventlog.ViewWrite
+	writes := make([]eventlog.ViewWrite, 0, 8*len(f.put)+len(f.drop))
 	var arena keyArena
 	empty := []byte{}
 	for _, id := range sortedKeys(f.drop) {
@@ -445,7 +445,7 @@ func (f *Flush) tableWrites(store Store) ([]eventlog.ViewWrite, error) {
 		})
 	}
 	for _, j := range f.put {
-		v, err := encodeJob(j)
+		v, err := arena.job(j)
 		if err != nil {
 			return nil, err
 		}
@@ -460,18 +460,39 @@ func (f *Flush) tableWrites(store Store) ([]eventlog.ViewWrite, error) {
 	return writes, nil
 }
 
-// keyArena hands out keys carved from large buffers: a flush writes several keys a job.
+// keyArena hands out keys and values carved from large buffers: a flush writes several a job.
 type keyArena struct{ buf []byte }
 
 // key returns x's prefix and entry e as a slice of the arena that nothing else will write.
 func (a *keyArena) key(x index, e string) []byte {
-	n := 2*len(x.tenant) + len(x.value) + len(e) + 4
-	if cap(a.buf)-len(a.buf) < n {
-		a.buf = make([]byte, 0, max(64<<10, n))
-	}
+	a.room(len(x.tenant) + len(x.value) + len(e) + 4)
 	start := len(a.buf)
 	a.buf = append(x.appendPrefix(a.buf), e...)
 	return a.buf[start:len(a.buf):len(a.buf)]
+}
+
+// job returns j's encoding (encodeJob) as a slice of the arena.
+func (a *keyArena) job(j *Job) ([]byte, error) {
+	a.room(2 << 10)
+	start := len(a.buf)
+	b, ok := appendJob(a.buf, j)
+	if !ok {
+		v, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		b = append(a.buf, v...)
+	}
+	a.buf = b
+	return a.buf[start:len(a.buf):len(a.buf)], nil
+}
+
+// room makes sure the arena has n bytes free, starting a new buffer if not; slices handed out
+// keep the old one.
+func (a *keyArena) room(n int) {
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]byte, 0, max(256<<10, n))
+	}
 }
 
 // EndFlush records that f is saved: the Store now holds its finished jobs, so memory lets go of
