@@ -20,9 +20,10 @@
 // Start-up (Open): open the log, load the newest checkpoint, replay the tail, end the sessions
 // the last run left open, start the dispatcher and an actor for every leased job (which logs a
 // fresh lease_ttl of grace) and every tenant with reservations, wait until all of that is
-// durable, and only then return. A checkpoint is written in the background every
-// CheckpointEvery events (and at least four per job held) and on Close, so the tail stays
-// short. A failed append fails the log; callers get the error and the server stops (Failed).
+// durable, and only then return. A checkpoint (cells.Checkpoint) is written in the background
+// every CheckpointEvery events (and at least four per live job) and on Close, so the tail stays
+// short; it moves the jobs finished since the last one to the table on disk, so memory holds
+// what is live. A failed append fails the log; callers get the error and the server stops (Failed).
 //
 // The facade gives transport what it needs and no more: commands that return once their events
 // are durable, reads of the projections (Read, Get, List), a job's stream for SSE (JobStream)

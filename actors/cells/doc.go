@@ -31,4 +31,10 @@
 //
 // Behaviours may state invariants of their state (actors.Checker); with Config.CheckInvariants
 // the runtime checks them after every message, as the simulator and the tests do.
+//
+// Checkpoints are the runtime's too, so the simulator runs the same code: BeginCheckpoint,
+// between two commits, copies the live projections and picks up the finished jobs that changed
+// (projections.Flush); Checkpoint.Save writes the checkpoint and the finished jobs' table in one
+// batch wherever the driver likes (the broker: on a goroutine of its own while commits go on),
+// then lets the projections drop what the table holds, a part at a time under the write lock.
 package cells
