@@ -63,7 +63,8 @@ type Config struct {
 	// write lock held: the projections at every seq.
 	Applied func(seq uint64, at time.Time, p eventlog.Payload)
 	// Committed, if set, is called after each commit is applied and told, on the committer's
-	// goroutine: where production wakes watchers and decides on a checkpoint.
+	// goroutine, before Drain counts the commit done: where production wakes watchers and
+	// decides on a checkpoint.
 	Committed func()
 	// Refused is called when the projections refuse a durable event: the fold and the
 	// behaviours disagree. The runtime delivers nothing more of that commit. nil: panic.
@@ -482,13 +483,15 @@ func (rt *Runtime) committed(p persisting, r eventlog.Receipt, err error) {
 			p.done(r, err)
 		}
 	}
+	// The hook runs before the commit counts as applied, so Drain (and Close) wait for it too:
+	// what it starts, a checkpoint, is then known to whoever waits after a Drain.
+	if ok && err == nil && rt.cfg.Committed != nil {
+		rt.cfg.Committed()
+	}
 	rt.applyMu.Lock()
 	rt.applied++
 	rt.advance.Broadcast()
 	rt.applyMu.Unlock()
-	if ok && err == nil && rt.cfg.Committed != nil {
-		rt.cfg.Committed()
-	}
 }
 
 func (rt *Runtime) apply(events []eventlog.Payload, r eventlog.Receipt) bool {
