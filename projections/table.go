@@ -328,6 +328,9 @@ func (s *Set) scanMerged(x index, start string, reverse bool, n int, keep func(e
 		}
 		s.store.Scan(prefix, startKey, reverse, func(key, _ []byte) bool {
 			e := string(key[len(prefix):])
+			if len(mem) == n && (e > mem[n-1]) != reverse {
+				return false // past memory's n-th: none of the rest can be among the first n
+			}
 			if s.masked(x.idOf(e)) {
 				return true
 			}
