@@ -63,11 +63,13 @@ func (l *Log) SaveCheckpoint(name string, seq uint64, data []byte, writes ...Vie
 	}
 	b := l.db.NewBatchWithSize(size) // sized at once: a checkpoint may move thousands of jobs
 	defer b.Close()
+	key := []byte(prefixView)
 	for _, w := range writes {
+		key = append(key[:len(prefixView)], w.Key...) // the batch copies it
 		if w.Delete {
-			err = b.Delete(viewKey(w.Key), nil)
+			err = b.Delete(key, nil)
 		} else {
-			err = b.Set(viewKey(w.Key), w.Value, nil)
+			err = b.Set(key, w.Value, nil)
 		}
 		if err != nil {
 			return err

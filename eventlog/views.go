@@ -28,9 +28,6 @@ const (
 	ViewValueLenMax = 16 << 20
 )
 
-// viewKey returns "view/" + key.
-func viewKey(key []byte) []byte { return table{prefix: prefixView}.key(key) }
-
 // Views reads the view table as the newest saved checkpoint left it.
 type Views struct{ l *Log }
 

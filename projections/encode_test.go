@@ -97,15 +97,3 @@ func TestEncodeJobIsMarshal(t *testing.T) {
 		t.Fatal("a plain finished job did not take the fast path")
 	}
 }
-
-func FuzzEncodeJobIsMarshal(f *testing.F) {
-	f.Add(uint64(1), uint64(2))
-	f.Fuzz(func(t *testing.T, a, b uint64) {
-		j := randomJob(rand.New(rand.NewPCG(a, b)))
-		want, werr := json.Marshal(j)
-		got, err := encodeJob(j)
-		if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
-			t.Fatalf("encodeJob = %s, %v\njson.Marshal = %s, %v", got, err, want, werr)
-		}
-	})
-}

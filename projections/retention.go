@@ -84,16 +84,16 @@ func (s *Set) Expirable(r Retention, now time.Time, limit int) []Expiry {
 			return stop
 		}
 		for _, rest := range s.scanMerged(deadIndex(tenant), "", false, limit, keep) {
-			switch at := keyTime(rest); {
-			case over > 0:
+			at := keyTime(rest)
+			if over > 0 {
 				over--
 				out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredDeadCap, At: at})
 				continue
-			case r.Dead > 0 && !now.Before(at.Add(r.Dead)):
-				out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredRetention, At: at.Add(r.Dead)})
-				continue
 			}
-			break
+			if r.Dead <= 0 || now.Before(at.Add(r.Dead)) {
+				break
+			}
+			out = append(out, Expiry{JobID: rest[8:], Reason: eventlog.ExpiredRetention, At: at.Add(r.Dead)})
 		}
 	}
 	slices.SortFunc(out, func(a, b Expiry) int { return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.JobID, b.JobID)) })

@@ -311,15 +311,17 @@ func takeAll(string, int) verdict { return take }
 // stop, so a scan costs a page and what keep skips.
 func (s *Set) scanMerged(x index, start string, reverse bool, n int, keep func(entry string, taken int) verdict) []string {
 	var mem, disk []string
-	s.index.scan(x, start, reverse, func(e string) bool {
-		switch keep(e, len(mem)) {
+	// collect adds e to a side if keep takes it, and reports whether the side goes on.
+	collect := func(side *[]string, e string) bool {
+		switch keep(e, len(*side)) {
 		case take:
-			mem = append(mem, e)
+			*side = append(*side, e)
 		case stop:
 			return false
 		}
-		return len(mem) < n
-	})
+		return len(*side) < n
+	}
+	s.index.scan(x, start, reverse, func(e string) bool { return collect(&mem, e) })
 	if s.store != nil && n > 0 {
 		prefix := x.appendPrefix(nil)
 		var startKey []byte
@@ -331,16 +333,7 @@ func (s *Set) scanMerged(x index, start string, reverse bool, n int, keep func(e
 			if len(mem) == n && (e > mem[n-1]) != reverse {
 				return false // past memory's n-th: none of the rest can be among the first n
 			}
-			if s.masked(x.idOf(e)) {
-				return true
-			}
-			switch keep(e, len(disk)) {
-			case take:
-				disk = append(disk, e)
-			case stop:
-				return false
-			}
-			return len(disk) < n
+			return s.masked(x.idOf(e)) || collect(&disk, e)
 		})
 	}
 	out := append(mem, disk...)
@@ -360,14 +353,14 @@ func (s *Set) scanMerged(x index, start string, reverse bool, n int, keep func(e
 // drop from memory what the Store now holds.
 type Flush struct {
 	seq  uint64
-	live *Set            // nil for a Spill, which keeps no checkpoint
-	put  []*Job          // finished jobs to store, shared with the Set, which never changes them
-	drop map[string]bool // jobs whose stored copy goes, or is replaced: stored → true
-
-	// Ending it (EndFlushPart): the jobs in order, how many are done, and those it stored.
-	ids    []string
-	ended  int
-	stored map[string]bool
+	live *Set // nil for a Spill, which keeps no checkpoint
+	// ids are the jobs that changed since the last flush, by id, and had says which of them the
+	// table holds a copy of, which goes or is replaced.
+	ids []string
+	had map[string]bool
+	put []*Job // the finished ones among them, by id, shared with the Set, which never changes them
+	// ended is how many of ids EndFlushPart has done.
+	ended int
 }
 
 // Seq is the seq the flush covers.
@@ -402,15 +395,20 @@ func (s *Set) Spill(apply func([]eventlog.ViewWrite) error) error {
 
 // changes is a Flush of what changed since the last one, without the live state.
 func (s *Set) changes() *Flush {
-	f := &Flush{seq: s.seq, drop: make(map[string]bool, len(s.dirty))}
-	for id, d := range s.dirty {
+	f := &Flush{seq: s.seq, ids: sortedKeys(s.dirty), had: make(map[string]bool, len(s.dirty))}
+	for _, id := range f.ids {
 		if j := s.jobs[id]; j != nil && j.Status.Terminal() {
 			f.put = append(f.put, j) // never changed in place (Apply), so no copy
 		}
-		f.drop[id] = d.stored
+		f.had[id] = s.dirty[id].stored
 	}
-	slices.SortFunc(f.put, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
 	return f
+}
+
+// stores reports whether the flush stores a copy of the job.
+func (f *Flush) stores(id string) bool {
+	_, ok := slices.BinarySearchFunc(f.put, id, func(j *Job, id string) int { return strings.Compare(j.ID, id) })
+	return ok
 }
 
 // Encode returns the checkpoint's bytes and the writes to the table that go with them. It reads
@@ -427,11 +425,11 @@ func (f *Flush) Encode(store Store) ([]byte, []eventlog.ViewWrite, error) {
 // tableWrites are the flush's changes to the table: the stored copies it replaces deleted with
 // their keys, then its finished jobs stored with theirs.
 func (f *Flush) tableWrites(store Store) ([]eventlog.ViewWrite, error) {
-	writes := make([]eventlog.ViewWrite, 0, 8*len(f.put)+len(f.drop))
+	writes := make([]eventlog.ViewWrite, 0, 8*len(f.put)+len(f.ids))
 	var arena keyArena
 	empty := []byte{}
-	for _, id := range sortedKeys(f.drop) {
-		if !f.drop[id] || store == nil {
+	for _, id := range f.ids {
+		if !f.had[id] {
 			continue
 		}
 		v, ok := store.Get([]byte(string(keyJob) + id))
@@ -500,10 +498,7 @@ func (a *keyArena) room(n int) {
 
 // EndFlush records that f is saved: the Store now holds its finished jobs, so memory lets go of
 // those that have not changed since. A Set without a Store keeps them.
-func (s *Set) EndFlush(f *Flush) {
-	for !s.EndFlushPart(f, len(f.drop)) {
-	}
-}
+func (s *Set) EndFlush(f *Flush) { s.EndFlushPart(f, len(f.ids)) }
 
 // EndFlushPart does EndFlush's work for up to n more of the flush's jobs and reports whether it
 // is done: a runtime ends a flush of many jobs in parts, so that no part holds the lock that
@@ -511,13 +506,6 @@ func (s *Set) EndFlush(f *Flush) {
 func (s *Set) EndFlushPart(f *Flush, n int) (done bool) {
 	if s.store == nil {
 		return true
-	}
-	if f.ids == nil {
-		f.ids = sortedKeys(f.drop)
-		f.stored = make(map[string]bool, len(f.put))
-		for _, j := range f.put {
-			f.stored[j.ID] = true
-		}
 	}
 	seq := f.Seq()
 	for ; n > 0 && f.ended < len(f.ids); n, f.ended = n-1, f.ended+1 {
@@ -527,7 +515,7 @@ func (s *Set) EndFlushPart(f *Flush, n int) (done bool) {
 			continue
 		}
 		if d.seq > seq && !mutantStaleTableCopy { // changed again since: the next flush replaces what this one stored
-			d.stored = f.stored[id]
+			d.stored = f.stores(id)
 			s.dirty[id] = d
 			continue
 		}

@@ -216,7 +216,7 @@ func compareCheckpoint(l *eventlog.Log, set *projections.Set, c eventlog.Checkpo
 	if !same.atEnd() {
 		return 0, differs
 	}
-	n, err := projections.CheckTable(l.Views())
+	n, err := stored.CheckTable()
 	if err != nil {
 		return 0, &CheckpointError{Seq: c.Seq, Reason: err.Error()}
 	}

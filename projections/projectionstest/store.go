@@ -35,21 +35,36 @@ func (s *Store) Get(key []byte) ([]byte, bool) {
 // Scan implements projections.Store.
 func (s *Store) Scan(prefix, start []byte, reverse bool, fn func(key, value []byte) bool) {
 	visit := func(e entry) bool {
-		if !strings.HasPrefix(e.key, string(prefix)) {
-			return !reverse && e.key < string(prefix) // before the prefix going up: go on
-		}
-		return fn([]byte(e.key), []byte(e.value))
+		return strings.HasPrefix(e.key, string(prefix)) && fn([]byte(e.key), []byte(e.value))
 	}
 	switch {
 	case reverse && start != nil:
 		s.t.DescendLessOrEqual(entry{key: string(start)}, visit)
 	case reverse:
-		s.t.DescendLessOrEqual(entry{key: string(prefix) + strings.Repeat("\xff", 64)}, visit)
+		// From the last key under prefix: every key below its successor and not below it has it.
+		end, ok := successor(string(prefix))
+		if !ok {
+			s.t.Descend(visit)
+			return
+		}
+		s.t.DescendLessOrEqual(entry{key: end}, func(e entry) bool { return e.key == end || visit(e) })
 	case start != nil:
 		s.t.AscendGreaterOrEqual(entry{key: string(start)}, visit)
 	default:
 		s.t.AscendGreaterOrEqual(entry{key: string(prefix)}, visit)
 	}
+}
+
+// successor is the least string greater than every string with prefix p, or false if none is.
+func successor(p string) (string, bool) {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
 }
 
 // Len is the number of keys in the table.
