@@ -118,6 +118,25 @@ func NewID(env Env) string {
 	return id.String()
 }
 
+// NextID returns NewID's ULID unless it does not sort after *last (made in the same
+// millisecond, or after the clock went back), and then the one right after *last; it sets *last.
+// So the IDs one issuer makes sort in the order it made them: a tenant's jobs, which lists page
+// through by id, newest first by id.
+func NextID(env Env, last *ulid.ULID) string {
+	var id ulid.ULID
+	_ = id.UnmarshalText([]byte(NewID(env)))
+	if id.Compare(*last) <= 0 {
+		id = *last
+		for i := len(id) - 1; i >= 0; i-- { // id + 1, as a 128-bit big-endian number
+			if id[i]++; id[i] != 0 {
+				break
+			}
+		}
+	}
+	*last = id
+	return id.String()
+}
+
 // Receipt proves an acknowledged change: the seq and chain hash of the last event it caused.
 type Receipt struct {
 	Seq  uint64 `json:"seq"`

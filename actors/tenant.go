@@ -3,6 +3,7 @@ package actors
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"github.com/oklog/ulid/v2"
 	"maps"
 	"slices"
 	"time"
@@ -38,6 +39,8 @@ type Tenant struct {
 	// renewing holds the workers whose token renewal is not durable yet: one at a time.
 	renewing map[string]bool
 	pipe     pipeline
+	// lastJobID is the last job id this incarnation made: job ids sort in submission order.
+	lastJobID ulid.ULID
 }
 
 type reservation struct {
@@ -220,7 +223,7 @@ func (t *Tenant) submit(env Env, m Submit) {
 			}
 			consumed[rid] = true
 		}
-		out[i] = SubmittedJob{ID: NewID(env)}
+		out[i] = SubmittedJob{ID: NextID(env, &t.lastJobID)}
 		newJobs++
 	}
 	if t.maxActive > 0 && newJobs > 0 {

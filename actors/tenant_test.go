@@ -53,6 +53,25 @@ func TestSubmitValidation(t *testing.T) {
 	}
 }
 
+// Jobs submitted in the same millisecond, and after the clock went back, still get ids in
+// submission order: lists page by id, and newest first is by id.
+func TestJobIDsFollowSubmissionOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	var ids []string
+	for i := range 200 {
+		if i == 100 {
+			f.w.Clock = f.w.Clock.Add(-time.Hour) // a clock jump back
+		}
+		ids = append(ids, f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})...)
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			t.Fatalf("job %d's id %s does not sort after job %d's %s", i, ids[i], i-1, ids[i-1])
+		}
+	}
+}
+
 func TestSubmitDefaultsAndDelay(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
