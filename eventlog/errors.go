@@ -33,6 +33,12 @@ var (
 	// store, typically a running server. A read-only open is refused too: the store would move
 	// under it.
 	ErrInUse = errors.New("eventlog: log is in use by another process")
+	// ErrArchived is returned for a record that has left the hot log for an archive segment
+	// that is not there (copied elsewhere, deleted by --archive-keep, or never given).
+	ErrArchived = errors.New("eventlog: record is archived and its segment is not here")
+	// ErrCorruptSegment is returned for an archive segment that is not what it says it is; the
+	// error is a *SegmentError that names the file.
+	ErrCorruptSegment = errors.New("eventlog: corrupt archive segment")
 )
 
 // ChainError names the first record at which the log stops being a valid chain.

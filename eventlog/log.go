@@ -72,6 +72,9 @@ type Options struct {
 	// Default 8 MiB on the OS filesystem; off on others, where it would save nothing and its
 	// goroutine would make the simulator's runs depend on scheduling. Negative turns it off.
 	WALPrefill int64
+	// ArchiveDir is where sealed archive segments live (archive.go); reads of records older than
+	// the hot log's anchor go there. Empty: no archive, and records never leave the hot log.
+	ArchiveDir string
 	// Companions names files the owner of the directory keeps there beside the log (the
 	// server's admin-token): a directory that holds only those is still an empty one to make a
 	// log in.
@@ -120,6 +123,14 @@ type Log struct {
 	// abandoned is set when a Pebble write panicked. Pebble may still hold its commit mutex
 	// then, and DB.Close would wait for it forever, so Close leaves the store alone.
 	abandoned atomic.Bool
+
+	// anchor is the last archived record: the hot log in Pebble holds anchor.Seq+1..head. It is
+	// raised before the archived records leave Pebble, so a reader never misses them.
+	anchor Head
+	// arch is the archive's segments; nil without Options.ArchiveDir.
+	arch *archive
+	// archiving serialises Archive and DropSegments.
+	archiving sync.Mutex
 
 	// next is the last sequenced (not necessarily durable) record; only the sequencer goroutine
 	// touches it after Open.
@@ -192,8 +203,14 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.unlock()
 		return nil, err
 	}
+	if err := l.openArchive(); err != nil {
+		_ = db.Close()
+		l.unlock()
+		return nil, err
+	}
 	head, err := l.recoverHead()
 	if err != nil {
+		l.arch.close()
 		_ = db.Close()
 		l.unlock()
 		return nil, err
@@ -278,8 +295,10 @@ func (l *Log) initFormat() error {
 	})
 }
 
-// recoverHead finds the last record and checks that it chains from its predecessor.
+// recoverHead finds the last record and checks that it chains from its predecessor, and that
+// the first hot record chains from the anchor.
 func (l *Log) recoverHead() (Head, error) {
+	anchor := l.anchor
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefixLog), UpperBound: logKeyEnd})
 	if err != nil {
 		return Head{}, fmt.Errorf("eventlog: %w", err)
@@ -289,27 +308,36 @@ func (l *Log) recoverHead() (Head, error) {
 		if err := it.Error(); err != nil {
 			return Head{}, fmt.Errorf("eventlog: read head: %w", err)
 		}
-		return Head{Hash: Genesis}, nil
+		return anchor, nil
 	}
 	last, err := decodeAt(it)
 	if err != nil {
 		return Head{}, err
 	}
-	prev := Genesis
-	if last.Seq > 1 {
-		if !it.Prev() {
-			return Head{}, &ChainError{Seq: last.Seq, Reason: fmt.Sprintf("seq %d is missing", last.Seq-1)}
-		}
-		before, err := decodeAt(it)
-		if err != nil {
-			return Head{}, err
-		}
-		if before.Seq != last.Seq-1 {
-			return Head{}, &ChainError{Seq: last.Seq, Reason: fmt.Sprintf("seq %d is missing", last.Seq-1)}
-		}
-		prev = before.Hash
+	if !it.First() {
+		return Head{}, fmt.Errorf("eventlog: read the first hot record: %w", it.Error())
 	}
-	if !last.ChainsFrom(prev) {
+	first, err := decodeAt(it)
+	if err != nil {
+		return Head{}, err
+	}
+	if first.Seq != anchor.Seq+1 || !first.ChainsFrom(anchor.Hash) {
+		return Head{}, &ChainError{Seq: first.Seq, Reason: fmt.Sprintf("the first hot record does not chain from the anchor at seq %d", anchor.Seq)}
+	}
+	if last.Seq == first.Seq {
+		return Head{Seq: last.Seq, Hash: last.Hash, Time: last.Time}, nil
+	}
+	if !it.Last() || !it.Prev() {
+		return Head{}, &ChainError{Seq: last.Seq, Reason: fmt.Sprintf("seq %d is missing", last.Seq-1)}
+	}
+	before, err := decodeAt(it)
+	if err != nil {
+		return Head{}, err
+	}
+	if before.Seq != last.Seq-1 {
+		return Head{}, &ChainError{Seq: last.Seq, Reason: fmt.Sprintf("seq %d is missing", last.Seq-1)}
+	}
+	if !last.ChainsFrom(before.Hash) {
 		return Head{}, &ChainError{Seq: last.Seq, Reason: "the head record's hash does not match its contents"}
 	}
 	return Head{Seq: last.Seq, Hash: last.Hash, Time: last.Time}, nil
@@ -654,6 +682,9 @@ func (l *Log) Close() error {
 	if l.abandoned.Load() {
 		return l.Err()
 	}
+	l.archiving.Lock() // an archiving step in progress finishes first
+	defer l.archiving.Unlock()
+	l.arch.close()
 	err := l.guard(l.db.Close)
 	l.unlock()
 	return err

@@ -24,8 +24,14 @@ func (l *Log) Get(seq uint64) (Record, error) {
 }
 
 func (l *Log) get(seq uint64) (Record, error) {
+	if seq <= l.Anchor().Seq {
+		return l.getArchived(seq)
+	}
 	v, closer, err := l.db.Get(logKey(seq))
 	if errors.Is(err, pebble.ErrNotFound) {
+		if seq <= l.Anchor().Seq { // archived while we looked
+			return l.getArchived(seq)
+		}
 		return Record{}, &ChainError{Seq: seq, Reason: "record is missing"}
 	}
 	if err != nil {
@@ -35,31 +41,65 @@ func (l *Log) get(seq uint64) (Record, error) {
 	return decodeStored(seq, v)
 }
 
+func (l *Log) getArchived(seq uint64) (Record, error) {
+	if l.arch == nil {
+		return Record{}, fmt.Errorf("%w: seq %d (no archive directory)", ErrArchived, seq)
+	}
+	return l.arch.get(seq)
+}
+
 // Range yields the durable records from seq `from` to seq `to`, both inclusive, in order; to == 0
-// means up to the durable head. It stops at the first error, which it yields. A record that is
-// missing from the range is an error (*ChainError), never a silent gap.
+// means up to the durable head. Archived records are read from their segments. It stops at the
+// first error, which it yields. A record that is missing from the range is an error
+// (*ChainError, or ErrArchived for a segment that is not here), never a silent gap.
 func (l *Log) Range(from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		l.walk(from, to, func(r Record, _ []byte, err error) bool { return yield(r, err) })
 	}
 }
 
-// walk is Range with each record's stored bytes, valid only during the call.
+// walk is Range with each record's stored bytes (for an archived record, its body and the hash
+// recomputed from its segment), valid only during the call.
 func (l *Log) walk(from, to uint64, yield func(r Record, stored []byte, err error) bool) {
 	head := l.Head().Seq
 	if to == 0 || to > head {
 		to = head
 	}
 	from = max(from, 1)
-	if from > to {
-		return
+	for from <= to {
+		anchor := l.Anchor().Seq
+		if from <= anchor {
+			end := min(to, anchor)
+			if l.arch == nil {
+				yield(Record{}, nil, fmt.Errorf("%w: seq %d (no archive directory)", ErrArchived, from))
+				return
+			}
+			if !l.arch.walk(from, end, yield) {
+				return
+			}
+			from = end + 1
+			continue
+		}
+		if l.walkHot(from, to, yield) {
+			return
+		}
 	}
+}
+
+// walkHot walks records in Pebble. It reports false, having yielded nothing, if records from
+// `from` on were archived as it began: the caller reads them from the archive instead.
+func (l *Log) walkHot(from, to uint64, yield func(r Record, stored []byte, err error) bool) bool {
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: logKey(from), UpperBound: logKey(to + 1)})
 	if err != nil {
 		yield(Record{}, nil, fmt.Errorf("eventlog: %w", err))
-		return
+		return true
 	}
 	defer it.Close()
+	// The anchor rises before records leave Pebble: if it is still below from now that the
+	// iterator holds its snapshot, the snapshot has every record from `from` on.
+	if from <= l.Anchor().Seq {
+		return false
+	}
 	want := from
 	for ok := it.First(); ok; ok = it.Next() {
 		r, err := decodeAt(it)
@@ -68,67 +108,108 @@ func (l *Log) walk(from, to uint64, yield func(r Record, stored []byte, err erro
 		}
 		if err != nil {
 			yield(Record{}, nil, err)
-			return
+			return true
 		}
 		if !yield(r, it.Value(), nil) {
-			return
+			return true
 		}
 		want++
 	}
 	if err := it.Error(); err != nil {
 		yield(Record{}, nil, fmt.Errorf("eventlog: %w", err))
-		return
+		return true
 	}
 	if want <= to {
 		yield(Record{}, nil, &ChainError{Seq: want, Reason: "record is missing"})
 	}
+	return true
 }
 
-// Stream yields the durable records of one stream with seq >= from, in order.
+// Stream yields the durable records of one stream with seq >= from, in order. Its archived
+// records are found through the segments' stream tables; without an archive directory, the
+// stream starts at the hot log.
 func (l *Log) Stream(stream string, from uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		head := l.Head().Seq
-		if from > head {
-			return
-		}
-		it, err := l.db.NewIter(&pebble.IterOptions{
-			LowerBound: idxKey(stream, from),
-			UpperBound: idxKey(stream, head+1),
-		})
-		if err != nil {
-			yield(Record{}, fmt.Errorf("eventlog: %w", err))
-			return
-		}
-		defer it.Close()
-		for ok := it.First(); ok; ok = it.Next() {
-			r, err := l.get(idxKeySeq(it.Key()))
-			if err == nil && r.Stream != stream {
-				err = &ChainError{Seq: r.Seq, Reason: fmt.Sprintf("index of stream %q points at a record of %q", stream, r.Stream)}
+		for from <= head {
+			anchor := l.Anchor().Seq
+			if from <= anchor {
+				if l.arch != nil {
+					seqs, err := l.arch.streamSeqs(stream, from, anchor)
+					if err != nil {
+						yield(Record{}, err)
+						return
+					}
+					for _, seq := range seqs {
+						r, err := l.arch.get(seq)
+						if err == nil && r.Stream != stream {
+							continue // another stream with the same hash
+						}
+						if !yield(r, err) || err != nil {
+							return
+						}
+					}
+				}
+				from = anchor + 1
+				continue
 			}
-			if err != nil {
-				yield(Record{}, err)
+			if l.streamHot(stream, from, head, yield) {
 				return
 			}
-			if !yield(r, nil) {
-				return
-			}
-		}
-		if err := it.Error(); err != nil {
-			yield(Record{}, fmt.Errorf("eventlog: %w", err))
 		}
 	}
 }
 
+// streamHot is Stream over the hot log; like walkHot, it reports false if the records from
+// `from` on were archived as it began.
+func (l *Log) streamHot(stream string, from, head uint64, yield func(Record, error) bool) bool {
+	it, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: idxKey(stream, from),
+		UpperBound: idxKey(stream, head+1),
+	})
+	if err != nil {
+		yield(Record{}, fmt.Errorf("eventlog: %w", err))
+		return true
+	}
+	defer it.Close()
+	if from <= l.Anchor().Seq {
+		return false
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		r, err := l.get(idxKeySeq(it.Key()))
+		if err == nil && r.Stream != stream {
+			err = &ChainError{Seq: r.Seq, Reason: fmt.Sprintf("index of stream %q points at a record of %q", stream, r.Stream)}
+		}
+		if err != nil {
+			yield(Record{}, err)
+			return true
+		}
+		if !yield(r, nil) {
+			return true
+		}
+	}
+	if err := it.Error(); err != nil {
+		yield(Record{}, fmt.Errorf("eventlog: %w", err))
+	}
+	return true
+}
+
 // Verified yields the durable records from seq 1 to seq `to` (0: the head) in order, checking
-// the chain from the genesis hash as it goes. The first record that is missing, undecodable, out
+// the chain from the genesis hash as it goes. It is VerifiedFrom the genesis. The first record that is missing, undecodable, out
 // of order, or whose hash does not match its contents and its predecessor ends the walk with a
 // *ChainError naming its seq; ctx ending ends it with ctx's error.
 func (l *Log) Verified(ctx context.Context, to uint64) iter.Seq2[Record, error] {
+	return l.VerifiedFrom(ctx, Head{Hash: Genesis}, to)
+}
+
+// VerifiedFrom is Verified from a known position in the chain (Oldest, when the oldest segments
+// are not here): the records from start.Seq+1 on, the first chaining from start.Hash.
+func (l *Log) VerifiedFrom(ctx context.Context, start Head, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
-		prev := Genesis
+		prev := start.Hash
 		d := sha256.New()
 		var sum Hash
-		l.walk(1, to, func(r Record, stored []byte, err error) bool {
+		l.walk(start.Seq+1, to, func(r Record, stored []byte, err error) bool {
 			if err == nil && r.Seq%4096 == 0 {
 				err = ctx.Err()
 			}
@@ -195,12 +276,13 @@ func (s *Subscription) Next(ctx context.Context, limit int) ([]Record, error) {
 
 // AuditSummary is what Audit found in a log that verifies.
 type AuditSummary struct {
+	From      Head      // where the walk started: Genesis, or Oldest when older segments are not here
 	Head      Head
-	FirstTime time.Time // the time of record 1; zero for the empty log
-	Streams   uint64    // distinct streams in the index
+	FirstTime time.Time // the time of the first record walked; zero if none
+	Streams   uint64    // distinct streams in the hot log's index
 }
 
-// Audit walks the whole durable chain as Verify does, handing each record to visit in seq order, then checks the stream index against the records: every record has
+// Audit walks the durable chain from `from` (the genesis head, or Oldest) as VerifiedFrom does, handing each record to visit in seq order, then checks the stream index against the records: every record has
 // its one idx/ key and there is no other. Visit may stop the walk by returning an error, which
 // Audit returns. Memory stays bounded whatever the log's length.
 //
@@ -208,20 +290,27 @@ type AuditSummary struct {
 // records on the walk and from the keys themselves: a missing, extra or altered key shows,
 // though not which one. The chain, not the index, is what a receipt proves; the check is there
 // so that a history read through the index can be trusted as far as the chain is.
-func (l *Log) Audit(ctx context.Context, visit func(Record) error) (AuditSummary, error) {
+func (l *Log) Audit(ctx context.Context, from Head, visit func(Record) error) (AuditSummary, error) {
 	var (
-		sum    = AuditSummary{Head: Head{Hash: Genesis}}
+		sum    = AuditSummary{From: from, Head: from}
 		digest Hash
 		key    []byte
+		anchor = l.Anchor().Seq // nothing archives under an audit: it runs on a log opened read-only
 	)
-	for r, err := range l.Verified(ctx, 0) {
+	for r, err := range l.VerifiedFrom(ctx, from, 0) {
 		if err != nil {
 			return sum, err
 		}
-		if r.Seq == 1 {
+		if r.Seq == from.Seq+1 {
 			sum.FirstTime = r.Time
 		}
 		sum.Head = Head{Seq: r.Seq, Hash: r.Hash, Time: r.Time}
+		if err := visit(r); err != nil {
+			return sum, err
+		}
+		if r.Seq <= anchor {
+			continue // its index key left with it
+		}
 		if n := idxKeyLen(r.Stream); cap(key) < n {
 			key = make([]byte, n, 2*n)
 		} else {
@@ -229,9 +318,6 @@ func (l *Log) Audit(ctx context.Context, visit func(Record) error) (AuditSummary
 		}
 		putIdxKey(key, r.Stream, r.Seq)
 		xorInto(&digest, sha256.Sum256(key))
-		if err := visit(r); err != nil {
-			return sum, err
-		}
 	}
 	streams, indexed, err := l.indexDigest(ctx)
 	if err != nil {

@@ -1,0 +1,573 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+)
+
+// keyAnchor holds the hot log's anchor: <seq: 8> <time: 8> <hash: 32>, the last archived record.
+const keyAnchor = "meta/anchor"
+
+func encodeAnchor(h Head) []byte {
+	b := binary.BigEndian.AppendUint64(nil, h.Seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(h.Time.UnixNano()))
+	return append(b, h.Hash[:]...)
+}
+
+func (l *Log) loadAnchor() (Head, error) {
+	v, closer, err := l.db.Get([]byte(keyAnchor))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Head{Hash: Genesis}, nil
+	}
+	if err != nil {
+		return Head{}, fmt.Errorf("eventlog: read anchor: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 16+hashLen {
+		return Head{}, fmt.Errorf("%w: the anchor is %d bytes", ErrCorruptRecord, len(v))
+	}
+	h := Head{Seq: binary.BigEndian.Uint64(v), Time: time.Unix(0, int64(binary.BigEndian.Uint64(v[8:]))).UTC()}
+	copy(h.Hash[:], v[16:])
+	return h, nil
+}
+
+// archive is the sealed segments in a directory, sorted by seq. It need not be contiguous: a
+// segment an operator moved away leaves a gap that reads report (ErrArchived).
+type archive struct {
+	fs  vfs.FS
+	dir string
+
+	mu    sync.RWMutex
+	segs  []SegmentInfo
+	cache struct { // the segment read last, kept open for the next read nearby
+		sync.Mutex
+		f *segmentFile
+	}
+}
+
+// loadArchive lists the segments in dir, reading each one's trailer. A missing dir is an empty
+// archive. Temporary files of a segment that was never sealed are removed unless readOnly.
+func loadArchive(fs vfs.FS, dir string, readOnly bool, logger *zap.Logger) (*archive, error) {
+	a := &archive{fs: fs, dir: dir}
+	names, err := fs.List(dir)
+	if err != nil {
+		if _, statErr := fs.Stat(dir); statErr != nil {
+			return a, nil
+		}
+		return nil, fmt.Errorf("eventlog: list archive %s: %w", dir, err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		path := fs.PathJoin(dir, name)
+		switch {
+		case strings.HasSuffix(name, segmentTmpSuffix):
+			if !readOnly {
+				logger.Info("removing a segment that was never sealed", zap.String("file", path))
+				if err := fs.Remove(path); err != nil {
+					return nil, fmt.Errorf("eventlog: remove %s: %w", path, err)
+				}
+			}
+			continue
+		case !strings.HasSuffix(name, segmentSuffix):
+			continue
+		}
+		info, err := statSegment(fs, dir, name)
+		if err != nil {
+			return nil, err
+		}
+		a.segs = append(a.segs, info)
+	}
+	slices.SortFunc(a.segs, func(x, y SegmentInfo) int { return cmpU64(x.First, y.First) })
+	for i := 1; i < len(a.segs); i++ {
+		if a.segs[i].First <= a.segs[i-1].Last {
+			return nil, &SegmentError{Name: a.segs[i].Name, Reason: "it overlaps " + a.segs[i-1].Name}
+		}
+	}
+	return a, nil
+}
+
+func statSegment(fs vfs.FS, dir, name string) (SegmentInfo, error) {
+	f, err := fs.Open(fs.PathJoin(dir, name))
+	if err != nil {
+		return SegmentInfo{}, fmt.Errorf("eventlog: open segment: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return SegmentInfo{}, fmt.Errorf("eventlog: stat segment %s: %w", name, err)
+	}
+	return readTrailer(f, name, st.Size())
+}
+
+// segments returns a copy of the list.
+func (a *archive) segments() []SegmentInfo {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return slices.Clone(a.segs)
+}
+
+// find returns the segment holding seq.
+func (a *archive) find(seq uint64) (SegmentInfo, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	i, _ := slices.BinarySearchFunc(a.segs, seq, func(s SegmentInfo, seq uint64) int { return cmpU64(s.Last, seq) })
+	if i < len(a.segs) && a.segs[i].First <= seq {
+		return a.segs[i], true
+	}
+	return SegmentInfo{}, false
+}
+
+// open returns the segment file, from the cache if it was read last; release gives it back.
+func (a *archive) open(info SegmentInfo) (*segmentFile, error) {
+	a.cache.Lock()
+	f := a.cache.f
+	a.cache.f = nil
+	a.cache.Unlock()
+	if f != nil && f.info.Name == info.Name {
+		return f, nil
+	}
+	if f != nil {
+		_ = f.Close()
+	}
+	return openSegment(a.fs, a.dir, info)
+}
+
+func (a *archive) release(f *segmentFile) {
+	a.cache.Lock()
+	old := a.cache.f
+	a.cache.f = f
+	a.cache.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+}
+
+func (a *archive) close() {
+	if a != nil {
+		a.release(nil)
+	}
+}
+
+// walk yields the archived records from..to in order, checking that each segment chains from
+// the one before; a seq no segment holds is ErrArchived.
+func (a *archive) walk(from, to uint64, yield func(Record, []byte, error) bool) bool {
+	var prev *SegmentInfo
+	for seq := from; seq <= to; {
+		info, ok := a.find(seq)
+		if !ok {
+			return yield(Record{}, nil, fmt.Errorf("%w: seq %d", ErrArchived, seq))
+		}
+		if prev != nil && info.Anchor != prev.End {
+			return yield(Record{}, nil, &ChainError{Seq: seq, Reason: fmt.Sprintf("segment %s does not chain from %s", info.Name, prev.Name)})
+		}
+		f, err := a.open(info)
+		if err != nil {
+			return yield(Record{}, nil, err)
+		}
+		more, err := f.walk(seq, min(to, info.Last), func(r Record, stored []byte) bool { return yield(r, stored, nil) })
+		a.release(f)
+		if err != nil {
+			return yield(Record{}, nil, err)
+		}
+		if !more {
+			return false
+		}
+		prev, seq = &info, info.Last+1
+	}
+	return true
+}
+
+// get returns one archived record.
+func (a *archive) get(seq uint64) (Record, error) {
+	var out Record
+	var outErr error
+	a.walk(seq, seq, func(r Record, _ []byte, err error) bool {
+		out, outErr = r, err
+		return false
+	})
+	return out, outErr
+}
+
+// streamSeqs returns the archived seqs from..to of a stream, in order.
+func (a *archive) streamSeqs(stream string, from, to uint64) ([]uint64, error) {
+	var out []uint64
+	for _, info := range a.segments() {
+		if info.Last < from || info.First > to {
+			continue
+		}
+		f, err := a.open(info)
+		if err != nil {
+			return nil, err
+		}
+		seqs, err := f.streamSeqs(stream, from)
+		a.release(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range seqs {
+			if s <= to {
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Anchor is where the hot log starts: the last archived record ({0, Genesis} before the first
+// archiving). Records above it are in Pebble; records up to it are in segments.
+func (l *Log) Anchor() Head {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.anchor
+}
+
+// Oldest is the position the readable log starts from: Genesis when every archived record is in
+// a segment here, else the anchor of the oldest segment from which the segments run unbroken to
+// the hot log (the hot log's anchor when there is none).
+func (l *Log) Oldest() Head {
+	anchor := l.Anchor()
+	if l.arch == nil || anchor.Seq == 0 {
+		return anchor
+	}
+	segs := l.arch.segments()
+	oldest, want := anchor, anchor.Seq
+	for i := len(segs) - 1; i >= 0 && segs[i].Last == want; i-- {
+		oldest = Head{Seq: segs[i].First - 1, Hash: segs[i].Anchor}
+		want = segs[i].First - 1
+	}
+	return oldest
+}
+
+// Segments lists the sealed segments in the archive directory, oldest first.
+func (l *Log) Segments() []SegmentInfo {
+	if l.arch == nil {
+		return nil
+	}
+	return l.arch.segments()
+}
+
+// openArchive loads the archive directory and reconciles it with the anchor: a segment beyond
+// the anchor is an archiving step that never committed, whose records are all still hot, and is
+// removed (or, read-only, ignored); the segment that ends at the anchor must end at its hash.
+func (l *Log) openArchive() error {
+	anchor, err := l.loadAnchor()
+	if err != nil {
+		return err
+	}
+	l.anchor = anchor
+	if l.opts.ArchiveDir == "" {
+		return nil
+	}
+	a, err := loadArchive(l.opts.FS, l.opts.ArchiveDir, l.opts.ReadOnly, l.opts.Logger)
+	if err != nil {
+		return err
+	}
+	keep := a.segs[:0]
+	for _, s := range a.segs {
+		switch {
+		case s.First > anchor.Seq:
+			if !l.opts.ReadOnly {
+				l.opts.Logger.Info("rolling back an archiving step that did not commit; its records are in the hot log",
+					zap.String("segment", s.Name))
+				if err := removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Name); err != nil {
+					return err
+				}
+			}
+			continue
+		case s.Last > anchor.Seq:
+			return &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it straddles the hot log's anchor at seq %d", anchor.Seq)}
+		case s.Last == anchor.Seq && s.End != anchor.Hash:
+			return &ChainError{Seq: anchor.Seq, Reason: fmt.Sprintf("segment %s does not end at the hot log's anchor", s.Name)}
+		}
+		keep = append(keep, s)
+	}
+	a.segs = keep
+	l.arch = a
+	return nil
+}
+
+// removeSynced removes a file and syncs its directory.
+func removeSynced(fs vfs.FS, dir, name string) error {
+	if err := fs.Remove(fs.PathJoin(dir, name)); err != nil {
+		return fmt.Errorf("eventlog: remove %s: %w", name, err)
+	}
+	return syncDir(fs, dir)
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("eventlog: open %s: %w", dir, err)
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
+
+// ArchivableTo returns the highest seq that may leave the hot log: covered by the newest
+// checkpoint (covered), stamped at or before cutoff, and durable. It is the anchor's seq when
+// nothing may.
+func (l *Log) ArchivableTo(covered uint64, cutoff time.Time) uint64 {
+	anchor := l.Anchor().Seq
+	hi := min(covered, l.Head().Seq)
+	// Records' times never decrease along the log: find the last one at or before cutoff.
+	lo := anchor
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		r, err := l.Get(mid)
+		if err != nil {
+			return anchor
+		}
+		if r.Time.After(cutoff) {
+			hi = mid - 1
+		} else {
+			lo = mid
+		}
+	}
+	return lo
+}
+
+// A SealedSegment is a segment written, synced and verified by SealSegment and not yet
+// committed: its records are in it and still in the hot log.
+type SealedSegment struct {
+	Info    SegmentInfo
+	deletes *pebble.Batch // the records' index keys
+}
+
+// SealSegment writes the records after the anchor up to seq `to` (at most SegmentRecordsMax of
+// them) into a new segment, syncs it, renames it into place, syncs the directory, and reads it
+// back and verifies it against the hot log. Nothing is removed from the hot log: CommitSegment
+// does that. On any failure the new file is removed and the hot log is as it was.
+func (l *Log) SealSegment(ctx context.Context, to uint64) (*SealedSegment, error) {
+	if l.opts.ReadOnly {
+		return nil, ErrReadOnly
+	}
+	if l.arch == nil {
+		return nil, errors.New("eventlog: no archive directory")
+	}
+	anchor := l.Anchor()
+	to = min(to, l.Head().Seq, anchor.Seq+SegmentRecordsMax)
+	if to <= anchor.Seq {
+		return nil, fmt.Errorf("eventlog: nothing to archive after seq %d", anchor.Seq)
+	}
+	fs, dir := l.opts.FS, l.opts.ArchiveDir
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("eventlog: make archive directory: %w", err)
+	}
+	name := segmentName(anchor.Seq+1, to)
+	tmp := fs.PathJoin(dir, name+".tmp")
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: create segment: %w", err)
+	}
+	deletes := l.db.NewBatch()
+	info, err := l.writeSegment(ctx, f, anchor, to, deletes)
+	err = errors.Join(err, f.Close())
+	if err == nil {
+		err = fs.Rename(tmp, fs.PathJoin(dir, name))
+	}
+	if err == nil {
+		err = syncDir(fs, dir)
+	}
+	if err == nil {
+		info.Name = name
+		err = l.checkSealed(info)
+	}
+	if err != nil {
+		_ = deletes.Close()
+		_ = fs.Remove(tmp)
+		_ = fs.Remove(fs.PathJoin(dir, name))
+		return nil, fmt.Errorf("eventlog: archive seq %d..%d: %w", anchor.Seq+1, to, err)
+	}
+	return &SealedSegment{Info: info, deletes: deletes}, nil
+}
+
+func (l *Log) writeSegment(ctx context.Context, f vfs.File, anchor Head, to uint64, deletes *pebble.Batch) (SegmentInfo, error) {
+	w := newSegmentWriter(f, anchor)
+	var err error
+	l.walkHot(anchor.Seq+1, to, func(r Record, stored []byte, rerr error) bool {
+		if err = rerr; err == nil && r.Seq%4096 == 0 {
+			err = ctx.Err()
+		}
+		if err == nil {
+			err = w.add(r, stored)
+		}
+		if err == nil {
+			err = deletes.Delete(idxKey(r.Stream, r.Seq), nil)
+		}
+		return err == nil
+	})
+	if err != nil {
+		return SegmentInfo{}, err
+	}
+	if w.info.Last != to {
+		return SegmentInfo{}, fmt.Errorf("the hot log ended at seq %d, before %d", w.info.Last, to)
+	}
+	return w.finish()
+}
+
+// checkSealed reads the new segment back from the disk and verifies all of it, and that it
+// starts at the anchor and ends at the hot log's record.
+func (l *Log) checkSealed(want SegmentInfo) error {
+	got, err := statSegment(l.opts.FS, l.opts.ArchiveDir, want.Name)
+	if err != nil {
+		return err
+	}
+	end, err := l.hashAt(want.Last)
+	if err != nil {
+		return err
+	}
+	if got.First != want.First || got.Last != want.Last || got.Anchor != l.Anchor().Hash || got.End != end || got.Bytes != want.Bytes {
+		return &SegmentError{Name: want.Name, Reason: "it does not read back as written"}
+	}
+	return verifySegment(l.opts.FS, l.opts.ArchiveDir, got)
+}
+
+// Abandon removes a sealed segment that will not be committed; its records stay hot.
+func (s *SealedSegment) Abandon(l *Log) error {
+	_ = s.deletes.Close()
+	return removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Info.Name)
+}
+
+// CommitSegment moves the hot log's anchor to the end of a sealed segment and removes its
+// records and their index keys from Pebble, in one synced batch. Readers are sent to the
+// segment before the records leave Pebble. A failure to write is a failure of the log.
+func (l *Log) CommitSegment(s *SealedSegment) error {
+	defer s.deletes.Close()
+	l.mu.Lock()
+	if l.anchor.Seq != s.Info.First-1 {
+		l.mu.Unlock()
+		return fmt.Errorf("eventlog: segment %s does not start at the anchor %d", s.Info.Name, l.anchor.Seq)
+	}
+	l.mu.Unlock()
+	l.arch.mu.Lock()
+	l.arch.segs = append(l.arch.segs, s.Info)
+	l.arch.mu.Unlock()
+	anchor := Head{Seq: s.Info.Last, Hash: s.Info.End, Time: s.Info.LastTime}
+	l.mu.Lock()
+	l.anchor = anchor
+	l.mu.Unlock()
+	b := s.deletes
+	err := errors.Join(
+		b.DeleteRange(logKey(s.Info.First), logKey(s.Info.Last+1), nil),
+		b.Set([]byte(keyAnchor), encodeAnchor(anchor), nil))
+	if err == nil {
+		err = l.guard(func() error { return b.Commit(pebble.Sync) })
+	}
+	if err != nil {
+		l.fail(err)
+		return l.Err()
+	}
+	return nil
+}
+
+// Archive seals the records after the anchor up to seq `to` (at most SegmentRecordsMax) into a
+// segment and commits it: SealSegment then CommitSegment.
+func (l *Log) Archive(ctx context.Context, to uint64) (SegmentInfo, error) {
+	l.archiving.Lock()
+	defer l.archiving.Unlock()
+	s, err := l.SealSegment(ctx, to)
+	if err != nil {
+		return SegmentInfo{}, err
+	}
+	if err := l.CommitSegment(s); err != nil {
+		return SegmentInfo{}, err
+	}
+	return s.Info, nil
+}
+
+// CompactArchived asks Pebble to compact the key range the archived records left, so their
+// space is reclaimed now rather than when compaction would next reach it.
+func (l *Log) CompactArchived(ctx context.Context) error {
+	return l.db.Compact(ctx, []byte(prefixLog), logKey(l.Anchor().Seq+1), false)
+}
+
+// DropSegments deletes the oldest segments whose last record is older than before, oldest
+// first, and returns them. The hot log's anchor is untouched: what is dropped is the audit
+// trail before it, which replay then reports as not there.
+func (l *Log) DropSegments(before time.Time) ([]SegmentInfo, error) {
+	if l.arch == nil {
+		return nil, nil
+	}
+	l.archiving.Lock()
+	defer l.archiving.Unlock()
+	var dropped []SegmentInfo
+	for {
+		l.arch.mu.Lock()
+		if len(l.arch.segs) == 0 || !l.arch.segs[0].LastTime.Before(before) {
+			l.arch.mu.Unlock()
+			return dropped, nil
+		}
+		s := l.arch.segs[0]
+		l.arch.segs = slices.Delete(l.arch.segs, 0, 1)
+		l.arch.mu.Unlock()
+		if err := removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Name); err != nil {
+			return dropped, err
+		}
+		dropped = append(dropped, s)
+	}
+}
+
+// ArchiveSummary is what VerifyArchive found.
+type ArchiveSummary struct {
+	Segments    int
+	First, Last uint64 // the records the segments hold
+	Anchor, End Hash   // the hash the first segment starts from and the last ends at
+	Bytes       int64
+}
+
+// VerifyArchive checks the segments in dir alone: each one whole (VerifySegment's checks), and
+// that they run without a gap, each chaining from the one before. progress, if not nil, is
+// called after each segment.
+func VerifyArchive(ctx context.Context, fs vfs.FS, dir string, progress func(SegmentInfo)) (ArchiveSummary, error) {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if _, err := fs.Stat(dir); err != nil {
+		return ArchiveSummary{}, fmt.Errorf("eventlog: archive %s: %w", dir, err)
+	}
+	a, err := loadArchive(fs, dir, true, zap.NewNop())
+	if err != nil {
+		return ArchiveSummary{}, err
+	}
+	var sum ArchiveSummary
+	if len(a.segs) == 0 {
+		return sum, fmt.Errorf("eventlog: archive %s holds no segments", dir)
+	}
+	sum.First, sum.Anchor = a.segs[0].First, a.segs[0].Anchor
+	if sum.First == 1 && sum.Anchor != Genesis {
+		return sum, &SegmentError{Name: a.segs[0].Name, Reason: "it starts the log but not at the genesis hash"}
+	}
+	for i, s := range a.segs {
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		if i > 0 {
+			prev := a.segs[i-1]
+			if s.First != prev.Last+1 {
+				return sum, fmt.Errorf("%w: records %d..%d are missing between %s and %s", ErrArchived, prev.Last+1, s.First-1, prev.Name, s.Name)
+			}
+			if s.Anchor != prev.End {
+				return sum, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from %s", s.Name, prev.Name)}
+			}
+		}
+		if err := verifySegment(fs, dir, s); err != nil {
+			return sum, err
+		}
+		sum.Segments++
+		sum.Last, sum.End = s.Last, s.End
+		sum.Bytes += s.Bytes
+		if progress != nil {
+			progress(s)
+		}
+	}
+	return sum, nil
+}
