@@ -276,6 +276,9 @@ func (l *Log) openArchive() error {
 	for _, s := range a.segs {
 		switch {
 		case s.First > anchor.Seq:
+			if !l.stillHot(s) {
+				return &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it lies beyond the hot log, whose anchor is at seq %d: it is not this log's", anchor.Seq)}
+			}
 			if !l.opts.ReadOnly {
 				l.opts.Logger.Info("rolling back an archiving step that did not commit; its records are in the hot log",
 					zap.String("segment", s.Name))
@@ -294,6 +297,21 @@ func (l *Log) openArchive() error {
 	a.segs = keep
 	l.arch = a
 	return nil
+}
+
+// stillHot reports whether a segment that starts right after the anchor holds records the hot
+// log still has: the step that sealed it did not commit.
+func (l *Log) stillHot(s SegmentInfo) bool {
+	if s.First != l.anchor.Seq+1 {
+		return false
+	}
+	v, closer, err := l.db.Get(logKey(s.Last))
+	if err != nil {
+		return false
+	}
+	defer closer.Close()
+	r, err := decodeStored(s.Last, v)
+	return err == nil && r.Hash == s.End
 }
 
 // removeSynced removes a file and syncs its directory.

@@ -108,3 +108,12 @@ func (l *Log) Stats() Stats {
 
 // DiskBytes is the space the store takes on disk: tables, WAL and MANIFEST.
 func (l *Log) DiskBytes() uint64 { return l.db.Metrics().DiskSpaceUsage() }
+
+// HotBytes estimates the space the hot log's records and stream index take on disk.
+func (l *Log) HotBytes() uint64 {
+	n, err := l.db.EstimateDiskUsage([]byte(prefixIdx), logKeyEnd) // idx/ and log/ are adjacent
+	if err != nil {
+		return 0
+	}
+	return n
+}

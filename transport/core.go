@@ -22,6 +22,7 @@ type Core interface {
 	Head() eventlog.Head
 	LogStats() eventlog.Stats
 	LogBytes() uint64
+	Archive() broker.ArchiveState
 	Checkpoint() (seq uint64, covers time.Time)
 
 	// Reads of the projections.

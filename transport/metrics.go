@@ -110,6 +110,22 @@ func (s *Server) serveMetrics(r *request) error {
 	}
 	e.family("tether_log_size_bytes", "gauge", "Disk space the event log's store takes.")
 	e.sample("tether_log_size_bytes", float64(r.b.LogBytes()))
+	arch := r.b.Archive()
+	for _, m := range []struct {
+		name, kind, help string
+		v                float64
+	}{
+		{"tether_log_hot_bytes", "gauge", "Disk space (estimated) of the hot log: the records and stream index still in the store.", float64(arch.HotBytes)},
+		{"tether_log_oldest_hot_seq", "gauge", "Seq of the oldest record in the hot log; older ones are in archive segments.", float64(arch.OldestHotSeq)},
+		{"tether_archive_bytes", "gauge", "Bytes of the sealed archive segments in the archive directory.", float64(arch.ArchiveBytes)},
+		{"tether_archive_segments", "gauge", "Sealed archive segments in the archive directory.", float64(arch.Segments)},
+		{"tether_archive_sealed_total", "counter", "Archive segments sealed and committed by this process.", float64(arch.Sealed)},
+		{"tether_archive_deleted_total", "counter", "Archive segments deleted by this process because they were older than --archive-keep.", float64(arch.Dropped)},
+		{"tether_archive_failures_total", "counter", "Archiving steps that failed and left their records in the hot log (or a segment undeleted).", float64(arch.Failed)},
+	} {
+		e.family(m.name, m.kind, m.help)
+		e.sample(m.name, m.v)
+	}
 	ckptSeq, ckptCovers := r.b.Checkpoint()
 	e.family("tether_checkpoint_seq", "gauge", "Seq up to which the newest projection checkpoint covers the log; 0 before the first.")
 	e.sample("tether_checkpoint_seq", float64(ckptSeq))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,8 @@ type Config struct {
 	// heartbeat while their leases need no more: sooner news of cancels and of their token's
 	// renewal, at the cost of more requests. The sessions' liveness does not change.
 	IdleHeartbeat time.Duration
+	// Archive says when old records move into sealed segments (archive.go).
+	Archive ArchiveConfig
 }
 
 // ErrClosed is returned by calls on a Broker that is closing or closed.
@@ -77,6 +80,9 @@ type Broker struct {
 	checkpointing  atomic.Bool
 	checkpoints    sync.WaitGroup
 
+	archiver sync.WaitGroup // the archive loop
+	archive  archiveCounters
+
 	changedMu sync.Mutex
 	changed   chan struct{} // closed and replaced when the projections change, if watched
 	watched   bool          // Changed handed out changed since it was last replaced
@@ -99,7 +105,11 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = 20_000
 	}
-	elog, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog"), Companions: cfg.Companions})
+	if cfg.Archive.Dir == "" {
+		cfg.Archive.Dir = filepath.Join(cfg.Dir, "archive")
+	}
+	elog, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog"),
+		Companions: append(cfg.Companions, "archive"), ArchiveDir: cfg.Archive.Dir})
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +135,10 @@ func Open(cfg Config) (*Broker, error) {
 	if err := b.resume(); err != nil {
 		_ = b.Close()
 		return nil, err
+	}
+	if cfg.Archive.After > 0 || cfg.Archive.Keep > 0 {
+		b.archiver.Add(1)
+		go b.archiveLoop()
 	}
 	return b, nil
 }
@@ -327,6 +341,15 @@ func (b *Broker) LogBytes() uint64 { return b.elog.DiskBytes() }
 // JobStream yields the durable records of a job's stream from seq on, in order: what an event
 // stream (SSE) of the job sends.
 func (b *Broker) JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record, error] {
+	if from <= b.elog.Anchor().Seq {
+		// Start at the job's first record, so the archive searches only the segments from
+		// there on.
+		b.rt.Read(func(s *projections.Set) {
+			if j := s.JobRef(jobID); j != nil {
+				from = max(from, j.SubmitSeq)
+			}
+		})
+	}
 	return b.elog.Stream(eventlog.JobStream(jobID), from)
 }
 
@@ -355,6 +378,7 @@ func (b *Broker) Close() error {
 		// goroutine's alone.
 		b.rt.Close()
 		b.checkpoints.Wait()
+		b.archiver.Wait() // it stops at its next 4096 records once closing is closed
 		if set := b.rt.Set(); b.elog.Err() == nil && set.Seq() > b.lastCheckpoint.Load() {
 			err = b.checkpoint(b.rt.BeginCheckpoint())
 		}

@@ -30,12 +30,14 @@ func runReplay(args []string) error {
 
 // replayFlags are the flags every replay command takes.
 type replayFlags struct {
-	data string
-	json bool
+	data    string
+	archive string
+	json    bool
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.data, "data", "", "the data directory (read only; the server must be stopped)")
+	fs.StringVar(&r.archive, "archive", "", "the directory of the log's archive segments; empty: DATA/archive")
 	fs.BoolVar(&r.json, "json", false, "print JSON instead of text")
 }
 
@@ -44,7 +46,7 @@ func (r *replayFlags) open() (*eventlog.Log, error) {
 	if r.data == "" {
 		return nil, errors.New("--data is required")
 	}
-	l, err := audit.Open(r.data)
+	l, err := audit.OpenWithArchive(r.data, r.archive)
 	switch {
 	case errors.Is(err, eventlog.ErrInUse):
 		return nil, fmt.Errorf("%s is in use by a running server; stop the server and run replay again", r.data)
@@ -100,13 +102,16 @@ func replayVerify(args []string) error {
 	var rf replayFlags
 	rf.register(fs)
 	export := fs.String("export", "", "verify this export file (tether replay export) instead of a data dir")
-	if _, err := parseArgs(fs, args, 0, "tether replay verify --data DIR | --export FILE [--json]"); err != nil {
+	if _, err := parseArgs(fs, args, 0, "tether replay verify --data DIR [--archive DIR] | --archive DIR | --export FILE [--json]"); err != nil {
 		return err
 	}
 	ctx, stop := interrupted()
 	defer stop()
 	if *export != "" {
 		return verifyExport(ctx, &rf, *export)
+	}
+	if rf.data == "" && rf.archive != "" {
+		return verifySegments(ctx, &rf)
 	}
 	l, err := rf.open()
 	if err != nil {
@@ -121,7 +126,16 @@ func replayVerify(args []string) error {
 	}
 	return rf.print(sum, func() string {
 		var b strings.Builder
-		fmt.Fprintf(&b, "verified   %s records in %s streams; chain, index and projections hold\n", thousands(sum.Records), thousands(sum.Streams))
+		if sum.Unchecked == "" {
+			fmt.Fprintf(&b, "verified   %s records; chain, index and projections hold\n", thousands(sum.Records))
+		} else {
+			fmt.Fprintf(&b, "verified   %s records, seqs %d..%d; chain and index hold\n", thousands(sum.Records), sum.FromSeq+1, sum.HeadSeq)
+			fmt.Fprintf(&b, "NOT CHECKED %s\n", sum.Unchecked)
+		}
+		if sum.AnchorSeq > 0 {
+			fmt.Fprintf(&b, "archive    seqs 1..%d in segments (%d here), the hot log from seq %d\n", sum.AnchorSeq, sum.Segments, sum.AnchorSeq+1)
+		}
+		fmt.Fprintf(&b, "streams    %s in the hot log\n", thousands(sum.Streams))
 		fmt.Fprintf(&b, "head       seq %d  hash %s\n", sum.HeadSeq, sum.HeadHash)
 		if sum.Records > 0 {
 			fmt.Fprintf(&b, "time span  %s .. %s (%s)\n", stampOf(sum.FirstTime), stampOf(sum.LastTime), sum.LastTime.Sub(sum.FirstTime).Round(time.Millisecond))
@@ -136,6 +150,26 @@ func replayVerify(args []string) error {
 		default:
 			fmt.Fprintln(&b, "checkpoint none stored")
 		}
+		return b.String()
+	})
+}
+
+// verifySegments checks archive segments alone, wherever they were copied.
+func verifySegments(ctx context.Context, rf *replayFlags) error {
+	sum, err := eventlog.VerifyArchive(ctx, nil, rf.archive, nil)
+	if err != nil {
+		return notVerified(err)
+	}
+	return rf.print(sum, func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "verified   %d segments, seqs %d..%d (%s records, %s bytes); each whole, and the chain across them holds\n",
+			sum.Segments, sum.First, sum.Last, thousands(sum.Last-sum.First+1), thousands(uint64(sum.Bytes)))
+		if sum.First == 1 {
+			fmt.Fprintln(&b, "anchor     the genesis hash")
+		} else {
+			fmt.Fprintf(&b, "anchor     %s (seq %d's hash: check it against the segment before, a receipt or the log)\n", sum.Anchor, sum.First-1)
+		}
+		fmt.Fprintf(&b, "end        seq %d  hash %s\n", sum.Last, sum.End)
 		return b.String()
 	})
 }
@@ -288,6 +322,7 @@ func replayExport(args []string) error {
 	fs := flag.NewFlagSet("replay export", flag.ContinueOnError)
 	var rf replayFlags
 	fs.StringVar(&rf.data, "data", "", "the data directory (read only; the server must be stopped)")
+	fs.StringVar(&rf.archive, "archive", "", "the directory of the log's archive segments; empty: DATA/archive")
 	from := fs.Uint64("from", 1, "the first seq")
 	to := fs.Uint64("to", 0, "the last seq (0: the head)")
 	out := fs.String("out", "-", "the file to write (-: standard output)")

@@ -72,6 +72,9 @@ func runServer(args []string) error {
 	retain := fs.Duration("retain", 7*24*time.Hour, "how long a succeeded or cancelled job stays queryable (a job's result_ttl_seconds overrides it); 0: until deleted")
 	retainDead := fs.Duration("retain-dead", 7*24*time.Hour, "how long a dead-lettered job stays, for an operator to re-drive it; 0: until purged")
 	maxDead := fs.Int("max-dead", 100_000, "the most dead letters a tenant keeps; past it the oldest go first; 0: no cap")
+	archiveAfter := fs.Duration("archive-after", 24*time.Hour, "how old a record must be before it moves from the hot log into a sealed archive segment (it must also be covered by a checkpoint); 0: never")
+	archiveDir := fs.String("archive-dir", "", "where archive segments go; empty: DATA/archive")
+	archiveKeep := fs.Duration("archive-keep", 0, "delete archive segments whose last record is older than this; 0: keep them for ever")
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags
 	lf.register(fs)
@@ -115,6 +118,10 @@ func runServer(args []string) error {
 		return badFlagf(fs, "--retain %s: want 0 (keep until deleted) or %s..%s", *retain, retainMin, retainMax)
 	case *retainDead != 0 && (*retainDead < retainMin || *retainDead > retainMax):
 		return badFlagf(fs, "--retain-dead %s: want 0 (keep until purged) or %s..%s", *retainDead, retainMin, retainMax)
+	case *archiveAfter != 0 && (*archiveAfter < retainMin || *archiveAfter > retainMax):
+		return badFlagf(fs, "--archive-after %s: want 0 (never) or %s..%s", *archiveAfter, retainMin, retainMax)
+	case *archiveKeep != 0 && (*archiveKeep < retainMin || *archiveKeep > retainMax):
+		return badFlagf(fs, "--archive-keep %s: want 0 (for ever) or %s..%s", *archiveKeep, retainMin, retainMax)
 	case *maxDead < 0:
 		return badFlagf(fs, "--max-dead %d: want 0 (no cap) or more", *maxDead)
 	}
@@ -186,7 +193,8 @@ func runServer(args []string) error {
 	recovered := make(chan opened, 1)
 	go func() {
 		b, err := broker.Open(broker.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL,
-			Retention: projections.Retention{Done: *retain, Dead: *retainDead, MaxDead: *maxDead}})
+			Retention: projections.Retention{Done: *retain, Dead: *retainDead, MaxDead: *maxDead},
+			Archive:   broker.ArchiveConfig{Dir: *archiveDir, After: *archiveAfter, Keep: *archiveKeep}})
 		recovered <- opened{b, err}
 	}()
 

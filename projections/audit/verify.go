@@ -6,15 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
 
-// Open opens the log in dir for reading only.
+// Open opens the log in dir for reading only, with its archive segments in dir/archive.
 func Open(dir string) (*eventlog.Log, error) {
-	return eventlog.Open(dir, eventlog.Options{ReadOnly: true})
+	return OpenWithArchive(dir, "")
+}
+
+// OpenWithArchive opens the log in dir for reading only, with its archive segments in
+// archiveDir (empty: dir/archive).
+func OpenWithArchive(dir, archiveDir string) (*eventlog.Log, error) {
+	if archiveDir == "" {
+		archiveDir = filepath.Join(dir, "archive")
+	}
+	return eventlog.Open(dir, eventlog.Options{ReadOnly: true, ArchiveDir: archiveDir})
 }
 
 // Progress is told how many records of how many a long walk has done, every few
