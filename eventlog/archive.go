@@ -377,8 +377,14 @@ func (l *Log) SealSegment(ctx context.Context, to uint64) (*SealedSegment, error
 		return nil, fmt.Errorf("eventlog: nothing to archive after seq %d", anchor.Seq)
 	}
 	fs, dir := l.opts.FS, l.opts.ArchiveDir
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("eventlog: make archive directory: %w", err)
+	if _, err := fs.Stat(dir); err != nil {
+		// A new directory's name is durable once its parent is synced.
+		if err := fs.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("eventlog: make archive directory: %w", err)
+		}
+		if err := syncDir(fs, fs.PathDir(dir)); err != nil {
+			return nil, err
+		}
 	}
 	name := segmentName(anchor.Seq+1, to)
 	tmp := fs.PathJoin(dir, name+".tmp")

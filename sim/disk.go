@@ -22,7 +22,10 @@ import (
 // moment a crash loses or keeps part of them. Pebble writes a commit's WAL record before it
 // syncs it, so when the held sync arrives the whole record is in the file, in every run alike.
 type disk struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// archiveFailIn, when not negative, is how many more operations on the archive directory
+	// succeed before one fails (a full disk, an I/O error).
+	archiveFailIn int
 	failOp  string // "write" or "sync": the next such WAL operation fails
 	hold    bool
 	arrived chan struct{}
@@ -31,6 +34,18 @@ type disk struct {
 
 // MaybeError implements errorfs.Injector.
 func (d *disk) MaybeError(op errorfs.Op) error {
+	if strings.HasPrefix(op.Path, archiveDir) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.archiveFailIn == 0 {
+			d.archiveFailIn = -1
+			return errorfs.ErrInjected
+		}
+		if d.archiveFailIn > 0 {
+			d.archiveFailIn--
+		}
+		return nil
+	}
 	if !strings.HasSuffix(op.Path, ".log") {
 		return nil
 	}
@@ -63,6 +78,13 @@ func (d *disk) MaybeError(op errorfs.Op) error {
 
 // String implements errorfs.Injector.
 func (d *disk) String() string { return "sim disk" }
+
+// failArchiveIn makes the archive directory's operation n from now fail; -1 disarms it.
+func (d *disk) failArchiveIn(n int) {
+	d.mu.Lock()
+	d.archiveFailIn = n
+	d.mu.Unlock()
+}
 
 // failNext makes the next WAL operation of the kind fail.
 func (d *disk) failNext(kind string) {

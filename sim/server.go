@@ -18,8 +18,13 @@ import (
 	"github.com/tetherhq/tether/projections/audit"
 )
 
-// dataDir is where the server keeps its log on the simulated disk.
-const dataDir = "/data"
+// dataDir is where the server keeps its log on the simulated disk, and archiveDir its segments.
+const (
+	dataDir    = "/data"
+	archiveDir = "/data/archive"
+	// archiveAfter is the simulated --archive-after: short, so a run archives many times.
+	archiveAfter = 2 * time.Second
+)
 
 // server is the simulated tether process: the production behaviours on the production cell
 // runtime, the production projections, and the production log on Pebble's crashable in-memory
@@ -86,8 +91,8 @@ func newServer(s *Sim) *server {
 // was lost and that the checkpoint plus the tail equals a full replay.
 func (v *server) start() {
 	s := v.s
-	v.disk = &disk{}
-	l, err := eventlog.Open(dataDir, eventlog.Options{FS: errorfs.Wrap(v.mem, v.disk), Clock: s.serverNow})
+	v.disk = &disk{archiveFailIn: -1}
+	l, err := eventlog.Open(dataDir, eventlog.Options{FS: errorfs.Wrap(v.mem, v.disk), Clock: s.serverNow, ArchiveDir: archiveDir})
 	if err != nil {
 		s.fail("recovery", "the log does not open after a crash: %v", err)
 		return
@@ -569,5 +574,52 @@ func (v *server) beginCheckpoint() {
 			return
 		}
 		s.record(fmt.Sprintf("checkpoint at seq %d", cp.Seq()))
+		v.archive(cp.Seq())
 	})
+}
+
+// archive moves out of the hot log what the broker's archiver would: the records the checkpoint
+// covers that are older than archiveAfter, in eventlog's two steps, with a disk error inside the
+// first or a crash between or after them. Whatever happens, the next start must read every
+// record from genesis, from the hot log or a verified segment (checkRecovered).
+func (v *server) archive(covered uint64) {
+	s := v.s
+	to := v.log.ArchivableTo(covered, s.serverNow().Add(-archiveAfter))
+	if to <= v.log.Anchor().Seq {
+		return
+	}
+	failing := s.strikes(FaultArchive, 0.2)
+	if failing {
+		v.disk.failArchiveIn(s.faultRand[FaultArchive].IntN(12))
+	}
+	sealed, err := v.log.SealSegment(context.Background(), to)
+	v.disk.failArchiveIn(-1)
+	if err != nil {
+		if !failing {
+			s.fail("archive", "sealing a segment: %v", err)
+			return
+		}
+		s.probe(ProbeArchiveFault)
+		s.record(fmt.Sprintf("archiving up to seq %d failed: %v", to, err))
+		if s.strikes(FaultArchive, 0.3) {
+			v.crash("after a failed archiving step")
+		}
+		return
+	}
+	if s.strikes(FaultArchive, 0.15) {
+		s.probe(ProbeCrashMidArchive)
+		v.crash(fmt.Sprintf("between sealing segment %s and committing it", sealed.Info.Name))
+		return
+	}
+	if err := v.log.CommitSegment(sealed); err != nil {
+		if v.log.Err() == nil {
+			s.fail("archive", "committing segment %s: %v", sealed.Info.Name, err)
+		}
+		return
+	}
+	s.probe(ProbeArchived)
+	s.record(fmt.Sprintf("archived seqs %d..%d", sealed.Info.First, sealed.Info.Last))
+	if s.strikes(FaultArchive, 0.1) {
+		v.crash("right after an archiving step")
+	}
 }

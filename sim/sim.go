@@ -33,10 +33,11 @@ const (
 	FaultServerCrash              // the server dies: at any step, mid-commit (unsynced data), after a commit before its replies, or while recovering
 	FaultDisk                     // a WAL write or fsync fails, which stops the server
 	FaultClock                    // the server's clock jumps forward or back
+	FaultArchive                  // an archiving step meets a disk error (full, I/O) or a crash in the middle
 	faultClasses
 )
 
-var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock"}
+var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock", "archive"}
 
 func (f Fault) String() string { return faultNames[f] }
 
@@ -87,13 +88,17 @@ const (
 	ProbeDeleted
 	ProbeCrashMidCheckpoint
 	ProbeStoredJobChanged
+	ProbeArchived
+	ProbeArchiveFault
+	ProbeCrashMidArchive
 	probeCount
 )
 
 var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_append_and_reply", "idempotent_resubmit_after_crash",
 	"quota_full", "lease_expired_worker_alive", "cancel_while_leased", "nonce_replay_rejected", "recovery_crash",
 	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
-	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed"}
+	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed",
+	"archived", "archive_fault", "crash_mid_archive"}
 
 func (p Probe) String() string { return probeNames[p] }
 
