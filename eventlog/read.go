@@ -276,7 +276,7 @@ func (s *Subscription) Next(ctx context.Context, limit int) ([]Record, error) {
 
 // AuditSummary is what Audit found in a log that verifies.
 type AuditSummary struct {
-	From      Head      // where the walk started: Genesis, or Oldest when older segments are not here
+	From      Head // where the walk started: Genesis, or Oldest when older segments are not here
 	Head      Head
 	FirstTime time.Time // the time of the first record walked; zero if none
 	Streams   uint64    // distinct streams in the hot log's index

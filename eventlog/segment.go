@@ -45,8 +45,8 @@ type SegmentInfo struct {
 	Anchor, End         Hash
 	Bytes               int64
 
-	frames                    uint32
-	frameTable, streamTable   int64 // offsets
+	frames                  uint32
+	frameTable, streamTable int64 // offsets
 }
 
 // Records is how many records the segment holds.

@@ -26,10 +26,10 @@ type disk struct {
 	// archiveFailIn, when not negative, is how many more operations on the archive directory
 	// succeed before one fails (a full disk, an I/O error).
 	archiveFailIn int
-	failOp  string // "write" or "sync": the next such WAL operation fails
-	hold    bool
-	arrived chan struct{}
-	release chan struct{}
+	failOp        string // "write" or "sync": the next such WAL operation fails
+	hold          bool
+	arrived       chan struct{}
+	release       chan struct{}
 }
 
 // MaybeError implements errorfs.Injector.
