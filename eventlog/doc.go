@@ -32,13 +32,18 @@
 // # Keys in Pebble
 //
 //	meta/format                      "tether.eventlog.v1"; written once, when the store is created
+//	meta/anchor                      <seq: 8> <time: 8> <hash: 32>: the last archived record;
+//	                                 absent until the first archiving ({0, Genesis})
 //	log/ <seq: 8 bytes BE>           the encoded record, hash included
 //	idx/ <stream> 0x00 <seq: 8 BE>   empty; one per record, for reading a stream in order
 //	ckpt/<name>                      <seq: 8 BE> <hash of record seq: 32> <snapshot bytes>
 //	view/<key>                       a projection's table on disk (finished jobs and their
 //	                                 indexes); its keys and values are the projection's
 //
-// INVARIANT: the log/ keys are exactly 1..head, each holding the record of that seq.
+// INVARIANT: the log/ keys are exactly anchor+1..head, each holding the record of that seq, and
+// the first of them chains from the anchor's hash.
+// INVARIANT: every record 1..anchor is in a sealed segment that was verified before the batch
+// that moved the anchor past it (unless --archive-keep or an operator deleted the segment).
 // INVARIANT: a record and its idx/ key are written in the same Pebble batch.
 // INVARIANT: a checkpoint's hash is the hash of the record at its seq.
 // INVARIANT: the view/ keys change only in the batch that saves a checkpoint (SaveCheckpoint),
@@ -66,6 +71,29 @@
 //  5. Appends from one goroutine are sequenced in call order, so an actor may pipeline: apply
 //     its events to its own state, hand them over, and go on, as long as it waits for the
 //     callback before anything that others can see.
+//
+// # Archive segments
+//
+// Records older than the server needs leave the hot log for sealed segment files in the
+// archive directory (archive.go), one per run of records first..last, named
+// seg-<first: 20 digits>-<last: 20 digits>.tseg. A segment, all integers big-endian:
+//
+//	frames        zstd frames, each of the records' bodies (the record without its hash), every
+//	              body preceded by its length as a uvarint; a frame is cut at 256 KiB of bodies
+//	frame table   per frame: first seq (8), offset in the file (8), chain hash before it (32)
+//	stream table  per record, sorted: FNV-1a 64 of its stream (8), seq - first (4)
+//	trailer       "TSEG\0v1\0", first, last, first time, last time (8 each), anchor hash (32),
+//	              end hash (32), frame count (4), frame table offset (8), stream table offset (8)
+//	checksum      SHA-256 of every byte before it (32)
+//
+// The hashes are not stored: a reader recomputes them from the anchor (or a frame's hash), so a
+// segment costs its compressed bodies and 12 bytes of stream table per record. Archiving is
+// two steps. SealSegment writes the segment to a .tmp file, syncs it, renames it, syncs the
+// directory, and reads it back and verifies all of it against the hot log; CommitSegment then
+// moves the anchor, DeleteRanges the log/ keys and deletes the idx/ keys in one synced batch.
+// In-memory readers are sent to the segment before the batch, and a hot read that finds its
+// record gone looks again at the anchor. At Open, a .tmp file is removed and a segment past the
+// anchor whose records the hot log still holds (a step that did not commit) is removed.
 //
 // # Opening
 //
