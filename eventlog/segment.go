@@ -107,7 +107,9 @@ type segmentWriter struct {
 
 func newSegmentWriter(f vfs.File, anchor Head) *segmentWriter {
 	w := &segmentWriter{f: f, sum: sha256.New(), prev: anchor.Hash}
-	w.w = bufio.NewWriterSize(io.MultiWriter(f, w.sum), 256<<10)
+	// The checksum sees each buffer before the file does: a vfs.File may scribble over what it
+	// was given once Write returns (Pebble's invariants builds, -race, do on purpose).
+	w.w = bufio.NewWriterSize(io.MultiWriter(w.sum, f), 256<<10)
 	w.info.First, w.info.Anchor = anchor.Seq+1, anchor.Hash
 	return w
 }
