@@ -455,28 +455,22 @@ func (l *Log) checkSealed(want SegmentInfo) error {
 	return verifySegment(l.opts.FS, l.opts.ArchiveDir, got)
 }
 
-// Abandon removes a sealed segment that will not be committed; its records stay hot.
-func (s *SealedSegment) Abandon(l *Log) error {
-	_ = s.deletes.Close()
-	return removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Info.Name)
-}
-
 // CommitSegment moves the hot log's anchor to the end of a sealed segment and removes its
 // records and their index keys from Pebble, in one synced batch. Readers are sent to the
 // segment before the records leave Pebble. A failure to write is a failure of the log.
 func (l *Log) CommitSegment(s *SealedSegment) error {
 	defer s.deletes.Close()
+	anchor := Head{Seq: s.Info.Last, Hash: s.Info.End, Time: s.Info.LastTime}
 	l.mu.Lock()
 	if l.anchor.Seq != s.Info.First-1 {
 		l.mu.Unlock()
 		return fmt.Errorf("eventlog: segment %s does not start at the anchor %d", s.Info.Name, l.anchor.Seq)
 	}
-	l.mu.Unlock()
+	// The segment joins the archive before the anchor passes it, so a reader sent to the
+	// archive finds it.
 	l.arch.mu.Lock()
 	l.arch.segs = append(l.arch.segs, s.Info)
 	l.arch.mu.Unlock()
-	anchor := Head{Seq: s.Info.Last, Hash: s.Info.End, Time: s.Info.LastTime}
-	l.mu.Lock()
 	l.anchor = anchor
 	l.mu.Unlock()
 	b := s.deletes
@@ -508,10 +502,10 @@ func (l *Log) Archive(ctx context.Context, to uint64) (SegmentInfo, error) {
 	return s.Info, nil
 }
 
-// CompactArchived asks Pebble to compact the key range the archived records left, so their
-// space is reclaimed now rather than when compaction would next reach it.
-func (l *Log) CompactArchived(ctx context.Context) error {
-	return l.db.Compact(ctx, []byte(prefixLog), logKey(l.Anchor().Seq+1), false)
+// CompactArchived asks Pebble to compact the log keys the records from seq `from` to the anchor
+// left, so their space is reclaimed now rather than when compaction would next reach them.
+func (l *Log) CompactArchived(ctx context.Context, from uint64) error {
+	return l.db.Compact(ctx, logKey(from), logKey(l.Anchor().Seq+1), false)
 }
 
 // DropSegments deletes the oldest segments whose last record is older than before, oldest

@@ -3,6 +3,7 @@ package eventlog_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,30 +62,41 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 // BenchmarkVerify measures walking and checking the whole chain, the audit path of
-// `tether replay verify`: each op verifies a log of 100,000 ~200-byte records.
+// `tether replay verify`: each op verifies a log of 100,000 ~200-byte records, all in the hot
+// log, or all but the last 4,000 in archive segments.
 func BenchmarkVerify(b *testing.B) {
-	const records = 100_000
-	l, err := eventlog.Open(b.TempDir(), eventlog.Options{})
-	if err != nil {
-		b.Fatal(err)
+	for _, archived := range []bool{false, true} {
+		b.Run(fmt.Sprintf("archived=%v", archived), func(b *testing.B) {
+			const records = 100_000
+			dir := b.TempDir()
+			l, err := eventlog.Open(dir, eventlog.Options{ArchiveDir: filepath.Join(dir, "archive")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = l.Close() }()
+			batch := make([]eventlog.Event, 1000)
+			for i := range batch {
+				batch[i] = eventlog.Event{Stream: fmt.Sprintf("job/%06d", i), Type: "job.leased", Data: benchData}
+			}
+			for range records / len(batch) {
+				if _, err := l.Append(context.Background(), batch...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for archived && l.Anchor().Seq < records-4000 {
+				if _, err := l.Archive(context.Background(), records-4000); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				head, err := l.Verify(context.Background())
+				if err != nil || head.Seq != records {
+					b.Fatalf("verify: head %d, %v", head.Seq, err)
+				}
+			}
+			b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
 	}
-	defer func() { _ = l.Close() }()
-	batch := make([]eventlog.Event, 1000)
-	for i := range batch {
-		batch[i] = eventlog.Event{Stream: fmt.Sprintf("job/%06d", i), Type: "job.leased", Data: benchData}
-	}
-	for range records / len(batch) {
-		if _, err := l.Append(context.Background(), batch...); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		head, err := l.Verify(context.Background())
-		if err != nil || head.Seq != records {
-			b.Fatalf("verify: head %d, %v", head.Seq, err)
-		}
-	}
-	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }

@@ -195,9 +195,10 @@ func (l *Log) streamHot(stream string, from, head uint64, yield func(Record, err
 }
 
 // Verified yields the durable records from seq 1 to seq `to` (0: the head) in order, checking
-// the chain from the genesis hash as it goes. It is VerifiedFrom the genesis. The first record that is missing, undecodable, out
+// the chain from the genesis hash as it goes. The first record that is missing, undecodable, out
 // of order, or whose hash does not match its contents and its predecessor ends the walk with a
-// *ChainError naming its seq; ctx ending ends it with ctx's error.
+// *ChainError naming its seq (a damaged segment, with a *SegmentError); ctx ending ends it with
+// ctx's error.
 func (l *Log) Verified(ctx context.Context, to uint64) iter.Seq2[Record, error] {
 	return l.VerifiedFrom(ctx, Head{Hash: Genesis}, to)
 }
@@ -209,11 +210,15 @@ func (l *Log) VerifiedFrom(ctx context.Context, start Head, to uint64) iter.Seq2
 		prev := start.Hash
 		d := sha256.New()
 		var sum Hash
+		// A segment gives each record the hash it computes from the record before, checking
+		// every frame and segment boundary and each segment's end as it reads (segment.go), so
+		// of the archived records only the first needs hashing here, against start.
+		archived := l.Anchor().Seq
 		l.walk(start.Seq+1, to, func(r Record, stored []byte, err error) bool {
 			if err == nil && r.Seq%4096 == 0 {
 				err = ctx.Err()
 			}
-			if err == nil {
+			if err == nil && (r.Seq > archived || r.Seq == start.Seq+1) {
 				// The stored bytes are the encoding the hash was taken over (DecodeRecord
 				// accepts only the canonical layout), so they are hashed as they are.
 				d.Reset()
@@ -276,14 +281,14 @@ func (s *Subscription) Next(ctx context.Context, limit int) ([]Record, error) {
 
 // AuditSummary is what Audit found in a log that verifies.
 type AuditSummary struct {
-	From      Head // where the walk started: Genesis, or Oldest when older segments are not here
 	Head      Head
 	FirstTime time.Time // the time of the first record walked; zero if none
 	Streams   uint64    // distinct streams in the hot log's index
 }
 
-// Audit walks the durable chain from `from` (the genesis head, or Oldest) as VerifiedFrom does, handing each record to visit in seq order, then checks the stream index against the records: every record has
-// its one idx/ key and there is no other. Visit may stop the walk by returning an error, which
+// Audit walks the durable chain from `from` (the genesis head, or Oldest) as VerifiedFrom does,
+// handing each record to visit in seq order, then checks the stream index against the records:
+// every hot record has its one idx/ key and there is no other. Visit may stop the walk by returning an error, which
 // Audit returns. Memory stays bounded whatever the log's length.
 //
 // The index is compared through a digest of its keys (XOR of their SHA-256), computed from the
@@ -292,7 +297,7 @@ type AuditSummary struct {
 // so that a history read through the index can be trusted as far as the chain is.
 func (l *Log) Audit(ctx context.Context, from Head, visit func(Record) error) (AuditSummary, error) {
 	var (
-		sum    = AuditSummary{From: from, Head: from}
+		sum    = AuditSummary{Head: from}
 		digest Hash
 		key    []byte
 		anchor = l.Anchor().Seq // nothing archives under an audit: it runs on a log opened read-only

@@ -306,11 +306,15 @@ func readFrameTable(f vfs.File, s SegmentInfo) ([]frameEntry, error) {
 	return out, nil
 }
 
-// segmentFile is an open segment with its frame table, for reads.
+// segmentFile is an open segment with its frame table, for reads. It keeps the frame it decoded
+// last, so reads of nearby records (a job's history, a receipt) decode it once.
 type segmentFile struct {
 	info   SegmentInfo
 	f      vfs.File
 	frames []frameEntry
+
+	decoded int    // the frame in raw; -1 for none
+	raw     []byte // its records' bodies
 }
 
 func openSegment(fs vfs.FS, dir string, info SegmentInfo) (*segmentFile, error) {
@@ -323,7 +327,7 @@ func openSegment(fs vfs.FS, dir string, info SegmentInfo) (*segmentFile, error) 
 		_ = f.Close()
 		return nil, err
 	}
-	return &segmentFile{info: info, f: f, frames: frames}, nil
+	return &segmentFile{info: info, f: f, frames: frames, decoded: -1}, nil
 }
 
 func (s *segmentFile) Close() error { return s.f.Close() }
@@ -337,85 +341,97 @@ func (s *segmentFile) frameOf(seq uint64) int {
 	return i
 }
 
-// records decodes frame i and yields its records from seq `from` on, with their stored bytes
-// (body and hash, valid during the call), chaining each from its predecessor. It returns the
-// hash after the last record it yielded and whether the caller should go on.
-func (s *segmentFile) records(i int, from uint64, buf *[]byte, yield func(Record, []byte) bool) (Hash, bool, error) {
-	e := s.frames[i]
+// frame returns the decompressed frame i.
+func (s *segmentFile) frame(i int) ([]byte, error) {
+	if s.decoded == i {
+		return s.raw, nil
+	}
 	end := s.info.frameTable
 	if i+1 < len(s.frames) {
 		end = s.frames[i+1].off
 	}
-	z := make([]byte, end-e.off)
-	if _, err := s.f.ReadAt(z, e.off); err != nil {
-		return Hash{}, false, fmt.Errorf("eventlog: read segment %s: %w", s.info.Name, err)
+	z := make([]byte, end-s.frames[i].off)
+	if _, err := s.f.ReadAt(z, s.frames[i].off); err != nil {
+		return nil, fmt.Errorf("eventlog: read segment %s: %w", s.info.Name, err)
 	}
-	raw, err := zstdDecoder().DecodeAll(z, (*buf)[:0])
+	s.decoded = -1
+	raw, err := zstdDecoder().DecodeAll(z, s.raw[:0])
 	if err != nil {
-		return Hash{}, false, &SegmentError{Name: s.info.Name, Reason: fmt.Sprintf("frame %d does not decompress: %v", i, err)}
+		return nil, &SegmentError{Name: s.info.Name, Reason: fmt.Sprintf("frame %d does not decompress: %v", i, err)}
 	}
-	*buf = raw
+	s.raw, s.decoded = raw, i
+	return raw, nil
+}
+
+// records yields the records of frame i from seq `from` on, with their stored bytes (body and
+// hash, valid during the call), chaining each from its predecessor; the records before `from`
+// are only hashed. It reports whether the caller should go on: false if yield stopped.
+func (s *segmentFile) records(i int, from uint64, yield func(Record, []byte) bool) (bool, error) {
+	raw, err := s.frame(i)
+	if err != nil {
+		return false, err
+	}
+	bad := func(format string, args ...any) (bool, error) {
+		return false, &SegmentError{Name: s.info.Name, Reason: fmt.Sprintf("frame %d: ", i) + fmt.Sprintf(format, args...)}
+	}
+	e := s.frames[i]
+	if i == 0 && e.anchor != s.info.Anchor {
+		return bad("it does not start at the segment's anchor")
+	}
 	last := s.info.Last
 	if i+1 < len(s.frames) {
 		last = s.frames[i+1].first - 1
 	}
 	prev, seq := e.anchor, e.first
 	var stored []byte
-	for len(raw) > 0 {
+	for ; len(raw) > 0; seq++ {
 		n, k := binary.Uvarint(raw)
 		if k <= 0 || n > uint64(len(raw)-k) || seq > last {
-			return Hash{}, false, &SegmentError{Name: s.info.Name, Reason: fmt.Sprintf("frame %d is malformed at seq %d", i, seq)}
+			return bad("malformed at seq %d", seq)
 		}
 		body := raw[k : k+int(n)]
 		raw = raw[k+int(n):]
-		h := chainHash(prev, body)
-		stored = append(append(stored[:0], body...), h[:]...)
+		prev = chainHash(prev, body)
+		if seq < from {
+			continue
+		}
+		stored = append(append(stored[:0], body...), prev[:]...)
 		r, err := DecodeRecord(stored)
 		if err == nil && r.Seq != seq {
 			err = fmt.Errorf("holds seq %d where %d belongs", r.Seq, seq)
 		}
 		if err != nil {
-			return Hash{}, false, &SegmentError{Name: s.info.Name, Reason: fmt.Sprintf("frame %d: %v", i, err)}
+			return bad("%v", err)
 		}
-		prev = h
-		seq++
-		if r.Seq >= from && !yield(r, stored) {
-			return prev, false, nil
+		if !yield(r, stored) {
+			return false, nil
 		}
 	}
-	if seq != last+1 {
-		return Hash{}, false, &SegmentError{Name: s.info.Name, Reason: fmt.Sprintf("frame %d ends at seq %d, want %d", i, seq-1, last)}
+	switch {
+	case seq != last+1:
+		return bad("it ends at seq %d, want %d", seq-1, last)
+	case i+1 < len(s.frames) && s.frames[i+1].anchor != prev:
+		return bad("it does not chain to frame %d", i+1)
+	case i+1 == len(s.frames) && prev != s.info.End:
+		return bad("its records do not chain to the end hash the segment states")
 	}
-	if i+1 < len(s.frames) && s.frames[i+1].anchor != prev {
-		return Hash{}, false, &SegmentError{Name: s.info.Name, Reason: fmt.Sprintf("frame %d does not chain to frame %d", i, i+1)}
-	}
-	return prev, true, nil
+	return true, nil
 }
 
-// walk yields the records from..to (within the segment) in order. A segment whose records do
-// not chain to its stated end is an error once the walk reaches its last record.
+// walk yields the records from..to (within the segment) in order, each frame chained to the
+// next and the first to the segment's anchor, the last to its end. It reports whether the
+// caller should go on.
 func (s *segmentFile) walk(from, to uint64, yield func(Record, []byte) bool) (bool, error) {
-	var buf []byte
+	past := false
 	for i := s.frameOf(from); i < len(s.frames) && s.frames[i].first <= to; i++ {
-		stopped := false
-		h, more, err := s.records(i, from, &buf, func(r Record, stored []byte) bool {
-			if r.Seq > to {
-				stopped = true
+		more, err := s.records(i, from, func(r Record, stored []byte) bool {
+			if past = r.Seq > to; past {
 				return false
 			}
 			return yield(r, stored)
 		})
-		if err != nil {
-			return false, err
-		}
-		if stopped {
-			return true, nil
-		}
-		if !more {
-			return false, nil
-		}
-		if i == len(s.frames)-1 && h != s.info.End {
-			return false, &SegmentError{Name: s.info.Name, Reason: "its records do not chain to the end hash it states"}
+		if err != nil || !more {
+			return past, err
 		}
 	}
 	return true, nil
@@ -461,29 +477,21 @@ func (s *segmentFile) streamSeqs(stream string, from uint64) ([]uint64, error) {
 // verifySegment reads a whole segment and checks everything in it: the checksum, that every
 // frame decodes, the seqs, the chain from its anchor to its end, the times, and the stream table.
 func verifySegment(fs vfs.FS, dir string, info SegmentInfo) error {
-	f, err := fs.Open(fs.PathJoin(dir, info.Name))
+	s, err := openSegment(fs, dir, info)
 	if err != nil {
-		return fmt.Errorf("eventlog: open segment: %w", err)
+		return err
 	}
-	defer f.Close()
+	defer s.Close()
 	sum := sha256.New()
-	if _, err := io.Copy(sum, io.NewSectionReader(f, 0, info.Bytes-hashLen)); err != nil {
+	if _, err := io.Copy(sum, io.NewSectionReader(s.f, 0, info.Bytes-hashLen)); err != nil {
 		return fmt.Errorf("eventlog: read segment %s: %w", info.Name, err)
 	}
 	var stated Hash
-	if _, err := f.ReadAt(stated[:], info.Bytes-hashLen); err != nil {
+	if _, err := s.f.ReadAt(stated[:], info.Bytes-hashLen); err != nil {
 		return fmt.Errorf("eventlog: read segment %s: %w", info.Name, err)
 	}
 	if !bytes.Equal(sum.Sum(nil), stated[:]) {
 		return &SegmentError{Name: info.Name, Reason: "its checksum does not match its contents"}
-	}
-	frames, err := readFrameTable(f, info)
-	if err != nil {
-		return err
-	}
-	s := &segmentFile{info: info, f: f, frames: frames}
-	if frames[0].anchor != info.Anchor {
-		return &SegmentError{Name: info.Name, Reason: "its first frame does not start at its anchor"}
 	}
 	streams := make([]streamEntry, 0, info.Records())
 	last := info.FirstTime
@@ -503,7 +511,7 @@ func verifySegment(fs vfs.FS, dir string, info SegmentInfo) error {
 		return bad
 	}
 	table := make([]byte, info.Records()*streamEntryLen)
-	if _, err := f.ReadAt(table, info.streamTable); err != nil {
+	if _, err := s.f.ReadAt(table, info.streamTable); err != nil {
 		return fmt.Errorf("eventlog: read segment %s: %w", info.Name, err)
 	}
 	if !bytes.Equal(table, encodeStreamTable(streams)) {

@@ -26,11 +26,6 @@ type ArchiveConfig struct {
 // per After, not one per look.
 const segmentRecordsMin = 1 << 16
 
-// ArchiveStats counts what the archiver did since the process started.
-type ArchiveStats struct {
-	Sealed, Dropped, Failed uint64
-}
-
 type archiveCounters struct{ sealed, dropped, failed atomic.Uint64 }
 
 // archiveLoop runs the archiver until the broker closes.
@@ -86,8 +81,10 @@ func (b *Broker) archiveOnce(ctx context.Context) {
 			b.log.Info("archive segment sealed", zap.String("segment", seg.Name), zap.Uint64("records", seg.Records()),
 				zap.Int64("bytes", seg.Bytes), zap.Duration("took", time.Since(start)))
 		}
-		if err := b.elog.CompactArchived(ctx); err != nil && ctx.Err() == nil {
-			b.log.Warn("compacting the archived range failed", zap.Error(err))
+		if b.elog.Anchor().Seq > anchor {
+			if err := b.elog.CompactArchived(ctx, anchor+1); err != nil && ctx.Err() == nil {
+				b.log.Warn("compacting the archived range failed", zap.Error(err))
+			}
 		}
 	}
 	if keep := b.cfg.Archive.Keep; keep > 0 {
@@ -104,21 +101,21 @@ func (b *Broker) archiveOnce(ctx context.Context) {
 	}
 }
 
-// ArchiveState is what the metrics report of the log's two parts.
+// ArchiveState is what the metrics report of the log's two parts, and what the archiver did
+// since the process started.
 type ArchiveState struct {
-	HotBytes     uint64
-	OldestHotSeq uint64
-	Segments     int
-	ArchiveBytes uint64
-	ArchivedUpTo uint64 // the anchor
-	ArchiveStats
+	HotBytes                uint64
+	OldestHotSeq            uint64
+	Segments                int
+	ArchiveBytes            uint64
+	Sealed, Dropped, Failed uint64
 }
 
 // Archive reports the hot log and the archive.
 func (b *Broker) Archive() ArchiveState {
 	segs := b.elog.Segments()
-	st := ArchiveState{HotBytes: b.elog.HotBytes(), OldestHotSeq: b.elog.Anchor().Seq + 1, Segments: len(segs), ArchivedUpTo: b.elog.Anchor().Seq,
-		ArchiveStats: ArchiveStats{Sealed: b.archive.sealed.Load(), Dropped: b.archive.dropped.Load(), Failed: b.archive.failed.Load()}}
+	st := ArchiveState{HotBytes: b.elog.HotBytes(), OldestHotSeq: b.elog.Anchor().Seq + 1, Segments: len(segs),
+		Sealed: b.archive.sealed.Load(), Dropped: b.archive.dropped.Load(), Failed: b.archive.failed.Load()}
 	for _, s := range segs {
 		st.ArchiveBytes += uint64(s.Bytes)
 	}

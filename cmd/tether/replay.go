@@ -36,9 +36,14 @@ type replayFlags struct {
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&r.data, "data", "", "the data directory (read only; the server must be stopped)")
-	fs.StringVar(&r.archive, "archive", "", "the directory of the log's archive segments; empty: DATA/archive")
+	r.registerLog(fs)
 	fs.BoolVar(&r.json, "json", false, "print JSON instead of text")
+}
+
+// registerLog registers the flags that say where the log is.
+func (r *replayFlags) registerLog(fs *flag.FlagSet) {
+	fs.StringVar(&r.data, "data", "", "the data directory (read only; the server must be stopped)")
+	fs.StringVar(&r.archive, "archive", "", "the directory of the log's archive segments (the server's --archive-dir); empty: DATA/archive")
 }
 
 // open opens the data dir read-only, saying plainly when a server holds it.
@@ -321,8 +326,7 @@ func limitText(n int) string {
 func replayExport(args []string) error {
 	fs := flag.NewFlagSet("replay export", flag.ContinueOnError)
 	var rf replayFlags
-	fs.StringVar(&rf.data, "data", "", "the data directory (read only; the server must be stopped)")
-	fs.StringVar(&rf.archive, "archive", "", "the directory of the log's archive segments; empty: DATA/archive")
+	rf.registerLog(fs)
 	from := fs.Uint64("from", 1, "the first seq")
 	to := fs.Uint64("to", 0, "the last seq (0: the head)")
 	out := fs.String("out", "-", "the file to write (-: standard output)")

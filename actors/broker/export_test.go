@@ -1,0 +1,6 @@
+package broker
+
+import "context"
+
+// ArchiveOnce runs one look of the archiver now, for tests that drive the clock.
+func (b *Broker) ArchiveOnce(ctx context.Context) { b.archiveOnce(ctx) }
