@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,10 +305,10 @@ func TestArchiveCrashAtEachStep(t *testing.T) {
 				inj := &armed{kind: op}
 				l = archLog(t, errorfs.Wrap(mem, inj), false)
 				want := all(t, l)
-				inj.on = true
+				inj.on.Store(true)
 				_, err := l.Archive(context.Background(), 250)
-				inj.on = false
-				if !inj.fired || err == nil {
+				inj.on.Store(false)
+				if !inj.fired.Load() || err == nil {
 					t.Fatalf("archiving succeeded through an injected error (op %d)", op)
 				}
 				fs := vfs.FS(mem)
@@ -336,17 +337,17 @@ func TestArchiveCrashAtEachStep(t *testing.T) {
 	}
 }
 
-// armed fails the first archive operation of one kind while on.
+// armed fails the first archive operation of one kind while on. Pebble's background goroutines
+// (flushes, table stats, obsolete-file cleanup) consult it too, hence the atomics.
 type armed struct {
 	kind      errorfs.OpKind
-	on, fired bool
+	on, fired atomic.Bool
 }
 
 func (a *armed) MaybeError(op errorfs.Op) error {
-	if !a.on || a.fired || op.Kind != a.kind || !isArchivePath(op.Path) {
+	if !a.on.Load() || op.Kind != a.kind || !isArchivePath(op.Path) || !a.fired.CompareAndSwap(false, true) {
 		return nil
 	}
-	a.fired = true
 	return errorfs.ErrInjected
 }
 
