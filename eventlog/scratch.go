@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"go.uber.org/zap"
 )
 
@@ -13,8 +15,9 @@ import (
 // of any length into projections whose finished jobs spill here, instead of into memory. It has
 // no WAL and is never synced, since nothing survives its Close, which deletes it.
 type Scratch struct {
-	db  *pebble.DB
-	dir string
+	db    *pebble.DB
+	cache *pebble.Cache
+	dir   string
 
 	mu  sync.Mutex
 	err error // the first read or write failure
@@ -27,13 +30,47 @@ func OpenScratch(parent string) (*Scratch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: scratch table: %w", err)
 	}
-	db, err := pebble.Open(dir, &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: zap.NewNop().Sugar()}})
+	opts := scratchOptions()
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
+		opts.Cache.Unref()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("eventlog: scratch table: %w", err)
 	}
-	return &Scratch{db: db, dir: dir}, nil
+	return &Scratch{db: db, cache: opts.Cache, dir: dir}, nil
 }
+
+// scratchOptions tune Pebble for a fold's churn. A replay writes each finished job once and,
+// under retention, deletes it a while later, reading it back in between, so most of a scratch
+// table's work is to drop what it was just given. A large memtable lets a delete meet its set
+// before either reaches a table, tables are left uncompressed (the disk space is scratch; the
+// CPU of compressing and decompressing is not), a Bloom filter answers a Get of a job never
+// spilled without reading a block, and L0 is let grow further before it is compacted.
+func scratchOptions() *pebble.Options {
+	o := &pebble.Options{
+		DisableWAL:            true,
+		Logger:                pebbleLogger{log: zap.NewNop().Sugar()},
+		MemTableSize:          scratchMemTable,
+		Cache:                 pebble.NewCache(scratchCache),
+		L0CompactionThreshold: 8,
+		L0StopWritesThreshold: 64,
+		LBaseMaxBytes:         256 << 20,
+	}
+	for i := range o.Levels {
+		o.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		o.Levels[i].BlockSize = 16 << 10
+	}
+	return o
+}
+
+// scratchMemTable is the scratch table's memtable: as many finished jobs as a fold of a
+// server with a short retention has live at once, and the bulk of a replay's memory.
+const scratchMemTable = 128 << 20
+
+// scratchCache is the scratch table's block cache: the jobs that expire next were spilled a
+// retention period ago and are mostly in tables by then.
+const scratchCache = 64 << 20
 
 func (s *Scratch) fail(err error) {
 	s.mu.Lock()
@@ -87,6 +124,7 @@ func (s *Scratch) Apply(writes []ViewWrite) error {
 // Close deletes the scratch table.
 func (s *Scratch) Close() error {
 	err := s.db.Close()
+	s.cache.Unref()
 	if rerr := os.RemoveAll(s.dir); err == nil {
 		err = rerr
 	}

@@ -77,7 +77,7 @@ func (f *Flush) Save(l *eventlog.Log, s *Set) error {
 
 // Write encodes the flush and saves it as the newest checkpoint with its table, in one batch.
 func (f *Flush) Write(l *eventlog.Log) error {
-	data, writes, err := f.Encode(l.Views())
+	data, writes, err := f.Encode()
 	if err != nil {
 		return err
 	}

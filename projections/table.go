@@ -212,10 +212,13 @@ func (m memIndex) scan(x index, start string, reverse bool, fn func(entry string
 }
 
 // dirtyMark says a job's stored copy, if any, is stale: the job changed at seq since the last
-// flush began. stored says the Store holds a copy that the next flush must delete or replace.
+// flush began. stored is the copy the Store holds, which the next flush must delete or replace
+// with its index keys, or nil: the job as it was read from the Store, or as a flush stored it.
+// Keeping it saves that flush a read and a decode of every job it replaces; like every finished
+// job in memory it is never changed in place.
 type dirtyMark struct {
 	seq    uint64
-	stored bool
+	stored *Job
 }
 
 // markDirty records that a job changed at the Set's seq.
@@ -290,7 +293,7 @@ func (s *Set) load(id string) *Job {
 	}
 	s.jobs[id] = j
 	s.index.add(j)
-	s.dirty[id] = dirtyMark{seq: s.seq, stored: true}
+	s.dirty[id] = dirtyMark{seq: s.seq, stored: j}
 	return j
 }
 
@@ -354,10 +357,10 @@ func (s *Set) scanMerged(x index, start string, reverse bool, n int, keep func(e
 type Flush struct {
 	seq  uint64
 	live *Set // nil for a Spill, which keeps no checkpoint
-	// ids are the jobs that changed since the last flush, by id, and had says which of them the
-	// table holds a copy of, which goes or is replaced.
+	// ids are the jobs that changed since the last flush, by id, and had holds the copies of
+	// them that the table holds, which go or are replaced.
 	ids []string
-	had map[string]bool
+	had map[string]*Job
 	put []*Job // the finished ones among them, by id, shared with the Set, which never changes them
 	// ended is how many of ids EndFlushPart has done.
 	ended int
@@ -382,7 +385,7 @@ func (s *Set) Unflushed() int { return len(s.dirty) }
 // replay`) keeps its memory to what is live.
 func (s *Set) Spill(apply func([]eventlog.ViewWrite) error) error {
 	f := s.changes()
-	writes, err := f.tableWrites(s.store)
+	writes, err := f.tableWrites()
 	if err != nil {
 		return err
 	}
@@ -395,50 +398,48 @@ func (s *Set) Spill(apply func([]eventlog.ViewWrite) error) error {
 
 // changes is a Flush of what changed since the last one, without the live state.
 func (s *Set) changes() *Flush {
-	f := &Flush{seq: s.seq, ids: sortedKeys(s.dirty), had: make(map[string]bool, len(s.dirty))}
+	f := &Flush{seq: s.seq, ids: sortedKeys(s.dirty), had: make(map[string]*Job, len(s.dirty))}
 	for _, id := range f.ids {
 		if j := s.jobs[id]; j != nil && j.Status.Terminal() {
 			f.put = append(f.put, j) // never changed in place (Apply), so no copy
 		}
-		f.had[id] = s.dirty[id].stored
+		if was := s.dirty[id].stored; was != nil {
+			f.had[id] = was
+		}
 	}
 	return f
 }
 
-// stores reports whether the flush stores a copy of the job.
-func (f *Flush) stores(id string) bool {
-	_, ok := slices.BinarySearchFunc(f.put, id, func(j *Job, id string) int { return strings.Compare(j.ID, id) })
-	return ok
+// stores returns the copy of the job that the flush stores, or nil.
+func (f *Flush) stores(id string) *Job {
+	i, ok := slices.BinarySearchFunc(f.put, id, func(j *Job, id string) int { return strings.Compare(j.ID, id) })
+	if !ok {
+		return nil
+	}
+	return f.put[i]
 }
 
 // Encode returns the checkpoint's bytes and the writes to the table that go with them. It reads
-// the Store (the stored copies it replaces) and not the Set.
-func (f *Flush) Encode(store Store) ([]byte, []eventlog.ViewWrite, error) {
+// neither the Set nor the Store: the flush holds all it needs.
+func (f *Flush) Encode() ([]byte, []eventlog.ViewWrite, error) {
 	data, err := f.live.MarshalCheckpoint()
 	if err != nil {
 		return nil, nil, err
 	}
-	writes, err := f.tableWrites(store)
+	writes, err := f.tableWrites()
 	return data, writes, err
 }
 
 // tableWrites are the flush's changes to the table: the stored copies it replaces deleted with
 // their keys, then its finished jobs stored with theirs.
-func (f *Flush) tableWrites(store Store) ([]eventlog.ViewWrite, error) {
+func (f *Flush) tableWrites() ([]eventlog.ViewWrite, error) {
 	writes := make([]eventlog.ViewWrite, 0, 8*len(f.put)+len(f.ids))
 	var arena keyArena
 	empty := []byte{}
 	for _, id := range f.ids {
-		if !f.had[id] {
+		old := f.had[id]
+		if old == nil {
 			continue
-		}
-		v, ok := store.Get([]byte(string(keyJob) + id))
-		if !ok {
-			continue
-		}
-		old, err := decodeStored(v)
-		if err != nil {
-			return nil, fmt.Errorf("projections: stored job %s: %w", id, err)
 		}
 		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, id), Delete: true})
 		entries(old, func(x index, e string) {
@@ -651,7 +652,7 @@ func (s *Set) CheckTable() (int, error) {
 	}
 	s.store.Scan([]byte{keyJob}, nil, false, func(key, _ []byte) bool {
 		id := string(key[1:])
-		if _, inMemory := s.jobs[id]; inMemory && !s.dirty[id].stored {
+		if _, inMemory := s.jobs[id]; inMemory && s.dirty[id].stored == nil {
 			err = fmt.Errorf("projections: job %s is in memory and in the table, and no flush will replace its stored copy", id)
 		}
 		return err == nil

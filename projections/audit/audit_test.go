@@ -540,7 +540,7 @@ func TestVerifyComparesACheckpointMidLog(t *testing.T) {
 			if err := l.ClearViews(projections.CheckpointName); err != nil {
 				t.Fatal(err)
 			}
-			data, writes, err := set.BeginFlush().Encode(l.Views())
+			data, writes, err := set.BeginFlush().Encode()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,8 +16,8 @@ import (
 var verifyEvents = flag.Int("verify-events", 1_000_000, "events in BenchmarkVerify's log")
 
 // buildBenchLog writes a log of about n events shaped like the server's under `tether bench`:
-// a worker, then jobs submitted, leased and completed, and a checkpoint at the head, as a
-// server leaves on shutdown.
+// a worker, then jobs submitted, leased and completed, with checkpoints that move finished jobs
+// to the view table as the server's do, the last at the head, as a server leaves on shutdown.
 func buildBenchLog(b *testing.B, dir string, n int) {
 	b.Helper()
 	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
@@ -32,7 +32,7 @@ func buildBenchLog(b *testing.B, dir string, n int) {
 		}
 		return e
 	}
-	set := projections.New()
+	set := projections.NewOn(l.Views())
 	apply := func(events []eventlog.Event, r eventlog.Receipt) {
 		for i, e := range events {
 			p, err := eventlog.Decode(e.Type, e.Data)
@@ -68,13 +68,11 @@ func buildBenchLog(b *testing.B, dir string, n int) {
 			b.Fatal(err)
 		}
 		apply(batch, r)
-	}
-	data, err := set.MarshalCheckpoint()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := l.SaveCheckpoint(projections.CheckpointName, set.Seq(), data); err != nil {
-		b.Fatal(err)
+		if job%(10*jobsPerAppend) == 0 || 3*job >= n {
+			if err := set.BeginFlush().Save(l, set); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	if err := l.Close(); err != nil {
 		b.Fatal(err)

@@ -86,7 +86,7 @@ func (s *Store) Flush(set *projections.Set) ([]byte, error) {
 
 // Write encodes a flush and applies it to the table, in the order SaveCheckpoint's batch does.
 func (s *Store) Write(f *projections.Flush) error {
-	data, writes, err := f.Encode(s)
+	data, writes, err := f.Encode()
 	if err != nil {
 		return err
 	}
