@@ -105,3 +105,194 @@ func appendJob(dst []byte, j *Job) ([]byte, bool) {
 	w.Bool("events_truncated", j.EventsTruncated)
 	return w.Close()
 }
+
+// decodeJob reads a job from the table as json.Unmarshal reads it into a fresh Job: without
+// reflection for what appendJob writes, and by json.Unmarshal for anything else (a key it does
+// not expect, a string with escapes, a key seen twice where encoding/json would merge). An
+// expiry and every read of a finished job decode one, so this is on the path of every job too.
+func decodeJob(b []byte) (*Job, error) {
+	if j, ok := scanJob(b); ok {
+		return j, nil
+	}
+	j := &Job{}
+	if err := json.Unmarshal(b, j); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// scanJob reads what appendJob writes, or reports false.
+func scanJob(b []byte) (*Job, bool) {
+	j := &Job{}
+	s := fastjson.Scanner{B: b}
+	str := func(dst *string) bool { return s.String(dst) }
+	i64 := func(dst *int64) bool {
+		v, ok := s.Int64()
+		*dst = v
+		return ok
+	}
+	ok := s.Object(true, func(key []byte) bool {
+		switch string(key) {
+		case "id":
+			return str(&j.ID)
+		case "tenant":
+			return str(&j.Tenant)
+		case "queue":
+			return str(&j.Queue)
+		case "type":
+			return str(&j.Type)
+		case "payload":
+			return s.Raw(&j.Payload)
+		case "priority":
+			return s.Int(&j.Priority)
+		case "labels":
+			if j.Labels != nil {
+				return false
+			}
+			if s.Null() {
+				return true
+			}
+			j.Labels = map[string]string{}
+			return s.Object(false, func(k []byte) bool {
+				var v string
+				if _, dup := j.Labels[string(k)]; dup || !str(&v) {
+					return false
+				}
+				j.Labels[string(k)] = v
+				return true
+			})
+		case "status":
+			return str((*string)(&j.Status))
+		case "attempt":
+			return s.Int(&j.Attempt)
+		case "max_attempts":
+			return s.Int(&j.MaxAttempts)
+		case "attempt_base":
+			return s.Int(&j.AttemptBase)
+		case "lease_ttl":
+			return i64((*int64)(&j.LeaseTTL))
+		case "last_lease_id":
+			return str(&j.LastLeaseID)
+		case "releases":
+			return s.Int(&j.Releases)
+		case "run_at":
+			return s.TimeValue(&j.RunAt)
+		case "lease":
+			if j.Lease != nil {
+				return false
+			}
+			if s.Null() {
+				return true
+			}
+			l := &Lease{}
+			j.Lease = l
+			return s.Object(false, func(k []byte) bool {
+				switch string(k) {
+				case "lease_id":
+					return str(&l.LeaseID)
+				case "worker_id":
+					return str(&l.WorkerID)
+				case "session_id":
+					return str(&l.SessionID)
+				case "nonce":
+					return str(&l.Nonce)
+				case "attempt":
+					return s.Int(&l.Attempt)
+				case "expires_at":
+					return s.TimeValue(&l.ExpiresAt)
+				}
+				return false
+			})
+		case "cancel_requested":
+			return s.Bool(&j.CancelRequested)
+		case "output":
+			return s.Raw(&j.Output)
+		case "output_hash":
+			return str(&j.OutputHash)
+		case "succeeded_lease":
+			return str(&j.SucceededLease)
+		case "succeeded_seq":
+			return s.Uint64(&j.SucceededSeq)
+		case "succeeded_nonce":
+			return str(&j.SucceededNonce)
+		case "signature":
+			return str(&j.Signature)
+		case "error":
+			if j.Error != nil {
+				return false
+			}
+			if s.Null() {
+				return true
+			}
+			e := &JobError{}
+			j.Error = e
+			return s.Object(false, func(k []byte) bool {
+				switch string(k) {
+				case "code":
+					return str(&e.Code)
+				case "message":
+					return str(&e.Message)
+				}
+				return false
+			})
+		case "dead_reason":
+			return str(&j.DeadReason)
+		case "created_at":
+			return s.TimeValue(&j.CreatedAt)
+		case "updated_at":
+			return s.TimeValue(&j.UpdatedAt)
+		case "started_at":
+			return s.TimeValue(&j.StartedAt)
+		case "worker_id":
+			return str(&j.WorkerID)
+		case "finished_at":
+			return s.TimeValue(&j.FinishedAt)
+		case "idempotency_key":
+			return str(&j.IdempotencyKey)
+		case "request_hash":
+			return str(&j.RequestHash)
+		case "result_ttl":
+			return i64((*int64)(&j.ResultTTL))
+		case "submit_seq":
+			return s.Uint64(&j.SubmitSeq)
+		case "last_seq":
+			return s.Uint64(&j.LastSeq)
+		case "worker_seq":
+			return s.Int(&j.WorkerSeq)
+		case "worker_seq_event":
+			return s.Int(&j.WorkerSeqEvent)
+		case "events":
+			return s.Int(&j.Events)
+		case "progress":
+			if j.Progress != nil {
+				return false
+			}
+			j.Progress = []Progress{}
+			return s.Array(func() bool {
+				j.Progress = append(j.Progress, Progress{})
+				p := &j.Progress[len(j.Progress)-1]
+				return s.Object(false, func(k []byte) bool {
+					switch string(k) {
+					case "number":
+						return s.Int(&p.Number)
+					case "seq":
+						return s.Uint64(&p.Seq)
+					case "time":
+						return s.TimeValue(&p.Time)
+					case "event_type":
+						return str(&p.Kind)
+					case "data":
+						return s.Raw(&p.Data)
+					case "worker_seq":
+						return s.Int(&p.WorkerSeq)
+					}
+					return false
+				})
+			})
+		case "events_truncated":
+			return s.Bool(&j.EventsTruncated)
+		}
+		return false
+	})
+	return j, ok
+}

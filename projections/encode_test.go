@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -95,5 +96,55 @@ func TestEncodeJobIsMarshal(t *testing.T) {
 		Labels: map[string]string{"team": "x"}, Progress: []Progress{{Number: 2, Seq: 3, Kind: "log", Data: json.RawMessage(`"half"`)}}}
 	if _, ok := appendJob(nil, plain); !ok {
 		t.Fatal("a plain finished job did not take the fast path")
+	}
+}
+
+// A job read from the table is what json.Unmarshal reads, whichever path reads it, for every
+// job the table can hold and for damaged copies of them; and the fast path reads the jobs that
+// appendJob writes.
+func TestDecodeJobIsUnmarshal(t *testing.T) {
+	const seed = 20261125
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, seed))
+	same := func(i int, b []byte) {
+		t.Helper()
+		want := &Job{}
+		werr := json.Unmarshal(b, want)
+		got, err := decodeJob(b)
+		if (err == nil) != (werr == nil) || (err == nil && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("case %d, %s:\ndecodeJob = %+v, %v\njson.Unmarshal = %+v, %v", i, b, got, err, want, werr)
+		}
+	}
+	fast := 0
+	for i := range 20_000 {
+		b, err := encodeJob(randomJob(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		same(i, b)
+		if _, ok := scanJob(b); ok {
+			fast++
+		}
+		// The same bytes damaged: a byte changed, or cut short, or with a key seen twice.
+		bad := bytes.Clone(b)
+		const junk = "{}[]\",:0-1en \tx"
+		bad[r.IntN(len(bad))] = junk[r.IntN(len(junk))]
+		same(i, bad)
+		same(i, b[:r.IntN(len(b))])
+		same(i, append(bytes.Clone(b[:len(b)-1]), `,"labels":{"k":"v"},"lease":{"attempt":2},"priority":7}`...))
+	}
+	if fast < 20 {
+		t.Fatalf("only %d of 20,000 jobs took the fast path", fast)
+	}
+	plain := &Job{ID: "01KDVDNAGA4PVZX4VG2DDTS60F", Tenant: "acme", Queue: "q", Type: "t", Payload: json.RawMessage(`{"n":1}`),
+		Status: StatusSucceeded, Output: json.RawMessage(`{"ok":true}`), CreatedAt: time.Unix(1_800_000_000, 5).UTC(),
+		Labels: map[string]string{"team": "x"}, Lease: &Lease{LeaseID: "l", Nonce: "n", ExpiresAt: time.Unix(1_800_000_030, 0).UTC()},
+		Error: &JobError{Code: "c"}, Progress: []Progress{{Number: 2, Seq: 3, Kind: "log", Data: json.RawMessage(`"half"`)}}}
+	b, err := encodeJob(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := scanJob(b); !ok || !reflect.DeepEqual(got, plain) {
+		t.Fatalf("a plain finished job did not take the fast path: %v %+v", ok, got)
 	}
 }

@@ -246,19 +246,11 @@ func (s *Set) stored(id string) *Job {
 	if !ok {
 		return nil
 	}
-	j, err := decodeStored(v)
+	j, err := decodeJob(v)
 	if err != nil {
 		panic(fmt.Sprintf("projections: stored job %s: %v", id, err)) // only a Flush writes it
 	}
 	return j
-}
-
-func decodeStored(v []byte) (*Job, error) {
-	j := &Job{}
-	if err := json.Unmarshal(v, j); err != nil {
-		return nil, err
-	}
-	return j, nil
 }
 
 // Stored reports whether a job is read from the table: finished, and not in memory.
@@ -613,7 +605,7 @@ func CheckTable(store Store) (int, error) {
 	var err error
 	store.Scan([]byte{keyJob}, nil, false, func(key, value []byte) bool {
 		var j *Job
-		if j, err = decodeStored(value); err != nil {
+		if j, err = decodeJob(value); err != nil {
 			err = fmt.Errorf("projections: stored job %s: %w", key[1:], err)
 			return false
 		}

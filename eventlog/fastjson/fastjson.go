@@ -245,6 +245,57 @@ func (s *Scanner) Time(dst **time.Time) bool {
 	return t.UnmarshalJSON(s.B[start:s.i]) == nil
 }
 
+// Bool reads true or false into dst.
+func (s *Scanner) Bool(dst *bool) bool {
+	var v *bool
+	if !s.BoolPtr(&v) {
+		return false
+	}
+	*dst = *v
+	return true
+}
+
+// TimeValue reads a string as time.Time's UnmarshalJSON does, into dst.
+func (s *Scanner) TimeValue(dst *time.Time) bool {
+	s.skipSpace()
+	start := s.i
+	if _, ok := s.Str(); !ok {
+		return false
+	}
+	return dst.UnmarshalJSON(s.B[start:s.i]) == nil
+}
+
+// Null reads the literal null, and reports false, reading nothing, if the value is another.
+func (s *Scanner) Null() bool {
+	s.skipSpace()
+	if len(s.B)-s.i >= 4 && string(s.B[s.i:s.i+4]) == "null" {
+		s.i += 4
+		return true
+	}
+	return false
+}
+
+// Array reads an array, calling elem to read each element; elem reports false to give up.
+func (s *Scanner) Array(elem func() bool) bool {
+	if !s.Consume('[') {
+		return false
+	}
+	if s.Consume(']') {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		if s.Consume(']') {
+			return true
+		}
+		if !s.Consume(',') {
+			return false
+		}
+	}
+}
+
 // Raw reads any JSON value into a copy of its bytes, as json.RawMessage keeps them.
 func (s *Scanner) Raw(dst *json.RawMessage) bool {
 	s.skipSpace()
