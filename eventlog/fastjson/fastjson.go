@@ -247,11 +247,16 @@ func (s *Scanner) Time(dst **time.Time) bool {
 
 // Bool reads true or false into dst.
 func (s *Scanner) Bool(dst *bool) bool {
-	var v *bool
-	if !s.BoolPtr(&v) {
+	s.skipSpace()
+	rest := s.B[s.i:]
+	switch {
+	case len(rest) >= 4 && string(rest[:4]) == "true":
+		*dst, s.i = true, s.i+4
+	case len(rest) >= 5 && string(rest[:5]) == "false":
+		*dst, s.i = false, s.i+5
+	default:
 		return false
 	}
-	*dst = *v
 	return true
 }
 
