@@ -125,7 +125,6 @@ func decodeJob(b []byte) (*Job, error) {
 func scanJob(b []byte) (*Job, bool) {
 	j := &Job{}
 	s := fastjson.Scanner{B: b}
-	str := func(dst *string) bool { return s.String(dst) }
 	i64 := func(dst *int64) bool {
 		v, ok := s.Int64()
 		*dst = v
@@ -134,13 +133,13 @@ func scanJob(b []byte) (*Job, bool) {
 	ok := s.Object(true, func(key []byte) bool {
 		switch string(key) {
 		case "id":
-			return str(&j.ID)
+			return s.String(&j.ID)
 		case "tenant":
-			return str(&j.Tenant)
+			return s.String(&j.Tenant)
 		case "queue":
-			return str(&j.Queue)
+			return s.String(&j.Queue)
 		case "type":
-			return str(&j.Type)
+			return s.String(&j.Type)
 		case "payload":
 			return s.Raw(&j.Payload)
 		case "priority":
@@ -155,14 +154,14 @@ func scanJob(b []byte) (*Job, bool) {
 			j.Labels = map[string]string{}
 			return s.Object(false, func(k []byte) bool {
 				var v string
-				if _, dup := j.Labels[string(k)]; dup || !str(&v) {
+				if _, dup := j.Labels[string(k)]; dup || !s.String(&v) {
 					return false
 				}
 				j.Labels[string(k)] = v
 				return true
 			})
 		case "status":
-			return str((*string)(&j.Status))
+			return s.String((*string)(&j.Status))
 		case "attempt":
 			return s.Int(&j.Attempt)
 		case "max_attempts":
@@ -172,7 +171,7 @@ func scanJob(b []byte) (*Job, bool) {
 		case "lease_ttl":
 			return i64((*int64)(&j.LeaseTTL))
 		case "last_lease_id":
-			return str(&j.LastLeaseID)
+			return s.String(&j.LastLeaseID)
 		case "releases":
 			return s.Int(&j.Releases)
 		case "run_at":
@@ -189,13 +188,13 @@ func scanJob(b []byte) (*Job, bool) {
 			return s.Object(false, func(k []byte) bool {
 				switch string(k) {
 				case "lease_id":
-					return str(&l.LeaseID)
+					return s.String(&l.LeaseID)
 				case "worker_id":
-					return str(&l.WorkerID)
+					return s.String(&l.WorkerID)
 				case "session_id":
-					return str(&l.SessionID)
+					return s.String(&l.SessionID)
 				case "nonce":
-					return str(&l.Nonce)
+					return s.String(&l.Nonce)
 				case "attempt":
 					return s.Int(&l.Attempt)
 				case "expires_at":
@@ -208,15 +207,15 @@ func scanJob(b []byte) (*Job, bool) {
 		case "output":
 			return s.Raw(&j.Output)
 		case "output_hash":
-			return str(&j.OutputHash)
+			return s.String(&j.OutputHash)
 		case "succeeded_lease":
-			return str(&j.SucceededLease)
+			return s.String(&j.SucceededLease)
 		case "succeeded_seq":
 			return s.Uint64(&j.SucceededSeq)
 		case "succeeded_nonce":
-			return str(&j.SucceededNonce)
+			return s.String(&j.SucceededNonce)
 		case "signature":
-			return str(&j.Signature)
+			return s.String(&j.Signature)
 		case "error":
 			if j.Error != nil {
 				return false
@@ -229,14 +228,14 @@ func scanJob(b []byte) (*Job, bool) {
 			return s.Object(false, func(k []byte) bool {
 				switch string(k) {
 				case "code":
-					return str(&e.Code)
+					return s.String(&e.Code)
 				case "message":
-					return str(&e.Message)
+					return s.String(&e.Message)
 				}
 				return false
 			})
 		case "dead_reason":
-			return str(&j.DeadReason)
+			return s.String(&j.DeadReason)
 		case "created_at":
 			return s.TimeValue(&j.CreatedAt)
 		case "updated_at":
@@ -244,13 +243,13 @@ func scanJob(b []byte) (*Job, bool) {
 		case "started_at":
 			return s.TimeValue(&j.StartedAt)
 		case "worker_id":
-			return str(&j.WorkerID)
+			return s.String(&j.WorkerID)
 		case "finished_at":
 			return s.TimeValue(&j.FinishedAt)
 		case "idempotency_key":
-			return str(&j.IdempotencyKey)
+			return s.String(&j.IdempotencyKey)
 		case "request_hash":
-			return str(&j.RequestHash)
+			return s.String(&j.RequestHash)
 		case "result_ttl":
 			return i64((*int64)(&j.ResultTTL))
 		case "submit_seq":
@@ -280,7 +279,7 @@ func scanJob(b []byte) (*Job, bool) {
 					case "time":
 						return s.TimeValue(&p.Time)
 					case "event_type":
-						return str(&p.Kind)
+						return s.String(&p.Kind)
 					case "data":
 						return s.Raw(&p.Data)
 					case "worker_seq":

@@ -221,28 +221,19 @@ func smallInteger(b []byte) (float64, bool) {
 
 // BoolPtr reads true or false into a new bool.
 func (s *Scanner) BoolPtr(dst **bool) bool {
-	s.skipSpace()
-	for _, v := range [...]bool{true, false} {
-		lit := strconv.FormatBool(v)
-		if len(s.B)-s.i >= len(lit) && string(s.B[s.i:s.i+len(lit)]) == lit {
-			s.i += len(lit)
-			*dst = &v
-			return true
-		}
+	var v bool
+	if !s.Bool(&v) {
+		return false
 	}
-	return false
+	*dst = &v
+	return true
 }
 
 // Time reads a string as time.Time's UnmarshalJSON does, into a new time.
 func (s *Scanner) Time(dst **time.Time) bool {
-	s.skipSpace()
-	start := s.i
-	if _, ok := s.Str(); !ok {
-		return false
-	}
 	var t time.Time
 	*dst = &t
-	return t.UnmarshalJSON(s.B[start:s.i]) == nil
+	return s.TimeValue(&t)
 }
 
 // Bool reads true or false into dst.
