@@ -66,14 +66,15 @@ type Options struct {
 	// PendingBytesMax bounds the bytes of appends accepted but not yet durable; producers wait
 	// beyond it. Default 64 MiB.
 	PendingBytesMax int
-	// MemTableSize is Pebble's memtable size. Default 16 MiB: Pebble keeps three or four WALs
+	// MemTableSize is Pebble's memtable size. Default 8 MiB: Pebble keeps four or more WALs
 	// of about this size (the live ones and those it recycles), which is disk the hot log pays
-	// for whatever it holds; 64 MiB cost 204 MiB of WAL under `tether bench`, 16 MiB 92 MiB, with
-	// saturated jobs/s within the machine's noise.
+	// for whatever it holds; under `tether bench` 64 MiB cost 204 MiB of WAL, 16 MiB 68-92 MiB,
+	// 8 MiB 36-62 MiB, with saturated jobs/s within the machine's noise.
 	MemTableSize uint64
 	// WALPrefill is how many bytes of zeros are written and synced ahead of the WAL writer at a
 	// time, so that a commit's fsync overwrites and need not update the file's size (prefill.go).
-	// Default 8 MiB on the OS filesystem; off on others, where it would save nothing and its
+	// Default 2 MiB on the OS filesystem (a WAL Pebble recycles keeps its prefilled size: 8
+	// MiB made each of them 24 MiB long where 2 MiB makes it 10); off on others, where it would save nothing and its
 	// goroutine would make the simulator's runs depend on scheduling. Negative turns it off.
 	WALPrefill int64
 	// ArchiveDir is where sealed archive segments live (archive.go); reads of records older than
@@ -99,10 +100,10 @@ func (o *Options) setDefaults() {
 		o.PendingBytesMax = 64 << 20
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 16 << 20
+		o.MemTableSize = 8 << 20
 	}
 	if o.WALPrefill == 0 && o.FS == vfs.Default {
-		o.WALPrefill = 8 << 20
+		o.WALPrefill = 2 << 20
 	}
 }
 
@@ -191,13 +192,9 @@ func Open(dir string, opts Options) (*Log, error) {
 		ReadOnly:     opts.ReadOnly,
 		MemTableSize: opts.MemTableSize,
 	}
-	// The hot log is mostly records that differ in a few ids and hashes: under `tether bench`,
-	// zstd over 16 KiB blocks keeps the tables at 168 bytes per hot record (log, index and
-	// views; the log's part 93), where Snappy over 4 KiB took 262, at no cost to saturated
-	// throughput that this machine could measure.
 	for i := range popts.Levels {
-		popts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.BalancedCompression }
-		popts.Levels[i].BlockSize = 16 << 10
+		popts.Levels[i].Compression = func() *sstable.CompressionProfile { return hotLogCompression }
+		popts.Levels[i].BlockSize = hotLogBlockSize
 	}
 	if !opts.ReadOnly {
 		// New stores get this Pebble's newest on-disk format. A read-only open must not ask
@@ -701,3 +698,25 @@ func (l *Log) Close() error {
 	l.unlock()
 	return err
 }
+
+// The hot log is mostly records that differ in a few ids, nonces and hashes. Under `tether
+// bench` at saturation, with --retain 1m --archive-after 1m, the tables held (log, index and
+// views, per hot record, a minute in):
+//
+//	Snappy, 4 KiB blocks                                  262 B
+//	Pebble's "balanced" profile (zstd 1, adaptive), 16 KiB  175-184 B
+//	zstd 1 throughout, 16 KiB                              150 B
+//	zstd 1 throughout, 32 KiB                              140 B
+//
+// The adaptive profile falls back to MinLZ for a block where zstd does not save a fifth more,
+// which on these records it often does not quite: 20 % of a log is what it cost. A block of 32
+// KiB costs a Get of one record a 32 KiB decompression; such Gets are a job's history and a
+// receipt's proof, not the commit path.
+var hotLogCompression = func() *sstable.CompressionProfile {
+	p := *sstable.BalancedCompression
+	p.Name = "tether-hot-log"
+	p.AdaptiveReductionCutoffPercent = 0
+	return &p
+}()
+
+const hotLogBlockSize = 32 << 10

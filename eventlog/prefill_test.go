@@ -164,7 +164,7 @@ func TestOpenPrefillsTheWAL(t *testing.T) {
 	def.setDefaults()
 	mem := Options{FS: vfs.NewMem()}
 	mem.setDefaults()
-	if def.WALPrefill != 8<<20 || mem.WALPrefill != 0 {
+	if def.WALPrefill != 2<<20 || mem.WALPrefill != 0 {
 		t.Fatalf("default WALPrefill %d on the OS filesystem, %d on another", def.WALPrefill, mem.WALPrefill)
 	}
 }

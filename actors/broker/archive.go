@@ -17,7 +17,9 @@ type ArchiveConfig struct {
 	After time.Duration
 	// Keep is how long a segment stays after its last record was written; 0: for ever.
 	Keep time.Duration
-	// Every is how often the archiver looks; 0: 10 s.
+	// Every is how often the archiver looks; 0: a twelfth of After, from 1 s to 10 s. The hot
+	// log holds After's worth of records plus what came since the last look, so a look every
+	// 10 s under --archive-after 1m would hold a sixth more than one every 5 s.
 	Every time.Duration
 }
 
@@ -33,7 +35,7 @@ func (b *Broker) archiveLoop() {
 	defer b.archiver.Done()
 	every := b.cfg.Archive.Every
 	if every <= 0 {
-		every = 10 * time.Second
+		every = min(max(b.cfg.Archive.After/12, time.Second), 10*time.Second)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-b.closing; cancel() }()
