@@ -390,6 +390,14 @@ func NewEvent(stream string, p Payload) (Event, error) {
 // Decode returns the typed payload of a record (a value, e.g. JobLeased, not a pointer). An
 // unknown type gives ErrUnknownType and data that does not fit the type an error; neither panics.
 func Decode(typ string, data []byte) (Payload, error) {
+	if p, ok := scanPayload(typ, data); ok {
+		return p, nil
+	}
+	return unmarshalPayload(typ, data)
+}
+
+// unmarshalPayload is Decode by encoding/json.
+func unmarshalPayload(typ string, data []byte) (Payload, error) {
 	t, ok := catalogue[typ]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownType, typ)
