@@ -47,7 +47,9 @@ type Set struct {
 	leases  map[string]*Job            // leased jobs by lease id
 	tokens  map[string]string          // worker token hash → worker id
 	waiting map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
-	index   memIndex                   // the index entries of the jobs in memory (table.go)
+	index   memIndex                   // the index entries of the jobs in memory (table.go); nil if unindexed
+	// unindexed: neither memory nor the Store holds index entries (NewUnindexedOn).
+	unindexed bool
 }
 
 type idemKey struct {
@@ -175,6 +177,16 @@ func NewOn(store Store) *Set {
 	return s
 }
 
+// NewUnindexedOn is NewOn for a Set that keeps no index of its jobs, in memory or in store: it
+// folds, looks jobs up, counts them and writes its fold (WriteFold) as any Set does, but it
+// cannot list jobs or find those that expire, which panic. `tether replay verify` folds with
+// it: an index is for a server to answer queries with, and half the work of keeping one.
+func NewUnindexedOn(store Store) *Set {
+	s := NewOn(store)
+	s.unindexed, s.index = true, nil
+	return s
+}
+
 // Seq is the seq of the last record applied.
 func (s *Set) Seq() uint64 { return s.seq }
 
@@ -255,7 +267,12 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 
 // expired drops a finished job from every view; job.expired is its last event.
 func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
-	j := s.load(e.JobID)
+	j, inMemory := s.jobs[e.JobID], true
+	if j == nil {
+		// Most jobs expire from the Store: read, not loaded, since loading would put it in
+		// memory's indexes only for the lines below to take it out again.
+		j, inMemory = s.stored(e.JobID), false
+	}
 	if j == nil || !j.Status.Terminal() {
 		state := "unknown"
 		if j != nil {
@@ -264,9 +281,13 @@ func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
 		return fmt.Errorf("projections: seq %d: job %s expired while %s", seq, e.JobID, state)
 	}
 	s.counter(j.Queue).Expired++
-	s.index.drop(j)
-	delete(s.jobs, j.ID)
-	s.markDirty(j.ID)
+	if inMemory {
+		s.index.drop(j)
+		delete(s.jobs, j.ID)
+		s.markDirty(j.ID)
+	} else {
+		s.dirty[j.ID] = dirtyMark{seq: s.seq, stored: j}
+	}
 	s.unfinish(j.Status, j)
 	return nil
 }
@@ -346,14 +367,14 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	if wasLeased {
 		endedLease = j.Lease.LeaseID // if this event ends it
 	}
-	if wasTerminal {
+	if wasTerminal && !s.unindexed {
 		wasClass, wasEntry = retention(j)
 	}
 	s.countStats(at, j, p)
 	j.Fold(seq, at, p)
 	t := s.tenant(j.Tenant)
 	terminal := j.Status.Terminal()
-	if j.Status != wasStatus {
+	if j.Status != wasStatus && !s.unindexed {
 		s.index.remove(listIndex(j.Tenant, byStatus, string(wasStatus)), j.ID)
 		s.index.insert(listIndex(j.Tenant, byStatus, string(j.Status)), j.ID)
 		if wasTerminal {
@@ -453,7 +474,9 @@ func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
 // derive rebuilds the indexes that follow from jobs and workers.
 func (s *Set) derive() {
 	s.leases, s.tokens, s.waiting = map[string]*Job{}, map[string]string{}, map[string]map[string]*Job{}
-	s.index = memIndex{}
+	if !s.unindexed {
+		s.index = memIndex{}
+	}
 	for _, j := range s.jobs {
 		s.index.add(j)
 		if j.Lease != nil {

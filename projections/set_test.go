@@ -296,3 +296,56 @@ func jobCount(s *projections.Set) int {
 	}
 	return n
 }
+
+// A Set that keeps no index, spilling as `tether replay verify` does (a spill's writes land
+// while later records fold, before it ends), folds what a full replay folds; its Store holds
+// jobs and nothing else; and a query that needs an index panics rather than answer from none.
+func TestUnindexedSpillsEqualReplay(t *testing.T) {
+	t.Parallel()
+	w := workload(t)
+	want := encode(t, replay(t, w.Log, projections.New()))
+	for _, every := range []int{1, 2, 5} {
+		store := projectionstest.NewStore()
+		s := projections.NewUnindexedOn(store)
+		var spill *projections.Flush
+		var writes []eventlog.ViewWrite
+		end := func() {
+			if spill != nil {
+				store.Apply(writes)
+				s.EndFlush(spill)
+			}
+		}
+		stored := 0
+		for i := range w.Log {
+			replay(t, w.Log[i:i+1], s)
+			if i%every == 0 {
+				end()
+				spill = s.BeginSpill()
+				var err error
+				if writes, err = spill.Writes(); err != nil {
+					t.Fatal(err)
+				}
+				stored = max(stored, store.Len())
+			}
+		}
+		end()
+		if got := encode(t, s); !bytes.Equal(got, want) {
+			t.Fatalf("spilling every %d records, the unindexed fold differs from a full replay:\n got %s\nwant %s", every, got, want)
+		}
+		if stored == 0 {
+			t.Fatalf("spilling every %d records, nothing was ever stored", every)
+		}
+		store.Scan(nil, nil, false, func(key, _ []byte) bool {
+			if key[0] != 'j' {
+				t.Fatalf("the unindexed Set's table holds %q", key)
+			}
+			return true
+		})
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Expirable answered without an index")
+		}
+	}()
+	projections.NewUnindexedOn(projectionstest.NewStore()).Expirable(projections.Retention{Done: time.Hour}, time.Now(), 10)
+}

@@ -176,6 +176,9 @@ const indexDegree = 32
 func lessEntry(a, b string) bool { return a < b }
 
 func (m memIndex) insert(x index, e string) {
+	if m == nil {
+		return // an unindexed Set's
+	}
 	t := m[x]
 	if t == nil {
 		t = btree.NewG(indexDegree, lessEntry)
@@ -193,8 +196,17 @@ func (m memIndex) remove(x index, e string) {
 	}
 }
 
-func (m memIndex) add(j *Job)  { entries(j, m.insert) }
-func (m memIndex) drop(j *Job) { entries(j, m.remove) }
+func (m memIndex) add(j *Job) {
+	if m != nil {
+		entries(j, m.insert)
+	}
+}
+
+func (m memIndex) drop(j *Job) {
+	if m != nil {
+		entries(j, m.remove)
+	}
+}
 
 // scan calls fn with the entries of x from start (included; "" for the first), in order or
 // in reverse, until fn returns false.
@@ -305,6 +317,9 @@ func takeAll(string, int) verdict { return take }
 // keep takes, keep being told how many its side took before. Each side stops at n or at keep's
 // stop, so a scan costs a page and what keep skips.
 func (s *Set) scanMerged(x index, start string, reverse bool, n int, keep func(entry string, taken int) verdict) []string {
+	if s.unindexed {
+		panic("projections: an index scan of a Set that keeps no index")
+	}
 	var mem, disk []string
 	// collect adds e to a side if keep takes it, and reports whether the side goes on.
 	collect := func(side *[]string, e string) bool {
@@ -356,6 +371,8 @@ type Flush struct {
 	put []*Job // the finished ones among them, by id, shared with the Set, which never changes them
 	// ended is how many of ids EndFlushPart has done.
 	ended int
+	// unindexed: the table holds the jobs without their index keys (NewUnindexedOn).
+	unindexed bool
 }
 
 // Seq is the seq the flush covers.
@@ -372,25 +389,22 @@ func (s *Set) BeginFlush() *Flush {
 // what memory holds beyond the live jobs.
 func (s *Set) Unflushed() int { return len(s.dirty) }
 
-// Spill moves the finished jobs that changed since the last flush to the Set's Store at once,
-// apply writing the changes, and keeps no checkpoint: how a fold that is no server's (`tether
-// replay`) keeps its memory to what is live.
-func (s *Set) Spill(apply func([]eventlog.ViewWrite) error) error {
-	f := s.changes()
-	writes, err := f.tableWrites()
-	if err != nil {
-		return err
-	}
-	if err := apply(writes); err != nil {
-		return err
-	}
-	s.EndFlush(f)
-	return nil
-}
+// BeginSpill starts moving the finished jobs that changed since the last flush to the Set's
+// Store, keeping no checkpoint: how a fold that is no server's (`tether replay`) keeps its
+// memory to what is live. The caller writes the flush's Writes to the Store, on any goroutine,
+// while the Set goes on, then calls EndFlush. Until then the Set reads those jobs from memory.
+func (s *Set) BeginSpill() *Flush { return s.changes() }
+
+// Len is how many jobs the flush covers.
+func (f *Flush) Len() int { return len(f.ids) }
+
+// Writes are the flush's changes to the table, for a spill's caller to apply. Like Encode, it
+// reads neither the Set nor the Store.
+func (f *Flush) Writes() ([]eventlog.ViewWrite, error) { return f.tableWrites() }
 
 // changes is a Flush of what changed since the last one, without the live state.
 func (s *Set) changes() *Flush {
-	f := &Flush{seq: s.seq, ids: sortedKeys(s.dirty), had: make(map[string]*Job, len(s.dirty))}
+	f := &Flush{seq: s.seq, ids: sortedKeys(s.dirty), had: make(map[string]*Job, len(s.dirty)), unindexed: s.unindexed}
 	for _, id := range f.ids {
 		if j := s.jobs[id]; j != nil && j.Status.Terminal() {
 			f.put = append(f.put, j) // never changed in place (Apply), so no copy
@@ -434,9 +448,11 @@ func (f *Flush) tableWrites() ([]eventlog.ViewWrite, error) {
 			continue
 		}
 		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, id), Delete: true})
-		entries(old, func(x index, e string) {
-			writes = append(writes, eventlog.ViewWrite{Key: arena.key(x, e), Delete: true})
-		})
+		if !f.unindexed {
+			entries(old, func(x index, e string) {
+				writes = append(writes, eventlog.ViewWrite{Key: arena.key(x, e), Delete: true})
+			})
+		}
 	}
 	for _, j := range f.put {
 		v, err := arena.job(j)
@@ -444,6 +460,9 @@ func (f *Flush) tableWrites() ([]eventlog.ViewWrite, error) {
 			return nil, err
 		}
 		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, j.ID), Value: v})
+		if f.unindexed {
+			continue
+		}
 		entries(j, func(x index, e string) {
 			if mutantTableIndexLost && x.field == byStatus {
 				return

@@ -12,24 +12,35 @@ import (
 
 // Fold is the projections as `tether replay` folds them: what is live in memory, and the
 // finished jobs spilled to a scratch table on disk every spillAt changed jobs, so that an audit
-// of a log of any length costs the memory of its live state, as the server does. Close deletes
-// the table.
+// of a log of any length costs the memory of its live state, as the server does. A spill is
+// written on its own goroutine while the fold goes on, as a server's checkpoint is; the fold
+// reads the jobs it covers from memory until it ends. Close deletes the table.
 type Fold struct {
 	*projections.Set
 	scratch *eventlog.Scratch
+	// spill is the spill being written, nil if none, and spilled says when it is in.
+	spill   *projections.Flush
+	spilled chan error
 }
 
-// spillAt is how many changed jobs a Fold holds before it spills the finished ones.
+// spillAt is how many changed jobs a Fold holds, beyond those of the spill being written,
+// before it spills the finished ones.
 var spillAt = 10_000
 
 // NewFold returns the fold of the empty log, its scratch table in the system's temporary
 // directory.
-func NewFold() (*Fold, error) {
+func NewFold() (*Fold, error) { return newFold(projections.NewOn) }
+
+// newUnindexedFold is NewFold without the indexes that answer queries (NewUnindexedOn): what
+// Verify needs, which compares folds and counts.
+func newUnindexedFold() (*Fold, error) { return newFold(projections.NewUnindexedOn) }
+
+func newFold(newSet func(projections.Store) *projections.Set) (*Fold, error) {
 	scratch, err := eventlog.OpenScratch("")
 	if err != nil {
 		return nil, err
 	}
-	return &Fold{Set: projections.NewOn(scratch), scratch: scratch}, nil
+	return &Fold{Set: newSet(scratch), scratch: scratch, spilled: make(chan error, 1)}, nil
 }
 
 // Apply folds one decoded record.
@@ -37,14 +48,49 @@ func (f *Fold) Apply(r eventlog.Record, p eventlog.Payload) error {
 	if err := f.Set.Apply(r.Seq, r.Time, p); err != nil {
 		return &FoldError{Seq: r.Seq, Err: err}
 	}
-	if f.Unflushed() >= spillAt {
-		return f.Spill(f.scratch.Apply)
+	pending := 0
+	if f.spill != nil {
+		pending = f.spill.Len()
+	}
+	if f.Unflushed()-pending >= spillAt {
+		if err := f.Settle(); err != nil {
+			return err
+		}
+		spill := f.BeginSpill()
+		f.spill = spill
+		go func() {
+			writes, err := spill.Writes()
+			if err == nil {
+				err = f.scratch.Apply(writes)
+			}
+			f.spilled <- err
+		}()
+	}
+	return f.scratch.Err()
+}
+
+// Settle waits for the spill being written, if any, and ends it; it returns the first failure
+// to write or read the scratch table.
+func (f *Fold) Settle() error {
+	if f.spill != nil {
+		err := <-f.spilled
+		if err != nil {
+			return err
+		}
+		f.EndFlush(f.spill)
+		f.spill = nil
 	}
 	return f.scratch.Err()
 }
 
 // Close deletes the scratch table.
-func (f *Fold) Close() error { return f.scratch.Close() }
+func (f *Fold) Close() error {
+	if f.spill != nil {
+		<-f.spilled
+		f.spill = nil
+	}
+	return f.scratch.Close()
+}
 
 // StateAt replays the records 1..seq into a fresh Fold: the projections exactly as the server
 // held them once it had applied record seq. It checks the chain on the way. The caller closes
@@ -76,6 +122,10 @@ func StateAt(ctx context.Context, l *eventlog.Log, seq uint64, progress Progress
 		}
 		head = eventlog.Head{Seq: r.Seq, Hash: r.Hash, Time: r.Time}
 		progress.report(r.Seq, seq, false)
+	}
+	if err := f.Settle(); err != nil {
+		_ = f.Close()
+		return nil, head, err
 	}
 	progress.report(head.Seq, seq, true)
 	return f, head, nil

@@ -116,6 +116,8 @@ var errCheckpointFormat = errors.New("written by an earlier build in an older fo
 //
 // Reading and hashing, decoding, and folding run as a pipeline on three goroutines, so a
 // machine with more than one core verifies faster; the fold still sees the records in order.
+// The fold keeps no index of its jobs (projections.NewUnindexedOn): nothing compares one, and
+// the indexes of the checkpoint's table are checked against its jobs (CheckTable).
 func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, error) {
 	sum := Summary{Types: map[string]uint64{}, Segments: len(l.Segments()), AnchorSeq: l.Anchor().Seq}
 	if oldest := l.Oldest(); oldest.Seq > 0 {
@@ -134,7 +136,7 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 	}()
 	var ckpt *loadedCheckpoint
 	compared := false
-	set, err := NewFold()
+	set, err := newUnindexedFold()
 	if err != nil {
 		return sum, err
 	}
@@ -169,6 +171,9 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 	if ckpt == nil {
 		c := <-loading
 		ckpt = &c
+	}
+	if err == nil {
+		err = set.Settle()
 	}
 	if err != nil {
 		return sum, err
