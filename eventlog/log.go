@@ -68,14 +68,16 @@ type Options struct {
 	PendingBytesMax int
 	// MemTableSize is Pebble's memtable size. Default 8 MiB: Pebble keeps four or more WALs
 	// of about this size (the live ones and those it recycles), which is disk the hot log pays
-	// for whatever it holds; under `tether bench` 64 MiB cost 204 MiB of WAL, 16 MiB 68-92 MiB,
-	// 8 MiB 36-62 MiB, with saturated jobs/s within the machine's noise.
+	// for whatever it holds; under `tether bench` 64 MiB cost 204 MiB of WAL, 16 MiB 92 (68
+	// with the WAL prefilled 2 MiB at a time), 8 MiB 36-62, with saturated jobs/s within the
+	// machine's noise.
 	MemTableSize uint64
 	// WALPrefill is how many bytes of zeros are written and synced ahead of the WAL writer at a
 	// time, so that a commit's fsync overwrites and need not update the file's size (prefill.go).
-	// Default 2 MiB on the OS filesystem (a WAL Pebble recycles keeps its prefilled size: 8
-	// MiB made each of them 24 MiB long where 2 MiB makes it 10); off on others, where it would save nothing and its
-	// goroutine would make the simulator's runs depend on scheduling. Negative turns it off.
+	// Default 2 MiB on the OS filesystem: a WAL that Pebble recycles keeps its prefilled size,
+	// which 8 MiB made 24 MiB where 2 MiB makes it 10. Off on other filesystems, where it would
+	// save nothing and its goroutine would make the simulator's runs depend on scheduling.
+	// Negative turns it off.
 	WALPrefill int64
 	// ArchiveDir is where sealed archive segments live (archive.go); reads of records older than
 	// the hot log's anchor go there. Empty: no archive, and records never leave the hot log.
@@ -703,15 +705,17 @@ func (l *Log) Close() error {
 // bench` at saturation, with --retain 1m --archive-after 1m, the tables held (log, index and
 // views, per hot record, a minute in):
 //
-//	Snappy, 4 KiB blocks                                  262 B
+//	Snappy, 4 KiB blocks (at the end of a run)              262 B
 //	Pebble's "balanced" profile (zstd 1, adaptive), 16 KiB  175-184 B
-//	zstd 1 throughout, 16 KiB                              150 B
-//	zstd 1 throughout, 32 KiB                              140 B
+//	zstd 1 throughout, 16 KiB                               150 B
+//	zstd 1 throughout, 32 KiB                               140 B
 //
 // The adaptive profile falls back to MinLZ for a block where zstd does not save a fifth more,
-// which on these records it often does not quite: 20 % of a log is what it cost. A block of 32
-// KiB costs a Get of one record a 32 KiB decompression; such Gets are a job's history and a
-// receipt's proof, not the commit path.
+// which on these records it often does not quite: that cost a sixth of the tables. Blocks stay
+// at 16 KiB because the server reads one on its commit path: each job.expired it applies reads
+// the finished job from the views, and those blocks are rarely cached (compactions keep
+// rewriting them). With 32 KiB blocks those reads took a fifth of the server's CPU under the
+// soak, and saturated jobs/s fell by a fifth.
 var hotLogCompression = func() *sstable.CompressionProfile {
 	p := *sstable.BalancedCompression
 	p.Name = "tether-hot-log"
@@ -719,4 +723,4 @@ var hotLogCompression = func() *sstable.CompressionProfile {
 	return &p
 }()
 
-const hotLogBlockSize = 32 << 10
+const hotLogBlockSize = 16 << 10
