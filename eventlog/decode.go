@@ -27,18 +27,10 @@ func scanPayload(typ string, data []byte) (Payload, bool) {
 			case "priority":
 				return s.Int(&e.Priority)
 			case "labels":
-				if e.Labels != nil {
-					return false // seen twice: encoding/json would merge the two
-				}
-				e.Labels = map[string]string{}
-				return s.Object(false, func(k []byte) bool {
-					var v string
-					if _, dup := e.Labels[string(k)]; dup || !s.String(&v) {
-						return false
-					}
-					e.Labels[string(k)] = v
+				if e.Labels == nil && s.Null() {
 					return true
-				})
+				}
+				return s.StringMap(&e.Labels)
 			case "max_attempts":
 				return s.Int(&e.MaxAttempts)
 			case "lease_ttl_ms":

@@ -715,7 +715,7 @@ func (l *Log) Close() error {
 // at 16 KiB because the server reads one on its commit path: each job.expired it applies reads
 // the finished job from the views, and those blocks are rarely cached (compactions keep
 // rewriting them). With 32 KiB blocks those reads took a fifth of the server's CPU under the
-// soak, and saturated jobs/s fell by a fifth.
+// soak.
 var hotLogCompression = func() *sstable.CompressionProfile {
 	p := *sstable.BalancedCompression
 	p.Name = "tether-hot-log"

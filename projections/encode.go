@@ -145,21 +145,10 @@ func scanJob(b []byte) (*Job, bool) {
 		case "priority":
 			return s.Int(&j.Priority)
 		case "labels":
-			if j.Labels != nil {
-				return false
-			}
-			if s.Null() {
+			if j.Labels == nil && s.Null() {
 				return true
 			}
-			j.Labels = map[string]string{}
-			return s.Object(false, func(k []byte) bool {
-				var v string
-				if _, dup := j.Labels[string(k)]; dup || !s.String(&v) {
-					return false
-				}
-				j.Labels[string(k)] = v
-				return true
-			})
+			return s.StringMap(&j.Labels)
 		case "status":
 			return s.String((*string)(&j.Status))
 		case "attempt":

@@ -271,6 +271,25 @@ func (s *Scanner) Null() bool {
 	return false
 }
 
+// StringMap reads an object of strings into a new map in *dst, as encoding/json reads one into a
+// nil map. A key seen twice, or a map already read (*dst is not nil), reports false: encoding/json
+// would merge the two.
+func (s *Scanner) StringMap(dst *map[string]string) bool {
+	if *dst != nil {
+		return false
+	}
+	m := map[string]string{}
+	*dst = m
+	return s.Object(false, func(k []byte) bool {
+		var v string
+		if _, dup := m[string(k)]; dup || !s.String(&v) {
+			return false
+		}
+		m[string(k)] = v
+		return true
+	})
+}
+
 // Array reads an array, calling elem to read each element; elem reports false to give up.
 func (s *Scanner) Array(elem func() bool) bool {
 	if !s.Consume('[') {
