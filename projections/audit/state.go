@@ -72,13 +72,12 @@ func (f *Fold) Apply(r eventlog.Record, p eventlog.Payload) error {
 // Settle waits for the spill being written, if any, and ends it; it returns the first failure
 // to write or read the scratch table.
 func (f *Fold) Settle() error {
-	if f.spill != nil {
-		err := <-f.spilled
-		if err != nil {
+	if spill := f.spill; spill != nil {
+		f.spill = nil // taken: Close must not wait for it again
+		if err := <-f.spilled; err != nil {
 			return err
 		}
-		f.EndFlush(f.spill)
-		f.spill = nil
+		f.EndFlush(spill)
 	}
 	return f.scratch.Err()
 }
