@@ -69,8 +69,7 @@ type Options struct {
 	// MemTableSize is Pebble's memtable size. Default 8 MiB: Pebble keeps four or more WALs
 	// of about this size (the live ones and those it recycles), which is disk the hot log pays
 	// for whatever it holds; under `tether bench` 64 MiB cost 204 MiB of WAL, 16 MiB 92 (68
-	// with the WAL prefilled 2 MiB at a time), 8 MiB 36-62, with saturated jobs/s within the
-	// machine's noise.
+	// with the WAL prefilled 2 MiB at a time), 8 MiB 36-62.
 	MemTableSize uint64
 	// WALPrefill is how many bytes of zeros are written and synced ahead of the WAL writer at a
 	// time, so that a commit's fsync overwrites and need not update the file's size (prefill.go).

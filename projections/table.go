@@ -176,9 +176,6 @@ const indexDegree = 32
 func lessEntry(a, b string) bool { return a < b }
 
 func (m memIndex) insert(x index, e string) {
-	if m == nil {
-		return // an unindexed Set's
-	}
 	t := m[x]
 	if t == nil {
 		t = btree.NewG(indexDegree, lessEntry)

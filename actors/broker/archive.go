@@ -18,8 +18,7 @@ type ArchiveConfig struct {
 	// Keep is how long a segment stays after its last record was written; 0: for ever.
 	Keep time.Duration
 	// Every is how often the archiver looks; 0: a twelfth of After, from 1 s to 10 s. The hot
-	// log holds After's worth of records plus what came since the last look, so a look every
-	// 10 s under --archive-after 1m would hold a sixth more than one every 5 s.
+	// log holds After's worth of records plus up to a look's worth more.
 	Every time.Duration
 }
 
