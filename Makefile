@@ -12,7 +12,8 @@ FUZZTIME ?= 150000x
 # and in the finished jobs' table (projections/mutant*.go).
 SIMSEEDS ?= 1..1000
 MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed progress_twice \
-            persisted_before_durable apply_after_reply expire_early delete_live table_index_lost stale_table_copy
+            persisted_before_durable apply_after_reply expire_early delete_live table_index_lost stale_table_copy \
+            ignore_pause
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants
 

@@ -12,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/actorstest"
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
 )
 
 func TestDispatchOrder(t *testing.T) {
@@ -317,5 +318,47 @@ func TestRefusedLeaseRefundsCredit(t *testing.T) {
 	f.w.Run()
 	if more := f.assignments("s1"); len(more) != 1 {
 		t.Fatalf("%d assignments for the credit the refused lease gave back", len(more))
+	}
+}
+
+// A paused queue takes submits and assigns nothing, from the dispatcher's decision on and after
+// a restart of the dispatcher; a resume assigns what waited. Pausing twice changes nothing and
+// answers the first pause's receipt.
+func TestPausedQueueAssignsNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	pause := func(paused bool) actors.Done {
+		t.Helper()
+		d := f.do(actors.PauseQueue{Tenant: "acme", Queue: "q", Paused: paused})
+		if d.Err != nil {
+			t.Fatal(d.Err)
+		}
+		return d
+	}
+	first := pause(true)
+	if again := pause(true); again.Receipt.Seq != first.Receipt.Seq || first.Receipt.Seq == 0 {
+		t.Fatalf("pausing twice: receipts %d then %d", first.Receipt.Seq, again.Receipt.Seq)
+	}
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t"})
+	if as := f.connect("s1", 4); len(as) != 0 {
+		t.Fatalf("a paused queue assigned %d jobs", len(as))
+	}
+	f.w.Restart(actors.DispatcherRef(), actors.NewDispatcher(projections.Retention{}))
+	f.w.Run()
+	if as := f.credit("s1", 4); len(as) != 0 {
+		t.Fatalf("after a restart, a paused queue assigned %d jobs", len(as))
+	}
+	if p, ok := f.w.Set.Paused("acme", "q"); !ok || p.Seq != first.Receipt.Seq {
+		t.Fatalf("projection: %+v %v", p, ok)
+	}
+	pause(false)
+	if as := f.assignments("s1"); len(as) != 2 {
+		t.Fatalf("a resumed queue assigned %d of 2 jobs", len(as))
+	}
+	if _, ok := f.w.Set.Paused("acme", "q"); ok {
+		t.Fatal("resumed, but the projection says paused")
+	}
+	if d := f.do(actors.PauseQueue{Tenant: "acme", Queue: "no spaces", Paused: true}); d.Err == nil || d.Err.Code != actors.CodeInvalidArgument {
+		t.Fatalf("a bad queue name: %+v", d.Err)
 	}
 }

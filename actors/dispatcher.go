@@ -35,9 +35,12 @@ type Dispatcher struct {
 	running    map[string]int
 	maxRunning map[string]int
 	redriving  map[string]bool
-	tick       TimerID
-	tickAt     time.Time
-	pipe       pipeline
+	// paused holds the ready heaps (readyKey) of paused queues, which lease nothing. A pause
+	// counts from when the dispatcher decides it, before it is durable.
+	paused map[string]bool
+	tick   TimerID
+	tickAt time.Time
+	pipe   pipeline
 	// retention is the policy for finished jobs; expiring holds those whose job.expired is not
 	// durable yet, and sweeping is set while a sweep's batch is.
 	retention projections.Retention
@@ -195,7 +198,7 @@ func (d *Dispatcher) Recover(env Env) {
 		retention: d.retention, expiring: map[string]bool{},
 		waiting: map[string]*entry{}, ready: map[string]*entryHeap{}, scheduled: &entryHeap{less: dueFirst}, leased: map[string]leaseRef{},
 		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
-		redriving: map[string]bool{},
+		redriving: map[string]bool{}, paused: map[string]bool{},
 	}
 	now := env.Now()
 	env.Read(func(s *projections.Set) {
@@ -204,7 +207,11 @@ func (d *Dispatcher) Recover(env Env) {
 			d.add(waitingOf(j, j.RunAt), now)
 		}
 		for _, name := range s.TenantNames() {
-			d.maxRunning[name] = s.Tenant(name).MaxRunning
+			t := s.Tenant(name)
+			d.maxRunning[name] = t.MaxRunning
+			for q := range t.Paused {
+				d.paused[readyKey(name, q)] = true
+			}
 		}
 		byWorker := map[string]*slot{}
 		for _, w := range s.OpenSessions() {
@@ -336,6 +343,11 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 	case PurgeDead:
 		d.purgeDead(env, m)
 		return
+	case PauseQueue:
+		d.pauseQueue(env, m) // a resume falls through to dispatch
+		if m.Paused {
+			return
+		}
 	case retentionSweep:
 		d.sweepRetention(env)
 		return
@@ -512,6 +524,38 @@ func (d *Dispatcher) persisted(env Env, m Persisted) {
 	}
 }
 
+// pauseQueue pauses or resumes a queue at once, and answers once that is durable. Leases the
+// dispatcher made before a pause may still arrive after it (their job.leased follows the pause
+// in the log); none is made after.
+func (d *Dispatcher) pauseQueue(env Env, m PauseQueue) {
+	if !validName(m.Queue, QueueLenMax, false) {
+		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "queue %q must be 1..%d of [A-Za-z0-9_-]", clip(m.Queue), QueueLenMax)})
+		return
+	}
+	k := readyKey(m.Tenant, m.Queue)
+	if d.paused[k] == m.Paused {
+		reply := env.Sender()
+		d.pipe.whenSettled(func() { // the event that put it there may be on its way
+			var rc Receipt
+			env.Read(func(s *projections.Set) {
+				if p, ok := s.Paused(m.Tenant, m.Queue); ok {
+					rc.Seq = p.Seq
+				}
+			})
+			env.Send(reply, Done{Receipt: rc})
+		})
+		return
+	}
+	var ev eventlog.Payload = eventlog.QueueResumed{Tenant: m.Tenant, Queue: m.Queue, APIKeyID: m.APIKeyID}
+	if m.Paused {
+		d.paused[k] = true
+		ev = eventlog.QueuePaused{Tenant: m.Tenant, Queue: m.Queue, APIKeyID: m.APIKeyID}
+	} else {
+		delete(d.paused, k)
+	}
+	d.pipe.persist(env, []eventlog.Payload{ev}, replyDone{env.Sender()})
+}
+
 func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
 	lr, ok := d.leased[m.JobID]
 	switch {
@@ -647,6 +691,9 @@ func (d *Dispatcher) best(s *slot) *entry {
 	}
 	var best *entry
 	for _, k := range s.readyKeys {
+		if d.paused[k] && !mutantIgnorePause {
+			continue
+		}
 		if top := d.ready[k].top(); top != nil && (best == nil || dispatchFirst(top, best)) {
 			best = top
 		}

@@ -19,7 +19,9 @@
 //   - Dispatcher (one): every job that is not leased — the queued and scheduled jobs in
 //     priority heaps, cancel of a waiting job, re-drive of a dead one, and the end of a
 //     finished one (job.expired: its retention ended, the dead-letter cap, a delete, a purge;
-//     retention.go) — and worker credit. It
+//     retention.go) — worker credit, and the pause of a queue (a paused queue's jobs wait
+//     in their heap, and none is leased from the dispatcher's decision to pause until its
+//     resume). It
 //     matches ready jobs to sessions with credit (their tenant's jobs only, by priority then age,
 //     honouring run_at and max_running), picks the lease id, and routes job commands to the
 //     job's actor while a lease is held. (The runtime sends a worker's progress, completion and

@@ -168,6 +168,16 @@ type PurgeDone struct {
 	Err     *Rejection
 }
 
+// PauseQueue pauses a tenant's queue (Paused) or resumes it; Done answers. A paused queue takes
+// submits and assigns nothing. Asking for the state the queue is in changes nothing and answers
+// the receipt of the event that put it there (none for a queue never paused).
+type PauseQueue struct {
+	Tenant   string
+	Queue    string
+	Paused   bool
+	APIKeyID string
+}
+
 // Done answers a command that returns nothing but its receipt.
 type Done struct {
 	Receipt Receipt

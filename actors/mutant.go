@@ -29,4 +29,6 @@ var (
 	mutantExpireEarly bool
 	// mutantDeleteLive deletes a job whatever its status.
 	mutantDeleteLive bool
+	// mutantIgnorePause leases jobs from paused queues.
+	mutantIgnorePause bool
 )

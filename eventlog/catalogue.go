@@ -309,6 +309,21 @@ type APIKeyRevoked struct {
 	KeyID  string `json:"key_id"`
 }
 
+// QueuePaused records that the tenant's queue assigns nothing until a QueueResumed. It keeps
+// taking submits; leases that were on their way when it paused still arrive.
+type QueuePaused struct {
+	Tenant   string `json:"tenant"`
+	Queue    string `json:"queue"`
+	APIKeyID string `json:"api_key_id,omitempty"` // who paused it; empty for the admin
+}
+
+// QueueResumed records that a paused queue assigns jobs again.
+type QueueResumed struct {
+	Tenant   string `json:"tenant"`
+	Queue    string `json:"queue"`
+	APIKeyID string `json:"api_key_id,omitempty"`
+}
+
 // EnrollTokenCreated records a token that lets Uses workers register for the tenant until ExpiresAt.
 type EnrollTokenCreated struct {
 	Tenant    string    `json:"tenant"`
@@ -354,6 +369,8 @@ func (APIKeyCreated) EventType() string        { return "tenant.api_key_created"
 func (APIKeyRevoked) EventType() string        { return "tenant.api_key_revoked" }
 func (EnrollTokenCreated) EventType() string   { return "tenant.enroll_token_created" }
 func (EnrollTokenUsed) EventType() string      { return "tenant.enroll_token_used" }
+func (QueuePaused) EventType() string          { return "tenant.queue_paused" }
+func (QueueResumed) EventType() string         { return "tenant.queue_resumed" }
 
 // catalogue maps each event type to its payload's Go type.
 var catalogue = func() map[string]reflect.Type {
@@ -374,7 +391,7 @@ func Catalogue() []Payload {
 		WorkerSessionEnded{},
 		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
 		ReservationExpired{}, APIKeyCreated{}, APIKeyRevoked{}, EnrollTokenCreated{},
-		EnrollTokenUsed{},
+		EnrollTokenUsed{}, QueuePaused{}, QueueResumed{},
 	}
 }
 
@@ -469,6 +486,10 @@ func StreamOf(p Payload) string {
 	case EnrollTokenCreated:
 		return TenantStream(e.Tenant)
 	case EnrollTokenUsed:
+		return TenantStream(e.Tenant)
+	case QueuePaused:
+		return TenantStream(e.Tenant)
+	case QueueResumed:
 		return TenantStream(e.Tenant)
 	}
 	panic(fmt.Sprintf("eventlog: StreamOf: %T is not in the catalogue", p))

@@ -2,6 +2,7 @@ package projections
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -143,10 +144,12 @@ type QueueStats struct {
 	Dead      int    `json:"dead"`
 	// OldestAge is how long the oldest ready job has waited since it was created.
 	OldestAge time.Duration `json:"oldest_age"`
+	// PausedSince is when the queue was paused; zero while it assigns jobs.
+	PausedSince time.Time `json:"paused_since"`
 }
 
 // Queues returns the stats of every queue a tenant has used, by name: every queue that holds a
-// job or finished one within the throughput window.
+// job, finished one within the throughput window, or is paused.
 func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
 	byName := map[string]*QueueStats{}
 	stats := func(q string) *QueueStats {
@@ -182,6 +185,11 @@ func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
 	for _, t := range s.throughput {
 		if t.Tenant == tenant && t.activeSince(now.Add(-ThroughputWindow*time.Minute)) {
 			stats(t.Queue)
+		}
+	}
+	if t := s.tenants[tenant]; t != nil {
+		for q, p := range t.Paused {
+			stats(q).PausedSince = p.Since
 		}
 	}
 	out := make([]QueueStats, 0, len(byName))
@@ -239,11 +247,18 @@ func (s *Set) Tenant(name string) Tenant {
 		return Tenant{Name: name, Reservations: map[string]time.Time{}}
 	}
 	c := *t
-	c.Reservations = make(map[string]time.Time, len(t.Reservations))
-	for k, v := range t.Reservations {
-		c.Reservations[k] = v
-	}
+	c.Reservations = maps.Clone(t.Reservations)
+	c.Paused = maps.Clone(t.Paused)
 	return c
+}
+
+// Paused reports whether a tenant's queue is paused, and since when.
+func (s *Set) Paused(tenant, queue string) (PausedQueue, bool) {
+	if t := s.tenants[tenant]; t != nil {
+		p, ok := t.Paused[queue]
+		return p, ok
+	}
+	return PausedQueue{}, false
 }
 
 // TenantNames returns every tenant that has an event, sorted.

@@ -75,6 +75,14 @@ type Tenant struct {
 	Active       int                  `json:"active"`
 	Running      int                  `json:"running"`
 	Reservations map[string]time.Time `json:"reservations"` // id → expiry, active ones only
+	// Paused holds the tenant's paused queues: each assigns nothing until it is resumed.
+	Paused map[string]PausedQueue `json:"paused,omitempty"`
+}
+
+// PausedQueue is a paused queue: since when, and the seq of the pause.
+type PausedQueue struct {
+	Since time.Time `json:"since"`
+	Seq   uint64    `json:"seq"`
 }
 
 // Usage is what counts against max_active: non-terminal jobs plus active reservations.
@@ -235,6 +243,19 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		return nil
 	case eventlog.ReservationExpired:
 		delete(s.tenant(e.Tenant).Reservations, e.ReservationID)
+		return nil
+	case eventlog.QueuePaused:
+		t := s.tenant(e.Tenant)
+		if t.Paused == nil {
+			t.Paused = map[string]PausedQueue{}
+		}
+		t.Paused[e.Queue] = PausedQueue{Since: at, Seq: seq}
+		return nil
+	case eventlog.QueueResumed:
+		t := s.tenant(e.Tenant)
+		if delete(t.Paused, e.Queue); len(t.Paused) == 0 {
+			t.Paused = nil
+		}
 		return nil
 	case eventlog.JobExpired:
 		return s.expired(seq, e)

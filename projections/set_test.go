@@ -44,6 +44,10 @@ func workload(t *testing.T) *actorstest.World {
 	specs[0].IdempotencyKey, specs[1].Delay, specs[2].ReservationID = "key", time.Minute, res.ID
 	call(acme, actors.Submit{Tenant: "acme", Jobs: specs})
 	call(acme, actors.Submit{Tenant: "acme", Jobs: specs[:1]}) // an idempotent hit
+	for _, q := range []string{"c", "d"} {
+		call(actors.DispatcherRef(), actors.PauseQueue{Tenant: "acme", Queue: q, Paused: true})
+	}
+	call(actors.DispatcherRef(), actors.PauseQueue{Tenant: "acme", Queue: "d"}) // c stays paused
 	w.Connect("s1", "sink", actors.OpenSession{WorkerID: reg.WorkerID, Transport: "websocket"})
 	w.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: "s1", N: 3}, actorstest.External("sink"))
 	for round := 0; round < 8; round++ {
@@ -109,7 +113,8 @@ func TestLiveEqualsReplay(t *testing.T) {
 	}
 	for _, want := range []string{"job.scheduled", "job.progress", "job.succeeded", "job.retry_scheduled", "job.lease_expired",
 		"job.dead_lettered", "job.redriven", "job.cancel_requested", "job.cancelled", "tenant.reservation_consumed",
-		"tenant.reservation_expired", "worker.revoked", "worker.session_ended", "tenant.api_key_revoked", "tenant.enroll_token_used"} {
+		"tenant.reservation_expired", "worker.revoked", "worker.session_ended", "tenant.api_key_revoked", "tenant.enroll_token_used",
+		"tenant.queue_paused", "tenant.queue_resumed"} {
 		if !types[want] {
 			t.Errorf("the workload never logs %s", want)
 		}

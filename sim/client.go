@@ -41,6 +41,10 @@ func (c *client) act() {
 		c.purge()
 		return
 	}
+	if s.queueRand.IntN(100) < 3 {
+		c.pauseQueue()
+		return
+	}
 	switch r := s.workload.IntN(100); {
 	case r < 45:
 		c.submit()
@@ -181,6 +185,19 @@ func (c *client) purge() {
 	if ids, _ := s.srv.set.DeadBefore(c.tenant, queue, before, 1); len(ids) > 0 && r.IntN(2) == 0 {
 		c.redriveJob(ids[0])
 	}
+}
+
+// pauseQueue pauses or resumes one of its queues, as `tether queue pause` does; heal resumes
+// whatever is paused then.
+func (c *client) pauseQueue() {
+	s := c.s
+	r := s.queueRand
+	m := actors.PauseQueue{Tenant: c.tenant, Queue: fmt.Sprintf("q%d", r.IntN(2)), Paused: r.IntN(2) == 0}
+	s.call(c.name, "pause queue", toRef(actors.DispatcherRef()), m, func(reply any) {
+		if reply.(actors.Done).Err == nil && m.Paused {
+			s.probe(ProbeQueuePaused)
+		}
+	}, nil)
 }
 
 func (c *client) reserve() {

@@ -16,7 +16,8 @@
 //     message;
 //   - clients of two or three tenants that submit (with and without idempotency keys, in
 //     batches, with reservations), cancel (their jobs and other tenants'), reserve, release,
-//     re-drive, list and set quotas;
+//     re-drive, list, set quotas, and pause and resume their queues (heal resumes them all; a
+//     lease decided after a pause, before its resume, breaks "pause");
 //   - workers, some with Ed25519 keys, that speak the worker protocol: every frame goes through
 //     the JSON encoding of wire.Frame, and the server side turns frames into commands with
 //     transport/protocol, as the WebSocket and long-poll handlers do. A WebSocket worker grants

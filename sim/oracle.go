@@ -22,7 +22,29 @@ type oracle struct {
 	workers      map[string]oworker
 	reservations map[string]string // id → "active" or how it ended
 	idem         map[string]idemUse
-	lastTime     time.Time
+	// paused holds the paused queues (tenant + "/" + queue) and when each pause was decided.
+	paused   map[string]decision
+	lastTime time.Time
+}
+
+// decision is when a behaviour decided a record: the server clock and the clock-jump count
+// then (-1: unknown, for a record that survived a crash unacknowledged).
+type decision struct {
+	at    time.Time
+	clock int
+}
+
+// after reports whether d was certainly decided after e. The simulator runs every runnable
+// actor before its clock moves, so a lease decided before a pause is appended at the pause's
+// instant at the latest; across a clock jump, the later count is the later decision.
+func (d decision) after(e decision) bool {
+	if d.clock < 0 || e.clock < 0 {
+		return false
+	}
+	if d.clock != e.clock {
+		return d.clock > e.clock
+	}
+	return d.at.After(e.at)
 }
 
 type ojob struct {
@@ -71,7 +93,7 @@ const IdempotencyTTL = 24 * time.Hour
 
 func newOracle(s *Sim) *oracle {
 	return &oracle{s: s, jobs: map[string]*ojob{}, tenants: map[string]*otenant{}, workers: map[string]oworker{},
-		reservations: map[string]string{}, idem: map[string]idemUse{}}
+		reservations: map[string]string{}, idem: map[string]idemUse{}, paused: map[string]decision{}}
 }
 
 func (o *oracle) tenant(name string) *otenant {
@@ -119,6 +141,12 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		}
 		j.status, j.runAt, j.runAtClock = projections.StatusScheduled, e.RunAt, clock
 	case eventlog.JobLeased:
+		if j := o.jobs[e.JobID]; j != nil {
+			if p, ok := o.paused[j.tenant+"/"+j.queue]; ok && (decision{decidedAt, clock}).after(p) {
+				o.fail("pause", "job %s of paused queue %s was leased (seq %d), decided at %s, after the pause decided at %s",
+					e.JobID, j.queue, seq, decidedAt.Format(time.RFC3339Nano), p.at.Format(time.RFC3339Nano))
+			}
+		}
 		o.leased(seq, e, decidedAt, clock)
 	case eventlog.JobLeaseExtended:
 		o.current(seq, e.JobID, e.LeaseID, p)
@@ -218,6 +246,10 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		o.workers[e.WorkerID] = oworker{tenant: e.Tenant, publicKey: e.PublicKey}
 	case eventlog.TenantQuotaSet:
 		o.tenant(e.Tenant).maxActive = e.MaxActive
+	case eventlog.QueuePaused:
+		o.paused[e.Tenant+"/"+e.Queue] = decision{decidedAt, clock}
+	case eventlog.QueueResumed:
+		delete(o.paused, e.Tenant+"/"+e.Queue)
 	case eventlog.ReservationMade:
 		if _, ok := o.reservations[e.ReservationID]; ok {
 			o.fail("reservations", "reservation %s made twice (seq %d)", e.ReservationID, seq)

@@ -4,6 +4,8 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tetherhq/tether/actors"
@@ -171,6 +173,23 @@ func (s *Sim) heal() {
 			w.crashed = false
 		}
 		w.connect()
+	}
+	// The admin resumes every paused queue, and again once any pause still on the network has
+	// landed.
+	s.resumeQueues()
+	s.after(10*time.Second, "resume queues", s.resumeQueues)
+}
+
+// resumeQueues resumes every queue the projections hold paused.
+func (s *Sim) resumeQueues() {
+	v := s.srv
+	if !v.up {
+		return
+	}
+	for _, tenant := range v.set.TenantNames() {
+		for _, q := range slices.Sorted(maps.Keys(v.set.Tenant(tenant).Paused)) {
+			v.request("admin", actors.DispatcherRef(), actors.PauseQueue{Tenant: tenant, Queue: q}, func(any) {})
+		}
 	}
 }
 

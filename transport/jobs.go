@@ -310,12 +310,42 @@ func (s *Server) queues(r *request) error {
 	for i, q := range stats {
 		w := wire.Queue{Name: q.Queue, Depth: q.Depth, Leased: q.Leased, Scheduled: q.Scheduled, Dead: q.Dead, OldestAgeSeconds: q.OldestAge.Seconds(),
 			SucceededPerMinute: make([]int, len(throughput[i])), FailedPerMinute: make([]int, len(throughput[i]))}
+		if !q.PausedSince.IsZero() {
+			w.Paused, w.PausedSince = true, new(q.PausedSince)
+		}
 		for m, c := range throughput[i] {
 			w.SucceededPerMinute[m], w.FailedPerMinute[m] = c.Succeeded, c.Failed
 		}
 		out.Queues[i] = w
 	}
 	return r.reply(http.StatusOK, out)
+}
+
+// pauseQueue serves POST /v1/queues/{name}/pause and /resume, and their admin twins under
+// /v1/admin/tenants/{tenant}/queues/{name}.
+func (s *Server) pauseQueue(paused bool) func(*request) error {
+	return func(r *request) error {
+		tenant, queue := r.by.tenant, r.PathValue("name")
+		if r.by.admin {
+			if tenant = r.PathValue("tenant"); !actors.ValidTenant(tenant) {
+				return errorf(actors.CodeInvalidArgument, "tenant %q is not a valid tenant name", clip(tenant))
+			}
+		}
+		rc, err := r.b.PauseQueue(r.Context(), tenant, r.by.apiKeyID, queue, paused)
+		if err != nil {
+			return err
+		}
+		out := wire.QueueState{Queue: queue}
+		r.b.Read(func(set *projections.Set) {
+			if p, ok := set.Paused(tenant, queue); ok {
+				out.Paused, out.PausedSince = true, new(p.Since)
+			}
+		})
+		if rc.Seq != 0 {
+			out.Receipt = new(receipt(rc))
+		}
+		return r.reply(http.StatusOK, out)
+	}
 }
 
 // OfflineListedFor is how long GET /v1/workers lists a worker that went offline, unless asked

@@ -51,6 +51,9 @@ func (s *Server) serveMetrics(r *request) error {
 			{"tether_queue_leased", "Jobs under a lease.", func(q projections.QueueStats) float64 { return float64(q.Leased) }},
 			{"tether_queue_dead", "Dead-lettered jobs.", func(q projections.QueueStats) float64 { return float64(q.Dead) }},
 			{"tether_queue_oldest_age_seconds", "Age of the oldest ready job.", func(q projections.QueueStats) float64 { return q.OldestAge.Seconds() }},
+			{"tether_queue_paused", "1 while the queue is paused: it takes submits and assigns nothing.", func(q projections.QueueStats) float64 {
+				return float64(btoi(!q.PausedSince.IsZero()))
+			}},
 		}
 		stats := map[string][]projections.QueueStats{}
 		tenants := set.TenantNames()
@@ -213,4 +216,11 @@ func escapeLabel(s string) string {
 		}
 		return r
 	}, s)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -213,6 +213,8 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/reservations/{id}/release", s.api(authClient, s.release))
 	m.Handle("GET /v1/quota", s.api(authClient, s.quota))
 	m.Handle("GET /v1/queues", s.api(authClient, s.queues))
+	m.Handle("POST /v1/queues/{name}/pause", s.api(authClient, s.pauseQueue(true)))
+	m.Handle("POST /v1/queues/{name}/resume", s.api(authClient, s.pauseQueue(false)))
 	m.Handle("GET /v1/workers", s.api(authClient, s.workers))
 
 	m.Handle("POST /v1/workers/register", s.api(authEnroll, s.register))
@@ -231,6 +233,8 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/admin/enroll-tokens", s.api(authAdmin, s.createEnrollToken))
 	m.Handle("PUT /v1/admin/tenants/{tenant}/quota", s.api(authAdmin, s.setQuota))
 	m.Handle("PATCH /v1/admin/tenants/{tenant}/quota", s.api(authAdmin, s.setQuota))
+	m.Handle("POST /v1/admin/tenants/{tenant}/queues/{name}/pause", s.api(authAdmin, s.pauseQueue(true)))
+	m.Handle("POST /v1/admin/tenants/{tenant}/queues/{name}/resume", s.api(authAdmin, s.pauseQueue(false)))
 	s.mux = m
 }
 

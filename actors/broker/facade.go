@@ -190,6 +190,12 @@ func (b *Broker) PurgeDead(ctx context.Context, tenant, apiKeyID, queue string, 
 	return r.Purged, r.More, b.fill(r.Receipt), nil
 }
 
+// PauseQueue pauses a tenant's queue (paused) or resumes it. A queue already in that state
+// answers the receipt of the event that put it there, or none.
+func (b *Broker) PauseQueue(ctx context.Context, tenant, apiKeyID, queue string, paused bool) (actors.Receipt, error) {
+	return b.done(ctx, actors.DispatcherRef(), actors.PauseQueue{Tenant: tenant, Queue: queue, Paused: paused, APIKeyID: apiKeyID})
+}
+
 // jobDone is done for a command on one job, where a job that has expired, before the command or
 // while it ran, is JOB_EXPIRED rather than not found or finished.
 func (b *Broker) jobDone(ctx context.Context, tenant, id string, to actors.Ref, msg any) (actors.Receipt, error) {

@@ -154,3 +154,35 @@ func TestJobDeleteAndPurge(t *testing.T) {
 		t.Fatalf("purge: exit %d\n%q%s", code, out, stderr)
 	}
 }
+
+// `queue pause` and `queue resume` act on the queue and `queue ls` shows it; a job submitted to
+// the paused queue waits in it.
+func TestQueuePauseAndResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	run := func(args ...string) (string, string, int) {
+		return tether(t, nil, append(append([]string{"queue"}, args...), "--server", s.url)...)
+	}
+	if out, stderr, code := run("pause", "renders"); code != 0 || !strings.Contains(out, "queue renders paused since") {
+		t.Fatalf("pause: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, stderr, code := tether(t, nil, "job", "submit", "--server", s.url, "--queue", "renders", "--type", "t", "--quiet"); code != 0 {
+		t.Fatalf("submit to a paused queue: exit %d\n%s", code, stderr)
+	}
+	out, _, _ := run("ls")
+	mustContain(t, "queue ls", out, "renders", "paused since")
+	if out, stderr, code := run("resume", "renders"); code != 0 || out != "queue renders assigns jobs\n" {
+		t.Fatalf("resume: exit %d\n%q%s", code, out, stderr)
+	}
+	if out, _, _ := run("ls"); !strings.Contains(out, "active") {
+		t.Fatalf("queue ls after resume:\n%s", out)
+	}
+	if _, stderr, code := run("pause", "bad name"); code != 1 || !strings.Contains(stderr, "INVALID_ARGUMENT") {
+		t.Fatalf("a bad queue name: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("pause"); code != 2 || !strings.Contains(stderr, "usage") {
+		t.Fatalf("no queue named: exit %d\n%s", code, stderr)
+	}
+}

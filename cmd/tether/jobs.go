@@ -113,6 +113,65 @@ func runJob(args []string) error {
 
 const apiKeyHelp = "API key (none under --auth none)"
 
+func runQueue(args []string) error {
+	return subcommands("queue", []command{
+		{"ls", "list queues: depth, leased, scheduled, dead, paused", queueList},
+		{"pause", "stop a queue assigning jobs (it still takes submits)", queuePause(true)},
+		{"resume", "let a paused queue assign jobs again", queuePause(false)},
+	}, args)
+}
+
+func queueList(args []string) error {
+	fs := flag.NewFlagSet("queue ls", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, apiKeyHelp)
+	if _, err := parseArgs(fs, args, 0, "tether queue ls"); err != nil {
+		return err
+	}
+	qs, err := cf.client().Queues(context.Background())
+	if err != nil {
+		return err
+	}
+	return cf.print(qs, func() string {
+		var b strings.Builder
+		w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "QUEUE\tDEPTH\tLEASED\tSCHEDULED\tDEAD\tSTATE")
+		for _, q := range qs.Queues {
+			state := "active"
+			if q.Paused {
+				state = "paused since " + q.PausedSince.Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\n", q.Name, q.Depth, q.Leased, q.Scheduled, q.Dead, state)
+		}
+		_ = w.Flush()
+		return b.String()
+	})
+}
+
+func queuePause(paused bool) func([]string) error {
+	action := map[bool]string{true: "pause", false: "resume"}[paused]
+	return func(args []string) error {
+		fs := flag.NewFlagSet("queue "+action, flag.ContinueOnError)
+		var cf clientFlags
+		cf.register(fs, apiKeyHelp+", or the admin token with --tenant")
+		tenant := fs.String("tenant", "", "the tenant whose queue it is, with the admin token as --token")
+		pos, err := parseArgs(fs, args, 1, "tether queue "+action+" QUEUE [--tenant T]")
+		if err != nil {
+			return err
+		}
+		q, err := cf.client().PauseQueue(context.Background(), *tenant, pos[0], paused)
+		if err != nil {
+			return err
+		}
+		return cf.print(q, func() string {
+			if q.Paused {
+				return fmt.Sprintf("queue %s paused since %s: it takes submits and assigns nothing\n", q.Queue, q.PausedSince.Format(time.RFC3339))
+			}
+			return fmt.Sprintf("queue %s assigns jobs\n", q.Queue)
+		})
+	}
+}
+
 // labelFlags collects --label k=v.
 type labelFlags map[string]string
 

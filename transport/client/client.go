@@ -330,6 +330,22 @@ func (c *Client) Queues(ctx context.Context) (*wire.Queues, error) {
 	return &out, err
 }
 
+// PauseQueue pauses one of the caller's queues (paused) or resumes it. With an admin token,
+// tenant names whose queue; with an API key it must be empty.
+func (c *Client) PauseQueue(ctx context.Context, tenant, queue string, paused bool) (*wire.QueueState, error) {
+	action := "resume"
+	if paused {
+		action = "pause"
+	}
+	path := "/v1/queues/" + url.PathEscape(queue) + "/" + action
+	if tenant != "" {
+		path = "/v1/admin/tenants/" + url.PathEscape(tenant) + path[len("/v1"):]
+	}
+	var out wire.QueueState
+	_, err := c.do(ctx, http.MethodPost, path, nil, &out)
+	return &out, err
+}
+
 // Workers returns the tenant's workers.
 func (c *Client) Workers(ctx context.Context) (*wire.Workers, error) {
 	var out wire.Workers

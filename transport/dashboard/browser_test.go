@@ -55,9 +55,20 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	depth := browser.WaitFor("the queue's depth", `document.querySelector("[data-queue=renders] td:nth-child(2)").textContent === "1" && "1"`)
+	depth := browser.WaitFor("the queue's depth", `document.querySelector("[data-queue=renders] td[data-label=Depth]").textContent === "1" && "1"`)
 	if depth != "1" {
 		t.Fatalf("depth %q", depth)
+	}
+	// The queue pauses and resumes from the overview, and the API agrees each time.
+	browser.Click(`[data-queue=renders] [data-action=pause]`)
+	browser.WaitFor("the queue shown paused", `document.querySelector("[data-queue=renders][data-paused=true] .s-paused")`)
+	if qs, err := acme.Queues(ctx); err != nil || len(qs.Queues) != 1 || !qs.Queues[0].Paused {
+		t.Fatalf("after the dashboard paused it: %+v %v", qs, err)
+	}
+	browser.Click(`[data-queue=renders] [data-action=resume]`)
+	browser.WaitFor("the queue shown active", `document.querySelector("[data-queue=renders][data-paused=false] [data-action=pause]")`)
+	if qs, err := acme.Queues(ctx); err != nil || qs.Queues[0].Paused {
+		t.Fatalf("after the dashboard resumed it: %+v %v", qs, err)
 	}
 	browser.Click(`nav a[data-nav=jobs]`)
 	browser.WaitFor("the job in the list", query(fmt.Sprintf(`[data-job=%q] [data-status=queued]`, job.ID)))

@@ -192,10 +192,22 @@ type Queue struct {
 	Scheduled        int     `json:"scheduled"`
 	Dead             int     `json:"dead"`
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	// Paused says the queue assigns nothing (it still takes submits), since PausedSince.
+	Paused      bool       `json:"paused"`
+	PausedSince *time.Time `json:"paused_since,omitempty"`
 	// SucceededPerMinute and FailedPerMinute count the finished attempts of each of the last
 	// 60 minutes, oldest first, the current minute last.
 	SucceededPerMinute []int `json:"succeeded_per_minute"`
 	FailedPerMinute    []int `json:"failed_per_minute"`
+}
+
+// QueueState answers a pause or a resume: the queue's state, and the receipt of the event that
+// put it there (none for a queue that was never paused).
+type QueueState struct {
+	Queue       string     `json:"queue"`
+	Paused      bool       `json:"paused"`
+	PausedSince *time.Time `json:"paused_since,omitempty"`
+	Receipt     *Receipt   `json:"receipt,omitempty"`
 }
 
 // Queues answers GET /v1/queues.

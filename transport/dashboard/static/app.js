@@ -208,19 +208,22 @@ function overview() {
   const queues = h("section", { class: "card", "data-test": "queues" });
   const workers = h("section", { class: "card", "data-test": "workers" });
   main().replaceChildren(h("h1", {}, "Overview"), h("h2", {}, "Queues"), queues, h("h2", {}, "Workers"), workers);
-  return {
+  const view = {
     async refresh() {
       const [q, w] = await Promise.all([api("/v1/queues"), api("/v1/workers")]);
-      queues.replaceChildren(table("queues", [["Queue"], ["Depth", "num"], ["Running", "num"], ["Scheduled", "num"], ["Dead", "num"], ["Oldest", "num"], ["Last hour"]],
-        q.queues.map((x) => h("tr", { "data-queue": x.name },
+      queues.replaceChildren(table("queues", [["Queue"], ["State"], ["Depth", "num"], ["Running", "num"], ["Scheduled", "num"], ["Dead", "num"], ["Oldest", "num"], ["Last hour"], [""]],
+        q.queues.map((x) => h("tr", { "data-queue": x.name, "data-paused": x.paused ? "true" : "false" },
           cell("Queue", h("a", { href: `#/jobs?queue=${encodeURIComponent(x.name)}` }, x.name)),
+          cell("State", x.paused ? h("span", { class: "badge s-paused", title: `paused ${ago(x.paused_since)}: takes submits, assigns nothing` }, "paused") : "active"),
           cell("Depth", x.depth, "num"),
           cell("Running", x.leased, "num"),
           cell("Scheduled", x.scheduled, "num"),
           cell("Dead", x.dead ? h("a", { href: `#/jobs?status=failed&queue=${encodeURIComponent(x.name)}` }, x.dead) : 0, "num"),
           cell("Oldest", age(x.oldest_age_seconds), "num"),
           cell("Last hour", h("span", { class: "spark-cell" }, sparkline(x.succeeded_per_minute, x.failed_per_minute),
-            h("span", { class: "spark-n", "data-test": "done-last-hour" }, sum(x.succeeded_per_minute)))))),
+            h("span", { class: "spark-n", "data-test": "done-last-hour" }, sum(x.succeeded_per_minute)))),
+          cell("", h("button", { type: "button", class: x.paused ? "primary" : "", "data-action": x.paused ? "resume" : "pause",
+            onclick: (e) => pauseQueue(e, x.name, !x.paused, view.refresh) }, x.paused ? "Resume" : "Pause")))),
         "No queues yet: submit a job and its queue appears here."));
       workers.replaceChildren(table("workers", [["Worker"], ["Status"], ["Transport"], ["Running", "num"], ["Capacity", "num"], ["Queues"], ["Last seen"]],
         w.workers.map((x) => h("tr", { "data-worker": x.id },
@@ -234,6 +237,20 @@ function overview() {
         "No workers registered."));
     },
   };
+  return view;
+}
+
+// pauseQueue pauses a queue (it keeps taking submits and assigns nothing) or resumes it.
+async function pauseQueue(e, name, pause, after) {
+  e.preventDefault();
+  e.currentTarget.disabled = true;
+  try {
+    await post(`/v1/queues/${encodeURIComponent(name)}/${pause ? "pause" : "resume"}`);
+    toast(pause ? `Paused ${name}: it takes submits and assigns nothing` : `Resumed ${name}`);
+  } catch (err) {
+    toast(`${err.code}: ${err.message}`, true);
+  }
+  if (after) await after();
 }
 
 // ---- Jobs: filters, newest first, paged by cursor. ----

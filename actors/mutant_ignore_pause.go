@@ -1,0 +1,5 @@
+//go:build mutant_ignore_pause
+
+package actors
+
+func init() { mutantIgnorePause = true }
