@@ -34,6 +34,11 @@ type JobFilter struct {
 	Type   string
 	// Label is key=value: only jobs with that label.
 	Label string
+	// CreatedBefore, if set, keeps only the jobs created before it.
+	CreatedBefore time.Time
+	// Live keeps only the jobs that are not finished (queued, scheduled, leased), when Status is
+	// empty: the jobs a bulk cancel acts on, walked in the live statuses' indexes only.
+	Live bool
 	// After is the id of the last job of the previous page; ids are ULIDs, so pages run in
 	// submission order, or its reverse with Newest.
 	After  string
@@ -65,7 +70,8 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 		j := s.lookup(id)
 		if j == nil || (f.Queue != "" && j.Queue != f.Queue) || (f.Type != "" && j.Type != f.Type) ||
 			(f.Label != "" && !hasLabel(j, labelKey, labelValue)) ||
-			(f.Status != "" && j.StatusAt(now) != f.Status) || f.Retention.Expired(j, now) {
+			(f.Status != "" && j.StatusAt(now) != f.Status) || (f.Live && j.Status.Terminal()) ||
+			(!f.CreatedBefore.IsZero() && !j.CreatedAt.Before(f.CreatedBefore)) || f.Retention.Expired(j, now) {
 			return skip
 		}
 		found[id] = j
@@ -77,6 +83,10 @@ func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
 		indexes = []index{listIndex(f.Tenant, byStatus, string(StatusQueued)), listIndex(f.Tenant, byStatus, string(StatusScheduled))}
 	case f.Status != "":
 		indexes = []index{listIndex(f.Tenant, byStatus, string(f.Status))}
+	case f.Live:
+		for _, st := range []Status{StatusQueued, StatusScheduled, StatusLeased} {
+			indexes = append(indexes, listIndex(f.Tenant, byStatus, string(st)))
+		}
 	case f.Label != "":
 		indexes = []index{listIndex(f.Tenant, byLabel, f.Label)}
 	case f.Queue != "":

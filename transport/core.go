@@ -48,6 +48,8 @@ type Core interface {
 	PurgeDead(ctx context.Context, tenant, apiKeyID, queue string, before time.Time) (purged int, more bool, rc actors.Receipt, err error)
 	Reserve(ctx context.Context, tenant string, ttl time.Duration) (id string, expiresAt time.Time, rc actors.Receipt, err error)
 	Release(ctx context.Context, tenant, id string) (actors.Receipt, error)
+	CancelMatching(ctx context.Context, tenant, apiKeyID string, f projections.JobFilter) (broker.Bulk, error)
+	RedriveMatching(ctx context.Context, tenant, apiKeyID string, f projections.JobFilter) (broker.Bulk, error)
 	PauseQueue(ctx context.Context, tenant, apiKeyID, queue string, paused bool) (actors.Receipt, error)
 
 	// Admin commands.

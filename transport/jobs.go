@@ -167,22 +167,8 @@ func (s *Server) listJobs(r *request) error {
 	q := r.URL.Query()
 	f := projections.JobFilter{Tenant: r.by.tenant, Status: projections.Status(q.Get("status")), Queue: q.Get("queue"), Type: q.Get("type"),
 		Label: q.Get("label"), After: q.Get("cursor"), Limit: ListLimitDefault}
-	if l := f.Label; l != "" {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" || len(k) > actors.LabelKeyLenMax || len(v) > actors.LabelValueLenMax || strings.IndexByte(l, 0) >= 0 {
-			return errorf(actors.CodeInvalidArgument, "label %q must be key=value, a key of 1..%d bytes and a value of at most %d", clip(l), actors.LabelKeyLenMax, actors.LabelValueLenMax)
-		}
-	}
-	switch f.Status {
-	case "", projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased, projections.StatusSucceeded,
-		projections.StatusFailed, projections.StatusCancelled:
-	default:
-		return errorf(actors.CodeInvalidArgument, "status %q is not one of queued, scheduled, leased, succeeded, failed, cancelled", clip(string(f.Status)))
-	}
-	if c := f.After; c != "" {
-		if _, err := ulid.ParseStrict(c); err != nil {
-			return errorf(actors.CodeInvalidArgument, "cursor %q is not a next_cursor this API gave", clip(c))
-		}
+	if err := checkFilter(f); err != nil {
+		return err
 	}
 	switch q.Get("order") {
 	case "", "oldest":
@@ -208,6 +194,97 @@ func (s *Server) listJobs(r *request) error {
 		out.NextCursor = jobs[len(jobs)-1].ID
 	}
 	return r.reply(http.StatusOK, out)
+}
+
+// checkFilter refuses a job filter with a label that is not key=value, an unknown status or a
+// cursor this API did not give.
+func checkFilter(f projections.JobFilter) error {
+	if l := f.Label; l != "" {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" || len(k) > actors.LabelKeyLenMax || len(v) > actors.LabelValueLenMax || strings.IndexByte(l, 0) >= 0 {
+			return errorf(actors.CodeInvalidArgument, "label %q must be key=value, a key of 1..%d bytes and a value of at most %d", clip(l), actors.LabelKeyLenMax, actors.LabelValueLenMax)
+		}
+	}
+	switch f.Status {
+	case "", projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased, projections.StatusSucceeded,
+		projections.StatusFailed, projections.StatusCancelled:
+	default:
+		return errorf(actors.CodeInvalidArgument, "status %q is not one of queued, scheduled, leased, succeeded, failed, cancelled", clip(string(f.Status)))
+	}
+	if c := f.After; c != "" {
+		if _, err := ulid.ParseStrict(c); err != nil {
+			return errorf(actors.CodeInvalidArgument, "cursor %q is not a next_cursor this API gave", clip(c))
+		}
+	}
+	return nil
+}
+
+// bulkFilter reads the body of a bulk action into a filter of the caller's jobs.
+func bulkFilter(r *request) (projections.JobFilter, error) {
+	var req wire.BulkRequest
+	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+		return projections.JobFilter{}, err
+	}
+	f := projections.JobFilter{Tenant: r.by.tenant, Status: projections.Status(req.Status), Queue: req.Queue, Type: req.Type, Label: req.Label,
+		After: req.Cursor, Limit: req.Limit}
+	if req.CreatedBefore != nil {
+		f.CreatedBefore = *req.CreatedBefore
+	}
+	if req.Limit < 0 || req.Limit > broker.BulkLimitMax {
+		return f, errorf(actors.CodeInvalidArgument, "limit must be 1..%d (0: %d)", broker.BulkLimitMax, broker.BulkLimitMax)
+	}
+	return f, checkFilter(f)
+}
+
+// cancelMatching serves POST /v1/jobs/cancel: a cancel of every live job a filter matches, a
+// page at a time.
+func (s *Server) cancelMatching(r *request) error {
+	f, err := bulkFilter(r)
+	if err != nil {
+		return err
+	}
+	if f.Status.Terminal() {
+		return errorf(actors.CodeInvalidArgument, "status %q: only queued, scheduled and leased jobs can be cancelled", f.Status)
+	}
+	res, err := r.b.CancelMatching(r.Context(), r.by.tenant, r.by.apiKeyID, f)
+	if err != nil {
+		return err
+	}
+	out := wire.BulkCancelResponse{Matched: res.Matched, Cancelled: res.Done - res.CancelRequested, CancelRequested: res.CancelRequested,
+		Skipped: skippedOf(res), NextCursor: res.NextCursor}
+	if res.Receipt.Seq != 0 {
+		out.Receipt = new(receipt(res.Receipt))
+	}
+	return r.reply(http.StatusOK, out)
+}
+
+// redriveMatching serves POST /v1/jobs/retry: a re-drive of every dead letter a filter
+// matches, a page at a time.
+func (s *Server) redriveMatching(r *request) error {
+	f, err := bulkFilter(r)
+	if err != nil {
+		return err
+	}
+	if f.Status != "" && f.Status != projections.StatusFailed {
+		return errorf(actors.CodeInvalidArgument, "status %q: only failed (dead-lettered) jobs can be re-driven", f.Status)
+	}
+	res, err := r.b.RedriveMatching(r.Context(), r.by.tenant, r.by.apiKeyID, f)
+	if err != nil {
+		return err
+	}
+	out := wire.BulkRedriveResponse{Matched: res.Matched, Redriven: res.Done, Skipped: skippedOf(res), NextCursor: res.NextCursor}
+	if res.Receipt.Seq != 0 {
+		out.Receipt = new(receipt(res.Receipt))
+	}
+	return r.reply(http.StatusOK, out)
+}
+
+func skippedOf(b broker.Bulk) map[string]int {
+	out := make(map[string]int, len(b.Skipped))
+	for code, n := range b.Skipped {
+		out[string(code)] = n
+	}
+	return out
 }
 
 func (s *Server) cancelJob(r *request) error {

@@ -202,6 +202,8 @@ func (s *Server) routes() {
 
 	m.Handle("POST /v1/jobs", s.api(authClient, s.submit))
 	m.Handle("POST /v1/jobs/batch", s.api(authClient, s.submitBatch))
+	m.Handle("POST /v1/jobs/cancel", s.api(authClient, s.cancelMatching))
+	m.Handle("POST /v1/jobs/retry", s.api(authClient, s.redriveMatching))
 	m.Handle("GET /v1/jobs", s.api(authClient, s.listJobs))
 	m.Handle("GET /v1/jobs/{id}", s.api(authClient, s.getJob))
 	m.Handle("POST /v1/jobs/{id}/cancel", s.api(authClient, s.cancelJob))

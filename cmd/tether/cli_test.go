@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
@@ -184,5 +185,38 @@ func TestQueuePauseAndResume(t *testing.T) {
 	}
 	if _, stderr, code := run("pause"); code != 2 || !strings.Contains(stderr, "usage") {
 		t.Fatalf("no queue named: exit %d\n%s", code, stderr)
+	}
+}
+
+// `job cancel-all` pages through its filter to the end; with no filter it refuses unless told
+// --all; `job retry-all` with nothing dead re-drives nothing.
+func TestJobCancelAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	run := func(args ...string) (string, string, int) {
+		return tether(t, nil, append(append([]string{"job"}, args...), "--server", s.url)...)
+	}
+	for range 3 {
+		if _, stderr, code := run("submit", "--queue", "q", "--type", "t", "--label", "run=9", "--quiet"); code != 0 {
+			t.Fatalf("submit: exit %d\n%s", code, stderr)
+		}
+	}
+	run("submit", "--queue", "q", "--type", "t", "--quiet")
+	if out, stderr, code := run("cancel-all", "--label", "run=9"); code != 0 || !strings.HasPrefix(out, "3 jobs cancelled, 0 leased jobs asked to stop\nreceipt seq=") {
+		t.Fatalf("cancel-all: exit %d\n%q%s", code, out, stderr)
+	}
+	if _, stderr, code := run("cancel-all"); code != 2 || !strings.Contains(stderr, "--all") {
+		t.Fatalf("cancel-all with no filter: exit %d\n%s", code, stderr)
+	}
+	if out, stderr, code := run("cancel-all", "--all", "--created-before", time.Now().Add(time.Hour).Format(time.RFC3339)); code != 0 || !strings.HasPrefix(out, "1 jobs cancelled") {
+		t.Fatalf("cancel-all --all: exit %d\n%q%s", code, out, stderr)
+	}
+	if out, stderr, code := run("retry-all", "--queue", "q"); code != 0 || out != "0 dead letters re-driven\n" {
+		t.Fatalf("retry-all: exit %d\n%q%s", code, out, stderr)
+	}
+	if _, stderr, code := run("cancel-all", "--created-before", "yesterday"); code != 2 || !strings.Contains(stderr, "created-before") {
+		t.Fatalf("a bad time: exit %d\n%s", code, stderr)
 	}
 }

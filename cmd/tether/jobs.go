@@ -1,14 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -105,6 +108,8 @@ func runJob(args []string) error {
 		{"ls", "list jobs", jobList},
 		{"cancel", "cancel a job", jobAction("cancel")},
 		{"retry", "re-drive a dead-lettered job", jobAction("retry")},
+		{"cancel-all", "cancel every live job a filter matches", jobBulk("cancel")},
+		{"retry-all", "re-drive every dead letter a filter matches", jobBulk("retry")},
 		{"delete", "take a finished job out of every view now", jobDelete},
 		{"purge", "take old dead letters out of every view", jobPurge},
 		{"watch", "stream a job's events until it ends", jobWatch},
@@ -358,6 +363,103 @@ func jobAction(action string) func([]string) error {
 		}
 		return cf.print(j, func() string { return describe(j) })
 	}
+}
+
+// jobBulk runs a bulk cancel or re-drive page after page until the filter is done, or until a
+// page changes nothing (a re-drive held back by the quota), and prints the totals.
+func jobBulk(action string) func([]string) error {
+	return func(args []string) error {
+		fs := flag.NewFlagSet("job "+action+"-all", flag.ContinueOnError)
+		var cf clientFlags
+		cf.register(fs, apiKeyHelp)
+		var req wire.BulkRequest
+		fs.StringVar(&req.Queue, "queue", "", "only jobs of this queue")
+		fs.StringVar(&req.Type, "type", "", "only jobs of this type")
+		fs.StringVar(&req.Label, "label", "", "only jobs with this label, as key=value")
+		if action == "cancel" {
+			fs.StringVar(&req.Status, "status", "", "only jobs with this status: queued, scheduled or leased (default: all three)")
+		}
+		before := fs.String("created-before", "", "only jobs created before this time (RFC 3339) or this long ago (a duration: 1h)")
+		all := fs.Bool("all", false, "act on every job the other flags leave in, even with no filter given")
+		if _, err := parseArgs(fs, args, 0, "tether job "+action+"-all [--queue Q] [--type T] [--label K=V] [--created-before T] [--all]"); err != nil {
+			return err
+		}
+		if *before != "" {
+			t, err := pastTime(*before)
+			if err != nil {
+				return badFlagf(fs, "--created-before %q: %v", *before, err)
+			}
+			req.CreatedBefore = &t
+		}
+		if req.Queue == "" && req.Type == "" && req.Label == "" && req.Status == "" && req.CreatedBefore == nil && !*all {
+			return badFlagf(fs, "no filter given: name one, or pass --all to %s every job", map[string]string{"cancel": "cancel", "retry": "re-drive"}[action])
+		}
+		c := cf.client()
+		var done, requested, matched int
+		skipped := map[string]int{}
+		var last *wire.Receipt
+		for {
+			var n int
+			var next string
+			if action == "cancel" {
+				r, err := c.CancelMatching(context.Background(), req)
+				if err != nil {
+					return err
+				}
+				n, next, last = r.Cancelled+r.CancelRequested, r.NextCursor, cmp.Or(r.Receipt, last)
+				done, requested, matched = done+r.Cancelled, requested+r.CancelRequested, matched+r.Matched
+				addCounts(skipped, r.Skipped)
+			} else {
+				r, err := c.RedriveMatching(context.Background(), req)
+				if err != nil {
+					return err
+				}
+				n, next, last = r.Redriven, r.NextCursor, cmp.Or(r.Receipt, last)
+				done, matched = done+r.Redriven, matched+r.Matched
+				addCounts(skipped, r.Skipped)
+			}
+			if next == "" || n == 0 {
+				break
+			}
+			req.Cursor = next
+		}
+		out := map[string]any{"matched": matched, "skipped": skipped, "receipt": last}
+		if action == "cancel" {
+			out["cancelled"], out["cancel_requested"] = done, requested
+		} else {
+			out["redriven"] = done
+		}
+		return cf.print(out, func() string {
+			var b strings.Builder
+			if action == "cancel" {
+				fmt.Fprintf(&b, "%d jobs cancelled, %d leased jobs asked to stop", done, requested)
+			} else {
+				fmt.Fprintf(&b, "%d dead letters re-driven", done)
+			}
+			for _, code := range slices.Sorted(maps.Keys(skipped)) {
+				fmt.Fprintf(&b, ", %d skipped (%s)", skipped[code], code)
+			}
+			b.WriteString("\n")
+			if last != nil {
+				fmt.Fprintf(&b, "receipt seq=%d hash=%s\n", last.Seq, last.Hash)
+			}
+			return b.String()
+		})
+	}
+}
+
+func addCounts(into, from map[string]int) {
+	for k, n := range from {
+		into[k] += n
+	}
+}
+
+// pastTime reads an RFC 3339 time, or a duration meaning that long ago.
+func pastTime(s string) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	return time.Parse(time.RFC3339, s)
 }
 
 func jobDelete(args []string) error {

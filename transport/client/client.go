@@ -210,6 +210,22 @@ func (c *Client) PurgeDead(ctx context.Context, queue string, olderThan time.Dur
 	return &p, err
 }
 
+// CancelMatching cancels one page of the caller's live jobs that req's filter matches; call
+// again with req.Cursor = NextCursor while it is set.
+func (c *Client) CancelMatching(ctx context.Context, req wire.BulkRequest) (*wire.BulkCancelResponse, error) {
+	var out wire.BulkCancelResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/cancel", req, &out)
+	return &out, err
+}
+
+// RedriveMatching re-drives one page of the caller's dead letters that req's filter matches;
+// call again with req.Cursor = NextCursor while it is set.
+func (c *Client) RedriveMatching(ctx context.Context, req wire.BulkRequest) (*wire.BulkRedriveResponse, error) {
+	var out wire.BulkRedriveResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/retry", req, &out)
+	return &out, err
+}
+
 // Events returns the events of a job after event number after, one page.
 func (c *Client) Events(ctx context.Context, id string, after int) (*wire.EventList, error) {
 	var out wire.EventList

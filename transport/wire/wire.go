@@ -210,6 +210,41 @@ type QueueState struct {
 	Receipt     *Receipt   `json:"receipt,omitempty"`
 }
 
+// BulkRequest is the body of POST /v1/jobs/cancel and /v1/jobs/retry: a filter of the caller's
+// jobs (every field optional), a page size (at most 1,000, the default), and the next_cursor of
+// the previous call.
+type BulkRequest struct {
+	Queue         string     `json:"queue,omitempty"`
+	Type          string     `json:"type,omitempty"`
+	Status        string     `json:"status,omitempty"`
+	Label         string     `json:"label,omitempty"` // key=value
+	CreatedBefore *time.Time `json:"created_before,omitempty"`
+	Limit         int        `json:"limit,omitempty"`
+	Cursor        string     `json:"cursor,omitempty"`
+}
+
+// BulkCancelResponse answers POST /v1/jobs/cancel. Matched jobs were cancelled at once (waiting
+// ones) or asked to stop (leased ones), or skipped, by the code of their refusal (a job that
+// finished meanwhile). NextCursor, if set, is where the next call goes on.
+type BulkCancelResponse struct {
+	Matched         int            `json:"matched"`
+	Cancelled       int            `json:"cancelled"`
+	CancelRequested int            `json:"cancel_requested"`
+	Skipped         map[string]int `json:"skipped"`
+	NextCursor      string         `json:"next_cursor,omitempty"`
+	Receipt         *Receipt       `json:"receipt,omitempty"`
+}
+
+// BulkRedriveResponse answers POST /v1/jobs/retry. A re-drive over the tenant's quota is
+// skipped as QUOTA_EXCEEDED, and NextCursor then comes back to it.
+type BulkRedriveResponse struct {
+	Matched    int            `json:"matched"`
+	Redriven   int            `json:"redriven"`
+	Skipped    map[string]int `json:"skipped"`
+	NextCursor string         `json:"next_cursor,omitempty"`
+	Receipt    *Receipt       `json:"receipt,omitempty"`
+}
+
 // Queues answers GET /v1/queues.
 type Queues struct {
 	Queues []Queue `json:"queues"`

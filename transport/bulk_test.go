@@ -1,0 +1,128 @@
+package transport_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// A bulk cancel takes the live jobs its filter matches, a page at a time: waiting ones at once,
+// a leased one by request, and none of another queue, label or tenant.
+func TestBulkCancel(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	c := client.New(h.url, "", nil)
+	w, _, leased, _ := h.leased(c) // a job of queue q, leased
+	var want []string
+	for i := range 5 {
+		j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t", Labels: map[string]string{"batch": "7"}, DelaySeconds: float64(i % 2 * 60)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, j.ID)
+	}
+	other, _ := c.Submit(ctx(t), wire.SubmitRequest{Queue: "other", Type: "t", Labels: map[string]string{"batch": "7"}})
+	unlabelled, _ := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t"})
+
+	req := wire.BulkRequest{Queue: "q", Label: "batch=7", Limit: 2}
+	total, pages := 0, 0
+	var last *wire.Receipt
+	for {
+		r, err := c.CancelMatching(ctx(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		total += r.Cancelled
+		if r.CancelRequested != 0 || r.Matched > 2 {
+			t.Fatalf("page %d: %+v", pages, r)
+		}
+		if r.Receipt != nil {
+			last = r.Receipt
+		}
+		if r.NextCursor == "" {
+			break
+		}
+		req.Cursor = r.NextCursor
+	}
+	if total != 5 || pages != 3 || last == nil || last.Seq == 0 {
+		t.Fatalf("cancelled %d in %d pages (receipt %+v), want 5 in 3", total, pages, last)
+	}
+	for _, id := range want {
+		if j, _ := c.Get(ctx(t), id); j.Status != "cancelled" {
+			t.Fatalf("job %s is %s", id, j.Status)
+		}
+	}
+	for _, id := range []string{other.ID, unlabelled.ID} {
+		if j, _ := c.Get(ctx(t), id); j.Status != "queued" {
+			t.Fatalf("job %s, outside the filter, is %s", id, j.Status)
+		}
+	}
+	// Without a label: the rest of q, the leased job only asked to stop.
+	r, err := c.CancelMatching(ctx(t), wire.BulkRequest{Queue: "q"})
+	if err != nil || r.Matched != 2 || r.Cancelled != 1 || r.CancelRequested != 1 || r.NextCursor != "" {
+		t.Fatalf("cancel of queue q: %+v %v", r, err)
+	}
+	if c := w.next(); c.Type != wire.FrameCancel || c.JobID != leased.ID {
+		t.Fatalf("the worker was told %+v, want a cancel of %s", c, leased.ID)
+	}
+	// Mistakes.
+	_, err = c.CancelMatching(ctx(t), wire.BulkRequest{Status: "succeeded"})
+	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+	_, err = c.CancelMatching(ctx(t), wire.BulkRequest{Limit: 1001})
+	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+	_, err = c.CancelMatching(ctx(t), wire.BulkRequest{Label: "novalue"})
+	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+	_, err = c.CancelMatching(ctx(t), wire.BulkRequest{Cursor: "nope"})
+	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+	if st, b := h.raw("POST", "/v1/jobs/cancel", "", []byte(`{"queue":"q","bogus":1}`)); st != http.StatusBadRequest {
+		t.Fatalf("an unknown field: %d %v", st, b)
+	}
+}
+
+// A bulk re-drive takes dead letters against the quota: the ones over it are skipped as
+// QUOTA_EXCEEDED, and the cursor comes back to them once there is room.
+func TestBulkRedriveStopsAtTheQuota(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthToken)
+	c := h.tenant("acme")
+	tok, _ := h.admin.CreateEnrollToken(ctx(t), "acme", 1, time.Hour)
+	reg, err := client.New(h.url, tok.Token, nil).RegisterWorker(ctx(t), wire.RegisterRequest{Name: "w", Queues: []string{"q"}, Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := h.dial(reg.WorkerToken, 1)
+	no := false
+	for range 3 {
+		j := submit(t, c, `{}`)
+		w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
+		a := w.assignment()
+		if ack := w.ack(wire.Frame{Type: wire.FrameFail, JobID: j.ID, LeaseID: a.LeaseID, ErrorCode: "boom", Retryable: &no}); !*ack.OK {
+			t.Fatalf("fail: %+v", ack)
+		}
+	}
+	submit(t, c, `{}`) // one live job; with max_active 3, room for two re-drives
+	if _, err := h.admin.SetQuota(ctx(t), "acme", new(3), nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.RedriveMatching(ctx(t), wire.BulkRequest{Queue: "q"})
+	if err != nil || r.Matched != 3 || r.Redriven != 2 || r.Skipped["QUOTA_EXCEEDED"] != 1 || r.NextCursor == "" || r.Receipt == nil {
+		t.Fatalf("re-drive at the quota: %+v %v", r, err)
+	}
+	if _, err := h.admin.SetQuota(ctx(t), "acme", new(0), nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.RedriveMatching(ctx(t), wire.BulkRequest{Queue: "q", Cursor: r.NextCursor})
+	if err != nil || r.Redriven != 1 || r.NextCursor != "" {
+		t.Fatalf("re-drive resumed: %+v %v", r, err)
+	}
+	if l, _ := c.List(ctx(t), client.ListOptions{Status: "failed"}); len(l.Jobs) != 0 {
+		t.Fatalf("%d dead letters left", len(l.Jobs))
+	}
+	_, err = c.RedriveMatching(ctx(t), wire.BulkRequest{Status: "queued"})
+	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+}
