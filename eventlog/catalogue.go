@@ -23,6 +23,9 @@ func WorkerStream(workerID string) string { return "worker/" + workerID }
 // TenantStream names the stream of one tenant's intake, quota and credential events.
 func TenantStream(tenant string) string { return "tenant/" + tenant }
 
+// FlowStream names the stream of one flow's events; its steps' jobs have streams of their own.
+func FlowStream(flowID string) string { return "flow/" + flowID }
+
 // Payload is a typed event payload from the catalogue.
 type Payload interface {
 	// EventType is the event's type name in the log, e.g. "job.submitted".
@@ -52,6 +55,9 @@ type JobSubmitted struct {
 	// ResultTTLMillis, if set, is how long the job stays once it succeeded or was cancelled,
 	// instead of the server's retention.
 	ResultTTLMillis int64 `json:"result_ttl_ms,omitempty"`
+	// FlowID and FlowStep name the flow step the job runs, if it is one.
+	FlowID   string `json:"flow_id,omitempty"`
+	FlowStep string `json:"flow_step,omitempty"`
 }
 
 // JobScheduled records that the job waits until RunAt before it can be leased (a delayed submit).
@@ -208,6 +214,64 @@ const (
 	ExpiredDeleted   = "deleted"
 	ExpiredPurged    = "purged"
 	ExpiredDeadCap   = "dead_cap"
+)
+
+// ---- flow/<id> ---------------------------------------------------------------------------
+
+// FlowStep is one step of a flow: the job it becomes once every step it needs has succeeded.
+type FlowStep struct {
+	Name           string            `json:"name"`
+	Queue          string            `json:"queue"`
+	Type           string            `json:"type"`
+	Payload        json.RawMessage   `json:"payload,omitempty"`
+	Priority       int               `json:"priority,omitempty"`
+	MaxAttempts    int               `json:"max_attempts"`
+	LeaseTTLMillis int64             `json:"lease_ttl_ms"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Needs          []string          `json:"needs,omitempty"`
+	// ContinueOnFailure: the step's failure does not fail the flow, and the steps that need it
+	// run as if it had succeeded (with a null output).
+	ContinueOnFailure bool `json:"continue_on_failure,omitempty"`
+}
+
+// FlowSubmitted records a flow: a DAG of steps, in name order. The steps that need nothing
+// are submitted as jobs in the same append.
+type FlowSubmitted struct {
+	FlowID string `json:"flow_id"`
+	Tenant string `json:"tenant"`
+	Name   string `json:"name"`
+	// YAMLSHA256 and YAMLBytes identify the file the flow was submitted as, if it was one.
+	YAMLSHA256     string     `json:"yaml_sha256,omitempty"`
+	YAMLBytes      int        `json:"yaml_bytes,omitempty"`
+	Steps          []FlowStep `json:"steps"`
+	IdempotencyKey string     `json:"idempotency_key,omitempty"`
+	RequestHash    string     `json:"request_hash,omitempty"`
+	APIKeyID       string     `json:"api_key_id,omitempty"`
+}
+
+// FlowStepSkipped records that a step will never run: the flow failed or was cancelled first.
+type FlowStepSkipped struct {
+	FlowID string `json:"flow_id"`
+	Step   string `json:"step"`
+	Reason string `json:"reason"` // FlowFailed or FlowCancelled
+}
+
+// FlowEnded records a flow's end, once: FlowSucceeded when every step succeeded (or failed
+// with continue_on_failure), FlowFailed at the first step that failed without it, FlowCancelled
+// when a client cancelled it. Its steps' jobs still running are cancelled.
+type FlowEnded struct {
+	FlowID string `json:"flow_id"`
+	Status string `json:"status"`
+	// Step names the step whose failure failed the flow.
+	Step     string `json:"step,omitempty"`
+	APIKeyID string `json:"api_key_id,omitempty"` // who cancelled it
+}
+
+// A flow's ends.
+const (
+	FlowSucceeded = "succeeded"
+	FlowFailed    = "failed"
+	FlowCancelled = "cancelled"
 )
 
 // ---- worker/<id> -------------------------------------------------------------------------
@@ -371,6 +435,9 @@ func (EnrollTokenCreated) EventType() string   { return "tenant.enroll_token_cre
 func (EnrollTokenUsed) EventType() string      { return "tenant.enroll_token_used" }
 func (QueuePaused) EventType() string          { return "tenant.queue_paused" }
 func (QueueResumed) EventType() string         { return "tenant.queue_resumed" }
+func (FlowSubmitted) EventType() string        { return "flow.submitted" }
+func (FlowStepSkipped) EventType() string      { return "flow.step_skipped" }
+func (FlowEnded) EventType() string            { return "flow.ended" }
 
 // catalogue maps each event type to its payload's Go type.
 var catalogue = func() map[string]reflect.Type {
@@ -392,6 +459,7 @@ func Catalogue() []Payload {
 		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
 		ReservationExpired{}, APIKeyCreated{}, APIKeyRevoked{}, EnrollTokenCreated{},
 		EnrollTokenUsed{}, QueuePaused{}, QueueResumed{},
+		FlowSubmitted{}, FlowStepSkipped{}, FlowEnded{},
 	}
 }
 
@@ -491,6 +559,12 @@ func StreamOf(p Payload) string {
 		return TenantStream(e.Tenant)
 	case QueueResumed:
 		return TenantStream(e.Tenant)
+	case FlowSubmitted:
+		return FlowStream(e.FlowID)
+	case FlowStepSkipped:
+		return FlowStream(e.FlowID)
+	case FlowEnded:
+		return FlowStream(e.FlowID)
 	}
 	panic(fmt.Sprintf("eventlog: StreamOf: %T is not in the catalogue", p))
 }

@@ -74,6 +74,7 @@ func TestCatalogueIsComplete(t *testing.T) {
 		"tenant.quota_set", "tenant.reservation_made", "tenant.reservation_consumed", "tenant.reservation_released",
 		"tenant.reservation_expired", "tenant.api_key_created", "tenant.api_key_revoked",
 		"tenant.enroll_token_created", "tenant.enroll_token_used", "tenant.queue_paused", "tenant.queue_resumed",
+		"flow.submitted", "flow.step_skipped", "flow.ended",
 	} {
 		if !seen[typ] {
 			t.Errorf("the catalogue lacks %q", typ)

@@ -45,6 +45,10 @@ func scanPayload(typ string, data []byte) (Payload, bool) {
 				return s.String(&e.APIKeyID)
 			case "result_ttl_ms":
 				return int64Into(&s, &e.ResultTTLMillis)
+			case "flow_id":
+				return s.String(&e.FlowID)
+			case "flow_step":
+				return s.String(&e.FlowStep)
 			}
 			return false
 		})

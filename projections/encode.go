@@ -86,6 +86,8 @@ func appendJob(dst []byte, j *Job) ([]byte, bool) {
 	w.Str("idempotency_key", j.IdempotencyKey, false)
 	w.Str("request_hash", j.RequestHash, false)
 	w.Int64("result_ttl", int64(j.ResultTTL), false)
+	w.Str("flow_id", j.FlowID, false)
+	w.Str("flow_step", j.FlowStep, false)
 	w.Uint("submit_seq", j.SubmitSeq)
 	w.Uint("last_seq", j.LastSeq)
 	w.Int("worker_seq", j.WorkerSeq, false)
@@ -241,6 +243,10 @@ func scanJob(b []byte) (*Job, bool) {
 			return s.String(&j.RequestHash)
 		case "result_ttl":
 			return i64((*int64)(&j.ResultTTL))
+		case "flow_id":
+			return s.String(&j.FlowID)
+		case "flow_step":
+			return s.String(&j.FlowStep)
 		case "submit_seq":
 			return s.Uint64(&j.SubmitSeq)
 		case "last_seq":

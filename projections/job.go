@@ -112,6 +112,9 @@ type Job struct {
 	// ResultTTL, if set, is how long the job stays once it succeeded or was cancelled
 	// (Retention).
 	ResultTTL time.Duration `json:"result_ttl,omitempty"`
+	// FlowID and FlowStep name the flow step the job runs, if it is one.
+	FlowID   string `json:"flow_id,omitempty"`
+	FlowStep string `json:"flow_step,omitempty"`
 	// SubmitSeq orders jobs of equal priority by age; LastSeq is the seq of the job's last event.
 	SubmitSeq uint64 `json:"submit_seq"`
 	LastSeq   uint64 `json:"last_seq"`

@@ -38,6 +38,7 @@ type Set struct {
 	// throughput is each queue's recent finished attempts, by tenant/queue key (waitKey).
 	throughput map[string]*Throughput
 	creds      credentials
+	flows      map[string]*Flow     // every flow, by id
 	deadBy     map[string]int       // dead letters by tenant/queue key (waitKey)
 	finished   map[Status]int       // finished jobs by status, in memory and stored alike
 	store      Store                // the finished jobs' table; nil: all of them are in jobs
@@ -169,6 +170,7 @@ func New() *Set {
 		counters:   map[string]*Counters{},
 		throughput: map[string]*Throughput{},
 		creds:      newCredentials(),
+		flows:      map[string]*Flow{},
 		deadBy:     map[string]int{},
 		finished:   map[Status]int{},
 		dirty:      map[string]dirtyMark{},
@@ -262,6 +264,9 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 	case eventlog.APIKeyCreated, eventlog.APIKeyRevoked, eventlog.EnrollTokenCreated, eventlog.EnrollTokenUsed:
 		s.creds.apply(at, p)
 		return nil
+	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded:
+		s.applyFlow(seq, at, p)
+		return nil
 	}
 	stream := eventlog.StreamOf(p)
 	if strings.HasPrefix(stream, "worker/") {
@@ -347,7 +352,7 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 		Priority: e.Priority, Labels: e.Labels, Status: StatusQueued, MaxAttempts: e.MaxAttempts,
 		LeaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, CreatedAt: at, UpdatedAt: at,
 		IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, SubmitSeq: seq, LastSeq: seq,
-		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond,
+		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond, FlowID: e.FlowID, FlowStep: e.FlowStep,
 	}
 	s.jobs[j.ID] = j
 	s.index.add(j)
@@ -358,6 +363,9 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 		k := idemKey{e.Tenant, e.IdempotencyKey}
 		s.idem[k] = Idempotency{JobID: j.ID, RequestHash: e.RequestHash, ExpiresAt: at.Add(IdempotencyTTL), Seq: seq}
 		s.idemOrder = append(s.idemOrder, k)
+	}
+	if j.FlowID != "" {
+		s.stepChanged(at, j)
 	}
 }
 
@@ -441,6 +449,9 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 		} else {
 			delete(s.waiting[waitKey(j)], j.ID)
 		}
+	}
+	if j.FlowID != "" && j.Status != wasStatus {
+		s.stepChanged(at, j)
 	}
 }
 
@@ -531,6 +542,7 @@ type checkpoint struct {
 	Enroll     []*EnrollToken       `json:"enroll_tokens"`
 	DeadBy     map[string]int       `json:"dead_by"`
 	Finished   map[Status]int       `json:"finished"`
+	Flows      []*Flow              `json:"flows,omitempty"`
 	Version    string               `json:"version"`
 }
 
@@ -571,7 +583,10 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 	}{
 		{"workers", c.Workers}, {"tenants", c.Tenants}, {"idempotency", c.Idem},
 		{"idempotency_order", c.IdemOrder}, {"counters", c.Counters}, {"throughput", c.Throughput}, {"api_keys", c.APIKeys},
-		{"enroll_tokens", c.Enroll}, {"dead_by", c.DeadBy}, {"finished", c.Finished}, {"version", c.Version},
+		{"enroll_tokens", c.Enroll}, {"dead_by", c.DeadBy}, {"finished", c.Finished}, {"flows", c.Flows}, {"version", c.Version},
+	}
+	if len(c.Flows) == 0 { // as encoding/json leaves out an empty omitempty field
+		fields = slices.Delete(fields, len(fields)-2, len(fields)-1)
 	}
 	fmt.Fprintf(bw, `{"seq":%d,"jobs":`, c.Seq)
 	jobs := s.liveJobs()
@@ -609,6 +624,7 @@ func (s *Set) checkpointHead() checkpoint {
 	c.Tenants = sortedValues(s.tenants, func(t *Tenant) string { return t.Name })
 	c.APIKeys = sortedValues(s.creds.apiKeys, func(k *APIKey) string { return k.ID })
 	c.Enroll = sortedValues(s.creds.enroll, func(t *EnrollToken) string { return t.ID })
+	c.Flows = s.flowList()
 	for k, v := range s.idem {
 		c.Idem = append(c.Idem, idemEntry{k, v})
 	}
@@ -696,6 +712,9 @@ func UnmarshalCheckpoint(data []byte, store Store) (*Set, error) {
 	if c.Finished != nil {
 		s.finished = c.Finished
 	}
+	for _, f := range c.Flows {
+		s.flows[f.ID] = f
+	}
 	s.derive()
 	return s, nil
 }
@@ -719,6 +738,7 @@ func (s *Set) cloneLive() *Set {
 		counters:   make(map[string]*Counters, len(s.counters)),
 		throughput: make(map[string]*Throughput, len(s.throughput)),
 		creds:      s.creds.clone(),
+		flows:      make(map[string]*Flow, len(s.flows)),
 		deadBy:     maps.Clone(s.deadBy),
 		finished:   maps.Clone(s.finished),
 		dirty:      map[string]dirtyMark{},
@@ -741,6 +761,7 @@ func (s *Set) cloneLive() *Set {
 	for name, t := range s.tenants {
 		ct := *t
 		ct.Reservations = maps.Clone(t.Reservations)
+		ct.Paused = maps.Clone(t.Paused)
 		c.tenants[name] = &ct
 	}
 	for q, n := range s.counters {
@@ -752,6 +773,9 @@ func (s *Set) cloneLive() *Set {
 		ct := *t
 		ct.Slots = slices.Clone(t.Slots)
 		c.throughput[k] = &ct
+	}
+	for id, f := range s.flows {
+		c.flows[id] = f.Clone()
 	}
 	return c
 }

@@ -1,0 +1,160 @@
+package projections
+
+import (
+	"cmp"
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+)
+
+// Flow is a flow (DESIGN §9): its steps as submitted and where each stands. A step's state
+// mirrors its job's status from the job's submit on, so it stays known after the job expires.
+type Flow struct {
+	ID         string               `json:"id"`
+	Tenant     string               `json:"tenant"`
+	Name       string               `json:"name"`
+	YAMLSHA256 string               `json:"yaml_sha256,omitempty"`
+	YAMLBytes  int                  `json:"yaml_bytes,omitempty"`
+	Steps      []eventlog.FlowStep  `json:"steps"` // in name order
+	State      map[string]StepState `json:"state"` // by step name
+	Status     FlowStatus           `json:"status"`
+	// FailedStep names the step whose failure failed the flow.
+	FailedStep     string    `json:"failed_step,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	EndedAt        time.Time `json:"ended_at,omitzero"`
+	SubmitSeq      uint64    `json:"submit_seq"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	RequestHash    string    `json:"request_hash,omitempty"`
+}
+
+// FlowStatus is where a flow stands: running until it ends, once.
+type FlowStatus string
+
+// A flow's statuses.
+const (
+	FlowRunning   FlowStatus = "running"
+	FlowSucceeded FlowStatus = eventlog.FlowSucceeded
+	FlowFailed    FlowStatus = eventlog.FlowFailed
+	FlowCancelled FlowStatus = eventlog.FlowCancelled
+)
+
+// StepWaiting and StepSkipped are the states of a step that has no job: it waits for the steps
+// it needs, or it will never run. A step with a job has its job's status.
+const (
+	StepWaiting = "waiting"
+	StepSkipped = "skipped"
+)
+
+// StepState is where one step stands. Output is the step's output once it succeeded, kept while
+// the flow runs, for the steps that need it.
+type StepState struct {
+	JobID  string          `json:"job_id,omitempty"`
+	Status string          `json:"status"`
+	Output json.RawMessage `json:"output,omitempty"`
+}
+
+// Step returns the step named name, or false.
+func (f *Flow) Step(name string) (eventlog.FlowStep, bool) {
+	i, ok := slices.BinarySearchFunc(f.Steps, name, func(s eventlog.FlowStep, n string) int { return cmp.Compare(s.Name, n) })
+	if !ok {
+		return eventlog.FlowStep{}, false
+	}
+	return f.Steps[i], true
+}
+
+// Clone returns a copy that shares nothing mutable with f (the steps are never changed).
+func (f *Flow) Clone() *Flow {
+	c := *f
+	c.State = maps.Clone(f.State)
+	return &c
+}
+
+// Flow returns a copy of a flow, or false.
+func (s *Set) Flow(id string) (*Flow, bool) {
+	f, ok := s.flows[id]
+	if !ok {
+		return nil, false
+	}
+	return f.Clone(), true
+}
+
+// Flows returns a tenant's flows, newest first, after the id after (a cursor), at most limit.
+func (s *Set) Flows(tenant, after string, limit int) (page []*Flow, more bool) {
+	var ids []string
+	for id, f := range s.flows {
+		if f.Tenant == tenant && (after == "" || id < after) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	slices.Reverse(ids)
+	if len(ids) > limit {
+		ids, more = ids[:limit], true
+	}
+	for _, id := range ids {
+		page = append(page, s.flows[id].Clone())
+	}
+	return page, more
+}
+
+// RunningFlows returns the ids of every flow that has not ended, in id order.
+func (s *Set) RunningFlows() []string {
+	var out []string
+	for id, f := range s.flows {
+		if f.Status == FlowRunning {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// applyFlow folds a flow event.
+func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) {
+	switch e := p.(type) {
+	case eventlog.FlowSubmitted:
+		f := &Flow{ID: e.FlowID, Tenant: e.Tenant, Name: e.Name, YAMLSHA256: e.YAMLSHA256, YAMLBytes: e.YAMLBytes, Steps: e.Steps,
+			State: make(map[string]StepState, len(e.Steps)), Status: FlowRunning, CreatedAt: at, UpdatedAt: at, SubmitSeq: seq,
+			IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash}
+		for _, st := range e.Steps {
+			f.State[st.Name] = StepState{Status: StepWaiting}
+		}
+		s.flows[f.ID] = f
+	case eventlog.FlowStepSkipped:
+		if f := s.flows[e.FlowID]; f != nil {
+			f.State[e.Step] = StepState{Status: StepSkipped}
+			f.UpdatedAt = at
+		}
+	case eventlog.FlowEnded:
+		if f := s.flows[e.FlowID]; f != nil {
+			f.Status, f.FailedStep, f.EndedAt, f.UpdatedAt = FlowStatus(e.Status), e.Step, at, at
+			for name, st := range f.State {
+				st.Output = nil // nothing will start to need it
+				f.State[name] = st
+			}
+		}
+	}
+}
+
+// stepChanged mirrors a flow step's job into its flow after an event on the job.
+func (s *Set) stepChanged(at time.Time, j *Job) {
+	f := s.flows[j.FlowID]
+	if f == nil {
+		return
+	}
+	st := StepState{JobID: j.ID, Status: string(j.Status)}
+	if j.Status == StatusSucceeded && f.Status == FlowRunning {
+		st.Output = j.Output
+	}
+	f.State[j.FlowStep] = st
+	f.UpdatedAt = at
+}
+
+// flowList returns the flows in id order, for a checkpoint.
+func (s *Set) flowList() []*Flow {
+	return sortedValues(s.flows, func(f *Flow) string { return f.ID })
+}
