@@ -683,7 +683,7 @@ func (d *Dispatcher) dispatch(env Env) {
 func (d *Dispatcher) best(s *slot) *entry {
 	if mutantMapOrder {
 		for _, e := range d.waiting {
-			if e.heap != d.scheduled && slices.Contains(s.readyKeys, readyKey(e.Tenant, e.Queue)) {
+			if k := readyKey(e.Tenant, e.Queue); e.heap != d.scheduled && slices.Contains(s.readyKeys, k) && !d.paused[k] {
 				return e
 			}
 		}
