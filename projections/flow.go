@@ -1,10 +1,10 @@
 package projections
 
 import (
-	"cmp"
 	"encoding/json"
+	"fmt"
 	"maps"
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
@@ -57,15 +57,6 @@ type StepState struct {
 	Output json.RawMessage `json:"output,omitempty"`
 }
 
-// Step returns the step named name, or false.
-func (f *Flow) Step(name string) (eventlog.FlowStep, bool) {
-	i, ok := slices.BinarySearchFunc(f.Steps, name, func(s eventlog.FlowStep, n string) int { return cmp.Compare(s.Name, n) })
-	if !ok {
-		return eventlog.FlowStep{}, false
-	}
-	return f.Steps[i], true
-}
-
 // Clone returns a copy that shares nothing mutable with f (the steps are never changed).
 func (f *Flow) Clone() *Flow {
 	c := *f
@@ -82,41 +73,10 @@ func (s *Set) Flow(id string) (*Flow, bool) {
 	return f.Clone(), true
 }
 
-// Flows returns a tenant's flows, newest first, after the id after (a cursor), at most limit.
-func (s *Set) Flows(tenant, after string, limit int) (page []*Flow, more bool) {
-	var ids []string
-	for id, f := range s.flows {
-		if f.Tenant == tenant && (after == "" || id < after) {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	slices.Reverse(ids)
-	if len(ids) > limit {
-		ids, more = ids[:limit], true
-	}
-	for _, id := range ids {
-		page = append(page, s.flows[id].Clone())
-	}
-	return page, more
-}
-
-// RunningFlows returns the ids of every flow that has not ended, in id order.
-func (s *Set) RunningFlows() []string {
-	var out []string
-	for id, f := range s.flows {
-		if f.Status == FlowRunning {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// applyFlow folds a flow event.
-func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) {
-	switch e := p.(type) {
-	case eventlog.FlowSubmitted:
+// applyFlow folds a flow event. An event naming a flow or step that was never submitted is a
+// fault in the log.
+func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) error {
+	if e, ok := p.(eventlog.FlowSubmitted); ok {
 		f := &Flow{ID: e.FlowID, Tenant: e.Tenant, Name: e.Name, YAMLSHA256: e.YAMLSHA256, YAMLBytes: e.YAMLBytes, Steps: e.Steps,
 			State: make(map[string]StepState, len(e.Steps)), Status: FlowRunning, CreatedAt: at, UpdatedAt: at, SubmitSeq: seq,
 			IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash}
@@ -124,20 +84,28 @@ func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) {
 			f.State[st.Name] = StepState{Status: StepWaiting}
 		}
 		s.flows[f.ID] = f
+		return nil
+	}
+	id := strings.TrimPrefix(eventlog.StreamOf(p), "flow/")
+	f := s.flows[id]
+	if f == nil {
+		return fmt.Errorf("projections: seq %d: %s for unknown flow %s", seq, p.EventType(), id)
+	}
+	f.UpdatedAt = at
+	switch e := p.(type) {
 	case eventlog.FlowStepSkipped:
-		if f := s.flows[e.FlowID]; f != nil {
-			f.State[e.Step] = StepState{Status: StepSkipped}
-			f.UpdatedAt = at
+		if _, ok := f.State[e.Step]; !ok {
+			return fmt.Errorf("projections: seq %d: flow %s has no step %q", seq, id, e.Step)
 		}
+		f.State[e.Step] = StepState{Status: StepSkipped}
 	case eventlog.FlowEnded:
-		if f := s.flows[e.FlowID]; f != nil {
-			f.Status, f.FailedStep, f.EndedAt, f.UpdatedAt = FlowStatus(e.Status), e.Step, at, at
-			for name, st := range f.State {
-				st.Output = nil // nothing will start to need it
-				f.State[name] = st
-			}
+		f.Status, f.FailedStep, f.EndedAt = FlowStatus(e.Status), e.Step, at
+		for name, st := range f.State {
+			st.Output = nil // nothing will start to need it
+			f.State[name] = st
 		}
 	}
+	return nil
 }
 
 // stepChanged mirrors a flow step's job into its flow after an event on the job.

@@ -49,6 +49,10 @@ type JobFilter struct {
 	Retention Retention
 }
 
+// CursorFirst is a cursor (JobFilter.After) before every job: ids are ULIDs, and this is the
+// smallest.
+const CursorFirst = "00000000000000000000000000"
+
 // ListLimitMax caps one page of List.
 const ListLimitMax = 1000
 

@@ -219,6 +219,9 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 	s.forgetIdempotency(at)
 	switch e := p.(type) {
 	case eventlog.JobSubmitted:
+		if f := e.FlowID; f != "" && s.flows[f] == nil {
+			return fmt.Errorf("projections: seq %d: job %s submitted for unknown flow %s", seq, e.JobID, f)
+		}
 		s.submitted(seq, at, e)
 		return nil
 	case eventlog.WorkerRegistered:
@@ -265,8 +268,7 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		s.creds.apply(at, p)
 		return nil
 	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded:
-		s.applyFlow(seq, at, p)
-		return nil
+		return s.applyFlow(seq, at, p)
 	}
 	stream := eventlog.StreamOf(p)
 	if strings.HasPrefix(stream, "worker/") {

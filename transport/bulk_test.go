@@ -113,6 +113,14 @@ func TestBulkRedriveStopsAtTheQuota(t *testing.T) {
 	if err != nil || r.Matched != 3 || r.Redriven != 2 || r.Skipped["QUOTA_EXCEEDED"] != 1 || r.NextCursor == "" || r.Receipt == nil {
 		t.Fatalf("re-drive at the quota: %+v %v", r, err)
 	}
+	// With no room at all, the cursor stays where the call began.
+	held, err := c.RedriveMatching(ctx(t), wire.BulkRequest{Queue: "q", Cursor: r.NextCursor})
+	if err != nil || held.Redriven != 0 || held.NextCursor != r.NextCursor || held.Skipped["QUOTA_EXCEEDED"] != 1 {
+		t.Fatalf("re-drive with no room: %+v %v, want the cursor %s back", held, err, r.NextCursor)
+	}
+	if first, err := c.RedriveMatching(ctx(t), wire.BulkRequest{Queue: "q"}); err != nil || first.NextCursor != "00000000000000000000000000" {
+		t.Fatalf("re-drive with no room and no cursor: %+v %v, want the first cursor", first, err)
+	}
 	if _, err := h.admin.SetQuota(ctx(t), "acme", new(0), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -403,8 +403,8 @@ func (s *Server) queues(r *request) error {
 func (s *Server) pauseQueue(paused bool) func(*request) error {
 	return func(r *request) error {
 		tenant, queue := r.by.tenant, r.PathValue("name")
-		if r.by.admin {
-			if tenant = r.PathValue("tenant"); !actors.ValidTenant(tenant) {
+		if t := r.PathValue("tenant"); t != "" { // the admin's route
+			if tenant = t; !actors.ValidTenant(tenant) {
 				return errorf(actors.CodeInvalidArgument, "tenant %q is not a valid tenant name", clip(tenant))
 			}
 		}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"sync"
 
@@ -20,7 +21,9 @@ type Bulk struct {
 	// (ALREADY_TERMINAL), or a re-drive over the tenant's quota (QUOTA_EXCEEDED).
 	Skipped map[actors.Code]int
 	// NextCursor, if set, is where the next call goes on: the filter matched more than the page,
-	// or a re-drive stopped at the quota, and the jobs from there on are still to do.
+	// or a re-drive stopped at the quota, and the jobs from there on are still to do. When the
+	// page's first job waits for the quota, it is the cursor the call was given (CursorFirst for
+	// none): the cursor does not move until there is room.
 	NextCursor string
 	// Receipt is the last event the action wrote, if any.
 	Receipt actors.Receipt
@@ -91,11 +94,8 @@ func (b *Broker) bulk(ctx context.Context, f projections.JobFilter, command func
 	switch {
 	case retryFrom > 0:
 		out.NextCursor = page[retryFrom-1].ID
-	case retryFrom == 0:
-		out.NextCursor = f.After // the first job of the page waits: start from the same place
-		if out.NextCursor == "" {
-			out.NextCursor = zeroCursor
-		}
+	case retryFrom == 0: // the page's first job waits: the cursor stays where it was
+		out.NextCursor = cmp.Or(f.After, projections.CursorFirst)
 	case more && len(page) > 0:
 		out.NextCursor = page[len(page)-1].ID
 	}
@@ -110,9 +110,6 @@ func (b *Broker) bulk(ctx context.Context, f projections.JobFilter, command func
 	}
 	return out, nil
 }
-
-// zeroCursor sorts before every ULID: a cursor that starts at the first job.
-const zeroCursor = "00000000000000000000000000"
 
 func statusOf(set *projections.Set, id string) projections.Status {
 	if j := set.JobRef(id); j != nil {

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -365,8 +366,8 @@ func jobAction(action string) func([]string) error {
 	}
 }
 
-// jobBulk runs a bulk cancel or re-drive page after page until the filter is done, or until a
-// page changes nothing (a re-drive held back by the quota), and prints the totals.
+// jobBulk runs a bulk cancel or re-drive page after page until the filter is done, or until the
+// cursor stops moving (a re-drive held back by the quota), and prints the totals.
 func jobBulk(action string) func([]string) error {
 	return func(args []string) error {
 		fs := flag.NewFlagSet("job "+action+"-all", flag.ContinueOnError)
@@ -395,6 +396,7 @@ func jobBulk(action string) func([]string) error {
 			return badFlagf(fs, "no filter given: name one, or pass --all to %s every job", map[string]string{"cancel": "cancel", "retry": "re-drive"}[action])
 		}
 		c := cf.client()
+		req.Cursor = projections.CursorFirst // so that a cursor that does not move shows as one
 		var done, requested, matched int
 		skipped := map[string]int{}
 		var last *wire.Receipt
@@ -418,7 +420,7 @@ func jobBulk(action string) func([]string) error {
 				done, matched = done+r.Redriven, matched+r.Matched
 				addCounts(skipped, r.Skipped)
 			}
-			if next == "" || n == 0 {
+			if next == "" || n == 0 && next == req.Cursor { // done, or held by the quota where it began
 				break
 			}
 			req.Cursor = next
