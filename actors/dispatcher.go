@@ -462,7 +462,12 @@ func (d *Dispatcher) cancel(env Env, m Cancel) {
 		env.Send(env.Sender(), Done{Err: reject(CodeJobNotFound, "no job %q", clip(m.JobID))})
 	case d.waiting[m.JobID] != nil:
 		d.remove(m.JobID)
-		d.pipe.persist(env, []eventlog.Payload{eventlog.JobCancelled{JobID: m.JobID, Reason: "requested", APIKeyID: m.APIKeyID}}, replyDone{env.Sender()})
+		reason := m.Reason
+		if reason == "" {
+			reason = "requested"
+		}
+		d.pipe.persist(env, []eventlog.Payload{eventlog.JobCancelled{JobID: m.JobID, Reason: reason, APIKeyID: m.APIKeyID}},
+			cancelDone{reply: env.Sender(), jobID: m.JobID})
 	case j.Status.Terminal() || d.redriving[m.JobID]:
 		env.Send(env.Sender(), Done{Err: reject(CodeAlreadyTerminal, "job %s is %s", j.ID, j.Status)})
 	default: // cancelled or re-queued a moment ago; answer once that is durable
@@ -477,6 +482,11 @@ func cloneIf(j *projections.Job, ok bool) *projections.Job {
 		return nil
 	}
 	return j.Clone()
+}
+
+type cancelDone struct {
+	reply Ref
+	jobID string
 }
 
 type redriveDone struct {
@@ -512,6 +522,11 @@ func (d *Dispatcher) persisted(env Env, m Persisted) {
 	switch t := m.Then.(type) {
 	case replyDone:
 		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
+	case cancelDone:
+		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
+		if err == nil {
+			stepEnded(env, t.jobID)
+		}
 	case redriveDone:
 		delete(d.redriving, t.waiting.ID)
 		if err == nil && m.Receipt.Last > d.rebuiltAt {
@@ -557,6 +572,9 @@ func (d *Dispatcher) pauseQueue(env Env, m PauseQueue) {
 }
 
 func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
+	if m.Requeue == nil { // whether or not the lease is still tracked: telling twice is harmless
+		defer stepEnded(env, m.JobID)
+	}
 	lr, ok := d.leased[m.JobID]
 	switch {
 	case ok && lr.leaseID == m.LeaseID:
@@ -570,6 +588,20 @@ func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
 	}
 	if m.Requeue != nil && m.Seq > d.rebuiltAt {
 		d.add(*m.Requeue, env.Now())
+	}
+}
+
+// stepEnded tells a flow's tenant that a job of the flow finished, if the job is a flow's step
+// and finished. The tenant reads the rest from the projections.
+func stepEnded(env Env, jobID string) {
+	var flowID, tenant string
+	env.Read(func(s *projections.Set) {
+		if j := s.JobRef(jobID); j != nil && j.FlowID != "" && j.Status.Terminal() {
+			flowID, tenant = j.FlowID, j.Tenant
+		}
+	})
+	if flowID != "" {
+		env.Send(TenantRef(tenant), flowStepEnded{FlowID: flowID})
 	}
 }
 

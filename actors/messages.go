@@ -127,11 +127,13 @@ type Created struct {
 	Err     *Rejection
 }
 
-// Cancel asks for a job to be cancelled.
+// Cancel asks for a job to be cancelled. Reason is the job.cancelled reason of a waiting job
+// ("requested" if empty).
 type Cancel struct {
 	Tenant   string
 	JobID    string
 	APIKeyID string
+	Reason   string
 }
 
 // Redrive puts a dead-lettered job back in its queue with a fresh attempt budget.

@@ -31,4 +31,6 @@ var (
 	mutantDeleteLive bool
 	// mutantIgnorePause leases jobs from paused queues.
 	mutantIgnorePause bool
+	// mutantStartOnLease starts a flow's step once each step it needs is leased or succeeded.
+	mutantStartOnLease bool
 )

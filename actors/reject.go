@@ -32,6 +32,10 @@ const (
 	CodeAPIKeyNotFound       Code = "API_KEY_NOT_FOUND"
 	CodeTokenRenewedRecently Code = "TOKEN_RENEWED_RECENTLY"
 	CodeUnavailable          Code = "UNAVAILABLE"
+	CodeInvalidFlow          Code = "INVALID_FLOW"
+	CodeFlowNotFound         Code = "FLOW_NOT_FOUND"
+	CodeFlowEnded            Code = "FLOW_ENDED"
+	CodeFlowStep             Code = "FLOW_STEP"
 )
 
 // Rejection is a refused command: a value, not a failure of the broker.

@@ -41,6 +41,11 @@ type Tenant struct {
 	pipe     pipeline
 	// lastJobID is the last job id this incarnation made: job ids sort in submission order.
 	lastJobID ulid.ULID
+	// pendingFlowIdem holds the idempotency keys of flows admitted and not durable yet.
+	pendingFlowIdem map[string]pendingKey
+	// flowBusy holds the flows with a decision in flight; flowAgain those to read again once
+	// it is durable, because a step ended meanwhile.
+	flowBusy, flowAgain map[string]bool
 }
 
 type reservation struct {
@@ -63,10 +68,18 @@ func (t *Tenant) Recover(env Env) {
 	t.reservations = map[string]reservation{}
 	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
 	t.pendingEnroll, t.renewing = map[string]int{}, map[string]bool{}
+	t.pendingFlowIdem, t.flowBusy, t.flowAgain = map[string]pendingKey{}, map[string]bool{}, map[string]bool{}
 	now := env.Now()
 	for _, id := range slices.Sorted(maps.Keys(q.Reservations)) { // timers in a replayable order
 		exp := q.Reservations[id]
 		t.reservations[id] = reservation{expiresAt: exp, timer: env.After(max(exp.Sub(now), 0), reservationExpiry{id})}
+	}
+	// A step that ended while no actor of the tenant was there to hear it, or a flow that
+	// ended and has jobs left to cancel, is taken up now.
+	var flows []string
+	env.Read(func(s *projections.Set) { flows = s.LiveFlows(t.name) })
+	for _, id := range flows {
+		t.advanceFlow(env, id)
 	}
 }
 
@@ -122,6 +135,12 @@ func (t *Tenant) Receive(env Env, msg any) {
 	switch m := msg.(type) {
 	case Submit:
 		t.submit(env, m)
+	case SubmitFlow:
+		t.submitFlow(env, m)
+	case CancelFlow:
+		t.cancelFlow(env, m, env.Sender())
+	case flowStepEnded:
+		t.advanceFlow(env, m.FlowID)
 	case Reserve:
 		t.reserve(env, m)
 	case Release:
@@ -552,6 +571,11 @@ func (t *Tenant) redrive(env Env, m Redrive) {
 	case j.Status != projections.StatusFailed:
 		env.Send(env.Sender(), Done{Err: reject(CodeNotDeadLettered, "job %s is %s, not in the dead-letter queue", j.ID, j.Status)})
 		return
+	case j.FlowID != "":
+		// Its flow has moved on from it: failed, or skipped the steps that needed it.
+		env.Send(env.Sender(), Done{Err: &Rejection{Code: CodeFlowStep, Message: "job " + j.ID + " is step " + j.FlowStep + " of flow " + j.FlowID +
+			", which decided what follows its failure; submit the flow again", Details: map[string]any{"flow_id": j.FlowID, "step": j.FlowStep}}})
+		return
 	case t.maxActive > 0 && t.usage(env)+1 > t.maxActive:
 		env.Send(env.Sender(), Done{Err: &Rejection{Code: CodeQuotaExceeded,
 			Message: "the tenant's max_active is reached", Details: map[string]any{"max_active": t.maxActive}}})
@@ -608,5 +632,7 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	case replyDone:
 		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
+	case flowDone:
+		t.flowPersisted(env, d, m)
 	}
 }

@@ -229,8 +229,8 @@ type FlowStep struct {
 	LeaseTTLMillis int64             `json:"lease_ttl_ms"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	Needs          []string          `json:"needs,omitempty"`
-	// ContinueOnFailure: the step's failure does not fail the flow, and the steps that need it
-	// run as if it had succeeded (with a null output).
+	// ContinueOnFailure: the step's failure does not fail the flow. The steps that need it
+	// never run (a step runs only once every step it needs has succeeded); the others go on.
 	ContinueOnFailure bool `json:"continue_on_failure,omitempty"`
 }
 
@@ -249,16 +249,27 @@ type FlowSubmitted struct {
 	APIKeyID       string     `json:"api_key_id,omitempty"`
 }
 
-// FlowStepSkipped records that a step will never run: the flow failed or was cancelled first.
+// FlowStepSkipped records that a step will never run.
 type FlowStepSkipped struct {
 	FlowID string `json:"flow_id"`
 	Step   string `json:"step"`
-	Reason string `json:"reason"` // FlowFailed or FlowCancelled
+	Reason string `json:"reason"` // a Skipped* reason
 }
 
-// FlowEnded records a flow's end, once: FlowSucceeded when every step succeeded (or failed
-// with continue_on_failure), FlowFailed at the first step that failed without it, FlowCancelled
-// when a client cancelled it. Its steps' jobs still running are cancelled.
+// Why a step was skipped: its flow failed or was cancelled first, a step it needs ended
+// without succeeding (a failure its flow tolerates, or a skip), or the payload it would get,
+// its own with its needs' outputs, is over the payload limit (which fails the flow).
+const (
+	SkippedFlowFailed       = "flow_failed"
+	SkippedFlowCancelled    = "flow_cancelled"
+	SkippedNeedNotSucceeded = "need_not_succeeded"
+	SkippedPayloadTooLarge  = "payload_too_large"
+)
+
+// FlowEnded records a flow's end, once: FlowSucceeded when no step is left to run and every
+// step that failed (or was cancelled) had continue_on_failure, FlowFailed at the first that did
+// not, FlowCancelled when a client cancelled the flow. Its steps' jobs still live are cancelled
+// after it.
 type FlowEnded struct {
 	FlowID string `json:"flow_id"`
 	Status string `json:"status"`

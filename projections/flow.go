@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +74,43 @@ func (s *Set) Flow(id string) (*Flow, bool) {
 	return f.Clone(), true
 }
 
+// FlowIdempotency returns the live entry for a tenant's flow idempotency key at now; its JobID
+// is the flow's id.
+func (s *Set) FlowIdempotency(tenant, key string, now time.Time) (Idempotency, bool) {
+	e, ok := s.idem[idemKey{Tenant: tenant, Key: key, Flow: true}]
+	if !ok || !now.Before(e.ExpiresAt) {
+		return Idempotency{}, false
+	}
+	return e, true
+}
+
+// Live reports whether the flow still has something to do: it runs, or it ended and a step's
+// job is not finished yet (it is being cancelled).
+func (f *Flow) Live() bool {
+	if f.Status == FlowRunning {
+		return true
+	}
+	for _, st := range f.State {
+		if st.JobID != "" && !Status(st.Status).Terminal() {
+			return true
+		}
+	}
+	return false
+}
+
+// LiveFlows returns the ids of a tenant's live flows (Flow.Live), sorted; every tenant's with
+// tenant "".
+func (s *Set) LiveFlows(tenant string) []string {
+	var out []string
+	for id, f := range s.flows {
+		if (tenant == "" || f.Tenant == tenant) && f.Live() {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // applyFlow folds a flow event. An event naming a flow or step that was never submitted is a
 // fault in the log.
 func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) error {
@@ -84,6 +122,10 @@ func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) error {
 			f.State[st.Name] = StepState{Status: StepWaiting}
 		}
 		s.flows[f.ID] = f
+		if e.IdempotencyKey != "" {
+			s.remember(idemKey{Tenant: e.Tenant, Key: e.IdempotencyKey, Flow: true},
+				Idempotency{JobID: f.ID, RequestHash: e.RequestHash, ExpiresAt: at.Add(IdempotencyTTL), Seq: seq})
+		}
 		return nil
 	}
 	id := strings.TrimPrefix(eventlog.StreamOf(p), "flow/")

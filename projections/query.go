@@ -292,7 +292,7 @@ func (s *Set) TenantNames() []string {
 
 // Idempotency returns the live entry for a tenant's key at now.
 func (s *Set) Idempotency(tenant, key string, now time.Time) (Idempotency, bool) {
-	e, ok := s.idem[idemKey{tenant, key}]
+	e, ok := s.idem[idemKey{Tenant: tenant, Key: key}]
 	if !ok || !now.Before(e.ExpiresAt) {
 		return Idempotency{}, false
 	}

@@ -53,12 +53,15 @@ type Set struct {
 	unindexed bool
 }
 
+// idemKey names an idempotency key: a tenant's, for its jobs or (Flow) its flows, which are
+// two separate spaces of keys.
 type idemKey struct {
 	Tenant string `json:"tenant"`
 	Key    string `json:"key"`
+	Flow   bool   `json:"flow,omitempty"`
 }
 
-// Idempotency maps an idempotency key to the job it created.
+// Idempotency maps an idempotency key to the job (or flow) it created.
 type Idempotency struct {
 	JobID       string    `json:"job_id"`
 	RequestHash string    `json:"request_hash"`
@@ -362,13 +365,17 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 	s.tenant(j.Tenant).Active++
 	s.counter(j.Queue).Submitted++
 	if e.IdempotencyKey != "" {
-		k := idemKey{e.Tenant, e.IdempotencyKey}
-		s.idem[k] = Idempotency{JobID: j.ID, RequestHash: e.RequestHash, ExpiresAt: at.Add(IdempotencyTTL), Seq: seq}
-		s.idemOrder = append(s.idemOrder, k)
+		s.remember(idemKey{Tenant: e.Tenant, Key: e.IdempotencyKey}, Idempotency{JobID: j.ID, RequestHash: e.RequestHash, ExpiresAt: at.Add(IdempotencyTTL), Seq: seq})
 	}
 	if j.FlowID != "" {
 		s.stepChanged(at, j)
 	}
+}
+
+// remember maps an idempotency key until e.ExpiresAt.
+func (s *Set) remember(k idemKey, e Idempotency) {
+	s.idem[k] = e
+	s.idemOrder = append(s.idemOrder, k)
 }
 
 // forgetIdempotency drops keys that expired by the time of the record being applied. Record
@@ -631,7 +638,7 @@ func (s *Set) checkpointHead() checkpoint {
 		c.Idem = append(c.Idem, idemEntry{k, v})
 	}
 	slices.SortFunc(c.Idem, func(a, b idemEntry) int {
-		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Key, b.Key))
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Key, b.Key), boolCompare(a.Flow, b.Flow))
 	})
 	return c
 }
@@ -719,6 +726,16 @@ func UnmarshalCheckpoint(data []byte, store Store) (*Set, error) {
 	}
 	s.derive()
 	return s, nil
+}
+
+func boolCompare(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func sortedValues[V any](m map[string]V, key func(V) string) []V {
