@@ -270,7 +270,7 @@ func (t *Tenant) submitFlow(env Env, m SubmitFlow) {
 			Message: "the tenant's max_active would be exceeded by the flow's first steps", Details: map[string]any{"max_active": t.maxActive, "requested": roots}}})
 		return
 	}
-	id := NewID(env)
+	id := NextID(env, &t.lastJobID) // flows list newest first by id, as jobs do
 	events := []eventlog.Payload{eventlog.FlowSubmitted{
 		FlowID: id, Tenant: t.name, Name: m.Name, YAMLSHA256: m.YAMLSHA256, YAMLBytes: m.YAMLBytes, Steps: steps,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: hash, APIKeyID: m.APIKeyID,

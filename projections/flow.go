@@ -168,3 +168,23 @@ func (s *Set) stepChanged(at time.Time, j *Job) {
 func (s *Set) flowList() []*Flow {
 	return sortedValues(s.flows, func(f *Flow) string { return f.ID })
 }
+
+// Flows returns up to limit of a tenant's flows, newest first, those of status only if it is
+// set, after the flow id before (a cursor; "" starts at the newest); more says whether more
+// follow.
+func (s *Set) Flows(tenant string, status FlowStatus, before string, limit int) (out []*Flow, more bool) {
+	var all []*Flow
+	for _, f := range s.flows {
+		if f.Tenant == tenant && (status == "" || f.Status == status) && (before == "" || f.ID < before) {
+			all = append(all, f)
+		}
+	}
+	slices.SortFunc(all, func(a, b *Flow) int { return strings.Compare(b.ID, a.ID) })
+	if len(all) > limit {
+		all, more = all[:limit], true
+	}
+	for _, f := range all {
+		out = append(out, f.Clone())
+	}
+	return out, more
+}

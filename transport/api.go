@@ -111,6 +111,11 @@ type request struct {
 // api wraps a handler: the broker must be ready, the caller authenticated for kind, and any
 // error the handler returns is written in the error shape.
 func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
+	return s.apiWith(kind, jsonBody, h)
+}
+
+// apiWith is api for a handler whose body is checked by body rather than jsonBody.
+func (s *Server) apiWith(kind authKind, body func(*http.Request) error, h func(*request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := s.loaded()
 		if b == nil {
@@ -123,7 +128,7 @@ func (s *Server) api(kind authKind, h func(*request) error) http.Handler {
 		}
 		p, err := s.authenticate(b, r, kind)
 		if err == nil {
-			err = jsonBody(r)
+			err = body(r)
 		}
 		if err == nil {
 			err = h(&request{Request: r, w: w, b: b, by: p})

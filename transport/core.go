@@ -33,6 +33,7 @@ type Core interface {
 	List(f projections.JobFilter) ([]*projections.Job, bool)
 	Quota(tenant string) projections.Tenant
 	JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record, error]
+	FlowStream(flowID string, from uint64) iter.Seq2[eventlog.Record, error]
 	Changed() <-chan struct{}
 
 	// Credentials.
@@ -51,6 +52,8 @@ type Core interface {
 	CancelMatching(ctx context.Context, tenant, apiKeyID string, f projections.JobFilter) (broker.Bulk, error)
 	RedriveMatching(ctx context.Context, tenant, apiKeyID string, f projections.JobFilter) (broker.Bulk, error)
 	PauseQueue(ctx context.Context, tenant, apiKeyID, queue string, paused bool) (actors.Receipt, error)
+	SubmitFlow(ctx context.Context, m actors.SubmitFlow) (id string, hit bool, rc actors.Receipt, err error)
+	CancelFlow(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error)
 
 	// Admin commands.
 	SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (actors.Receipt, error)

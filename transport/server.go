@@ -47,6 +47,8 @@ type Config struct {
 	// Clock is the server's clock for views (a scheduled job whose run_at passed reads as
 	// queued); nil: time.Now. Decisions read the broker's clock, never this one.
 	Clock func() time.Time
+	// FlowBytesMax caps a flow file; 0: flowfile.BytesMaxDefault.
+	FlowBytesMax int
 }
 
 // Server is the HTTP face of one broker. It serves /healthz from the start, and everything
@@ -218,6 +220,11 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/queues/{name}/pause", s.api(authClient, s.pauseQueue(true)))
 	m.Handle("POST /v1/queues/{name}/resume", s.api(authClient, s.pauseQueue(false)))
 	m.Handle("GET /v1/workers", s.api(authClient, s.workers))
+	m.Handle("POST /v1/flows", s.apiWith(authClient, flowBody, s.submitFlow))
+	m.Handle("GET /v1/flows", s.api(authClient, s.listFlows))
+	m.Handle("GET /v1/flows/{id}", s.api(authClient, s.getFlow))
+	m.Handle("GET /v1/flows/{id}/events", s.api(authClient, s.flowEvents))
+	m.Handle("POST /v1/flows/{id}/cancel", s.api(authClient, s.cancelFlow))
 
 	m.Handle("POST /v1/workers/register", s.api(authEnroll, s.register))
 	m.Handle("DELETE /v1/workers/{id}", s.api(authClientOrAdmin, s.revokeWorker))

@@ -68,16 +68,9 @@ func (s *Server) jobEvents(r *request) error {
 	if _, _, ok := jobState(r.b, r.by.tenant, id); !ok {
 		return notFound(r.b, r.by.tenant, id)
 	}
-	after := 0
-	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
-		if v == "" {
-			continue
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return errorf(actors.CodeInvalidArgument, "the event to resume after must be a number, not %q", clip(v))
-		}
-		after = n
+	after, err := resumeAfter(r)
+	if err != nil {
+		return err
 	}
 	c := &cursor{jobID: id}
 	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
@@ -92,6 +85,23 @@ func (s *Server) jobEvents(r *request) error {
 		return r.reply(http.StatusOK, wire.EventList{Events: evs, Done: status.Terminal() && c.seq >= last})
 	}
 	return s.streamEvents(r, c, after)
+}
+
+// resumeAfter is the number of the event a stream resumes after: Last-Event-ID, or ?after=N
+// (which wins), or 0.
+func resumeAfter(r *request) (int, error) {
+	after := 0
+	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, errorf(actors.CodeInvalidArgument, "the event to resume after must be a number, not %q", clip(v))
+		}
+		after = n
+	}
+	return after, nil
 }
 
 func (s *Server) streamEvents(r *request, c *cursor, after int) error {

@@ -353,6 +353,17 @@ func (b *Broker) JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record,
 	return b.elog.Stream(eventlog.JobStream(jobID), from)
 }
 
+// FlowStream yields the durable records of a flow's own stream from seq on (its steps' jobs
+// have streams of their own).
+func (b *Broker) FlowStream(flowID string, from uint64) iter.Seq2[eventlog.Record, error] {
+	b.rt.Read(func(s *projections.Set) {
+		if f, ok := s.Flow(flowID); ok {
+			from = max(from, f.SubmitSeq)
+		}
+	})
+	return b.elog.Stream(eventlog.FlowStream(flowID), from)
+}
+
 // Close ends every session ("shutdown"), waits for the appends in flight, saves a checkpoint,
 // stops the actors and closes the log.
 func (b *Broker) Close() error {

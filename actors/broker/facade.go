@@ -581,3 +581,17 @@ func (b *Broker) signalChanged() {
 	}
 	b.changedMu.Unlock()
 }
+
+// SubmitFlow submits a flow; hit says an earlier submit with the same idempotency key made it.
+func (b *Broker) SubmitFlow(ctx context.Context, m actors.SubmitFlow) (id string, hit bool, rc actors.Receipt, err error) {
+	r, err := callFor[actors.FlowAccepted](ctx, b, actors.TenantRef(m.Tenant), m)
+	if err != nil || r.Err != nil {
+		return "", false, actors.Receipt{}, firstErr(err, r.Err)
+	}
+	return r.FlowID, r.IdempotentHit, b.fill(r.Receipt), nil
+}
+
+// CancelFlow ends a running flow cancelled.
+func (b *Broker) CancelFlow(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
+	return b.done(ctx, actors.TenantRef(tenant), actors.CancelFlow{Tenant: tenant, FlowID: id, APIKeyID: apiKeyID})
+}

@@ -79,7 +79,10 @@ func (c *Client) setToken(token string) { c.token.Store(&token) }
 // do sends a JSON request and decodes a JSON answer into out (if not nil).
 func (c *Client) do(ctx context.Context, method, path string, body, out any, header ...string) (int, error) {
 	var rd io.Reader
-	if body != nil {
+	contentType := "application/json"
+	if raw, ok := body.(rawBody); ok {
+		rd, contentType = bytes.NewReader(raw.data), raw.contentType
+	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return 0, err
@@ -91,7 +94,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 		return 0, err
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	if token := c.tokenNow(); token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -414,5 +417,60 @@ func (c *Client) CreateEnrollToken(ctx context.Context, tenant string, uses int,
 func (c *Client) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (*wire.Quota, error) {
 	var out wire.Quota
 	_, err := c.do(ctx, http.MethodPatch, "/v1/admin/tenants/"+url.PathEscape(tenant)+"/quota", wire.QuotaRequest{MaxActive: maxActive, MaxRunning: maxRunning}, &out)
+	return &out, err
+}
+
+// rawBody is a request body sent as it is, not as JSON.
+type rawBody struct {
+	data        []byte
+	contentType string
+}
+
+// SubmitFlow submits a flow file (YAML) as a flow named name; key, if set, is its idempotency
+// key.
+func (c *Client) SubmitFlow(ctx context.Context, name string, file []byte, key string) (*wire.Flow, error) {
+	var out wire.Flow
+	var header []string
+	if key != "" {
+		header = []string{"Idempotency-Key", key}
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/flows?name="+url.QueryEscape(name), rawBody{file, "application/yaml"}, &out, header...)
+	return &out, err
+}
+
+// Flow reads a flow.
+func (c *Client) Flow(ctx context.Context, id string) (*wire.Flow, error) {
+	var out wire.Flow
+	_, err := c.do(ctx, http.MethodGet, "/v1/flows/"+url.PathEscape(id), nil, &out)
+	return &out, err
+}
+
+// Flows lists flows, newest first: those of status if it is set, after cursor.
+func (c *Client) Flows(ctx context.Context, status, cursor string, limit int) (*wire.FlowList, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"status": status, "cursor": cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out wire.FlowList
+	_, err := c.do(ctx, http.MethodGet, "/v1/flows?"+q.Encode(), nil, &out)
+	return &out, err
+}
+
+// CancelFlow cancels a running flow.
+func (c *Client) CancelFlow(ctx context.Context, id string) (*wire.Flow, error) {
+	var out wire.Flow
+	_, err := c.do(ctx, http.MethodPost, "/v1/flows/"+url.PathEscape(id)+"/cancel", nil, &out)
+	return &out, err
+}
+
+// FlowEvents reads one page of a flow's events after event number after.
+func (c *Client) FlowEvents(ctx context.Context, id string, after int) (*wire.EventList, error) {
+	var out wire.EventList
+	_, err := c.do(ctx, http.MethodGet, "/v1/flows/"+url.PathEscape(id)+"/events?after="+strconv.Itoa(after), nil, &out)
 	return &out, err
 }

@@ -317,3 +317,40 @@ type EnrollToken struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	Receipt   Receipt   `json:"receipt"`
 }
+
+// Flow is the flow resource (GET /v1/flows/{id}, and what submit and cancel answer). Steps maps
+// each step's name to where it stands: a step not started yet is "waiting" with no job, one that
+// will never run "skipped", and a started one has its job's id and status.
+type Flow struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Name   string `json:"name"`
+	// Status is running, then once succeeded, failed or cancelled; FailedStep names the step
+	// whose failure failed it.
+	Status        string              `json:"status"`
+	FailedStep    string              `json:"failed_step,omitempty"`
+	YAMLSHA256    string              `json:"yaml_sha256"`
+	YAMLBytes     int                 `json:"yaml_bytes"`
+	Steps         map[string]FlowStep `json:"steps"`
+	CreatedAt     time.Time           `json:"created_at"`
+	UpdatedAt     time.Time           `json:"updated_at"`
+	EndedAt       *time.Time          `json:"ended_at"`
+	Receipt       *Receipt            `json:"receipt,omitempty"`
+	IdempotentHit *bool               `json:"idempotent_hit,omitempty"`
+}
+
+// FlowStep is one step of a flow resource.
+type FlowStep struct {
+	JobID             string   `json:"job_id,omitempty"`
+	Status            string   `json:"status"`
+	Queue             string   `json:"queue"`
+	Type              string   `json:"type"`
+	Needs             []string `json:"needs"`
+	ContinueOnFailure bool     `json:"continue_on_failure,omitempty"`
+}
+
+// FlowList is one page of GET /v1/flows, newest first; NextCursor is empty on the last page.
+type FlowList struct {
+	Flows      []Flow `json:"flows"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}

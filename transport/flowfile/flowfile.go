@@ -1,0 +1,339 @@
+// Package flowfile reads a flow file (DESIGN §9): YAML whose one top-level key is `flow`,
+//
+//	flow:
+//	  name: nightly            # optional; the submit's name wins
+//	  defaults: {queue: demo, max_attempts: 3}
+//	  steps:
+//	    fetch:  {type: fetch, payload: {url: "..."}}
+//	    train:  {type: train, needs: [fetch]}
+//
+// into the steps a tenant checks (actors.FlowStepSpec). The schema is strict: an unknown key is
+// refused with its path and line, as are the keys `flows` and `discovery`, which other tools
+// put in such files and which mean nothing here. What makes a flow valid beyond its shape
+// (needs that exist and form no cycle, each step a valid job) is the tenant's to check.
+package flowfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tetherhq/tether/actors"
+)
+
+// BytesMaxDefault caps a flow file unless the server is told otherwise.
+const BytesMaxDefault = 262_144
+
+// Error is a flow file that cannot be read: Path names the key ("flow.steps.train.needs"),
+// Line and Column where it is (1-based; 0 if unknown).
+type Error struct {
+	Path    string
+	Line    int
+	Column  int
+	Message string
+}
+
+func (e *Error) Error() string {
+	where := e.Path
+	if e.Line > 0 {
+		where = fmt.Sprintf("%s (line %d, column %d)", e.Path, e.Line, e.Column)
+	}
+	if where == "" {
+		return e.Message
+	}
+	return where + ": " + e.Message
+}
+
+// File is a flow file read.
+type File struct {
+	Name  string // flow.name, if the file has one
+	Steps []actors.FlowStepSpec
+}
+
+// forbidden are top-level keys other workflow tools use, refused by name so that a file meant
+// for one of them fails clearly here.
+var forbidden = map[string]string{
+	"flows":     `a file holds one flow, under "flow"`,
+	"discovery": "tether does not discover steps; list them under flow.steps",
+}
+
+// Parse reads a flow file.
+func Parse(data []byte) (File, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return File{}, &Error{Message: `the file is empty; it needs a top-level "flow" key`}
+	} else if err != nil {
+		return File{}, yamlError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return File{}, &Error{Line: extra.Line, Column: extra.Column, Message: "the file holds more than one YAML document"}
+	}
+	if len(doc.Content) == 0 {
+		return File{}, &Error{Message: `the file is empty; it needs a top-level "flow" key`}
+	}
+	top := doc.Content[0]
+	var flow *yaml.Node
+	err := fields(top, "", func(key string, k, v *yaml.Node) error {
+		if why, ok := forbidden[key]; ok {
+			return at(k, key, "the key %q is not allowed: %s", key, why)
+		}
+		if key != "flow" {
+			return at(k, key, `unknown key %q; the file's one top-level key is "flow"`, key)
+		}
+		flow = v
+		return nil
+	})
+	if err != nil {
+		return File{}, err
+	}
+	if flow == nil {
+		return File{}, at(top, "", `the file has no top-level "flow" key`)
+	}
+	var f File
+	var defaults stepFields
+	var steps *yaml.Node
+	err = fields(flow, "flow", func(key string, k, v *yaml.Node) error {
+		switch key {
+		case "name":
+			return scalar(v, "flow.name", &f.Name)
+		case "defaults":
+			return defaults.read(v, "flow.defaults", false)
+		case "steps":
+			steps = v
+			return nil
+		}
+		return at(k, "flow."+key, "unknown key %q; flow takes name, defaults and steps", key)
+	})
+	if err != nil {
+		return File{}, err
+	}
+	if steps == nil {
+		return File{}, at(flow, "flow", `the flow has no "steps"`)
+	}
+	err = fields(steps, "flow.steps", func(name string, k, v *yaml.Node) error {
+		path := "flow.steps." + name
+		if len(f.Steps) >= actors.FlowStepsMax {
+			return at(k, path, "a flow has at most %d steps", actors.FlowStepsMax)
+		}
+		s := defaults.clone()
+		if err := s.read(v, path, true); err != nil {
+			return err
+		}
+		spec, err := s.spec(name)
+		if err != nil {
+			return at(v, path, "%v", err)
+		}
+		f.Steps = append(f.Steps, spec)
+		return nil
+	})
+	if err != nil {
+		return File{}, err
+	}
+	if len(f.Steps) == 0 {
+		return File{}, at(steps, "flow.steps", "the flow has no steps")
+	}
+	return f, nil
+}
+
+// stepFields are a step's keys (or the defaults'), as read so far.
+type stepFields struct {
+	queue, typ        string
+	payload           json.RawMessage
+	priority          int
+	maxAttempts       int
+	leaseTTL          float64
+	labels            map[string]string
+	needs             []string
+	continueOnFailure bool
+}
+
+func (s stepFields) clone() stepFields {
+	c := s
+	c.labels = nil
+	if s.labels != nil {
+		c.labels = make(map[string]string, len(s.labels))
+		for k, v := range s.labels {
+			c.labels[k] = v
+		}
+	}
+	return c
+}
+
+// read takes the keys of a step's mapping (or the defaults', which take no needs, payload or
+// continue_on_failure). A step's labels add to the defaults'.
+func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" && step {
+		return nil // "report:" alone: a step with the defaults only
+	}
+	return fields(n, path, func(key string, k, v *yaml.Node) error {
+		p := path + "." + key
+		switch key {
+		case "queue":
+			return scalar(v, p, &s.queue)
+		case "type":
+			return scalar(v, p, &s.typ)
+		case "priority":
+			return scalar(v, p, &s.priority)
+		case "max_attempts":
+			return scalar(v, p, &s.maxAttempts)
+		case "lease_ttl_seconds":
+			return scalar(v, p, &s.leaseTTL)
+		case "labels":
+			var l map[string]string
+			if err := v.Decode(&l); err != nil {
+				return at(v, p, "labels are a mapping of strings to strings")
+			}
+			if s.labels == nil {
+				s.labels = map[string]string{}
+			}
+			for k, val := range l {
+				s.labels[k] = val
+			}
+			return nil
+		}
+		if !step {
+			return at(k, p, "unknown key %q; defaults take queue, type, priority, max_attempts, lease_ttl_seconds and labels", key)
+		}
+		switch key {
+		case "payload":
+			var x any
+			if err := v.Decode(&x); err != nil {
+				return at(v, p, "%v", err)
+			}
+			b, err := json.Marshal(x)
+			if err != nil {
+				return at(v, p, "the payload must be JSON-shaped (string keys only): %v", err)
+			}
+			s.payload = b
+			return nil
+		case "needs":
+			if v.Kind != yaml.SequenceNode {
+				return at(v, p, "needs is a list of step names, as in needs: [fetch]")
+			}
+			s.needs = nil
+			for _, item := range v.Content {
+				var n string
+				if err := scalar(item, p, &n); err != nil {
+					return err
+				}
+				s.needs = append(s.needs, n)
+			}
+			return nil
+		case "continue_on_failure":
+			return scalar(v, p, &s.continueOnFailure)
+		}
+		return at(k, p, "unknown key %q; a step takes queue, type, payload, priority, max_attempts, lease_ttl_seconds, labels, needs and continue_on_failure", key)
+	})
+}
+
+// spec is the step as a job; its type is its name unless set.
+func (s stepFields) spec(name string) (actors.FlowStepSpec, error) {
+	typ := s.typ
+	if typ == "" {
+		typ = name
+	}
+	if s.leaseTTL < 0 || s.leaseTTL > actors.LeaseTTLMax.Seconds() || math.IsNaN(s.leaseTTL) {
+		return actors.FlowStepSpec{}, fmt.Errorf("lease_ttl_seconds %v is outside %v..%v", s.leaseTTL, actors.LeaseTTLMin.Seconds(), actors.LeaseTTLMax.Seconds())
+	}
+	return actors.FlowStepSpec{
+		Name: name,
+		Job: actors.JobSpec{
+			Queue: s.queue, Type: typ, Payload: s.payload, Priority: s.priority, MaxAttempts: s.maxAttempts,
+			LeaseTTL: time.Duration(s.leaseTTL * float64(time.Second)), Labels: s.labels,
+		},
+		Needs: s.needs, ContinueOnFailure: s.continueOnFailure,
+	}, nil
+}
+
+// fields calls fn for each key of a mapping, in the file's order, and refuses a key given twice.
+func fields(n *yaml.Node, path string, fn func(key string, k, v *yaml.Node) error) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		what := path
+		if what == "" {
+			what = "the file"
+		}
+		return at(n, path, "%s must be a mapping of keys to values", what)
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return at(k, path, "a key must be a plain name")
+		}
+		key := k.Value
+		if k.Tag == "!!merge" {
+			return at(k, path, "merge keys (<<) are not supported; write the keys out")
+		}
+		if seen[key] {
+			return at(k, join(path, key), "the key %q is given twice", key)
+		}
+		seen[key] = true
+		if err := fn(key, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// scalar decodes a scalar into v, with an error that names what was expected.
+func scalar[T any](n *yaml.Node, path string, v *T) error {
+	if n.Kind != yaml.ScalarNode {
+		return at(n, path, "must be a single %s", kindOf(v))
+	}
+	if err := n.Decode(v); err != nil {
+		return at(n, path, "must be %s, not %q", kindOf(v), n.Value)
+	}
+	return nil
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case *string:
+		return "a string"
+	case *int:
+		return "a whole number"
+	case *float64:
+		return "a number"
+	case *bool:
+		return "true or false"
+	}
+	return "a value"
+}
+
+func at(n *yaml.Node, path, format string, args ...any) *Error {
+	return &Error{Path: path, Line: n.Line, Column: n.Column, Message: fmt.Sprintf(format, args...)}
+}
+
+// yamlError turns the YAML library's error into an Error with the line it names.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	msg := err.Error()
+	if errors.As(err, &te) {
+		msg = strings.Join(te.Errors, "; ")
+	}
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	line := 0
+	if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
+		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
+	}
+	return &Error{Line: line, Message: "not valid YAML: " + msg}
+}

@@ -1,0 +1,88 @@
+package flowfile_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/transport/flowfile"
+)
+
+const diamond = `
+flow:
+  defaults: {queue: demo, max_attempts: 3, labels: {team: ml}}
+  steps:
+    fetch:  {type: fetch, payload: {url: "https://example.com/data.csv"}}
+    train:  {type: train, needs: [fetch], lease_ttl_seconds: 60, labels: {gpu: "1"}}
+    eval:   {needs: [fetch], queue: cpu}
+    report: {type: report, needs: [train, eval], continue_on_failure: true}
+`
+
+func TestParse(t *testing.T) {
+	f, err := flowfile.Parse([]byte(diamond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Steps) != 4 {
+		t.Fatalf("%d steps", len(f.Steps))
+	}
+	byName := map[string]int{}
+	for i, s := range f.Steps {
+		byName[s.Name] = i
+	}
+	fetch, train, eval, report := f.Steps[byName["fetch"]], f.Steps[byName["train"]], f.Steps[byName["eval"]], f.Steps[byName["report"]]
+	switch {
+	case string(fetch.Job.Payload) != `{"url":"https://example.com/data.csv"}` || fetch.Job.Queue != "demo" || fetch.Job.MaxAttempts != 3:
+		t.Fatalf("fetch %+v", fetch)
+	case train.Job.LeaseTTL != time.Minute || train.Job.Labels["team"] != "ml" || train.Job.Labels["gpu"] != "1" || train.Needs[0] != "fetch":
+		t.Fatalf("train %+v", train)
+	case eval.Job.Type != "eval" || eval.Job.Queue != "cpu":
+		t.Fatalf("eval takes its name as its type and its own queue: %+v", eval)
+	case !report.ContinueOnFailure || len(report.Needs) != 2:
+		t.Fatalf("report %+v", report)
+	case fetch.Job.Labels["gpu"] != "":
+		t.Fatal("a step's labels leaked into another's")
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct{ name, file, path, want string }{
+		{"not yaml", "flow: [", "", "not valid YAML"},
+		{"empty", "", "", "empty"},
+		{"flows", "flows: {}\n", "flows", `"flows" is not allowed`},
+		{"discovery", "flow: {steps: {a: {}}}\ndiscovery: x\n", "discovery", `"discovery" is not allowed`},
+		{"other top key", "job: {}\n", "job", "unknown key"},
+		{"no flow", "# nothing\n{}\n", "", `no top-level "flow"`},
+		{"unknown flow key", "flow:\n  stepz: {}\n", "flow.stepz", "unknown key"},
+		{"unknown step key", "flow:\n  steps:\n    a: {queue: q, neds: [b]}\n", "flow.steps.a.neds", `unknown key "neds"`},
+		{"defaults take no needs", "flow:\n  defaults: {needs: [a]}\n  steps: {a: {queue: q}}\n", "flow.defaults.needs", "unknown key"},
+		{"duplicate step", "flow:\n  steps:\n    a: {queue: q}\n    a: {queue: r}\n", "flow.steps.a", "given twice"},
+		{"needs not a list", "flow:\n  steps:\n    a: {queue: q, needs: b}\n", "flow.steps.a.needs", "list of step names"},
+		{"bad number", "flow:\n  steps:\n    a: {queue: q, priority: high}\n", "flow.steps.a.priority", "whole number"},
+		{"no steps", "flow:\n  name: x\n", "flow", `no "steps"`},
+		{"two documents", "flow: {steps: {a: {}}}\n---\nflow: {}\n", "", "more than one YAML document"},
+	} {
+		_, err := flowfile.Parse([]byte(c.file))
+		var fe *flowfile.Error
+		if !errors.As(err, &fe) || fe.Path != c.path || !strings.Contains(fe.Message, c.want) {
+			t.Errorf("%s: got %#v, want path %q and %q", c.name, err, c.path, c.want)
+		}
+	}
+	_, err := flowfile.Parse([]byte("flow:\n  steps:\n    a: {queue: q, neds: [b]}\n"))
+	if fe := err.(*flowfile.Error); fe.Line != 3 || !strings.Contains(fe.Error(), "line 3") {
+		t.Errorf("line of an unknown key: %v", err)
+	}
+}
+
+func TestManyStepsAreRefused(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("flow:\n  steps:\n")
+	for i := range 101 {
+		b.WriteString("    s" + strings.Repeat("x", i) + ": {queue: q}\n")
+	}
+	_, err := flowfile.Parse([]byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "at most 100 steps") {
+		t.Fatalf("101 steps: %v", err)
+	}
+}
