@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,5 +219,48 @@ func TestJobCancelAll(t *testing.T) {
 	}
 	if _, stderr, code := run("cancel-all", "--created-before", "yesterday"); code != 2 || !strings.Contains(stderr, "created-before") {
 		t.Fatalf("a bad time: exit %d\n%s", code, stderr)
+	}
+}
+
+// `flow submit|get|ls|cancel` drive a flow; a bad file fails with the server's code and place,
+// a missing file or argument with usage.
+func TestFlowCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	dir := t.TempDir()
+	run := func(args ...string) (string, string, int) {
+		return tether(t, nil, append(append([]string{"flow"}, args...), "--server", s.url)...)
+	}
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(good, []byte("flow:\n  defaults: {queue: nobody-serves}\n  steps: {a: {}, b: {needs: [a]}}\n"), 0o644)
+	_ = os.WriteFile(bad, []byte("flow:\n  steps:\n    a: {queue: q, neds: [b]}\n"), 0o644)
+	out, stderr, code := run("submit", good, "--name", "n1", "--json")
+	var f struct{ ID, Status string }
+	if code != 0 || json.Unmarshal([]byte(out), &f) != nil || f.Status != "running" {
+		t.Fatalf("submit: exit %d\n%s%s", code, out, stderr)
+	}
+	out, _, _ = run("get", f.ID)
+	mustContain(t, "flow get", out, "n1", "running", "a ", "queued", "b ", "waiting")
+	out, _, _ = run("ls")
+	mustContain(t, "flow ls", out, f.ID, "0/2 succeeded")
+	if out, stderr, code := run("cancel", f.ID); code != 0 || !strings.Contains(out, "cancelled") {
+		t.Fatalf("cancel: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, stderr, code := run("cancel", f.ID); code != 1 || !strings.Contains(stderr, "FLOW_ENDED") {
+		t.Fatalf("cancel again: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("submit", bad, "--name", "n2"); code != 1 || !strings.Contains(stderr, "INVALID_FLOW") || !strings.Contains(stderr, "line 3") {
+		t.Fatalf("a bad file: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("submit", filepath.Join(dir, "missing.yaml")); code != 1 || !strings.Contains(stderr, "no such file") {
+		t.Fatalf("a missing file: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("submit"); code != 2 || !strings.Contains(stderr, "usage") {
+		t.Fatalf("no file: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("get", "01JNOSUCHFLOW"); code != 1 || !strings.Contains(stderr, "FLOW_NOT_FOUND") {
+		t.Fatalf("an unknown flow: exit %d\n%s", code, stderr)
 	}
 }

@@ -550,7 +550,7 @@ func summarize(e wire.Event) string {
 	var d map[string]any
 	_ = json.Unmarshal(e.Data, &d)
 	var parts []string
-	for _, k := range []string{"event_type", "data", "worker_id", "attempt", "error_code", "message", "reason", "run_at", "output"} {
+	for _, k := range []string{"event_type", "data", "worker_id", "attempt", "error_code", "message", "status", "step", "reason", "run_at", "output"} {
 		if v, ok := d[k]; ok {
 			b, _ := json.Marshal(v)
 			parts = append(parts, k+"="+string(b))

@@ -27,6 +27,7 @@ var commands = []struct {
 	{"worker", "run a command for every job (also: worker register, worker keygen)", runWorker},
 	{"job", "submit, get, ls, cancel, retry, watch jobs", runJob},
 	{"queue", "list queues; pause and resume one", runQueue},
+	{"flow", "submit, get, ls, watch, cancel flows (YAML DAGs of jobs)", runFlow},
 	{"admin", "API keys, enroll tokens, quotas", runAdmin},
 	{"bench", "load-generate against a running server", runBench},
 	{"replay", "audit a stopped server's data dir: verify, history, state, export, receipt", runReplay},

@@ -132,3 +132,26 @@ func TestReadmeTokenAuth(t *testing.T) {
 		t.Fatalf("the admin token's file: %v %v", fi, err)
 	}
 }
+
+// The README's flow example works verbatim against `make run`, in a directory of its own (it
+// writes flow.yaml there) that has bin/tether.
+func TestReadmeFlow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs make and the binary")
+	}
+	root, _ := filepath.Abs("../..")
+	addr := freeAddr(t)
+	server := exec.Command("make", "run", "DATA="+t.TempDir(), "ADDR="+addr)
+	server.Dir = root
+	startReady(t, server)
+	cwd := t.TempDir()
+	if err := os.Mkdir(filepath.Join(cwd, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "bin", "tether"), filepath.Join(cwd, "bin", "tether")); err != nil {
+		t.Fatal(err)
+	}
+	out := runBlock(t, cwd, []string{"TETHER_SERVER=http://" + addr, "XDG_STATE_HOME=" + t.TempDir()}, readmeBlock(t, "flow"))
+	t.Logf("flow output:\n%s", out)
+	mustContain(t, "the flow example's output", out, "flow.submitted", "report", `"needs"`, "flow.ended", "done: succeeded")
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/flowfile"
 )
 
 // serverProcs is the GOMAXPROCS the server sets, 0 for none: the flag's value if given; else,
@@ -75,6 +76,7 @@ func runServer(args []string) error {
 	archiveAfter := fs.Duration("archive-after", 24*time.Hour, "how old a record must be before it moves from the hot log into a sealed archive segment (it must also be covered by a checkpoint); 0: never")
 	archiveDir := fs.String("archive-dir", "", "where archive segments go; empty: DATA/archive")
 	archiveKeep := fs.Duration("archive-keep", 0, "delete archive segments whose last record is older than this; 0: keep them for ever")
+	flowBytes := fs.Int("flow-bytes-max", flowfile.BytesMaxDefault, "the largest flow file POST /v1/flows takes, in bytes")
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags
 	lf.register(fs)
@@ -141,7 +143,10 @@ func runServer(args []string) error {
 		}
 		log.Info("the admin token is in a file", zap.String("path", path))
 	}
-	api, err := transport.NewServer(transport.Config{Auth: mode, AdminToken: *adminToken, MetricsToken: *metricsToken, Logger: log})
+	if *flowBytes < 1 {
+		return badFlagf(fs, "--flow-bytes-max %d: a flow file may hold at least 1 byte", *flowBytes)
+	}
+	api, err := transport.NewServer(transport.Config{Auth: mode, AdminToken: *adminToken, MetricsToken: *metricsToken, Logger: log, FlowBytesMax: *flowBytes})
 	if err != nil {
 		return err
 	}

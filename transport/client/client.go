@@ -239,9 +239,19 @@ func (c *Client) Events(ctx context.Context, id string, after int) (*wire.EventL
 // Watch streams a job's events after number after to fn until the job is terminal, and
 // returns its final status. A broken stream is resumed with Last-Event-ID: no gap, no repeat.
 func (c *Client) Watch(ctx context.Context, id string, after int, fn func(wire.Event) error) (string, error) {
+	return c.watch(ctx, "/v1/jobs/"+url.PathEscape(id)+"/events", after, fn)
+}
+
+// WatchFlow is Watch for a flow: its events and its steps' jobs' lifecycle events, until the
+// flow has ended and its steps' jobs have finished.
+func (c *Client) WatchFlow(ctx context.Context, id string, after int, fn func(wire.Event) error) (string, error) {
+	return c.watch(ctx, "/v1/flows/"+url.PathEscape(id)+"/events", after, fn)
+}
+
+func (c *Client) watch(ctx context.Context, path string, after int, fn func(wire.Event) error) (string, error) {
 	failures := 0
 	for {
-		status, last, err := c.watchOnce(ctx, id, after, fn)
+		status, last, err := c.watchOnce(ctx, path, after, fn)
 		if err == nil {
 			return status, nil
 		}
@@ -266,8 +276,8 @@ func (c *Client) Watch(ctx context.Context, id string, after int, fn func(wire.E
 
 var errCallback = errors.New("watch callback failed")
 
-func (c *Client) watchOnce(ctx context.Context, id string, after int, fn func(wire.Event) error) (status string, last int, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/jobs/"+url.PathEscape(id)+"/events", nil)
+func (c *Client) watchOnce(ctx context.Context, path string, after int, fn func(wire.Event) error) (status string, last int, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return "", after, err
 	}
