@@ -16,6 +16,7 @@ type client struct {
 	jobs         []string          // jobs it was told were accepted
 	keys         map[string]string // idempotency key → the job it names
 	reservations []string
+	flows        []string // flows it was told were accepted
 	n            int
 }
 
@@ -43,6 +44,14 @@ func (c *client) act() {
 	}
 	if s.queueRand.IntN(100) < 3 {
 		c.pauseQueue()
+		return
+	}
+	switch r := s.flowRand.IntN(100); {
+	case r < 6:
+		c.submitFlow()
+		return
+	case r < 7:
+		c.cancelFlow()
 		return
 	}
 	switch r := s.workload.IntN(100); {

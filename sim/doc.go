@@ -17,7 +17,10 @@
 //   - clients of two or three tenants that submit (with and without idempotency keys, in
 //     batches, with reservations), cancel (their jobs and other tenants'), reserve, release,
 //     re-drive, list, set quotas, and pause and resume their queues (heal resumes them all; a
-//     lease decided after a pause, before its resume, breaks "pause");
+//     lease decided after a pause, before its resume, breaks "pause"); they also submit flows of
+//     2..5 steps with random needs, some tolerating failure, and cancel some (flows.go: a step
+//     started before each step it needs succeeded breaks "flow_order", a flow that ends twice or
+//     not as its steps say "flow_end", and after heal every flow must end);
 //   - workers, some with Ed25519 keys, that speak the worker protocol: every frame goes through
 //     the JSON encoding of wire.Frame, and the server side turns frames into commands with
 //     transport/protocol, as the WebSocket and long-poll handlers do. A WebSocket worker grants

@@ -123,6 +123,15 @@ func (s *Sim) checkReply(party string, msg, reply any) {
 			}
 		}
 		receipt(r.Receipt)
+	case actors.FlowAccepted:
+		if r.Err != nil {
+			return
+		}
+		if f, ok := v.set.Flow(r.FlowID); !ok || f.Tenant != msg.(actors.SubmitFlow).Tenant {
+			s.fail("durability", "%s was told flow %s is accepted before it was durable", party, r.FlowID)
+			return
+		}
+		receipt(r.Receipt)
 	case actors.Done:
 		if r.Err == nil {
 			receipt(r.Receipt)

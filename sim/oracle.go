@@ -24,6 +24,7 @@ type oracle struct {
 	idem         map[string]idemUse
 	// paused holds the paused queues (tenant + "/" + queue) and when each pause was decided.
 	paused   map[string]decision
+	flows    map[string]*oflow
 	lastTime time.Time
 }
 
@@ -93,7 +94,7 @@ const IdempotencyTTL = 24 * time.Hour
 
 func newOracle(s *Sim) *oracle {
 	return &oracle{s: s, jobs: map[string]*ojob{}, tenants: map[string]*otenant{}, workers: map[string]oworker{},
-		reservations: map[string]string{}, idem: map[string]idemUse{}, paused: map[string]decision{}}
+		reservations: map[string]string{}, idem: map[string]idemUse{}, paused: map[string]decision{}, flows: map[string]*oflow{}}
 }
 
 func (o *oracle) tenant(name string) *otenant {
@@ -131,7 +132,15 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 			}
 			o.idem[k] = idemUse{jobID: e.JobID, at: at}
 		}
-		if e.ReservationID == "" && t.maxActive > 0 && t.active+t.reservations > t.maxActive {
+		laterStep := false
+		if e.FlowID != "" {
+			o.stepSubmitted(seq, e)
+			if f := o.flows[e.FlowID]; f != nil && len(f.steps[e.FlowStep].Needs) > 0 {
+				laterStep = true // a flow's later steps are not held to max_active
+				o.s.probe(ProbeFlowAdvanced)
+			}
+		}
+		if e.ReservationID == "" && !laterStep && t.maxActive > 0 && t.active+t.reservations > t.maxActive {
 			o.fail("quota", "tenant %s holds %d active jobs and %d reservations, over max_active %d (seq %d)", e.Tenant, t.active, t.reservations, t.maxActive, seq)
 		}
 	case eventlog.JobScheduled:
@@ -268,6 +277,8 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		o.endReservation(seq, e.Tenant, e.ReservationID, "expired")
 	case eventlog.JobExpired:
 		o.expired(seq, e, decidedAt, clock)
+	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded:
+		o.flow(seq, at, p)
 	}
 }
 
@@ -520,7 +531,7 @@ func (o *oracle) unsettled() string {
 			return fmt.Sprintf("reservation %s never ended", id)
 		}
 	}
-	return ""
+	return o.unsettledFlow()
 }
 
 func (o *oracle) outcomes() map[string]int {

@@ -92,6 +92,8 @@ const (
 	ProbeArchiveFault
 	ProbeCrashMidArchive
 	ProbeQueuePaused
+	ProbeFlowAdvanced
+	ProbeFlowFailed
 	probeCount
 )
 
@@ -99,7 +101,7 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"quota_full", "lease_expired_worker_alive", "cancel_while_leased", "nonce_replay_rejected", "recovery_crash",
 	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
 	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed",
-	"archived", "archive_fault", "crash_mid_archive", "queue_paused"}
+	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed"}
 
 func (p Probe) String() string { return probeNames[p] }
 
@@ -230,8 +232,9 @@ type Sim struct {
 	// result TTLs, deletes and purges, apart from the rest of the workload.
 	retention     projections.Retention
 	retentionRand *rand.Rand
-	// queueRand draws the clients' queue pauses and resumes.
+	// queueRand draws the clients' queue pauses and resumes; flowRand their flows.
 	queueRand *rand.Rand
+	flowRand  *rand.Rand
 
 	result    Result
 	violation *Violation
@@ -271,6 +274,7 @@ func newSim(cfg Config) *Sim {
 	r := stream(cfg.Seed, "retention")
 	s.retentionRand = r
 	s.queueRand = stream(cfg.Seed, "queues")
+	s.flowRand = stream(cfg.Seed, "flows")
 	s.retention = projections.Retention{
 		Done: time.Duration(10+r.IntN(110)) * time.Second, Dead: time.Duration(20+r.IntN(280)) * time.Second, MaxDead: 1 + r.IntN(4),
 	}
