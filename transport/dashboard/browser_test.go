@@ -150,6 +150,35 @@ func TestDashboardInChromium(t *testing.T) {
 	browser.WaitFor("the purge's answer", `document.getElementById("toast").textContent === "Purged 0 dead letters"`)
 	noConsoleErrors(t, browser)
 
+	// A flow is listed and drawn as its graph, each step with its status; its cancel button
+	// cancels it, and the graph follows.
+	flow, err := acme.SubmitFlow(ctx, "diamond", []byte("flow:\n  defaults: {queue: nobody}\n  steps: {a: {}, b: {needs: [a]}, c: {needs: [a]}, d: {needs: [b, c]}}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	browser.Click(`nav a[data-nav=flows]`)
+	browser.WaitFor("the flow in the list", query(fmt.Sprintf(`[data-flow=%q] [data-status=running]`, flow.ID)))
+	browser.Click(fmt.Sprintf(`[data-flow=%q] a`, flow.ID))
+	browser.WaitFor("the graph", `document.querySelectorAll("[data-test=flow-graph] [data-step]").length === 4`)
+	var drawn struct {
+		Edges  int               `json:"edges"`
+		Status map[string]string `json:"status"`
+		Order  bool              `json:"order"`
+	}
+	browser.Eval(&drawn, `const at = (s) => document.querySelector("[data-step=" + s + "]").transform.baseVal[0].matrix.e;
+		return {edges: document.querySelectorAll("[data-test=flow-graph] [data-edge]").length,
+		status: Object.fromEntries([...document.querySelectorAll("[data-step]")].map(n => [n.dataset.step, n.dataset.status])),
+		order: at("a") < at("b") && at("b") === at("c") && at("c") < at("d")}`)
+	if drawn.Edges != 4 || !drawn.Order || drawn.Status["a"] != "queued" || drawn.Status["d"] != "waiting" {
+		t.Fatalf("the graph: %+v, want 4 edges, a before b and c before d, a queued and d waiting", drawn)
+	}
+	browser.Click("[data-action=cancel-flow]")
+	browser.WaitFor("the steps shown cancelled and skipped", `document.querySelector("[data-step=a][data-status=cancelled]") && document.querySelector("[data-step=d][data-status=skipped]")`)
+	if f, err := acme.Flow(ctx, flow.ID); err != nil || f.Status != "cancelled" {
+		t.Fatalf("after the cancel button: %+v %v", f, err)
+	}
+	noConsoleErrors(t, browser)
+
 	// On a phone, tables stack into cards and nothing scrolls sideways.
 	phone := testtool.NewBrowser(t, 390, 844, 20*time.Second)
 	phone.Go(url + "/")

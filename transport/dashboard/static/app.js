@@ -1,5 +1,5 @@
 // tether's dashboard: a client of the public /v1 API, nothing more. Routes live in the URL's
-// hash (#/, #/jobs?…, #/jobs/<id>, #/dead), so the server serves one page.
+// hash (#/, #/jobs?…, #/jobs/<id>, #/dead, #/flows, #/flows/<id>), so the server serves one page.
 "use strict";
 
 const KEY = "tether.apiKey";
@@ -155,6 +155,8 @@ function route() {
   else if (path === "/jobs") { name = "jobs"; render = () => jobs(params); }
   else if (path === "/dead") { name = "dead"; render = () => deadLetters(); }
   else if (path.startsWith("/jobs/")) { name = "jobs"; render = () => jobPage(decodeURIComponent(path.slice(6))); }
+  else if (path === "/flows") { name = "flows"; render = () => flowsPage(); }
+  else if (path.startsWith("/flows/")) { name = "flows"; render = () => flowPage(decodeURIComponent(path.slice(7))); }
   else render = () => { main().replaceChildren(h("h1", {}, "Not found")); return null; };
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === name);
   view = startView(render);
@@ -498,6 +500,136 @@ function jobPage(id) {
     }
   })();
   return { refresh, stream: controller };
+}
+
+// ---- Flows: a list, and each flow drawn as its graph of steps, live. ----
+
+function flowsPage() {
+  const list = h("section", { class: "card", "data-test": "flows" });
+  main().replaceChildren(h("h1", {}, "Flows"), list);
+  return {
+    async refresh() {
+      const page = await api(`/v1/flows?limit=${PAGE}`);
+      list.replaceChildren(table("flows", [["Flow"], ["Name"], ["Status"], ["Steps", "num"], ["Created"]],
+        page.flows.map((f) => {
+          const steps = Object.values(f.steps);
+          const done = steps.filter((s) => s.status === "succeeded").length;
+          return h("tr", { "data-flow": f.id },
+            cell("Flow", h("a", { href: `#/flows/${encodeURIComponent(f.id)}`, class: "mono" }, f.id)),
+            cell("Name", f.name),
+            cell("Status", badge(f.status)),
+            cell("Steps", `${done}/${steps.length}`, "num"),
+            cell("Created", ago(f.created_at)));
+        }),
+        "No flows yet: POST a flow file to /v1/flows, or run tether flow submit."));
+    },
+  };
+}
+
+// layers places each step in the column after the deepest step it needs.
+function layers(steps) {
+  const depth = {};
+  const visit = (name, seen) => {
+    if (depth[name] !== undefined) return depth[name];
+    if (seen.has(name)) return 0; // not a DAG: cannot come from the server
+    seen.add(name);
+    const needs = (steps[name] || {}).needs || [];
+    depth[name] = needs.length ? 1 + Math.max(...needs.map((n) => visit(n, seen))) : 0;
+    return depth[name];
+  };
+  const cols = [];
+  for (const name of Object.keys(steps).sort()) {
+    const d = visit(name, new Set());
+    (cols[d] = cols[d] || []).push(name);
+  }
+  return cols.map((c) => c || []);
+}
+
+const NODE_W = 150, NODE_H = 44, GAP_X = 60, GAP_Y = 18;
+
+// flowGraph draws a flow's steps as an SVG: a box per step, coloured by its status, and an
+// arrow from each step to the steps that need it.
+function flowGraph(f) {
+  const cols = layers(f.steps);
+  const rows = Math.max(1, ...cols.map((c) => c.length));
+  const width = cols.length * (NODE_W + GAP_X) - GAP_X + 20, height = rows * (NODE_H + GAP_Y) - GAP_Y + 20;
+  const at = {};
+  cols.forEach((names, i) => names.forEach((name, j) => {
+    at[name] = { x: 10 + i * (NODE_W + GAP_X), y: 10 + j * (NODE_H + GAP_Y) + ((rows - names.length) * (NODE_H + GAP_Y)) / 2 };
+  }));
+  const g = svg("svg", { class: "flow-graph", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "data-test": "flow-graph" });
+  const defs = svg("defs", {});
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 8, markerHeight: 8, orient: "auto-start-reverse" });
+  marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }));
+  defs.append(marker);
+  g.append(defs);
+  for (const [name, s] of Object.entries(f.steps)) {
+    for (const need of s.needs) {
+      const a = at[need], b = at[name];
+      if (!a || !b) continue;
+      const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2, x2 = b.x, y2 = b.y + NODE_H / 2, mx = (x1 + x2) / 2;
+      g.append(svg("path", { d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`, class: "edge", "marker-end": "url(#arrow)", "data-edge": `${need}>${name}` }));
+    }
+  }
+  for (const name of Object.keys(f.steps).sort()) {
+    const s = f.steps[name], p = at[name];
+    const node = svg("g", { class: `node s-${s.status}`, "data-step": name, "data-status": s.status, transform: `translate(${p.x},${p.y})` });
+    const title = svg("title", {});
+    title.textContent = `${name}: ${s.status}${s.job_id ? " (job " + s.job_id + ")" : ""}${s.continue_on_failure ? ", continue_on_failure" : ""}`;
+    const label = svg("text", { x: 10, y: 18, class: "name" });
+    label.textContent = name.length > 18 ? name.slice(0, 17) + "…" : name;
+    const status = svg("text", { x: 10, y: 35, class: "status" });
+    status.textContent = s.status;
+    node.append(title, svg("rect", { width: NODE_W, height: NODE_H, rx: 8 }), label, status);
+    if (s.job_id) {
+      const link = svg("a", { href: `#/jobs/${encodeURIComponent(s.job_id)}` });
+      link.append(node);
+      g.append(link);
+    } else {
+      g.append(node);
+    }
+  }
+  return g;
+}
+
+function flowPage(id) {
+  const facts = h("section", { class: "card", "data-test": "flow" });
+  const actions = h("div", { class: "actions" });
+  const graph = h("section", { class: "card graph" });
+  main().replaceChildren(h("h1", {}, "Flow ", h("span", { class: "mono" }, id)), facts, actions, h("h2", {}, "Steps"), graph);
+  const refresh = async () => {
+    let f;
+    try {
+      f = await api(`/v1/flows/${encodeURIComponent(id)}`);
+    } catch (e) {
+      if (e.status === 404) {
+        facts.replaceChildren(h("div", { class: "empty" }, `No flow ${id} for this key.`));
+        return;
+      }
+      throw e;
+    }
+    facts.replaceChildren(h("dl", { class: "facts" },
+      h("dt", {}, "Name"), h("dd", {}, f.name),
+      h("dt", {}, "Status"), h("dd", {}, badge(f.status), f.failed_step ? ` at step ${f.failed_step}` : ""),
+      h("dt", {}, "File"), h("dd", {}, `${f.yaml_bytes} bytes, sha256 `, h("span", { class: "mono" }, f.yaml_sha256)),
+      h("dt", {}, "Created"), h("dd", {}, new Date(f.created_at).toLocaleString()),
+      f.ended_at ? [h("dt", {}, "Ended"), h("dd", {}, new Date(f.ended_at).toLocaleString())] : null));
+    actions.replaceChildren(f.status === "running"
+      ? h("button", { type: "button", class: "danger", "data-action": "cancel-flow", onclick: async (e) => {
+        e.preventDefault();
+        e.currentTarget.disabled = true;
+        try {
+          await post(`/v1/flows/${encodeURIComponent(id)}/cancel`);
+          toast(`Cancelled flow ${f.name}`);
+        } catch (err) {
+          toast(`${err.code}: ${err.message}`, true);
+        }
+        await refresh();
+      } }, "Cancel flow")
+      : "");
+    graph.replaceChildren(flowGraph(f));
+  };
+  return { refresh };
 }
 
 // readEvents parses a text/event-stream body, calling fn(type, data) per event. It resolves
