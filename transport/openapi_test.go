@@ -105,6 +105,18 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	check("GET", "/v1/queues", "", "")
 	check("POST", "/v1/admin/tenants/default/queues/q/resume", "", "")
 	check("POST", "/v1/queues/q/resume", "", "")
+	resp = check("POST", "/v1/flows?name=f", "", `{"flow":{"defaults":{"queue":"q"},"steps":{"a":{},"b":{"needs":["a"]}}}}`)
+	var flow wire.Flow
+	if err := json.NewDecoder(resp.Body).Decode(&flow); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("flow submit: %d %v", resp.StatusCode, err)
+	}
+	check("POST", "/v1/flows?name=f", "", `{"flow":{"steps":{"a":{"needs":["a"]}}}}`)
+	check("GET", "/v1/flows/"+flow.ID, "", "")
+	check("GET", "/v1/flows?status=running", "", "")
+	check("GET", "/v1/flows/"+flow.ID+"/events", "", "")
+	check("POST", "/v1/flows/"+flow.ID+"/cancel", "", "")
+	check("POST", "/v1/flows/"+flow.ID+"/cancel", "", "") // 409 FLOW_ENDED
+	check("GET", "/v1/flows/01NOSUCHFLOW0000000000000", "", "")
 }
 
 func decode(t *testing.T, resp *http.Response, v any) {
