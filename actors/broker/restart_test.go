@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -270,4 +271,92 @@ func TestLiveEqualsReplayThroughTheRuntime(t *testing.T) {
 		t.Fatal("a retry of no job succeeded")
 	}
 	assertLiveEqualsReplay(t, b, cfg)
+}
+
+// A flow goes on across a crash: a step that ended just before it, whether or not the start of
+// the next step was durable (or decided at all: half the runs have a tenant deaf to step ends),
+// is taken up by the tenant the restart resumes, and no step starts twice.
+func TestFlowGoesOnAcrossACrash(t *testing.T) {
+	t.Parallel()
+	restarted := 0
+	for seed := uint64(1); seed <= 4; seed++ {
+		store := eventlogtest.CrashableMem()
+		cfg := broker.Config{FS: store.FS, Dir: store.Dir}
+		if seed%2 == 0 { // the tenant never hears that a ended, as if the notice died with a crash
+			cfg.Decorate = func(ref actors.Ref, b actors.Behaviour) actors.Behaviour {
+				if ref.Kind == actors.RefTenant {
+					return deaf{b}
+				}
+				return b
+			}
+		}
+		b := open(t, cfg)
+		steps := []actors.FlowStepSpec{
+			{Name: "a", Job: actors.JobSpec{Queue: "q", Type: "a"}},
+			{Name: "b", Job: actors.JobSpec{Queue: "q", Type: "b"}, Needs: []string{"a"}},
+		}
+		id, _, _, err := b.SubmitFlow(ctx(t), actors.SubmitFlow{Tenant: "acme", Name: "f", Steps: steps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := worker(t, b, 1)
+		s.Credit(1)
+		a := next(t, s)
+		if _, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Output: json.RawMessage(`"A"`)}); err != nil {
+			t.Fatal(err)
+		}
+		b.Read(func(s *projections.Set) {
+			if f, _ := s.Flow(id); f.State["b"].JobID == "" {
+				restarted++ // b is not started: the restart must start it
+			}
+		})
+		crashed := store.Crash(50, rand.New(rand.NewPCG(seed, seed)))
+		_ = b.Close()
+
+		b2 := open(t, broker.Config{FS: crashed.FS, Dir: crashed.Dir})
+		s2 := worker(t, b2, 1)
+		s2.Credit(1)
+		bj := next(t, s2)
+		if bj.JobType != "b" || string(bj.Payload) != `{"needs":{"a":"A"}}` {
+			t.Fatalf("seed %d: after the crash, assigned %s with %s", seed, bj.JobType, bj.Payload)
+		}
+		if _, err := b2.Complete(ctx(t), actors.Complete{WorkerID: s2.WorkerID, JobID: bj.JobID, LeaseID: bj.LeaseID, Nonce: bj.Nonce}); err != nil {
+			t.Fatal(err)
+		}
+		var f *projections.Flow
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			b2.Read(func(s *projections.Set) { f, _ = s.Flow(id) })
+			if f.Status != projections.FlowRunning {
+				break
+			}
+			<-b2.Changed()
+		}
+		if f.Status != projections.FlowSucceeded || f.State["b"].JobID != bj.JobID {
+			t.Fatalf("seed %d: flow %s, steps %+v", seed, f.Status, f.State)
+		}
+		jobs := 0
+		b2.Read(func(s *projections.Set) {
+			for _, st := range []projections.Status{projections.StatusSucceeded, projections.StatusQueued} {
+				js, _ := s.List(projections.JobFilter{Tenant: "acme", Status: st, Limit: 10}, time.Now())
+				jobs += len(js)
+			}
+		})
+		if jobs != 2 {
+			t.Fatalf("seed %d: %d jobs, want one per step", seed, jobs)
+		}
+		assertLiveEqualsReplay(t, b2, broker.Config{FS: crashed.FS, Dir: crashed.Dir})
+	}
+	if restarted < 2 {
+		t.Fatalf("b was not started before %d of 4 crashes; the deaf tenant's two at least", restarted)
+	}
+}
+
+// deaf is a tenant that never hears a step end.
+type deaf struct{ actors.Behaviour }
+
+func (d deaf) Receive(env actors.Env, msg any) {
+	if fmt.Sprintf("%T", msg) == "actors.flowStepEnded" {
+		return
+	}
+	d.Behaviour.Receive(env, msg)
 }
