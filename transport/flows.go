@@ -1,13 +1,11 @@
 package transport
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"iter"
 	"math"
@@ -17,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/eventlog"
@@ -324,47 +321,15 @@ func (s *Server) flowEvents(r *request) error {
 		}
 		return r.reply(http.StatusOK, wire.EventList{Events: all})
 	}
-	w, rc := r.w, http.NewResponseController(r.w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	keepAlive := time.NewTicker(KeepAliveInterval)
-	defer keepAlive.Stop()
-	var buf bytes.Buffer
-	for {
-		changed := r.b.Changed() // before reading, so no change between the read and the wait is missed
+	return s.serveStream(r, func() ([]wire.Event, bool, string, error) {
 		evs, live, err := c.next(r.b, r.by.tenant, after)
-		if err != nil {
-			return nil // the log failed: end, the client resumes
-		}
-		if len(evs) > 0 {
-			buf.Reset()
-			for _, e := range evs {
-				data, _ := json.Marshal(e)
-				fmt.Fprintf(&buf, "id: %d\nevent: %s\ndata: %s\n\n", e.Number, e.Type, data)
-			}
-			if !s.flush(rc, w, buf.Bytes()) {
-				return nil
-			}
-			continue
-		}
-		if !live {
+		switch {
+		case err != nil || len(evs) > 0:
+			return evs, true, "", err
+		case !live:
 			f, _ := flowOf(r.b, r.by.tenant, id)
-			s.flush(rc, w, fmt.Appendf(nil, "event: done\ndata: {\"status\":%q}\n\n", f.Status))
-			return nil
+			return nil, false, f.Status, nil
 		}
-		select {
-		case <-changed:
-		case <-keepAlive.C:
-			if !s.flush(rc, w, []byte(": keep-alive\n\n")) {
-				return nil
-			}
-		case <-r.Context().Done():
-			return nil
-		case <-s.shutdown:
-			return nil
-		}
-	}
+		return nil, false, "", nil
+	})
 }

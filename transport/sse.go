@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -105,6 +106,31 @@ func resumeAfter(r *request) (int, error) {
 }
 
 func (s *Server) streamEvents(r *request, c *cursor, after int) error {
+	return s.serveStream(r, func() ([]wire.Event, bool, string, error) {
+		last, status, _ := jobState(r.b, r.by.tenant, c.jobID)
+		if c.seq < last {
+			before := c.seq
+			evs, err := c.next(r.b, after)
+			if err == nil && c.seq == before {
+				err = errStreamBehind
+			}
+			return evs, true, "", err
+		}
+		if status.Terminal() {
+			return nil, false, string(status), nil
+		}
+		return nil, false, "", nil
+	})
+}
+
+// errStreamBehind: the log has not the events the projections say it has (yet).
+var errStreamBehind = errors.New("the log is behind the projections")
+
+// serveStream writes an SSE stream. read returns the next events and more (read again at once),
+// or, with nothing left to send, the status to end the stream with (`event: done`) once it is
+// over; an error ends the stream, and the client resumes. Between reads that find nothing, it
+// waits for the projections to change, sending keep-alives.
+func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more bool, done string, err error)) error {
 	w, rc := r.w, http.NewResponseController(r.w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -116,12 +142,19 @@ func (s *Server) streamEvents(r *request, c *cursor, after int) error {
 	var buf []byte
 	for {
 		changed := r.b.Changed() // before reading, so no change between the read and the wait is missed
-		last, status, _ := jobState(r.b, r.by.tenant, c.jobID)
-		for c.seq < last {
-			before := c.seq
-			evs, err := c.next(r.b, after)
-			if err != nil || c.seq == before {
-				return nil // the log failed, or it is behind the projections: end, the client resumes
+		for more := true; more; {
+			var evs []wire.Event
+			var done string
+			var err error
+			if evs, more, done, err = read(); err != nil {
+				return nil
+			}
+			if done != "" {
+				s.flush(rc, w, fmt.Appendf(nil, "event: done\ndata: {\"status\":%q}\n\n", done))
+				return nil
+			}
+			if len(evs) == 0 {
+				continue
 			}
 			buf = buf[:0]
 			for _, e := range evs {
@@ -131,10 +164,6 @@ func (s *Server) streamEvents(r *request, c *cursor, after int) error {
 			if !s.flush(rc, w, buf) {
 				return nil
 			}
-		}
-		if status.Terminal() {
-			s.flush(rc, w, fmt.Appendf(nil, "event: done\ndata: {\"status\":%q}\n\n", status))
-			return nil
 		}
 		select {
 		case <-changed:
