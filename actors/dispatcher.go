@@ -104,10 +104,12 @@ type (
 		Seq       uint64
 	}
 	// leaseEnded: the job's lease ended durably; Requeue is set when the job waits again.
+	// FlowID and Tenant name the flow the job is a step of, if it is one.
 	leaseEnded struct {
 		JobID, LeaseID string
 		Requeue        *Waiting
 		Seq            uint64
+		FlowID, Tenant string
 	}
 	// leaseEnding: the job's actor has decided the lease's end and handed it to the log, not
 	// yet durably. The worker's slot and the tenant's running count are free at once: whatever
@@ -467,7 +469,7 @@ func (d *Dispatcher) cancel(env Env, m Cancel) {
 			reason = "requested"
 		}
 		d.pipe.persist(env, []eventlog.Payload{eventlog.JobCancelled{JobID: m.JobID, Reason: reason, APIKeyID: m.APIKeyID}},
-			cancelDone{reply: env.Sender(), jobID: m.JobID})
+			cancelDone{reply: env.Sender(), tenant: j.Tenant, flowID: j.FlowID})
 	case j.Status.Terminal() || d.redriving[m.JobID]:
 		env.Send(env.Sender(), Done{Err: reject(CodeAlreadyTerminal, "job %s is %s", j.ID, j.Status)})
 	default: // cancelled or re-queued a moment ago; answer once that is durable
@@ -484,9 +486,10 @@ func cloneIf(j *projections.Job, ok bool) *projections.Job {
 	return j.Clone()
 }
 
+// cancelDone: a waiting job's cancel, of a flow's step if flowID is set.
 type cancelDone struct {
-	reply Ref
-	jobID string
+	reply          Ref
+	tenant, flowID string
 }
 
 type redriveDone struct {
@@ -525,7 +528,7 @@ func (d *Dispatcher) persisted(env Env, m Persisted) {
 	case cancelDone:
 		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 		if err == nil {
-			stepEnded(env, t.jobID)
+			stepEnded(env, t.tenant, t.flowID)
 		}
 	case redriveDone:
 		delete(d.redriving, t.waiting.ID)
@@ -573,7 +576,7 @@ func (d *Dispatcher) pauseQueue(env Env, m PauseQueue) {
 
 func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
 	if m.Requeue == nil { // whether or not the lease is still tracked: telling twice is harmless
-		defer stepEnded(env, m.JobID)
+		defer stepEnded(env, m.Tenant, m.FlowID)
 	}
 	lr, ok := d.leased[m.JobID]
 	switch {
@@ -591,15 +594,9 @@ func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
 	}
 }
 
-// stepEnded tells a flow's tenant that a job of the flow finished, if the job is a flow's step
-// and finished. The tenant reads the rest from the projections.
-func stepEnded(env Env, jobID string) {
-	var flowID, tenant string
-	env.Read(func(s *projections.Set) {
-		if j := s.JobRef(jobID); j != nil && j.FlowID != "" && j.Status.Terminal() {
-			flowID, tenant = j.FlowID, j.Tenant
-		}
-	})
+// stepEnded tells a flow's tenant that a job that is a step of flowID (if set) finished
+// durably. The tenant reads the rest from the projections.
+func stepEnded(env Env, tenant, flowID string) {
 	if flowID != "" {
 		env.Send(TenantRef(tenant), flowStepEnded{FlowID: flowID})
 	}

@@ -104,8 +104,8 @@ func flowSteps(specs []FlowStepSpec, l Limits) ([]eventlog.FlowStep, *Rejection)
 		}
 		byName[s.Name] = s
 		j := &s.Job
-		if j.Delay != 0 || !j.RunAt.IsZero() || j.IdempotencyKey != "" || j.ReservationID != "" {
-			return nil, invalidFlow(s.Name, "step %q: a step takes no delay, run_at, idempotency key or reservation", s.Name)
+		if j.Delay != 0 || !j.RunAt.IsZero() || j.IdempotencyKey != "" || j.ReservationID != "" || j.ResultTTL != 0 {
+			return nil, invalidFlow(s.Name, "step %q: a step takes no delay, run_at, idempotency key, reservation or result TTL", s.Name)
 		}
 		if r := j.normalize(l); r != nil {
 			r.Message = "step " + s.Name + ": " + r.Message
@@ -230,14 +230,7 @@ func (t *Tenant) submitFlow(env Env, m SubmitFlow) {
 	}
 	hash := flowRequestHash(m.Name, steps)
 	if key := m.IdempotencyKey; key != "" {
-		p, ok := t.pendingFlowIdem[key]
-		id, h := p.jobID, p.requestHash
-		if !ok {
-			var e projections.Idempotency
-			env.Read(func(s *projections.Set) { e, ok = s.FlowIdempotency(t.name, key, env.Now()) })
-			id, h = e.JobID, e.RequestHash
-		}
-		if ok {
+		if id, h, ok := t.lookupKey(env, key, env.Now(), true); ok {
 			if h != hash {
 				env.Send(reply, FlowAccepted{Err: &Rejection{Code: CodeIdempotencyKeyReused,
 					Message: "the idempotency key was used for a different flow", Details: map[string]any{"flow_id": id}}})
@@ -468,10 +461,14 @@ func decideFlow(f *projections.Flow, payloadMax int) flowDecision {
 		case ready:
 			payload, ok := withNeeds(st, f.State, payloadMax)
 			if !ok {
+				// The flow fails here: the steps this decision was about to start wait no more
+				// than the others, and are skipped with them.
+				for _, s := range d.start {
+					status[s.step.Name] = projections.StepWaiting
+				}
 				status[st.Name] = projections.StepSkipped
-				d.skip = append(d.skip, skipStep{st.Name, eventlog.SkippedPayloadTooLarge})
 				e := endFlow(f, status, eventlog.FlowFailed, st.Name, eventlog.SkippedFlowFailed)
-				e.skip = append(d.skip, e.skip...)
+				e.skip = append(append(d.skip, skipStep{st.Name, eventlog.SkippedPayloadTooLarge}), e.skip...)
 				return e
 			}
 			status[st.Name] = string(projections.StatusQueued)

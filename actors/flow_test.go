@@ -86,7 +86,7 @@ func TestFlowValidation(t *testing.T) {
 			t.Errorf("%s: got %v, want %s containing %q", c.name, a.Err, c.code, c.want)
 		}
 	}
-	if n := len(f.w.Set.LiveFlows("")); n != 0 {
+	if n := len(f.w.Set.LiveFlows("acme")); n != 0 {
 		t.Fatalf("%d flows after refused submits", n)
 	}
 }
@@ -252,5 +252,26 @@ func TestFlowQuota(t *testing.T) {
 	f.complete(as[0], `1`)
 	if st := f.flow(id).State["b"].Status; st != "leased" {
 		t.Fatalf("b is %s", st)
+	}
+}
+
+// A step whose payload, with its needs' outputs, would be over the payload limit fails the flow;
+// a step the same decision would have started is skipped with the rest, not left waiting.
+func TestFlowFailsOnAPayloadTooLarge(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.w.Restart(actors.TenantRef("acme"), actors.NewTenant("acme", actors.Limits{PayloadBytesMax: 200}))
+	f.w.Run()
+	big := step("c", "a")
+	big.Job.Payload = json.RawMessage(`{"pad":"` + strings.Repeat("x", 120) + `"}`)
+	id := f.mustSubmitFlow(step("a"), step("b", "a"), big)
+	as := f.connect("s1", 4)
+	f.complete(as[0], `"`+strings.Repeat("y", 60)+`"`)
+	fl := f.flow(id)
+	if fl.Status != projections.FlowFailed || fl.FailedStep != "c" || fl.State["b"].Status != projections.StepSkipped || fl.State["c"].Status != projections.StepSkipped {
+		t.Fatalf("flow %s at %q, state %+v", fl.Status, fl.FailedStep, fl.State)
+	}
+	if as := f.assignments("s1"); len(as) != 0 {
+		t.Fatalf("a step of a failed flow was assigned: %+v", as)
 	}
 }

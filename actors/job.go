@@ -105,7 +105,7 @@ func (a *Job) Recover(env Env) {
 				w := waitingOf(j, j.RunAt)
 				requeue = &w
 			}
-			env.Send(DispatcherRef(), leaseEnded{JobID: j.ID, LeaseID: j.LastLeaseID, Requeue: requeue, Seq: j.LastSeq})
+			env.Send(DispatcherRef(), leaseEnded{JobID: j.ID, LeaseID: j.LastLeaseID, Requeue: requeue, Seq: j.LastSeq, FlowID: j.FlowID, Tenant: j.Tenant})
 		}
 		return
 	}
@@ -473,7 +473,7 @@ func (a *Job) persisted(env Env, m Persisted) {
 			return
 		}
 		a.ending = false
-		env.Send(DispatcherRef(), leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last})
+		env.Send(DispatcherRef(), leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last, FlowID: a.job.FlowID, Tenant: a.job.Tenant})
 		if !t.reply.IsZero() {
 			env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt)})
 		}

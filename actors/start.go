@@ -13,8 +13,9 @@ import (
 //  2. It starts the dispatcher, which rebuilds from the projections (Recover).
 //  3. It starts the actors of ResumedRefs: each tenant that holds reservations, which arms
 //     their expiry timers (an idle tenant's actor would otherwise never start, and its
-//     reservations never expire), or live flows, which it takes up again, and each leased job, which logs a fresh lease_ttl of grace
-//     so that a worker that reconnects in time keeps its job.
+//     reservations never expire), or live flows, which it takes up again; and each leased job,
+//     which logs a fresh lease_ttl of grace so that a worker that reconnects in time keeps its
+//     job.
 
 // StaleSessionEnds returns the events that end every session the projections hold open.
 func StaleSessionEnds(s *projections.Set) []eventlog.Payload {
@@ -29,11 +30,7 @@ func StaleSessionEnds(s *projections.Set) []eventlog.Payload {
 // with reservations or live flows, by name, then the leased jobs, in the projections' order.
 func ResumedRefs(s *projections.Set) []Ref {
 	var out []Ref
-	flows := map[string]bool{}
-	for _, id := range s.LiveFlows("") {
-		f, _ := s.Flow(id)
-		flows[f.Tenant] = true
-	}
+	flows := s.LiveFlowTenants()
 	for _, name := range s.TenantNames() {
 		if len(s.Tenant(name).Reservations) > 0 || flows[name] {
 			out = append(out, TenantRef(name))

@@ -218,7 +218,7 @@ func (t *Tenant) submit(env Env, m Submit) {
 		}
 		if key := spec.IdempotencyKey; key != "" {
 			hashes[i] = spec.requestHash()
-			id, hash, ok := t.lookupKey(env, key, now)
+			id, hash, ok := t.lookupKey(env, key, now, false)
 			for j := range i { // an earlier job of the same batch
 				if m.Jobs[j].IdempotencyKey == key && !out[j].IdempotentHit {
 					id, hash, ok = out[j].ID, hashes[j], true
@@ -316,14 +316,18 @@ func (t *Tenant) submit(env Env, m Submit) {
 	}
 }
 
-// lookupKey finds the job an idempotency key names: one admitted here and not durable yet, or
-// one in the projections that has not expired.
-func (t *Tenant) lookupKey(env Env, key string, now time.Time) (id, hash string, ok bool) {
-	if p, ok := t.pendingIdem[key]; ok {
+// lookupKey finds the job (or, with flow, the flow) an idempotency key names: one admitted
+// here and not durable yet, or one in the projections that has not expired.
+func (t *Tenant) lookupKey(env Env, key string, now time.Time, flow bool) (id, hash string, ok bool) {
+	pending, durable := t.pendingIdem, (*projections.Set).Idempotency
+	if flow {
+		pending, durable = t.pendingFlowIdem, (*projections.Set).FlowIdempotency
+	}
+	if p, ok := pending[key]; ok {
 		return p.jobID, p.requestHash, true
 	}
 	var e projections.Idempotency
-	env.Read(func(s *projections.Set) { e, ok = s.Idempotency(t.name, key, now) })
+	env.Read(func(s *projections.Set) { e, ok = durable(s, t.name, key, now) })
 	return e.JobID, e.RequestHash, ok
 }
 

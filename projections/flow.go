@@ -98,16 +98,26 @@ func (f *Flow) Live() bool {
 	return false
 }
 
-// LiveFlows returns the ids of a tenant's live flows (Flow.Live), sorted; every tenant's with
-// tenant "".
+// LiveFlows returns the ids of a tenant's live flows (Flow.Live), sorted.
 func (s *Set) LiveFlows(tenant string) []string {
 	var out []string
 	for id, f := range s.flows {
-		if (tenant == "" || f.Tenant == tenant) && f.Live() {
+		if f.Tenant == tenant && f.Live() {
 			out = append(out, id)
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// LiveFlowTenants returns the tenants that have a live flow (Flow.Live).
+func (s *Set) LiveFlowTenants() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range s.flows {
+		if !out[f.Tenant] && f.Live() {
+			out[f.Tenant] = true
+		}
+	}
 	return out
 }
 

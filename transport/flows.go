@@ -13,7 +13,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/tetherhq/tether/actors"
@@ -69,32 +68,33 @@ func (s *Server) readFlowFile(r *request) (data []byte, formName string, err err
 	found := false
 	for {
 		p, err := mr.NextPart()
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.Is(err, io.EOF):
+		if errors.Is(err, io.EOF) {
 			if !found {
 				return nil, "", errorf(actors.CodeInvalidArgument, `the form has no part "file" with the flow file`)
 			}
 			return data, formName, nil
-		case errors.As(err, &mbe):
+		}
+		if err == nil {
+			switch p.FormName() {
+			case "file":
+				if found {
+					return nil, "", errorf(actors.CodeInvalidArgument, `the form has two parts "file"; send one flow file`)
+				}
+				data, err = io.ReadAll(io.LimitReader(p, int64(limit)+1))
+				found = true
+			case "flow_name":
+				var b []byte
+				b, err = io.ReadAll(io.LimitReader(p, actors.FlowNameLenMax+1))
+				formName = strings.TrimSpace(string(b))
+			default:
+				return nil, "", errorf(actors.CodeInvalidArgument, "unknown form part %q; the form takes file and flow_name", clip(p.FormName()))
+			}
+		}
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe) || len(data) > limit:
 			return nil, "", tooBig()
 		case err != nil:
-			return nil, "", errorf(actors.CodeInvalidArgument, "the multipart body cannot be read: %v", err)
-		}
-		switch p.FormName() {
-		case "file":
-			data, err = io.ReadAll(io.LimitReader(p, int64(limit)+1))
-			if errors.As(err, &mbe) || len(data) > limit {
-				return nil, "", tooBig()
-			}
-			found = true
-		case "flow_name":
-			b, _ := io.ReadAll(io.LimitReader(p, actors.FlowNameLenMax+1))
-			formName = strings.TrimSpace(string(b))
-		default:
-			return nil, "", errorf(actors.CodeInvalidArgument, "unknown form part %q; the form takes file and flow_name", clip(p.FormName()))
-		}
-		if err != nil && !errors.As(err, &mbe) {
 			return nil, "", errorf(actors.CodeInvalidArgument, "the multipart body cannot be read: %v", err)
 		}
 	}
@@ -194,13 +194,9 @@ func (s *Server) listFlows(r *request) error {
 	default:
 		return errorf(actors.CodeInvalidArgument, "status is running, succeeded, failed or cancelled, not %q", clip(string(status)))
 	}
-	limit := ListLimitDefault
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > projections.ListLimitMax {
-			return errorf(actors.CodeInvalidArgument, "limit must be 1..%d", projections.ListLimitMax)
-		}
-		limit = n
+	limit, err := listLimit(q)
+	if err != nil {
+		return err
 	}
 	var flows []*projections.Flow
 	var more bool

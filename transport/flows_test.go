@@ -252,6 +252,16 @@ func TestFlowSubmitErrors(t *testing.T) {
 		t.Fatalf("multipart: %d %v", status, body)
 	}
 	id, _ := body["id"].(string)
+	form.Reset()
+	mw = multipart.NewWriter(&form)
+	for range 2 {
+		fw, _ = mw.CreateFormFile("file", "flow.yaml")
+		_, _ = fw.Write([]byte("flow: {steps: {a: {queue: q}}}\n"))
+	}
+	_ = mw.Close()
+	if status, body := post("/v1/flows?name=x", mw.FormDataContentType(), form.Bytes()); status != 400 || codeOf(body) != "INVALID_ARGUMENT" {
+		t.Fatalf("a form with two files: %d %v", status, body)
+	}
 	if _, err := globex.Flow(ctx(t), id); err == nil {
 		t.Fatal("another tenant read the flow")
 	} else {

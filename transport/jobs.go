@@ -2,6 +2,7 @@ package transport
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -160,13 +161,13 @@ func liveJob(b Core, j *projections.Job, now time.Time) wire.Job {
 	return out
 }
 
-// ListLimitDefault is the page size of GET /v1/jobs without a limit.
+// ListLimitDefault is the page size of GET /v1/jobs and /v1/flows without a limit.
 const ListLimitDefault = 100
 
 func (s *Server) listJobs(r *request) error {
 	q := r.URL.Query()
 	f := projections.JobFilter{Tenant: r.by.tenant, Status: projections.Status(q.Get("status")), Queue: q.Get("queue"), Type: q.Get("type"),
-		Label: q.Get("label"), After: q.Get("cursor"), Limit: ListLimitDefault}
+		Label: q.Get("label"), After: q.Get("cursor")}
 	if err := checkFilter(f); err != nil {
 		return err
 	}
@@ -177,13 +178,11 @@ func (s *Server) listJobs(r *request) error {
 	default:
 		return errorf(actors.CodeInvalidArgument, "order is oldest (the default) or newest")
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > projections.ListLimitMax {
-			return errorf(actors.CodeInvalidArgument, "limit must be 1..%d", projections.ListLimitMax)
-		}
-		f.Limit = n
+	limit, err := listLimit(q)
+	if err != nil {
+		return err
 	}
+	f.Limit = limit
 	jobs, more := r.b.List(f)
 	now := s.clock()
 	out := wire.JobList{Jobs: make([]wire.Job, len(jobs))}
@@ -194,6 +193,19 @@ func (s *Server) listJobs(r *request) error {
 		out.NextCursor = jobs[len(jobs)-1].ID
 	}
 	return r.reply(http.StatusOK, out)
+}
+
+// listLimit is a list's ?limit=, ListLimitDefault if it is not given.
+func listLimit(q url.Values) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return ListLimitDefault, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > projections.ListLimitMax {
+		return 0, errorf(actors.CodeInvalidArgument, "limit must be 1..%d", projections.ListLimitMax)
+	}
+	return n, nil
 }
 
 // checkFilter refuses a job filter with a label that is not key=value, an unknown status or a

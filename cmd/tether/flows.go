@@ -15,16 +15,17 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
 func runFlow(args []string) error {
 	return subcommands("flow", []command{
 		{"submit", "submit a flow file: submit FILE --name N (FILE - reads stdin)", flowSubmit},
-		{"get", "show a flow and its steps", flowGet},
+		{"get", "show a flow and its steps", byID("flow get", "tether flow get FLOW_ID", (*client.Client).Flow, showFlow)},
 		{"ls", "list flows, newest first", flowList},
 		{"watch", "stream a flow's events until it ends", flowWatch},
-		{"cancel", "cancel a flow: skip what waits, cancel what runs", flowCancel},
+		{"cancel", "cancel a flow: skip what waits, cancel what runs", byID("flow cancel", "tether flow cancel FLOW_ID", (*client.Client).CancelFlow, showFlow)},
 	}, args)
 }
 
@@ -56,21 +57,6 @@ func flowSubmit(args []string) error {
 		return err
 	}
 	return watchFlow(cf, f.ID, 0)
-}
-
-func flowGet(args []string) error {
-	fs := flag.NewFlagSet("flow get", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
-	pos, err := parseArgs(fs, args, 1, "tether flow get FLOW_ID")
-	if err != nil {
-		return err
-	}
-	f, err := cf.client().Flow(context.Background(), pos[0])
-	if err != nil {
-		return err
-	}
-	return cf.print(f, func() string { return showFlow(f) })
 }
 
 // showFlow prints a flow and its steps, in the order they can run.
@@ -224,19 +210,4 @@ func watchFlow(cf clientFlags, id string, after int) error {
 		return fmt.Errorf("the flow ended %s", status)
 	}
 	return nil
-}
-
-func flowCancel(args []string) error {
-	fs := flag.NewFlagSet("flow cancel", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
-	pos, err := parseArgs(fs, args, 1, "tether flow cancel FLOW_ID")
-	if err != nil {
-		return err
-	}
-	f, err := cf.client().CancelFlow(context.Background(), pos[0])
-	if err != nil {
-		return err
-	}
-	return cf.print(f, func() string { return showFlow(f) })
 }

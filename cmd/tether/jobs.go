@@ -105,7 +105,7 @@ type command struct {
 func runJob(args []string) error {
 	return subcommands("job", []command{
 		{"submit", "submit a job", jobSubmit},
-		{"get", "show a job", jobGet},
+		{"get", "show a job", byID("job get", "tether job get JOB_ID", (*client.Client).Get, describe)},
 		{"ls", "list jobs", jobList},
 		{"cancel", "cancel a job", jobAction("cancel")},
 		{"retry", "re-drive a dead-lettered job", jobAction("retry")},
@@ -253,19 +253,23 @@ func readArg(s string) ([]byte, error) {
 	return []byte(s), nil
 }
 
-func jobGet(args []string) error {
-	fs := flag.NewFlagSet("job get", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
-	pos, err := parseArgs(fs, args, 1, "tether job get JOB_ID")
-	if err != nil {
-		return err
+// byID is a command that takes one id, asks the server with call, and prints the answer with
+// show (or as JSON).
+func byID[T any](name, usage string, call func(*client.Client, context.Context, string) (T, error), show func(T) string) func([]string) error {
+	return func(args []string) error {
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		var cf clientFlags
+		cf.register(fs, apiKeyHelp)
+		pos, err := parseArgs(fs, args, 1, usage)
+		if err != nil {
+			return err
+		}
+		v, err := call(cf.client(), context.Background(), pos[0])
+		if err != nil {
+			return err
+		}
+		return cf.print(v, func() string { return show(v) })
 	}
-	j, err := cf.client().Get(context.Background(), pos[0])
-	if err != nil {
-		return err
-	}
-	return cf.print(j, func() string { return describe(j) })
 }
 
 func describe(j *wire.Job) string {

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"strings"
 	"time"
@@ -158,13 +159,7 @@ type stepFields struct {
 
 func (s stepFields) clone() stepFields {
 	c := s
-	c.labels = nil
-	if s.labels != nil {
-		c.labels = make(map[string]string, len(s.labels))
-		for k, v := range s.labels {
-			c.labels[k] = v
-		}
-	}
+	c.labels = maps.Clone(s.labels)
 	return c
 }
 
@@ -195,9 +190,7 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 			if s.labels == nil {
 				s.labels = map[string]string{}
 			}
-			for k, val := range l {
-				s.labels[k] = val
-			}
+			maps.Copy(s.labels, l)
 			return nil
 		}
 		if !step {
