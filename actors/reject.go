@@ -36,6 +36,9 @@ const (
 	CodeFlowNotFound         Code = "FLOW_NOT_FOUND"
 	CodeFlowEnded            Code = "FLOW_ENDED"
 	CodeFlowStep             Code = "FLOW_STEP"
+	CodeInvalidSchedule      Code = "INVALID_SCHEDULE"
+	CodeScheduleNotFound     Code = "SCHEDULE_NOT_FOUND"
+	CodeScheduleExists       Code = "SCHEDULE_EXISTS"
 )
 
 // Rejection is a refused command: a value, not a failure of the broker.

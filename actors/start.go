@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
@@ -13,9 +16,10 @@ import (
 //  2. It starts the dispatcher, which rebuilds from the projections (Recover).
 //  3. It starts the actors of ResumedRefs: each tenant that holds reservations, which arms
 //     their expiry timers (an idle tenant's actor would otherwise never start, and its
-//     reservations never expire), or live flows, which it takes up again; and each leased job,
-//     which logs a fresh lease_ttl of grace so that a worker that reconnects in time keeps its
-//     job.
+//     reservations never expire), live flows, which it takes up again, or schedules that are
+//     not paused, whose timers it sets (deciding the ticks missed while the server was down);
+//     and each leased job, which logs a fresh lease_ttl of grace so that a worker that
+//     reconnects in time keeps its job.
 
 // StaleSessionEnds returns the events that end every session the projections hold open.
 func StaleSessionEnds(s *projections.Set) []eventlog.Payload {
@@ -27,14 +31,21 @@ func StaleSessionEnds(s *projections.Set) []eventlog.Payload {
 }
 
 // ResumedRefs returns the actors a starting server starts after the dispatcher: the tenants
-// with reservations or live flows, by name, then the leased jobs, in the projections' order.
+// with reservations, live flows or active schedules, by name, then the leased jobs, in the
+// projections' order.
 func ResumedRefs(s *projections.Set) []Ref {
 	var out []Ref
-	flows := s.LiveFlowTenants()
+	resumed := s.ScheduleTenants() // a tenant may have schedules and nothing else
+	for name := range s.LiveFlowTenants() {
+		resumed[name] = true
+	}
 	for _, name := range s.TenantNames() {
-		if len(s.Tenant(name).Reservations) > 0 || flows[name] {
-			out = append(out, TenantRef(name))
+		if len(s.Tenant(name).Reservations) > 0 {
+			resumed[name] = true
 		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(resumed)) {
+		out = append(out, TenantRef(name))
 	}
 	for _, j := range s.Leases() {
 		out = append(out, JobRef(j.ID))

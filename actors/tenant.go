@@ -46,6 +46,12 @@ type Tenant struct {
 	// flowBusy holds the flows with a decision in flight; flowAgain those to read again once
 	// it is durable, because a step ended meanwhile.
 	flowBusy, flowAgain map[string]bool
+	// schedTimers holds the timer of each schedule that is not paused; schedBusy the schedules
+	// with a decision or change in flight; schedNames the names of schedules being created.
+	schedTimers    map[string]TimerID
+	schedBusy      map[string]bool
+	schedNames     map[string]string
+	schedRecovered map[string]bool // for mutantRefireAfterCrash
 }
 
 type reservation struct {
@@ -69,6 +75,7 @@ func (t *Tenant) Recover(env Env) {
 	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
 	t.pendingEnroll, t.renewing = map[string]int{}, map[string]bool{}
 	t.pendingFlowIdem, t.flowBusy, t.flowAgain = map[string]pendingKey{}, map[string]bool{}, map[string]bool{}
+	t.schedTimers, t.schedBusy, t.schedNames, t.schedRecovered = map[string]TimerID{}, map[string]bool{}, map[string]string{}, map[string]bool{}
 	now := env.Now()
 	for _, id := range slices.Sorted(maps.Keys(q.Reservations)) { // timers in a replayable order
 		exp := q.Reservations[id]
@@ -76,10 +83,15 @@ func (t *Tenant) Recover(env Env) {
 	}
 	// A step that ended while no actor of the tenant was there to hear it, or a flow that
 	// ended and has jobs left to cancel, is taken up now.
-	var flows []string
-	env.Read(func(s *projections.Set) { flows = s.LiveFlows(t.name) })
+	var flows, schedules []string
+	env.Read(func(s *projections.Set) { flows, schedules = s.LiveFlows(t.name), s.ActiveSchedules(t.name) })
 	for _, id := range flows {
 		t.advanceFlow(env, id)
+	}
+	// Each schedule decides the ticks it missed while the server was down, and sets its timer.
+	for _, id := range schedules {
+		t.schedRecovered[id] = true
+		t.tickSchedule(env, id)
 	}
 }
 
@@ -141,6 +153,15 @@ func (t *Tenant) Receive(env Env, msg any) {
 		t.cancelFlow(env, m, env.Sender())
 	case flowStepEnded:
 		t.advanceFlow(env, m.FlowID)
+	case CreateSchedule:
+		t.createSchedule(env, m, env.Sender())
+	case PauseSchedule:
+		t.pauseSchedule(env, m, env.Sender())
+	case DeleteSchedule:
+		t.deleteSchedule(env, m, env.Sender())
+	case scheduleTick:
+		delete(t.schedTimers, m.id) // it went off
+		t.tickSchedule(env, m.id)
 	case Reserve:
 		t.reserve(env, m)
 	case Release:
@@ -638,5 +659,7 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	case flowDone:
 		t.flowPersisted(env, d, m)
+	case scheduleDone:
+		t.schedulePersisted(env, d, m)
 	}
 }

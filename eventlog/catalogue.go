@@ -26,6 +26,10 @@ func TenantStream(tenant string) string { return "tenant/" + tenant }
 // FlowStream names the stream of one flow's events; its steps' jobs have streams of their own.
 func FlowStream(flowID string) string { return "flow/" + flowID }
 
+// ScheduleStream names the stream of one schedule's events; the jobs it fires have streams of
+// their own.
+func ScheduleStream(scheduleID string) string { return "schedule/" + scheduleID }
+
 // Payload is a typed event payload from the catalogue.
 type Payload interface {
 	// EventType is the event's type name in the log, e.g. "job.submitted".
@@ -58,6 +62,8 @@ type JobSubmitted struct {
 	// FlowID and FlowStep name the flow step the job runs, if it is one.
 	FlowID   string `json:"flow_id,omitempty"`
 	FlowStep string `json:"flow_step,omitempty"`
+	// ScheduleID names the schedule that fired the job, if one did.
+	ScheduleID string `json:"schedule_id,omitempty"`
 }
 
 // JobScheduled records that the job waits until RunAt before it can be leased (a delayed submit).
@@ -285,6 +291,95 @@ const (
 	FlowCancelled = "cancelled"
 )
 
+// ---- schedule/<id> -----------------------------------------------------------------------
+
+// ScheduleJob is the job a schedule submits each time it fires.
+type ScheduleJob struct {
+	Queue           string            `json:"queue"`
+	Type            string            `json:"type"`
+	Payload         json.RawMessage   `json:"payload,omitempty"`
+	Priority        int               `json:"priority,omitempty"`
+	MaxAttempts     int               `json:"max_attempts"`
+	LeaseTTLMillis  int64             `json:"lease_ttl_ms"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	ResultTTLMillis int64             `json:"result_ttl_ms,omitempty"`
+}
+
+// ScheduleCreated records a schedule: a job fired at each tick of a cron expression, read in a
+// time zone. Its ticks are those after its creation (or its last resume).
+type ScheduleCreated struct {
+	ScheduleID string      `json:"schedule_id"`
+	Tenant     string      `json:"tenant"`
+	Name       string      `json:"name"`
+	Cron       string      `json:"cron"`
+	Timezone   string      `json:"timezone"`
+	Job        ScheduleJob `json:"job"`
+	// Overlap is OverlapSkip or OverlapAllow; CatchUp is CatchUpNone or CatchUpOne.
+	Overlap  string `json:"overlap"`
+	CatchUp  string `json:"catch_up"`
+	APIKeyID string `json:"api_key_id,omitempty"`
+}
+
+// What a schedule does at a tick while the job of its last firing is live: skip the tick, or
+// fire anyway.
+const (
+	OverlapSkip  = "skip"
+	OverlapAllow = "allow"
+)
+
+// What a schedule does with the ticks it missed (the server was down, or its clock jumped):
+// skip them all, or fire once for the newest and skip the others.
+const (
+	CatchUpNone = "none"
+	CatchUpOne  = "one"
+)
+
+// ScheduleFired records that a schedule fired for a tick; the job.submitted of the job it fired
+// follows in the same append. Late: the tick was missed, and this is its catch-up.
+type ScheduleFired struct {
+	ScheduleID string    `json:"schedule_id"`
+	Tick       time.Time `json:"tick"`
+	JobID      string    `json:"job_id"`
+	Late       bool      `json:"late,omitempty"`
+}
+
+// ScheduleSkipped records that a schedule will not fire for its ticks from From to To, both
+// included, and why.
+type ScheduleSkipped struct {
+	ScheduleID string    `json:"schedule_id"`
+	From       time.Time `json:"from"`
+	To         time.Time `json:"to"`
+	Reason     string    `json:"reason"` // a SkippedTick* reason
+}
+
+// Why ticks were skipped: missed (past the grace, and catch_up did not take them), the job of
+// the last firing was still live (overlap: skip), or the tenant's max_active was reached.
+const (
+	SkippedTickMissed  = "missed"
+	SkippedTickOverlap = "overlap"
+	SkippedTickQuota   = "quota"
+)
+
+// SchedulePaused records that a schedule stopped firing; its ticks until it is resumed are
+// never due.
+type SchedulePaused struct {
+	ScheduleID string `json:"schedule_id"`
+	APIKeyID   string `json:"api_key_id,omitempty"`
+}
+
+// ScheduleResumed records that a paused schedule fires again, at its ticks after this event.
+type ScheduleResumed struct {
+	ScheduleID string `json:"schedule_id"`
+	APIKeyID   string `json:"api_key_id,omitempty"`
+}
+
+// ScheduleDeleted records a schedule's end: it fires no more, and leaves the views. The jobs it
+// fired are not touched.
+type ScheduleDeleted struct {
+	ScheduleID string `json:"schedule_id"`
+	APIKeyID   string `json:"api_key_id,omitempty"`
+}
+
 // ---- worker/<id> -------------------------------------------------------------------------
 
 // WorkerRegistered records that a worker enrolled and was issued a token (stored only as its hash).
@@ -449,6 +544,12 @@ func (QueueResumed) EventType() string         { return "tenant.queue_resumed" }
 func (FlowSubmitted) EventType() string        { return "flow.submitted" }
 func (FlowStepSkipped) EventType() string      { return "flow.step_skipped" }
 func (FlowEnded) EventType() string            { return "flow.ended" }
+func (ScheduleCreated) EventType() string      { return "schedule.created" }
+func (ScheduleFired) EventType() string        { return "schedule.fired" }
+func (ScheduleSkipped) EventType() string      { return "schedule.skipped" }
+func (SchedulePaused) EventType() string       { return "schedule.paused" }
+func (ScheduleResumed) EventType() string      { return "schedule.resumed" }
+func (ScheduleDeleted) EventType() string      { return "schedule.deleted" }
 
 // catalogue maps each event type to its payload's Go type.
 var catalogue = func() map[string]reflect.Type {
@@ -471,6 +572,8 @@ func Catalogue() []Payload {
 		ReservationExpired{}, APIKeyCreated{}, APIKeyRevoked{}, EnrollTokenCreated{},
 		EnrollTokenUsed{}, QueuePaused{}, QueueResumed{},
 		FlowSubmitted{}, FlowStepSkipped{}, FlowEnded{},
+		ScheduleCreated{}, ScheduleFired{}, ScheduleSkipped{}, SchedulePaused{}, ScheduleResumed{},
+		ScheduleDeleted{},
 	}
 }
 
@@ -576,6 +679,18 @@ func StreamOf(p Payload) string {
 		return FlowStream(e.FlowID)
 	case FlowEnded:
 		return FlowStream(e.FlowID)
+	case ScheduleCreated:
+		return ScheduleStream(e.ScheduleID)
+	case ScheduleFired:
+		return ScheduleStream(e.ScheduleID)
+	case ScheduleSkipped:
+		return ScheduleStream(e.ScheduleID)
+	case SchedulePaused:
+		return ScheduleStream(e.ScheduleID)
+	case ScheduleResumed:
+		return ScheduleStream(e.ScheduleID)
+	case ScheduleDeleted:
+		return ScheduleStream(e.ScheduleID)
 	}
 	panic(fmt.Sprintf("eventlog: StreamOf: %T is not in the catalogue", p))
 }

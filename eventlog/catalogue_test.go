@@ -28,6 +28,11 @@ func TestCatalogueRoundTrip(t *testing.T) {
 		eventlog.WorkerRegistered{WorkerID: "W", Tenant: "acme", Name: "lab-pc", Queues: []string{"gpu"}, Capacity: 2, TokenHash: "h", ExpiresAt: at},
 		eventlog.ReservationMade{Tenant: "acme", ReservationID: "r1", ExpiresAt: at},
 		eventlog.EnrollTokenCreated{Tenant: "acme", TokenID: "e", TokenHash: "h", Uses: 5, ExpiresAt: at},
+		eventlog.ScheduleCreated{ScheduleID: "S", Tenant: "acme", Name: "nightly", Cron: "30 2 * * *", Timezone: "Europe/Paris",
+			Job:     eventlog.ScheduleJob{Queue: "gpu", Type: "train", Payload: json.RawMessage(`{"epochs":3}`), MaxAttempts: 3, LeaseTTLMillis: 30000},
+			Overlap: eventlog.OverlapSkip, CatchUp: eventlog.CatchUpOne},
+		eventlog.ScheduleFired{ScheduleID: "S", Tick: at, JobID: "01J", Late: true},
+		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(time.Hour), Reason: eventlog.SkippedTickMissed},
 	}
 	for _, p := range samples {
 		ev, err := eventlog.NewEvent("job/01J", p)
@@ -75,6 +80,7 @@ func TestCatalogueIsComplete(t *testing.T) {
 		"tenant.reservation_expired", "tenant.api_key_created", "tenant.api_key_revoked",
 		"tenant.enroll_token_created", "tenant.enroll_token_used", "tenant.queue_paused", "tenant.queue_resumed",
 		"flow.submitted", "flow.step_skipped", "flow.ended",
+		"schedule.created", "schedule.fired", "schedule.skipped", "schedule.paused", "schedule.resumed", "schedule.deleted",
 	} {
 		if !seen[typ] {
 			t.Errorf("the catalogue lacks %q", typ)

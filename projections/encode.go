@@ -88,6 +88,7 @@ func appendJob(dst []byte, j *Job) ([]byte, bool) {
 	w.Int64("result_ttl", int64(j.ResultTTL), false)
 	w.Str("flow_id", j.FlowID, false)
 	w.Str("flow_step", j.FlowStep, false)
+	w.Str("schedule_id", j.ScheduleID, false)
 	w.Uint("submit_seq", j.SubmitSeq)
 	w.Uint("last_seq", j.LastSeq)
 	w.Int("worker_seq", j.WorkerSeq, false)
@@ -247,6 +248,8 @@ func scanJob(b []byte) (*Job, bool) {
 			return s.String(&j.FlowID)
 		case "flow_step":
 			return s.String(&j.FlowStep)
+		case "schedule_id":
+			return s.String(&j.ScheduleID)
 		case "submit_seq":
 			return s.Uint64(&j.SubmitSeq)
 		case "last_seq":

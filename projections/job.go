@@ -115,6 +115,8 @@ type Job struct {
 	// FlowID and FlowStep name the flow step the job runs, if it is one.
 	FlowID   string `json:"flow_id,omitempty"`
 	FlowStep string `json:"flow_step,omitempty"`
+	// ScheduleID names the schedule that fired the job, if one did.
+	ScheduleID string `json:"schedule_id,omitempty"`
 	// SubmitSeq orders jobs of equal priority by age; LastSeq is the seq of the job's last event.
 	SubmitSeq uint64 `json:"submit_seq"`
 	LastSeq   uint64 `json:"last_seq"`

@@ -39,6 +39,7 @@ type Set struct {
 	throughput map[string]*Throughput
 	creds      credentials
 	flows      map[string]*Flow     // every flow, by id
+	schedules  map[string]*Schedule // every schedule not deleted, by id
 	deadBy     map[string]int       // dead letters by tenant/queue key (waitKey)
 	finished   map[Status]int       // finished jobs by status, in memory and stored alike
 	store      Store                // the finished jobs' table; nil: all of them are in jobs
@@ -174,6 +175,7 @@ func New() *Set {
 		throughput: map[string]*Throughput{},
 		creds:      newCredentials(),
 		flows:      map[string]*Flow{},
+		schedules:  map[string]*Schedule{},
 		deadBy:     map[string]int{},
 		finished:   map[Status]int{},
 		dirty:      map[string]dirtyMark{},
@@ -225,6 +227,9 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		if f := e.FlowID; f != "" && s.flows[f] == nil {
 			return fmt.Errorf("projections: seq %d: job %s submitted for unknown flow %s", seq, e.JobID, f)
 		}
+		if c := e.ScheduleID; c != "" && s.schedules[c] == nil {
+			return fmt.Errorf("projections: seq %d: job %s fired by unknown schedule %s", seq, e.JobID, c)
+		}
 		s.submitted(seq, at, e)
 		return nil
 	case eventlog.WorkerRegistered:
@@ -272,6 +277,9 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		return nil
 	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded:
 		return s.applyFlow(seq, at, p)
+	case eventlog.ScheduleCreated, eventlog.ScheduleFired, eventlog.ScheduleSkipped, eventlog.SchedulePaused,
+		eventlog.ScheduleResumed, eventlog.ScheduleDeleted:
+		return s.applySchedule(seq, at, p)
 	}
 	stream := eventlog.StreamOf(p)
 	if strings.HasPrefix(stream, "worker/") {
@@ -358,6 +366,7 @@ func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
 		LeaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, CreatedAt: at, UpdatedAt: at,
 		IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, SubmitSeq: seq, LastSeq: seq,
 		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond, FlowID: e.FlowID, FlowStep: e.FlowStep,
+		ScheduleID: e.ScheduleID,
 	}
 	s.jobs[j.ID] = j
 	s.index.add(j)
@@ -552,6 +561,7 @@ type checkpoint struct {
 	DeadBy     map[string]int       `json:"dead_by"`
 	Finished   map[Status]int       `json:"finished"`
 	Flows      []*Flow              `json:"flows,omitempty"`
+	Schedules  []*Schedule          `json:"schedules,omitempty"`
 	Version    string               `json:"version"`
 }
 
@@ -586,16 +596,17 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 	c := s.checkpointHead()
 	bw := bufio.NewWriterSize(w, 64<<10)
 	// The struct's encoding, field by field in declaration order; the jobs are streamed.
+	// omitEmpty marks an omitempty field, which encoding/json leaves out when it is empty.
 	fields := []struct {
-		name  string
-		value any
+		name      string
+		value     any
+		omitEmpty bool
 	}{
-		{"workers", c.Workers}, {"tenants", c.Tenants}, {"idempotency", c.Idem},
-		{"idempotency_order", c.IdemOrder}, {"counters", c.Counters}, {"throughput", c.Throughput}, {"api_keys", c.APIKeys},
-		{"enroll_tokens", c.Enroll}, {"dead_by", c.DeadBy}, {"finished", c.Finished}, {"flows", c.Flows}, {"version", c.Version},
-	}
-	if len(c.Flows) == 0 { // as encoding/json leaves out an empty omitempty field
-		fields = slices.Delete(fields, len(fields)-2, len(fields)-1)
+		{"workers", c.Workers, false}, {"tenants", c.Tenants, false}, {"idempotency", c.Idem, false},
+		{"idempotency_order", c.IdemOrder, false}, {"counters", c.Counters, false}, {"throughput", c.Throughput, false},
+		{"api_keys", c.APIKeys, false}, {"enroll_tokens", c.Enroll, false}, {"dead_by", c.DeadBy, false},
+		{"finished", c.Finished, false}, {"flows", c.Flows, len(c.Flows) == 0}, {"schedules", c.Schedules, len(c.Schedules) == 0},
+		{"version", c.Version, false},
 	}
 	fmt.Fprintf(bw, `{"seq":%d,"jobs":`, c.Seq)
 	jobs := s.liveJobs()
@@ -614,6 +625,9 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 		bw.WriteByte(']')
 	}
 	for _, f := range fields {
+		if f.omitEmpty {
+			continue
+		}
 		b, err := json.Marshal(f.value)
 		if err != nil {
 			return err
@@ -634,6 +648,7 @@ func (s *Set) checkpointHead() checkpoint {
 	c.APIKeys = sortedValues(s.creds.apiKeys, func(k *APIKey) string { return k.ID })
 	c.Enroll = sortedValues(s.creds.enroll, func(t *EnrollToken) string { return t.ID })
 	c.Flows = s.flowList()
+	c.Schedules = s.scheduleList()
 	for k, v := range s.idem {
 		c.Idem = append(c.Idem, idemEntry{k, v})
 	}
@@ -724,6 +739,9 @@ func UnmarshalCheckpoint(data []byte, store Store) (*Set, error) {
 	for _, f := range c.Flows {
 		s.flows[f.ID] = f
 	}
+	for _, sc := range c.Schedules {
+		s.schedules[sc.ID] = sc
+	}
 	s.derive()
 	return s, nil
 }
@@ -758,6 +776,7 @@ func (s *Set) cloneLive() *Set {
 		throughput: make(map[string]*Throughput, len(s.throughput)),
 		creds:      s.creds.clone(),
 		flows:      make(map[string]*Flow, len(s.flows)),
+		schedules:  make(map[string]*Schedule, len(s.schedules)),
 		deadBy:     maps.Clone(s.deadBy),
 		finished:   maps.Clone(s.finished),
 		dirty:      map[string]dirtyMark{},
@@ -795,6 +814,9 @@ func (s *Set) cloneLive() *Set {
 	}
 	for id, f := range s.flows {
 		c.flows[id] = f.Clone()
+	}
+	for id, sc := range s.schedules {
+		c.schedules[id] = sc.clone()
 	}
 	return c
 }

@@ -1,0 +1,5 @@
+//go:build mutant_fire_overlapping
+
+package actors
+
+func init() { mutantFireOverlapping = true }

@@ -1,0 +1,5 @@
+//go:build mutant_refire_after_crash
+
+package actors
+
+func init() { mutantRefireAfterCrash = true }

@@ -1,0 +1,456 @@
+package actors
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"time"
+	_ "time/tzdata" // time zones work on a machine without a zoneinfo database
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+)
+
+// Schedules (DESIGN §9) are decided by their tenant's actor, which submits the jobs they fire
+// as its own. It keeps a timer per schedule that is not paused, and at each one reads the
+// schedule from the projections: the ticks due are those after its anchor (creation, last
+// resume, or last tick decided) up to now. A tick is decided once, by one event (fired or
+// skipped), and the next decision waits until that event is durable, so a schedule fires at
+// most once per tick across crashes: a restart reads the last decided tick from the log.
+//
+// What a decision does with its due ticks:
+//   - the newest tick, if it is at most ScheduleGrace old, is on time and fires;
+//   - otherwise it was missed (the server was down, or its clock jumped), and fires late under
+//     catch_up: one, or is skipped under catch_up: none;
+//   - the older ticks were all missed, and are skipped in one event;
+//   - a tick that would fire is skipped instead under overlap: skip while the job of the last
+//     firing is live, and when the tenant's max_active is reached.
+
+// Schedule limits.
+const (
+	SchedulesMax       = 1000 // per tenant
+	ScheduleNameLenMax = 128
+	CronLenMax         = 256
+	TimezoneLenMax     = 64
+	ScheduleGrace      = time.Minute
+	// scheduleRecheckMax is the longest a schedule's timer waits: a wall clock set forward is
+	// noticed within it, as the timer runs on the runtime's (monotonic) timers.
+	scheduleRecheckMax = time.Minute
+)
+
+// ScheduleSpec is a schedule as a client creates it.
+type ScheduleSpec struct {
+	Name string
+	// Cron is a standard five-field expression (minute hour day-of-month month day-of-week) or a
+	// descriptor (@hourly, @daily, @weekly, @monthly, @yearly, @every 90s), read in Timezone
+	// (an IANA name; "" is UTC).
+	Cron     string
+	Timezone string
+	// Job is the job each firing submits; it takes no delay, run_at, idempotency key or
+	// reservation.
+	Job JobSpec
+	// Overlap is eventlog.OverlapSkip (the default) or OverlapAllow; CatchUp is
+	// eventlog.CatchUpOne (the default) or CatchUpNone.
+	Overlap string
+	CatchUp string
+}
+
+// CreateSchedule asks a tenant to create a schedule; ScheduleMade answers. Creating a schedule
+// again with the same name and definition answers the existing one (Existing), so a deploy
+// script can create its schedules every time it runs.
+type CreateSchedule struct {
+	Tenant   string
+	Spec     ScheduleSpec
+	APIKeyID string
+}
+
+// ScheduleMade answers CreateSchedule.
+type ScheduleMade struct {
+	ID       string
+	Existing bool
+	Receipt  Receipt
+	Err      *Rejection
+}
+
+// PauseSchedule pauses a schedule (Paused) or resumes it; Done answers. A resumed schedule fires
+// at its ticks after the resume, none of those it had while paused. Asking for the state the
+// schedule is in changes nothing.
+type PauseSchedule struct {
+	Tenant   string
+	ID       string
+	Paused   bool
+	APIKeyID string
+}
+
+// DeleteSchedule ends a schedule; Done answers. The jobs it fired are not touched.
+type DeleteSchedule struct {
+	Tenant   string
+	ID       string
+	APIKeyID string
+}
+
+// scheduleTick is a schedule's timer.
+type scheduleTick struct{ id string }
+
+// scheduleDone is a schedule's decision or change made durable.
+type scheduleDone struct {
+	id      string
+	reply   Ref
+	create  bool
+	name    string // of a create, pending until now
+	waiting []Waiting
+}
+
+// ParseCron reads a cron expression in a time zone, as schedules do. The time zone is given
+// apart, never inside the expression (CRON_TZ=), so each schedule states it once.
+func ParseCron(expr, timezone string) (cron.Schedule, *Rejection) {
+	bad := func(field, format string, args ...any) (cron.Schedule, *Rejection) {
+		r := reject(CodeInvalidSchedule, format, args...)
+		r.Details = map[string]any{"field": field}
+		return nil, r
+	}
+	if timezone == "" {
+		timezone = "UTC"
+	}
+	if len(timezone) > TimezoneLenMax || timezone == "Local" {
+		return bad("timezone", "timezone %q is not an IANA time zone name", clip(timezone))
+	}
+	loc, err := time.LoadLocation(timezone)
+	if err != nil {
+		return bad("timezone", "timezone %q is not an IANA time zone name", clip(timezone))
+	}
+	if expr = strings.TrimSpace(expr); expr == "" || len(expr) > CronLenMax {
+		return bad("cron", "cron must be 1..%d bytes", CronLenMax)
+	}
+	if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
+		return bad("cron", "give the time zone as timezone, not in the cron expression")
+	}
+	parser := cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	sched, err := parser.Parse(expr)
+	if err != nil {
+		return bad("cron", "cron %q: %v", clip(expr), err)
+	}
+	if spec, ok := sched.(*cron.SpecSchedule); ok {
+		spec.Location = loc
+	}
+	return sched, nil
+}
+
+// NextTick is a schedule's next tick after now, or the zero time if it is paused or its cron
+// never matches again.
+func NextTick(c *projections.Schedule, now time.Time) time.Time {
+	sched, r := ParseCron(c.Cron, c.Timezone)
+	if r != nil || c.Paused {
+		return time.Time{}
+	}
+	after := c.Anchor()
+	if now.After(after) {
+		after = now
+	}
+	return sched.Next(after).UTC()
+}
+
+// latestBefore returns the newest tick strictly before t and strictly after floor, or the zero
+// time. It looks back over windows that double, so it costs a few dozen Next calls for any
+// cron, however long ago floor is.
+func latestBefore(sched cron.Schedule, t, floor time.Time) time.Time {
+	for w := time.Second; ; w *= 2 {
+		from := t.Add(-w)
+		if !from.After(floor) {
+			from = floor
+		}
+		if c := sched.Next(from); !c.IsZero() && c.Before(t) {
+			for { // the window holds a tick: walk to the last one before t
+				n := sched.Next(c)
+				if n.IsZero() || !n.Before(t) {
+					return c
+				}
+				c = n
+			}
+		}
+		if from.Equal(floor) {
+			return time.Time{}
+		}
+	}
+}
+
+// dueTicks are a schedule's undecided ticks up to now: first and last, and the one before last
+// (zero when first is last).
+type dueTicks struct{ first, beforeLast, last time.Time }
+
+func ticksDue(sched cron.Schedule, anchor, now time.Time) (due dueTicks, next time.Time) {
+	first := sched.Next(anchor)
+	if first.IsZero() || first.After(now) {
+		return dueTicks{}, first
+	}
+	last := latestBefore(sched, now.Add(time.Nanosecond), anchor)
+	due = dueTicks{first: first, last: last}
+	if last.After(first) {
+		due.beforeLast = latestBefore(sched, last, anchor)
+	}
+	return due, time.Time{}
+}
+
+// decideTicks decides a schedule's due ticks (see the top of this file). fire is the tick to
+// fire, if any; prevLive says whether the job of the last firing is live, quotaFull whether
+// the tenant can take no job now.
+func decideTicks(c *projections.Schedule, due dueTicks, now time.Time, prevLive, quotaFull bool) (skips []eventlog.ScheduleSkipped, fire time.Time, late bool) {
+	skip := func(from, to time.Time, reason string) {
+		skips = append(skips, eventlog.ScheduleSkipped{ScheduleID: c.ID, From: from.UTC(), To: to.UTC(), Reason: reason})
+	}
+	missedTo := due.beforeLast
+	switch {
+	case now.Sub(due.last) <= ScheduleGrace:
+		fire = due.last
+	case c.CatchUp == eventlog.CatchUpOne:
+		fire, late = due.last, true
+	default:
+		missedTo = due.last
+	}
+	if !missedTo.IsZero() {
+		skip(due.first, missedTo, eventlog.SkippedTickMissed)
+	}
+	switch {
+	case fire.IsZero():
+	case c.Overlap == eventlog.OverlapSkip && prevLive && !mutantFireOverlapping:
+		skip(fire, fire, eventlog.SkippedTickOverlap)
+		fire = time.Time{}
+	case quotaFull:
+		skip(fire, fire, eventlog.SkippedTickQuota)
+		fire = time.Time{}
+	}
+	return skips, fire, late
+}
+
+// scheduleDefinitionHash identifies a schedule's definition, to tell a create repeated from one
+// that would change it.
+func scheduleDefinitionHash(c eventlog.ScheduleCreated) string {
+	c.ScheduleID, c.APIKeyID = "", ""
+	b, _ := json.Marshal(c)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// scheduleEvent validates a spec and makes the schedule's creation event (without its id).
+func (t *Tenant) scheduleEvent(m CreateSchedule, now time.Time) (eventlog.ScheduleCreated, *Rejection) {
+	spec := m.Spec
+	invalid := func(field, format string, args ...any) (eventlog.ScheduleCreated, *Rejection) {
+		r := reject(CodeInvalidSchedule, format, args...)
+		r.Details = map[string]any{"field": field}
+		return eventlog.ScheduleCreated{}, r
+	}
+	if !validName(spec.Name, ScheduleNameLenMax, true) {
+		return invalid("name", "schedule name %q must be 1..%d of [A-Za-z0-9_.:/-]", clip(spec.Name), ScheduleNameLenMax)
+	}
+	sched, r := ParseCron(spec.Cron, spec.Timezone)
+	if r != nil {
+		return eventlog.ScheduleCreated{}, r
+	}
+	if sched.Next(now).IsZero() {
+		return invalid("cron", "cron %q matches no time in the next five years", clip(spec.Cron))
+	}
+	overlap, catchUp := spec.Overlap, spec.CatchUp
+	if overlap == "" {
+		overlap = eventlog.OverlapSkip
+	}
+	if catchUp == "" {
+		catchUp = eventlog.CatchUpOne
+	}
+	if overlap != eventlog.OverlapSkip && overlap != eventlog.OverlapAllow {
+		return invalid("overlap", "overlap %q is not skip or allow", clip(overlap))
+	}
+	if catchUp != eventlog.CatchUpNone && catchUp != eventlog.CatchUpOne {
+		return invalid("catch_up", "catch_up %q is not none or one", clip(catchUp))
+	}
+	job := spec.Job
+	if r := job.normalize(t.limits); r != nil {
+		r.Details = map[string]any{"field": "job"}
+		return eventlog.ScheduleCreated{}, r
+	}
+	if job.Delay != 0 || !job.RunAt.IsZero() || job.IdempotencyKey != "" || job.ReservationID != "" {
+		return invalid("job", "a schedule's job takes no delay, run_at, idempotency key or reservation")
+	}
+	timezone := spec.Timezone
+	if timezone == "" {
+		timezone = "UTC"
+	}
+	return eventlog.ScheduleCreated{Tenant: t.name, Name: spec.Name, Cron: strings.TrimSpace(spec.Cron), Timezone: timezone,
+		Job: eventlog.ScheduleJob{Queue: job.Queue, Type: job.Type, Payload: job.Payload, Priority: job.Priority,
+			MaxAttempts: job.MaxAttempts, LeaseTTLMillis: job.LeaseTTL.Milliseconds(), Labels: job.Labels,
+			ResultTTLMillis: job.ResultTTL.Milliseconds()},
+		Overlap: overlap, CatchUp: catchUp, APIKeyID: m.APIKeyID}, nil
+}
+
+func (t *Tenant) createSchedule(env Env, m CreateSchedule, reply Ref) {
+	ev, r := t.scheduleEvent(m, env.Now())
+	if r != nil {
+		env.Send(reply, ScheduleMade{Err: r})
+		return
+	}
+	if _, ok := t.schedNames[ev.Name]; ok { // a create of the same name is in flight
+		t.pipe.whenSettled(func() { t.createSchedule(env, m, reply) })
+		return
+	}
+	var existing *projections.Schedule
+	count := 0
+	env.Read(func(s *projections.Set) {
+		existing, _ = s.ScheduleNamed(t.name, ev.Name)
+		count = len(s.Schedules(t.name))
+	})
+	if existing != nil {
+		have := eventlog.ScheduleCreated{Tenant: existing.Tenant, Name: existing.Name, Cron: existing.Cron, Timezone: existing.Timezone,
+			Job: existing.Job, Overlap: existing.Overlap, CatchUp: existing.CatchUp}
+		if scheduleDefinitionHash(have) != scheduleDefinitionHash(ev) {
+			env.Send(reply, ScheduleMade{Err: &Rejection{Code: CodeScheduleExists,
+				Message: "schedule " + ev.Name + " exists with another definition; delete it first", Details: map[string]any{"schedule_id": existing.ID}}})
+			return
+		}
+		env.Send(reply, ScheduleMade{ID: existing.ID, Existing: true, Receipt: Receipt{Seq: existing.CreateSeq}})
+		return
+	}
+	if count+len(t.schedNames) >= SchedulesMax {
+		env.Send(reply, ScheduleMade{Err: &Rejection{Code: CodeQuotaExceeded,
+			Message: "the tenant has the most schedules allowed", Details: map[string]any{"schedules_max": SchedulesMax}}})
+		return
+	}
+	ev.ScheduleID = NewID(env)
+	t.schedNames[ev.Name] = ev.ScheduleID
+	t.persistSchedule(env, []eventlog.Payload{ev}, scheduleDone{id: ev.ScheduleID, reply: reply, create: true, name: ev.Name})
+}
+
+// persistSchedule hands a schedule's decision or change to the log; the schedule takes no other
+// decision until it is durable, so each reads the ones before it in the projections.
+func (t *Tenant) persistSchedule(env Env, events []eventlog.Payload, done scheduleDone) {
+	t.schedBusy[done.id] = true
+	t.pendingJobs += len(done.waiting)
+	t.pipe.persist(env, events, done)
+}
+
+// pauseSchedule pauses or resumes a schedule, and deleteSchedule deletes it, once the
+// schedule's decision in flight, if any, is durable.
+func (t *Tenant) pauseSchedule(env Env, m PauseSchedule, reply Ref) {
+	if t.schedBusy[m.ID] {
+		t.pipe.whenSettled(func() { t.pauseSchedule(env, m, reply) })
+		return
+	}
+	c, ok := t.ownSchedule(env, m.ID, reply)
+	if !ok {
+		return
+	}
+	if c.Paused == m.Paused {
+		env.Send(reply, Done{})
+		return
+	}
+	var ev eventlog.Payload = eventlog.ScheduleResumed{ScheduleID: c.ID, APIKeyID: m.APIKeyID}
+	if m.Paused {
+		ev = eventlog.SchedulePaused{ScheduleID: c.ID, APIKeyID: m.APIKeyID}
+	}
+	t.persistSchedule(env, []eventlog.Payload{ev}, scheduleDone{id: c.ID, reply: reply})
+}
+
+func (t *Tenant) deleteSchedule(env Env, m DeleteSchedule, reply Ref) {
+	if t.schedBusy[m.ID] {
+		t.pipe.whenSettled(func() { t.deleteSchedule(env, m, reply) })
+		return
+	}
+	if c, ok := t.ownSchedule(env, m.ID, reply); ok {
+		t.persistSchedule(env, []eventlog.Payload{eventlog.ScheduleDeleted{ScheduleID: c.ID, APIKeyID: m.APIKeyID}}, scheduleDone{id: c.ID, reply: reply})
+	}
+}
+
+// ownSchedule reads one of the tenant's schedules, or answers SCHEDULE_NOT_FOUND.
+func (t *Tenant) ownSchedule(env Env, id string, reply Ref) (*projections.Schedule, bool) {
+	var c *projections.Schedule
+	env.Read(func(s *projections.Set) { c, _ = s.Schedule(id) })
+	if c == nil || c.Tenant != t.name {
+		env.Send(reply, Done{Err: reject(CodeScheduleNotFound, "no schedule %q", clip(id))})
+		return nil, false
+	}
+	return c, true
+}
+
+// tickSchedule decides a schedule's due ticks, if it has any, and sets its timer for the next.
+func (t *Tenant) tickSchedule(env Env, id string) {
+	if timer, ok := t.schedTimers[id]; ok {
+		env.Cancel(timer)
+		delete(t.schedTimers, id)
+	}
+	if t.schedBusy[id] {
+		return // decided again when the decision in flight is durable
+	}
+	var c *projections.Schedule
+	prevLive := false
+	env.Read(func(s *projections.Set) {
+		if c, _ = s.Schedule(id); c != nil && c.LastJobID != "" {
+			j := s.JobRef(c.LastJobID)
+			prevLive = j != nil && !j.Status.Terminal()
+		}
+	})
+	if c == nil || c.Tenant != t.name || c.Paused {
+		return
+	}
+	sched, r := ParseCron(c.Cron, c.Timezone)
+	if r != nil {
+		env.Log().Error("a schedule in the log does not parse")
+		return
+	}
+	now := env.Now()
+	anchor := c.Anchor()
+	if mutantRefireAfterCrash && t.schedRecovered[id] {
+		anchor = c.CreatedAt
+	}
+	delete(t.schedRecovered, id)
+	due, next := ticksDue(sched, anchor, now)
+	if due.last.IsZero() {
+		if !next.IsZero() {
+			t.schedTimers[id] = env.After(min(next.Sub(now), scheduleRecheckMax), scheduleTick{id})
+		}
+		return
+	}
+	quotaFull := t.maxActive > 0 && t.usage(env)+1 > t.maxActive
+	skips, fire, late := decideTicks(c, due, now, prevLive, quotaFull)
+	var events []eventlog.Payload
+	for _, sk := range skips {
+		events = append(events, sk)
+	}
+	done := scheduleDone{id: id}
+	if !fire.IsZero() {
+		job := c.Job
+		jobID := NextID(env, &t.lastJobID)
+		events = append(events, eventlog.ScheduleFired{ScheduleID: id, Tick: fire.UTC(), JobID: jobID, Late: late})
+		done.waiting = []Waiting{{ID: jobID, Tenant: t.name, Queue: job.Queue, Priority: job.Priority, SubmitSeq: uint64(len(events))}}
+		events = append(events, eventlog.JobSubmitted{
+			JobID: jobID, Tenant: t.name, Queue: job.Queue, Type: job.Type, Payload: job.Payload, Priority: job.Priority,
+			Labels: job.Labels, MaxAttempts: job.MaxAttempts, LeaseTTLMillis: job.LeaseTTLMillis,
+			ResultTTLMillis: job.ResultTTLMillis, ScheduleID: id,
+		})
+	}
+	t.persistSchedule(env, events, done)
+}
+
+func (t *Tenant) schedulePersisted(env Env, d scheduleDone, m Persisted) {
+	delete(t.schedBusy, d.id)
+	t.pendingJobs -= len(d.waiting)
+	if d.create {
+		delete(t.schedNames, d.name)
+	}
+	err := unavailable(m.Err)
+	if err == nil && len(d.waiting) > 0 {
+		for i := range d.waiting {
+			d.waiting[i].SubmitSeq += m.Receipt.First
+		}
+		env.Send(DispatcherRef(), Enqueue{Jobs: d.waiting, Seq: m.Receipt.Last})
+	}
+	switch {
+	case d.create:
+		env.Send(d.reply, ScheduleMade{ID: d.id, Receipt: receiptOf(m.Receipt), Err: err})
+	case !d.reply.IsZero():
+		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
+	}
+	if err == nil {
+		t.tickSchedule(env, d.id) // the next tick: or, after a pause or delete, none
+	}
+}

@@ -1,0 +1,293 @@
+package actors_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
+)
+
+func scheduleSpec(cron string) actors.ScheduleSpec {
+	return actors.ScheduleSpec{Name: "nightly", Cron: cron, Job: actors.JobSpec{Queue: "q", Type: "report"}, Overlap: eventlog.OverlapAllow}
+}
+
+func (f *fixture) createSchedule(spec actors.ScheduleSpec) actors.ScheduleMade {
+	f.t.Helper()
+	return one[actors.ScheduleMade](f.t, f.w.Call("client", actors.TenantRef("acme"), actors.CreateSchedule{Tenant: "acme", Spec: spec}))
+}
+
+func (f *fixture) mustCreateSchedule(spec actors.ScheduleSpec) string {
+	f.t.Helper()
+	m := f.createSchedule(spec)
+	if m.Err != nil {
+		f.t.Fatal(m.Err)
+	}
+	return m.ID
+}
+
+// decisions returns the schedule events logged after the first n records, with the jobs fired.
+func (f *fixture) decisions(n int) (fired []eventlog.ScheduleFired, skipped []eventlog.ScheduleSkipped) {
+	for _, p := range f.w.Since(n) {
+		switch e := p.(type) {
+		case eventlog.ScheduleFired:
+			fired = append(fired, e)
+			if j := f.job(e.JobID); j.ScheduleID != e.ScheduleID || j.Queue != "q" || j.Type != "report" {
+				f.t.Fatalf("job %s fired by %s: %+v", e.JobID, e.ScheduleID, j)
+			}
+		case eventlog.ScheduleSkipped:
+			skipped = append(skipped, e)
+		}
+	}
+	return fired, skipped
+}
+
+// tenantDo sends a command to the tenant and returns its Done.
+func (f *fixture) tenantDo(msg any) actors.Done {
+	f.t.Helper()
+	return one[actors.Done](f.t, f.w.Call("client", actors.TenantRef("acme"), msg))
+}
+
+// restartTenant restarts the tenant's actor and wakes it, as a starting server does
+// (actors.ResumedRefs): it recovers before it handles the wake-up.
+func (f *fixture) restartTenant() {
+	f.w.Restart(actors.TenantRef("acme"), actors.NewTenant("acme", actors.Limits{}))
+	f.w.Call("client", actors.TenantRef("acme"), actors.PauseSchedule{Tenant: "acme", ID: "none"})
+}
+
+func ticks(fired []eventlog.ScheduleFired) []string {
+	var out []string
+	for _, e := range fired {
+		s := e.Tick.Format("15:04")
+		if e.Late {
+			s += " late"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestScheduleValidation(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	for _, c := range []struct {
+		name  string
+		edit  func(*actors.ScheduleSpec)
+		field string
+	}{
+		{"bad name", func(s *actors.ScheduleSpec) { s.Name = "a b" }, "name"},
+		{"bad cron", func(s *actors.ScheduleSpec) { s.Cron = "61 * * * *" }, "cron"},
+		{"six fields", func(s *actors.ScheduleSpec) { s.Cron = "0 0 * * * *" }, "cron"},
+		{"zone inside", func(s *actors.ScheduleSpec) { s.Cron = "CRON_TZ=Europe/Paris 0 3 * * *" }, "cron"},
+		{"never", func(s *actors.ScheduleSpec) { s.Cron = "0 0 30 2 *" }, "cron"},
+		{"bad zone", func(s *actors.ScheduleSpec) { s.Timezone = "Mars/Olympus" }, "timezone"},
+		{"local zone", func(s *actors.ScheduleSpec) { s.Timezone = "Local" }, "timezone"},
+		{"overlap", func(s *actors.ScheduleSpec) { s.Overlap = "queue" }, "overlap"},
+		{"catch up", func(s *actors.ScheduleSpec) { s.CatchUp = "all" }, "catch_up"},
+		{"job queue", func(s *actors.ScheduleSpec) { s.Job.Queue = "" }, "job"},
+		{"job delay", func(s *actors.ScheduleSpec) { s.Job.Delay = time.Minute }, "job"},
+		{"job key", func(s *actors.ScheduleSpec) { s.Job.IdempotencyKey = "k" }, "job"},
+	} {
+		spec := scheduleSpec("*/5 * * * *")
+		c.edit(&spec)
+		m := f.createSchedule(spec)
+		if m.Err == nil || m.Err.Details["field"] != c.field {
+			t.Errorf("%s: %+v, want a refusal naming %s", c.name, m.Err, c.field)
+		}
+	}
+	if got := len(f.w.Set.Schedules("acme")); got != 0 {
+		t.Fatalf("%d schedules made by refused creates", got)
+	}
+}
+
+func TestScheduleFiresEachTickOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	n := len(f.w.Log)
+	id := f.mustCreateSchedule(scheduleSpec("*/5 * * * *")) // t0 is 14:05
+	f.w.Advance(16 * time.Minute)
+	fired, skipped := f.decisions(n)
+	if got := ticks(fired); len(got) != 3 || got[0] != "14:10" || got[2] != "14:20" || len(skipped) != 0 {
+		t.Fatalf("fired %v, skipped %+v; want 14:10, 14:15, 14:20", got, skipped)
+	}
+	// A restart reads the last tick from the log: nothing fires again.
+	f.restartTenant()
+	f.w.Advance(time.Minute)
+	if again, _ := f.decisions(n); len(again) != 3 {
+		t.Fatalf("after a restart: fired %v", ticks(again))
+	}
+	if c, _ := f.w.Set.Schedule(id); c.Fired != 3 || c.LastJobID != fired[2].JobID || !c.LastTick.Equal(fired[2].Tick) {
+		t.Fatalf("schedule %+v", c)
+	}
+}
+
+func TestScheduleOverlapSkip(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	spec := scheduleSpec("*/5 * * * *")
+	spec.Overlap = eventlog.OverlapSkip
+	n := len(f.w.Log)
+	f.mustCreateSchedule(spec)
+	f.w.Advance(6 * time.Minute) // 14:10 fires; nobody takes its job
+	f.w.Advance(5 * time.Minute) // 14:15 is skipped
+	fired, skipped := f.decisions(n)
+	if len(fired) != 1 || len(skipped) != 1 || skipped[0].Reason != eventlog.SkippedTickOverlap || skipped[0].From.Format("15:04") != "14:15" {
+		t.Fatalf("fired %v, skipped %+v", ticks(fired), skipped)
+	}
+	if d := f.do(actors.Cancel{Tenant: "acme", JobID: fired[0].JobID}); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	f.w.Advance(5 * time.Minute) // 14:20 fires: the job ended
+	if fired, _ = f.decisions(n); len(fired) != 2 || fired[1].Tick.Format("15:04") != "14:20" {
+		t.Fatalf("fired %v", ticks(fired))
+	}
+}
+
+// TestScheduleCatchUp: ticks missed while no actor ran (the server was down) fire per
+// catch_up when the tenant recovers; the newest, if within the grace, fires on time.
+func TestScheduleCatchUp(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		catchUp string
+		down    time.Duration
+		fired   []string
+		skipped string // the missed ticks skipped, from-to
+	}{
+		{eventlog.CatchUpOne, 17 * time.Minute, []string{"14:20 late"}, "14:10-14:15"},
+		{eventlog.CatchUpNone, 17 * time.Minute, nil, "14:10-14:20"},
+		{eventlog.CatchUpNone, 15*time.Minute + 30*time.Second, []string{"14:20"}, "14:10-14:15"},
+		{eventlog.CatchUpOne, 7 * time.Minute, []string{"14:10 late"}, ""},
+	} {
+		f := setup(t, nil)
+		spec := scheduleSpec("*/5 * * * *")
+		spec.CatchUp = c.catchUp
+		n := len(f.w.Log)
+		f.mustCreateSchedule(spec)
+		f.w.Clock = f.w.Clock.Add(c.down) // no timer runs: the server is down
+		f.restartTenant()
+		fired, skipped := f.decisions(n)
+		got := ""
+		for _, s := range skipped {
+			if s.Reason != eventlog.SkippedTickMissed {
+				t.Fatalf("skipped %+v", s)
+			}
+			got = s.From.Format("15:04") + "-" + s.To.Format("15:04")
+		}
+		if g := ticks(fired); len(g) != len(c.fired) || (len(g) > 0 && g[0] != c.fired[0]) || got != c.skipped || len(skipped) > 1 {
+			t.Errorf("catch_up %s, down %s: fired %v, skipped %s; want %v, %s", c.catchUp, c.down, g, got, c.fired, c.skipped)
+		}
+	}
+}
+
+func TestSchedulePauseResumeDelete(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	n := len(f.w.Log)
+	id := f.mustCreateSchedule(scheduleSpec("*/5 * * * *"))
+	if d := f.tenantDo(actors.PauseSchedule{Tenant: "acme", ID: id, Paused: true}); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	if d := f.tenantDo(actors.PauseSchedule{Tenant: "acme", ID: id, Paused: true}); d.Err != nil {
+		t.Fatal(d.Err) // pausing twice changes nothing
+	}
+	f.w.Advance(12 * time.Minute) // 14:10 and 14:15 pass while paused: never due
+	resume := one[actors.Done](t, f.w.Call("client", actors.TenantRef("acme"), actors.PauseSchedule{Tenant: "acme", ID: id}))
+	if resume.Err != nil {
+		t.Fatal(resume.Err)
+	}
+	f.w.Advance(4 * time.Minute)
+	fired, skipped := f.decisions(n)
+	if g := ticks(fired); len(g) != 1 || g[0] != "14:20" || len(skipped) != 0 {
+		t.Fatalf("fired %v, skipped %+v; want only 14:20", g, skipped)
+	}
+	del := one[actors.Done](t, f.w.Call("client", actors.TenantRef("acme"), actors.DeleteSchedule{Tenant: "acme", ID: id}))
+	if del.Err != nil {
+		t.Fatal(del.Err)
+	}
+	f.w.Advance(20 * time.Minute)
+	if fired, _ = f.decisions(n); len(fired) != 1 {
+		t.Fatalf("a deleted schedule fired: %v", ticks(fired))
+	}
+	for _, msg := range []any{actors.DeleteSchedule{Tenant: "acme", ID: id}, actors.PauseSchedule{Tenant: "acme", ID: id, Paused: true}} {
+		if d := one[actors.Done](t, f.w.Call("client", actors.TenantRef("acme"), msg)); d.Err == nil || d.Err.Code != actors.CodeScheduleNotFound {
+			t.Fatalf("%T after delete: %+v", msg, d.Err)
+		}
+	}
+	if _, ok := f.w.Set.Schedule(id); ok {
+		t.Fatal("a deleted schedule is still in the views")
+	}
+}
+
+func TestScheduleCreateByNameIsIdempotent(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	id := f.mustCreateSchedule(scheduleSpec("*/5 * * * *"))
+	again := f.createSchedule(scheduleSpec("*/5 * * * *"))
+	if again.Err != nil || again.ID != id || !again.Existing || again.Receipt.Seq == 0 {
+		t.Fatalf("the same create again: %+v", again)
+	}
+	other := f.createSchedule(scheduleSpec("0 * * * *"))
+	if other.Err == nil || other.Err.Code != actors.CodeScheduleExists || other.Err.Details["schedule_id"] != id {
+		t.Fatalf("another definition under the name: %+v", other)
+	}
+	// Another tenant's schedule of the same name is its own.
+	r := one[actors.ScheduleMade](t, f.w.Call("client", actors.TenantRef("zeta"), actors.CreateSchedule{Tenant: "zeta", Spec: scheduleSpec("0 * * * *")}))
+	if r.Err != nil || r.ID == id {
+		t.Fatalf("another tenant: %+v", r)
+	}
+}
+
+func TestScheduleSkipsWhenTheQuotaIsFull(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	one := 1
+	f.tenantDo(actors.SetQuota{Tenant: "acme", MaxActive: &one})
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	n := len(f.w.Log)
+	f.mustCreateSchedule(scheduleSpec("*/5 * * * *"))
+	f.w.Advance(6 * time.Minute)
+	if fired, skipped := f.decisions(n); len(fired) != 0 || len(skipped) != 1 || skipped[0].Reason != eventlog.SkippedTickQuota {
+		t.Fatalf("fired %v, skipped %+v", ticks(fired), skipped)
+	}
+}
+
+// TestCronAcrossDST pins what the cron library does where a local time happens twice or never:
+// 02:30 does not exist in New York on the day clocks go forward and is skipped that day; 01:30
+// happens twice on the day they go back and fires twice, an hour apart.
+func TestCronAcrossDST(t *testing.T) {
+	t.Parallel()
+	ny, _ := time.LoadLocation("America/New_York")
+	for _, c := range []struct {
+		cron string
+		from time.Time
+		want []string // local times
+	}{
+		{"30 2 * * *", time.Date(2026, 3, 7, 0, 0, 0, 0, ny), []string{"03-07 02:30 EST", "03-09 02:30 EDT"}},
+		{"30 1 * * *", time.Date(2026, 10, 31, 0, 0, 0, 0, ny), []string{"10-31 01:30 EDT", "11-01 01:30 EDT", "11-01 01:30 EST", "11-02 01:30 EST"}},
+		{"0 * * * *", time.Date(2026, 11, 1, 0, 30, 0, 0, ny), []string{"11-01 01:00 EDT", "11-01 01:00 EST", "11-01 02:00 EST"}},
+	} {
+		sched, r := actors.ParseCron(c.cron, "America/New_York")
+		if r != nil {
+			t.Fatal(r)
+		}
+		tick := c.from
+		for _, want := range c.want {
+			tick = sched.Next(tick)
+			if got := tick.In(ny).Format("01-02 15:04 MST"); got != want {
+				t.Fatalf("%s after %s: %s, want %s", c.cron, c.from, got, want)
+			}
+		}
+	}
+	// A schedule fires each of those ticks once: the decided tick is an instant, not a local time.
+	f := setup(t, nil)
+	f.w.Clock = time.Date(2026, 11, 1, 0, 59, 0, 0, ny)
+	spec := scheduleSpec("0 * * * *")
+	spec.Timezone = "America/New_York"
+	n := len(f.w.Log)
+	f.mustCreateSchedule(spec)
+	f.w.Advance(2*time.Hour + 2*time.Minute)
+	fired, _ := f.decisions(n)
+	if len(fired) != 3 || fired[1].Tick.Sub(fired[0].Tick) != time.Hour {
+		t.Fatalf("fired %v", fired)
+	}
+}
