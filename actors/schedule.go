@@ -146,15 +146,15 @@ func NextTick(c *projections.Schedule, now time.Time) time.Time {
 	if r != nil || c.Paused {
 		return time.Time{}
 	}
-	after := c.Anchor()
-	if now.After(after) {
-		after = now
+	due, next := ticksDue(sched, c.Anchor(), now)
+	if !due.last.IsZero() { // a tick is due this instant: the next is the one after it
+		next = sched.Next(due.last)
 	}
-	return sched.Next(after).UTC()
+	return next.UTC()
 }
 
 // latestBefore returns the newest tick strictly before t and strictly after floor, or the zero
-// time. It looks back over windows that double, so it costs a few dozen Next calls for any
+// time, of a cron whose ticks are calendar times (not @every). It looks back over windows that double, so it costs a few dozen Next calls for any
 // cron, however long ago floor is.
 func latestBefore(sched cron.Schedule, t, floor time.Time) time.Time {
 	for w := time.Second; ; w *= 2 {
@@ -185,6 +185,16 @@ func ticksDue(sched cron.Schedule, anchor, now time.Time) (due dueTicks, next ti
 	first := sched.Next(anchor)
 	if first.IsZero() || first.After(now) {
 		return dueTicks{}, first
+	}
+	if every, ok := sched.(cron.ConstantDelaySchedule); ok {
+		// Its ticks are first + k * Delay: they count from the anchor, not from the calendar,
+		// so looking back from another time would find other ticks.
+		k := now.Sub(first) / every.Delay
+		due = dueTicks{first: first, last: first.Add(k * every.Delay)}
+		if k > 0 {
+			due.beforeLast = due.last.Add(-every.Delay)
+		}
+		return due, time.Time{}
 	}
 	last := latestBefore(sched, now.Add(time.Nanosecond), anchor)
 	due = dueTicks{first: first, last: last}

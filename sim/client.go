@@ -17,6 +17,7 @@ type client struct {
 	keys         map[string]string // idempotency key → the job it names
 	reservations []string
 	flows        []string // flows it was told were accepted
+	schedules    []string // schedules it was told exist
 	n            int
 }
 
@@ -52,6 +53,12 @@ func (c *client) act() {
 		return
 	case r < 7:
 		c.cancelFlow()
+		return
+	case r < 10:
+		c.createSchedule()
+		return
+	case r < 11:
+		c.changeSchedule()
 		return
 	}
 	switch r := s.workload.IntN(100); {

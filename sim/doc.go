@@ -20,7 +20,11 @@
 //     lease decided after a pause, before its resume, breaks "pause"); they also submit flows of
 //     2..5 steps with random needs, some tolerating failure, and cancel some (flows.go: a step
 //     started before each step it needs succeeded breaks "flow_order", a flow that ends twice or
-//     not as its steps say "flow_end", and after heal every flow must end);
+//     not as its steps say "flow_end", and after heal every flow must end); and they create
+//     schedules that tick every few seconds or minutes, and pause, resume and delete them
+//     (schedules.go: a tick decided twice, out of order, before its time or while paused breaks
+//     "schedule_ticks", a fire against overlap or catch_up "schedule_policy", and after heal
+//     every schedule still active must decide a tick);
 //   - workers, some with Ed25519 keys, that speak the worker protocol: every frame goes through
 //     the JSON encoding of wire.Frame, and the server side turns frames into commands with
 //     transport/protocol, as the WebSocket and long-poll handlers do. A WebSocket worker grants

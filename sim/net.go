@@ -132,6 +132,15 @@ func (s *Sim) checkReply(party string, msg, reply any) {
 			return
 		}
 		receipt(r.Receipt)
+	case actors.ScheduleMade:
+		if r.Err != nil {
+			return
+		}
+		if c, ok := v.set.Schedule(r.ID); !ok || c.Tenant != msg.(actors.CreateSchedule).Tenant {
+			s.fail("durability", "%s was told schedule %s exists before it was durable", party, r.ID)
+			return
+		}
+		receipt(r.Receipt)
 	case actors.Done:
 		if r.Err == nil {
 			receipt(r.Receipt)

@@ -23,9 +23,10 @@ type oracle struct {
 	reservations map[string]string // id → "active" or how it ended
 	idem         map[string]idemUse
 	// paused holds the paused queues (tenant + "/" + queue) and when each pause was decided.
-	paused   map[string]decision
-	flows    map[string]*oflow
-	lastTime time.Time
+	paused    map[string]decision
+	flows     map[string]*oflow
+	schedules map[string]*osched
+	lastTime  time.Time
 }
 
 // decision is when a behaviour decided a record: the server clock and the clock-jump count
@@ -94,7 +95,8 @@ const IdempotencyTTL = 24 * time.Hour
 
 func newOracle(s *Sim) *oracle {
 	return &oracle{s: s, jobs: map[string]*ojob{}, tenants: map[string]*otenant{}, workers: map[string]oworker{},
-		reservations: map[string]string{}, idem: map[string]idemUse{}, paused: map[string]decision{}, flows: map[string]*oflow{}}
+		reservations: map[string]string{}, idem: map[string]idemUse{}, paused: map[string]decision{}, flows: map[string]*oflow{},
+		schedules: map[string]*osched{}}
 }
 
 func (o *oracle) tenant(name string) *otenant {
@@ -131,6 +133,9 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 				o.fail("idempotency", "key %q of tenant %s names job %s and, within its TTL, job %s", e.IdempotencyKey, e.Tenant, u.jobID, e.JobID)
 			}
 			o.idem[k] = idemUse{jobID: e.JobID, at: at}
+		}
+		if e.ScheduleID != "" {
+			o.scheduleJobSubmitted(seq, e)
 		}
 		laterStep := false
 		if e.FlowID != "" {
@@ -279,6 +284,9 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		o.expired(seq, e, decidedAt, clock)
 	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded:
 		o.flow(seq, at, p)
+	case eventlog.ScheduleCreated, eventlog.ScheduleFired, eventlog.ScheduleSkipped, eventlog.SchedulePaused,
+		eventlog.ScheduleResumed, eventlog.ScheduleDeleted:
+		o.schedule(seq, at, p, decidedAt, clock)
 	}
 }
 
@@ -531,7 +539,10 @@ func (o *oracle) unsettled() string {
 			return fmt.Sprintf("reservation %s never ended", id)
 		}
 	}
-	return o.unsettledFlow()
+	if f := o.unsettledFlow(); f != "" {
+		return f
+	}
+	return o.unsettledSchedule()
 }
 
 func (o *oracle) outcomes() map[string]int {

@@ -260,7 +260,11 @@ func (v *server) crash(why string) {
 	for _, w := range s.workers {
 		w.serverCrashed()
 	}
-	s.after(time.Duration(50+s.faultRand[FaultServerCrash].IntN(3000))*time.Millisecond, "server restart", func() {
+	down := time.Duration(50+s.faultRand[FaultServerCrash].IntN(3000)) * time.Millisecond
+	if s.faultRand[FaultServerCrash].IntN(8) == 0 {
+		down = time.Duration(60+s.faultRand[FaultServerCrash].IntN(120)) * time.Second // a long outage: schedules miss ticks
+	}
+	s.after(down, "server restart", func() {
 		if !v.up {
 			v.start()
 		}
