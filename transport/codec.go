@@ -100,6 +100,9 @@ func appendJob(dst []byte, j *wire.Job) ([]byte, bool) {
 	w.Null("expires_at")
 	w.Null("worker_id")
 	w.Bool("events_truncated", j.EventsTruncated)
+	w.Str("flow_id", j.FlowID, false)
+	w.Str("flow_step", j.FlowStep, false)
+	w.Str("schedule_id", j.ScheduleID, false)
 	if r := j.Receipt; r != nil {
 		w.Object("receipt", func(w *fastjson.Writer) { w.Uint("seq", r.Seq); w.Str("hash", r.Hash, true) })
 	}

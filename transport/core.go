@@ -54,6 +54,9 @@ type Core interface {
 	PauseQueue(ctx context.Context, tenant, apiKeyID, queue string, paused bool) (actors.Receipt, error)
 	SubmitFlow(ctx context.Context, m actors.SubmitFlow) (id string, hit bool, rc actors.Receipt, err error)
 	CancelFlow(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error)
+	CreateSchedule(ctx context.Context, m actors.CreateSchedule) (id string, existing bool, rc actors.Receipt, err error)
+	PauseSchedule(ctx context.Context, tenant, apiKeyID, id string, paused bool) (actors.Receipt, error)
+	DeleteSchedule(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error)
 
 	// Admin commands.
 	SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (actors.Receipt, error)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/actors/cells"
 	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
@@ -28,12 +30,67 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-// clock is a settable clock shared by the broker and the server, so tokens can expire
-// without waiting.
-type clock struct{ offset atomic.Int64 }
+// clock is a settable clock shared by the broker and the server, so tokens can expire and
+// schedules fire without waiting.
+type clock struct {
+	offset atomic.Int64
+	mu     sync.Mutex
+	timers []*clockTimer
+}
 
-func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// advance moves the clock by d; the broker's timers run in real time still, as if the wall
+// clock had been set forward.
 func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// elapse moves the clock by d as if d had passed: it also fires, in order, the timers then due.
+func (c *clock) elapse(d time.Duration) {
+	c.advance(d)
+	now := c.now()
+	c.mu.Lock()
+	var due []*clockTimer
+	c.timers = slices.DeleteFunc(c.timers, func(t *clockTimer) bool {
+		if !t.due.After(now) {
+			due = append(due, t)
+			return true
+		}
+		return false
+	})
+	c.mu.Unlock()
+	slices.SortStableFunc(due, func(a, b *clockTimer) int { return a.due.Compare(b.due) })
+	for _, t := range due {
+		t.fire()
+	}
+}
+
+// afterFunc is the broker's AfterFunc: f runs after d of real time, or once elapse moves the
+// clock past now + d, whichever comes first.
+func (c *clock) afterFunc(d time.Duration, f func()) cells.Timer {
+	t := &clockTimer{due: c.now().Add(d), f: f}
+	t.real = time.AfterFunc(d, t.fire)
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	return t
+}
+
+type clockTimer struct {
+	due  time.Time
+	f    func()
+	real *time.Timer
+	once sync.Once
+}
+
+func (t *clockTimer) fire() { t.once.Do(t.f) }
+
+// Stop stops the timer if it has not run, and reports whether it had not.
+func (t *clockTimer) Stop() bool {
+	t.real.Stop()
+	stopped := false
+	t.once.Do(func() { stopped = true })
+	return stopped
+}
 
 // harness is a broker and its HTTP server on a real loopback socket.
 type harness struct {
@@ -51,7 +108,7 @@ func start(t *testing.T, auth transport.AuthMode, configure ...func(*broker.Conf
 	t.Helper()
 	h := &harness{t: t, clock: &clock{}}
 	log := zaptest.NewLogger(t)
-	cfg := broker.Config{Dir: t.TempDir(), Logger: log, Clock: h.clock.now}
+	cfg := broker.Config{Dir: t.TempDir(), Logger: log, Clock: h.clock.now, AfterFunc: h.clock.afterFunc}
 	for _, c := range configure {
 		c(&cfg)
 	}

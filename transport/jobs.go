@@ -22,6 +22,7 @@ func jobOf(j *projections.Job, now time.Time) wire.Job {
 		Labels: j.Labels, Status: string(j.StatusAt(now)), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		CancelRequested: j.CancelRequested, Output: j.Output, OutputHash: j.OutputHash, DeadReason: j.DeadReason,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EventsTruncated: j.EventsTruncated,
+		FlowID: j.FlowID, FlowStep: j.FlowStep, ScheduleID: j.ScheduleID,
 	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}

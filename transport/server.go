@@ -225,6 +225,12 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/flows/{id}", s.api(authClient, s.getFlow))
 	m.Handle("GET /v1/flows/{id}/events", s.api(authClient, s.flowEvents))
 	m.Handle("POST /v1/flows/{id}/cancel", s.api(authClient, s.cancelFlow))
+	m.Handle("POST /v1/schedules", s.api(authClient, s.createSchedule))
+	m.Handle("GET /v1/schedules", s.api(authClient, s.listSchedules))
+	m.Handle("GET /v1/schedules/{id}", s.api(authClient, s.getSchedule))
+	m.Handle("DELETE /v1/schedules/{id}", s.api(authClient, s.deleteSchedule))
+	m.Handle("POST /v1/schedules/{id}/pause", s.api(authClient, s.pauseSchedule(true)))
+	m.Handle("POST /v1/schedules/{id}/resume", s.api(authClient, s.pauseSchedule(false)))
 
 	m.Handle("POST /v1/workers/register", s.api(authEnroll, s.register))
 	m.Handle("DELETE /v1/workers/{id}", s.api(authClientOrAdmin, s.revokeWorker))

@@ -27,7 +27,10 @@ type Config struct {
 	FS     vfs.FS // nil: the OS file system
 	Logger *zap.Logger
 	Clock  func() time.Time // nil: time.Now
-	Limits actors.Limits
+	// AfterFunc runs the behaviours' timers (nil: time.AfterFunc). A test that moves Clock
+	// passes one that also fires the timers the move makes due.
+	AfterFunc func(d time.Duration, f func()) cells.Timer
+	Limits    actors.Limits
 	// Retention is how long finished jobs stay queryable; the zero value keeps them all.
 	Retention projections.Retention
 	// CheckpointEvery is how many events pass between projection checkpoints, which bound the
@@ -102,6 +105,9 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.AfterFunc == nil {
+		cfg.AfterFunc = func(d time.Duration, f func()) cells.Timer { return time.AfterFunc(d, f) }
+	}
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = 20_000
 	}
@@ -162,7 +168,7 @@ func (b *Broker) rebuildProjections() (*projections.Set, error) {
 // scheduler, the log as its committer and the wall clock.
 func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 	return cells.New(cells.Config{
-		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: wallClock(b.clock), Set: set,
+		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: runtimeClock{b.clock, b.cfg.AfterFunc}, Set: set,
 		Make:      b.make,
 		Committed: b.committed,
 		External:  func(to actors.Ref, msg any) { to.External.(*sink).deliver(msg) },

@@ -591,6 +591,26 @@ func (b *Broker) SubmitFlow(ctx context.Context, m actors.SubmitFlow) (id string
 	return r.FlowID, r.IdempotentHit, b.fill(r.Receipt), nil
 }
 
+// CreateSchedule creates a schedule; existing says the tenant had it already, by name and
+// definition.
+func (b *Broker) CreateSchedule(ctx context.Context, m actors.CreateSchedule) (id string, existing bool, rc actors.Receipt, err error) {
+	r, err := callFor[actors.ScheduleMade](ctx, b, actors.TenantRef(m.Tenant), m)
+	if err != nil || r.Err != nil {
+		return "", false, actors.Receipt{}, firstErr(err, r.Err)
+	}
+	return r.ID, r.Existing, b.fill(r.Receipt), nil
+}
+
+// PauseSchedule pauses a schedule, or resumes it.
+func (b *Broker) PauseSchedule(ctx context.Context, tenant, apiKeyID, id string, paused bool) (actors.Receipt, error) {
+	return b.done(ctx, actors.TenantRef(tenant), actors.PauseSchedule{Tenant: tenant, ID: id, Paused: paused, APIKeyID: apiKeyID})
+}
+
+// DeleteSchedule deletes a schedule.
+func (b *Broker) DeleteSchedule(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
+	return b.done(ctx, actors.TenantRef(tenant), actors.DeleteSchedule{Tenant: tenant, ID: id, APIKeyID: apiKeyID})
+}
+
 // CancelFlow ends a running flow cancelled.
 func (b *Broker) CancelFlow(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
 	return b.done(ctx, actors.TenantRef(tenant), actors.CancelFlow{Tenant: tenant, FlowID: id, APIKeyID: apiKeyID})

@@ -124,11 +124,14 @@ func (b *Broker) committed() {
 	b.maybeCheckpoint()
 }
 
-// wallClock is the runtime's clock in production.
-type wallClock func() time.Time
+// runtimeClock is the runtime's clock: Config.Clock and Config.AfterFunc.
+type runtimeClock struct {
+	now   func() time.Time
+	after func(d time.Duration, f func()) cells.Timer
+}
 
-func (c wallClock) Now() time.Time                                { return c() }
-func (wallClock) AfterFunc(d time.Duration, f func()) cells.Timer { return time.AfterFunc(d, f) }
+func (c runtimeClock) Now() time.Time                                  { return c.now() }
+func (c runtimeClock) AfterFunc(d time.Duration, f func()) cells.Timer { return c.after(d, f) }
 
 // refField names what an actor concerns in its log lines: job_id, session_id or tenant.
 func refField(ref actors.Ref) zap.Field {

@@ -484,3 +484,43 @@ func (c *Client) FlowEvents(ctx context.Context, id string, after int) (*wire.Ev
 	_, err := c.do(ctx, http.MethodGet, "/v1/flows/"+url.PathEscape(id)+"/events?after="+strconv.Itoa(after), nil, &out)
 	return &out, err
 }
+
+// CreateSchedule creates a schedule, or answers the tenant's schedule of the same name and
+// definition (IdempotentHit).
+func (c *Client) CreateSchedule(ctx context.Context, req wire.ScheduleRequest) (*wire.Schedule, error) {
+	var out wire.Schedule
+	_, err := c.do(ctx, http.MethodPost, "/v1/schedules", req, &out)
+	return &out, err
+}
+
+// Schedule reads a schedule.
+func (c *Client) Schedule(ctx context.Context, id string) (*wire.Schedule, error) {
+	var out wire.Schedule
+	_, err := c.do(ctx, http.MethodGet, "/v1/schedules/"+url.PathEscape(id), nil, &out)
+	return &out, err
+}
+
+// Schedules lists the tenant's schedules, by name.
+func (c *Client) Schedules(ctx context.Context) (*wire.ScheduleList, error) {
+	var out wire.ScheduleList
+	_, err := c.do(ctx, http.MethodGet, "/v1/schedules", nil, &out)
+	return &out, err
+}
+
+// PauseSchedule pauses a schedule, or resumes it: it fires again at its ticks after the resume.
+func (c *Client) PauseSchedule(ctx context.Context, id string, paused bool) (*wire.Schedule, error) {
+	action := "resume"
+	if paused {
+		action = "pause"
+	}
+	var out wire.Schedule
+	_, err := c.do(ctx, http.MethodPost, "/v1/schedules/"+url.PathEscape(id)+"/"+action, nil, &out)
+	return &out, err
+}
+
+// DeleteSchedule deletes a schedule; the jobs it fired stay.
+func (c *Client) DeleteSchedule(ctx context.Context, id string) (*wire.Deleted, error) {
+	var out wire.Deleted
+	_, err := c.do(ctx, http.MethodDelete, "/v1/schedules/"+url.PathEscape(id), nil, &out)
+	return &out, err
+}

@@ -72,8 +72,13 @@ type Job struct {
 	ExpiresAt       *time.Time `json:"expires_at"`
 	WorkerID        *string    `json:"worker_id"`
 	EventsTruncated bool       `json:"events_truncated"`
-	Receipt         *Receipt   `json:"receipt,omitempty"`
-	IdempotentHit   *bool      `json:"idempotent_hit,omitempty"`
+	// FlowID and FlowStep name the flow step the job runs; ScheduleID the schedule that fired
+	// it. Absent when it is neither.
+	FlowID        string   `json:"flow_id,omitempty"`
+	FlowStep      string   `json:"flow_step,omitempty"`
+	ScheduleID    string   `json:"schedule_id,omitempty"`
+	Receipt       *Receipt `json:"receipt,omitempty"`
+	IdempotentHit *bool    `json:"idempotent_hit,omitempty"`
 }
 
 // SubmitRequest is the body of POST /v1/jobs and one element of a batch.
@@ -337,6 +342,66 @@ type Flow struct {
 	EndedAt       *time.Time          `json:"ended_at"`
 	Receipt       *Receipt            `json:"receipt,omitempty"`
 	IdempotentHit *bool               `json:"idempotent_hit,omitempty"`
+}
+
+// ScheduleRequest is the body of POST /v1/schedules. Job takes what a submit takes but a delay,
+// run_at, an idempotency key or a reservation. Timezone is an IANA name (default UTC); Overlap is
+// skip (default) or allow; CatchUp is one (default) or none.
+type ScheduleRequest struct {
+	Name     string        `json:"name"`
+	Cron     string        `json:"cron"`
+	Timezone string        `json:"timezone,omitempty"`
+	Job      SubmitRequest `json:"job"`
+	Overlap  string        `json:"overlap,omitempty"`
+	CatchUp  string        `json:"catch_up,omitempty"`
+}
+
+// Schedule is the schedule resource (GET /v1/schedules/{id}, and what create, pause and resume
+// answer). Status is active or paused; NextFireAt is null while paused. LastTick is the newest
+// tick decided, fired or skipped; Skipped counts the skip decisions by reason (missed, overlap,
+// quota).
+type Schedule struct {
+	ID            string         `json:"id"`
+	Tenant        string         `json:"tenant"`
+	Name          string         `json:"name"`
+	Cron          string         `json:"cron"`
+	Timezone      string         `json:"timezone"`
+	Job           ScheduleJob    `json:"job"`
+	Overlap       string         `json:"overlap"`
+	CatchUp       string         `json:"catch_up"`
+	Status        string         `json:"status"`
+	NextFireAt    *time.Time     `json:"next_fire_at"`
+	LastTick      *time.Time     `json:"last_tick"`
+	LastFire      *ScheduleFire  `json:"last_fire"`
+	Fired         int            `json:"fired"`
+	Skipped       map[string]int `json:"skipped"`
+	CreatedAt     time.Time      `json:"created_at"`
+	UpdatedAt     time.Time      `json:"updated_at"`
+	Receipt       *Receipt       `json:"receipt,omitempty"`
+	IdempotentHit *bool          `json:"idempotent_hit,omitempty"`
+}
+
+// ScheduleJob is the job a schedule submits each time it fires.
+type ScheduleJob struct {
+	Queue            string            `json:"queue"`
+	Type             string            `json:"type"`
+	Payload          json.RawMessage   `json:"payload"`
+	Priority         int               `json:"priority"`
+	MaxAttempts      int               `json:"max_attempts"`
+	LeaseTTLSeconds  float64           `json:"lease_ttl_seconds"`
+	Labels           map[string]string `json:"labels"`
+	ResultTTLSeconds float64           `json:"result_ttl_seconds,omitempty"`
+}
+
+// ScheduleFire is a schedule's last firing: the job it submitted, and when.
+type ScheduleFire struct {
+	JobID   string    `json:"job_id"`
+	FiredAt time.Time `json:"fired_at"`
+}
+
+// ScheduleList is GET /v1/schedules: the tenant's schedules, by name.
+type ScheduleList struct {
+	Schedules []Schedule `json:"schedules"`
 }
 
 // FlowStep is one step of a flow resource.
