@@ -117,6 +117,20 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	check("POST", "/v1/flows/"+flow.ID+"/cancel", "", "")
 	check("POST", "/v1/flows/"+flow.ID+"/cancel", "", "") // 409 FLOW_ENDED
 	check("GET", "/v1/flows/01NOSUCHFLOW0000000000000", "", "")
+	resp = check("POST", "/v1/schedules", "", `{"name":"s","cron":"@hourly","timezone":"Asia/Tokyo","job":{"queue":"q","type":"t","payload":{"n":1}}}`)
+	var sched wire.Schedule
+	if decode(t, resp, &sched); resp.StatusCode != 201 {
+		t.Fatalf("POST /v1/schedules: %d", resp.StatusCode)
+	}
+	check("POST", "/v1/schedules", "", `{"name":"s","cron":"@hourly","timezone":"Asia/Tokyo","job":{"queue":"q","type":"t","payload":{"n":1}}}`)
+	check("POST", "/v1/schedules", "", `{"name":"s","cron":"@daily","job":{"queue":"q","type":"t"}}`) // 409
+	check("POST", "/v1/schedules", "", `{"name":"s","cron":"daily","job":{"queue":"q","type":"t"}}`)  // 400
+	check("GET", "/v1/schedules", "", "")
+	check("GET", "/v1/schedules/"+sched.ID, "", "")
+	check("POST", "/v1/schedules/"+sched.ID+"/pause", "", "")
+	check("POST", "/v1/schedules/"+sched.ID+"/resume", "", "")
+	check("DELETE", "/v1/schedules/"+sched.ID, "", "")
+	check("GET", "/v1/schedules/"+sched.ID, "", "") // 404
 }
 
 func decode(t *testing.T, resp *http.Response, v any) {
