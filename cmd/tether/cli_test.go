@@ -264,3 +264,48 @@ func TestFlowCommands(t *testing.T) {
 		t.Fatalf("an unknown flow: exit %d\n%s", code, stderr)
 	}
 }
+
+func TestScheduleCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	run := func(args ...string) (string, string, int) {
+		return tether(t, nil, append(append([]string{"schedule"}, args...), "--server", s.url)...)
+	}
+	create := []string{"create", "--name", "nightly", "--cron", "30 2 * * *", "--timezone", "Europe/Paris",
+		"--queue", "reports", "--type", "daily", "--payload", `{"scope":"all"}`, "--label", "team=ml"}
+	out, stderr, code := run(append(create, "--json")...)
+	var sc struct{ ID, Status, Timezone string }
+	if code != 0 || json.Unmarshal([]byte(out), &sc) != nil || sc.Status != "active" || sc.Timezone != "Europe/Paris" {
+		t.Fatalf("create: exit %d\n%s%s", code, out, stderr)
+	}
+	out, _, code = run(create...)
+	mustContain(t, "create again", out, sc.ID, "it existed with this definition")
+	if code != 0 {
+		t.Fatalf("create again: exit %d", code)
+	}
+	out, _, _ = run("get", sc.ID)
+	mustContain(t, "schedule get", out, "nightly", "30 2 * * *  (Europe/Paris)", "queue reports, type daily", "overlap skip, catch_up one", "next")
+	out, _, _ = run("ls")
+	mustContain(t, "schedule ls", out, sc.ID, "nightly", "active")
+	out, _, _ = run("pause", sc.ID)
+	mustContain(t, "schedule pause", out, "paused", "receipt")
+	out, _, _ = run("resume", sc.ID)
+	mustContain(t, "schedule resume", out, "active")
+	if out, stderr, code := run("delete", sc.ID); code != 0 || !strings.Contains(out, "deleted") {
+		t.Fatalf("delete: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, stderr, code := run("get", sc.ID); code != 1 || !strings.Contains(stderr, "SCHEDULE_NOT_FOUND") {
+		t.Fatalf("get after delete: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("create", "--name", "typo", "--cron", "30 2 * *", "--queue", "q"); code != 1 || !strings.Contains(stderr, "INVALID_SCHEDULE") {
+		t.Fatalf("a cron with four fields: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("create", "--name", "typo", "--cron", "@daily", "--timezone", "Europe/Pari"); code != 1 || !strings.Contains(stderr, "timezone") {
+		t.Fatalf("a misspelt time zone: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run("create", "--cron", "@daily"); code != 2 || !strings.Contains(stderr, "--name and --cron are required") {
+		t.Fatalf("no name: exit %d\n%s", code, stderr)
+	}
+}

@@ -195,36 +195,18 @@ func jobSubmit(args []string) error {
 	fs := flag.NewFlagSet("job submit", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs, apiKeyHelp)
-	queue := fs.String("queue", "default", "queue")
-	typ := fs.String("type", "job", "job type")
-	payload := fs.String("payload", "", "payload JSON; @FILE reads a file, @- stdin")
-	priority := fs.Int("priority", 0, "priority, -100..100 (higher first)")
+	job := jobFlags(fs)
 	delay := fs.Duration("delay", 0, "run no earlier than this from now")
-	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead-lettered (0: server default, 5)")
-	leaseTTL := fs.Duration("lease-ttl", 0, "lease time-to-live (0: server default, 30s)")
 	key := fs.String("idempotency-key", "", "a key that makes resubmitting safe for 24 h")
-	resultTTL := fs.Duration("result-ttl", 0, "how long the job stays once it succeeded or was cancelled (0: the server's --retain)")
 	quiet := fs.Bool("quiet", false, "print only the job id (for scripts: JOB=$(tether job submit ... --quiet))")
-	labels := labelFlags{}
-	fs.Var(labels, "label", "key=value label (repeatable)")
 	if _, err := parseArgs(fs, args, 0, "tether job submit --queue Q --type T --payload JSON"); err != nil {
 		return err
 	}
-	req := wire.SubmitRequest{Queue: *queue, Type: *typ, Priority: *priority, DelaySeconds: delay.Seconds(), MaxAttempts: *maxAttempts,
-		LeaseTTLSeconds: leaseTTL.Seconds(), IdempotencyKey: *key, ResultTTLSeconds: resultTTL.Seconds()}
-	if len(labels) > 0 {
-		req.Labels = labels
+	req, err := job()
+	if err != nil {
+		return err
 	}
-	if *payload != "" {
-		raw, err := readArg(*payload)
-		if err != nil {
-			return err
-		}
-		if !json.Valid(raw) {
-			return badFlagf(fs, "--payload is not valid JSON")
-		}
-		req.Payload = raw
-	}
+	req.DelaySeconds, req.IdempotencyKey = delay.Seconds(), *key
 	j, err := cf.client().Submit(context.Background(), req)
 	if err != nil {
 		return err
@@ -240,6 +222,38 @@ func jobSubmit(args []string) error {
 		}
 		return fmt.Sprintf("%s %s%s\nreceipt seq=%d hash=%s\n", j.ID, j.Status, hit, j.Receipt.Seq, j.Receipt.Hash)
 	})
+}
+
+// jobFlags registers the flags of a job's definition (what job submit and schedule create
+// share); the function it returns reads them once they are parsed.
+func jobFlags(fs *flag.FlagSet) func() (wire.SubmitRequest, error) {
+	queue := fs.String("queue", "default", "queue")
+	typ := fs.String("type", "job", "job type")
+	payload := fs.String("payload", "", "payload JSON; @FILE reads a file, @- stdin")
+	priority := fs.Int("priority", 0, "priority, -100..100 (higher first)")
+	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead-lettered (0: server default, 5)")
+	leaseTTL := fs.Duration("lease-ttl", 0, "lease time-to-live (0: server default, 30s)")
+	resultTTL := fs.Duration("result-ttl", 0, "how long the job stays once it succeeded or was cancelled (0: the server's --retain)")
+	labels := labelFlags{}
+	fs.Var(labels, "label", "key=value label (repeatable)")
+	return func() (wire.SubmitRequest, error) {
+		req := wire.SubmitRequest{Queue: *queue, Type: *typ, Priority: *priority, MaxAttempts: *maxAttempts,
+			LeaseTTLSeconds: leaseTTL.Seconds(), ResultTTLSeconds: resultTTL.Seconds()}
+		if len(labels) > 0 {
+			req.Labels = labels
+		}
+		if *payload != "" {
+			raw, err := readArg(*payload)
+			if err != nil {
+				return req, err
+			}
+			if !json.Valid(raw) {
+				return req, badFlagf(fs, "--payload is not valid JSON")
+			}
+			req.Payload = raw
+		}
+		return req, nil
+	}
 }
 
 // readArg returns s, or the contents of a file for @FILE, or stdin for @-.

@@ -28,6 +28,7 @@ var commands = []struct {
 	{"job", "submit, get, ls, cancel, retry, watch jobs", runJob},
 	{"queue", "list queues; pause and resume one", runQueue},
 	{"flow", "submit, get, ls, watch, cancel flows (YAML DAGs of jobs)", runFlow},
+	{"schedule", "create, get, ls, pause, resume, delete cron schedules of jobs", runSchedule},
 	{"admin", "API keys, enroll tokens, quotas", runAdmin},
 	{"bench", "load-generate against a running server", runBench},
 	{"replay", "audit a stopped server's data dir: verify, history, state, export, receipt", runReplay},
