@@ -179,6 +179,30 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	noConsoleErrors(t, browser)
 
+	// A schedule is listed with its next tick; pause, resume and delete act on it.
+	sched, err := acme.CreateSchedule(ctx, wire.ScheduleRequest{Name: "nightly", Cron: "30 2 * * *", Timezone: "Europe/Paris",
+		Job: wire.SubmitRequest{Queue: "reports", Type: "daily"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedRow := fmt.Sprintf(`[data-schedule=%q]`, sched.ID)
+	browser.Click(`nav a[data-nav=schedules]`)
+	browser.WaitFor("the schedule in the list", query(schedRow+`[data-status=active]`))
+	browser.Click(schedRow + ` [data-action=pause-schedule]`)
+	browser.WaitFor("the schedule paused", query(schedRow+`[data-status=paused]`))
+	if s, err := acme.Schedule(ctx, sched.ID); err != nil || s.Status != "paused" {
+		t.Fatalf("after the pause button: %+v %v", s, err)
+	}
+	browser.Click(schedRow + ` [data-action=resume-schedule]`)
+	browser.WaitFor("the schedule active again", query(schedRow+`[data-status=active]`))
+	browser.Click(schedRow + ` [data-action=delete-schedule]`) // arms it
+	browser.Click(schedRow + ` [data-action=delete-schedule]`)
+	browser.WaitFor("the schedule gone", "!"+query(schedRow))
+	if _, err := acme.Schedule(ctx, sched.ID); err == nil {
+		t.Fatal("the delete button left the schedule")
+	}
+	noConsoleErrors(t, browser)
+
 	// On a phone, tables stack into cards and nothing scrolls sideways.
 	phone := testtool.NewBrowser(t, 390, 844, 20*time.Second)
 	phone.Go(url + "/")

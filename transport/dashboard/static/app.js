@@ -1,5 +1,6 @@
 // tether's dashboard: a client of the public /v1 API, nothing more. Routes live in the URL's
-// hash (#/, #/jobs?…, #/jobs/<id>, #/dead, #/flows, #/flows/<id>), so the server serves one page.
+// hash (#/, #/jobs?…, #/jobs/<id>, #/dead, #/flows, #/flows/<id>, #/schedules), so the server
+// serves one page.
 "use strict";
 
 const KEY = "tether.apiKey";
@@ -157,6 +158,7 @@ function route() {
   else if (path.startsWith("/jobs/")) { name = "jobs"; render = () => jobPage(decodeURIComponent(path.slice(6))); }
   else if (path === "/flows") { name = "flows"; render = () => flowsPage(); }
   else if (path.startsWith("/flows/")) { name = "flows"; render = () => flowPage(decodeURIComponent(path.slice(7))); }
+  else if (path === "/schedules") { name = "schedules"; render = () => schedulesPage(); }
   else render = () => { main().replaceChildren(h("h1", {}, "Not found")); return null; };
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === name);
   view = startView(render);
@@ -628,6 +630,58 @@ function flowPage(id) {
       } }, "Cancel flow")
       : "");
     graph.replaceChildren(flowGraph(f));
+  };
+  return { refresh };
+}
+
+// ---- Schedules: each with its next tick and last firing, paused, resumed or deleted here. ----
+
+function schedulesPage() {
+  const list = h("section", { class: "card", "data-test": "schedules" });
+  main().replaceChildren(h("h1", {}, "Schedules"), list);
+  // change pauses, resumes or deletes a schedule; a delete acts on a second click, as a job's.
+  const change = async (e, sc, what) => {
+    e.preventDefault();
+    const b = e.currentTarget;
+    if (what === "delete" && !b.dataset.armed) {
+      b.dataset.armed = "1";
+      b.textContent = "Delete for good?";
+      return;
+    }
+    b.disabled = true;
+    try {
+      const path = `/v1/schedules/${encodeURIComponent(sc.id)}`;
+      if (what === "delete") await api(path, { method: "DELETE" });
+      else await post(`${path}/${what}`);
+      toast(`${what === "pause" ? "Paused" : what === "resume" ? "Resumed" : "Deleted"} schedule ${sc.name}`);
+    } catch (err) {
+      toast(`${err.code}: ${err.message}`, true);
+    }
+    await refresh();
+  };
+  const refresh = async () => {
+    const page = await api("/v1/schedules");
+    list.replaceChildren(table("schedules", [["Name"], ["Cron"], ["Status"], ["Next"], ["Last fire"], ["Fired", "num"], ["Skipped", "num"], [""]],
+      page.schedules.map((sc) => {
+        const paused = sc.status === "paused";
+        const skipped = Object.entries(sc.skipped).map(([why, n]) => `${n} ${why}`).join(", ");
+        return h("tr", { "data-schedule": sc.id, "data-status": sc.status },
+          cell("Name", h("span", { title: sc.id }, sc.name)),
+          cell("Cron", h("span", { class: "mono" }, sc.cron), ` ${sc.timezone}`),
+          cell("Status", badge(sc.status)),
+          cell("Next", sc.next_fire_at ? new Date(sc.next_fire_at).toLocaleString() : "—"),
+          cell("Last fire", sc.last_fire
+            ? h("a", { href: `#/jobs/${encodeURIComponent(sc.last_fire.job_id)}`, class: "mono" }, ago(sc.last_fire.fired_at))
+            : "—"),
+          cell("Fired", String(sc.fired), "num"),
+          cell("Skipped", skipped || "0", "num"),
+          cell("", h("div", { class: "actions" },
+            h("button", { type: "button", "data-action": paused ? "resume-schedule" : "pause-schedule",
+              onclick: (e) => change(e, sc, paused ? "resume" : "pause") }, paused ? "Resume" : "Pause"),
+            h("button", { type: "button", class: "danger", "data-action": "delete-schedule", title: "The jobs it fired stay",
+              onclick: (e) => change(e, sc, "delete") }, "Delete"))));
+      }),
+      "No schedules yet: POST one to /v1/schedules, or run tether schedule create."));
   };
   return { refresh };
 }
