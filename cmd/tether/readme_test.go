@@ -139,6 +139,23 @@ func TestReadmeFlow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs make and the binary")
 	}
+	out := runBlockOnMakeRun(t, "flow")
+	t.Logf("flow output:\n%s", out)
+	mustContain(t, "the flow example's output", out, "flow.submitted", "report", `"needs"`, "flow.ended", "done: succeeded")
+}
+
+func TestReadmeSchedule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs make and the binary")
+	}
+	out := runBlockOnMakeRun(t, "schedule")
+	mustContain(t, "the schedule example's output", out, "nightly-report", "30 2 * * *  (Europe/Paris)", "active", "NEXT")
+}
+
+// runBlockOnMakeRun starts `make run`, then runs the README's block named name in a second
+// directory, as a reader in a second terminal would, with bin/tether at hand.
+func runBlockOnMakeRun(t *testing.T, name string) string {
+	t.Helper()
 	root, _ := filepath.Abs("../..")
 	addr := freeAddr(t)
 	server := exec.Command("make", "run", "DATA="+t.TempDir(), "ADDR="+addr)
@@ -151,7 +168,5 @@ func TestReadmeFlow(t *testing.T) {
 	if err := os.Symlink(filepath.Join(root, "bin", "tether"), filepath.Join(cwd, "bin", "tether")); err != nil {
 		t.Fatal(err)
 	}
-	out := runBlock(t, cwd, []string{"TETHER_SERVER=http://" + addr, "XDG_STATE_HOME=" + t.TempDir()}, readmeBlock(t, "flow"))
-	t.Logf("flow output:\n%s", out)
-	mustContain(t, "the flow example's output", out, "flow.submitted", "report", `"needs"`, "flow.ended", "done: succeeded")
+	return runBlock(t, cwd, []string{"TETHER_SERVER=http://" + addr, "XDG_STATE_HOME=" + t.TempDir()}, readmeBlock(t, name))
 }
