@@ -72,11 +72,18 @@ func (d *Dispatcher) sweepRetention(env Env) {
 		events = append(events, eventlog.JobExpired{JobID: e.JobID, Reason: e.Reason})
 		ids = append(ids, e.JobID)
 	}
+	// Ended flows go with their retention too; no one decides anything of a flow that is no
+	// longer live, so the dispatcher can take it out without asking its tenant.
+	var flows []string
+	env.Read(func(s *projections.Set) { flows = s.ExpirableFlows(d.retention, now, retentionBatch) })
+	for _, id := range flows {
+		events = append(events, eventlog.FlowExpired{FlowID: id, Reason: eventlog.ExpiredRetention})
+	}
 	if len(events) == 0 {
 		d.armSweep(env)
 		return
 	}
-	d.expire(env, events, expireDone{ids: ids, sweep: true, filled: len(due) == retentionBatch})
+	d.expire(env, events, expireDone{ids: ids, sweep: true, filled: len(due) == retentionBatch || len(flows) == retentionBatch})
 }
 
 func (d *Dispatcher) expire(env Env, events []eventlog.Payload, then expireDone) {

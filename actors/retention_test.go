@@ -133,3 +133,49 @@ func TestDeleteAndPurge(t *testing.T) {
 		t.Fatal("a purge took a live job")
 	}
 }
+
+// TestEndedFlowsExpire: an ended flow leaves the views once its retention is over and each of
+// its steps' jobs has finished; a running one stays.
+func TestEndedFlowsExpire(t *testing.T) {
+	t.Parallel()
+	f := retained(t)
+	done := f.mustSubmitFlow(step("a"))
+	running := f.mustSubmitFlow(step("a"), step("b", "a"))
+	cancelling := f.mustSubmitFlow(step("a"))
+	as := f.connect("s1", 3)
+	if len(as) != 3 {
+		t.Fatalf("%d assignments", len(as))
+	}
+	for _, a := range as {
+		if a.JobID == f.flow(done).State["a"].JobID {
+			f.complete(a, `1`)
+		}
+	}
+	// The cancelled flow's leased step is cancel-requested: the worker never acknowledges, and
+	// the flow stays until the step's lease runs out (it is not extended once cancel-requested).
+	if d := one[actors.Done](t, f.w.Call("client", actors.TenantRef("acme"), actors.CancelFlow{Tenant: "acme", FlowID: cancelling})); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	f.live("s1", 55*time.Second)
+	if _, ok := f.w.Set.Flow(cancelling); !ok || f.gone(f.flow(done).State["a"].JobID) {
+		t.Fatal("55 s after: the cancelled flow is gone, or the succeeded flow's job")
+	}
+	f.live("s1", 2*time.Minute)
+	if _, ok := f.w.Set.Flow(running); !ok {
+		t.Fatal("a running flow left the views")
+	}
+	var expired []string
+	for _, p := range f.w.Since(0) {
+		switch e := p.(type) {
+		case eventlog.FlowExpired:
+			expired = append(expired, e.FlowID)
+		case eventlog.JobCancelled:
+			if len(expired) > 1 {
+				t.Fatalf("the cancelled flow expired before its step's job %s ended", e.JobID)
+			}
+		}
+	}
+	if len(expired) != 2 || expired[0] != done || expired[1] != cancelling {
+		t.Fatalf("flow.expired for %v, want %s then %s", expired, done, cancelling)
+	}
+}

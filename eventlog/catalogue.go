@@ -284,6 +284,14 @@ type FlowEnded struct {
 	APIKeyID string `json:"api_key_id,omitempty"` // who cancelled it
 }
 
+// FlowExpired records that an ended flow left the views: its retention (the server's, as for a
+// finished job) ended after it ended and each of its steps' jobs finished. It is the flow's
+// last event; its steps' jobs expire on their own.
+type FlowExpired struct {
+	FlowID string `json:"flow_id"`
+	Reason string `json:"reason"` // ExpiredRetention
+}
+
 // A flow's ends.
 const (
 	FlowSucceeded = "succeeded"
@@ -544,6 +552,7 @@ func (QueueResumed) EventType() string         { return "tenant.queue_resumed" }
 func (FlowSubmitted) EventType() string        { return "flow.submitted" }
 func (FlowStepSkipped) EventType() string      { return "flow.step_skipped" }
 func (FlowEnded) EventType() string            { return "flow.ended" }
+func (FlowExpired) EventType() string          { return "flow.expired" }
 func (ScheduleCreated) EventType() string      { return "schedule.created" }
 func (ScheduleFired) EventType() string        { return "schedule.fired" }
 func (ScheduleSkipped) EventType() string      { return "schedule.skipped" }
@@ -571,7 +580,7 @@ func Catalogue() []Payload {
 		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
 		ReservationExpired{}, APIKeyCreated{}, APIKeyRevoked{}, EnrollTokenCreated{},
 		EnrollTokenUsed{}, QueuePaused{}, QueueResumed{},
-		FlowSubmitted{}, FlowStepSkipped{}, FlowEnded{},
+		FlowSubmitted{}, FlowStepSkipped{}, FlowEnded{}, FlowExpired{},
 		ScheduleCreated{}, ScheduleFired{}, ScheduleSkipped{}, SchedulePaused{}, ScheduleResumed{},
 		ScheduleDeleted{},
 	}
@@ -678,6 +687,8 @@ func StreamOf(p Payload) string {
 	case FlowStepSkipped:
 		return FlowStream(e.FlowID)
 	case FlowEnded:
+		return FlowStream(e.FlowID)
+	case FlowExpired:
 		return FlowStream(e.FlowID)
 	case ScheduleCreated:
 		return ScheduleStream(e.ScheduleID)

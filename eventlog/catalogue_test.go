@@ -79,7 +79,7 @@ func TestCatalogueIsComplete(t *testing.T) {
 		"tenant.quota_set", "tenant.reservation_made", "tenant.reservation_consumed", "tenant.reservation_released",
 		"tenant.reservation_expired", "tenant.api_key_created", "tenant.api_key_revoked",
 		"tenant.enroll_token_created", "tenant.enroll_token_used", "tenant.queue_paused", "tenant.queue_resumed",
-		"flow.submitted", "flow.step_skipped", "flow.ended",
+		"flow.submitted", "flow.step_skipped", "flow.ended", "flow.expired",
 		"schedule.created", "schedule.fired", "schedule.skipped", "schedule.paused", "schedule.resumed", "schedule.deleted",
 	} {
 		if !seen[typ] {

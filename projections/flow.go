@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -150,6 +151,11 @@ func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) error {
 			return fmt.Errorf("projections: seq %d: flow %s has no step %q", seq, id, e.Step)
 		}
 		f.State[e.Step] = StepState{Status: StepSkipped}
+	case eventlog.FlowExpired:
+		if f.Live() {
+			return fmt.Errorf("projections: seq %d: flow %s expired while live", seq, id)
+		}
+		delete(s.flows, id)
 	case eventlog.FlowEnded:
 		f.Status, f.FailedStep, f.EndedAt = FlowStatus(e.Status), e.Step, at
 		for name, st := range f.State {
@@ -172,6 +178,27 @@ func (s *Set) stepChanged(at time.Time, j *Job) {
 	}
 	f.State[j.FlowStep] = st
 	f.UpdatedAt = at
+}
+
+// ExpirableFlows returns up to limit ended flows whose retention (r.Done, as for a succeeded
+// job, from the flow's end) is over at now and whose steps' jobs have all finished, soonest due
+// first. Only flows within their retention are in memory, so the scan is over those.
+func (s *Set) ExpirableFlows(r Retention, now time.Time, limit int) []string {
+	if r.Done <= 0 {
+		return nil
+	}
+	var due []*Flow
+	for _, f := range s.flows {
+		if f.Status != FlowRunning && !now.Before(f.EndedAt.Add(r.Done)) && !f.Live() {
+			due = append(due, f)
+		}
+	}
+	slices.SortFunc(due, func(a, b *Flow) int { return cmp.Or(a.EndedAt.Compare(b.EndedAt), strings.Compare(a.ID, b.ID)) })
+	var out []string
+	for _, f := range due[:min(limit, len(due))] {
+		out = append(out, f.ID)
+	}
+	return out
 }
 
 // flowList returns the flows in id order, for a checkpoint.

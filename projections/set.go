@@ -275,7 +275,7 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 	case eventlog.APIKeyCreated, eventlog.APIKeyRevoked, eventlog.EnrollTokenCreated, eventlog.EnrollTokenUsed:
 		s.creds.apply(at, p)
 		return nil
-	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded:
+	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded, eventlog.FlowExpired:
 		return s.applyFlow(seq, at, p)
 	case eventlog.ScheduleCreated, eventlog.ScheduleFired, eventlog.ScheduleSkipped, eventlog.SchedulePaused,
 		eventlog.ScheduleResumed, eventlog.ScheduleDeleted:

@@ -24,6 +24,8 @@ type oflow struct {
 	skipped    map[string]bool
 	ended      bool
 	status     string
+	endedAt    time.Time // the flow.ended record's time
+	expired    bool
 }
 
 // submitFlow submits a random flow of 2..5 steps, each needing some of the steps before it;
@@ -78,7 +80,11 @@ func (c *client) cancelFlow() {
 
 // flow folds a flow's events and checks them. A step's job.submitted goes through job(), which
 // checks the step's needs.
-func (o *oracle) flow(seq uint64, at time.Time, p eventlog.Payload) {
+func (o *oracle) flow(seq uint64, at time.Time, p eventlog.Payload, decidedAt time.Time, clock int) {
+	if f := o.flows[eventlog.StreamOf(p)[len("flow/"):]]; f != nil && f.expired {
+		o.fail("retention", "%s for flow %s after it expired (seq %d)", p.EventType(), f.id, seq)
+		return
+	}
 	switch e := p.(type) {
 	case eventlog.FlowSubmitted:
 		if o.flows[e.FlowID] != nil {
@@ -109,13 +115,29 @@ func (o *oracle) flow(seq uint64, at time.Time, p eventlog.Payload) {
 		default:
 			f.skipped[e.Step] = true
 		}
+	case eventlog.FlowExpired:
+		f := o.flows[e.FlowID]
+		switch {
+		case f == nil || !f.ended:
+			o.fail("retention", "flow %s expired before it ended (seq %d)", e.FlowID, seq)
+			return
+		case clock >= 0 && decidedAt.Sub(f.endedAt) < o.s.retention.Done:
+			o.fail("retention", "flow %s expired at %s, %s after it ended, within the retention of %s (seq %d)", f.id, decidedAt, decidedAt.Sub(f.endedAt), o.s.retention.Done, seq)
+		}
+		for _, name := range slices.Sorted(maps.Keys(f.jobs)) {
+			if j := o.jobs[f.jobs[name]]; j != nil && !j.status.Terminal() {
+				o.fail("retention", "flow %s expired while the job %s of its step %s is %s (seq %d)", f.id, j.id, name, j.status, seq)
+			}
+		}
+		f.expired = true
+		o.s.probe(ProbeFlowExpired)
 	case eventlog.FlowEnded:
 		f := o.flows[e.FlowID]
 		if f == nil || f.ended {
 			o.fail("flow_end", "flow %s ended twice, or without a submit (seq %d)", e.FlowID, seq)
 			return
 		}
-		f.ended, f.status = true, e.Status
+		f.ended, f.status, f.endedAt = true, e.Status, at
 		if e.Status == eventlog.FlowFailed {
 			o.s.probe(ProbeFlowFailed)
 		}

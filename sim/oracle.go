@@ -282,8 +282,8 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		o.endReservation(seq, e.Tenant, e.ReservationID, "expired")
 	case eventlog.JobExpired:
 		o.expired(seq, e, decidedAt, clock)
-	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded:
-		o.flow(seq, at, p)
+	case eventlog.FlowSubmitted, eventlog.FlowStepSkipped, eventlog.FlowEnded, eventlog.FlowExpired:
+		o.flow(seq, at, p, decidedAt, clock)
 	case eventlog.ScheduleCreated, eventlog.ScheduleFired, eventlog.ScheduleSkipped, eventlog.SchedulePaused,
 		eventlog.ScheduleResumed, eventlog.ScheduleDeleted:
 		o.schedule(seq, at, p, decidedAt, clock)

@@ -94,6 +94,7 @@ const (
 	ProbeQueuePaused
 	ProbeFlowAdvanced
 	ProbeFlowFailed
+	ProbeFlowExpired
 	ProbeScheduleFired
 	ProbeScheduleLate
 	probeCount
@@ -104,7 +105,7 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
 	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed",
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
-	"schedule_fired", "schedule_fired_late"}
+	"flow_expired", "schedule_fired", "schedule_fired_late"}
 
 func (p Probe) String() string { return probeNames[p] }
 
