@@ -509,7 +509,7 @@ func (d *Dispatcher) redrive(env Env, m redriveJob) {
 		case d.expiring[m.JobID]:
 			r = reject(CodeJobExpired, "job %s has expired", j.ID)
 		}
-		env.Send(TenantRef(m.Tenant), redriveSettled{})
+		env.Send(TenantRef(m.Tenant), redriveSettled{jobID: m.JobID})
 		env.Send(env.Sender(), Done{Err: r})
 		return
 	}
@@ -535,7 +535,7 @@ func (d *Dispatcher) persisted(env Env, m Persisted) {
 		if err == nil && m.Receipt.Last > d.rebuiltAt {
 			d.add(t.waiting, env.Now())
 		}
-		env.Send(TenantRef(t.tenant), redriveSettled{})
+		env.Send(TenantRef(t.tenant), redriveSettled{jobID: t.waiting.ID})
 		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	case expireDone:
 		d.expired(env, t, m)

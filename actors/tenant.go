@@ -29,9 +29,12 @@ type Tenant struct {
 	maxActive    int
 	maxRunning   int
 	reservations map[string]reservation
-	// pendingJobs counts jobs admitted (submitted, or re-driven and not yet settled) whose
+	// pendingJobs counts jobs admitted (submitted, or started by a flow or a schedule) whose
 	// events are not in the projections yet.
 	pendingJobs int
+	// redriving holds the jobs whose re-drive this actor admitted and the dispatcher has not
+	// settled; each counts against max_active while the projections still show it dead.
+	redriving   map[string]bool
 	pendingIdem map[string]pendingKey
 	// pendingEnroll counts the uses of each enroll token spent by registrations not yet durable.
 	pendingEnroll map[string]int
@@ -72,7 +75,7 @@ func (t *Tenant) Recover(env Env) {
 	env.Read(func(s *projections.Set) { q = s.Tenant(t.name) })
 	t.maxActive, t.maxRunning = q.MaxActive, q.MaxRunning
 	t.reservations = map[string]reservation{}
-	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}
+	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe, t.redriving = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}, map[string]bool{}
 	t.pendingEnroll, t.renewing = map[string]int{}, map[string]bool{}
 	t.pendingFlowIdem, t.flowBusy, t.flowAgain = map[string]pendingKey{}, map[string]bool{}, map[string]bool{}
 	t.schedTimers, t.schedBusy, t.schedNames, t.schedRecovered = map[string]TimerID{}, map[string]bool{}, map[string]string{}, map[string]bool{}
@@ -98,7 +101,7 @@ func (t *Tenant) Recover(env Env) {
 type reservationExpiry struct{ id string }
 
 // redriveSettled tells the tenant that a re-drive it admitted is durable or refused.
-type redriveSettled struct{}
+type redriveSettled struct{ jobID string }
 
 type submitDone struct {
 	reply   Ref
@@ -186,7 +189,7 @@ func (t *Tenant) Receive(env Env, msg any) {
 	case Redrive:
 		t.redrive(env, m)
 	case redriveSettled:
-		t.pendingJobs--
+		delete(t.redriving, m.jobID)
 	case Persisted:
 		t.persisted(env, m)
 	}
@@ -213,7 +216,16 @@ func (t *Tenant) setQuota(env Env, m SetQuota) {
 
 func (t *Tenant) usage(env Env) int {
 	var active int
-	env.Read(func(s *projections.Set) { active = s.Tenant(t.name).Active })
+	env.Read(func(s *projections.Set) {
+		active = s.Tenant(t.name).Active
+		for id := range t.redriving {
+			// A re-drive the projections show is in Active already: counting it again until
+			// the dispatcher's notice arrives would refuse the next one for nothing.
+			if j := s.JobRef(id); j == nil || j.Status.Terminal() {
+				active++
+			}
+		}
+	})
 	return active + t.pendingJobs + len(t.reservations)
 }
 
@@ -606,7 +618,7 @@ func (t *Tenant) redrive(env Env, m Redrive) {
 			Message: "the tenant's max_active is reached", Details: map[string]any{"max_active": t.maxActive}}})
 		return
 	}
-	t.pendingJobs++ // until the dispatcher settles it
+	t.redriving[m.JobID] = true // until the dispatcher settles it
 	env.Forward(DispatcherRef(), redriveJob{Redrive: m}, env.Sender())
 }
 
