@@ -33,9 +33,9 @@ var (
 	mutantIgnorePause bool
 	// mutantStartOnLease starts a flow's step once each step it needs is leased or succeeded.
 	mutantStartOnLease bool
-	// mutantRefireAfterCrash takes a schedule's ticks from its creation on after a restart,
-	// forgetting those the log says it decided.
-	mutantRefireAfterCrash bool
+	// mutantForgetDecidedTicks takes a schedule's ticks from its creation on, forgetting those
+	// the log says it decided (and a resume).
+	mutantForgetDecidedTicks bool
 	// mutantFireOverlapping fires a schedule with overlap: skip while its last job is live.
 	mutantFireOverlapping bool
 )

@@ -409,10 +409,9 @@ func (t *Tenant) tickSchedule(env Env, id string) {
 	}
 	now := env.Now()
 	anchor := c.Anchor()
-	if mutantRefireAfterCrash && t.schedRecovered[id] {
+	if mutantForgetDecidedTicks {
 		anchor = c.CreatedAt
 	}
-	delete(t.schedRecovered, id)
 	due, next := ticksDue(sched, anchor, now)
 	if due.last.IsZero() {
 		if !next.IsZero() {

@@ -51,10 +51,9 @@ type Tenant struct {
 	flowBusy, flowAgain map[string]bool
 	// schedTimers holds the timer of each schedule that is not paused; schedBusy the schedules
 	// with a decision or change in flight; schedNames the names of schedules being created.
-	schedTimers    map[string]TimerID
-	schedBusy      map[string]bool
-	schedNames     map[string]string
-	schedRecovered map[string]bool // for mutantRefireAfterCrash
+	schedTimers map[string]TimerID
+	schedBusy   map[string]bool
+	schedNames  map[string]string
 }
 
 type reservation struct {
@@ -78,7 +77,7 @@ func (t *Tenant) Recover(env Env) {
 	t.pendingJobs, t.pendingIdem, t.revoking, t.pipe, t.redriving = 0, map[string]pendingKey{}, map[string]bool{}, pipeline{}, map[string]bool{}
 	t.pendingEnroll, t.renewing = map[string]int{}, map[string]bool{}
 	t.pendingFlowIdem, t.flowBusy, t.flowAgain = map[string]pendingKey{}, map[string]bool{}, map[string]bool{}
-	t.schedTimers, t.schedBusy, t.schedNames, t.schedRecovered = map[string]TimerID{}, map[string]bool{}, map[string]string{}, map[string]bool{}
+	t.schedTimers, t.schedBusy, t.schedNames = map[string]TimerID{}, map[string]bool{}, map[string]string{}
 	now := env.Now()
 	for _, id := range slices.Sorted(maps.Keys(q.Reservations)) { // timers in a replayable order
 		exp := q.Reservations[id]
@@ -93,7 +92,6 @@ func (t *Tenant) Recover(env Env) {
 	}
 	// Each schedule decides the ticks it missed while the server was down, and sets its timer.
 	for _, id := range schedules {
-		t.schedRecovered[id] = true
 		t.tickSchedule(env, id)
 	}
 }
