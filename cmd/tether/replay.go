@@ -21,7 +21,7 @@ import (
 func runReplay(args []string) error {
 	return subcommands("replay", []command{
 		{"verify", "verify a data dir's chain, index and projections (or an export: --export FILE)", replayVerify},
-		{"history", "one job's whole story", replayHistory},
+		{"history", "the whole story of a job, a flow or a schedule", replayHistory},
 		{"state", "the projections as they stood at a seq or time (--at)", replayState},
 		{"export", "records as JSON Lines (--from, --to)", replayExport},
 		{"receipt", "confirm a receipt {seq, hash} is in the log", replayReceipt},
@@ -206,8 +206,8 @@ func replayHistory(args []string) error {
 	fs := flag.NewFlagSet("replay history", flag.ContinueOnError)
 	var rf replayFlags
 	rf.register(fs)
-	verify := fs.Bool("verify", true, "verify the chain from genesis through the job's last record first")
-	pos, err := parseArgs(fs, args, 1, "tether replay history --data DIR JOB_ID [--json]")
+	verify := fs.Bool("verify", true, "verify the chain from genesis through the last record of its stream first")
+	pos, err := parseArgs(fs, args, 1, "tether replay history --data DIR JOB_ID|FLOW_ID|SCHEDULE_ID [--json]")
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func replayHistory(args []string) error {
 	}
 	return rf.print(entries, func() string {
 		var b strings.Builder
-		fmt.Fprintf(&b, "job %s: %d events\n", pos[0], len(entries))
+		fmt.Fprintf(&b, "%s: %d events\n", pos[0], len(entries))
 		for _, e := range entries {
 			fmt.Fprintf(&b, "%8d  %s  #%-3d %-22s %s\n", e.Seq, stampOf(e.Time), e.Number, e.Type, e.Text)
 		}

@@ -579,3 +579,37 @@ func TestVerifyComparesACheckpointMidLog(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryOfAFlowAndASchedule: history reads a flow's or a schedule's stream as it reads a
+// job's, in words.
+func TestHistoryOfAFlowAndASchedule(t *testing.T) {
+	t.Parallel()
+	l, err := eventlog.Open(t.TempDir(), eventlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	at := time.Date(2026, 11, 24, 2, 30, 0, 0, time.UTC)
+	var evs []eventlog.Event
+	for _, p := range []eventlog.Payload{
+		eventlog.FlowSubmitted{FlowID: "F", Tenant: "acme", Name: "nightly", Steps: []eventlog.FlowStep{{Name: "a", Queue: "q", Type: "a"}}},
+		eventlog.FlowEnded{FlowID: "F", Status: eventlog.FlowFailed, Step: "a"},
+		eventlog.ScheduleCreated{ScheduleID: "S", Tenant: "acme", Name: "n", Cron: "30 2 * * *", Timezone: "UTC", Job: eventlog.ScheduleJob{Queue: "q", Type: "t"}},
+		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(24 * time.Hour), Reason: eventlog.SkippedTickMissed},
+	} {
+		ev, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	if _, err := l.Append(context.Background(), evs...); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"F": "ended failed at step a", "S": "skipped ticks 2026-11-24T02:30:00Z to 2026-11-25T02:30:00Z (missed)"} {
+		var last string
+		if err := audit.History(l, id, func(e audit.Entry) error { last = e.Text; return nil }); err != nil || last != want {
+			t.Errorf("history of %s ends %q, %v; want %q", id, last, err, want)
+		}
+	}
+}

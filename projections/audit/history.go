@@ -22,29 +22,36 @@ type Entry struct {
 	Hash   string          `json:"hash"`
 }
 
-// History hands visit the job's records in order, each with its description. A job with no
-// records is eventlog.ErrNotFound. It reads the job's stream through the index; Verify proves
-// the index and the chain, VerifyThrough the chain up to the job's last record.
-func History(l *eventlog.Log, jobID string, visit func(Entry) error) error {
-	n := 0
-	for r, err := range l.Stream(eventlog.JobStream(jobID), 0) {
-		if err != nil {
+// History hands visit the records of a job, a flow or a schedule (the first of those streams
+// that id has) in order, each with its description. An id with no records is
+// eventlog.ErrNotFound. It reads the stream through the index; Verify proves the index and the
+// chain, VerifyThrough the chain up to the stream's last record.
+func History(l *eventlog.Log, id string, visit func(Entry) error) error {
+	for _, stream := range []string{eventlog.JobStream(id), eventlog.FlowStream(id), eventlog.ScheduleStream(id)} {
+		if n, err := history(l, stream, visit); n > 0 || err != nil {
 			return err
+		}
+	}
+	return fmt.Errorf("%w: no job, flow or schedule %q in the log", eventlog.ErrNotFound, id)
+}
+
+func history(l *eventlog.Log, stream string, visit func(Entry) error) (int, error) {
+	n := 0
+	for r, err := range l.Stream(stream, 0) {
+		if err != nil {
+			return n, err
 		}
 		n++
 		p, err := eventlog.Decode(r.Type, r.Data)
 		if err != nil {
-			return &FoldError{Seq: r.Seq, Err: err}
+			return n, &FoldError{Seq: r.Seq, Err: err}
 		}
 		e := Entry{Seq: r.Seq, Number: n, Time: r.Time, Type: r.Type, Text: Describe(p), Data: r.Data, Hash: r.Hash.String()}
 		if err := visit(e); err != nil {
-			return err
+			return n, err
 		}
 	}
-	if n == 0 {
-		return fmt.Errorf("%w: no job %q in the log", eventlog.ErrNotFound, jobID)
-	}
-	return nil
+	return n, nil
 }
 
 // Describe says in words what an event records, with the ids an auditor follows.
@@ -107,6 +114,37 @@ func Describe(p eventlog.Payload) string {
 		return fmt.Sprintf("re-driven with max_attempts %d%s", e.MaxAttempts, by(e.APIKeyID))
 	case eventlog.JobExpired:
 		return fmt.Sprintf("expired (%s)%s; it left every view", e.Reason, by(e.APIKeyID))
+	case eventlog.FlowSubmitted:
+		return fmt.Sprintf("flow %s submitted by tenant %s%s: %d steps", e.Name, e.Tenant, by(e.APIKeyID), len(e.Steps))
+	case eventlog.FlowStepSkipped:
+		return fmt.Sprintf("step %s skipped (%s)", e.Step, e.Reason)
+	case eventlog.FlowEnded:
+		if e.Step != "" {
+			return fmt.Sprintf("ended %s at step %s", e.Status, e.Step)
+		}
+		return fmt.Sprintf("ended %s%s", e.Status, by(e.APIKeyID))
+	case eventlog.FlowExpired:
+		return fmt.Sprintf("expired (%s); it left every view", e.Reason)
+	case eventlog.ScheduleCreated:
+		return fmt.Sprintf("schedule %s created by tenant %s%s: %q in %s, job %s/%s, overlap %s, catch_up %s",
+			e.Name, e.Tenant, by(e.APIKeyID), e.Cron, e.Timezone, e.Job.Queue, e.Job.Type, e.Overlap, e.CatchUp)
+	case eventlog.ScheduleFired:
+		late := ""
+		if e.Late {
+			late = ", late"
+		}
+		return fmt.Sprintf("fired for tick %s%s: job %s", stamp(e.Tick), late, e.JobID)
+	case eventlog.ScheduleSkipped:
+		if e.From.Equal(e.To) {
+			return fmt.Sprintf("skipped tick %s (%s)", stamp(e.From), e.Reason)
+		}
+		return fmt.Sprintf("skipped ticks %s to %s (%s)", stamp(e.From), stamp(e.To), e.Reason)
+	case eventlog.SchedulePaused:
+		return "paused" + by(e.APIKeyID)
+	case eventlog.ScheduleResumed:
+		return "resumed" + by(e.APIKeyID)
+	case eventlog.ScheduleDeleted:
+		return "deleted" + by(e.APIKeyID)
 	}
 	return p.EventType()
 }
