@@ -35,7 +35,9 @@ const (
 	ScheduleNameLenMax = 128
 	CronLenMax         = 256
 	TimezoneLenMax     = 64
-	ScheduleGrace      = time.Minute
+	// ScheduleGrace is how late a tick may be decided and still be on time: past it, the
+	// tick was missed, and catch_up says what becomes of it.
+	ScheduleGrace = time.Minute
 	// scheduleRecheckMax is the longest a schedule's timer waits: a wall clock set forward is
 	// noticed within it, as the timer runs on the runtime's (monotonic) timers.
 	scheduleRecheckMax = time.Minute
