@@ -384,11 +384,8 @@ func (t *Tenant) flowPersisted(env Env, d flowDone, m Persisted) {
 		delete(t.pendingFlowIdem, d.key)
 	}
 	err := unavailable(m.Err)
-	if err == nil && len(d.waiting) > 0 {
-		for i := range d.waiting {
-			d.waiting[i].SubmitSeq += m.Receipt.First
-		}
-		env.Send(DispatcherRef(), Enqueue{Jobs: d.waiting, Seq: m.Receipt.Last})
+	if err == nil {
+		enqueue(env, d.waiting, m.Receipt)
 	}
 	switch {
 	case d.submit:

@@ -449,11 +449,8 @@ func (t *Tenant) schedulePersisted(env Env, d scheduleDone, m Persisted) {
 		delete(t.schedNames, d.name)
 	}
 	err := unavailable(m.Err)
-	if err == nil && len(d.waiting) > 0 {
-		for i := range d.waiting {
-			d.waiting[i].SubmitSeq += m.Receipt.First
-		}
-		env.Send(DispatcherRef(), Enqueue{Jobs: d.waiting, Seq: m.Receipt.Last})
+	if err == nil {
+		enqueue(env, d.waiting, m.Receipt)
 	}
 	switch {
 	case d.create:

@@ -620,6 +620,18 @@ func (t *Tenant) redrive(env Env, m Redrive) {
 	env.Forward(DispatcherRef(), redriveJob{Redrive: m}, env.Sender())
 }
 
+// enqueue hands the dispatcher the jobs an append submitted, once it is durable; each one's
+// SubmitSeq holds its event's index in the append until then.
+func enqueue(env Env, waiting []Waiting, r eventlog.Receipt) {
+	if len(waiting) == 0 {
+		return
+	}
+	for i := range waiting {
+		waiting[i].SubmitSeq += r.First
+	}
+	env.Send(DispatcherRef(), Enqueue{Jobs: waiting, Seq: r.Last})
+}
+
 func (t *Tenant) persisted(env Env, m Persisted) {
 	defer t.pipe.settled()
 	err := unavailable(m.Err)
@@ -633,10 +645,7 @@ func (t *Tenant) persisted(env Env, m Persisted) {
 			env.Send(d.reply, Submitted{Err: err})
 			return
 		}
-		for i := range d.waiting {
-			d.waiting[i].SubmitSeq += m.Receipt.First
-		}
-		env.Send(DispatcherRef(), Enqueue{Jobs: d.waiting, Seq: m.Receipt.Last})
+		enqueue(env, d.waiting, m.Receipt)
 		if !mutantAckBeforeFsync {
 			env.Send(d.reply, Submitted{Jobs: d.jobs, Receipt: receiptOf(m.Receipt)})
 		}
