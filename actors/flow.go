@@ -133,12 +133,8 @@ func flowSteps(specs []FlowStepSpec, l Limits) ([]eventlog.FlowStep, *Rejection)
 	}
 	out := make([]eventlog.FlowStep, 0, len(specs))
 	for _, s := range specs {
-		j := s.Job
-		out = append(out, eventlog.FlowStep{
-			Name: s.Name, Queue: j.Queue, Type: j.Type, Payload: j.Payload, Priority: j.Priority,
-			MaxAttempts: j.MaxAttempts, LeaseTTLMillis: j.LeaseTTL.Milliseconds(), Labels: j.Labels,
-			Needs: slices.Clone(s.Needs), ContinueOnFailure: s.ContinueOnFailure,
-		})
+		out = append(out, eventlog.FlowStep{Name: s.Name, JobTemplate: s.Job.template(),
+			Needs: slices.Clone(s.Needs), ContinueOnFailure: s.ContinueOnFailure})
 	}
 	slices.SortFunc(out, func(a, b eventlog.FlowStep) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -241,6 +237,8 @@ func (t *Tenant) submitFlow(env Env, m SubmitFlow) {
 				env.Read(func(s *projections.Set) {
 					if f, ok := s.Flow(id); ok {
 						seq = f.SubmitSeq
+					} else if e, ok := s.FlowIdempotency(t.name, key, env.Now()); ok && e.JobID == id {
+						seq = e.Seq // durable, and expired since: the key outlives its flow
 					}
 				})
 				if seq == 0 { // the submit the key named failed to append: the log failed
@@ -285,13 +283,9 @@ func (t *Tenant) submitFlow(env Env, m SubmitFlow) {
 
 // stepJob makes the job.submitted of a flow's step.
 func (t *Tenant) stepJob(env Env, flowID string, st eventlog.FlowStep, payload json.RawMessage, apiKeyID string) (eventlog.JobSubmitted, Waiting) {
-	id := NextID(env, &t.lastJobID)
-	return eventlog.JobSubmitted{
-			JobID: id, Tenant: t.name, Queue: st.Queue, Type: st.Type, Payload: payload, Priority: st.Priority,
-			Labels: st.Labels, MaxAttempts: st.MaxAttempts, LeaseTTLMillis: st.LeaseTTLMillis, APIKeyID: apiKeyID,
-			FlowID: flowID, FlowStep: st.Name,
-		},
-		Waiting{ID: id, Tenant: t.name, Queue: st.Queue, Priority: st.Priority}
+	ev, w := t.templateJob(env, st.JobTemplate, payload)
+	ev.APIKeyID, ev.FlowID, ev.FlowStep = apiKeyID, flowID, st.Name
+	return ev, w
 }
 
 // persistFlow hands a flow's decision to the log; the flow takes no other decision until it is

@@ -179,3 +179,25 @@ func TestEndedFlowsExpire(t *testing.T) {
 		t.Fatalf("flow.expired for %v, want %s then %s", expired, done, cancelling)
 	}
 }
+
+// TestFlowKeyOutlivesItsFlow: a flow submitted again under its idempotency key after it expired
+// is the same flow, answered with the receipt of its submit, not a failed append.
+func TestFlowKeyOutlivesItsFlow(t *testing.T) {
+	t.Parallel()
+	f := retained(t)
+	first := f.submitFlow("nightly", step("a"))
+	if first.Err != nil {
+		t.Fatal(first.Err)
+	}
+	if d := one[actors.Done](t, f.w.Call("client", actors.TenantRef("acme"), actors.CancelFlow{Tenant: "acme", FlowID: first.FlowID})); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	f.w.Advance(2 * time.Minute)
+	if _, ok := f.w.Set.Flow(first.FlowID); ok {
+		t.Fatal("the cancelled flow did not expire")
+	}
+	again := f.submitFlow("nightly", step("a"))
+	if again.Err != nil || again.FlowID != first.FlowID || !again.IdempotentHit || again.Receipt.Seq == 0 || again.Receipt.Seq > first.Receipt.Seq {
+		t.Fatalf("again after the flow expired: %+v; first %+v", again, first)
+	}
+}

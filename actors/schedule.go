@@ -1,14 +1,14 @@
 package actors
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"encoding/json"
 	"strings"
 	"time"
 	_ "time/tzdata" // time zones work on a machine without a zoneinfo database
 
 	"github.com/robfig/cron/v3"
+	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
@@ -156,8 +156,8 @@ func NextTick(c *projections.Schedule, now time.Time) time.Time {
 }
 
 // latestBefore returns the newest tick strictly before t and strictly after floor, or the zero
-// time, of a cron whose ticks are calendar times (not @every). It looks back over windows that double, so it costs a few dozen Next calls for any
-// cron, however long ago floor is.
+// time, of a cron whose ticks are calendar times (not @every). It looks back over windows that
+// double, so it costs a few dozen Next calls for any cron, however long ago floor is.
 func latestBefore(sched cron.Schedule, t, floor time.Time) time.Time {
 	for w := time.Second; ; w *= 2 {
 		from := t.Add(-w)
@@ -237,13 +237,13 @@ func decideTicks(c *projections.Schedule, due dueTicks, now time.Time, prevLive,
 	return skips, fire, late
 }
 
-// scheduleDefinitionHash identifies a schedule's definition, to tell a create repeated from one
-// that would change it.
-func scheduleDefinitionHash(c eventlog.ScheduleCreated) string {
-	c.ScheduleID, c.APIKeyID = "", ""
-	b, _ := json.Marshal(c)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+// sameDefinition tells a create repeated (the same name, cron, zone, job and policies) from one
+// that would change the schedule; who asked, and the id, do not count.
+func sameDefinition(a, b eventlog.ScheduleCreated) bool {
+	a.ScheduleID, a.APIKeyID, b.ScheduleID, b.APIKeyID = "", "", "", ""
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
 }
 
 // scheduleEvent validates a spec and makes the schedule's creation event (without its id).
@@ -290,10 +290,7 @@ func (t *Tenant) scheduleEvent(m CreateSchedule, now time.Time) (eventlog.Schedu
 		timezone = "UTC"
 	}
 	return eventlog.ScheduleCreated{Tenant: t.name, Name: spec.Name, Cron: strings.TrimSpace(spec.Cron), Timezone: timezone,
-		Job: eventlog.ScheduleJob{Queue: job.Queue, Type: job.Type, Payload: job.Payload, Priority: job.Priority,
-			MaxAttempts: job.MaxAttempts, LeaseTTLMillis: job.LeaseTTL.Milliseconds(), Labels: job.Labels,
-			ResultTTLMillis: job.ResultTTL.Milliseconds()},
-		Overlap: overlap, CatchUp: catchUp, APIKeyID: m.APIKeyID}, nil
+		Job: job.template(), Overlap: overlap, CatchUp: catchUp, APIKeyID: m.APIKeyID}, nil
 }
 
 func (t *Tenant) createSchedule(env Env, m CreateSchedule, reply Ref) {
@@ -309,13 +306,12 @@ func (t *Tenant) createSchedule(env Env, m CreateSchedule, reply Ref) {
 	var existing *projections.Schedule
 	count := 0
 	env.Read(func(s *projections.Set) {
-		existing, _ = s.ScheduleNamed(t.name, ev.Name)
-		count = len(s.Schedules(t.name))
+		existing, count = s.ScheduleNamed(t.name, ev.Name)
 	})
 	if existing != nil {
 		have := eventlog.ScheduleCreated{Tenant: existing.Tenant, Name: existing.Name, Cron: existing.Cron, Timezone: existing.Timezone,
 			Job: existing.Job, Overlap: existing.Overlap, CatchUp: existing.CatchUp}
-		if scheduleDefinitionHash(have) != scheduleDefinitionHash(ev) {
+		if !sameDefinition(have, ev) {
 			env.Send(reply, ScheduleMade{Err: &Rejection{Code: CodeScheduleExists,
 				Message: "schedule " + ev.Name + " exists with another definition; delete it first", Details: map[string]any{"schedule_id": existing.ID}}})
 			return
@@ -406,7 +402,7 @@ func (t *Tenant) tickSchedule(env Env, id string) {
 	}
 	sched, r := ParseCron(c.Cron, c.Timezone)
 	if r != nil {
-		env.Log().Error("a schedule in the log does not parse")
+		env.Log().Error("a schedule in the log does not parse", zap.String("schedule_id", id), zap.String("cron", c.Cron), zap.String("timezone", c.Timezone))
 		return
 	}
 	now := env.Now()
@@ -429,15 +425,12 @@ func (t *Tenant) tickSchedule(env Env, id string) {
 	}
 	done := scheduleDone{id: id}
 	if !fire.IsZero() {
-		job := c.Job
-		jobID := NextID(env, &t.lastJobID)
-		events = append(events, eventlog.ScheduleFired{ScheduleID: id, Tick: fire.UTC(), JobID: jobID, Late: late})
-		done.waiting = []Waiting{{ID: jobID, Tenant: t.name, Queue: job.Queue, Priority: job.Priority, SubmitSeq: uint64(len(events))}}
-		events = append(events, eventlog.JobSubmitted{
-			JobID: jobID, Tenant: t.name, Queue: job.Queue, Type: job.Type, Payload: job.Payload, Priority: job.Priority,
-			Labels: job.Labels, MaxAttempts: job.MaxAttempts, LeaseTTLMillis: job.LeaseTTLMillis,
-			ResultTTLMillis: job.ResultTTLMillis, ScheduleID: id,
-		})
+		job, w := t.templateJob(env, c.Job, c.Job.Payload)
+		job.ScheduleID = id
+		events = append(events, eventlog.ScheduleFired{ScheduleID: id, Tick: fire.UTC(), JobID: job.JobID, Late: late})
+		w.SubmitSeq = uint64(len(events))
+		done.waiting = []Waiting{w}
+		events = append(events, job)
 	}
 	t.persistSchedule(env, events, done)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/eventlog"
 	"maps"
 	"slices"
 	"strings"
@@ -135,6 +136,13 @@ const TenantLenMax = 64
 // ValidTenant reports whether name can name a tenant: 1..64 of [A-Za-z0-9_.-].
 func ValidTenant(name string) bool {
 	return validName(strings.ReplaceAll(name, ".", "_"), TenantLenMax, false)
+}
+
+// template is the job a normalized spec defines, for a flow's step or a schedule to submit
+// later.
+func (s *JobSpec) template() eventlog.JobTemplate {
+	return eventlog.JobTemplate{Queue: s.Queue, Type: s.Type, Payload: s.Payload, Priority: s.Priority, MaxAttempts: s.MaxAttempts,
+		LeaseTTLMillis: s.LeaseTTL.Milliseconds(), Labels: s.Labels, ResultTTLMillis: s.ResultTTL.Milliseconds()}
 }
 
 // requestHash identifies a submit for idempotency: equal specs, whitespace in the payload

@@ -3,6 +3,7 @@ package actors
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
 	"github.com/oklog/ulid/v2"
 	"maps"
 	"slices"
@@ -161,7 +162,6 @@ func (t *Tenant) Receive(env Env, msg any) {
 	case DeleteSchedule:
 		t.deleteSchedule(env, m, env.Sender())
 	case scheduleTick:
-		delete(t.schedTimers, m.id) // it went off
 		t.tickSchedule(env, m.id)
 	case Reserve:
 		t.reserve(env, m)
@@ -618,6 +618,17 @@ func (t *Tenant) redrive(env Env, m Redrive) {
 	}
 	t.redriving[m.JobID] = true // until the dispatcher settles it
 	env.Forward(DispatcherRef(), redriveJob{Redrive: m}, env.Sender())
+}
+
+// templateJob makes the job.submitted of a job that a template defines, with payload (the
+// template's own, or one made from it), and its place in the queue.
+func (t *Tenant) templateJob(env Env, tpl eventlog.JobTemplate, payload json.RawMessage) (eventlog.JobSubmitted, Waiting) {
+	id := NextID(env, &t.lastJobID)
+	return eventlog.JobSubmitted{
+			JobID: id, Tenant: t.name, Queue: tpl.Queue, Type: tpl.Type, Payload: payload, Priority: tpl.Priority,
+			Labels: tpl.Labels, MaxAttempts: tpl.MaxAttempts, LeaseTTLMillis: tpl.LeaseTTLMillis, ResultTTLMillis: tpl.ResultTTLMillis,
+		},
+		Waiting{ID: id, Tenant: t.name, Queue: tpl.Queue, Priority: tpl.Priority}
 }
 
 // enqueue hands the dispatcher the jobs an append submitted, once it is durable; each one's

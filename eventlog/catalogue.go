@@ -224,17 +224,25 @@ const (
 
 // ---- flow/<id> ---------------------------------------------------------------------------
 
+// JobTemplate is a job defined ahead of its submit: a flow's step, a schedule's job. Its
+// fields are those of JobSubmitted.
+type JobTemplate struct {
+	Queue           string            `json:"queue"`
+	Type            string            `json:"type"`
+	Payload         json.RawMessage   `json:"payload,omitempty"`
+	Priority        int               `json:"priority,omitempty"`
+	MaxAttempts     int               `json:"max_attempts"`
+	LeaseTTLMillis  int64             `json:"lease_ttl_ms"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	ResultTTLMillis int64             `json:"result_ttl_ms,omitempty"`
+}
+
 // FlowStep is one step of a flow: the job it becomes once every step it needs has succeeded.
+// The template's fields are the step's own in the JSON (embedded).
 type FlowStep struct {
-	Name           string            `json:"name"`
-	Queue          string            `json:"queue"`
-	Type           string            `json:"type"`
-	Payload        json.RawMessage   `json:"payload,omitempty"`
-	Priority       int               `json:"priority,omitempty"`
-	MaxAttempts    int               `json:"max_attempts"`
-	LeaseTTLMillis int64             `json:"lease_ttl_ms"`
-	Labels         map[string]string `json:"labels,omitempty"`
-	Needs          []string          `json:"needs,omitempty"`
+	Name string `json:"name"`
+	JobTemplate
+	Needs []string `json:"needs,omitempty"`
 	// ContinueOnFailure: the step's failure does not fail the flow. The steps that need it
 	// never run (a step runs only once every step it needs has succeeded); the others go on.
 	ContinueOnFailure bool `json:"continue_on_failure,omitempty"`
@@ -301,18 +309,6 @@ const (
 
 // ---- schedule/<id> -----------------------------------------------------------------------
 
-// ScheduleJob is the job a schedule submits each time it fires.
-type ScheduleJob struct {
-	Queue           string            `json:"queue"`
-	Type            string            `json:"type"`
-	Payload         json.RawMessage   `json:"payload,omitempty"`
-	Priority        int               `json:"priority,omitempty"`
-	MaxAttempts     int               `json:"max_attempts"`
-	LeaseTTLMillis  int64             `json:"lease_ttl_ms"`
-	Labels          map[string]string `json:"labels,omitempty"`
-	ResultTTLMillis int64             `json:"result_ttl_ms,omitempty"`
-}
-
 // ScheduleCreated records a schedule: a job fired at each tick of a cron expression, read in a
 // time zone. Its ticks are those after its creation (or its last resume).
 type ScheduleCreated struct {
@@ -321,7 +317,7 @@ type ScheduleCreated struct {
 	Name       string      `json:"name"`
 	Cron       string      `json:"cron"`
 	Timezone   string      `json:"timezone"`
-	Job        ScheduleJob `json:"job"`
+	Job        JobTemplate `json:"job"` // submitted at each firing
 	// Overlap is OverlapSkip or OverlapAllow; CatchUp is CatchUpNone or CatchUpOne.
 	Overlap  string `json:"overlap"`
 	CatchUp  string `json:"catch_up"`

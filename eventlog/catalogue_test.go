@@ -29,7 +29,7 @@ func TestCatalogueRoundTrip(t *testing.T) {
 		eventlog.ReservationMade{Tenant: "acme", ReservationID: "r1", ExpiresAt: at},
 		eventlog.EnrollTokenCreated{Tenant: "acme", TokenID: "e", TokenHash: "h", Uses: 5, ExpiresAt: at},
 		eventlog.ScheduleCreated{ScheduleID: "S", Tenant: "acme", Name: "nightly", Cron: "30 2 * * *", Timezone: "Europe/Paris",
-			Job:     eventlog.ScheduleJob{Queue: "gpu", Type: "train", Payload: json.RawMessage(`{"epochs":3}`), MaxAttempts: 3, LeaseTTLMillis: 30000},
+			Job:     eventlog.JobTemplate{Queue: "gpu", Type: "train", Payload: json.RawMessage(`{"epochs":3}`), MaxAttempts: 3, LeaseTTLMillis: 30000},
 			Overlap: eventlog.OverlapSkip, CatchUp: eventlog.CatchUpOne},
 		eventlog.ScheduleFired{ScheduleID: "S", Tick: at, JobID: "01J", Late: true},
 		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(time.Hour), Reason: eventlog.SkippedTickMissed},

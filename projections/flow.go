@@ -156,8 +156,10 @@ func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) error {
 			return fmt.Errorf("projections: seq %d: flow %s expired while live", seq, id)
 		}
 		delete(s.flows, id)
+		s.flowsEnded.Delete(flowEnd{f.EndedAt, id})
 	case eventlog.FlowEnded:
 		f.Status, f.FailedStep, f.EndedAt = FlowStatus(e.Status), e.Step, at
+		s.flowsEnded.ReplaceOrInsert(flowEnd{at, id})
 		for name, st := range f.State {
 			st.Output = nil // nothing will start to need it
 			f.State[name] = st
@@ -180,24 +182,34 @@ func (s *Set) stepChanged(at time.Time, j *Job) {
 	f.UpdatedAt = at
 }
 
+// flowEnd orders the ended flows by when they ended, for the retention sweep.
+type flowEnd struct {
+	at time.Time
+	id string
+}
+
+func lessFlowEnd(a, b flowEnd) bool {
+	return cmp.Or(a.at.Compare(b.at), strings.Compare(a.id, b.id)) < 0
+}
+
 // ExpirableFlows returns up to limit ended flows whose retention (r.Done, as for a succeeded
 // job, from the flow's end) is over at now and whose steps' jobs have all finished, soonest due
-// first. Only flows within their retention are in memory, so the scan is over those.
+// first. It walks the ended flows in the order they ended, so it costs in proportion to those
+// due (and those due whose jobs are still being cancelled), not to every flow in memory.
 func (s *Set) ExpirableFlows(r Retention, now time.Time, limit int) []string {
-	if r.Done <= 0 {
-		return nil
-	}
-	var due []*Flow
-	for _, f := range s.flows {
-		if f.Status != FlowRunning && !now.Before(f.EndedAt.Add(r.Done)) && !f.Live() {
-			due = append(due, f)
-		}
-	}
-	slices.SortFunc(due, func(a, b *Flow) int { return cmp.Or(a.EndedAt.Compare(b.EndedAt), strings.Compare(a.ID, b.ID)) })
 	var out []string
-	for _, f := range due[:min(limit, len(due))] {
-		out = append(out, f.ID)
+	if r.Done <= 0 {
+		return out
 	}
+	s.flowsEnded.Ascend(func(e flowEnd) bool {
+		if now.Before(e.at.Add(r.Done)) {
+			return false
+		}
+		if !s.flows[e.id].Live() {
+			out = append(out, e.id)
+		}
+		return len(out) < limit
+	})
 	return out
 }
 

@@ -3,6 +3,7 @@ package projections_test
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,10 +17,11 @@ import (
 func TestFlowFoldsItsStepsJobs(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	job := eventlog.JobTemplate{Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLMillis: 30000}
 	steps := []eventlog.FlowStep{
-		{Name: "a", Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLMillis: 30000},
-		{Name: "b", Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLMillis: 30000, Needs: []string{"a"}},
-		{Name: "c", Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLMillis: 30000, Needs: []string{"a"}},
+		{Name: "a", JobTemplate: job},
+		{Name: "b", JobTemplate: job, Needs: []string{"a"}},
+		{Name: "c", JobTemplate: job, Needs: []string{"a"}},
 	}
 	log := []eventlog.Payload{
 		eventlog.FlowSubmitted{FlowID: "F1", Tenant: "acme", Name: "diamond", YAMLSHA256: "ab", YAMLBytes: 120, Steps: steps},
@@ -77,5 +79,55 @@ func TestFlowFoldsItsStepsJobs(t *testing.T) {
 		if err := s.Apply(s.Seq()+1, at, p); err == nil {
 			t.Fatalf("%s %+v applied", p.EventType(), p)
 		}
+	}
+}
+
+// TestEndedFlowsExpireInTheOrderTheyEnded: ExpirableFlows gives the ended flows whose
+// retention is over, soonest ended first, only once their steps' jobs have finished; and a Set
+// restored from a checkpoint knows them as well as the one that folded the log.
+func TestEndedFlowsExpireInTheOrderTheyEnded(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	s := projections.New()
+	seq := uint64(0)
+	apply := func(at time.Time, p eventlog.Payload) {
+		seq++
+		if err := s.Apply(seq, at, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := []eventlog.FlowStep{{Name: "a", JobTemplate: eventlog.JobTemplate{Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLMillis: 30000}}}
+	for i, id := range []string{"F3", "F1", "F2", "F4"} { // F4 ends last, with its job still queued
+		apply(at, eventlog.FlowSubmitted{FlowID: id, Tenant: "acme", Name: "f", Steps: step})
+		if id == "F4" {
+			apply(at, eventlog.JobSubmitted{JobID: "J4", Tenant: "acme", Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLMillis: 30000, FlowID: id, FlowStep: "a"})
+		} else {
+			apply(at, eventlog.FlowStepSkipped{FlowID: id, Step: "a", Reason: eventlog.SkippedFlowCancelled})
+		}
+		apply(at.Add(time.Duration(i)*time.Minute), eventlog.FlowEnded{FlowID: id, Status: eventlog.FlowCancelled})
+	}
+	r := projections.Retention{Done: time.Hour}
+	data, err := s.MarshalCheckpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := projections.UnmarshalCheckpoint(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, set := range map[string]*projections.Set{"folded": s, "restored": restored} {
+		if got := set.ExpirableFlows(r, at.Add(time.Hour+90*time.Second), 10); !slices.Equal(got, []string{"F3", "F1"}) {
+			t.Errorf("%s: due %v, want F3 then F1", name, got)
+		}
+		if got := set.ExpirableFlows(r, at.Add(2*time.Hour), 2); !slices.Equal(got, []string{"F3", "F1"}) {
+			t.Errorf("%s: due %v with a limit of 2", name, got)
+		}
+		if got := set.ExpirableFlows(r, at.Add(2*time.Hour), 10); !slices.Equal(got, []string{"F3", "F1", "F2"}) {
+			t.Errorf("%s: due %v, want F4 kept while its job runs", name, got)
+		}
+	}
+	apply(at.Add(2*time.Hour), eventlog.FlowExpired{FlowID: "F3", Reason: eventlog.ExpiredRetention})
+	if got := s.ExpirableFlows(r, at.Add(2*time.Hour), 10); !slices.Equal(got, []string{"F1", "F2"}) {
+		t.Errorf("after F3 expired: due %v", got)
 	}
 }

@@ -18,7 +18,7 @@ type Schedule struct {
 	Name     string               `json:"name"`
 	Cron     string               `json:"cron"`
 	Timezone string               `json:"timezone"`
-	Job      eventlog.ScheduleJob `json:"job"`
+	Job      eventlog.JobTemplate `json:"job"`
 	Overlap  string               `json:"overlap"`
 	CatchUp  string               `json:"catch_up"`
 	Paused   bool                 `json:"paused,omitempty"`
@@ -64,14 +64,18 @@ func (s *Set) Schedule(id string) (*Schedule, bool) {
 	return c.clone(), true
 }
 
-// ScheduleNamed returns a copy of a tenant's schedule of that name, or false.
-func (s *Set) ScheduleNamed(tenant, name string) (*Schedule, bool) {
+// ScheduleNamed returns a copy of a tenant's schedule of that name (nil if it has none), and
+// how many schedules the tenant has.
+func (s *Set) ScheduleNamed(tenant, name string) (named *Schedule, count int) {
 	for _, c := range s.schedules {
-		if c.Tenant == tenant && c.Name == name {
-			return c.clone(), true
+		if c.Tenant == tenant {
+			count++
+			if c.Name == name {
+				named = c.clone()
+			}
 		}
 	}
-	return nil, false
+	return named, count
 }
 
 // Schedules returns copies of a tenant's schedules, by name.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/btree"
+
 	"github.com/tetherhq/tether/eventlog"
 )
 
@@ -46,10 +48,12 @@ type Set struct {
 	dirty      map[string]dirtyMark // jobs whose stored copy is stale since the last flush
 
 	// Derived from the above and rebuilt on restore, never checkpointed.
-	leases  map[string]*Job            // leased jobs by lease id
-	tokens  map[string]string          // worker token hash → worker id
-	waiting map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
-	index   memIndex                   // the index entries of the jobs in memory (table.go); nil if unindexed
+	leases map[string]*Job // leased jobs by lease id
+	// flowsEnded orders the ended flows by their end, for ExpirableFlows.
+	flowsEnded *btree.BTreeG[flowEnd]
+	tokens     map[string]string          // worker token hash → worker id
+	waiting    map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
+	index      memIndex                   // the index entries of the jobs in memory (table.go); nil if unindexed
 	// unindexed: neither memory nor the Store holds index entries (NewUnindexedOn).
 	unindexed bool
 }
@@ -536,6 +540,12 @@ func (s *Set) derive() {
 			s.wait(j)
 		}
 	}
+	s.flowsEnded = btree.NewG(indexDegree, lessFlowEnd)
+	for id, f := range s.flows {
+		if f.Status != FlowRunning {
+			s.flowsEnded.ReplaceOrInsert(flowEnd{f.EndedAt, id})
+		}
+	}
 	for _, w := range s.workers {
 		s.tokens[w.TokenHash] = w.ID
 		if w.PreviousTokenHash != "" {
@@ -596,11 +606,11 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 	c := s.checkpointHead()
 	bw := bufio.NewWriterSize(w, 64<<10)
 	// The struct's encoding, field by field in declaration order; the jobs are streamed.
-	// omitEmpty marks an omitempty field, which encoding/json leaves out when it is empty.
+	// omit marks an empty omitempty field, which encoding/json leaves out.
 	fields := []struct {
-		name      string
-		value     any
-		omitEmpty bool
+		name  string
+		value any
+		omit  bool
 	}{
 		{"workers", c.Workers, false}, {"tenants", c.Tenants, false}, {"idempotency", c.Idem, false},
 		{"idempotency_order", c.IdemOrder, false}, {"counters", c.Counters, false}, {"throughput", c.Throughput, false},
@@ -625,7 +635,7 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 		bw.WriteByte(']')
 	}
 	for _, f := range fields {
-		if f.omitEmpty {
+		if f.omit {
 			continue
 		}
 		b, err := json.Marshal(f.value)

@@ -130,7 +130,10 @@ func (s *Server) submitFlow(r *request) error {
 		return err
 	}
 	f, ok := flowOf(r.b, r.by.tenant, id)
-	if !ok {
+	switch {
+	case !ok && hit: // the key outlives the flow it made, which ended and left the views
+		f = wire.Flow{ID: id, Tenant: r.by.tenant, Name: name, Status: wire.FlowExpired, Steps: map[string]wire.FlowStep{}}
+	case !ok:
 		return errorf(actors.CodeUnavailable, "flow %s was accepted and is not in the views; the server is stopping", id)
 	}
 	f.Receipt, f.IdempotentHit = new(receipt(rc)), &hit

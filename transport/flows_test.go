@@ -7,7 +7,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
@@ -281,4 +284,37 @@ func TestFlowSubmitErrors(t *testing.T) {
 	}
 	_, err = acme.SubmitFlow(ctx(t), "other", file, "k1")
 	wantErr(t, err, http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED")
+}
+
+// TestFlowKeyAfterTheFlowExpired: an ended flow leaves the views after the retention, and a
+// submit repeated under its key then answers 200 with the flow as expired, not an error.
+func TestFlowKeyAfterTheFlowExpired(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone, func(c *broker.Config) { c.Retention = projections.Retention{Done: time.Minute} })
+	c := client.New(h.url, "", nil)
+	file := []byte("flow:\n  steps: {a: {queue: nobody}}\n")
+	f, err := c.SubmitFlow(ctx(t), "once", file, "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CancelFlow(ctx(t), f.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.elapse(2 * time.Minute) // the retention sweep's timer fires
+	for {
+		changed := h.b.Changed()
+		if _, err := c.Flow(ctx(t), f.ID); err != nil {
+			wantErr(t, err, http.StatusNotFound, "FLOW_NOT_FOUND")
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx(t).Done():
+			t.Fatal("the ended flow never left the views")
+		}
+	}
+	again, err := c.SubmitFlow(ctx(t), "once", file, "k1")
+	if err != nil || again.ID != f.ID || again.Status != wire.FlowExpired || !*again.IdempotentHit || again.Receipt == nil {
+		t.Fatalf("the same submit after the flow expired: %+v, %v", again, err)
+	}
 }

@@ -200,14 +200,5 @@ func watchFlow(cf clientFlags, id string, after int) error {
 		_, err := fmt.Printf("%4d  %s  %-12s %-22s %s\n", e.Number, e.Time.Format("15:04:05.000"), orDash(step), e.Type, summarize(e))
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	if !cf.json {
-		fmt.Printf("done: %s\n", status)
-	}
-	if status != "succeeded" {
-		return fmt.Errorf("the flow ended %s", status)
-	}
-	return nil
+	return watchEnded(cf, "flow", status, err)
 }

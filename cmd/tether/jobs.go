@@ -551,6 +551,11 @@ func jobWatch(args []string) error {
 		_, err := fmt.Printf("%4d  %s  %-22s %s\n", e.Number, e.Time.Format("15:04:05.000"), e.Type, summarize(e))
 		return err
 	})
+	return watchEnded(cf, "job", status, err)
+}
+
+// watchEnded says how a watch ended, and fails unless what it watched succeeded.
+func watchEnded(cf clientFlags, what, status string, err error) error {
 	if err != nil {
 		return err
 	}
@@ -558,7 +563,7 @@ func jobWatch(args []string) error {
 		fmt.Printf("done: %s\n", status)
 	}
 	if status != "succeeded" {
-		return fmt.Errorf("the job ended %s", status)
+		return fmt.Errorf("the %s ended %s", what, status)
 	}
 	return nil
 }

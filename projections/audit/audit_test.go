@@ -592,9 +592,9 @@ func TestHistoryOfAFlowAndASchedule(t *testing.T) {
 	at := time.Date(2026, 11, 24, 2, 30, 0, 0, time.UTC)
 	var evs []eventlog.Event
 	for _, p := range []eventlog.Payload{
-		eventlog.FlowSubmitted{FlowID: "F", Tenant: "acme", Name: "nightly", Steps: []eventlog.FlowStep{{Name: "a", Queue: "q", Type: "a"}}},
+		eventlog.FlowSubmitted{FlowID: "F", Tenant: "acme", Name: "nightly", Steps: []eventlog.FlowStep{{Name: "a", JobTemplate: eventlog.JobTemplate{Queue: "q", Type: "a"}}}},
 		eventlog.FlowEnded{FlowID: "F", Status: eventlog.FlowFailed, Step: "a"},
-		eventlog.ScheduleCreated{ScheduleID: "S", Tenant: "acme", Name: "n", Cron: "30 2 * * *", Timezone: "UTC", Job: eventlog.ScheduleJob{Queue: "q", Type: "t"}},
+		eventlog.ScheduleCreated{ScheduleID: "S", Tenant: "acme", Name: "n", Cron: "30 2 * * *", Timezone: "UTC", Job: eventlog.JobTemplate{Queue: "q", Type: "t"}},
 		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(24 * time.Hour), Reason: eventlog.SkippedTickMissed},
 	} {
 		ev, err := eventlog.NewEvent(eventlog.StreamOf(p), p)

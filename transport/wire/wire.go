@@ -404,6 +404,10 @@ type ScheduleList struct {
 	Schedules []Schedule `json:"schedules"`
 }
 
+// FlowExpired is the status a repeated submit answers for the flow its idempotency key made when
+// that flow has ended and left the views since (its steps are then unknown).
+const FlowExpired = "expired"
+
 // FlowStep is one step of a flow resource.
 type FlowStep struct {
 	JobID             string   `json:"job_id,omitempty"`
