@@ -28,3 +28,11 @@ func TestConformancePrefilledWAL(t *testing.T) {
 }
 
 func crashableStore() eventlogtest.Store { return eventlogtest.CrashableMem() }
+
+// TestConformanceUpstream runs the suite on a copy of an upstream in memory: every log leads
+// the upstream, and a crash keeps the upstream whole while the local copy loses its unsynced
+// writes.
+func TestConformanceUpstream(t *testing.T) {
+	t.Parallel()
+	eventlogtest.Run(t, func(*testing.T) eventlogtest.Store { return eventlogtest.MemUpstream() })
+}

@@ -44,3 +44,18 @@ func TestCrashRecoveryPrefilledWAL(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashRecoveryUpstream is TestCrashRecovery on a copy of an upstream in memory.
+func TestCrashRecoveryUpstream(t *testing.T) {
+	t.Parallel()
+	first, n := uint64(1), uint64(*crashSeeds)/4
+	if *crashSeed != 0 {
+		first, n = *crashSeed, 1
+	}
+	for seed := first; seed < first+n; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			eventlogtest.CrashRecovery(t, eventlogtest.MemUpstream(), seed)
+		})
+	}
+}

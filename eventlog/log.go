@@ -85,6 +85,14 @@ type Options struct {
 	// server's admin-token): a directory that holds only those is still an empty one to make a
 	// log in.
 	Companions []string
+	// Upstream, if set, is the replicated log the records live in (upstream.go); the store in
+	// dir is this server's copy of it. Open checks that the copy is a prefix of the upstream and
+	// catches up. Ignored with ReadOnly, which reads the copy as it is.
+	Upstream Upstream
+	// Lead, with Upstream, makes this log the upstream's one writer: Open fences the upstream,
+	// and every append expects the last message this log knows of. Without Lead the log is a
+	// follower: it takes no appends, and Follow copies what the leader appends.
+	Lead bool
 }
 
 func (o *Options) setDefaults() {
@@ -144,6 +152,15 @@ type Log struct {
 
 	toSync chan inflight // sequencer → syncer, in seq order
 	done   chan struct{} // closed when the syncer exits
+	stop   chan struct{} // closed when Close starts; ends Follow
+
+	// batchMax bounds one batch: batchBytesMax, or less if the upstream takes smaller messages.
+	batchMax int
+	// applyMu serialises the copying of upstream messages; upApplied is the last one in the
+	// local store. upNext is the last one the sequencer published (its goroutine's alone).
+	applyMu   sync.Mutex
+	upApplied uint64
+	upNext    uint64
 }
 
 // appendReq is one Append or AppendAsync call on its way through the pipeline.
@@ -161,6 +178,10 @@ type inflight struct {
 	reqs  []*appendReq
 	head  Head
 	bytes int
+	// With an upstream: the batch is not applied yet; published waits for the upstream to
+	// take message msg.
+	published func() (uint64, error)
+	msg       uint64
 }
 
 // Open opens the log in dir, creating it if dir is missing or empty. It refuses a directory that
@@ -228,10 +249,28 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.durable, l.next = head, head
 	l.work, l.space = sync.NewCond(&l.mu), sync.NewCond(&l.mu)
 	l.advanced, l.failed = make(chan struct{}), make(chan struct{})
-	l.done = make(chan struct{})
+	l.done, l.stop = make(chan struct{}), make(chan struct{})
+	l.batchMax = batchBytesMax
 	if opts.ReadOnly {
 		close(l.done)
 		return l, nil
+	}
+	if up := opts.Upstream; up != nil {
+		l.batchMax = min(batchBytesMax, up.MaxPayload()-upstreamMessageSlack)
+		ctx := context.Background()
+		err := l.joinUpstream(ctx)
+		if err == nil && opts.Lead {
+			err = l.lead(ctx)
+		}
+		if err != nil {
+			l.arch.close()
+			_ = db.Close()
+			l.unlock()
+			return nil, err
+		}
+		if !opts.Lead {
+			return l, nil // no pipeline: Close closes done
+		}
 	}
 	// The channel's capacity bounds how many batches may wait for their fsync; Pebble
 	// group-commits those waits into as few fsyncs as the disk allows.
@@ -437,8 +476,11 @@ func (l *Log) AppendAsync(events []Event, done func(Receipt, error)) {
 
 // validate checks the envelope rules and returns the encoded size of the events.
 func (l *Log) validate(events []Event) (int, error) {
-	if l.opts.ReadOnly {
+	switch {
+	case l.opts.ReadOnly:
 		return 0, ErrReadOnly
+	case l.opts.Upstream != nil && !l.opts.Lead:
+		return 0, ErrFollower
 	}
 	if len(events) == 0 || len(events) > EventsPerAppendMax {
 		return 0, fmt.Errorf("%w: %d events in one append, want 1..%d", ErrInvalidEvent, len(events), EventsPerAppendMax)
@@ -461,6 +503,9 @@ func (l *Log) validate(events []Event) (int, error) {
 	}
 	if size > l.opts.PendingBytesMax {
 		return 0, fmt.Errorf("%w: append of %d bytes exceeds the pending limit %d", ErrInvalidEvent, size, l.opts.PendingBytesMax)
+	}
+	if l.opts.Upstream != nil && size > l.batchMax {
+		return 0, fmt.Errorf("%w: append of %d bytes exceeds the upstream's message limit %d", ErrInvalidEvent, size, l.batchMax)
 	}
 	return size, nil
 }
@@ -494,14 +539,20 @@ func (l *Log) sequence() {
 			l.finish(reqs, size, err)
 			continue
 		}
-		batch, head := l.build(reqs)
-		if err := l.guard(func() error { return l.db.ApplyNoSyncWait(batch, pebble.Sync) }); err != nil {
+		batch, head, payload := l.build(reqs)
+		f := inflight{batch: batch, reqs: reqs, head: head, bytes: size}
+		if l.opts.Upstream != nil {
+			// The batch goes to the local copy once the upstream has the message.
+			f.published = l.opts.Upstream.Publish(l.upNext, payload)
+			l.upNext++
+			f.msg = l.upNext
+		} else if err := l.guard(func() error { return l.db.ApplyNoSyncWait(batch, pebble.Sync) }); err != nil {
 			l.fail(err)
 			l.finish(reqs, size, l.Err())
 			continue
 		}
 		l.next = head
-		l.toSync <- inflight{batch: batch, reqs: reqs, head: head, bytes: size}
+		l.toSync <- f
 	}
 }
 
@@ -517,7 +568,7 @@ func (l *Log) take() ([]*appendReq, int, bool) {
 		l.work.Wait()
 	}
 	n, size := 0, 0
-	for n < len(l.pending) && (n == 0 || size+l.pending[n].bytes <= batchBytesMax) {
+	for n < len(l.pending) && (n == 0 || size+l.pending[n].bytes <= l.batchMax) {
 		size += l.pending[n].bytes
 		n++
 	}
@@ -530,8 +581,9 @@ func (l *Log) take() ([]*appendReq, int, bool) {
 }
 
 // build encodes the requests' events into one Pebble batch, writing each record straight into
-// the batch's memory.
-func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head) {
+// the batch's memory. With an upstream it also returns the message: the records one after
+// another.
+func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head, []byte) {
 	head := l.next
 	now := l.opts.Clock().UnixNano()
 	if last := head.Time.UnixNano(); !head.Time.IsZero() && now < last {
@@ -539,6 +591,7 @@ func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head) {
 	}
 	stamp := time.Unix(0, now).UTC()
 	batch := l.db.NewBatch()
+	var payload []byte
 	for _, r := range reqs {
 		r.receipt.First, r.receipt.Time = head.Seq+1, stamp
 		for _, e := range r.events {
@@ -546,6 +599,9 @@ func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head) {
 			op := batch.SetDeferred(len(prefixLog)+8, encodedLen(e.Stream, e.Type, e.Data))
 			putLogKey(op.Key, head.Seq)
 			head.Hash = encodeRecord(op.Value, head.Hash, head.Seq, now, e.Stream, e.Type, e.Data)
+			if l.opts.Upstream != nil {
+				payload = append(payload, op.Value...)
+			}
 			_ = op.Finish()
 			idx := batch.SetDeferred(idxKeyLen(e.Stream), 0)
 			putIdxKey(idx.Key, e.Stream, head.Seq)
@@ -554,7 +610,10 @@ func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head) {
 		r.receipt.Last, r.receipt.Hash = head.Seq, head.Hash
 	}
 	head.Time = stamp
-	return batch, head
+	if l.opts.Upstream != nil {
+		_ = batch.Set([]byte(keyUpstream), upstreamPos(l.upNext+1, head.Seq), nil)
+	}
+	return batch, head, payload
 }
 
 // syncLoop is the second pipeline stage: it waits for each batch's fsync in order, publishes
@@ -562,7 +621,12 @@ func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head) {
 func (l *Log) syncLoop() {
 	defer close(l.done)
 	for f := range l.toSync {
-		err := f.batch.SyncWait()
+		var err error
+		if f.published != nil {
+			err = l.settle(f)
+		} else {
+			err = f.batch.SyncWait()
+		}
 		_ = f.batch.Close()
 		l.mu.Lock()
 		if err != nil && l.err == nil {
@@ -571,14 +635,41 @@ func (l *Log) syncLoop() {
 		// A batch behind a failed one is never acknowledged, even if its own sync returned nil:
 		// what is durable must stay a prefix of what was acknowledged.
 		if err = l.err; err == nil {
-			l.durable = f.head
 			l.stats.batchEvents.observe(f.head.Seq - f.reqs[0].receipt.First + 1)
-			close(l.advanced)
-			l.advanced = make(chan struct{})
+			l.advanceLocked(f.head)
 		}
 		l.mu.Unlock()
 		l.finish(f.reqs, f.bytes, err)
 	}
+}
+
+// settle waits for the upstream to take a batch's message, then writes the batch to the local
+// copy. The local write is not synced: the upstream holds the records, and a copy that lost its
+// tail catches up at the next Open.
+func (l *Log) settle(f inflight) error {
+	seq, err := f.published()
+	switch {
+	case err != nil:
+		return fmt.Errorf("upstream: %w", err)
+	case seq != f.msg:
+		return fmt.Errorf("%w: the upstream took the batch as message %d, not %d", ErrFenced, seq, f.msg)
+	case l.Err() != nil:
+		return nil // never acknowledged; syncLoop reports the failure
+	}
+	if err := l.guard(func() error { return l.db.Apply(f.batch, pebble.NoSync) }); err != nil {
+		return err
+	}
+	l.applyMu.Lock()
+	l.upApplied = f.msg
+	l.applyMu.Unlock()
+	return nil
+}
+
+// advanceLocked makes head the durable head and wakes its waiters; l.mu is held.
+func (l *Log) advanceLocked(head Head) {
+	l.durable = head
+	close(l.advanced)
+	l.advanced = make(chan struct{})
 }
 
 // finish completes requests and returns their bytes to the pending budget.
@@ -688,6 +779,12 @@ func (l *Log) Close() error {
 	l.work.Broadcast()
 	l.space.Broadcast()
 	l.mu.Unlock()
+	close(l.stop)
+	if l.opts.Upstream != nil && !l.opts.Lead && !l.opts.ReadOnly {
+		l.applyMu.Lock() // a Follow in the middle of a message finishes it
+		close(l.done)
+		l.applyMu.Unlock()
+	}
 	<-l.done
 	if l.abandoned.Load() {
 		return l.Err()

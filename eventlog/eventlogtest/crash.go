@@ -40,7 +40,7 @@ func CrashRecovery(t *testing.T, s Store, seed uint64) Store {
 			t.Fatal(err)
 		}
 	}
-	l, err := eventlog.Open(s.Dir, eventlog.Options{FS: s.FS, WALPrefill: s.WALPrefill})
+	l, err := eventlog.Open(s.Dir, s.Options(eventlog.Options{}))
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}

@@ -33,6 +33,38 @@ type Store struct {
 	Crash func(keepUnsyncedPercent int, rng *rand.Rand) Store
 	// WALPrefill is passed to every Open of this store (eventlog.Options.WALPrefill).
 	WALPrefill int64
+	// Upstream, if set, is the replicated log the store is a copy of: every Open of a writable
+	// log leads it (eventlog.Options.Upstream and Lead), and a crash leaves it whole.
+	Upstream eventlog.Upstream
+	// HoldDurable returns the store with gate run before each append becomes durable. Nil: the
+	// gate holds the WAL's fsync.
+	HoldDurable func(gate func()) Store
+}
+
+// Options fills in what every Open of the store passes.
+func (s Store) Options(opts eventlog.Options) eventlog.Options {
+	opts.FS, opts.WALPrefill = s.FS, s.WALPrefill
+	if s.Upstream != nil && !opts.ReadOnly {
+		opts.Upstream, opts.Lead = s.Upstream, true
+	}
+	return opts
+}
+
+// MemUpstream returns an empty store on the crashable in-memory filesystem that is a copy of
+// an upstream in memory.
+func MemUpstream() Store {
+	return withUpstream(CrashableMem(), eventlog.NewMemUpstream())
+}
+
+func withUpstream(s Store, up *eventlog.MemUpstream) Store {
+	s.Upstream = up
+	crash := s.Crash
+	s.Crash = func(keep int, rng *rand.Rand) Store { return withUpstream(crash(keep, rng), up) }
+	s.HoldDurable = func(gate func()) Store {
+		up.Hold = gate
+		return s
+	}
+	return s
 }
 
 // CrashableMem returns an empty store on Pebble's crashable in-memory filesystem.
@@ -80,8 +112,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 // closes it when the test ends, unless the test closed it.
 func Open(t testing.TB, s Store, opts eventlog.Options) *eventlog.Log {
 	t.Helper()
-	opts.FS, opts.WALPrefill = s.FS, s.WALPrefill
-	l, err := eventlog.Open(s.Dir, opts)
+	l, err := eventlog.Open(s.Dir, s.Options(opts))
 	if err != nil {
 		t.Fatalf("open %s: %v", s.Dir, err)
 	}
@@ -758,18 +789,28 @@ func testReadersSeeOnlyDurable(t *testing.T, s Store) {
 		reached = make(chan struct{}, 1)
 		release = make(chan struct{})
 	)
-	gate := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		isSync := op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo
-		if armed.get() && isSync && strings.HasSuffix(op.Path, ".log") {
+	hold := func() {
+		if armed.get() {
 			select {
 			case reached <- struct{}{}:
 			default:
 			}
 			<-release
 		}
-		return nil
-	})
-	l := Open(t, Store{FS: errorfs.Wrap(s.FS, gate), Dir: s.Dir}, eventlog.Options{})
+	}
+	held := s.HoldDurable
+	if held == nil {
+		held = func(gate func()) Store {
+			return Store{FS: errorfs.Wrap(s.FS, errorfs.InjectorFunc(func(op errorfs.Op) error {
+				isSync := op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo
+				if isSync && strings.HasSuffix(op.Path, ".log") {
+					gate()
+				}
+				return nil
+			})), Dir: s.Dir}
+		}
+	}
+	l := Open(t, held(hold), eventlog.Options{})
 	var releaseOnce sync.Once
 	open := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(open) // runs before the log's Close, which would wait for the held fsync

@@ -1,0 +1,255 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/tetherhq/tether/eventlog"
+)
+
+// Config says where the stream is and how to reach it.
+type Config struct {
+	// URL is nats://host:port[,host:port...]/STREAM (tls:// to require TLS). User and password,
+	// or a token, may come in the URL's user info, as NATS clients take them.
+	URL string
+	// Replicas is the stream's replication factor when Connect creates it. 0: 3.
+	Replicas int
+	// Creds is a NATS credentials file (a user JWT and its NKey seed).
+	Creds string
+	// NKey is a file holding an NKey seed.
+	NKey string
+	// TLSCA, TLSCert and TLSKey are PEM files: the CAs to trust, and a client certificate.
+	TLSCA, TLSCert, TLSKey string
+	// Name names the connection in the NATS server's monitoring.
+	Name   string
+	Logger *zap.Logger
+}
+
+// Stream is a connection to the stream: an eventlog.Upstream.
+type Stream struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	name    string
+	subject string
+	log     *zap.Logger
+}
+
+var streamName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ParseURL splits nats://host:port[,host:port...]/STREAM into the server URLs a NATS client
+// dials and the stream's name.
+func ParseURL(raw string) (servers []string, stream string, err error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || (scheme != "nats" && scheme != "tls") {
+		return nil, "", fmt.Errorf("%q: want nats://host:port/STREAM (or tls://)", raw)
+	}
+	hosts, stream, _ := strings.Cut(rest, "/")
+	if !streamName.MatchString(stream) {
+		return nil, "", fmt.Errorf("%q: the stream name %q must be 1..64 letters, digits, - or _", raw, stream)
+	}
+	for h := range strings.SplitSeq(hosts, ",") {
+		u, err := url.Parse(scheme + "://" + h)
+		if err != nil || u.Host == "" || u.Path != "" {
+			return nil, "", fmt.Errorf("%q: %q is not host:port", raw, h)
+		}
+		servers = append(servers, u.String())
+	}
+	return servers, stream, nil
+}
+
+// Connect dials NATS and binds the stream, creating it if it is missing.
+func Connect(ctx context.Context, cfg Config) (*Stream, error) {
+	servers, name, err := ParseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 3
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	log := cfg.Logger.With(zap.String("stream", name))
+	opts := []nats.Option{
+		nats.Name(cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.Timeout(5 * time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("disconnected from NATS", zap.String("code", "NATS_DISCONNECTED"), zap.Error(err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", zap.String("server", nc.ConnectedUrlRedacted())) }),
+	}
+	if cfg.Creds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.Creds))
+	}
+	if cfg.NKey != "" {
+		o, err := nats.NkeyOptionFromSeed(cfg.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	if cfg.TLSCert != "" || cfg.TLSKey != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
+	nc, err := nats.Connect(strings.Join(servers, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", strings.Join(servers, ","), err)
+	}
+	s, err := bind(ctx, nc, name, cfg.Replicas, log)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func bind(ctx context.Context, nc *nats.Conn, name string, replicas int, log *zap.Logger) (*Stream, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second), jetstream.WithPublishAsyncMaxPending(1024))
+	if err != nil {
+		return nil, err
+	}
+	s := &Stream{nc: nc, js: js, name: name, subject: "tether.log." + name, log: log}
+	s.stream, err = js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s.stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: name, Description: "tether's event log", Subjects: []string{s.subject},
+			Storage: jetstream.FileStorage, Replicas: replicas, Retention: jetstream.LimitsPolicy,
+			Discard: jetstream.DiscardNew, MaxMsgs: -1, MaxBytes: -1, MaxMsgsPerSubject: -1,
+			DenyDelete: true, DenyPurge: true, AllowDirect: true,
+		})
+		if err == nil {
+			log.Info("created the event log's stream", zap.Int("replicas", replicas))
+		} else if replicas > 1 {
+			err = fmt.Errorf("%w (a NATS server that is not in a cluster takes --nats-replicas 1)", err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the stream %s: %w", name, err)
+	}
+	c := s.stream.CachedInfo().Config
+	switch {
+	case c.Storage != jetstream.FileStorage:
+		return nil, fmt.Errorf("the stream %s keeps its messages in memory; the event log needs a file store", name)
+	case len(c.Subjects) != 1 || c.Subjects[0] != s.subject:
+		return nil, fmt.Errorf("the stream %s takes the subjects %v; the event log's stream takes %s alone", name, c.Subjects, s.subject)
+	case c.MaxAge > 0 || c.MaxMsgs > 0 || c.MaxBytes > 0 || c.Retention != jetstream.LimitsPolicy:
+		return nil, fmt.Errorf("the stream %s lets messages go (max_age, max_msgs, max_bytes or a retention other than limits); the event log must keep every one", name)
+	}
+	if c.Replicas != replicas {
+		log.Warn("the stream's replicas differ from --nats-replicas; the stream's stand", zap.String("code", "NATS_REPLICAS"),
+			zap.Int("stream", c.Replicas), zap.Int("asked", replicas))
+	}
+	return s, nil
+}
+
+// Name is the stream's name.
+func (s *Stream) Name() string { return s.name }
+
+// Replicas is the stream's replication factor.
+func (s *Stream) Replicas() int { return s.stream.CachedInfo().Config.Replicas }
+
+// Close closes the connection; publishes not yet acknowledged fail.
+func (s *Stream) Close() { s.nc.Close() }
+
+// Publish implements eventlog.Upstream.
+func (s *Stream) Publish(prev uint64, payload []byte) func() (uint64, error) {
+	ack, err := s.js.PublishMsgAsync(&nats.Msg{Subject: s.subject, Data: payload}, jetstream.WithExpectLastSequence(prev))
+	return func() (uint64, error) {
+		if err != nil {
+			return 0, publishErr(err)
+		}
+		select {
+		case a := <-ack.Ok():
+			return a.Sequence, nil
+		case err := <-ack.Err():
+			return 0, publishErr(err)
+		}
+	}
+}
+
+// publishErr tells a fenced publish (the stream's last message was not the one expected) from
+// any other failure.
+func publishErr(err error) error {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w: %v", eventlog.ErrFenced, err)
+	}
+	return err
+}
+
+// Last implements eventlog.Upstream.
+func (s *Stream) Last(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// Get implements eventlog.Upstream.
+func (s *Stream) Get(ctx context.Context, seq uint64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := s.stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("%w: message %d of %s", eventlog.ErrNotFound, seq, s.name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
+}
+
+// Read implements eventlog.Upstream with an ordered consumer, which JetStream keeps gap-free:
+// it makes the consumer again from where it was if it misses a message.
+func (s *Stream) Read(ctx context.Context, from uint64, visit func(uint64, []byte) error) error {
+	cons, err := s.js.OrderedConsumer(ctx, s.name, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: max(from, 1),
+	})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(256))
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for next := max(from, 1); ; next++ {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if meta.Sequence.Stream != next {
+			return fmt.Errorf("the stream %s delivered message %d where %d was due", s.name, meta.Sequence.Stream, next)
+		}
+		if err := visit(next, m.Data()); err != nil {
+			return err
+		}
+	}
+}
+
+// MaxPayload implements eventlog.Upstream.
+func (s *Stream) MaxPayload() int { return int(s.nc.MaxPayload()) }

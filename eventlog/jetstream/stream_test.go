@@ -1,0 +1,147 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/eventlogtest"
+	"github.com/tetherhq/tether/eventlog/jetstream"
+	"github.com/tetherhq/tether/eventlog/jetstream/natstest"
+)
+
+var streams atomic.Int64
+
+// connect makes a new stream on the cluster and connects to it.
+func connect(t testing.TB, c *natstest.Cluster, replicas int) *jetstream.Stream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := jetstream.Connect(ctx, jetstream.Config{URL: c.LogURL(fmt.Sprintf("T%d", streams.Add(1))), Replicas: replicas})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// store is a store on the crashable in-memory filesystem that copies a stream: a crash loses
+// the copy's unsynced writes and leaves the stream whole.
+func store(fs *vfs.MemFS, up eventlog.Upstream) eventlogtest.Store {
+	s := eventlogtest.Store{FS: fs, Dir: "/data/log", Upstream: up}
+	s.Crash = func(keep int, rng *rand.Rand) eventlogtest.Store {
+		return store(fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: keep, RNG: rng}), up)
+	}
+	s.HoldDurable = func(gate func()) eventlogtest.Store {
+		held := s
+		held.Upstream = holding{up, gate}
+		return held
+	}
+	return s
+}
+
+// holding runs gate before a publish's wait returns.
+type holding struct {
+	eventlog.Upstream
+	gate func()
+}
+
+func (h holding) Publish(prev uint64, payload []byte) func() (uint64, error) {
+	wait := h.Upstream.Publish(prev, payload)
+	return func() (uint64, error) {
+		h.gate()
+		return wait()
+	}
+}
+
+func TestConformanceR1(t *testing.T) {
+	c := natstest.Start(t, 1)
+	eventlogtest.Run(t, func(t *testing.T) eventlogtest.Store { return store(vfs.NewCrashableMem(), connect(t, c, 1)) })
+}
+
+func TestConformanceR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster")
+	}
+	c := natstest.Start(t, 3)
+	eventlogtest.Run(t, func(t *testing.T) eventlogtest.Store { return store(vfs.NewCrashableMem(), connect(t, c, 3)) })
+}
+
+func TestCrashRecovery(t *testing.T) {
+	c := natstest.Start(t, 1)
+	for seed := uint64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			eventlogtest.CrashRecovery(t, store(vfs.NewCrashableMem(), connect(t, c, 1)), seed)
+		})
+	}
+}
+
+// A deposed leader's append is refused by JetStream itself, and a stream that already exists
+// with settings that would lose messages is refused.
+func TestFencedByTheStream(t *testing.T) {
+	c := natstest.Start(t, 1)
+	ctx := context.Background()
+	up := connect(t, c, 1)
+	fs := vfs.NewMem()
+	old, err := eventlog.Open("/a", eventlog.Options{FS: fs, Upstream: up, Lead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if _, err := old.Append(ctx, eventlogtest.Event("job/x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	next, err := eventlog.Open("/b", eventlog.Options{FS: fs, Upstream: up, Lead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if _, err := old.Append(ctx, eventlogtest.Event("job/x", 2)); !errors.Is(err, eventlog.ErrFenced) {
+		t.Fatalf("the deposed leader's append: %v, want ErrFenced", err)
+	}
+	if r, err := next.Append(ctx, eventlogtest.Event("job/x", 3)); err != nil || r.First != 2 {
+		t.Fatalf("the new leader's append: %+v %v", r, err)
+	}
+}
+
+func TestElection(t *testing.T) {
+	c := natstest.Start(t, 1)
+	ctx := context.Background()
+	up := connect(t, c, 1)
+	a, err := up.Elect(ctx, jetstream.Leader{Node: "a", URL: "http://a"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := up.Elect(ctx, jetstream.Leader{Node: "b", URL: "http://b"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.TryLead(ctx); !ok || err != nil {
+		t.Fatalf("a: %v %v", ok, err)
+	}
+	if ok, err := b.TryLead(ctx); ok || err != nil {
+		t.Fatalf("b took the lead a holds: %v %v", ok, err)
+	}
+	if l, ok, err := b.Leader(ctx); !ok || err != nil || l.Node != "a" || l.URL != "http://a" {
+		t.Fatalf("b sees %+v %v %v", l, ok, err)
+	}
+	if err := a.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.TryLead(ctx); !ok || err != nil {
+		t.Fatalf("b after a resigned: %v %v", ok, err)
+	}
+	if err := a.Renew(ctx); err == nil {
+		t.Fatal("a renewed a lead it had resigned")
+	}
+}

@@ -1,0 +1,276 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Upstream is a replicated log that holds the records when one machine is not enough: a NATS
+// JetStream stream (package eventlog/jetstream). With Options.Upstream the Pebble store in the
+// directory becomes this server's copy of it, and a record is durable once the upstream has
+// acknowledged it, not once the local WAL is synced.
+//
+// The upstream holds messages numbered from 1 without gaps. A message is one group commit: the
+// encoded records of a batch, one after another, each with its hash, exactly as the local store
+// keeps them. A leader's first message is a fence that carries no record (fencePayload).
+type Upstream interface {
+	// Publish appends one message, which the upstream must refuse with ErrFenced unless its
+	// last message is prev (0: the upstream is empty). The log calls it from one goroutine,
+	// in order, without waiting for earlier messages, and the upstream keeps that order. The
+	// returned wait blocks until the message is durable (replicated and synced) and returns
+	// its number, or the reason it is not.
+	Publish(prev uint64, payload []byte) (wait func() (uint64, error))
+	// Last returns the number of the upstream's last message, 0 when it is empty.
+	Last(ctx context.Context) (uint64, error)
+	// Get returns one message, ErrNotFound when there is none at seq.
+	Get(ctx context.Context, seq uint64) ([]byte, error)
+	// Read calls visit with every message from seq `from` on, in order, as they arrive, until
+	// ctx ends or visit or the upstream fails.
+	Read(ctx context.Context, from uint64, visit func(seq uint64, payload []byte) error) error
+	// MaxPayload is the largest message the upstream takes.
+	MaxPayload() int
+}
+
+var (
+	// ErrFenced says another writer appended to the upstream after the last message this log
+	// knew of: this server no longer leads, and its appends are refused.
+	ErrFenced = errors.New("eventlog: another server appended to the upstream first; this one no longer leads")
+	// ErrFollower is returned by appends to a log that follows an upstream it does not lead.
+	ErrFollower = errors.New("eventlog: this copy follows the upstream and takes no appends")
+	// ErrDiverged says the local copy holds what the upstream does not: it was made from
+	// another stream, or the stream was reset. Move the directory away to make a new copy.
+	ErrDiverged = errors.New("eventlog: the local copy does not match the upstream")
+)
+
+// keyUpstream holds where the local copy stands in the upstream: <message: 8> <record seq: 8>,
+// both big-endian, written in the same batch as the message's records.
+const keyUpstream = "meta/upstream"
+
+// upstreamMessageSlack is what a message carries besides its records (the protocol's headers),
+// kept out of the batch budget.
+const upstreamMessageSlack = 4 << 10
+
+// fenceMagic starts a fence message: 'F', then the head it was published at (seq 8, hash 32).
+// A record starts with its version byte, 0x01, so the two never mix.
+const fenceMagic = 'F'
+
+func fencePayload(h Head) []byte {
+	b := make([]byte, 1+8+hashLen)
+	b[0] = fenceMagic
+	binary.BigEndian.PutUint64(b[1:], h.Seq)
+	copy(b[9:], h.Hash[:])
+	return b
+}
+
+// splitMessage returns the encoded records of a message, or the head a fence names.
+func splitMessage(payload []byte) (records [][]byte, fence *Head, err error) {
+	if len(payload) > 0 && payload[0] == fenceMagic {
+		if len(payload) != 1+8+hashLen {
+			return nil, nil, fmt.Errorf("%w: a fence of %d bytes", ErrCorruptRecord, len(payload))
+		}
+		h := Head{Seq: binary.BigEndian.Uint64(payload[1:])}
+		copy(h.Hash[:], payload[9:])
+		return nil, &h, nil
+	}
+	for rest := payload; len(rest) > 0; {
+		if len(rest) < headerLen+hashLen {
+			return nil, nil, fmt.Errorf("%w: %d bytes left in a message, shorter than a record", ErrCorruptRecord, len(rest))
+		}
+		n := headerLen + int(binary.BigEndian.Uint16(rest[offStreamLen:])) + int(binary.BigEndian.Uint16(rest[offTypeLen:])) +
+			int(binary.BigEndian.Uint32(rest[offDataLen:])) + hashLen
+		if n > len(rest) {
+			return nil, nil, fmt.Errorf("%w: a record of %d bytes with %d left in the message", ErrCorruptRecord, n, len(rest))
+		}
+		records, rest = append(records, rest[:n]), rest[n:]
+	}
+	if len(records) == 0 {
+		return nil, nil, fmt.Errorf("%w: an empty message", ErrCorruptRecord)
+	}
+	return records, nil, nil
+}
+
+func upstreamPos(msg, seq uint64) []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b, msg)
+	binary.BigEndian.PutUint64(b[8:], seq)
+	return b
+}
+
+// joinUpstream checks that the local copy is a prefix of the upstream and catches up with it.
+// A leader then fences the upstream: see lead.
+func (l *Log) joinUpstream(ctx context.Context) error {
+	msg, seq := uint64(0), uint64(0)
+	v, closer, err := l.db.Get([]byte(keyUpstream))
+	switch {
+	case err == nil:
+		if len(v) == 16 {
+			msg, seq = binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])
+		}
+		_ = closer.Close()
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("eventlog: read the upstream position: %w", err)
+	}
+	head := l.durable
+	if seq != head.Seq {
+		return fmt.Errorf("%w: the local log ends at seq %d but came from the upstream up to seq %d", ErrDiverged, head.Seq, seq)
+	}
+	if msg > 0 {
+		payload, err := l.opts.Upstream.Get(ctx, msg)
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w: the local copy came from message %d, which the upstream does not hold", ErrDiverged, msg)
+		}
+		if err != nil {
+			return fmt.Errorf("eventlog: upstream: %w", err)
+		}
+		recs, fence, err := splitMessage(payload)
+		if err != nil {
+			return fmt.Errorf("eventlog: upstream message %d: %w", msg, err)
+		}
+		if fence == nil {
+			last, err := DecodeRecord(recs[len(recs)-1])
+			if err != nil {
+				return fmt.Errorf("eventlog: upstream message %d: %w", msg, err)
+			}
+			fence = &Head{Seq: last.Seq, Hash: last.Hash}
+		}
+		if fence.Seq != head.Seq || fence.Hash != head.Hash {
+			return fmt.Errorf("%w: the upstream's message %d ends at seq %d, the local copy at seq %d with another hash", ErrDiverged, msg, fence.Seq, head.Seq)
+		}
+	}
+	l.upApplied = msg
+	return l.catchUp(ctx)
+}
+
+// errCaughtUp stops a Read once it reached the message it was after.
+var errCaughtUp = errors.New("caught up")
+
+// catchUp copies the upstream's messages up to its last one at the time of the call.
+func (l *Log) catchUp(ctx context.Context) error {
+	last, err := l.opts.Upstream.Last(ctx)
+	if err != nil {
+		return fmt.Errorf("eventlog: upstream: %w", err)
+	}
+	if last <= l.upApplied {
+		return nil
+	}
+	err = l.opts.Upstream.Read(ctx, l.upApplied+1, func(seq uint64, payload []byte) error {
+		if err := l.applyMessage(seq, payload); err != nil {
+			return err
+		}
+		if seq >= last {
+			return errCaughtUp
+		}
+		return nil
+	})
+	if errors.Is(err, errCaughtUp) {
+		return nil
+	}
+	return err
+}
+
+// lead fences the upstream: it publishes a fence at the head it caught up to, expecting the
+// last message it copied. Once the fence is in, an append by anyone who led before is refused,
+// since it expects an earlier last message. If another server appended meanwhile, lead copies
+// that too and tries again.
+func (l *Log) lead(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		payload := fencePayload(l.durable)
+		seq, err := l.opts.Upstream.Publish(l.upApplied, payload)()
+		switch {
+		case err == nil:
+			if err := l.applyMessage(seq, payload); err != nil {
+				return err
+			}
+			l.upNext = seq
+			return nil
+		case errors.Is(err, ErrFenced) && attempt < 10:
+			if err := l.catchUp(ctx); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("eventlog: fence the upstream: %w", err)
+		}
+	}
+}
+
+// applyMessage writes one upstream message into the local copy and makes its records durable.
+// The records must continue the local chain; a fence must name the local head.
+func (l *Log) applyMessage(seq uint64, payload []byte) error {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
+	select {
+	case <-l.done:
+		return ErrClosed
+	default:
+	}
+	if seq != l.upApplied+1 {
+		return fmt.Errorf("%w: upstream message %d follows message %d", ErrChainBroken, seq, l.upApplied)
+	}
+	recs, fence, err := splitMessage(payload)
+	if err != nil {
+		return fmt.Errorf("eventlog: upstream message %d: %w", seq, err)
+	}
+	head := l.Head()
+	if fence != nil && (fence.Seq != head.Seq || fence.Hash != head.Hash) {
+		return &ChainError{Seq: head.Seq + 1, Reason: fmt.Sprintf("upstream message %d fences at seq %d, the log's head is %d", seq, fence.Seq, head.Seq)}
+	}
+	batch := l.db.NewBatch()
+	defer batch.Close()
+	for _, raw := range recs {
+		r, err := DecodeRecord(raw)
+		if err != nil {
+			return fmt.Errorf("eventlog: upstream message %d: %w", seq, err)
+		}
+		if r.Seq != head.Seq+1 || !r.ChainsFrom(head.Hash) || r.Time.Before(head.Time) {
+			return &ChainError{Seq: head.Seq + 1, Reason: fmt.Sprintf("upstream message %d holds seq %d, which does not continue the chain", seq, r.Seq)}
+		}
+		_ = batch.Set(logKey(r.Seq), raw, nil)
+		_ = batch.Set(idxKey(r.Stream, r.Seq), nil, nil)
+		head = Head{Seq: r.Seq, Hash: r.Hash, Time: r.Time}
+	}
+	_ = batch.Set([]byte(keyUpstream), upstreamPos(seq, head.Seq), nil)
+	if err := l.guard(func() error { return l.db.Apply(batch, pebble.NoSync) }); err != nil {
+		l.fail(err)
+		return l.Err()
+	}
+	l.upApplied = seq
+	l.mu.Lock()
+	l.next = head
+	l.advanceLocked(head)
+	l.mu.Unlock()
+	return nil
+}
+
+// Follow copies what the leader appends to the upstream into this follower's copy as it
+// arrives, until ctx ends, the log closes, or the upstream or the local store fails. Readers
+// and subscriptions see each message once it is copied: it is durable in the upstream.
+func (l *Log) Follow(ctx context.Context) error {
+	if l.opts.Upstream == nil || l.opts.Lead || l.opts.ReadOnly {
+		return errors.New("eventlog: Follow needs a log opened on an upstream without Lead")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := l.opts.Upstream.Read(ctx, l.upApplied+1, l.applyMessage)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// UpstreamMessage is the last upstream message in the local copy (0 without an upstream).
+func (l *Log) UpstreamMessage() uint64 {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
+	return l.upApplied
+}

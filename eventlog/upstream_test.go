@@ -1,0 +1,112 @@
+package eventlog_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/eventlogtest"
+)
+
+func openOn(t *testing.T, up eventlog.Upstream, fs vfs.FS, dir string, lead bool) *eventlog.Log {
+	t.Helper()
+	l, err := eventlog.Open(dir, eventlog.Options{FS: fs, Upstream: up, Lead: lead})
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// A follower copies what the leader appends; a new leader fences the old one, whose next
+// append is refused and fails its log; the follower then copies the new leader's appends too.
+func TestUpstreamLeaderFollowerFence(t *testing.T) {
+	ctx := context.Background()
+	up := eventlog.NewMemUpstream()
+	fs := vfs.NewMem()
+	old := openOn(t, up, fs, "/a", true)
+	for i := range 5 {
+		if _, err := old.Append(ctx, eventlogtest.Event("job/x", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follower := openOn(t, up, fs, "/b", false)
+	if h := follower.Head(); h != old.Head() {
+		t.Fatalf("follower opened at %+v, leader is at %+v", h, old.Head())
+	}
+	if _, err := follower.Append(ctx, eventlogtest.Event("job/x", 9)); !errors.Is(err, eventlog.ErrFollower) {
+		t.Fatalf("append to a follower: %v, want ErrFollower", err)
+	}
+	followed := make(chan error, 1)
+	fctx, stop := context.WithCancel(ctx)
+	go func() { followed <- follower.Follow(fctx) }()
+	sub := follower.Subscribe(6)
+
+	if _, err := old.Append(ctx, eventlogtest.Event("job/x", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := sub.Next(ctx, 10); err != nil || len(recs) != 1 || recs[0].Seq != 6 {
+		t.Fatalf("the follower delivered %v, %v; want seq 6", recs, err)
+	}
+
+	// Another server takes the lead from a copy that is behind: it catches up, then fences.
+	next := openOn(t, up, fs, "/c", true)
+	if h := next.Head(); h != old.Head() {
+		t.Fatalf("new leader opened at %+v, old leader is at %+v", h, old.Head())
+	}
+	if _, err := old.Append(ctx, eventlogtest.Event("job/x", 6)); !errors.Is(err, eventlog.ErrFenced) || !errors.Is(err, eventlog.ErrFailed) {
+		t.Fatalf("append by the deposed leader: %v, want ErrFenced and ErrFailed", err)
+	}
+	select {
+	case <-old.Failed():
+	default:
+		t.Fatal("the deposed leader's log has not failed")
+	}
+	r, err := next.Append(ctx, eventlogtest.Event("job/x", 7))
+	if err != nil || r.First != 7 {
+		t.Fatalf("the new leader's append: %+v, %v; want seq 7", r, err)
+	}
+	if recs, err := sub.Next(ctx, 10); err != nil || len(recs) != 1 || recs[0].Seq != 7 || recs[0].Hash != r.Hash {
+		t.Fatalf("the follower delivered %v, %v; want the new leader's seq 7", recs, err)
+	}
+	eventlogtest.MustVerify(t, follower)
+	stop()
+	if err := <-followed; err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+}
+
+// A copy that holds records the upstream does not is refused; one that lost its store is made
+// again from the upstream.
+func TestUpstreamCopyMustBeAPrefix(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	up := eventlog.NewMemUpstream()
+	l := openOn(t, up, fs, "/a", true)
+	if _, err := l.Append(ctx, eventlogtest.Event("job/x", 1), eventlogtest.Event("job/x", 2)); err != nil {
+		t.Fatal(err)
+	}
+	head := l.Head()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eventlog.Open("/a", eventlog.Options{FS: fs, Upstream: eventlog.NewMemUpstream()}); !errors.Is(err, eventlog.ErrDiverged) {
+		t.Fatalf("open of a copy on another upstream: %v, want ErrDiverged", err)
+	}
+	plain := openOn(t, nil, fs, "/plain", false)
+	if _, err := plain.Append(ctx, eventlogtest.Event("job/x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	_ = plain.Close()
+	if _, err := eventlog.Open("/plain", eventlog.Options{FS: fs, Upstream: up}); !errors.Is(err, eventlog.ErrDiverged) {
+		t.Fatalf("open of a log that never had an upstream: %v, want ErrDiverged", err)
+	}
+	fresh := openOn(t, up, fs, "/fresh", false)
+	if h := fresh.Head(); h != head {
+		t.Fatalf("a fresh copy opened at %+v, want %+v", h, head)
+	}
+	eventlogtest.MustVerify(t, fresh)
+}
