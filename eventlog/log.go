@@ -182,6 +182,7 @@ type inflight struct {
 	// take message msg.
 	published func() (uint64, error)
 	msg       uint64
+	payload   []byte
 }
 
 // Open opens the log in dir, creating it if dir is missing or empty. It refuses a directory that
@@ -545,7 +546,7 @@ func (l *Log) sequence() {
 			// The batch goes to the local copy once the upstream has the message.
 			f.published = l.opts.Upstream.Publish(l.upNext, payload)
 			l.upNext++
-			f.msg = l.upNext
+			f.msg, f.payload = l.upNext, payload
 		} else if err := l.guard(func() error { return l.db.ApplyNoSyncWait(batch, pebble.Sync) }); err != nil {
 			l.fail(err)
 			l.finish(reqs, size, l.Err())
@@ -648,6 +649,9 @@ func (l *Log) syncLoop() {
 // tail catches up at the next Open.
 func (l *Log) settle(f inflight) error {
 	seq, err := f.published()
+	if err != nil {
+		seq, err = l.settlePublish(f.msg, f.payload, err)
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("upstream: %w", err)

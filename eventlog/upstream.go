@@ -1,12 +1,15 @@
 package eventlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"go.uber.org/zap"
 )
 
 // Upstream is a replicated log that holds the records when one machine is not enough: a NATS
@@ -148,8 +151,22 @@ func (l *Log) joinUpstream(ctx context.Context) error {
 // errCaughtUp stops a Read once it reached the message it was after.
 var errCaughtUp = errors.New("caught up")
 
-// catchUp copies the upstream's messages up to its last one at the time of the call.
+// catchUp copies the upstream's messages up to its last one at the time of the call, trying
+// again for a while if the upstream does not answer (a NATS cluster electing leaders).
 func (l *Log) catchUp(ctx context.Context) error {
+	deadline := time.Now().Add(settleWithin)
+	for {
+		err := l.catchUpOnce(ctx)
+		var ce *ChainError
+		if err == nil || errors.As(err, &ce) || errors.Is(err, ErrFailed) || errors.Is(err, ErrClosed) || time.Now().After(deadline) {
+			return err
+		}
+		l.opts.Logger.Warn("catching up with the upstream failed; trying again", zap.String("code", "UPSTREAM_RETRY"), zap.Error(err))
+		time.Sleep(100 * time.Millisecond) // the upstream is electing or reconnecting
+	}
+}
+
+func (l *Log) catchUpOnce(ctx context.Context) error {
 	last, err := l.opts.Upstream.Last(ctx)
 	if err != nil {
 		return fmt.Errorf("eventlog: upstream: %w", err)
@@ -172,6 +189,49 @@ func (l *Log) catchUp(ctx context.Context) error {
 	return err
 }
 
+// settleWithin bounds how long a leader keeps trying to learn whether a message it published
+// landed, through a NATS server going away and the client reconnecting to another.
+const settleWithin = 15 * time.Second
+
+// settlePublish finds out what became of message msg, whose publish failed with err, and
+// publishes it again if it did not land. A publish that fails may still have landed (the
+// acknowledgement was lost with the connection), and a message published behind one that had
+// not landed yet is refused as if fenced; so rather than trust the error, it reads the
+// message: its own payload there means it landed, another payload that another writer fenced
+// the upstream, and none that the message may go again after msg-1.
+func (l *Log) settlePublish(msg uint64, payload []byte, err error) (uint64, error) {
+	up := l.opts.Upstream
+	deadline := time.Now().Add(settleWithin)
+	for time.Now().Before(deadline) {
+		if l.Err() != nil {
+			return 0, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		there, gerr := up.Get(ctx, msg)
+		cancel()
+		switch {
+		case gerr == nil && bytes.Equal(there, payload):
+			return msg, nil
+		case gerr == nil:
+			return 0, fmt.Errorf("%w: message %d is another writer's", ErrFenced, msg)
+		case errors.Is(gerr, ErrClosed):
+			return 0, gerr
+		case errors.Is(gerr, ErrNotFound):
+			seq, perr := up.Publish(msg-1, payload)()
+			if perr == nil {
+				return seq, nil
+			}
+			err = perr
+		default:
+			err = gerr
+		}
+		l.opts.Logger.Warn("an upstream publish is unsettled; trying again", zap.String("code", "UPSTREAM_RETRY"),
+			zap.Uint64("message", msg), zap.Error(err))
+		time.Sleep(100 * time.Millisecond) // the client is reconnecting; nothing signals it here
+	}
+	return 0, err
+}
+
 // lead fences the upstream: it publishes a fence at the head it caught up to, expecting the
 // last message it copied. Once the fence is in, an append by anyone who led before is refused,
 // since it expects an earlier last message. If another server appended meanwhile, lead copies
@@ -180,6 +240,9 @@ func (l *Log) lead(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
 		payload := fencePayload(l.durable)
 		seq, err := l.opts.Upstream.Publish(l.upApplied, payload)()
+		if err != nil {
+			seq, err = l.settlePublish(l.upApplied+1, payload, err)
+		}
 		switch {
 		case err == nil:
 			if err := l.applyMessage(seq, payload); err != nil {

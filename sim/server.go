@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -39,6 +40,9 @@ type server struct {
 	// recovering is set from start until the start-up events are durable; the server takes no
 	// requests meanwhile (it would answer /readyz with 503).
 	recovering bool
+	// deposed is set when another server took the lead (FaultLeader): every append is refused
+	// until this one stops.
+	deposed bool
 
 	mem  *vfs.MemFS
 	disk *disk
@@ -246,25 +250,55 @@ func (v *server) crash(why string) {
 	if v.recovering {
 		s.probe(ProbeRecoveryCrash)
 	}
-	keep := s.faultRand[FaultServerCrash].IntN(101)
-	mem, err := crashClone(v.mem, dataDir, keep, s.faultRand[FaultServerCrash])
+	rng := s.faultRand[FaultServerCrash]
+	keep := rng.IntN(101)
+	v.replace(fmt.Sprintf("server crash (%s), %d%% of unsynced WAL blocks kept", why, keep), keep, rng, func() time.Duration {
+		if down := time.Duration(50+rng.IntN(3000)) * time.Millisecond; rng.IntN(8) != 0 {
+			return down
+		}
+		return time.Duration(60+rng.IntN(120)) * time.Second // a long outage: schedules miss ticks
+	})
+}
+
+// depose makes another server the leader of the replicated log: from now on this one's
+// appends are refused. It goes on taking messages for up to half a second, as a leader that
+// has not yet noticed would, then stops; the new leader takes over from the durable head
+// after a failover of up to 3 s. The new leader's copy holds what the stream holds: every
+// durable record and nothing of this server's unsynced tail.
+func (v *server) depose() {
+	s := v.s
+	rng := s.faultRand[FaultLeader]
+	v.deposed = true
+	v.lastBatch = nil
+	s.record("leader change: another server fenced the log; this one's appends are refused from now on")
+	epoch := v.epoch
+	s.after(time.Duration(1+rng.IntN(500))*time.Millisecond, "the deposed leader stops", func() {
+		if v.epoch == epoch {
+			v.replace("the deposed leader stopped; a standby takes over from the durable head", 0, rng, func() time.Duration {
+				return time.Duration(200+rng.IntN(2800)) * time.Millisecond
+			})
+		}
+	})
+}
+
+// replace throws the server away, keeping of the disk what a crash that keeps keep percent
+// of the unsynced WAL blocks would, and starts it again after down().
+func (v *server) replace(what string, keep int, rng *rand.Rand, down func() time.Duration) {
+	s := v.s
+	mem, err := crashClone(v.mem, dataDir, keep, rng)
 	if err != nil {
 		panic(fmt.Sprintf("sim: crash clone: %v", err))
 	}
 	v.shutdown()
 	v.mem = mem
 	v.epoch++
-	v.up, v.recovering = false, false
+	v.up, v.recovering, v.deposed = false, false, false
 	v.rt, v.runnable, v.pending, v.external, v.checkpoint = nil, nil, nil, nil, nil
-	s.record(fmt.Sprintf("server crash (%s), %d%% of unsynced WAL blocks kept", why, keep))
+	s.record(what)
 	for _, w := range s.workers {
 		w.serverCrashed()
 	}
-	down := time.Duration(50+s.faultRand[FaultServerCrash].IntN(3000)) * time.Millisecond
-	if s.faultRand[FaultServerCrash].IntN(8) == 0 {
-		down = time.Duration(60+s.faultRand[FaultServerCrash].IntN(120)) * time.Second // a long outage: schedules miss ticks
-	}
-	s.after(down, "server restart", func() {
+	s.after(down(), "server restart", func() {
 		if !v.up {
 			v.start()
 		}
@@ -421,6 +455,17 @@ func (v *server) commit() bool {
 	}
 	v.commits++
 	if err := v.log.Err(); err != nil { // failed before, and stopping: nothing more is durable
+		for _, p := range batch {
+			p.done(eventlog.Receipt{}, err)
+		}
+		return false
+	}
+	if !v.deposed && s.strikes(FaultLeader, 0.004) {
+		v.depose()
+	}
+	if v.deposed {
+		s.probe(ProbeDeposedAppendRefused)
+		err := fmt.Errorf("%w: %w", eventlog.ErrFailed, eventlog.ErrFenced)
 		for _, p := range batch {
 			p.done(eventlog.Receipt{}, err)
 		}

@@ -34,10 +34,15 @@ const (
 	FaultDisk                     // a WAL write or fsync fails, which stops the server
 	FaultClock                    // the server's clock jumps forward or back
 	FaultArchive                  // an archiving step meets a disk error (full, I/O) or a crash in the middle
+	// FaultLeader: another server takes the lead of the replicated log. The old leader's
+	// appends from then on are refused, as JetStream refuses them once the new leader's fence
+	// is in; it goes on deciding for a while, then stops, and the new leader starts from the
+	// durable head and nothing past it.
+	FaultLeader
 	faultClasses
 )
 
-var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock", "archive"}
+var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock", "archive", "leader"}
 
 func (f Fault) String() string { return faultNames[f] }
 
@@ -97,6 +102,7 @@ const (
 	ProbeFlowExpired
 	ProbeScheduleFired
 	ProbeScheduleLate
+	ProbeDeposedAppendRefused
 	probeCount
 )
 
@@ -105,7 +111,8 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
 	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed",
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
-	"flow_expired", "schedule_fired", "schedule_fired_late"}
+	"flow_expired", "schedule_fired", "schedule_fired_late",
+	"deposed_append_refused"}
 
 func (p Probe) String() string { return probeNames[p] }
 

@@ -119,6 +119,10 @@ func (s *Server) apiWith(kind authKind, body func(*http.Request) error, h func(*
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := s.loaded()
 		if b == nil {
+			if e := s.standbyError(w); e != nil {
+				writeError(w, e)
+				return
+			}
 			writeError(w, errorf(wire.CodeNotReady, "the server is recovering; try again shortly"))
 			return
 		}

@@ -58,9 +58,11 @@ type Server struct {
 	log   *zap.Logger
 	clock func() time.Time
 	core  atomic.Pointer[Core]
-	mux   *http.ServeMux
-	ids   *requestIDs
-	polls pollSessions
+	// standby, if set, describes the replicated log's leader while this server follows it.
+	standby atomic.Pointer[func() Standby]
+	mux     *http.ServeMux
+	ids     *requestIDs
+	polls   pollSessions
 	// shutdown is closed by Shutdown: event streams and long polls end.
 	shutdown     chan struct{}
 	shutdownOnce sync.Once
@@ -114,6 +116,34 @@ func (s *Server) MetricsHandler() http.Handler {
 // Attach makes the server serve b, once b has recovered.
 func (s *Server) Attach(b Core) { s.core.Store(&b) }
 
+// Standby says where a hot standby stands: the URL clients reach the leader at (empty while
+// no one leads, or the leader gave none) and how far the standby has followed the log.
+type Standby struct {
+	Leader  string
+	HeadSeq uint64
+}
+
+// SetStandby makes the server answer as a hot standby while no broker is attached: /readyz
+// and every API call get 503 STANDBY with the leader's URL. f is asked on each answer.
+func (s *Server) SetStandby(f func() Standby) { s.standby.Store(&f) }
+
+// standbyError is the answer of a standby, or nil when the server is not one.
+func (s *Server) standbyError(w http.ResponseWriter) *apiError {
+	p := s.standby.Load()
+	if p == nil || *p == nil {
+		return nil
+	}
+	st := (*p)()
+	e := errorf(wire.CodeStandby, "this server is a hot standby; the leader takes requests")
+	e.details = map[string]any{"head_seq": st.HeadSeq}
+	if st.Leader != "" {
+		e.details["leader"] = st.Leader
+		e.message += " at " + st.Leader
+		w.Header().Set(wire.LeaderHeader, st.Leader)
+	}
+	return e
+}
+
 // loaded is the attached Core, or nil while the broker is recovering.
 func (s *Server) loaded() Core {
 	if p := s.core.Load(); p != nil {
@@ -146,6 +176,19 @@ func (s *Server) Ready() error {
 		return errors.New("recovering: the projections are being rebuilt from the log")
 	}
 	return b.Err()
+}
+
+// readyError is Ready's answer for w: a standby's, or NOT_READY with the reason.
+func (s *Server) readyError(w http.ResponseWriter) *apiError {
+	if s.loaded() == nil {
+		if e := s.standbyError(w); e != nil {
+			return e
+		}
+	}
+	if err := s.Ready(); err != nil {
+		return errorf(wire.CodeNotReady, "%v", err)
+	}
+	return nil
 }
 
 // Status implements Readiness.
@@ -192,7 +235,13 @@ func (s *Server) routes() {
 	m := http.NewServeMux()
 	ops := OpsHandler(s)
 	m.Handle("GET /healthz", ops)
-	m.Handle("GET /readyz", ops)
+	m.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if e := s.readyError(w); e != nil {
+			writeError(w, e)
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Status())
+	})
 	m.Handle("GET /metrics", s.api(authMetrics, s.serveMetrics))
 	dash := dashboard.Handler() // it speaks the API below, with the caller's own key
 	m.Handle("GET /{$}", dash)

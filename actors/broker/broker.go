@@ -50,6 +50,9 @@ type Config struct {
 	IdleHeartbeat time.Duration
 	// Archive says when old records move into sealed segments (archive.go).
 	Archive ArchiveConfig
+	// Upstream, if set, is the replicated log the broker leads (eventlog.Options.Upstream):
+	// Open catches the local copy in Dir up with it and fences it before anything else.
+	Upstream eventlog.Upstream
 }
 
 // ErrClosed is returned by calls on a Broker that is closing or closed.
@@ -115,7 +118,7 @@ func Open(cfg Config) (*Broker, error) {
 		cfg.Archive.Dir = filepath.Join(cfg.Dir, "archive")
 	}
 	elog, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog"),
-		Companions: append(cfg.Companions, "archive"), ArchiveDir: cfg.Archive.Dir})
+		Companions: append(cfg.Companions, "archive"), ArchiveDir: cfg.Archive.Dir, Upstream: cfg.Upstream, Lead: cfg.Upstream != nil})
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,9 @@ var commands = []struct {
 
 // Exit statuses, as the shell's own tools have them: 1 for a failure, 2 for a command line
 // that is wrong, with the usage on stderr; --help is no error, and prints to stdout.
+// atExit are what a command leaves to be done once it returns: removing a temporary copy.
+var atExit []func()
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -55,6 +58,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		err := c.run(args[1:])
+		for _, f := range atExit {
+			f()
+		}
 		var ue *usageError
 		switch {
 		case err == nil, errors.Is(err, errHelpShown):
@@ -170,23 +176,29 @@ type serverURL string
 
 func (s *serverURL) String() string { return string(*s) }
 
+// Set takes one server URL, or several separated by commas (a replicated log's leader and
+// standbys, in any order).
 func (s *serverURL) Set(v string) error {
-	raw := v
-	if !strings.Contains(v, "://") {
-		v = "http://" + v
+	var urls []string
+	for raw := range strings.SplitSeq(v, ",") {
+		one := strings.TrimSpace(raw)
+		if !strings.Contains(one, "://") {
+			one = "http://" + one
+		}
+		u, err := url.Parse(one)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("%q is not a server URL: want http(s)://host:port, or host:port, or several separated by commas", raw)
+		}
+		urls = append(urls, strings.TrimRight(u.String(), "/"))
 	}
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("%q is not a server URL: want http(s)://host:port, or host:port", raw)
-	}
-	*s = serverURL(strings.TrimRight(u.String(), "/"))
+	*s = serverURL(strings.Join(urls, ","))
 	return nil
 }
 
 // serverVar defines a --server flag.
 func serverVar(fs *flag.FlagSet, p *string) {
 	*p = defaultServer
-	fs.Var((*serverURL)(p), "server", "the server's URL (host:port means http://host:port)")
+	fs.Var((*serverURL)(p), "server", "the server's URL (host:port means http://host:port); a replicated log's servers separated by commas, and the leader is found among them")
 }
 
 // logFlags are the logging flags every long-running command takes.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/jetstream"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/audit"
 )
@@ -33,6 +34,7 @@ type replayFlags struct {
 	data    string
 	archive string
 	json    bool
+	nats    natsFlags
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
@@ -42,12 +44,42 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 
 // registerLog registers the flags that say where the log is.
 func (r *replayFlags) registerLog(fs *flag.FlagSet) {
-	fs.StringVar(&r.data, "data", "", "the data directory (read only; the server must be stopped)")
+	fs.StringVar(&r.data, "data", "", "the data directory (read only; the server must be stopped); with --log, where the copy of the stream is kept (empty: a temporary one)")
 	fs.StringVar(&r.archive, "archive", "", "the directory of the log's archive segments (the server's --archive-dir); empty: DATA/archive")
+	fs.StringVar(&r.nats.log, "log", "", "read a replicated log instead: nats://host:4222[,host...]/STREAM, copied as it stands (the servers may keep running)")
+	fs.StringVar(&r.nats.creds, "nats-creds", "", "a NATS credentials file")
+	fs.StringVar(&r.nats.nkey, "nats-nkey", "", "a file holding a NATS NKey seed")
+	fs.StringVar(&r.nats.tlsCA, "nats-tls-ca", "", "PEM file of the CAs of the NATS servers")
+	fs.StringVar(&r.nats.tlsCert, "nats-tls-cert", "", "PEM client certificate for NATS")
+	fs.StringVar(&r.nats.tlsKey, "nats-tls-key", "", "the private key of --nats-tls-cert")
+}
+
+// openStream copies the replicated log into the data dir (a temporary one unless given) and
+// opens the copy; the servers on the stream go on meanwhile.
+func (r *replayFlags) openStream() (*eventlog.Log, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := jetstream.Connect(ctx, jetstream.Config{URL: r.nats.log, Existing: true, Creds: r.nats.creds, NKey: r.nats.nkey,
+		TLSCA: r.nats.tlsCA, TLSCert: r.nats.tlsCert, TLSKey: r.nats.tlsKey, Name: "tether replay"})
+	if err != nil {
+		return nil, err
+	}
+	atExit = append(atExit, stream.Close)
+	dir := r.data
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "tether-replay-"); err != nil {
+			return nil, err
+		}
+		atExit = append(atExit, func() { _ = os.RemoveAll(dir) })
+	}
+	return eventlog.Open(dir, eventlog.Options{Upstream: stream, ArchiveDir: r.archive})
 }
 
 // open opens the data dir read-only, saying plainly when a server holds it.
 func (r *replayFlags) open() (*eventlog.Log, error) {
+	if r.nats.log != "" {
+		return r.openStream()
+	}
 	if r.data == "" {
 		return nil, errors.New("--data is required")
 	}

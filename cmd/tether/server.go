@@ -77,6 +77,8 @@ func runServer(args []string) error {
 	archiveDir := fs.String("archive-dir", "", "where archive segments go; empty: DATA/archive")
 	archiveKeep := fs.Duration("archive-keep", 0, "delete archive segments whose last record is older than this; 0: keep them for ever")
 	flowBytes := fs.Int("flow-bytes-max", flowfile.BytesMaxDefault, "the largest flow file POST /v1/flows takes, in bytes")
+	var nf natsFlags
+	nf.register(fs)
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags
 	lf.register(fs)
@@ -146,6 +148,9 @@ func runServer(args []string) error {
 	if *flowBytes < 1 {
 		return badFlagf(fs, "--flow-bytes-max %d: a flow file may hold at least 1 byte", *flowBytes)
 	}
+	if err := nf.check(fs); err != nil {
+		return err
+	}
 	api, err := transport.NewServer(transport.Config{Auth: mode, AdminToken: *adminToken, MetricsToken: *metricsToken, Logger: log, FlowBytesMax: *flowBytes})
 	if err != nil {
 		return err
@@ -190,21 +195,42 @@ func runServer(args []string) error {
 		zap.String("dashboard", scheme+"://"+ln.Addr().String()+"/"),
 		zap.Int("procs", goruntime.GOMAXPROCS(0)))
 
-	// Recovery (checkpoint, tail replay, lease grace) runs while /healthz already answers.
+	stop, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	var replicated *cluster
+	deposed := make(chan struct{})
+	if nf.log != "" {
+		advertise := nf.advertise
+		if advertise == "" {
+			advertise = scheme + "://" + ln.Addr().String()
+		}
+		if replicated, err = nf.join(stop, advertise, log); err != nil {
+			return err
+		}
+		defer replicated.close()
+		deposed = replicated.deposed
+	}
+
+	// Recovery (checkpoint, tail replay, lease grace) runs while /healthz already answers; on a
+	// replicated log it waits, as a hot standby, until this server wins the election.
 	type opened struct {
 		b   *broker.Broker
 		err error
 	}
 	recovered := make(chan opened, 1)
 	go func() {
-		b, err := broker.Open(broker.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL,
+		cfg := broker.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL,
 			Retention: projections.Retention{Done: *retain, Dead: *retainDead, MaxDead: *maxDead},
-			Archive:   broker.ArchiveConfig{Dir: *archiveDir, After: *archiveAfter, Keep: *archiveKeep}})
+			Archive:   broker.ArchiveConfig{Dir: *archiveDir, After: *archiveAfter, Keep: *archiveKeep}}
+		var b *broker.Broker
+		var err error
+		if replicated != nil {
+			b, err = replicated.lead(stop, cfg, api)
+		} else {
+			b, err = broker.Open(cfg)
+		}
 		recovered <- opened{b, err}
 	}()
-
-	stop, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
 	var core *broker.Broker
 	var failed <-chan struct{}
 	var runErr error
@@ -223,7 +249,7 @@ func runServer(args []string) error {
 			runErr = err
 		case <-stop.Done():
 			log.Info("shutting down during recovery")
-			if o := <-recovered; o.err == nil {
+			if o := <-recovered; o.err == nil && o.b != nil {
 				core = o.b
 			}
 			runErr = errStopped
@@ -235,6 +261,8 @@ func runServer(args []string) error {
 			log.Info("shutting down: no new connections; requests in flight finish, workers are told to go away")
 		case <-failed:
 			runErr = fmt.Errorf("event log failed, stopping: %w", core.Err())
+		case <-deposed:
+			runErr = errDeposed
 		case err := <-served:
 			runErr = err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,10 +21,15 @@ type Leader struct {
 // Election is one server's part in choosing the stream's writer.
 type Election struct {
 	kv  jetstream.KeyValue
-	me  Leader
 	ttl time.Duration
+
+	mu  sync.Mutex // Renew and Resign may race as a server stops
+	me  Leader
 	rev uint64 // the revision this server last wrote while it leads; 0 otherwise
 }
+
+// ErrLeadLost says a renewal was refused: the key expired, and maybe another server holds it.
+var ErrLeadLost = errors.New("the lead was lost")
 
 // leaderKey is the key of the election's bucket that the leader holds.
 const leaderKey = "leader"
@@ -32,7 +38,11 @@ const leaderKey = "leader"
 // renewed: the time a standby waits, at most, after the leader is gone.
 func (s *Stream) Elect(ctx context.Context, me Leader, ttl time.Duration) (*Election, error) {
 	bucket := "tether_leader_" + s.name
-	kv, err := s.js.KeyValue(ctx, bucket)
+	var kv jetstream.KeyValue
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		kv, err = s.js.KeyValue(ctx, bucket)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: bucket, Description: "which tether server writes the stream " + s.name,
@@ -54,6 +64,8 @@ func (e *Election) TTL() time.Duration { return e.ttl }
 
 // TryLead takes the key if no one holds it, and reports whether this server now leads.
 func (e *Election) TryLead(ctx context.Context) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	me := e.me
 	me.Since = time.Now().UTC()
 	v, _ := json.Marshal(me)
@@ -71,8 +83,17 @@ func (e *Election) TryLead(ctx context.Context) (bool, error) {
 // Renew writes the key again at the revision this server last wrote, so it lives another TTL.
 // It fails if the key expired or someone else took it: this server no longer leads.
 func (e *Election) Renew(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.rev == 0 {
+		return fmt.Errorf("%w: resigned", ErrLeadLost)
+	}
 	v, _ := json.Marshal(e.me)
 	rev, err := e.kv.Update(ctx, leaderKey, v, e.rev)
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w: %v", ErrLeadLost, err)
+	}
 	if err != nil {
 		return fmt.Errorf("renew the lead: %w", err)
 	}
@@ -83,6 +104,8 @@ func (e *Election) Renew(ctx context.Context) error {
 // Resign deletes the key if this server still holds it, so a standby need not wait for it to
 // expire.
 func (e *Election) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.rev == 0 {
 		return nil
 	}

@@ -29,6 +29,8 @@ type Config struct {
 	NKey string
 	// TLSCA, TLSCert and TLSKey are PEM files: the CAs to trust, and a client certificate.
 	TLSCA, TLSCert, TLSKey string
+	// Existing refuses to create the stream: a reader's, for whom a missing stream is a typo.
+	Existing bool
 	// Name names the connection in the NATS server's monitoring.
 	Name   string
 	Logger *zap.Logger
@@ -107,7 +109,7 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", strings.Join(servers, ","), err)
 	}
-	s, err := bind(ctx, nc, name, cfg.Replicas, log)
+	s, err := bind(ctx, nc, name, cfg.Replicas, !cfg.Existing, log)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -115,13 +117,19 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 	return s, nil
 }
 
-func bind(ctx context.Context, nc *nats.Conn, name string, replicas int, log *zap.Logger) (*Stream, error) {
+func bind(ctx context.Context, nc *nats.Conn, name string, replicas int, create bool, log *zap.Logger) (*Stream, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second), jetstream.WithPublishAsyncMaxPending(1024))
 	if err != nil {
 		return nil, err
 	}
 	s := &Stream{nc: nc, js: js, name: name, subject: "tether.log." + name, log: log}
-	s.stream, err = js.Stream(ctx, name)
+	err = retry(ctx, func(ctx context.Context) (err error) {
+		s.stream, err = js.Stream(ctx, name)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
+		return nil, fmt.Errorf("there is no stream %s on %s", name, nc.ConnectedUrlRedacted())
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s.stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name: name, Description: "tether's event log", Subjects: []string{s.subject},
@@ -154,6 +162,25 @@ func bind(ctx context.Context, nc *nats.Conn, name string, replicas int, log *za
 	return s, nil
 }
 
+// retry runs a JetStream API call until it answers or ctx ends, each try for at most 5 s: a
+// request made while the cluster elects a meta leader gets no answer at all, and the next one
+// may.
+func retry(ctx context.Context, call func(context.Context) error) error {
+	for {
+		try, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := call(try)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, nats.ErrNoResponders) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // Name is the stream's name.
 func (s *Stream) Name() string { return s.name }
 
@@ -182,6 +209,9 @@ func (s *Stream) Publish(prev uint64, payload []byte) func() (uint64, error) {
 // publishErr tells a fenced publish (the stream's last message was not the one expected) from
 // any other failure.
 func publishErr(err error) error {
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("%w: %v", eventlog.ErrClosed, err)
+	}
 	var api *jetstream.APIError
 	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return fmt.Errorf("%w: %v", eventlog.ErrFenced, err)
@@ -205,6 +235,9 @@ func (s *Stream) Get(ctx context.Context, seq uint64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	m, err := s.stream.GetMsg(ctx, seq)
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return nil, fmt.Errorf("%w: %v", eventlog.ErrClosed, err)
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, fmt.Errorf("%w: message %d of %s", eventlog.ErrNotFound, seq, s.name)
 	}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -53,23 +54,89 @@ func (e *Error) Retryable() bool {
 	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
 }
 
-// Client talks to one tether server with one credential: an API key for a submitter, an enroll
+// Client talks to a tether server with one credential: an API key for a submitter, an enroll
 // token to register a worker, the admin token for admin calls (none under --auth none).
+//
+// It may know several servers: the leader and the hot standbys of a replicated log. It talks
+// to one at a time, and moves on to the next when that one cannot be reached or answers that
+// it is a standby (503 STANDBY), to the leader the standby names if the client knows it. Only
+// requests that never reached a server, or that a standby refused, go again to the next one.
 type Client struct {
-	base  string
-	token atomic.Pointer[string] // a worker's renews itself while in use
-	hc    *http.Client
+	servers []string
+	current atomic.Uint32          // index into servers
+	token   atomic.Pointer[string] // a worker's renews itself while in use
+	hc      *http.Client
 }
 
-// New returns a client of the server at base (http://host:port) using token, which may be "".
-// hc may be nil for a client with sensible timeouts and keep-alive.
+// New returns a client of the server at base (http://host:port), or of any of several servers
+// (http://a:8080,http://b:8080), using token, which may be "". hc may be nil for a client with
+// sensible timeouts and keep-alive.
 func New(base, token string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = NewHTTPClient(nil)
 	}
-	c := &Client{base: strings.TrimRight(base, "/"), hc: hc}
+	c := &Client{servers: SplitServers(base), hc: hc}
 	c.token.Store(&token)
 	return c
+}
+
+// SplitServers splits a comma-separated list of server URLs.
+func SplitServers(list string) []string {
+	var out []string
+	for s := range strings.SplitSeq(list, ",") {
+		if s = strings.TrimRight(strings.TrimSpace(s), "/"); s != "" {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{""}
+	}
+	return out
+}
+
+// Server is the server the client talks to now.
+func (c *Client) Server() string { return c.servers[int(c.current.Load())%len(c.servers)] }
+
+// failover moves the client off server, which could not be reached or is a standby: to leader,
+// if it names one of the client's servers, else to the next one. It reports whether there is
+// another server to try. Concurrent calls about the same server move it once.
+func (c *Client) failover(server, leader string) bool {
+	if len(c.servers) < 2 {
+		return false
+	}
+	cur := c.current.Load()
+	if c.servers[int(cur)%len(c.servers)] != server {
+		return true // another call moved it already
+	}
+	next := (cur + 1) % uint32(len(c.servers))
+	for i, s := range c.servers {
+		if leader != "" && strings.TrimRight(leader, "/") == s {
+			next = uint32(i)
+		}
+	}
+	c.current.CompareAndSwap(cur, next)
+	return true
+}
+
+// failoverErr moves the client off server if err says it should: the request never reached
+// it, or it is a standby. It reports whether the request may go to the next server.
+func (c *Client) failoverErr(server string, err error) bool {
+	var e *Error
+	switch {
+	case errors.As(err, &e) && e.Code == wire.CodeStandby:
+		leader, _ := e.Details["leader"].(string)
+		return c.failover(server, leader)
+	case unreached(err):
+		return c.failover(server, "")
+	}
+	return false
+}
+
+// unreached reports whether a request failed before it reached a server: its connection was
+// refused or could not be made.
+func unreached(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 func (c *Client) tokenNow() string { return *c.token.Load() }
@@ -78,22 +145,37 @@ func (c *Client) setToken(token string) { c.token.Store(&token) }
 
 // do sends a JSON request and decodes a JSON answer into out (if not nil).
 func (c *Client) do(ctx context.Context, method, path string, body, out any, header ...string) (int, error) {
-	var rd io.Reader
+	var data []byte
 	contentType := "application/json"
 	if raw, ok := body.(rawBody); ok {
-		rd, contentType = bytes.NewReader(raw.data), raw.contentType
+		data, contentType = raw.data, raw.contentType
 	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return 0, err
 		}
-		rd = bytes.NewReader(b)
+		data = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	for tries := 1; ; tries++ {
+		server := c.Server()
+		status, err := c.doOn(ctx, server, method, path, body != nil, data, contentType, out, header)
+		if err == nil || tries >= 2*len(c.servers) || ctx.Err() != nil || !c.failoverErr(server, err) {
+			return status, err
+		}
+	}
+}
+
+// doOn sends one request to one server.
+func (c *Client) doOn(ctx context.Context, server, method, path string, hasBody bool, data []byte, contentType string, out any, header []string) (int, error) {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, server+path, rd)
 	if err != nil {
 		return 0, err
 	}
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", contentType)
 	}
 	if token := c.tokenNow(); token != "" {
@@ -277,7 +359,8 @@ func (c *Client) watch(ctx context.Context, path string, after int, fn func(wire
 var errCallback = errors.New("watch callback failed")
 
 func (c *Client) watchOnce(ctx context.Context, path string, after int, fn func(wire.Event) error) (status string, last int, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	server := c.Server()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+path, nil)
 	if err != nil {
 		return "", after, err
 	}
@@ -290,11 +373,14 @@ func (c *Client) watchOnce(ctx context.Context, path string, after int, fn func(
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		c.failoverErr(server, err)
 		return "", after, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return "", after, errorOf(resp)
+		err := errorOf(resp)
+		c.failoverErr(server, err)
+		return "", after, err
 	}
 	last = after
 	sc := bufio.NewScanner(resp.Body)

@@ -148,8 +148,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Handler == nil {
 		return errors.New("tether: Worker.Handler is nil")
 	}
-	if _, err := wsURL(w.Server); err != nil {
-		return err
+	for _, server := range SplitServers(w.Server) {
+		if _, err := wsURL(server); err != nil {
+			return err
+		}
 	}
 	switch w.Transport {
 	case "", TransportAuto, TransportWebSocket, TransportLongPoll:
@@ -256,7 +258,7 @@ func backoff(n int, lo, hi time.Duration) time.Duration {
 func (r *runner) httpWorks(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.api.base+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.api.Server()+"/healthz", nil)
 	if err != nil {
 		return false
 	}

@@ -175,7 +175,16 @@ func closedRevoked(err error) bool {
 // runWS serves one WebSocket connection until it breaks or ctx ends; connected says whether it
 // got as far as the server's welcome.
 func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
-	u, _ := wsURL(r.w.Server) // checked by Run
+	server := r.api.Server()
+	u, err := wsURL(server)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if !connected && err != nil {
+			r.api.failoverErr(server, err)
+		}
+	}()
 	var cork *corkConn
 	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment, TLSClientConfig: r.w.TLSConfig,
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -44,6 +44,7 @@ const (
 	CodeHostNotAllowed   = "HOST_NOT_ALLOWED"
 	CodeOriginNotAllowed = "ORIGIN_NOT_ALLOWED"
 	CodeNotReady         = "NOT_READY"
+	CodeStandby          = "STANDBY"
 	CodeInternal         = "INTERNAL"
 )
 
@@ -102,6 +103,7 @@ var ErrorCodes = []ErrorCode{
 	{CodeInternal, http.StatusInternalServerError, retry, closeServer, "The server hit a bug; the request id in the answer finds it in the server's log."},
 	{"UNAVAILABLE", http.StatusServiceUnavailable, retry, closeServer, "The event log failed or the server is stopping; nothing of this request was acknowledged."},
 	{CodeNotReady, http.StatusServiceUnavailable, retry, closeServer, "The server is rebuilding its projections from the log; try again shortly."},
+	{CodeStandby, http.StatusServiceUnavailable, retry, closeServer, "The server is a hot standby of a replicated log; send the request to the leader, whose URL is in details.leader and the Tether-Leader header when known."},
 }
 
 var byCode = func() map[string]ErrorCode {
@@ -135,3 +137,6 @@ func CloseOf(code string) int {
 	}
 	return closeServer
 }
+
+// LeaderHeader carries, on a standby's 503 STANDBY answer, the URL clients reach the leader at.
+const LeaderHeader = "Tether-Leader"

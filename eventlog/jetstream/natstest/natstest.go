@@ -44,7 +44,9 @@ func Start(t testing.TB, n int) *Cluster {
 			MaxPayload: 8 << 20,
 		}
 		if n > 1 {
-			o.Cluster = server.ClusterOpts{Name: "tether-test", Host: "127.0.0.1", Port: clusterPorts[i]}
+			// Clients reach the nodes only through the URLs they are given (a test's proxies),
+			// not through the ones a cluster gossips.
+			o.Cluster = server.ClusterOpts{Name: "tether-test", Host: "127.0.0.1", Port: clusterPorts[i], NoAdvertise: true}
 			o.Routes = routes
 		}
 		c.Nodes = append(c.Nodes, &Node{opts: o})
