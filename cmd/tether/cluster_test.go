@@ -51,7 +51,7 @@ func startReplicated(t *testing.T) *replicated {
 		r.start(i)
 	}
 	t.Cleanup(func() {
-		if t.Failed() || testing.Verbose() {
+		if t.Failed() {
 			for i, s := range r.servers {
 				t.Logf("server %d (%s):\n%s", i, s.url(), tail(s.p.output()))
 			}
@@ -154,9 +154,6 @@ func startLoad(t *testing.T, c *client.Client, producers int) *load {
 						l.errs[e.Code]++
 					} else {
 						l.errs["transport"]++
-						if l.errs["transport"] < 4 {
-							fmt.Println("transport error:", err)
-						}
 					}
 					l.mu.Unlock()
 					time.Sleep(20 * time.Millisecond) // a failover is under way; the same key again
@@ -417,4 +414,3 @@ func tail(s string) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-30):], "\n")
 }
-
