@@ -72,7 +72,7 @@ func OpenStandby(cfg Config) (*Standby, error) {
 	}()
 	go func() {
 		defer s.folds.Done()
-		if err := s.fold(ctx); err != nil && ctx.Err() == nil {
+		if err := s.fold(ctx); ctx.Err() == nil {
 			s.stop(err)
 		}
 	}()
@@ -80,7 +80,7 @@ func OpenStandby(cfg Config) (*Standby, error) {
 }
 
 // fold applies every record the copy gains to the projections, and checkpoints them every
-// CheckpointEvery records.
+// CheckpointEvery records, until ctx ends or something fails; it returns why.
 func (s *Standby) fold(ctx context.Context) error {
 	sub := s.elog.Subscribe(s.set.Seq() + 1)
 	checkpointed := s.set.Seq()

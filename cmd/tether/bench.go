@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"time"
@@ -26,6 +27,8 @@ func runBench(args []string) error {
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "paced mode: how long to submit")
 	var ca caCert
 	ca.register(fs)
+	peer := fs.String("nats-peer", "", "instead of a tether server, run the NATS JetStream work-queue peer of the same shape on these NATS servers (nats://host:4222[,host:4222...]): every submit and completion an acked publish")
+	peerReplicas := fs.Int("nats-replicas", 1, "with --nats-peer: the replicas of the peer's streams")
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of a table (a progress bar is drawn on stderr when it is a terminal)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -44,6 +47,18 @@ func runBench(args []string) error {
 	cfg.TLS = ca.config
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
+	if *peer != "" {
+		res, err := bench.RunPeer(ctx, bench.PeerConfig{URL: *peer, Replicas: *peerReplicas, Jobs: cfg.Jobs, Producers: cfg.Producers, Workers: cfg.Workers})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(res)
+		}
+		fmt.Printf("NATS JetStream work-queue peer: %d jobs, R%d, %d producers, %d workers, %.2f s\n\nthroughput  %.0f jobs/s\n",
+			res.Jobs, res.Replicas, cfg.Producers, cfg.Workers, res.Elapsed.Seconds(), res.JobsPerSecond)
+		return nil
+	}
 	var bar *bench.ProgressBar
 	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		bar = &bench.ProgressBar{W: os.Stderr}
