@@ -39,6 +39,8 @@
 //	ckpt/<name>                      <seq: 8 BE> <hash of record seq: 32> <snapshot bytes>
 //	view/<key>                       a projection's table on disk (finished jobs and their
 //	                                 indexes); its keys and values are the projection's
+//	meta/upstream                    <message: 8> <seq: 8>: with an upstream, its last message
+//	                                 that this copy holds, and the seq that message ends at
 //
 // INVARIANT: the log/ keys are exactly anchor+1..head, each holding the record of that seq, and
 // the first of them chains from the anchor's hash.
@@ -94,6 +96,17 @@
 // In-memory readers are sent to the segment before the batch, and a hot read that finds its
 // record gone looks again at the anchor. At Open, a .tmp file is removed and a segment past the
 // anchor whose records the hot log still holds (a step that did not commit) is removed.
+//
+// # On an upstream
+//
+// With Options.Upstream (upstream.go) the records live in a replicated log, a JetStream stream,
+// and the store here is this server's copy of it. Rule 1 then reads "durable" as "acknowledged
+// by the upstream": the sequencer publishes each batch as one message, expecting the upstream's
+// last message to be the one before (the fence against a second writer), and the syncer waits
+// for the acknowledgement, then writes the batch to Pebble without an fsync. So the copy is
+// always a prefix of the upstream; a copy that lost its tail in a crash catches up at Open, and
+// one that holds what the upstream does not is refused (ErrDiverged). A follower (no Lead)
+// takes no appends and copies the leader's messages as they land (Follow).
 //
 // # Opening
 //

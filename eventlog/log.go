@@ -183,6 +183,7 @@ type inflight struct {
 	published func() (uint64, error)
 	msg       uint64
 	payload   []byte
+	sent      time.Time
 }
 
 // Open opens the log in dir, creating it if dir is missing or empty. It refuses a directory that
@@ -546,7 +547,7 @@ func (l *Log) sequence() {
 			// The batch goes to the local copy once the upstream has the message.
 			f.published = l.opts.Upstream.Publish(l.upNext, payload)
 			l.upNext++
-			f.msg, f.payload = l.upNext, payload
+			f.msg, f.payload, f.sent = l.upNext, payload, time.Now()
 		} else if err := l.guard(func() error { return l.db.ApplyNoSyncWait(batch, pebble.Sync) }); err != nil {
 			l.fail(err)
 			l.finish(reqs, size, l.Err())
@@ -660,6 +661,7 @@ func (l *Log) settle(f inflight) error {
 	case l.Err() != nil:
 		return nil // never acknowledged; syncLoop reports the failure
 	}
+	l.stats.observeSync(f.sent)
 	if err := l.guard(func() error { return l.db.Apply(f.batch, pebble.NoSync) }); err != nil {
 		return err
 	}

@@ -9,13 +9,17 @@ import (
 type Stats struct {
 	Events  uint64 // records made durable by this process
 	Batches uint64 // Pebble batches they were committed in
-	Syncs   uint64 // fsyncs the filesystem performed (WAL, MANIFEST and tables)
+	// Syncs are the fsyncs the filesystem performed (WAL, MANIFEST and tables); with an
+	// upstream, the messages the upstream acknowledged as durable, which is what a commit
+	// waits for there.
+	Syncs uint64
 
 	// AppendSeconds: from an append's hand-over to its completion (durable or failed).
 	AppendSeconds Histogram
 	// BatchEvents: events per committed batch; what group commit achieves.
 	BatchEvents Histogram
-	// SyncSeconds: each fsync the filesystem performed.
+	// SyncSeconds: each fsync the filesystem performed; with an upstream, each message from its
+	// publish to its acknowledgement.
 	SyncSeconds Histogram
 }
 
