@@ -17,7 +17,7 @@ func TestConformanceDisk(t *testing.T) {
 
 func TestConformanceCrashableMem(t *testing.T) {
 	t.Parallel()
-	eventlogtest.Run(t, func(*testing.T) eventlogtest.Store { return crashableStore() })
+	eventlogtest.Run(t, func(*testing.T) eventlogtest.Store { return eventlogtest.CrashableMem() })
 }
 
 // TestConformancePrefilledWAL runs the suite with fills of 4 KiB, so that the WAL writer waits
@@ -26,8 +26,6 @@ func TestConformancePrefilledWAL(t *testing.T) {
 	t.Parallel()
 	eventlogtest.Run(t, func(*testing.T) eventlogtest.Store { return eventlogtest.CrashableMemPrefilled(4 << 10) })
 }
-
-func crashableStore() eventlogtest.Store { return eventlogtest.CrashableMem() }
 
 // TestConformanceUpstream runs the suite on a copy of an upstream in memory: every log leads
 // the upstream, and a crash keeps the upstream whole while the local copy loses its unsynced

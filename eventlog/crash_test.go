@@ -16,46 +16,32 @@ var (
 // TestCrashRecovery runs eventlogtest.CrashRecovery on the crashable in-memory filesystem over
 // many seeds. Reproduce one with: go test ./eventlog -run TestCrashRecovery -crash.seed=N
 func TestCrashRecovery(t *testing.T) {
-	t.Parallel()
-	first, n := uint64(1), uint64(*crashSeeds)
-	if *crashSeed != 0 {
-		first, n = *crashSeed, 1
-	}
-	for seed := first; seed < first+n; seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			eventlogtest.CrashRecovery(t, crashableStore(), seed)
-		})
-	}
+	crashSeries(t, *crashSeeds, eventlogtest.CrashableMem)
 }
 
 // TestCrashRecoveryPrefilledWAL is TestCrashRecovery with the WAL prefilled in 4 KiB fills, so
 // crashes find zeros, synced and not, past the last record of the newest WAL.
 func TestCrashRecoveryPrefilledWAL(t *testing.T) {
-	t.Parallel()
-	first, n := uint64(1), uint64(*crashSeeds)/4
-	if *crashSeed != 0 {
-		first, n = *crashSeed, 1
-	}
-	for seed := first; seed < first+n; seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			eventlogtest.CrashRecovery(t, eventlogtest.CrashableMemPrefilled(4<<10), seed)
-		})
-	}
+	crashSeries(t, *crashSeeds/4, func() eventlogtest.Store { return eventlogtest.CrashableMemPrefilled(4 << 10) })
 }
 
-// TestCrashRecoveryUpstream is TestCrashRecovery on a copy of an upstream in memory.
+// TestCrashRecoveryUpstream is TestCrashRecovery on a copy of an upstream in memory: the copy
+// crashes, the upstream survives.
 func TestCrashRecoveryUpstream(t *testing.T) {
+	crashSeries(t, *crashSeeds/4, eventlogtest.MemUpstream)
+}
+
+// crashSeries runs CrashRecovery on a fresh store for seeds 1..n, or for -crash.seed alone.
+func crashSeries(t *testing.T, n int, newStore func() eventlogtest.Store) {
 	t.Parallel()
-	first, n := uint64(1), uint64(*crashSeeds)/4
+	first, last := uint64(1), uint64(n)
 	if *crashSeed != 0 {
-		first, n = *crashSeed, 1
+		first, last = *crashSeed, *crashSeed
 	}
-	for seed := first; seed < first+n; seed++ {
+	for seed := first; seed <= last; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			eventlogtest.CrashRecovery(t, eventlogtest.MemUpstream(), seed)
+			eventlogtest.CrashRecovery(t, newStore(), seed)
 		})
 	}
 }

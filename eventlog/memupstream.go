@@ -21,8 +21,8 @@ type MemUpstream struct {
 // NewMemUpstream returns an empty upstream.
 func NewMemUpstream() *MemUpstream { return &MemUpstream{grew: make(chan struct{})} }
 
-// MemUpstreamMaxPayload is the largest message a MemUpstream takes, JetStream's default.
-const MemUpstreamMaxPayload = 1 << 20
+// memUpstreamMaxPayload is the largest message a MemUpstream takes, JetStream's default.
+const memUpstreamMaxPayload = 1 << 20
 
 // Publish implements Upstream.
 func (u *MemUpstream) Publish(prev uint64, payload []byte) func() (uint64, error) {
@@ -32,8 +32,8 @@ func (u *MemUpstream) Publish(prev uint64, payload []byte) func() (uint64, error
 	var seq uint64
 	var err error
 	switch last := uint64(len(u.messages)); {
-	case len(payload) > MemUpstreamMaxPayload:
-		err = fmt.Errorf("a message of %d bytes, over %d", len(payload), MemUpstreamMaxPayload)
+	case len(payload) > memUpstreamMaxPayload:
+		err = fmt.Errorf("a message of %d bytes, over %d", len(payload), memUpstreamMaxPayload)
 	case prev != last:
 		err = fmt.Errorf("%w: expected last message %d, the upstream's is %d", ErrFenced, prev, last)
 	default:
@@ -90,4 +90,4 @@ func (u *MemUpstream) Read(ctx context.Context, from uint64, visit func(uint64, 
 }
 
 // MaxPayload implements Upstream.
-func (u *MemUpstream) MaxPayload() int { return MemUpstreamMaxPayload }
+func (u *MemUpstream) MaxPayload() int { return memUpstreamMaxPayload }

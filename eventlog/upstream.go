@@ -330,10 +330,3 @@ func (l *Log) Follow(ctx context.Context) error {
 	}
 	return err
 }
-
-// UpstreamMessage is the last upstream message in the local copy (0 without an upstream).
-func (l *Log) UpstreamMessage() uint64 {
-	l.applyMu.Lock()
-	defer l.applyMu.Unlock()
-	return l.upApplied
-}

@@ -110,3 +110,42 @@ func TestUpstreamCopyMustBeAPrefix(t *testing.T) {
 	}
 	eventlogtest.MustVerify(t, fresh)
 }
+
+// flaky loses the answer to a publish that landed, then fails a publish outright, once each:
+// what a NATS server going away does to the publishes in flight.
+type flaky struct {
+	*eventlog.MemUpstream
+	publishes int
+}
+
+var errLinkDown = errors.New("nats: server is disconnected")
+
+func (f *flaky) Publish(prev uint64, payload []byte) func() (uint64, error) {
+	f.publishes++
+	switch f.publishes {
+	case 2: // lands, but its acknowledgement is lost
+		f.MemUpstream.Publish(prev, payload)()
+		return func() (uint64, error) { return 0, errLinkDown }
+	case 3: // never lands
+		return func() (uint64, error) { return 0, errLinkDown }
+	}
+	return f.MemUpstream.Publish(prev, payload)
+}
+
+// A leader whose publish failed reads the message back: one that landed is not published
+// twice, one that did not is published again, and both appends are acknowledged in order.
+func TestUpstreamPublishSettles(t *testing.T) {
+	ctx := context.Background()
+	up := &flaky{MemUpstream: eventlog.NewMemUpstream()}
+	l := openOn(t, up, vfs.NewMem(), "/a", true) // publish 1 is the fence
+	for i := range 3 {
+		r, err := l.Append(ctx, eventlogtest.Event("job/x", i))
+		if err != nil || r.First != uint64(i+1) {
+			t.Fatalf("append %d: %+v, %v", i, r, err)
+		}
+	}
+	if last, _ := up.Last(ctx); last != 4 {
+		t.Fatalf("the upstream holds %d messages, want the fence and 3 appends", last)
+	}
+	eventlogtest.MustVerify(t, openOn(t, up, vfs.NewMem(), "/b", false))
+}

@@ -30,6 +30,7 @@ type apiError struct {
 	code    string
 	message string
 	details map[string]any
+	header  http.Header // set on the answer besides the error shape; nil for most
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -64,6 +65,9 @@ func toAPIError(err error) *apiError {
 
 // writeError writes e in the error shape, with the exchange's request id (requestIDs.assign).
 func writeError(w http.ResponseWriter, e *apiError) {
+	for k, v := range e.header {
+		w.Header()[k] = v
+	}
 	details := e.details
 	if details == nil {
 		details = map[string]any{}
@@ -119,7 +123,7 @@ func (s *Server) apiWith(kind authKind, body func(*http.Request) error, h func(*
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := s.loaded()
 		if b == nil {
-			if e := s.standbyError(w); e != nil {
+			if e := s.standbyError(); e != nil {
 				writeError(w, e)
 				return
 			}

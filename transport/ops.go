@@ -2,13 +2,14 @@ package transport
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/tetherhq/tether/transport/wire"
 )
 
 // Readiness reports whether the server can take traffic: nil once recovery is done, else the
-// reason it cannot. Status is a JSON-encodable summary shown on /readyz.
+// reason it cannot (answered as NOT_READY, unless it is an answer of its own). Status is a JSON-encodable summary shown on /readyz.
 type Readiness interface {
 	Ready() error
 	Status() any
@@ -25,7 +26,11 @@ func OpsHandler(r Readiness) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.Ready(); err != nil {
-			writeError(w, errorf(wire.CodeNotReady, "%v", err))
+			var e *apiError // an answer of its own (a standby's), else NOT_READY
+			if !errors.As(err, &e) {
+				e = errorf(wire.CodeNotReady, "%v", err)
+			}
+			writeError(w, e)
 			return
 		}
 		writeJSON(w, http.StatusOK, r.Status())

@@ -128,7 +128,7 @@ type Standby struct {
 func (s *Server) SetStandby(f func() Standby) { s.standby.Store(&f) }
 
 // standbyError is the answer of a standby, or nil when the server is not one.
-func (s *Server) standbyError(w http.ResponseWriter) *apiError {
+func (s *Server) standbyError() *apiError {
 	p := s.standby.Load()
 	if p == nil || *p == nil {
 		return nil
@@ -139,7 +139,7 @@ func (s *Server) standbyError(w http.ResponseWriter) *apiError {
 	if st.Leader != "" {
 		e.details["leader"] = st.Leader
 		e.message += " at " + st.Leader
-		w.Header().Set(wire.LeaderHeader, st.Leader)
+		e.header = http.Header{wire.LeaderHeader: {st.Leader}}
 	}
 	return e
 }
@@ -169,26 +169,16 @@ func (s *Server) Wait(ctx context.Context) {
 	}
 }
 
-// Ready implements Readiness.
+// Ready implements Readiness; a standby answers 503 STANDBY (standbyError).
 func (s *Server) Ready() error {
 	b := s.loaded()
 	if b == nil {
+		if e := s.standbyError(); e != nil {
+			return e
+		}
 		return errors.New("recovering: the projections are being rebuilt from the log")
 	}
 	return b.Err()
-}
-
-// readyError is Ready's answer for w: a standby's, or NOT_READY with the reason.
-func (s *Server) readyError(w http.ResponseWriter) *apiError {
-	if s.loaded() == nil {
-		if e := s.standbyError(w); e != nil {
-			return e
-		}
-	}
-	if err := s.Ready(); err != nil {
-		return errorf(wire.CodeNotReady, "%v", err)
-	}
-	return nil
 }
 
 // Status implements Readiness.
@@ -235,13 +225,7 @@ func (s *Server) routes() {
 	m := http.NewServeMux()
 	ops := OpsHandler(s)
 	m.Handle("GET /healthz", ops)
-	m.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if e := s.readyError(w); e != nil {
-			writeError(w, e)
-			return
-		}
-		writeJSON(w, http.StatusOK, s.Status())
-	})
+	m.Handle("GET /readyz", ops)
 	m.Handle("GET /metrics", s.api(authMetrics, s.serveMetrics))
 	dash := dashboard.Handler() // it speaks the API below, with the caller's own key
 	m.Handle("GET /{$}", dash)

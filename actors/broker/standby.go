@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,7 +25,6 @@ type Standby struct {
 	elog *eventlog.Log
 	set  *projections.Set // the fold's goroutine's alone until it ends
 
-	folded atomic.Uint64
 	cancel context.CancelFunc
 	folds  sync.WaitGroup // the fold; Close does not wait for Follow, see there
 	errMu  sync.Mutex
@@ -61,7 +59,6 @@ func OpenStandby(cfg Config) (*Standby, error) {
 		_ = elog.Close()
 		return nil, err
 	}
-	s.folded.Store(s.set.Seq())
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.folds.Add(1)
@@ -94,7 +91,6 @@ func (s *Standby) fold(ctx context.Context) error {
 				return err
 			}
 		}
-		s.folded.Store(s.set.Seq())
 		if s.set.Seq()-checkpointed >= s.cfg.CheckpointEvery {
 			if err := s.set.BeginFlush().Save(s.elog, s.set); err != nil {
 				return fmt.Errorf("checkpoint: %w", err)
@@ -123,9 +119,6 @@ func (s *Standby) Err() error {
 
 // Head is the copy's head: how far the standby has followed.
 func (s *Standby) Head() eventlog.Head { return s.elog.Head() }
-
-// Folded is the last seq the standby's projections hold.
-func (s *Standby) Folded() uint64 { return s.folded.Load() }
 
 // Close stops following, checkpoints the projections, and closes the copy, so that Open with
 // the same Config starts from where the standby was. It does not wait for Follow, which may sit

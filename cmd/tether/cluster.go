@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -16,36 +15,24 @@ import (
 	"github.com/tetherhq/tether/transport"
 )
 
-// natsFlags say where the event log is: Pebble in --data (the default), or a JetStream stream
-// that --data holds a copy of.
-type natsFlags struct {
+// natsConn says how to reach a JetStream stream: its URL and the credentials NATS clients take.
+// The server and tether replay share it.
+type natsConn struct {
 	log                    string
 	creds, nkey            string
 	tlsCA, tlsCert, tlsKey string
-	replicas               int
-	advertise              string
-	leaderTTL              time.Duration
 }
 
-// Bounds of --leader-ttl.
-const (
-	leaderTTLMin = 500 * time.Millisecond
-	leaderTTLMax = time.Minute
-)
-
-func (n *natsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&n.log, "log", "", "the event log: empty for Pebble in --data; nats://host:4222[,host:4222...]/STREAM for a replicated JetStream stream that this server leads or follows as a hot standby (--data keeps its copy); user:password@ or a token@ may come before the hosts")
+func (n *natsConn) register(fs *flag.FlagSet, logUsage string) {
+	fs.StringVar(&n.log, "log", "", logUsage)
 	fs.StringVar(&n.creds, "nats-creds", "", "a NATS credentials file (user JWT and NKey seed)")
 	fs.StringVar(&n.nkey, "nats-nkey", "", "a file holding a NATS NKey seed")
 	fs.StringVar(&n.tlsCA, "nats-tls-ca", "", "PEM file of the CAs that sign the NATS servers' certificates")
 	fs.StringVar(&n.tlsCert, "nats-tls-cert", "", "PEM client certificate for NATS")
 	fs.StringVar(&n.tlsKey, "nats-tls-key", "", "the private key (PEM) of --nats-tls-cert")
-	fs.IntVar(&n.replicas, "nats-replicas", 3, "replicas of the stream when this server creates it (1 for a single NATS server)")
-	fs.StringVar(&n.advertise, "advertise", "", "the URL clients reach this server at, which standbys send them to while it leads; empty: http(s)://--addr")
-	fs.DurationVar(&n.leaderTTL, "leader-ttl", 2*time.Second, "how long the leader's claim lives without renewal: a standby takes over at most this long after the leader dies (the bucket keeps the TTL it was made with)")
 }
 
-func (n *natsFlags) check(fs *flag.FlagSet) error {
+func (n *natsConn) check(fs *flag.FlagSet) error {
 	if n.log == "" {
 		if n.creds != "" || n.nkey != "" || n.tlsCA != "" || n.tlsCert != "" || n.tlsKey != "" {
 			return badFlagf(fs, "the --nats-* flags go with --log nats://...")
@@ -55,11 +42,46 @@ func (n *natsFlags) check(fs *flag.FlagSet) error {
 	if _, _, err := jetstream.ParseURL(n.log); err != nil {
 		return badFlagf(fs, "--log %v", err)
 	}
+	if (n.tlsCert == "") != (n.tlsKey == "") {
+		return badFlagf(fs, "--nats-tls-cert and --nats-tls-key go together")
+	}
+	return nil
+}
+
+// config is the connection's jetstream.Config, for a client named name.
+func (n *natsConn) config(name string) jetstream.Config {
+	return jetstream.Config{URL: n.log, Creds: n.creds, NKey: n.nkey, TLSCA: n.tlsCA, TLSCert: n.tlsCert, TLSKey: n.tlsKey, Name: name}
+}
+
+// clusterFlags say where the server's event log is: Pebble in --data (the default), or a
+// JetStream stream that --data holds a copy of, and how the server takes part in leading it.
+type clusterFlags struct {
+	natsConn
+	replicas  int
+	advertise string
+	leaderTTL time.Duration
+}
+
+// Bounds of --leader-ttl.
+const (
+	leaderTTLMin = 500 * time.Millisecond
+	leaderTTLMax = time.Minute
+)
+
+func (n *clusterFlags) register(fs *flag.FlagSet) {
+	n.natsConn.register(fs, "the event log: empty for Pebble in --data; nats://host:4222[,host:4222...]/STREAM for a replicated JetStream stream that this server leads or follows as a hot standby (--data keeps its copy); user:password@ or a token@ may come before the hosts")
+	fs.IntVar(&n.replicas, "nats-replicas", 3, "replicas of the stream when this server creates it (1 for a single NATS server)")
+	fs.StringVar(&n.advertise, "advertise", "", "the URL clients reach this server at, which standbys send them to while it leads; empty: http(s)://--addr")
+	fs.DurationVar(&n.leaderTTL, "leader-ttl", 2*time.Second, "how long the leader's claim lives without renewal: a standby takes over at most this long after the leader dies (the bucket keeps the TTL it was made with)")
+}
+
+func (n *clusterFlags) check(fs *flag.FlagSet) error {
+	if err := n.natsConn.check(fs); err != nil || n.log == "" {
+		return err
+	}
 	switch {
 	case n.replicas < 1 || n.replicas > 5:
 		return badFlagf(fs, "--nats-replicas %d: want 1..5", n.replicas)
-	case (n.tlsCert == "") != (n.tlsKey == ""):
-		return badFlagf(fs, "--nats-tls-cert and --nats-tls-key go together")
 	case n.leaderTTL < leaderTTLMin || n.leaderTTL > leaderTTLMax:
 		return badFlagf(fs, "--leader-ttl %s: want %s..%s", n.leaderTTL, leaderTTLMin, leaderTTLMax)
 	case n.advertise != "" && !strings.HasPrefix(n.advertise, "http://") && !strings.HasPrefix(n.advertise, "https://"):
@@ -77,11 +99,12 @@ type cluster struct {
 	deposed, closing chan struct{}
 }
 
-func (n *natsFlags) join(ctx context.Context, advertise string, log *zap.Logger) (*cluster, error) {
+func (n *clusterFlags) join(ctx context.Context, advertise string, log *zap.Logger) (*cluster, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	stream, err := jetstream.Connect(ctx, jetstream.Config{URL: n.log, Replicas: n.replicas, Creds: n.creds, NKey: n.nkey,
-		TLSCA: n.tlsCA, TLSCert: n.tlsCert, TLSKey: n.tlsKey, Name: "tether " + advertise, Logger: log.Named("nats")})
+	cfg := n.config("tether " + advertise)
+	cfg.Replicas, cfg.Logger = n.replicas, log.Named("nats")
+	stream, err := jetstream.Connect(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -104,10 +127,13 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 	if err != nil {
 		return nil, err
 	}
-	var leader atomic.Value
-	leader.Store("")
+	var leader atomic.Pointer[string] // its URL; nil or "" while no one leads
 	api.SetStandby(func() transport.Standby {
-		return transport.Standby{Leader: leader.Load().(string), HeadSeq: sb.Head().Seq}
+		st := transport.Standby{HeadSeq: sb.Head().Seq}
+		if url := leader.Load(); url != nil {
+			st.Leader = *url
+		}
+		return st
 	})
 	c.log.Info("standby: following the stream", zap.String("stream", c.stream.Name()), zap.Uint64("head_seq", sb.Head().Seq))
 	tick := time.NewTicker(standbyPoll)
@@ -124,8 +150,8 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 		if won {
 			break
 		}
-		if l, ok, err := c.election.Leader(ctx); err == nil {
-			leader.Store(map[bool]string{true: l.URL}[ok])
+		if l, _, err := c.election.Leader(ctx); err == nil {
+			leader.Store(&l.URL) // the zero Leader while no one leads
 		}
 		select {
 		case <-ctx.Done():
@@ -136,7 +162,7 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 	}
 	won := time.Now()
 	c.log.Info("won the election; catching up and fencing the stream", zap.Uint64("standby_seq", sb.Head().Seq))
-	go c.renew(ctx)
+	go c.renew()
 	if err := sb.Close(); err != nil {
 		_ = c.election.Resign(context.Background())
 		return nil, err
@@ -150,19 +176,19 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 	return b, nil
 }
 
-// renew keeps the lead alive from the moment it is won until the server stops. The lead is lost when a renewal is refused
-// (the key expired and another server took it), or when renewals have failed for a whole TTL:
-// either way a standby may be leading by now, and this server stops acting. Its appends would
-// be refused anyway (the new leader fenced the stream); stopping also stops its reads.
-func (c *cluster) renew(ctx context.Context) {
+// renew keeps the lead alive from the moment it is won until the server has stopped (close),
+// clean shutdown included, so that no standby fences a leader still closing. The lead is lost
+// when a renewal is refused (the key expired and another server took it), or when renewals
+// have failed for a whole TTL: either way a standby may be leading by now, and this server
+// stops acting. Its appends would be refused anyway (the new leader fenced the stream);
+// stopping also stops its reads.
+func (c *cluster) renew() {
 	ttl := c.election.TTL()
 	tick := time.NewTicker(ttl / 4)
 	defer tick.Stop()
 	last := time.Now()
 	for {
 		select {
-		case <-ctx.Done():
-			return
 		case <-c.closing:
 			return
 		case <-tick.C:
@@ -198,4 +224,4 @@ func (c *cluster) close() {
 	c.stream.Close()
 }
 
-var errDeposed = fmt.Errorf("lost the lead of the stream")
+var errDeposed = errors.New("lost the lead of the stream")

@@ -35,11 +35,11 @@ var commands = []struct {
 	{"sim", "run the deterministic simulator over seeds, with faults, checking invariants", runSim},
 }
 
-// Exit statuses, as the shell's own tools have them: 1 for a failure, 2 for a command line
-// that is wrong, with the usage on stderr; --help is no error, and prints to stdout.
 // atExit are what a command leaves to be done once it returns: removing a temporary copy.
 var atExit []func()
 
+// Exit statuses, as the shell's own tools have them: 1 for a failure, 2 for a command line
+// that is wrong, with the usage on stderr; --help is no error, and prints to stdout.
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -34,7 +34,7 @@ type replayFlags struct {
 	data    string
 	archive string
 	json    bool
-	nats    natsFlags
+	nats    natsConn
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
@@ -46,12 +46,7 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 func (r *replayFlags) registerLog(fs *flag.FlagSet) {
 	fs.StringVar(&r.data, "data", "", "the data directory (read only; the server must be stopped); with --log, where the copy of the stream is kept (empty: a temporary one)")
 	fs.StringVar(&r.archive, "archive", "", "the directory of the log's archive segments (the server's --archive-dir); empty: DATA/archive")
-	fs.StringVar(&r.nats.log, "log", "", "read a replicated log instead: nats://host:4222[,host...]/STREAM, copied as it stands (the servers may keep running)")
-	fs.StringVar(&r.nats.creds, "nats-creds", "", "a NATS credentials file")
-	fs.StringVar(&r.nats.nkey, "nats-nkey", "", "a file holding a NATS NKey seed")
-	fs.StringVar(&r.nats.tlsCA, "nats-tls-ca", "", "PEM file of the CAs of the NATS servers")
-	fs.StringVar(&r.nats.tlsCert, "nats-tls-cert", "", "PEM client certificate for NATS")
-	fs.StringVar(&r.nats.tlsKey, "nats-tls-key", "", "the private key of --nats-tls-cert")
+	r.nats.register(fs, "read a replicated log instead: nats://host:4222[,host...]/STREAM, copied as it stands (the servers may keep running)")
 }
 
 // openStream copies the replicated log into the data dir (a temporary one unless given) and
@@ -59,8 +54,9 @@ func (r *replayFlags) registerLog(fs *flag.FlagSet) {
 func (r *replayFlags) openStream() (*eventlog.Log, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := jetstream.Connect(ctx, jetstream.Config{URL: r.nats.log, Existing: true, Creds: r.nats.creds, NKey: r.nats.nkey,
-		TLSCA: r.nats.tlsCA, TLSCert: r.nats.tlsCert, TLSKey: r.nats.tlsKey, Name: "tether replay"})
+	cfg := r.nats.config("tether replay")
+	cfg.Existing = true
+	stream, err := jetstream.Connect(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

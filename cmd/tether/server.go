@@ -77,7 +77,7 @@ func runServer(args []string) error {
 	archiveDir := fs.String("archive-dir", "", "where archive segments go; empty: DATA/archive")
 	archiveKeep := fs.Duration("archive-keep", 0, "delete archive segments whose last record is older than this; 0: keep them for ever")
 	flowBytes := fs.Int("flow-bytes-max", flowfile.BytesMaxDefault, "the largest flow file POST /v1/flows takes, in bytes")
-	var nf natsFlags
+	var nf clusterFlags
 	nf.register(fs)
 	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
 	var lf logFlags

@@ -29,7 +29,7 @@ type PeerConfig struct {
 
 // PeerResult is what a peer run measured.
 type PeerResult struct {
-	Jobs          int           `json:"jobs"`
+	Jobs          int           `json:"jobs"` // completed and acknowledged
 	Replicas      int           `json:"replicas"`
 	Elapsed       time.Duration `json:"elapsed_ns"`
 	JobsPerSecond float64       `json:"jobs_per_second"`
@@ -115,8 +115,12 @@ func RunPeer(ctx context.Context, cfg PeerConfig) (PeerResult, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if firstErr != nil && completed.Load() < int64(cfg.Jobs) {
+	finished := int(completed.Load())
+	switch {
+	case finished < cfg.Jobs && firstErr != nil:
 		return PeerResult{}, firstErr
+	case finished < cfg.Jobs:
+		return PeerResult{}, fmt.Errorf("%d of %d jobs completed: %w", finished, cfg.Jobs, ctx.Err())
 	}
-	return PeerResult{Jobs: cfg.Jobs, Replicas: cfg.Replicas, Elapsed: elapsed, JobsPerSecond: float64(cfg.Jobs) / elapsed.Seconds()}, nil
+	return PeerResult{Jobs: finished, Replicas: cfg.Replicas, Elapsed: elapsed, JobsPerSecond: float64(finished) / elapsed.Seconds()}, nil
 }
