@@ -101,12 +101,52 @@
 //
 // With Options.Upstream (upstream.go) the records live in a replicated log, a JetStream stream,
 // and the store here is this server's copy of it. Rule 1 then reads "durable" as "acknowledged
-// by the upstream": the sequencer publishes each batch as one message, expecting the upstream's
-// last message to be the one before (the fence against a second writer), and the syncer waits
-// for the acknowledgement, then writes the batch to Pebble without an fsync. So the copy is
-// always a prefix of the upstream; a copy that lost its tail in a crash catches up at Open, and
-// one that holds what the upstream does not is refused (ErrDiverged). A follower (no Lead)
-// takes no appends and copies the leader's messages as they land (Follow).
+// by the upstream": the sequencer publishes each batch as one message, and the syncer waits for
+// the acknowledgement, then writes the batch to Pebble without an fsync. So the copy is always a
+// prefix of the upstream; a copy that lost its tail in a crash catches up at Open, and one that
+// holds what the upstream does not is refused (ErrDiverged). A follower (no Lead) takes no
+// appends and copies the leader's messages as they land (Follow).
+//
+// # One writer
+//
+// The upstream stores a message only if its last message is the one the message names (after,
+// a number: Nats-Expected-Last-Sequence). The leader keeps one message in flight: it publishes a
+// message only once the one before it has settled, and names that one, which it knows is in the
+// upstream because the upstream acknowledged it (or it read it back there). The batch behind
+// is built meanwhile, and takes everything that arrived while the message was in flight, so one
+// message at a time costs no throughput: the messages grow instead (group commit, rule 2).
+//
+// The rule, then: a message of writer W is stored only directly after W's own last stored
+// message. Since numbers are never reused (the stream denies deletes and purges), "the last
+// message is number p" and "message p is W's" together say "the last message is W's".
+//
+// A new leader B catches up to the upstream's last message c and publishes a fence after c: a
+// message that carries no record, names the head it was published at, and a nonce of its own,
+// so that no other fence is byte for byte the same. If anything landed after c meanwhile, the
+// fence is refused, and B catches up and tries again.
+//
+// Why no message of a deposed leader A lands after B's fence: A's message m names A's last
+// stored message p, which was stored before m was published. Once B's fence is stored, at f,
+// everything stored before it has a lower number, so p < f, and the last message is at least f
+// for ever: m is refused, however late it arrives, and so is every retry of m, which names p
+// again. A publishes nothing after m until m settles, and m settles as refused: A's log fails
+// with ErrFenced and it acknowledges nothing more. (If m lands before B's fence, the fence,
+// which names the message B caught up to, is refused, and B catches up past m.) In every
+// interleaving of A's in-flight and retried message with B's fence and appends, each message in
+// the upstream follows the writer's own last message, so the records continue the chain
+// (eventlogtest.DeposedWriter checks every such interleaving up to a bound, on a model and on
+// real one- and three-node JetStream clusters, and the simulator checks it under faults).
+//
+// A number a pipelined writer predicts is not such a rule: with k messages in flight, A's k-th
+// names p+k-1, which is B's own (k-1)-th message once B has appended that many, and lands after
+// it, chained from records the upstream never got (the planted bug mutantPipelinePublishes).
+// Nats-Expected-Last-Msg-Id would be exact, but JetStream 2.15 checks it only as each replica
+// applies a message, and a replicated stream whose replicas refuse a message there stops
+// (a "critical write error"): a deposed leader's refused publish would take the stream down.
+//
+// A publish whose answer was lost (a NATS server went away) is settled by reading message
+// p+1 back: its own payload there means it landed; another writer's, that it was fenced; none,
+// that it may go again after p.
 //
 // # Opening
 //

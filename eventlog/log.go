@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"strings"
@@ -93,6 +94,9 @@ type Options struct {
 	// and every append expects the last message this log knows of. Without Lead the log is a
 	// follower: it takes no appends, and Follow copies what the leader appends.
 	Lead bool
+	// Rand draws the nonce of the leader's fence; nil: crypto/rand. (The simulator's is
+	// seeded.)
+	Rand io.Reader
 }
 
 func (o *Options) setDefaults() {
@@ -161,6 +165,10 @@ type Log struct {
 	applyMu   sync.Mutex
 	upApplied uint64
 	upNext    uint64
+	// upSettled carries a token from the syncer to the sequencer each time a message the
+	// sequencer published has settled (landed, or failed the log): the sequencer publishes the
+	// next only then, after the one it now knows (doc.go, "One writer").
+	upSettled chan struct{}
 }
 
 // appendReq is one Append or AppendAsync call on its way through the pipeline.
@@ -277,6 +285,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	// The channel's capacity bounds how many batches may wait for their fsync; Pebble
 	// group-commits those waits into as few fsyncs as the disk allows.
 	l.toSync = make(chan inflight, 64)
+	l.upSettled = make(chan struct{}, 1)
 	go l.sequence()
 	go l.syncLoop()
 	return l, nil
@@ -527,6 +536,7 @@ func checkName(what, s string, max int) error {
 // to the syncer. While the syncer waits on one fsync, the next batch is already being built.
 func (l *Log) sequence() {
 	defer close(l.toSync)
+	outstanding := false // a message published and not yet settled
 	for {
 		if len(l.toSync) > 0 {
 			// An fsync is under way, and whatever we apply now waits for the next one anyway:
@@ -544,7 +554,17 @@ func (l *Log) sequence() {
 		batch, head, payload := l.build(reqs)
 		f := inflight{batch: batch, reqs: reqs, head: head, bytes: size}
 		if l.opts.Upstream != nil {
-			// The batch goes to the local copy once the upstream has the message.
+			// The batch goes to the local copy once the upstream has the message. It is built
+			// while the message before it is in flight, and published once that one settled.
+			if outstanding && !mutantPipelinePublishes {
+				<-l.upSettled
+			}
+			outstanding = true
+			if err := l.Err(); err != nil {
+				_ = batch.Close()
+				l.finish(reqs, size, err)
+				continue
+			}
 			f.published = l.opts.Upstream.Publish(l.upNext, payload)
 			l.upNext++
 			f.msg, f.payload, f.sent = l.upNext, payload, time.Now()
@@ -641,6 +661,12 @@ func (l *Log) syncLoop() {
 			l.advanceLocked(f.head)
 		}
 		l.mu.Unlock()
+		if f.published != nil {
+			select {
+			case l.upSettled <- struct{}{}:
+			default: // a planted bug's sequencer, which does not wait for it
+			}
+		}
 		l.finish(f.reqs, f.bytes, err)
 	}
 }

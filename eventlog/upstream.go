@@ -3,9 +3,11 @@ package eventlog
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -17,16 +19,22 @@ import (
 // directory becomes this server's copy of it, and a record is durable once the upstream has
 // acknowledged it, not once the local WAL is synced.
 //
-// The upstream holds messages numbered from 1 without gaps. A message is one group commit: the
-// encoded records of a batch, one after another, each with its hash, exactly as the local store
-// keeps them. A leader's first message is a fence that carries no record (fencePayload).
+// The upstream holds messages numbered from 1 without gaps, never removed or renumbered. A
+// message is one group commit: the encoded records of a batch, one after another, each with its
+// hash, exactly as the local store keeps them. A leader's first message is a fence that carries
+// no record (fencePayload).
+//
+// The acceptance rule, which the upstream itself applies: a message is stored only if the
+// upstream's last message is the one numbered after. A leader publishes one message at a time,
+// and after is always its own previous message, which the upstream has acknowledged: so a
+// message is stored only directly after the message its writer last knew, never after another
+// writer's (see doc.go, "One writer").
 type Upstream interface {
 	// Publish appends one message, which the upstream must refuse with ErrFenced unless its
-	// last message is prev (0: the upstream is empty). The log calls it from one goroutine,
-	// in order, without waiting for earlier messages, and the upstream keeps that order. The
-	// returned wait blocks until the message is durable (replicated and synced) and returns
-	// its number, or the reason it is not.
-	Publish(prev uint64, payload []byte) (wait func() (uint64, error))
+	// last message is after (0: the upstream is empty). The returned wait blocks until the
+	// message is durable (replicated and synced) and returns its number, or the reason it is
+	// not, or that its fate is unknown (the answer was lost): then the log reads it back.
+	Publish(after uint64, payload []byte) (wait func() (uint64, error))
 	// Last returns the number of the upstream's last message, 0 when it is empty.
 	Last(ctx context.Context) (uint64, error)
 	// Get returns one message, ErrNotFound when there is none at seq.
@@ -57,22 +65,30 @@ const keyUpstream = "meta/upstream"
 // kept out of the batch budget.
 const upstreamMessageSlack = 4 << 10
 
-// fenceMagic starts a fence message: 'F', then the head it was published at (seq 8, hash 32).
-// A record starts with its version byte, 0x01, so the two never mix.
-const fenceMagic = 'F'
+// fenceMagic starts a fence message: 'F', then the head it was published at (seq 8, hash 32)
+// and the nonce that names it (32). A record starts with its version byte, 0x01, so the two
+// never mix.
+const (
+	fenceMagic = 'F'
+	fenceLen   = 1 + 8 + hashLen + fenceNonceLen
+	// fenceNonceLen is the fence's random part: two writers that fence at the same head still
+	// publish fences with different IDs, so neither can follow the other's.
+	fenceNonceLen = hashLen
+)
 
-func fencePayload(h Head) []byte {
-	b := make([]byte, 1+8+hashLen)
+func fencePayload(h Head, nonce [fenceNonceLen]byte) []byte {
+	b := make([]byte, fenceLen)
 	b[0] = fenceMagic
 	binary.BigEndian.PutUint64(b[1:], h.Seq)
 	copy(b[9:], h.Hash[:])
+	copy(b[9+hashLen:], nonce[:])
 	return b
 }
 
 // splitMessage returns the encoded records of a message, or the head a fence names.
 func splitMessage(payload []byte) (records [][]byte, fence *Head, err error) {
 	if len(payload) > 0 && payload[0] == fenceMagic {
-		if len(payload) != 1+8+hashLen {
+		if len(payload) != fenceLen {
 			return nil, nil, fmt.Errorf("%w: a fence of %d bytes", ErrCorruptRecord, len(payload))
 		}
 		h := Head{Seq: binary.BigEndian.Uint64(payload[1:])}
@@ -198,7 +214,8 @@ const settleWithin = 15 * time.Second
 // acknowledgement was lost with the connection), and a message published behind one that had
 // not landed yet is refused as if fenced; so rather than trust the error, it reads the
 // message: its own payload there means it landed, another payload that another writer fenced
-// the upstream, and none that the message may go again after msg-1.
+// the upstream, and none that the message may go again, after the same message as before (the
+// acceptance rule is the same for the retry: a retry never follows anything else).
 func (l *Log) settlePublish(msg uint64, payload []byte, err error) (uint64, error) {
 	up := l.opts.Upstream
 	deadline := time.Now().Add(settleWithin)
@@ -221,7 +238,7 @@ func (l *Log) settlePublish(msg uint64, payload []byte, err error) (uint64, erro
 			if perr == nil {
 				return seq, nil
 			}
-			err = perr
+			err = perr // refused as fenced, too: read it back, another writer's may be there now
 		default:
 			err = gerr
 		}
@@ -232,13 +249,21 @@ func (l *Log) settlePublish(msg uint64, payload []byte, err error) (uint64, erro
 	return 0, err
 }
 
-// lead fences the upstream: it publishes a fence at the head it caught up to, expecting the
-// last message it copied. Once the fence is in, an append by anyone who led before is refused,
-// since it expects an earlier last message. If another server appended meanwhile, lead copies
-// that too and tries again.
+// lead fences the upstream: it publishes a fence at the head it caught up to, after the last
+// message it copied. Once the fence is in, an append by anyone who led before is refused,
+// since it follows that writer's own last message, which is no longer the last. If another
+// server appended meanwhile, lead copies that too and tries again.
 func (l *Log) lead(ctx context.Context) error {
+	rng := l.opts.Rand
+	if rng == nil {
+		rng = rand.Reader
+	}
 	for attempt := 1; ; attempt++ {
-		payload := fencePayload(l.durable)
+		var nonce [fenceNonceLen]byte
+		if _, err := io.ReadFull(rng, nonce[:]); err != nil {
+			return fmt.Errorf("eventlog: the fence's nonce: %w", err)
+		}
+		payload := fencePayload(l.durable, nonce)
 		seq, err := l.opts.Upstream.Publish(l.upApplied, payload)()
 		if err != nil {
 			seq, err = l.settlePublish(l.upApplied+1, payload, err)

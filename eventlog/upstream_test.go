@@ -149,3 +149,9 @@ func TestUpstreamPublishSettles(t *testing.T) {
 	}
 	eventlogtest.MustVerify(t, openOn(t, up, vfs.NewMem(), "/b", false))
 }
+
+// No interleaving of a deposed leader's in-flight and retried publishes with a new leader's
+// fence and appends puts a message into the upstream that does not continue the chain.
+func TestUpstreamDeposedWriter(t *testing.T) {
+	eventlogtest.DeposedWriter(t, func(*testing.T) eventlog.Upstream { return eventlog.NewMemUpstream() })
+}

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +40,8 @@ type Config struct {
 
 // Stream is a connection to the stream: an eventlog.Upstream.
 type Stream struct {
+	mu      sync.Mutex
+	lost    chan struct{} // closed at the next disconnect (linkLost)
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	stream  jetstream.Stream
@@ -82,10 +86,14 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	log := cfg.Logger.With(zap.String("stream", name))
+	var bound atomic.Pointer[Stream] // for the handlers, which nats.Connect takes before there is one
 	opts := []nats.Option{
 		nats.Name(cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.Timeout(5 * time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("disconnected from NATS", zap.String("code", "NATS_DISCONNECTED"), zap.Error(err))
+			if s := bound.Load(); s != nil {
+				s.disconnected()
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", zap.String("server", nc.ConnectedUrlRedacted())) }),
 	}
@@ -114,15 +122,16 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 		nc.Close()
 		return nil, err
 	}
+	bound.Store(s)
 	return s, nil
 }
 
 func bind(ctx context.Context, nc *nats.Conn, name string, replicas int, create bool, log *zap.Logger) (*Stream, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second), jetstream.WithPublishAsyncMaxPending(1024))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second), jetstream.WithPublishAsyncMaxPending(1024))
 	if err != nil {
 		return nil, err
 	}
-	s := &Stream{nc: nc, js: js, name: name, subject: "tether.log." + name, log: log}
+	s := &Stream{nc: nc, js: js, name: name, subject: "tether.log." + name, log: log, lost: make(chan struct{})}
 	err = retry(ctx, func(ctx context.Context) (err error) {
 		s.stream, err = js.Stream(ctx, name)
 		return err
@@ -157,7 +166,7 @@ func bind(ctx context.Context, nc *nats.Conn, name string, replicas int, create 
 	}
 	if c.Replicas != replicas {
 		log.Warn("the stream's replicas differ from --nats-replicas; the stream's stand", zap.String("code", "NATS_REPLICAS"),
-			zap.Int("stream", c.Replicas), zap.Int("asked", replicas))
+			zap.Int("replicas", c.Replicas), zap.Int("asked", replicas))
 	}
 	return s, nil
 }
@@ -190,9 +199,13 @@ func (s *Stream) Replicas() int { return s.stream.CachedInfo().Config.Replicas }
 // Close closes the connection; publishes not yet acknowledged fail.
 func (s *Stream) Close() { s.nc.Close() }
 
-// Publish implements eventlog.Upstream.
-func (s *Stream) Publish(prev uint64, payload []byte) func() (uint64, error) {
-	ack, err := s.js.PublishMsgAsync(&nats.Msg{Subject: s.subject, Data: payload}, jetstream.WithExpectLastSequence(prev))
+// Publish implements eventlog.Upstream with Nats-Expected-Last-Sequence: the stream's leader
+// refuses the message unless its last message, counting the messages proposed and not yet
+// stored, is after. A publish that meets a disconnect before its answer returns errUnanswered
+// at once, for the log to read the message back, rather than waiting for the answer's timeout.
+func (s *Stream) Publish(after uint64, payload []byte) func() (uint64, error) {
+	lost := s.linkLost()
+	ack, err := s.js.PublishMsgAsync(&nats.Msg{Subject: s.subject, Data: payload}, jetstream.WithExpectLastSequence(after))
 	return func() (uint64, error) {
 		if err != nil {
 			return 0, publishErr(err)
@@ -202,8 +215,30 @@ func (s *Stream) Publish(prev uint64, payload []byte) func() (uint64, error) {
 			return a.Sequence, nil
 		case err := <-ack.Err():
 			return 0, publishErr(err)
+		case <-lost:
+			return 0, errUnanswered
 		}
 	}
+}
+
+// errUnanswered is a publish whose connection went away before its answer came: it may or may
+// not have landed.
+var errUnanswered = errors.New("the connection to NATS was lost before the publish was answered")
+
+// linkLost returns a channel closed at the next disconnect from NATS.
+func (s *Stream) linkLost() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
+}
+
+// disconnected closes the channel of those waiting for an answer over the connection that
+// went away.
+func (s *Stream) disconnected() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.lost)
+	s.lost = make(chan struct{})
 }
 
 // publishErr tells a fenced publish (the stream's last message was not the one expected) from

@@ -75,6 +75,21 @@ func TestConformanceR3(t *testing.T) {
 	eventlogtest.Run(t, func(t *testing.T) eventlogtest.Store { return store(vfs.NewCrashableMem(), connect(t, c, 3)) })
 }
 
+// The stream's own rule fences a deposed leader's in-flight and retried publishes, on one node
+// and on a cluster, where the stream's leader checks it against the messages proposed.
+func TestDeposedWriterR1(t *testing.T) {
+	c := natstest.Start(t, 1)
+	eventlogtest.DeposedWriter(t, func(t *testing.T) eventlog.Upstream { return connect(t, c, 1) })
+}
+
+func TestDeposedWriterR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster")
+	}
+	c := natstest.Start(t, 3)
+	eventlogtest.DeposedWriter(t, func(t *testing.T) eventlog.Upstream { return connect(t, c, 3) })
+}
+
 func TestCrashRecovery(t *testing.T) {
 	c := natstest.Start(t, 1)
 	for seed := uint64(1); seed <= 20; seed++ {

@@ -1,0 +1,5 @@
+//go:build mutant_pipeline_publishes
+
+package eventlog
+
+func init() { mutantPipelinePublishes = true }
