@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/transport/dashboard"
 	"github.com/tetherhq/tether/transport/openapi"
 	"github.com/tetherhq/tether/transport/wire"
@@ -60,6 +61,8 @@ type Server struct {
 	core  atomic.Pointer[Core]
 	// standby, if set, describes the replicated log's leader while this server follows it.
 	standby atomic.Pointer[func() Standby]
+	// leading, if set, is this server's part as the replicated log's leader (SetLeading).
+	leading atomic.Pointer[Leading]
 	mux     *http.ServeMux
 	ids     *requestIDs
 	polls   pollSessions
@@ -116,6 +119,15 @@ func (s *Server) MetricsHandler() http.Handler {
 // Attach makes the server serve b, once b has recovered.
 func (s *Server) Attach(b Core) { s.core.Store(&b) }
 
+// Detach stops serving the broker at once, before it closes: from now on every API call and
+// /readyz get 503 STANDBY, naming the leader as standby says, so clients go there rather than
+// wait for a broker that no longer leads. Requests already in flight finish on the broker.
+func (s *Server) Detach(standby func() Standby) {
+	s.SetStandby(standby)
+	s.leading.Store(nil)
+	s.core.Store(nil)
+}
+
 // Standby says where a hot standby stands: the URL clients reach the leader at (empty while
 // no one leads, or the leader gave none) and how far the standby has followed the log.
 type Standby struct {
@@ -126,6 +138,18 @@ type Standby struct {
 // SetStandby makes the server answer as a hot standby while no broker is attached: /readyz
 // and every API call get 503 STANDBY with the leader's URL. f is asked on each answer.
 func (s *Server) SetStandby(f func() Standby) { s.standby.Store(&f) }
+
+// Leading is a leader's part in a replicated log, as /readyz shows it: Claim is what it wrote to
+// the election's key (a standby that finds the key expired asks the leader's /readyz, and
+// holds off if the leader answers 200 with the claim it last saw); Healthy says whether NATS
+// still answers it, and /readyz answers 503 UNAVAILABLE when it does not.
+type Leading struct {
+	Claim   any
+	Healthy func() error
+}
+
+// SetLeading makes /readyz show this server as the replicated log's leader.
+func (s *Server) SetLeading(l Leading) { s.leading.Store(&l) }
 
 // standbyError is the answer of a standby, or nil when the server is not one.
 func (s *Server) standbyError() *apiError {
@@ -178,15 +202,27 @@ func (s *Server) Ready() error {
 		}
 		return errors.New("recovering: the projections are being rebuilt from the log")
 	}
-	return b.Err()
+	if err := b.Err(); err != nil {
+		return err
+	}
+	if l := s.leading.Load(); l != nil {
+		if err := l.Healthy(); err != nil {
+			return errorf(actors.CodeUnavailable, "this server leads the replicated log, but %v", err)
+		}
+	}
+	return nil
 }
 
 // Status implements Readiness.
 func (s *Server) Status() any {
 	b := s.loaded()
 	head, st := b.Head(), b.LogStats()
-	return map[string]any{"status": "ready", "head_seq": head.Seq, "head_hash": head.Hash.String(), "events": st.Events, "fsyncs": st.Syncs,
+	status := map[string]any{"status": "ready", "head_seq": head.Seq, "head_hash": head.Hash.String(), "events": st.Events, "fsyncs": st.Syncs,
 		"auth": s.cfg.Auth} // the dashboard asks for a key up front under "token
+	if l := s.leading.Load(); l != nil {
+		status["leader"] = l.Claim
+	}
+	return status
 }
 
 // ServeHTTP serves the API; a path or method that matches no route gets the JSON error shape.

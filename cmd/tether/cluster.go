@@ -2,15 +2,23 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/eventlog/election"
 	"github.com/tetherhq/tether/eventlog/jetstream"
 	"github.com/tetherhq/tether/transport"
 )
@@ -57,9 +65,10 @@ func (n *natsConn) config(name string) jetstream.Config {
 // JetStream stream that --data holds a copy of, and how the server takes part in leading it.
 type clusterFlags struct {
 	natsConn
-	replicas  int
-	advertise string
-	leaderTTL time.Duration
+	replicas    int
+	advertise   string
+	leaderTTL   time.Duration
+	reconfigure bool
 }
 
 // Bounds of --leader-ttl.
@@ -72,10 +81,14 @@ func (n *clusterFlags) register(fs *flag.FlagSet) {
 	n.natsConn.register(fs, "the event log: empty for Pebble in --data; nats://host:4222[,host:4222...]/STREAM for a replicated JetStream stream that this server leads or follows as a hot standby (--data keeps its copy); user:password@ or a token@ may come before the hosts")
 	fs.IntVar(&n.replicas, "nats-replicas", 3, "replicas of the stream when this server creates it (1 for a single NATS server)")
 	fs.StringVar(&n.advertise, "advertise", "", "the URL clients reach this server at, which standbys send them to while it leads; empty: http(s)://--addr")
-	fs.DurationVar(&n.leaderTTL, "leader-ttl", 2*time.Second, "how long the leader's claim lives without renewal: a standby takes over at most this long after the leader dies (the bucket keeps the TTL it was made with)")
+	fs.DurationVar(&n.leaderTTL, "leader-ttl", 2*time.Second, "how long the leader's claim lives without renewal: a standby takes over about this long after the leader dies; every server of a cluster has the same")
+	fs.BoolVar(&n.reconfigure, "cluster-reconfigure", false, "record this server's settings (auth, tokens, retention, archive, limits) as its cluster's, in place of those the stream holds; every server of a cluster must agree, and a server whose settings differ refuses to start")
 }
 
 func (n *clusterFlags) check(fs *flag.FlagSet) error {
+	if n.reconfigure && n.log == "" {
+		return badFlagf(fs, "--cluster-reconfigure goes with --log nats://...")
+	}
 	if err := n.natsConn.check(fs); err != nil || n.log == "" {
 		return err
 	}
@@ -95,29 +108,45 @@ type cluster struct {
 	stream   *jetstream.Stream
 	election *jetstream.Election
 	log      *zap.Logger
-	// deposed is closed when this server loses the lead it held; closing when it stops.
+	// check asks a leader's /readyz whether it still leads.
+	check *http.Client
+
+	// deposed is closed when this server, having led, stops leading (why says why); closing
+	// when the server stops.
 	deposed, closing chan struct{}
+	why               string
+	// holder is this server's part once it leads; nil before.
+	mu     sync.Mutex
+	holder *election.Holder
+	// successor is the URL of the server that holds the key after this one, once seen.
+	successor atomic.Pointer[string]
 }
 
-func (n *clusterFlags) join(ctx context.Context, advertise string, log *zap.Logger) (*cluster, error) {
+func (n *clusterFlags) join(ctx context.Context, advertise string, settings map[string]string, log *zap.Logger) (*cluster, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cfg := n.config("tether " + advertise)
-	cfg.Replicas, cfg.Logger = n.replicas, log.Named("nats")
+	cfg.Replicas, cfg.Logger, cfg.Settings, cfg.Reconfigure = n.replicas, log.Named("nats"), settings, n.reconfigure
 	stream, err := jetstream.Connect(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	election, err := stream.Elect(ctx, jetstream.Leader{Node: hostname() + " " + advertise, URL: advertise}, n.leaderTTL)
+	e, err := stream.Elect(ctx, jetstream.NewLeader(hostname(), advertise), n.leaderTTL)
 	if err != nil {
 		stream.Close()
 		return nil, err
 	}
-	return &cluster{stream: stream, election: election, log: log.Named("cluster"), deposed: make(chan struct{}), closing: make(chan struct{})}, nil
+	if e.TTL() != n.leaderTTL {
+		stream.Close()
+		return nil, fmt.Errorf("%w: --leader-ttl is %s here and the election's bucket keeps %s", jetstream.ErrSettingsDiffer, n.leaderTTL, e.TTL())
+	}
+	return &cluster{stream: stream, election: e, log: log.Named("cluster"), check: &http.Client{Timeout: checkTimeout(e.TTL())},
+		deposed: make(chan struct{}), closing: make(chan struct{})}, nil
 }
 
-// standbyPoll is how often a standby asks whether the lead is free.
-const standbyPoll = 250 * time.Millisecond
+// checkTimeout is how long a standby waits for the last leader's /readyz: an answer slower
+// than a quarter of the TTL is a leader too slow to keep its key anyway.
+func checkTimeout(ttl time.Duration) time.Duration { return max(ttl/4, 100*time.Millisecond) }
 
 // lead follows the stream as a hot standby until this server wins the election, then opens the
 // broker as the stream's writer.
@@ -127,31 +156,30 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 	if err != nil {
 		return nil, err
 	}
-	var leader atomic.Pointer[string] // its URL; nil or "" while no one leads
+	candidate := election.NewCandidate(c.election.Me().Value())
+	var leaderURL atomic.Pointer[string]
 	api.SetStandby(func() transport.Standby {
 		st := transport.Standby{HeadSeq: sb.Head().Seq}
-		if url := leader.Load(); url != nil {
+		if url := leaderURL.Load(); url != nil {
 			st.Leader = *url
 		}
 		return st
 	})
 	c.log.Info("standby: following the stream", zap.String("stream", c.stream.Name()), zap.Uint64("head_seq", sb.Head().Seq))
-	tick := time.NewTicker(standbyPoll)
+	tick := time.NewTicker(election.Every)
 	defer tick.Stop()
-	for {
+	var rev uint64
+	for won := false; !won; {
 		if err := sb.Err(); err != nil {
 			_ = sb.Close()
 			return nil, err
 		}
-		won, err := c.election.TryLead(ctx)
-		if err != nil {
-			c.log.Warn("the election did not answer", zap.String("code", "ELECTION_UNAVAILABLE"), zap.Error(err))
+		rev, won = c.campaign(ctx, candidate)
+		if l, err := jetstream.ParseLeader(candidate.Leader()); err == nil && !won {
+			leaderURL.Store(&l.URL)
 		}
 		if won {
 			break
-		}
-		if l, _, err := c.election.Leader(ctx); err == nil {
-			leader.Store(&l.URL) // the zero Leader while no one leads
 		}
 		select {
 		case <-ctx.Done():
@@ -162,66 +190,181 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 	}
 	won := time.Now()
 	c.log.Info("won the election; catching up and fencing the stream", zap.Uint64("standby_seq", sb.Head().Seq))
+	holder := election.NewHolder(won, c.election.TTL(), c.election.Me().Value(), rev)
+	c.mu.Lock()
+	c.holder = holder
+	c.mu.Unlock()
+	// Renewal starts the moment the election is won, before the broker opens, so a slow open
+	// does not lose the lead just won.
 	go c.renew()
+	api.SetLeading(transport.Leading{Claim: c.election.Me(), Healthy: c.healthy})
 	if err := sb.Close(); err != nil {
-		_ = c.election.Resign(context.Background())
 		return nil, err
 	}
 	b, err := broker.Open(cfg)
 	if err != nil {
-		_ = c.election.Resign(context.Background())
 		return nil, err
 	}
 	c.log.Info("leading the stream", zap.Uint64("head_seq", b.Head().Seq), zap.Duration("took", time.Since(won)))
 	return b, nil
 }
 
-// renew keeps the lead alive from the moment it is won until the server has stopped (close),
-// clean shutdown included, so that no standby fences a leader still closing. The lead is lost
-// when a renewal is refused (the key expired and another server took it), or when renewals
-// have failed for a whole TTL: either way a standby may be leading by now, and this server
-// stops acting. Its appends would be refused anyway (the new leader fenced the stream);
-// stopping also stops its reads.
+// campaign runs one round of a standby's part: it reports whether this server won the key, and
+// at which revision.
+func (c *cluster) campaign(ctx context.Context, candidate *election.Candidate) (uint64, bool) {
+	for a := candidate.Tick(); ; {
+		var o election.Outcome
+		switch a.Kind {
+		case election.None:
+			return 0, false
+		case election.Lead:
+			return a.Rev, true
+		case election.Check:
+			o = c.stillLeads(ctx, a.Value)
+		default:
+			o = c.election.Do(ctx, a)
+		}
+		a = candidate.Done(o)
+	}
+}
+
+// stillLeads asks the server whose claim the key last held whether it still leads: its /readyz
+// answers 200 with that claim while it does and NATS answers it.
+func (c *cluster) stillLeads(ctx context.Context, claim []byte) election.Outcome {
+	l, err := jetstream.ParseLeader(claim)
+	if err != nil || l.URL == "" {
+		return election.Outcome{Kind: election.NotLeading}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(l.URL, "/")+"/readyz", nil)
+	if err != nil {
+		return election.Outcome{Kind: election.NotLeading}
+	}
+	resp, err := c.check.Do(req)
+	if err != nil {
+		return election.Outcome{Kind: election.NotLeading}
+	}
+	defer resp.Body.Close()
+	var ready struct {
+		Leader *jetstream.Leader `json:"leader"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&ready) != nil || ready.Leader == nil || ready.Leader.ID != l.ID {
+		return election.Outcome{Kind: election.NotLeading}
+	}
+	c.log.Info("the key expired, but its leader says it still leads; holding off", zap.String("leader", l.URL))
+	return election.Outcome{Kind: election.Leads}
+}
+
+// healthy says whether NATS still answers this leader (its /readyz).
+func (c *cluster) healthy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holder != nil && !c.holder.Healthy(time.Now()) {
+		return errors.New("NATS has not answered it for half the leader TTL")
+	}
+	return nil
+}
+
+// renew keeps the lead from the moment it is won until the server has stopped (close), clean
+// shutdown included, so that no standby fences a leader still closing. It stops leading only
+// when package election says so: another server holds the key, or nothing of NATS answered for
+// a whole TTL. Its appends would be refused anyway once another leader fenced the stream.
 func (c *cluster) renew() {
-	ttl := c.election.TTL()
-	tick := time.NewTicker(ttl / 4)
+	c.mu.Lock()
+	every := c.holder.Every()
+	c.mu.Unlock()
+	tick := time.NewTicker(every)
 	defer tick.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-c.closing:
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
-		err := c.election.Renew(ctx)
-		cancel()
-		switch {
-		case err == nil:
-			last = time.Now()
-			continue
-		case !errors.Is(err, jetstream.ErrLeadLost) && time.Since(last) < ttl:
-			c.log.Warn("the lead was not renewed; trying again", zap.String("code", "LEAD_NOT_RENEWED"), zap.Error(err))
-			continue
+		c.mu.Lock()
+		a := c.holder.Tick(time.Now())
+		c.mu.Unlock()
+		for a.Kind != election.None && a.Kind != election.Stop {
+			o := c.election.Do(context.Background(), a)
+			c.mu.Lock()
+			a = c.holder.Done(time.Now(), o)
+			c.mu.Unlock()
+			if o.Kind == election.Unanswered && a.Kind != election.None {
+				c.log.Warn("the election's bucket did not answer; asking the stream", zap.String("code", "LEAD_NOT_RENEWED"))
+			}
+			if l, err := jetstream.ParseLeader(o.Value); a.Kind == election.Stop && o.Kind == election.Found && err == nil {
+				c.successor.Store(&l.URL)
+			}
 		}
-		c.log.Error("lost the lead; stopping", zap.String("code", "LEAD_LOST"), zap.Error(err), zap.Duration("since_renewed", time.Since(last)))
-		// Closing the connection fails the appends in flight at once, so the requests
-		// waiting for them get their answer (UNAVAILABLE) instead of a publish timeout.
-		c.stream.Close()
-		close(c.deposed)
-		return
+		if a.Kind == election.Stop {
+			c.log.Error("no longer leading; stopping", zap.String("code", "LEAD_LOST"), zap.String("reason", a.Reason))
+			c.why = a.Reason
+			// Closing the connection fails the appends in flight at once, so the requests
+			// waiting for them get their answer instead of a publish timeout.
+			c.stream.Close()
+			close(c.deposed)
+			return
+		}
 	}
 }
 
 // close resigns the lead, if held, so a standby takes over at once, and closes the connection.
 func (c *cluster) close() {
 	close(c.closing)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := c.election.Resign(ctx); err != nil {
-		c.log.Warn("could not resign the lead; a standby takes over when it expires", zap.Error(err))
+	c.mu.Lock()
+	holder := c.holder
+	c.mu.Unlock()
+	select {
+	case <-c.deposed:
+		holder = nil // the key is another's, or NATS is out of reach
+	default:
+	}
+	if holder != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := c.election.Resign(ctx, holder.Rev()); err != nil {
+			c.log.Warn("could not resign the lead; a standby takes over when it expires", zap.Error(err))
+		}
 	}
 	c.stream.Close()
 }
 
 var errDeposed = errors.New("lost the lead of the stream")
+
+// standbyAnswer is what a leader that stops tells clients: who leads now, as the key says, if
+// it says so within a moment.
+func (c *cluster) standbyAnswer() transport.Standby {
+	if p := c.successor.Load(); p != nil {
+		return transport.Standby{Leader: *p}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	o := c.election.Do(ctx, election.Action{Kind: election.Read})
+	if l, err := jetstream.ParseLeader(o.Value); o.Kind == election.Found && err == nil && l.ID != c.election.Me().ID {
+		c.successor.Store(&l.URL)
+		return transport.Standby{Leader: l.URL}
+	}
+	return transport.Standby{}
+}
+
+// clusterSettings are the settings every server of a cluster must agree on, by name: a server
+// that enforced another auth mode, token, retention or limit than the rest would answer for the
+// cluster differently once it led (a --auth none server would mint API keys for anyone).
+type clusterSettings map[string]string
+
+// metadata is the settings as the stream records them.
+func (s clusterSettings) metadata() map[string]string {
+	m := make(map[string]string, len(s))
+	for k, v := range s {
+		m[jetstream.SettingPrefix+k] = v
+	}
+	return m
+}
+
+// secretDigest is what the cluster records of a token: a SHA-256, never the token; "" for none.
+func secretDigest(what, token string) string {
+	if token == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("tether " + what + " token\x00" + token))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

@@ -26,17 +26,21 @@ type clientFlags struct {
 	server, token string
 	json          bool
 	ca            caCert
+	retryFor      time.Duration
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet, tokenHelp string) {
 	serverVar(fs, &c.server)
 	fs.StringVar(&c.token, "token", "", tokenHelp)
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
+	fs.DurationVar(&c.retryFor, "retry-for", 15*time.Second, "how long a request that is safe to repeat (a read, a submit with --idempotency-key, a cancel) is tried again while no server takes it: a server restarting, or a replicated log's failover; 0: not at all")
 	c.ca.register(fs)
 }
 
 func (c *clientFlags) client() *client.Client {
-	return client.New(c.server, c.token, c.ca.httpClient())
+	cl := client.New(c.server, c.token, c.ca.httpClient())
+	cl.RetryFor = max(c.retryFor, 0)
+	return cl
 }
 
 // print writes v as JSON with --json, else the text human returns.

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -204,7 +205,13 @@ func runServer(args []string) error {
 		if advertise == "" {
 			advertise = scheme + "://" + ln.Addr().String()
 		}
-		if replicated, err = nf.join(stop, advertise, log); err != nil {
+		settings := clusterSettings{
+			"auth": *auth, "admin_token": secretDigest("admin", *adminToken), "metrics_token": secretDigest("metrics", *metricsToken),
+			"leader_ttl": nf.leaderTTL.String(), "worker_token_ttl": tokenTTL.String(), "flow_bytes_max": strconv.Itoa(*flowBytes),
+			"retain": retain.String(), "retain_dead": retainDead.String(), "max_dead": strconv.Itoa(*maxDead),
+			"archive_after": archiveAfter.String(), "archive_keep": archiveKeep.String(),
+		}
+		if replicated, err = nf.join(stop, advertise, settings.metadata(), log); err != nil {
 			return err
 		}
 		defer replicated.close()
@@ -262,10 +269,15 @@ func runServer(args []string) error {
 		case <-failed:
 			runErr = fmt.Errorf("event log failed, stopping: %w", core.Err())
 		case <-deposed:
-			runErr = errDeposed
+			runErr = fmt.Errorf("%w: %s", errDeposed, replicated.why)
 		case err := <-served:
 			runErr = err
 		}
+	}
+	if replicated != nil {
+		// A leader that stops lets go at once: new requests are sent to the leader (or to
+		// look for one) while those in flight finish.
+		api.Detach(replicated.standbyAnswer)
 	}
 	// Stop accepting and let requests in flight finish while the broker still answers them;
 	// then close the broker, which ends every session with "shutdown" (WebSockets get 1001)

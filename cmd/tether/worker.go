@@ -57,7 +57,7 @@ func runWorker(args []string) error {
 	var env envFlags
 	fs.Var(&env, "env", "give every job the worker's variable KEY, or KEY=VALUE (repeatable); jobs get the worker's environment without any TETHER_* variable, and never the token")
 	tokenFile := fs.String("token-file", "", "a file (mode 0600) that holds the worker token and is rewritten atomically each time the worker renews it; if it does not exist yet, the worker registers with --token and writes it")
-	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600)")
+	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600) and the results the server has not taken yet")
 	var lf logFlags
 	lf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -153,6 +153,7 @@ func runWorker(args []string) error {
 		w := &client.Worker{
 			Server: server, Token: workerToken, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
 			Grace: *grace, Hurry: hurry, Handler: command.Handler(), OnTokenRenewed: keep, TLSConfig: ca.config,
+			ResultsDir: reg.resultsDir(*tokenFile, *token),
 		}
 		err = w.Run(ctx)
 		if stored && reg.forgetIfUnknown(err) {
@@ -253,6 +254,23 @@ func (g *registration) path() string {
 		return '_'
 	}, g.name)
 	return filepath.Join(g.stateDir, fmt.Sprintf("worker-%s-%s.json", safe, hex.EncodeToString(sum[:4])))
+}
+
+// resultsDir is where the worker keeps the results the server has not taken yet: beside its
+// registration, or, for a worker given its token, named after the token's file or the token.
+func (g *registration) resultsDir(tokenFile, token string) string {
+	switch {
+	case tokenFile != "":
+		if abs, err := filepath.Abs(tokenFile); err == nil {
+			tokenFile = abs
+		}
+		sum := sha256.Sum256([]byte(tokenFile))
+		return filepath.Join(g.stateDir, "results-"+hex.EncodeToString(sum[:6]))
+	case strings.HasPrefix(token, broker.WorkerTokenPrefix):
+		sum := sha256.Sum256([]byte(token))
+		return filepath.Join(g.stateDir, "results-"+hex.EncodeToString(sum[:6]))
+	}
+	return strings.TrimSuffix(g.path(), ".json") + ".results"
 }
 
 func (g *registration) publicKey() string {

@@ -2,40 +2,64 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/eventlog/election"
 )
 
 // Leader is what the election's key holds: who leads the stream, and where clients reach it.
+// ID is drawn afresh for every claim, so a leader that reads the key back knows its own.
 type Leader struct {
 	Node  string    `json:"node"`
 	URL   string    `json:"url,omitempty"`
 	Since time.Time `json:"since"`
+	ID    string    `json:"id"`
 }
 
-// Election is one server's part in choosing the stream's writer.
+// NewLeader is a claim for node, reached at url.
+func NewLeader(node, url string) Leader {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return Leader{Node: node, URL: url, Since: time.Now().UTC(), ID: hex.EncodeToString(id[:])}
+}
+
+// Value is the claim as the key holds it.
+func (l Leader) Value() []byte {
+	v, _ := json.Marshal(l)
+	return v
+}
+
+// ParseLeader reads a claim from the key's value.
+func ParseLeader(v []byte) (Leader, error) {
+	var l Leader
+	if err := json.Unmarshal(v, &l); err != nil {
+		return Leader{}, fmt.Errorf("the election's key holds %q: %w", v, err)
+	}
+	return l, nil
+}
+
+// Election is one server's way to the stream's election bucket: it carries out the actions
+// package election decides, and says how each ended.
 type Election struct {
+	s   *Stream
 	kv  jetstream.KeyValue
 	ttl time.Duration
-
-	mu  sync.Mutex // Renew and Resign may race as a server stops
 	me  Leader
-	rev uint64 // the revision this server last wrote while it leads; 0 otherwise
 }
-
-// ErrLeadLost says a renewal was refused: the key expired, and maybe another server holds it.
-var ErrLeadLost = errors.New("the lead was lost")
 
 // leaderKey is the key of the election's bucket that the leader holds.
 const leaderKey = "leader"
 
 // Elect joins the stream's election as me. ttl is how long the leader's key lives unless it is
-// renewed: the time a standby waits, at most, after the leader is gone.
+// renewed: the time a standby waits, at most, after the leader is gone. The bucket keeps the
+// TTL it was made with (TTL).
 func (s *Stream) Elect(ctx context.Context, me Leader, ttl time.Duration) (*Election, error) {
 	bucket := "tether_leader_" + s.name
 	var kv jetstream.KeyValue
@@ -56,76 +80,57 @@ func (s *Stream) Elect(ctx context.Context, me Leader, ttl time.Duration) (*Elec
 	if err != nil {
 		return nil, fmt.Errorf("the election's bucket %s: %w", bucket, err)
 	}
-	return &Election{kv: kv, me: me, ttl: st.TTL()}, nil
+	return &Election{s: s, kv: kv, me: me, ttl: st.TTL()}, nil
 }
 
 // TTL is the leader key's time to live, as the bucket has it.
 func (e *Election) TTL() time.Duration { return e.ttl }
 
-// TryLead takes the key if no one holds it, and reports whether this server now leads.
-func (e *Election) TryLead(ctx context.Context) (bool, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	me := e.me
-	me.Since = time.Now().UTC()
-	v, _ := json.Marshal(me)
-	rev, err := e.kv.Create(ctx, leaderKey, v)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyExists):
-		return false, nil
-	case err != nil:
-		return false, err
+// Me is this server's claim.
+func (e *Election) Me() Leader { return e.me }
+
+// Do carries out one action against the bucket (or, for a Probe, the stream), waiting at most
+// a quarter of the TTL for the answer, and says how it ended. Check, Lead and Stop are not the
+// bucket's: the caller carries them out.
+func (e *Election) Do(ctx context.Context, a election.Action) election.Outcome {
+	ctx, cancel := context.WithTimeout(ctx, max(e.ttl/4, 100*time.Millisecond))
+	defer cancel()
+	switch a.Kind {
+	case election.Renew:
+		rev, err := e.kv.Update(ctx, leaderKey, e.me.Value(), a.Rev)
+		var api *jetstream.APIError
+		switch {
+		case err == nil:
+			return election.Outcome{Kind: election.Updated, Rev: rev}
+		case errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+			return election.Outcome{Kind: election.Refused}
+		}
+	case election.Read:
+		entry, err := e.kv.Get(ctx, leaderKey)
+		switch {
+		case err == nil:
+			return election.Outcome{Kind: election.Found, Value: entry.Value(), Rev: entry.Revision()}
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return election.Outcome{Kind: election.Absent}
+		}
+	case election.Create:
+		rev, err := e.kv.Create(ctx, leaderKey, e.me.Value())
+		switch {
+		case err == nil:
+			return election.Outcome{Kind: election.Created, Rev: rev}
+		case errors.Is(err, jetstream.ErrKeyExists):
+			return election.Outcome{Kind: election.Exists}
+		}
+	case election.Probe:
+		if _, err := e.s.Last(ctx); err == nil {
+			return election.Outcome{Kind: election.Answered}
+		}
 	}
-	e.me, e.rev = me, rev
-	return true, nil
+	return election.Outcome{Kind: election.Unanswered}
 }
 
-// Renew writes the key again at the revision this server last wrote, so it lives another TTL.
-// It fails if the key expired or someone else took it: this server no longer leads.
-func (e *Election) Renew(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.rev == 0 {
-		return fmt.Errorf("%w: resigned", ErrLeadLost)
-	}
-	v, _ := json.Marshal(e.me)
-	rev, err := e.kv.Update(ctx, leaderKey, v, e.rev)
-	var api *jetstream.APIError
-	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-		return fmt.Errorf("%w: %v", ErrLeadLost, err)
-	}
-	if err != nil {
-		return fmt.Errorf("renew the lead: %w", err)
-	}
-	e.rev = rev
-	return nil
-}
-
-// Resign deletes the key if this server still holds it, so a standby need not wait for it to
-// expire.
-func (e *Election) Resign(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.rev == 0 {
-		return nil
-	}
-	err := e.kv.Delete(ctx, leaderKey, jetstream.LastRevision(e.rev))
-	e.rev = 0
-	return err
-}
-
-// Leader returns who leads, if anyone does.
-func (e *Election) Leader(ctx context.Context) (Leader, bool, error) {
-	entry, err := e.kv.Get(ctx, leaderKey)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return Leader{}, false, nil
-	case err != nil:
-		return Leader{}, false, err
-	}
-	var l Leader
-	if err := json.Unmarshal(entry.Value(), &l); err != nil {
-		return Leader{}, false, fmt.Errorf("the election's key holds %q: %w", entry.Value(), err)
-	}
-	return l, true, nil
+// Resign deletes the key if it is still this server's at rev, so a standby need not wait for it
+// to expire.
+func (e *Election) Resign(ctx context.Context, rev uint64) error {
+	return e.kv.Delete(ctx, leaderKey, jetstream.LastRevision(rev))
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +35,13 @@ type Config struct {
 	TLSCA, TLSCert, TLSKey string
 	// Existing refuses to create the stream: a reader's, for whom a missing stream is a typo.
 	Existing bool
+	// Settings are what every server of the cluster must agree on (auth, tokens, policies), as
+	// "tether.<name>" keys: the server that creates the stream records them in its metadata,
+	// and Connect refuses a stream whose recorded settings differ, naming each difference. A
+	// stream that records none of a key yet takes it. Nil: no check (a reader).
+	Settings map[string]string
+	// Reconfigure records Settings in the stream in place of what it holds.
+	Reconfigure bool
 	// Name names the connection in the NATS server's monitoring.
 	Name   string
 	Logger *zap.Logger
@@ -117,7 +126,7 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", strings.Join(servers, ","), err)
 	}
-	s, err := bind(ctx, nc, name, cfg.Replicas, !cfg.Existing, log)
+	s, err := bind(ctx, nc, name, cfg, log)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -126,29 +135,35 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 	return s, nil
 }
 
-func bind(ctx context.Context, nc *nats.Conn, name string, replicas int, create bool, log *zap.Logger) (*Stream, error) {
+func bind(ctx context.Context, nc *nats.Conn, name string, cfg Config, log *zap.Logger) (*Stream, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second), jetstream.WithPublishAsyncMaxPending(1024))
 	if err != nil {
 		return nil, err
 	}
 	s := &Stream{nc: nc, js: js, name: name, subject: "tether.log." + name, log: log, lost: make(chan struct{})}
-	err = retry(ctx, func(ctx context.Context) (err error) {
-		s.stream, err = js.Stream(ctx, name)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
+	lookup := func() error {
+		return retry(ctx, func(ctx context.Context) (err error) {
+			s.stream, err = js.Stream(ctx, name)
+			return err
+		})
+	}
+	err = lookup()
+	if errors.Is(err, jetstream.ErrStreamNotFound) && cfg.Existing {
 		return nil, fmt.Errorf("there is no stream %s on %s", name, nc.ConnectedUrlRedacted())
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s.stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name: name, Description: "tether's event log", Subjects: []string{s.subject},
-			Storage: jetstream.FileStorage, Replicas: replicas, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Retention: jetstream.LimitsPolicy,
 			Discard: jetstream.DiscardNew, MaxMsgs: -1, MaxBytes: -1, MaxMsgsPerSubject: -1,
-			DenyDelete: true, DenyPurge: true, AllowDirect: true,
+			DenyDelete: true, DenyPurge: true, AllowDirect: true, Metadata: cfg.Settings,
 		})
-		if err == nil {
-			log.Info("created the event log's stream", zap.Int("replicas", replicas))
-		} else if replicas > 1 {
+		switch {
+		case err == nil:
+			log.Info("created the event log's stream", zap.Int("replicas", cfg.Replicas))
+		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+			err = lookup() // another server made it first, maybe with other settings
+		case cfg.Replicas > 1:
 			err = fmt.Errorf("%w (a NATS server that is not in a cluster takes --nats-replicas 1)", err)
 		}
 	}
@@ -164,12 +179,56 @@ func bind(ctx context.Context, nc *nats.Conn, name string, replicas int, create 
 	case c.MaxAge > 0 || c.MaxMsgs > 0 || c.MaxBytes > 0 || c.Retention != jetstream.LimitsPolicy:
 		return nil, fmt.Errorf("the stream %s lets messages go (max_age, max_msgs, max_bytes or a retention other than limits); the event log must keep every one", name)
 	}
-	if c.Replicas != replicas {
-		log.Warn("the stream's replicas differ from --nats-replicas; the stream's stand", zap.String("code", "NATS_REPLICAS"),
-			zap.Int("replicas", c.Replicas), zap.Int("asked", replicas))
+	if cfg.Settings != nil {
+		if c.Replicas != cfg.Replicas {
+			return nil, fmt.Errorf("%w: the stream %s has %d replicas and this server's --nats-replicas is %d", ErrSettingsDiffer, name, c.Replicas, cfg.Replicas)
+		}
+		if err := s.agree(ctx, cfg.Settings, cfg.Reconfigure); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
+
+// agree compares settings with those the stream records, and records the ones it lacks (or,
+// with reconfigure, all of them).
+func (s *Stream) agree(ctx context.Context, settings map[string]string, reconfigure bool) error {
+	c := s.stream.CachedInfo().Config
+	var differ []string
+	missing := false
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		have, ok := c.Metadata[k]
+		switch {
+		case !ok:
+			missing = true
+		case have != settings[k] && !reconfigure:
+			differ = append(differ, fmt.Sprintf("%s is %q here and %q in the cluster", strings.TrimPrefix(k, SettingPrefix), settings[k], have))
+		}
+	}
+	if len(differ) > 0 {
+		return fmt.Errorf("%w: %s (recorded in the stream %s by the server that made it); start every server of a cluster with the same settings, or record new ones with --cluster-reconfigure",
+			ErrSettingsDiffer, strings.Join(differ, "; "), s.name)
+	}
+	if !missing && !reconfigure {
+		return nil
+	}
+	if c.Metadata == nil {
+		c.Metadata = map[string]string{}
+	}
+	maps.Copy(c.Metadata, settings)
+	var err error
+	if s.stream, err = s.js.UpdateStream(ctx, c); err != nil {
+		return fmt.Errorf("the stream %s: record the cluster's settings: %w", s.name, err)
+	}
+	s.log.Info("recorded the cluster's settings in the stream", zap.Bool("reconfigure", reconfigure))
+	return nil
+}
+
+// SettingPrefix starts the stream metadata keys that hold the cluster's settings.
+const SettingPrefix = "tether."
+
+// ErrSettingsDiffer says a server's settings are not its cluster's.
+var ErrSettingsDiffer = errors.New("this server's settings differ from its cluster's")
 
 // retry runs a JetStream API call until it answers or ctx ends, each try for at most 5 s: a
 // request made while the cluster elects a meta leader gets no answer at all, and the next one

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/election"
 	"github.com/tetherhq/tether/eventlog/eventlogtest"
 	"github.com/tetherhq/tether/eventlog/jetstream"
 	"github.com/tetherhq/tether/eventlog/jetstream/natstest"
@@ -127,38 +128,91 @@ func TestFencedByTheStream(t *testing.T) {
 	}
 }
 
+// The bucket's answers, as package election takes them: a key is created once, renewed at its
+// revision, refused at another, read back, and resigned.
 func TestElection(t *testing.T) {
 	c := natstest.Start(t, 1)
 	ctx := context.Background()
 	up := connect(t, c, 1)
-	a, err := up.Elect(ctx, jetstream.Leader{Node: "a", URL: "http://a"}, time.Second)
+	a, err := up.Elect(ctx, jetstream.NewLeader("a", "http://a"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := up.Elect(ctx, jetstream.Leader{Node: "b", URL: "http://b"}, time.Second)
+	b, err := up.Elect(ctx, jetstream.NewLeader("b", "http://b"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := a.TryLead(ctx); !ok || err != nil {
-		t.Fatalf("a: %v %v", ok, err)
+	do := func(e *jetstream.Election, a election.Action, want election.Kind) election.Outcome {
+		t.Helper()
+		o := e.Do(ctx, a)
+		if o.Kind != want {
+			t.Fatalf("%+v: %+v, want kind %d", a, o, want)
+		}
+		return o
 	}
-	if ok, err := b.TryLead(ctx); ok || err != nil {
-		t.Fatalf("b took the lead a holds: %v %v", ok, err)
+	do(b, election.Action{Kind: election.Read}, election.Absent)
+	created := do(a, election.Action{Kind: election.Create}, election.Created)
+	do(b, election.Action{Kind: election.Create}, election.Exists)
+	found := do(b, election.Action{Kind: election.Read}, election.Found)
+	if l, err := jetstream.ParseLeader(found.Value); err != nil || l != a.Me() || found.Rev != created.Rev {
+		t.Fatalf("b reads %+v at %d (%v), want %+v at %d", l, found.Rev, err, a.Me(), created.Rev)
 	}
-	if l, ok, err := b.Leader(ctx); !ok || err != nil || l.Node != "a" || l.URL != "http://a" {
-		t.Fatalf("b sees %+v %v %v", l, ok, err)
+	renewed := do(a, election.Action{Kind: election.Renew, Rev: created.Rev}, election.Updated)
+	// A renewal at the revision before: what a leader whose last answer was lost sends next.
+	do(a, election.Action{Kind: election.Renew, Rev: created.Rev}, election.Refused)
+	if back := do(a, election.Action{Kind: election.Read}, election.Found); back.Rev != renewed.Rev || string(back.Value) != string(a.Me().Value()) {
+		t.Fatalf("a reads back %q at %d, want its own at %d", back.Value, back.Rev, renewed.Rev)
 	}
-	if err := a.Renew(ctx); err != nil {
+	do(a, election.Action{Kind: election.Probe}, election.Answered)
+	if err := a.Resign(ctx, renewed.Rev); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Resign(ctx); err != nil {
+	do(b, election.Action{Kind: election.Read}, election.Absent)
+	do(b, election.Action{Kind: election.Create}, election.Created)
+	do(a, election.Action{Kind: election.Renew, Rev: renewed.Rev}, election.Refused)
+}
+
+// A server whose settings differ from those the stream recorded is refused, naming the
+// difference; one that brings a setting the stream lacks records it; --cluster-reconfigure
+// records its own.
+func TestClusterSettings(t *testing.T) {
+	c := natstest.Start(t, 1)
+	ctx := context.Background()
+	open := func(settings map[string]string, reconfigure bool) error {
+		s, err := jetstream.Connect(ctx, jetstream.Config{URL: c.LogURL("SETTINGS"), Replicas: 1, Settings: settings, Reconfigure: reconfigure})
+		if err == nil {
+			s.Close()
+		}
+		return err
+	}
+	if err := open(map[string]string{"tether.auth": "token"}, false); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := b.TryLead(ctx); !ok || err != nil {
-		t.Fatalf("b after a resigned: %v %v", ok, err)
+	err := open(map[string]string{"tether.auth": "none"}, false)
+	if !errors.Is(err, jetstream.ErrSettingsDiffer) || !strings.Contains(err.Error(), `auth is "none" here and "token" in the cluster`) {
+		t.Fatalf("a server with --auth none: %v", err)
 	}
-	if err := a.Renew(ctx); err == nil {
-		t.Fatal("a renewed a lead it had resigned")
+	if err := open(map[string]string{"tether.auth": "token", "tether.retain": "1h0m0s"}, false); err != nil {
+		t.Fatalf("a setting the stream lacks: %v", err)
+	}
+	if err := open(map[string]string{"tether.auth": "token", "tether.retain": "2h0m0s"}, false); !errors.Is(err, jetstream.ErrSettingsDiffer) {
+		t.Fatalf("a setting recorded by an earlier server: %v", err)
+	}
+	if err := open(map[string]string{"tether.auth": "token", "tether.retain": "2h0m0s"}, true); err != nil {
+		t.Fatalf("--cluster-reconfigure: %v", err)
+	}
+	if err := open(map[string]string{"tether.auth": "token", "tether.retain": "2h0m0s"}, false); err != nil {
+		t.Fatalf("after --cluster-reconfigure: %v", err)
+	}
+	if err := open(map[string]string{"tether.auth": "token"}, false); err != nil {
+		t.Fatalf("a reader's settings need not name everything: %v", err)
+	}
+	s, err := jetstream.Connect(ctx, jetstream.Config{URL: c.LogURL("SETTINGS"), Replicas: 3, Settings: map[string]string{}})
+	if err == nil {
+		s.Close()
+	}
+	if !errors.Is(err, jetstream.ErrSettingsDiffer) || !strings.Contains(err.Error(), "--nats-replicas") {
+		t.Fatalf("another replica count: %v", err)
 	}
 }
 

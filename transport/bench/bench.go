@@ -114,6 +114,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, errors.New("bench: nothing to do: give --jobs, or --rate and --duration")
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, TLSClientConfig: cfg.TLS}}
+	if strings.Contains(cfg.Server, ",") {
+		leader, err := leaderOf(ctx, hc, client.SplitServers(cfg.Server))
+		if err != nil {
+			return Result{}, err
+		}
+		cfg.Server = leader
+	}
 	if _, err := newProducer(cfg.Server, cfg.Token, cfg.TLS); err != nil {
 		return Result{}, err
 	}
@@ -331,6 +338,27 @@ wait:
 const connectWait = 30 * time.Second
 
 // healthy checks that a tether server answers at server.
+// leaderOf finds, among the servers of a replicated log, the one that leads: the one whose
+// /readyz answers 200. The load goes to it alone, as a benchmark of one broker.
+func leaderOf(ctx context.Context, hc *http.Client, servers []string) (string, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for _, s := range servers {
+			if get(ctx, hc, s+"/readyz", "") == nil {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("bench: none of %s leads (no /readyz answered 200 for 15 s)", strings.Join(servers, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(250 * time.Millisecond): // a failover may be under way
+		}
+	}
+}
+
 func healthy(ctx context.Context, hc *http.Client, server string) error {
 	if err := get(ctx, hc, strings.TrimRight(server, "/")+"/healthz", ""); err != nil {
 		return fmt.Errorf("bench: the server at %s: %w", server, err)

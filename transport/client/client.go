@@ -58,14 +58,21 @@ func (e *Error) Retryable() bool {
 // token to register a worker, the admin token for admin calls (none under --auth none).
 //
 // It may know several servers: the leader and the hot standbys of a replicated log. It talks
-// to one at a time, and moves on to the next when that one cannot be reached or answers that
-// it is a standby (503 STANDBY), to the leader the standby names if the client knows it. Only
-// requests that never reached a server, or that a standby refused, go again to the next one.
+// to one at a time, and moves on at once when that one cannot be reached, answers that it is a
+// standby (503 STANDBY: to the leader the standby names, if the client knows it), or that it is
+// still starting (503 NOT_READY). Only requests that never reached a server, or that it refused
+// that way, go again to the next one, unless they are safe to repeat (repeatable).
 type Client struct {
 	servers []string
 	current atomic.Uint32          // index into servers
 	token   atomic.Pointer[string] // a worker's renews itself while in use
 	hc      *http.Client
+	// RetryFor, if set, is how long a request that is safe to repeat goes on being tried
+	// across a failover, while no server takes it: none answers, or each is a standby that
+	// knows no leader yet, starting, or unavailable. Between rounds of every server it waits,
+	// 100 ms at first and twice as long each round, up to 2 s. 0: each server is tried at
+	// most twice, and the last answer is returned. Set it before the first request.
+	RetryFor time.Duration
 }
 
 // New returns a client of the server at base (http://host:port), or of any of several servers
@@ -119,14 +126,15 @@ func (c *Client) failover(server, leader string) bool {
 }
 
 // failoverErr moves the client off server if err says it should: the request never reached
-// it, or it is a standby. It reports whether the request may go to the next server.
+// it, it is a standby, or it is still starting. It reports whether the request may go to the
+// next server.
 func (c *Client) failoverErr(server string, err error) bool {
 	var e *Error
 	switch {
 	case errors.As(err, &e) && e.Code == wire.CodeStandby:
 		leader, _ := e.Details["leader"].(string)
 		return c.failover(server, leader)
-	case unreached(err):
+	case errors.As(err, &e) && e.Code == wire.CodeNotReady, unreached(err):
 		return c.failover(server, "")
 	}
 	return false
@@ -137,6 +145,51 @@ func (c *Client) failoverErr(server string, err error) bool {
 func unreached(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// failoverAnswer reports whether err says no server takes requests right now, as a failover
+// leaves it for a moment: a request safe to repeat may go again once the client has waited.
+func failoverAnswer(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code == wire.CodeStandby || e.Code == wire.CodeNotReady || e.Code == "UNAVAILABLE" || e.Status == http.StatusBadGateway || e.Status == http.StatusGatewayTimeout
+	}
+	return err != nil // the connection failed, or broke before the answer
+}
+
+// repeatable reports whether a request may be sent again after it may have reached a server:
+// reads; a submit, flow or schedule under its idempotency key or name; and actions whose second
+// time changes nothing (cancel, re-drive, release, pause, resume, delete, a worker's result,
+// which the server takes again as the same).
+func repeatable(method, path string, body any, header []string) bool {
+	if method != http.MethodPost {
+		return true
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if http.CanonicalHeaderKey(header[i]) == "Idempotency-Key" && header[i+1] != "" {
+			return true
+		}
+	}
+	switch b := body.(type) {
+	case wire.SubmitRequest:
+		return b.IdempotencyKey != ""
+	case wire.BatchRequest:
+		for _, j := range b.Jobs {
+			if j.IdempotencyKey == "" {
+				return false
+			}
+		}
+		return len(b.Jobs) > 0
+	case wire.ScheduleRequest:
+		return true
+	}
+	path, _, _ = strings.Cut(path, "?")
+	for _, suffix := range []string{"/cancel", "/retry", "/release", "/pause", "/resume", "/complete", "/fail", "/heartbeat"} {
+		if strings.HasSuffix(path, suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Client) tokenNow() string { return *c.token.Load() }
@@ -156,12 +209,32 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 		}
 		data = b
 	}
-	for tries := 1; ; tries++ {
+	safe := c.RetryFor > 0 && repeatable(method, path, body, header)
+	deadline := time.Now().Add(c.RetryFor)
+	for tries, round := 1, 0; ; tries++ {
 		server := c.Server()
 		status, err := c.doOn(ctx, server, method, path, body != nil, data, contentType, out, header)
-		if err == nil || tries >= 2*len(c.servers) || ctx.Err() != nil || !c.failoverErr(server, err) {
+		if err == nil || ctx.Err() != nil {
 			return status, err
 		}
+		moved := c.failoverErr(server, err)
+		if !moved && safe && failoverAnswer(err) {
+			moved = c.failover(server, "") // it may have reached the server; it may go again
+		}
+		if moved && tries < 2*len(c.servers) {
+			continue // another server may take it now
+		}
+		if !safe || !failoverAnswer(err) || time.Now().After(deadline) {
+			return status, err
+		}
+		// No server takes it now: a failover under way. Wait, then a round of every server.
+		round++
+		select {
+		case <-time.After(min(time.Until(deadline), backoff(round, 100*time.Millisecond, 2*time.Second))):
+		case <-ctx.Done():
+			return status, err
+		}
+		tries = 0
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/wire"
@@ -47,5 +49,52 @@ func TestClientFindsTheLeader(t *testing.T) {
 	}
 	if _, err := c.Get(ctx, "broken"); err == nil || leaderHits != 2 || c.Server() != leader.URL {
 		t.Fatalf("a failure on the leader: %v after %d leader hits, now on %s; want it returned, sent once, the client staying", err, leaderHits, c.Server())
+	}
+}
+
+// With RetryFor, a request safe to repeat goes on across a failover while no server takes it
+// (standbys that know no leader yet, a server starting); one that is not safe is answered at
+// once, after a round of the servers.
+func TestClientRetriesSafeRequestsAcrossAFailover(t *testing.T) {
+	var hits atomic.Int32
+	busy := func(code string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"` + code + `","message":"m","details":{}}}`))
+		}
+	}
+	var promoted atomic.Bool // the second server leads once the first is asked enough
+	leader := func(w http.ResponseWriter, r *http.Request) {
+		if !promoted.Load() {
+			busy("NOT_READY")(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"j1","status":"queued"}`))
+	}
+	standby := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Load() >= 10 { // two rounds of both servers, and a wait, after the first submit
+			promoted.Store(true)
+		}
+		busy("STANDBY")(w, r)
+	}))
+	defer standby.Close()
+	next := httptest.NewServer(http.HandlerFunc(leader))
+	defer next.Close()
+
+	c := client.New(standby.URL+","+next.URL, "", nil)
+	c.RetryFor = time.Minute
+	ctx := context.Background()
+	if _, err := c.Submit(ctx, wire.SubmitRequest{Queue: "q", Type: "t"}); err == nil || hits.Load() != 4 {
+		t.Fatalf("a submit without an idempotency key: %v after %d tries; want it refused after two rounds of both", err, hits.Load())
+	}
+	j, err := c.Submit(ctx, wire.SubmitRequest{Queue: "q", Type: "t", IdempotencyKey: "k"})
+	if err != nil || j.ID != "j1" || !promoted.Load() {
+		t.Fatalf("a submit under a key: %+v %v", j, err)
+	}
+	if _, err := c.Get(ctx, "j1"); err != nil || c.Server() != next.URL {
+		t.Fatalf("a read: %v, on %s", err, c.Server())
 	}
 }

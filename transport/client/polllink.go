@@ -18,6 +18,8 @@ type pollLink struct{ api *Client }
 
 func (l *pollLink) credit(int) {}
 
+func (l *pollLink) drop() {} // each request makes its own connection
+
 // request ignores credit: a long-poll link asks for work when it polls.
 func (l *pollLink) request(ctx context.Context, f wire.Frame, _ int) (wire.Frame, error) {
 	ok := true

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,6 +114,11 @@ type Worker struct {
 	// "complete", "fail" or "release", err what the server refused it with (nil: accepted).
 	// Over WebSocket it runs on the goroutine that reads the connection, so it must not block.
 	OnResult func(job *Job, report string, err error)
+	// ResultsDir, if set, is where the worker keeps each job's result until the server has
+	// taken it or refused it for good: written before the result is first sent, so that a
+	// worker that stops or dies first sends it again when it starts on the same directory.
+	// Without it, results wait in memory only.
+	ResultsDir string
 }
 
 // Transports a Worker may use.
@@ -132,14 +138,17 @@ const (
 	backoffMax       = 30 * time.Second
 	wsFailuresMax    = 3               // WebSocket refusals in a row, with HTTP working, before falling back
 	longPollFor      = 5 * time.Minute // how long a fallback lasts before WebSocket is tried again
-	shortLived       = 10 * time.Second
-	pollWait         = 25 // seconds
-	reportGiveUp     = 2 * time.Minute
+	pollWait         = 25              // seconds
 	handshakeTimeout = 10 * time.Second
 	// heartbeatDefault is the interval before the server has said one.
 	heartbeatDefault = 10 * time.Second
 	// pauseMax caps how long a worker whose jobs cannot start waits before it takes another.
 	pauseMax = 5 * time.Minute
+	// leaseTTLDefault is a lease's TTL when its assignment does not say (the server's default).
+	leaseTTLDefault = 30 * time.Second
+	// lastSendWait is how long the one more send of a result after its lease may have expired
+	// waits for a connection.
+	lastSendWait = 30 * time.Second
 )
 
 // Run runs the worker until ctx ends (then it stops cleanly, as the Worker's comment says, and
@@ -171,19 +180,51 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Key != nil {
 		r.publicKey = base64.StdEncoding.EncodeToString(w.Key.Public().(ed25519.PublicKey))
 	}
+	if w.ResultsDir != "" {
+		r.results = &resultStore{dir: w.ResultsDir}
+		r.resume()
+	}
 	err := r.connectLoop(ctx)
 	r.stop(err)
 	return err
 }
 
+// resume sends again the results a worker on the same ResultsDir left unsent: their leases are
+// heartbeaten as the running jobs' are, until the server has them.
+func (r *runner) resume() {
+	pending, errs := r.results.load()
+	for _, err := range errs {
+		r.log.Error("a kept result could not be read; it is left where it is", zap.String("dir", r.w.ResultsDir), zap.Error(err))
+	}
+	for _, p := range pending {
+		f := p.Frame
+		t := &task{job: &Job{ID: f.JobID, LeaseID: f.LeaseID, nonce: f.Nonce, r: r}, leaseTTL: p.LeaseTTL}
+		t.ctx, t.cancel = context.WithCancel(context.Background())
+		t.heard.Store(p.Heard.UnixNano())
+		r.mu.Lock()
+		r.tasks[f.LeaseID] = t
+		r.mu.Unlock()
+		r.log.Info("sending a result kept from before", zap.String("job_id", f.JobID), zap.String("report", f.Type))
+		go r.reportAndWait(t, f)
+	}
+}
+
 // connectLoop keeps a connection up until ctx ends or the server refuses the worker for good.
+// A connection that breaks is made again at once. A server that cannot be reached, is a
+// standby or is starting sends the worker on to the next one (or the leader the standby names)
+// at once; only after a whole round of the servers does it wait: briefly while some answered
+// (a failover under way: a new leader is ready within about a TTL), with exponential backoff
+// while none did.
 func (r *runner) connectLoop(ctx context.Context) error {
 	w := r.w
+	servers := len(SplitServers(w.Server))
 	failures, wsFailures := 0, 0
+	tried, answered := 0, false // in this round of the servers
 	var pollUntil time.Time
 	for ctx.Err() == nil {
 		useWS := w.Transport == TransportWebSocket || (w.Transport != TransportLongPoll && time.Now().After(pollUntil))
 		began := time.Now()
+		from := r.api.Server()
 		var connected bool
 		var err error
 		if useWS {
@@ -197,8 +238,12 @@ func (r *runner) connectLoop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if connected && time.Since(began) > shortLived {
-			failures, wsFailures = 0, 0
+		if connected {
+			failures, wsFailures, tried, answered = 0, 0, 0, false
+			if time.Since(began) > time.Second { // not a server that drops every connection
+				r.log.Info("disconnected; reconnecting", zap.Error(err))
+				continue
+			}
 		}
 		// A server that is down, restarting or recovering is no reason to leave WebSocket;
 		// one that answers HTTP but refuses the upgrade (a proxy that strips it) is.
@@ -209,8 +254,17 @@ func (r *runner) connectLoop(ctx context.Context) error {
 				continue
 			}
 		}
-		failures++
-		d := backoff(failures, backoffMin, backoffMax)
+		var e *Error
+		answered = answered || errors.As(err, &e)
+		if tried++; !connected && tried < servers && r.api.Server() != from {
+			continue // on to the next server, or the leader a standby named
+		}
+		d := backoffMin
+		if !answered {
+			failures++
+			d = backoff(failures, backoffMin, backoffMax)
+		}
+		tried, answered = 0, false
 		r.log.Info("disconnected; reconnecting", zap.Error(err), zap.Duration("in", d))
 		select {
 		case <-time.After(d):
@@ -275,7 +329,8 @@ type runner struct {
 	w         *Worker
 	api       *Client
 	log       *zap.Logger
-	publicKey string // the worker's own, base64; "" without a key
+	publicKey string       // the worker's own, base64; "" without a key
+	results   *resultStore // nil without Worker.ResultsDir
 
 	mu    sync.Mutex
 	tasks map[string]*task // by lease id, from assignment until the result is acknowledged
@@ -313,6 +368,21 @@ type task struct {
 	// cancelled is why the job was stopped: "cancelled" (a client asked), "lost" (the lease is
 	// no longer this worker's) or "stopping" (the worker stops).
 	cancelled atomic.Value
+	// leaseTTL is how long the lease lasts past each heartbeat the server answers, and heard
+	// (Unix nanoseconds) when it last answered one for this lease: the lease may be valid
+	// until heard plus twice leaseTTL (a server that restarts gives every lease one more).
+	leaseTTL time.Duration
+	heard    atomic.Int64
+	// tries counts the sends of the result; last is set once its lease may have expired,
+	// for the one more send after that. The reporting path alone touches them, one send at a
+	// time.
+	tries int
+	last  bool
+}
+
+// mayBeValid is until when the task's lease may still be valid, as far as the worker knows.
+func (t *task) mayBeValid() time.Time {
+	return time.Unix(0, t.heard.Load()).Add(2 * t.leaseTTL)
 }
 
 // link is one connection to the server: WebSocket or long-poll.
@@ -322,6 +392,8 @@ type link interface {
 	request(ctx context.Context, f wire.Frame, credit int) (wire.Frame, error)
 	// credit lets the server lease n more jobs (a long-poll link asks when it polls instead).
 	credit(n int)
+	// drop closes the connection, for the worker to make another.
+	drop()
 }
 
 func (r *runner) setLink(l link) {
@@ -477,7 +549,12 @@ func (r *runner) start(a wire.Frame) {
 		job.LeaseExpiresAt = *a.LeaseExpiresAt
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &task{job: job, ctx: ctx, cancel: cancel, heartbeat: seconds(a.HeartbeatSeconds)}
+	t := &task{job: job, ctx: ctx, cancel: cancel, heartbeat: seconds(a.HeartbeatSeconds), leaseTTL: leaseTTLDefault}
+	now := time.Now()
+	t.heard.Store(now.UnixNano())
+	if a.LeaseExpiresAt != nil && a.LeaseExpiresAt.After(now) {
+		t.leaseTTL = a.LeaseExpiresAt.Sub(now)
+	}
 	r.mu.Lock()
 	if _, dup := r.tasks[a.LeaseID]; dup {
 		r.mu.Unlock()
@@ -622,6 +699,7 @@ func failFrame(j *Job, herr error, cancelled bool) wire.Frame {
 // link's reader ends the task when it reads it, which spares a hand-off between goroutines on
 // every job.
 func (r *runner) send(t *task, f wire.Frame) {
+	r.keep(t, f)
 	r.mu.Lock()
 	ws, async := r.link.(*wsLink)
 	credit := 0
@@ -644,37 +722,104 @@ func (r *runner) send(t *task, f wire.Frame) {
 	})
 }
 
-// reportAndWait sends a result over whichever link is up, waiting for one while disconnected.
+// reportAndWait sends a result over whichever link is up, waiting for one while disconnected,
+// for as long as the lease may be valid (once that passed, for lastSendWait).
 func (r *runner) reportAndWait(t *task, f wire.Frame) {
-	ctx, cancel := context.WithTimeout(context.Background(), reportGiveUp)
+	ctx, cancel := context.WithDeadline(context.Background(), later(t.mayBeValid(), time.Now().Add(lastSendWait)))
 	defer cancel()
 	_, err := r.request(ctx, f)
 	r.finish(t, f, err)
 }
 
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// keep writes the result to the worker's results dir, if it has one, before it is sent.
+func (r *runner) keep(t *task, f wire.Frame) {
+	if r.results == nil {
+		return
+	}
+	p := pendingResult{Frame: f, LeaseTTL: t.leaseTTL, Heard: time.Unix(0, t.heard.Load()).UTC()}
+	if err := r.results.save(p); err != nil {
+		r.log.Error("the job's result could not be kept on disk; it is sent, but a restart before the server has it loses it",
+			zap.String("code", "RESULT_NOT_KEPT"), zap.String("job_id", f.JobID), zap.Error(err))
+	}
+}
+
 // finish ends a task whose result the server answered, err saying what it refused (nil:
-// taken), or why the answer never came. A completion the server refuses for what it is (too
-// large, not valid, a signature that does not verify) would be refused again however often it
-// were sent: the job is failed instead, naming the reason, rather than left to its lease's
-// expiry.
+// taken), or why the answer never came. A result the server did not take for a reason that may
+// pass (it was unavailable, a standby, restarting; the connection went away) is sent again,
+// with backoff, for as long as the lease may be valid, and once more after that: a finished
+// job is not run again for want of its result. A completion the server refuses for what it is
+// (too large, not valid, a signature that does not verify) would be refused again however
+// often it were sent: the job is failed instead, naming the reason, rather than left to its
+// lease's expiry.
 func (r *runner) finish(t *task, f wire.Frame, err error) {
 	j := t.job
+	if err != nil && mayPass(err) && r.again(t, f, err) {
+		return
+	}
 	if err != nil {
 		r.log.Warn("the server did not take the job's result",
 			zap.String("job_id", j.ID), zap.String("lease_id", j.LeaseID), zap.String("report", f.Type), zap.Error(err))
 	} else if ce := r.log.Check(zap.DebugLevel, "reported"); ce != nil {
 		ce.Write(zap.String("job_id", j.ID), zap.String("lease_id", j.LeaseID), zap.String("report", f.Type))
 	}
+	fail, refused := refusedResult(j, err)
+	refused = refused && f.Type == wire.FrameComplete
+	if refused {
+		r.keep(t, fail)
+	} else if r.results != nil {
+		if err := r.results.remove(j.LeaseID); err != nil {
+			r.log.Error("a sent result could not be removed from disk; a restart sends it again, and the server answers it as before",
+				zap.String("job_id", j.ID), zap.Error(err))
+		}
+	}
 	if r.w.OnResult != nil {
 		r.w.OnResult(j, f.Type, err)
 	}
-	if f.Type == wire.FrameComplete {
-		if fail, ok := refusedResult(j, err); ok {
-			go r.reportAndWait(t, fail)
-			return
-		}
+	if refused {
+		go r.reportAndWait(t, fail)
+		return
 	}
 	r.forget(t)
+}
+
+// mayPass reports whether a result the server did not take may be taken if sent again: no
+// answer came, or the server said it could not take it now (unavailable, a standby,
+// restarting), not that it refuses it.
+func mayPass(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Retryable()
+	}
+	return true
+}
+
+// again sends a result the server did not take once more, after a backoff, if its lease may
+// still be valid or it has not had its one more send since; it reports whether it will.
+func (r *runner) again(t *task, f wire.Frame, err error) bool {
+	select {
+	case <-r.ended: // Run returned: what is on disk goes at the next start
+		return true
+	default:
+	}
+	if t.last {
+		r.log.Error("the server did not take the job's result before its lease surely expired; the job runs again elsewhere",
+			zap.String("code", "RESULT_DROPPED"), zap.String("job_id", t.job.ID), zap.String("lease_id", t.job.LeaseID), zap.Error(err))
+		return false
+	}
+	t.last = time.Now().After(t.mayBeValid())
+	t.tries++
+	d := backoff(t.tries, backoffMin, 10*time.Second)
+	r.log.Warn("the server did not take the job's result; sending it again", zap.String("job_id", t.job.ID),
+		zap.String("report", f.Type), zap.Error(err), zap.Duration("in", d), zap.Int("tries", t.tries))
+	time.AfterFunc(d, func() { r.reportAndWait(t, f) })
+	return true
 }
 
 // refusedResult is the failure to report for a completion the server refused for good.
@@ -769,11 +914,20 @@ func (r *runner) heartbeats(l link, base time.Duration, done <-chan struct{}) {
 		last = time.Now()
 		every := r.heartbeatEvery(base)
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		ack, err := l.request(ctx, wire.Frame{Type: wire.FrameHeartbeat, Leases: r.leases()}, 0)
+		leases := r.leases()
+		ack, err := l.request(ctx, wire.Frame{Type: wire.FrameHeartbeat, Leases: leases}, 0)
 		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			// No answer in a heartbeat's time: the server is paused or cut off, and its
+			// leases may be handed over meanwhile. Another server (or this one, later) will.
+			r.log.Warn("the server did not answer a heartbeat; reconnecting", zap.Duration("within", every))
+			l.drop()
+			continue
+		}
 		if err != nil {
 			continue
 		}
+		r.heard(last, leases, ack.Unknown)
 		for _, id := range ack.Cancel {
 			r.stopTask(id, "cancelled")
 		}
@@ -781,6 +935,17 @@ func (r *runner) heartbeats(l link, base time.Duration, done <-chan struct{}) {
 			r.stopTask(id, "lost")
 		}
 		r.noteToken(ack)
+	}
+}
+
+// heard notes that the server, at when, answered a heartbeat of leases, all valid but unknown.
+func (r *runner) heard(when time.Time, leases, unknown []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range leases {
+		if t := r.tasks[id]; t != nil && !slices.Contains(unknown, id) {
+			t.heard.Store(when.UnixNano())
+		}
 	}
 }
 

@@ -99,6 +99,8 @@ func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Fr
 
 func (l *wsLink) credit(n int) { _ = l.send(wire.Frame{Type: wire.FrameCredit, N: n}, 0) }
 
+func (l *wsLink) drop() { _ = l.conn.Close() }
+
 // take removes and returns the callback waiting for ref, nil if it is not waiting any more.
 func (l *wsLink) take(ref string) ackFunc {
 	l.mu.Lock()

@@ -1,0 +1,227 @@
+// Package election decides which server writes a replicated event log (DESIGN §10), and when a
+// leader stops: the decisions alone, without a clock, a network or a bucket, so that the server
+// (cmd/tether, on the wall clock and a JetStream KV bucket) and the simulator (on its virtual
+// clock and its model of the bucket) run the same rules.
+//
+// The election only decides who tries to lead. Safety is the log's fence (eventlog, "One
+// writer"): a server that wrongly believes it leads has every append refused. So the rules here
+// are about liveness, and they lean one way: a healthy leader is never given up. A leader keeps
+// its lead through a lost answer and through a bucket that does not answer, for as long as NATS
+// answers it at all; it stops only when another server holds the key, or when nothing of NATS
+// has answered it for a whole TTL (it is cut off, and a standby takes over). A standby takes the
+// key only when it is free, and, if it knows who led last, only once that leader does not say
+// it still leads.
+//
+// The key holds a Holder's value, which names the server and the moment it took the lead, so a
+// leader that reads the key back tells its own renewal (whose answer was lost) from another
+// server's claim.
+package election
+
+import (
+	"bytes"
+	"time"
+)
+
+// Kind is what a server is to do next, or how a request to the bucket ended.
+type Kind int
+
+// Actions: what the driver does next. Every action but None and Stop ends in one Outcome,
+// which the driver hands back with Done.
+const (
+	// None: nothing until the next tick.
+	None Kind = iota
+	// Renew: update the key to the Holder's value at revision Rev.
+	Renew
+	// Read: read the key.
+	Read
+	// Create: create the key with the value, if it does not exist.
+	Create
+	// Probe: ask the log's stream for anything (its last message): does NATS answer at all?
+	Probe
+	// Check: ask the last leader, whose value is Value, whether it still leads (its /readyz).
+	Check
+	// Lead: the Candidate won the key at revision Rev: open the log as its writer.
+	Lead
+	// Stop: the Holder no longer leads, for Reason.
+	Stop
+)
+
+// Outcomes: how an action ended.
+const (
+	// Updated: the renewal was written, at revision Rev.
+	Updated Kind = iota + 100
+	// Refused: the renewal was refused, the key's revision is not the one named.
+	Refused
+	// Found: the key holds Value at revision Rev.
+	Found
+	// Absent: there is no key.
+	Absent
+	// Created: the key was created, at revision Rev.
+	Created
+	// Exists: the key was not created: it exists.
+	Exists
+	// Unanswered: the bucket (or, for Probe, the stream) gave no answer in time.
+	Unanswered
+	// Answered: the stream answered a Probe.
+	Answered
+	// Leads: the last leader answered that it still leads, and NATS answers it.
+	Leads
+	// NotLeading: the last leader did not answer that it leads.
+	NotLeading
+)
+
+// Reasons a Holder stops.
+const (
+	// ReasonTaken: another server holds the key.
+	ReasonTaken = "another server holds the lead"
+	// ReasonCutOff: nothing of NATS answered for a whole TTL.
+	ReasonCutOff = "NATS did not answer for a whole TTL"
+)
+
+// Action is a decision: what to do next.
+type Action struct {
+	Kind   Kind
+	Rev    uint64
+	Value  []byte // Check: the value of the leader to ask
+	Reason string // Stop
+}
+
+// Outcome is how an action ended.
+type Outcome struct {
+	Kind  Kind
+	Rev   uint64
+	Value []byte // Found
+}
+
+// Holder is a leader's part: it renews the key every TTL/4 and decides, from what the bucket
+// and the stream answer, whether it still leads.
+type Holder struct {
+	ttl   time.Duration
+	value []byte
+	rev   uint64
+	// contact is when NATS last answered, the bucket or the stream.
+	contact time.Time
+	// pending is the action whose outcome Done takes next.
+	pending Kind
+}
+
+// NewHolder starts the part of a server that took the key with value at revision rev, at now.
+func NewHolder(now time.Time, ttl time.Duration, value []byte, rev uint64) *Holder {
+	return &Holder{ttl: ttl, value: value, rev: rev, contact: now}
+}
+
+// Every is how often the Holder renews: four times a TTL, so that a renewal or two may go
+// unanswered before the key expires.
+func (h *Holder) Every() time.Duration { return h.ttl / 4 }
+
+// Rev is the key's revision this server last wrote, or read back as its own.
+func (h *Holder) Rev() uint64 { return h.rev }
+
+// Healthy reports whether NATS answered this leader within the last half TTL: what it tells a
+// standby that asks whether it still leads.
+func (h *Holder) Healthy(now time.Time) bool { return now.Sub(h.contact) <= h.ttl/2 }
+
+// Tick is called every Every: renew, or stop if NATS has not answered for a whole TTL.
+func (h *Holder) Tick(now time.Time) Action {
+	if now.Sub(h.contact) > h.ttl {
+		return h.do(Action{Kind: Stop, Reason: ReasonCutOff})
+	}
+	return h.do(Action{Kind: Renew, Rev: h.rev})
+}
+
+func (h *Holder) do(a Action) Action {
+	h.pending = a.Kind
+	return a
+}
+
+// Contact says NATS answered this leader otherwise (the stream took an append).
+func (h *Holder) Contact(now time.Time) {
+	if now.After(h.contact) {
+		h.contact = now
+	}
+}
+
+// Done takes an action's outcome and returns what to do next.
+func (h *Holder) Done(now time.Time, o Outcome) Action {
+	return h.do(h.next(now, o))
+}
+
+func (h *Holder) next(now time.Time, o Outcome) Action {
+	if o.Kind != Unanswered {
+		h.Contact(now)
+	}
+	switch o.Kind {
+	case Updated, Created:
+		h.rev = o.Rev
+	case Refused:
+		if mutantStopOnRefusedRenewal {
+			return Action{Kind: Stop, Reason: ReasonTaken}
+		}
+		// The key moved on from the revision this leader last wrote: a renewal of its own
+		// whose answer was lost, the key expired while the bucket did not answer, or another
+		// server's claim. Only the key says which.
+		return Action{Kind: Read}
+	case Found:
+		if !bytes.Equal(o.Value, h.value) {
+			return Action{Kind: Stop, Reason: ReasonTaken}
+		}
+		h.rev = o.Rev
+	case Absent:
+		return Action{Kind: Create} // it expired while unrenewed; no one took it: take it back
+	case Exists:
+		return Action{Kind: Read}
+	case Unanswered:
+		if h.pending == Probe {
+			return Action{}
+		}
+		// The bucket may be electing a leader of its own; the stream may still answer, and a
+		// leader whose appends go on keeps leading.
+		return Action{Kind: Probe}
+	}
+	return Action{}
+}
+
+// Candidate is a standby's part: it watches the key, and takes it once it is free and the last
+// leader does not say it still leads.
+type Candidate struct {
+	value []byte
+	// leader is the value the key last held: who led last.
+	leader []byte
+}
+
+// NewCandidate starts the part of a standby whose value, once it leads, is value.
+func NewCandidate(value []byte) *Candidate { return &Candidate{value: value} }
+
+// Every is how often a standby looks at the key.
+const Every = 250 * time.Millisecond
+
+// Tick is called every Every.
+func (c *Candidate) Tick() Action { return Action{Kind: Read} }
+
+// Leader is the value the key last held (nil if none was seen): whose URL standbys send
+// clients to.
+func (c *Candidate) Leader() []byte { return c.leader }
+
+// Done takes an action's outcome and returns what to do next.
+func (c *Candidate) Done(o Outcome) Action {
+	switch o.Kind {
+	case Found:
+		c.leader = o.Value
+	case Absent:
+		if c.leader != nil && !bytes.Equal(c.leader, c.value) {
+			// The key expired: the leader died, is paused or cut off, or the bucket lost
+			// its own leader for longer than the TTL while the leader went on. Only the
+			// leader can tell the last apart.
+			return Action{Kind: Check, Value: c.leader}
+		}
+		return Action{Kind: Create}
+	case NotLeading:
+		return Action{Kind: Create}
+	case Created:
+		c.leader = c.value
+		return Action{Kind: Lead, Rev: o.Rev}
+	case Exists:
+		return Action{Kind: Read}
+	}
+	return Action{}
+}

@@ -1,0 +1,99 @@
+package election
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func want(t *testing.T, got Action, kind Kind) {
+	t.Helper()
+	if got.Kind != kind {
+		t.Fatalf("action %+v, want kind %d", got, kind)
+	}
+}
+
+// A renewal whose answer was lost landed: the next one is refused, the key read back holds this
+// leader's own value, and it goes on at the key's revision.
+func TestHolderKeepsTheLeadThroughALostAnswer(t *testing.T) {
+	h := NewHolder(t0, time.Second, []byte("a"), 5)
+	want(t, h.Tick(at(250)), Renew)
+	want(t, h.Done(at(260), Outcome{Kind: Unanswered}), Probe) // the answer was lost
+	want(t, h.Done(at(270), Outcome{Kind: Answered}), None)
+	a := h.Tick(at(500))
+	if a.Kind != Renew || a.Rev != 5 {
+		t.Fatalf("%+v, want a renewal at revision 5", a)
+	}
+	want(t, h.Done(at(510), Outcome{Kind: Refused}), Read)
+	want(t, h.Done(at(520), Outcome{Kind: Found, Value: []byte("a"), Rev: 6}), None)
+	if a := h.Tick(at(750)); a.Kind != Renew || a.Rev != 6 {
+		t.Fatalf("%+v, want a renewal at revision 6", a)
+	}
+}
+
+// A bucket that does not answer, while the stream does, stops nobody; a key that expired meanwhile
+// is taken back; another server's key stops the leader.
+func TestHolderThroughAnUnavailableBucket(t *testing.T) {
+	h := NewHolder(t0, time.Second, []byte("a"), 5)
+	for ms := 250; ms <= 5000; ms += 250 {
+		want(t, h.Tick(at(ms)), Renew)
+		want(t, h.Done(at(ms+100), Outcome{Kind: Unanswered}), Probe)
+		want(t, h.Done(at(ms+110), Outcome{Kind: Answered}), None)
+		if !h.Healthy(at(ms + 120)) {
+			t.Fatalf("unhealthy at %dms while the stream answers", ms)
+		}
+	}
+	want(t, h.Tick(at(5250)), Renew)
+	want(t, h.Done(at(5260), Outcome{Kind: Refused}), Read)
+	want(t, h.Done(at(5270), Outcome{Kind: Absent}), Create)
+	want(t, h.Done(at(5280), Outcome{Kind: Created, Rev: 9}), None)
+	if a := h.Tick(at(5500)); a.Rev != 9 {
+		t.Fatalf("%+v, want a renewal at revision 9", a)
+	}
+	want(t, h.Done(at(5510), Outcome{Kind: Refused}), Read)
+	if a := h.Done(at(5520), Outcome{Kind: Found, Value: []byte("b"), Rev: 10}); a.Kind != Stop || a.Reason != ReasonTaken {
+		t.Fatalf("%+v, want a stop: another server holds the key", a)
+	}
+}
+
+// A leader that nothing of NATS answers stops after a TTL, and says it is unhealthy after half.
+func TestHolderCutOff(t *testing.T) {
+	h := NewHolder(t0, time.Second, []byte("a"), 5)
+	for ms := 250; ms <= 1000; ms += 250 {
+		want(t, h.Tick(at(ms)), Renew)
+		want(t, h.Done(at(ms+10), Outcome{Kind: Unanswered}), Probe)
+		want(t, h.Done(at(ms+20), Outcome{Kind: Unanswered}), None)
+	}
+	if h.Healthy(at(600)) {
+		t.Fatal("healthy after half a TTL without an answer")
+	}
+	if a := h.Tick(at(1250)); a.Kind != Stop || a.Reason != ReasonCutOff {
+		t.Fatalf("%+v, want a stop: cut off", a)
+	}
+}
+
+// A standby takes a free key at once if no one led, asks the last leader first otherwise, and
+// holds off while that leader says it still leads.
+func TestCandidate(t *testing.T) {
+	c := NewCandidate([]byte("b"))
+	want(t, c.Tick(), Read)
+	want(t, c.Done(Outcome{Kind: Absent}), Create)
+	want(t, c.Done(Outcome{Kind: Exists}), Read)
+	want(t, c.Done(Outcome{Kind: Found, Value: []byte("a")}), None)
+	if string(c.Leader()) != "a" {
+		t.Fatalf("leader %q", c.Leader())
+	}
+	a := c.Done(Outcome{Kind: Absent})
+	if a.Kind != Check || string(a.Value) != "a" {
+		t.Fatalf("%+v, want a check of a", a)
+	}
+	want(t, c.Done(Outcome{Kind: Leads}), None)
+	want(t, c.Done(Outcome{Kind: Absent}), Check)
+	want(t, c.Done(Outcome{Kind: NotLeading}), Create)
+	if a := c.Done(Outcome{Kind: Created, Rev: 3}); a.Kind != Lead || a.Rev != 3 {
+		t.Fatalf("%+v, want to lead at revision 3", a)
+	}
+}

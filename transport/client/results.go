@@ -1,0 +1,124 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// resultStore keeps each result a worker has not yet seen the server take, one file per lease,
+// so that a worker that stops (or dies) before the server answers sends it again when it starts.
+// A file is written, synced and renamed into place before its result is first sent, and removed
+// once the server took it or refused it for good.
+type resultStore struct{ dir string }
+
+// pendingResult is a result on disk: the frame as sent, and what says how long its lease may
+// still be valid.
+type pendingResult struct {
+	Frame    wire.Frame    `json:"frame"`
+	LeaseTTL time.Duration `json:"lease_ttl"`
+	Heard    time.Time     `json:"heard"` // when the server last confirmed the lease
+}
+
+const resultSuffix = ".result.json"
+
+func (s resultStore) path(lease string) string {
+	// A lease id is a ULID; anything else is made safe for a file name.
+	safe := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, lease)
+	return filepath.Join(s.dir, safe+resultSuffix)
+}
+
+// save writes p durably before its result is sent.
+func (s resultStore) save(p pendingResult) error {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return err
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	path := s.path(p.Frame.LeaseID)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// remove forgets the result of lease.
+func (s resultStore) remove(lease string) error {
+	err := os.Remove(s.path(lease))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// load returns the results a worker left unsent. A file that does not parse is reported and
+// left where it is, for an operator to look at.
+func (s resultStore) load() ([]pendingResult, []error) {
+	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, []error{err}
+	}
+	var out []pendingResult
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasSuffix(name, resultSuffix+".tmp") {
+			_ = os.Remove(filepath.Join(s.dir, name)) // a save that never finished: never sent
+			continue
+		}
+		if !strings.HasSuffix(name, resultSuffix) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(s.dir, name))
+		var p pendingResult
+		if err == nil {
+			err = json.Unmarshal(data, &p)
+		}
+		if err == nil && (p.Frame.JobID == "" || p.Frame.LeaseID == "") {
+			err = errors.New("no job or lease in it")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errs
+}
