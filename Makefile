@@ -15,7 +15,7 @@ MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_chec
             persisted_before_durable apply_after_reply expire_early delete_live table_index_lost stale_table_copy \
             ignore_pause start_on_lease forget_decided_ticks fire_overlapping
 
-.PHONY: help run deps test race lint bench fuzz sim sim-mutants
+.PHONY: help run deps test race lint bench fuzz sim sim-mutants chaos
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +42,9 @@ lint: ## gofmt, go vet, staticcheck (pinned in go.mod), and go mod tidy leaving 
 
 bench: ## run the benchmarks (BenchmarkAppend: durable appends, fsync on the local disk)
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./...
+
+chaos: ## the replicated log under faults, long: real NATS and tether processes; 20 leader kills, 20 pauses, NATS nodes lost (make test runs a short one)
+	$(GO) test ./cmd/tether -run '^TestChaos$$' -chaos.full -v -count=1 -timeout 60m
 
 fuzz: ## fuzz the record and payload decoders and the frame and job codecs for FUZZTIME each
 	$(GO) test ./eventlog -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)

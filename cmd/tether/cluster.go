@@ -114,7 +114,7 @@ type cluster struct {
 	// deposed is closed when this server, having led, stops leading (why says why); closing
 	// when the server stops.
 	deposed, closing chan struct{}
-	why               string
+	why              string
 	// holder is this server's part once it leads; nil before.
 	mu     sync.Mutex
 	holder *election.Holder

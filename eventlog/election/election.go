@@ -6,11 +6,12 @@
 // The election only decides who tries to lead. Safety is the log's fence (eventlog, "One
 // writer"): a server that wrongly believes it leads has every append refused. So the rules here
 // are about liveness, and they lean one way: a healthy leader is never given up. A leader keeps
-// its lead through a lost answer and through a bucket that does not answer, for as long as NATS
-// answers it at all; it stops only when another server holds the key, or when nothing of NATS
-// has answered it for a whole TTL (it is cut off, and a standby takes over). A standby takes the
-// key only when it is free, and, if it knows who led last, only once that leader does not say
-// it still leads.
+// its lead through a lost answer, through a bucket that does not answer, and through JetStream
+// electing leaders of its own (a NATS node lost), for as long as its NATS server answers it. It
+// stops only when another server holds the key, when its NATS server has not answered for a
+// whole TTL (it is cut off, and a standby takes over), or when JetStream has answered nothing
+// for Patience. A standby takes the key only when it is free, and, if it knows who led last,
+// only once that leader does not say it still leads.
 //
 // The key holds a Holder's value, which names the server and the moment it took the lead, so a
 // leader that reads the key back tells its own renewal (whose answer was lost) from another
@@ -36,7 +37,8 @@ const (
 	Read
 	// Create: create the key with the value, if it does not exist.
 	Create
-	// Probe: ask the log's stream for anything (its last message): does NATS answer at all?
+	// Probe: ping the NATS server, and ask the log's stream for its last message: does NATS
+	// answer at all, and JetStream?
 	Probe
 	// Check: ask the last leader, whose value is Value, whether it still leads (its /readyz).
 	Check
@@ -60,9 +62,10 @@ const (
 	Created
 	// Exists: the key was not created: it exists.
 	Exists
-	// Unanswered: the bucket (or, for Probe, the stream) gave no answer in time.
+	// Unanswered: the bucket (or, for Probe, the NATS server) gave no answer in time.
 	Unanswered
-	// Answered: the stream answered a Probe.
+	// Answered: the NATS server answered a Probe's ping; the Outcome's At is when JetStream
+	// (the stream) last answered.
 	Answered
 	// Leads: the last leader answered that it still leads, and NATS answers it.
 	Leads
@@ -74,9 +77,17 @@ const (
 const (
 	// ReasonTaken: another server holds the key.
 	ReasonTaken = "another server holds the lead"
-	// ReasonCutOff: nothing of NATS answered for a whole TTL.
+	// ReasonCutOff: the NATS server did not answer for a whole TTL.
 	ReasonCutOff = "NATS did not answer for a whole TTL"
+	// ReasonUnanswered: JetStream answered nothing for Patience.
+	ReasonUnanswered = "JetStream answered nothing for 15 s"
 )
+
+// Patience is how long a leader whose NATS server answers waits for JetStream to answer again:
+// long enough for JetStream to elect the leaders of the stream and the bucket after a NATS node
+// is lost (nats-server's election timeouts are 4-9 s), as long as the log waits to settle a
+// publish.
+const Patience = 15 * time.Second
 
 // Action is a decision: what to do next.
 type Action struct {
@@ -90,7 +101,8 @@ type Action struct {
 type Outcome struct {
 	Kind  Kind
 	Rev   uint64
-	Value []byte // Found
+	Value []byte    // Found
+	At    time.Time // Answered
 }
 
 // Holder is a leader's part: it renews the key every TTL/4 and decides, from what the bucket
@@ -99,15 +111,19 @@ type Holder struct {
 	ttl   time.Duration
 	value []byte
 	rev   uint64
-	// contact is when NATS last answered, the bucket or the stream.
-	contact time.Time
+	// contact is when the NATS server last answered; answered, when JetStream did (the bucket
+	// or the stream).
+	contact, answered time.Time
+	// active is when this server last ticked or heard an outcome: a gap of several ticks
+	// since is this server paused, not NATS silent.
+	active time.Time
 	// pending is the action whose outcome Done takes next.
 	pending Kind
 }
 
 // NewHolder starts the part of a server that took the key with value at revision rev, at now.
 func NewHolder(now time.Time, ttl time.Duration, value []byte, rev uint64) *Holder {
-	return &Holder{ttl: ttl, value: value, rev: rev, contact: now}
+	return &Holder{ttl: ttl, value: value, rev: rev, contact: now, answered: now, active: now}
 }
 
 // Every is how often the Holder renews: four times a TTL, so that a renewal or two may go
@@ -117,14 +133,23 @@ func (h *Holder) Every() time.Duration { return h.ttl / 4 }
 // Rev is the key's revision this server last wrote, or read back as its own.
 func (h *Holder) Rev() uint64 { return h.rev }
 
-// Healthy reports whether NATS answered this leader within the last half TTL: what it tells a
-// standby that asks whether it still leads.
+// Healthy reports whether the NATS server answered this leader within the last half TTL: what
+// it tells a standby that asks whether it still leads.
 func (h *Holder) Healthy(now time.Time) bool { return now.Sub(h.contact) <= h.ttl/2 }
 
-// Tick is called every Every: renew, or stop if NATS has not answered for a whole TTL.
+// Tick is called every Every: renew, or stop if cut off from NATS or JetStream. After a gap
+// in the ticks (the process was paused, or starved of CPU) silence proves nothing, since
+// nothing was asked: it renews, and the answer says whether it still leads.
 func (h *Holder) Tick(now time.Time) Action {
-	if now.Sub(h.contact) > h.ttl {
+	if now.Sub(h.active) > 2*h.Every() {
+		h.heard(now, now)
+	}
+	h.active = now
+	switch {
+	case now.Sub(h.contact) > h.ttl:
 		return h.do(Action{Kind: Stop, Reason: ReasonCutOff})
+	case now.Sub(h.answered) > Patience:
+		return h.do(Action{Kind: Stop, Reason: ReasonUnanswered})
 	}
 	return h.do(Action{Kind: Renew, Rev: h.rev})
 }
@@ -134,21 +159,29 @@ func (h *Holder) do(a Action) Action {
 	return a
 }
 
-// Contact says NATS answered this leader otherwise (the stream took an append).
-func (h *Holder) Contact(now time.Time) {
+// heard notes that the NATS server answered at now, and JetStream at js.
+func (h *Holder) heard(now, js time.Time) {
 	if now.After(h.contact) {
 		h.contact = now
+	}
+	if js.After(h.answered) {
+		h.answered = js
 	}
 }
 
 // Done takes an action's outcome and returns what to do next.
 func (h *Holder) Done(now time.Time, o Outcome) Action {
+	h.active = now
 	return h.do(h.next(now, o))
 }
 
 func (h *Holder) next(now time.Time, o Outcome) Action {
-	if o.Kind != Unanswered {
-		h.Contact(now)
+	switch o.Kind {
+	case Unanswered:
+	case Answered:
+		h.heard(now, o.At)
+	default:
+		h.heard(now, now) // the bucket answered
 	}
 	switch o.Kind {
 	case Updated, Created:
@@ -175,7 +208,7 @@ func (h *Holder) next(now time.Time, o Outcome) Action {
 			return Action{}
 		}
 		// The bucket may be electing a leader of its own; the stream may still answer, and a
-		// leader whose appends go on keeps leading.
+		// leader whose NATS server answers keeps leading.
 		return Action{Kind: Probe}
 	}
 	return Action{}

@@ -22,7 +22,7 @@ func TestHolderKeepsTheLeadThroughALostAnswer(t *testing.T) {
 	h := NewHolder(t0, time.Second, []byte("a"), 5)
 	want(t, h.Tick(at(250)), Renew)
 	want(t, h.Done(at(260), Outcome{Kind: Unanswered}), Probe) // the answer was lost
-	want(t, h.Done(at(270), Outcome{Kind: Answered}), None)
+	want(t, h.Done(at(270), Outcome{Kind: Answered, At: at(270)}), None)
 	a := h.Tick(at(500))
 	if a.Kind != Renew || a.Rev != 5 {
 		t.Fatalf("%+v, want a renewal at revision 5", a)
@@ -41,7 +41,7 @@ func TestHolderThroughAnUnavailableBucket(t *testing.T) {
 	for ms := 250; ms <= 5000; ms += 250 {
 		want(t, h.Tick(at(ms)), Renew)
 		want(t, h.Done(at(ms+100), Outcome{Kind: Unanswered}), Probe)
-		want(t, h.Done(at(ms+110), Outcome{Kind: Answered}), None)
+		want(t, h.Done(at(ms+110), Outcome{Kind: Answered, At: at(ms + 110)}), None)
 		if !h.Healthy(at(ms + 120)) {
 			t.Fatalf("unhealthy at %dms while the stream answers", ms)
 		}
@@ -59,18 +59,38 @@ func TestHolderThroughAnUnavailableBucket(t *testing.T) {
 	}
 }
 
-// A leader that nothing of NATS answers stops after a TTL, and says it is unhealthy after half.
-func TestHolderCutOff(t *testing.T) {
+// While JetStream elects leaders of its own, nothing of it answers but the NATS server does: the
+// leader waits, healthy, for Patience, and stops only then.
+func TestHolderWaitsForJetStream(t *testing.T) {
 	h := NewHolder(t0, time.Second, []byte("a"), 5)
-	for ms := 250; ms <= 1000; ms += 250 {
+	ms := 250
+	for ; time.Duration(ms)*time.Millisecond <= Patience; ms += 250 {
 		want(t, h.Tick(at(ms)), Renew)
 		want(t, h.Done(at(ms+10), Outcome{Kind: Unanswered}), Probe)
-		want(t, h.Done(at(ms+20), Outcome{Kind: Unanswered}), None)
+		want(t, h.Done(at(ms+20), Outcome{Kind: Answered, At: t0}), None) // the stream last answered at 0
+		if !h.Healthy(at(ms + 30)) {
+			t.Fatalf("unhealthy at %dms while its NATS server answers", ms)
+		}
+	}
+	if a := h.Tick(at(ms)); a.Kind != Stop || a.Reason != ReasonUnanswered {
+		t.Fatalf("%+v, want a stop: JetStream did not answer", a)
+	}
+}
+
+// A leader that its NATS server does not answer stops after a TTL, and says it is unhealthy
+// after half, even when each unanswered request takes its whole timeout, and ticks come late.
+func TestHolderCutOff(t *testing.T) {
+	h := NewHolder(t0, time.Second, []byte("a"), 5)
+	ms := 250
+	for ; ms <= 1000; ms += 501 { // each round takes two timeouts; the next tick comes at once
+		want(t, h.Tick(at(ms)), Renew)
+		want(t, h.Done(at(ms+250), Outcome{Kind: Unanswered}), Probe)
+		want(t, h.Done(at(ms+500), Outcome{Kind: Unanswered}), None)
 	}
 	if h.Healthy(at(600)) {
 		t.Fatal("healthy after half a TTL without an answer")
 	}
-	if a := h.Tick(at(1250)); a.Kind != Stop || a.Reason != ReasonCutOff {
+	if a := h.Tick(at(ms)); a.Kind != Stop || a.Reason != ReasonCutOff {
 		t.Fatalf("%+v, want a stop: cut off", a)
 	}
 }
@@ -95,5 +115,20 @@ func TestCandidate(t *testing.T) {
 	want(t, c.Done(Outcome{Kind: NotLeading}), Create)
 	if a := c.Done(Outcome{Kind: Created, Rev: 3}); a.Kind != Lead || a.Rev != 3 {
 		t.Fatalf("%+v, want to lead at revision 3", a)
+	}
+}
+
+// A leader paused past its TTL asks before it judges: its first tick after the pause renews,
+// and the key it reads back says whether another server took over.
+func TestHolderAfterAPause(t *testing.T) {
+	h := NewHolder(t0, time.Second, []byte("a"), 5)
+	want(t, h.Tick(at(250)), Renew)
+	want(t, h.Done(at(260), Outcome{Kind: Updated, Rev: 6}), None)
+	want(t, h.Tick(at(3500)), Renew) // paused for three seconds
+	want(t, h.Done(at(3510), Outcome{Kind: Updated, Rev: 7}), None)
+	want(t, h.Tick(at(7000)), Renew) // and again; meanwhile another server took the key
+	want(t, h.Done(at(7010), Outcome{Kind: Refused}), Read)
+	if a := h.Done(at(7020), Outcome{Kind: Found, Value: []byte("b"), Rev: 9}); a.Kind != Stop || a.Reason != ReasonTaken {
+		t.Fatalf("%+v, want a stop: another server holds the key", a)
 	}
 }

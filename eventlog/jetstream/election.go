@@ -122,9 +122,13 @@ func (e *Election) Do(ctx context.Context, a election.Action) election.Outcome {
 			return election.Outcome{Kind: election.Exists}
 		}
 	case election.Probe:
-		if _, err := e.s.Last(ctx); err == nil {
-			return election.Outcome{Kind: election.Answered}
+		if err := e.s.nc.FlushWithContext(ctx); err != nil {
+			break // the NATS server did not answer a ping
 		}
+		if _, err := e.s.Last(ctx); err == nil {
+			return election.Outcome{Kind: election.Answered, At: time.Now()}
+		}
+		return election.Outcome{Kind: election.Answered, At: e.s.answered()}
 	}
 	return election.Outcome{Kind: election.Unanswered}
 }

@@ -51,6 +51,8 @@ type Config struct {
 type Stream struct {
 	mu      sync.Mutex
 	lost    chan struct{} // closed at the next disconnect (linkLost)
+	// lastAck is when the stream last acknowledged a publish (Unix nanoseconds).
+	lastAck atomic.Int64
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	stream  jetstream.Stream
@@ -99,7 +101,9 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 	opts := []nats.Option{
 		nats.Name(cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.Timeout(5 * time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("disconnected from NATS", zap.String("code", "NATS_DISCONNECTED"), zap.Error(err))
+			if err != nil { // nil: closed on purpose
+				log.Warn("disconnected from NATS", zap.String("code", "NATS_DISCONNECTED"), zap.Error(err))
+			}
 			if s := bound.Load(); s != nil {
 				s.disconnected()
 			}
@@ -180,21 +184,21 @@ func bind(ctx context.Context, nc *nats.Conn, name string, cfg Config, log *zap.
 		return nil, fmt.Errorf("the stream %s lets messages go (max_age, max_msgs, max_bytes or a retention other than limits); the event log must keep every one", name)
 	}
 	if cfg.Settings != nil {
-		if c.Replicas != cfg.Replicas {
-			return nil, fmt.Errorf("%w: the stream %s has %d replicas and this server's --nats-replicas is %d", ErrSettingsDiffer, name, c.Replicas, cfg.Replicas)
-		}
-		if err := s.agree(ctx, cfg.Settings, cfg.Reconfigure); err != nil {
+		if err := s.agree(ctx, cfg.Settings, cfg.Replicas, cfg.Reconfigure); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
-// agree compares settings with those the stream records, and records the ones it lacks (or,
-// with reconfigure, all of them).
-func (s *Stream) agree(ctx context.Context, settings map[string]string, reconfigure bool) error {
+// agree compares settings and replicas with those of the stream, and records the settings it
+// lacks (or, with reconfigure, all of them).
+func (s *Stream) agree(ctx context.Context, settings map[string]string, replicas int, reconfigure bool) error {
 	c := s.stream.CachedInfo().Config
 	var differ []string
+	if c.Replicas != replicas {
+		differ = append(differ, fmt.Sprintf("--nats-replicas is %d here and the stream has %d replicas", replicas, c.Replicas))
+	}
 	missing := false
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
 		have, ok := c.Metadata[k]
@@ -271,6 +275,7 @@ func (s *Stream) Publish(after uint64, payload []byte) func() (uint64, error) {
 		}
 		select {
 		case a := <-ack.Ok():
+			s.lastAck.Store(time.Now().UnixNano())
 			return a.Sequence, nil
 		case err := <-ack.Err():
 			return 0, publishErr(err)
@@ -279,6 +284,9 @@ func (s *Stream) Publish(after uint64, payload []byte) func() (uint64, error) {
 		}
 	}
 }
+
+// answered is when the stream last acknowledged a publish.
+func (s *Stream) answered() time.Time { return time.Unix(0, s.lastAck.Load()) }
 
 // errUnanswered is a publish whose connection went away before its answer came: it may or may
 // not have landed.
