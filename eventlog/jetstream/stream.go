@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"maps"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -49,8 +49,8 @@ type Config struct {
 
 // Stream is a connection to the stream: an eventlog.Upstream.
 type Stream struct {
-	mu      sync.Mutex
-	lost    chan struct{} // closed at the next disconnect (linkLost)
+	mu   sync.Mutex
+	lost chan struct{} // closed at the next disconnect (linkLost)
 	// lastAck is when the stream last acknowledged a publish (Unix nanoseconds).
 	lastAck atomic.Int64
 	nc      *nats.Conn
