@@ -97,6 +97,9 @@ type Options struct {
 	// Rand draws the nonce of the leader's fence; nil: crypto/rand. (The simulator's is
 	// seeded.)
 	Rand io.Reader
+	// Sleep waits between tries when the upstream does not answer; nil: time.Sleep. (The
+	// simulator's waits on its virtual clock.)
+	Sleep func(time.Duration)
 }
 
 func (o *Options) setDefaults() {
@@ -108,6 +111,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
+	}
+	if o.Sleep == nil {
+		o.Sleep = time.Sleep
 	}
 	if o.PendingBytesMax <= 0 {
 		o.PendingBytesMax = 64 << 20
@@ -165,11 +171,26 @@ type Log struct {
 	applyMu   sync.Mutex
 	upApplied uint64
 	upNext    uint64
-	// upSettled carries a token from the syncer to the sequencer each time a message the
-	// sequencer published has settled (landed, or failed the log): the sequencer publishes the
-	// next only then, after the one it now knows (doc.go, "One writer").
-	upSettled chan struct{}
+	// upInFlight counts, under mu, the messages the sequencer published that have not settled
+	// (landed, or failed the log); the syncer counts each down and signals settled. The
+	// sequencer publishes the next message only when none is in flight, after the one it now
+	// knows (doc.go, "One writer"). parked says what the sequencer waits for, if it waits
+	// (Pipeline).
+	upInFlight    int
+	settled       *sync.Cond
+	parked        parking
+	// inHand counts the batches the sequencer handed to the syncer that it has not finished.
+	inHand int
 }
+
+// parking is what the sequencer waits for, if anything.
+type parking int
+
+const (
+	running        parking = iota
+	parkedForWork          // an append
+	parkedToSettle         // the upstream to settle its last message
+)
 
 // appendReq is one Append or AppendAsync call on its way through the pipeline.
 type appendReq struct {
@@ -285,7 +306,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	// The channel's capacity bounds how many batches may wait for their fsync; Pebble
 	// group-commits those waits into as few fsyncs as the disk allows.
 	l.toSync = make(chan inflight, 64)
-	l.upSettled = make(chan struct{}, 1)
+	l.settled = sync.NewCond(&l.mu)
 	go l.sequence()
 	go l.syncLoop()
 	return l, nil
@@ -481,8 +502,37 @@ func (l *Log) AppendAsync(events []Event, done func(Receipt, error)) {
 	}
 	l.pending = append(l.pending, &appendReq{events: events, bytes: size, done: done, start: time.Now()})
 	l.pendingBytes += size
+	if l.parked == parkedForWork {
+		l.parked = running
+	}
 	l.work.Signal()
 	l.mu.Unlock()
+}
+
+// Pipeline reports what the pipeline's goroutines are doing: whether the sequencer waits with
+// nothing to do until someone else acts (for an append, or for the upstream to settle the
+// message it published last), and how many batches the syncer has in hand. The simulator runs
+// the goroutines one step at a time by waiting, between its own steps, until both wait on it.
+func (l *Log) Pipeline() (sequencerWaits bool, inHand int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.parked != running, l.inHand
+}
+
+// waitSettled waits until the messages the sequencer published have settled (all but a few,
+// in the planted bug that pipelines).
+func (l *Log) waitSettled() {
+	window := 1
+	if mutantPipelinePublishes {
+		window = 4
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.upInFlight >= window {
+		l.parked = parkedToSettle
+		l.settled.Wait()
+	}
+	l.parked = running
 }
 
 // validate checks the envelope rules and returns the encoded size of the events.
@@ -536,7 +586,6 @@ func checkName(what, s string, max int) error {
 // to the syncer. While the syncer waits on one fsync, the next batch is already being built.
 func (l *Log) sequence() {
 	defer close(l.toSync)
-	outstanding := false // a message published and not yet settled
 	for {
 		if len(l.toSync) > 0 {
 			// An fsync is under way, and whatever we apply now waits for the next one anyway:
@@ -556,15 +605,15 @@ func (l *Log) sequence() {
 		if l.opts.Upstream != nil {
 			// The batch goes to the local copy once the upstream has the message. It is built
 			// while the message before it is in flight, and published once that one settled.
-			if outstanding && !mutantPipelinePublishes {
-				<-l.upSettled
-			}
-			outstanding = true
+			l.waitSettled()
 			if err := l.Err(); err != nil {
 				_ = batch.Close()
 				l.finish(reqs, size, err)
 				continue
 			}
+			l.mu.Lock()
+			l.upInFlight++
+			l.mu.Unlock()
 			f.published = l.opts.Upstream.Publish(l.upNext, payload)
 			l.upNext++
 			f.msg, f.payload, f.sent = l.upNext, payload, time.Now()
@@ -574,6 +623,9 @@ func (l *Log) sequence() {
 			continue
 		}
 		l.next = head
+		l.mu.Lock()
+		l.inHand++
+		l.mu.Unlock()
 		l.toSync <- f
 	}
 }
@@ -587,8 +639,10 @@ func (l *Log) take() ([]*appendReq, int, bool) {
 		if l.closing {
 			return nil, 0, false
 		}
+		l.parked = parkedForWork
 		l.work.Wait()
 	}
+	l.parked = running
 	n, size := 0, 0
 	for n < len(l.pending) && (n == 0 || size+l.pending[n].bytes <= l.batchMax) {
 		size += l.pending[n].bytes
@@ -660,14 +714,18 @@ func (l *Log) syncLoop() {
 			l.stats.batchEvents.observe(f.head.Seq - f.reqs[0].receipt.First + 1)
 			l.advanceLocked(f.head)
 		}
-		l.mu.Unlock()
 		if f.published != nil {
-			select {
-			case l.upSettled <- struct{}{}:
-			default: // a planted bug's sequencer, which does not wait for it
+			l.upInFlight--
+			if l.parked == parkedToSettle {
+				l.parked = running
 			}
+			l.settled.Signal()
 		}
+		l.mu.Unlock()
 		l.finish(f.reqs, f.bytes, err)
+		l.mu.Lock()
+		l.inHand--
+		l.mu.Unlock()
 	}
 }
 
@@ -808,6 +866,9 @@ func (l *Log) Close() error {
 		return ErrClosed
 	}
 	l.closing = true
+	if l.parked == parkedForWork {
+		l.parked = running
+	}
 	l.work.Broadcast()
 	l.space.Broadcast()
 	l.mu.Unlock()

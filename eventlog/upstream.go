@@ -170,15 +170,14 @@ var errCaughtUp = errors.New("caught up")
 // catchUp copies the upstream's messages up to its last one at the time of the call, trying
 // again for a while if the upstream does not answer (a NATS cluster electing leaders).
 func (l *Log) catchUp(ctx context.Context) error {
-	deadline := time.Now().Add(settleWithin)
-	for {
+	for try := 1; ; try++ {
 		err := l.catchUpOnce(ctx)
 		var ce *ChainError
-		if err == nil || errors.As(err, &ce) || errors.Is(err, ErrFailed) || errors.Is(err, ErrClosed) || time.Now().After(deadline) {
+		if err == nil || errors.As(err, &ce) || errors.Is(err, ErrFailed) || errors.Is(err, ErrClosed) || try >= upstreamTries {
 			return err
 		}
 		l.opts.Logger.Warn("catching up with the upstream failed; trying again", zap.String("code", "UPSTREAM_RETRY"), zap.Error(err))
-		time.Sleep(100 * time.Millisecond) // the upstream is electing or reconnecting
+		l.opts.Sleep(upstreamRetryWait) // the upstream is electing or reconnecting
 	}
 }
 
@@ -205,9 +204,13 @@ func (l *Log) catchUpOnce(ctx context.Context) error {
 	return err
 }
 
-// settleWithin bounds how long a leader keeps trying to learn whether a message it published
-// landed, through a NATS server going away and the client reconnecting to another.
-const settleWithin = 15 * time.Second
+// A leader keeps trying to learn whether a message it published landed, or to catch up, for
+// upstreamTries tries upstreamRetryWait apart (15 s and more: each try may wait for its answer
+// too), through a NATS server going away and the client reconnecting to another.
+const (
+	upstreamTries     = 150
+	upstreamRetryWait = 100 * time.Millisecond
+)
 
 // settlePublish finds out what became of message msg, whose publish failed with err, and
 // publishes it again if it did not land. A publish that fails may still have landed (the
@@ -218,8 +221,7 @@ const settleWithin = 15 * time.Second
 // acceptance rule is the same for the retry: a retry never follows anything else).
 func (l *Log) settlePublish(msg uint64, payload []byte, err error) (uint64, error) {
 	up := l.opts.Upstream
-	deadline := time.Now().Add(settleWithin)
-	for time.Now().Before(deadline) {
+	for try := 1; try <= upstreamTries; try++ {
 		if l.Err() != nil {
 			return 0, err
 		}
@@ -244,7 +246,7 @@ func (l *Log) settlePublish(msg uint64, payload []byte, err error) (uint64, erro
 		}
 		l.opts.Logger.Warn("an upstream publish is unsettled; trying again", zap.String("code", "UPSTREAM_RETRY"),
 			zap.Uint64("message", msg), zap.Error(err))
-		time.Sleep(100 * time.Millisecond) // the client is reconnecting; nothing signals it here
+		l.opts.Sleep(upstreamRetryWait) // the client is reconnecting; nothing signals it here
 	}
 	return 0, err
 }
@@ -285,6 +287,39 @@ func (l *Log) lead(ctx context.Context) error {
 	}
 }
 
+// MessageRecord is a record of an upstream message, with its encoding.
+type MessageRecord struct {
+	Record
+	raw []byte
+}
+
+// ContinueChain checks that upstream message number seq continues the chain at head: a fence
+// must name head, and records must follow it one by one, each chained from the one before. It
+// returns the message's records and the head after them. Every copy of an upstream applies
+// messages by this rule, and the simulator's stream checks every message it stores by it.
+func ContinueChain(seq uint64, head Head, payload []byte) ([]MessageRecord, Head, error) {
+	recs, fence, err := splitMessage(payload)
+	if err != nil {
+		return nil, head, fmt.Errorf("eventlog: upstream message %d: %w", seq, err)
+	}
+	if fence != nil && (fence.Seq != head.Seq || fence.Hash != head.Hash) {
+		return nil, head, &ChainError{Seq: head.Seq + 1, Reason: fmt.Sprintf("upstream message %d fences at seq %d, the log's head is %d", seq, fence.Seq, head.Seq)}
+	}
+	out := make([]MessageRecord, 0, len(recs))
+	for _, raw := range recs {
+		r, err := DecodeRecord(raw)
+		if err != nil {
+			return nil, head, fmt.Errorf("eventlog: upstream message %d: %w", seq, err)
+		}
+		if r.Seq != head.Seq+1 || !r.ChainsFrom(head.Hash) || r.Time.Before(head.Time) {
+			return nil, head, &ChainError{Seq: head.Seq + 1, Reason: fmt.Sprintf("upstream message %d holds seq %d, which does not continue the chain", seq, r.Seq)}
+		}
+		out = append(out, MessageRecord{Record: r, raw: raw})
+		head = Head{Seq: r.Seq, Hash: r.Hash, Time: r.Time}
+	}
+	return out, head, nil
+}
+
 // applyMessage writes one upstream message into the local copy and makes its records durable.
 // The records must continue the local chain; a fence must name the local head.
 func (l *Log) applyMessage(seq uint64, payload []byte) error {
@@ -298,27 +333,15 @@ func (l *Log) applyMessage(seq uint64, payload []byte) error {
 	if seq != l.upApplied+1 {
 		return fmt.Errorf("%w: upstream message %d follows message %d", ErrChainBroken, seq, l.upApplied)
 	}
-	recs, fence, err := splitMessage(payload)
+	recs, head, err := ContinueChain(seq, l.Head(), payload)
 	if err != nil {
-		return fmt.Errorf("eventlog: upstream message %d: %w", seq, err)
-	}
-	head := l.Head()
-	if fence != nil && (fence.Seq != head.Seq || fence.Hash != head.Hash) {
-		return &ChainError{Seq: head.Seq + 1, Reason: fmt.Sprintf("upstream message %d fences at seq %d, the log's head is %d", seq, fence.Seq, head.Seq)}
+		return err
 	}
 	batch := l.db.NewBatch()
 	defer batch.Close()
-	for _, raw := range recs {
-		r, err := DecodeRecord(raw)
-		if err != nil {
-			return fmt.Errorf("eventlog: upstream message %d: %w", seq, err)
-		}
-		if r.Seq != head.Seq+1 || !r.ChainsFrom(head.Hash) || r.Time.Before(head.Time) {
-			return &ChainError{Seq: head.Seq + 1, Reason: fmt.Sprintf("upstream message %d holds seq %d, which does not continue the chain", seq, r.Seq)}
-		}
-		_ = batch.Set(logKey(r.Seq), raw, nil)
+	for _, r := range recs {
+		_ = batch.Set(logKey(r.Seq), r.raw, nil)
 		_ = batch.Set(idxKey(r.Stream, r.Seq), nil, nil)
-		head = Head{Seq: r.Seq, Hash: r.Hash, Time: r.Time}
 	}
 	_ = batch.Set([]byte(keyUpstream), upstreamPos(seq, head.Seq), nil)
 	if err := l.guard(func() error { return l.db.Apply(batch, pebble.NoSync) }); err != nil {

@@ -33,6 +33,27 @@
 //     assignment says, and now and then one stops cleanly: it closes its connection, grants no
 //     more credit, and gives back every job it holds or is handed.
 //
+// Half the seeds (a stream of their own picks which) run the log on a replicated JetStream
+// stream instead (DESIGN §10), as processes of three nodes (stream.go, election.go). The
+// stream takes a publish by the rule the real stream's leader applies (the message it names
+// must be its last, counting the publishes it took and has not stored), stores it a raft round
+// later, and checks that every message it stores continues the chain (invariant
+// "stream_chain"); the oracle folds what it stores. Each process's log is the production log,
+// on the node's crashable in-memory disk, talking to the stream through a link the simulator
+// serves: the log's goroutines run until they wait on the simulator (link.pump, with
+// eventlog.Log.Pipeline), so the run stays deterministic. The election is package election's
+// decisions (the leader's Holder, each standby's Candidate) against a model of the KV bucket
+// whose key expires a TTL after it was written; a leader that gives up the lead when the bucket
+// did not say another server holds it breaks "lead_kept". Leader faults (FaultLeader): the
+// leader paused for up to three TTLs and going on with everything it had in flight, including
+// publishes its client had not flushed yet; the leader cut off from NATS, its requests held and
+// delivered late when the cut heals; the stream or the bucket answering nothing while it elects
+// a raft leader; lost requests and answers, the renewals' among them. A standby that wins the
+// key starts a process on its node, whose open catches its copy up and fences the stream, while
+// the process before it may still run, not knowing, until its appends are refused or its
+// renewal reads another's claim. Crashes on a replicated log lose the node's unsynced copy, never
+// the stream.
+//
 // Faults, with rates drawn per seed (swarm testing): lost, delayed, reordered and duplicated
 // messages; partitions; worker crashes, pauses past the lease, reconnects over the other
 // transport; misbehaving workers (a lease that ended, another lease's nonce, a bad signature,
@@ -40,8 +61,9 @@
 // not synced (a share of the WAL's unsynced blocks survives), after a commit before its
 // replies, and during recovery; WAL write and sync errors through errorfs; clock jumps both ways.
 //
-// Planted bugs (make sim-mutants) prove the invariants bite, in the behaviours (actors/mutant*.go)
-// and in the cell runtime (actors/cells/mutant*.go).
+// Planted bugs (make sim-mutants) prove the invariants bite, in the behaviours (actors/mutant*.go),
+// in the cell runtime (actors/cells/mutant*.go), in the log on an upstream (eventlog/mutant*.go)
+// and in the election (eventlog/election/mutant*.go).
 //
 // A run has three phases: safety (Config.Steps steps with faults), heal (faults off, server up,
 // workers back), and liveness (every job terminal and every reservation ended within
@@ -55,7 +77,8 @@
 //
 // Determinism is the contract: the same Config gives the same trace hash (a SHA-256 of every
 // step), in any process. Nothing here ranges over a map without sorting, and the only
-// goroutines are Pebble's, which the simulator waits for at every commit. Pebble's own
+// goroutines are Pebble's, which the simulator waits for at every commit, and, on a replicated
+// log, the log's pipeline, which it runs until it waits on the simulator. Pebble's own
 // CrashClone draws its random numbers while ranging over maps, so crashClone builds the same
 // cut reproducibly from its synced and full states.
 //

@@ -59,7 +59,7 @@ func (s *Sim) call(party, what string, to func(*server) actors.Ref, msg any, onR
 			return // refused: the server is down or not ready
 		}
 		v.request(party, to(v), msg, func(reply any) {
-			s.checkReply(party, msg, reply)
+			s.checkReply(v, party, msg, reply)
 			s.transmit(party, fmt.Sprintf("reply %T", reply), func() {
 				if !answered {
 					answered = true
@@ -93,9 +93,9 @@ func toJob(jobID string) func(*server) actors.Ref {
 
 func toRef(r actors.Ref) func(*server) actors.Ref { return func(*server) actors.Ref { return r } }
 
-// checkReply checks an answer as it leaves the server: whatever it acknowledges is durable.
-func (s *Sim) checkReply(party string, msg, reply any) {
-	v := s.srv
+// checkReply checks an answer as it leaves server process v: whatever it acknowledges is
+// durable.
+func (s *Sim) checkReply(v *server, party string, msg, reply any) {
 	receipt := func(rc actors.Receipt) {
 		if rc.Seq > v.synced.Seq {
 			s.fail("durability", "%s got a receipt for seq %d, but only seq %d is durable", party, rc.Seq, v.synced.Seq)

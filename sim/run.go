@@ -16,8 +16,12 @@ import (
 // tenants with quotas, clients, and workers (some with Ed25519 keys) registered before the
 // faults begin.
 func (s *Sim) setup() error {
-	s.srv = newServer(s)
-	s.srv.start()
+	if s.replicated {
+		s.setupCluster()
+	} else {
+		s.srv = newServer(s)
+		s.srv.start()
+	}
 	if s.violation != nil {
 		return s.violation
 	}
@@ -57,7 +61,7 @@ func (s *Sim) setup() error {
 			s.workers = append(s.workers, w)
 		}
 	}
-	for s.srv.runnableCount() > 0 || s.srv.committer {
+	for s.srv.runnableCount() > 0 || s.srv.committer || len(s.srv.inflight) > 0 {
 		if !s.step() {
 			return s.violation
 		}
@@ -147,6 +151,11 @@ func (s *Sim) faultTicks() {
 			w.pause()
 		}
 	})
+	tick(FaultLeader, 4*time.Second, 0.3, func() {
+		if s.replicated {
+			s.leaderFault()
+		}
+	})
 	tick(FaultClock, 6*time.Second, 0.3, func() {
 		d := time.Duration(1+s.faultRand[FaultClock].IntN(120)) * time.Second
 		if s.faultRand[FaultClock].IntN(2) == 0 {
@@ -164,7 +173,10 @@ func (s *Sim) heal() {
 	s.phase, s.healedAt = phaseLiveness, s.now
 	s.record("heal")
 	clear(s.partitioned)
-	if !s.srv.up {
+	switch {
+	case s.replicated:
+		s.healCluster() // the election brings a leader up, if none runs
+	case !s.srv.up:
 		s.srv.start()
 	}
 	for _, w := range s.workers {
@@ -197,7 +209,8 @@ func (s *Sim) resumeQueues() {
 // ended, and nothing left to make durable.
 func (s *Sim) settled() bool {
 	v := s.srv
-	return v.up && !v.recovering && len(v.pending) == 0 && !v.committer && v.runnableCount() == 0 && s.oracle.unsettled() == ""
+	return v.up && !v.recovering && len(v.pending) == 0 && !v.committer && len(v.inflight) == 0 && v.runnableCount() == 0 &&
+		len(s.procs()) == 1 && s.oracle.unsettled() == ""
 }
 
 // final runs the end-of-run checks: liveness, the whole log's chain, index and checkpoint, the
@@ -222,8 +235,13 @@ func (s *Sim) final() {
 	}
 	// A last crash and recovery: the checkpoint plus the tail must equal the full replay too.
 	v.saveCheckpoint()
-	v.crash("final check")
-	v.start()
+	if s.replicated {
+		s.restartLeader()
+		v = s.srv
+	} else {
+		v.crash("final check")
+		v.start()
+	}
 	if s.violation != nil {
 		return
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/cells"
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/election"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/audit"
 )
@@ -40,9 +42,29 @@ type server struct {
 	// recovering is set from start until the start-up events are durable; the server takes no
 	// requests meanwhile (it would answer /readyz with 503).
 	recovering bool
-	// deposed is set when another server took the lead (FaultLeader): every append is refused
-	// until this one stops.
-	deposed bool
+
+	// On a replicated log (Sim.replicated) a server is one process of a node: its log is a
+	// copy of the simulated stream, through link; holder is its part in the election once it
+	// leads. A process that was paused (frozen) runs nothing until it goes on, and what came
+	// due meanwhile (deferred) then runs in order; one cut off from NATS until cutUntil sends
+	// its requests when the cut heals (cutQueue) and hears no answer meanwhile.
+	node     *node
+	link     *link
+	holder   *election.Holder
+	electing bool // a chain of the Holder's actions is in flight
+	frozen   bool
+	deferred []*cells.Item
+	cutUntil time.Time
+	cutQueue []func()
+	// decided is when each seq this process appended was decided, for the oracle when the
+	// stream stores it; nextSeq is the last seq appended.
+	decided map[uint64]decision
+	nextSeq uint64
+	// inflight are the appends handed to the log and not yet answered, in order; answered is
+	// set by the log's goroutine (under link.mu), and drainDone takes them in order.
+	inflight []*flight
+	// lastAck is when the stream last acknowledged this process's publish.
+	lastAck time.Time
 
 	mem  *vfs.MemFS
 	disk *disk
@@ -65,6 +87,7 @@ type server struct {
 	// survives, the oracle folds it with the times it was decided at.
 	lastBatch []*persist
 	commits   int
+	replayDue bool // a check against a full replay is due
 	// checkpoint is the checkpoint begun and not yet saved, as the broker writes one on another
 	// goroutine while commits go on; nil if none is.
 	checkpoint *cells.Checkpoint
@@ -77,6 +100,14 @@ type mailbox struct {
 	queued bool // in runnable
 }
 
+// flight is one append on a replicated log, from AppendAsync to its answer.
+type flight struct {
+	batch    []*persist
+	answered bool
+	r        eventlog.Receipt
+	err      error
+}
+
 // persist is one Commit waiting for the group commit.
 type persist struct {
 	events    []eventlog.Payload
@@ -86,22 +117,38 @@ type persist struct {
 }
 
 func newServer(s *Sim) *server {
-	return &server{s: s, mem: vfs.NewCrashableMem()}
+	return &server{s: s, mem: vfs.NewCrashableMem(), epoch: s.newEpoch()}
 }
 
 // start opens the log on the disk as it is and brings the server up the way the runtime does:
 // projections from the checkpoint and the tail, the stale sessions ended, the dispatcher, then
 // the tenants with reservations and the leased jobs. It checks on the way that nothing durable
-// was lost and that the checkpoint plus the tail equals a full replay.
+// was lost and that the checkpoint plus the tail equals a full replay. On a replicated log the
+// open catches the node's copy up with the stream and fences it, as a new leader's does.
 func (v *server) start() {
 	s := v.s
 	v.disk = &disk{archiveFailIn: -1}
-	l, err := eventlog.Open(dataDir, eventlog.Options{FS: errorfs.Wrap(v.mem, v.disk), Clock: s.serverNow, ArchiveDir: archiveDir})
+	opts := eventlog.Options{FS: errorfs.Wrap(v.mem, v.disk), Clock: s.serverNow, ArchiveDir: archiveDir}
+	if v.node != nil {
+		v.link = newLink(v, s.nats)
+		opts.Upstream, opts.Lead, opts.Rand, opts.Sleep = v.link, true, randReader{s.serverRand}, v.link.Sleep
+	}
+	l, err := eventlog.Open(dataDir, opts)
 	if err != nil {
+		if v.node != nil && (errors.Is(err, errUnanswered) || errors.Is(err, eventlog.ErrFenced)) {
+			// The stream did not answer, or another writer's messages kept landing: it
+			// stands by again.
+			s.record(fmt.Sprintf("%s could not open its log: %v", v.node.name, err))
+			return
+		}
 		s.fail("recovery", "the log does not open after a crash: %v", err)
 		return
 	}
 	v.log = l
+	if v.link != nil {
+		v.link.opened()
+		v.decided, v.nextSeq = map[uint64]decision{}, l.Head().Seq
+	}
 	set, _, err := projections.Rebuild(l, func(err error) { s.fail("checkpoint", "the checkpoint is unusable: %v", err) })
 	if err != nil {
 		s.fail("recovery", "the projections do not rebuild: %v", err)
@@ -112,7 +159,7 @@ func (v *server) start() {
 	v.runnable, v.pending, v.committer = nil, nil, false
 	v.external, v.polls = map[string]func(any){}, map[string]*simPoll{}
 	v.rt = cells.New(cells.Config{
-		Scheduler: (*scheduler)(v), Committer: (*committer)(v), Clock: &clock{v: v, epoch: v.epoch}, Set: set,
+		Scheduler: (*scheduler)(v), Committer: (*committer)(v), Clock: &clock{v: v}, Set: set,
 		Make: func(ref actors.Ref) actors.Behaviour {
 			switch ref.Kind {
 			case actors.RefDispatcher:
@@ -156,18 +203,48 @@ func (v *server) start() {
 		}
 		v.recover(ref)
 	}
-	if len(v.pending) == 0 {
+	v.recovered()
+}
+
+// recovered ends the recovery once the start-up's events are durable.
+func (v *server) recovered() {
+	switch {
+	case !v.recovering || len(v.inflight) > 0:
+	case len(v.pending) == 0:
 		v.recovering = false
-	} else {
+	default:
 		v.scheduleCommit()
 	}
 }
 
+// randReader reads bytes from a seeded random stream: the fence's nonce, in the simulator.
+type randReader struct{ r *rand.Rand }
+
+func (rr randReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(rr.r.Uint32())
+	}
+	return len(p), nil
+}
+
 // checkRecovered checks a freshly opened log against what the simulator saw durable, then
-// folds into the oracle what survived beyond it.
+// folds into the oracle what survived beyond it. On a replicated log the stream is what was
+// durable: the copy must end where the stream's chain does.
 func (v *server) checkRecovered() bool {
 	s := v.s
 	head := v.log.Head()
+	if v.node != nil {
+		if n := s.nats; head.Seq != n.head.Seq || head.Hash != n.head.Hash {
+			s.fail("durability", "%s's log opened at seq %d, the stream's chain ends at seq %d", v.node.name, head.Seq, n.head.Seq)
+			return false
+		}
+		v.synced = head
+		if _, err := audit.Verify(context.Background(), v.log, nil); err != nil {
+			s.fail("replay", "the recovered log does not verify: %v", err)
+			return false
+		}
+		return v.sameAsReplay("checkpoint + tail")
+	}
 	if head.Seq < v.synced.Seq {
 		s.fail("durability", "the log recovered to seq %d, but seq %d was durable before the crash", head.Seq, v.synced.Seq)
 		return false
@@ -252,33 +329,53 @@ func (v *server) crash(why string) {
 	}
 	rng := s.faultRand[FaultServerCrash]
 	keep := rng.IntN(101)
-	v.replace(fmt.Sprintf("server crash (%s), %d%% of unsynced WAL blocks kept", why, keep), keep, rng, func() time.Duration {
+	down := func() time.Duration {
 		if down := time.Duration(50+rng.IntN(3000)) * time.Millisecond; rng.IntN(8) != 0 {
 			return down
 		}
 		return time.Duration(60+rng.IntN(120)) * time.Second // a long outage: schedules miss ticks
-	})
+	}
+	what := fmt.Sprintf("server crash (%s), %d%% of unsynced WAL blocks kept", why, keep)
+	if nd := v.node; nd != nil {
+		// A process of a replicated log: its node comes back as a standby, and whoever
+		// wins the key once it expires leads.
+		mem, err := crashClone(v.mem, dataDir, keep, rng)
+		if err != nil {
+			panic(fmt.Sprintf("sim: crash clone: %v", err))
+		}
+		v.halt(what)
+		nd.mem, nd.downUntil = mem, s.now.Add(down())
+		return
+	}
+	v.replace(what, keep, rng, down)
 }
 
-// depose makes another server the leader of the replicated log: from now on this one's
-// appends are refused. It goes on taking messages for up to half a second, as a leader that
-// has not yet noticed would, then stops; the new leader takes over from the durable head
-// after a failover of up to 3 s. The new leader's copy holds what the stream holds: every
-// durable record and nothing of this server's unsynced tail.
-func (v *server) depose() {
+// stop stops a process of a replicated log cleanly, for why: its disk stays as it is.
+func (v *server) stop(why string) {
+	if v.up {
+		v.halt(fmt.Sprintf("%s stops: %s", v.node.name, why))
+	}
+}
+
+// halt ends a process of a replicated log: its log and its link go, and its node stands by.
+func (v *server) halt(what string) {
 	s := v.s
-	rng := s.faultRand[FaultLeader]
-	v.deposed = true
-	v.lastBatch = nil
-	s.record("leader change: another server fenced the log; this one's appends are refused from now on")
-	epoch := v.epoch
-	s.after(time.Duration(1+rng.IntN(500))*time.Millisecond, "the deposed leader stops", func() {
-		if v.epoch == epoch {
-			v.replace("the deposed leader stopped; a standby takes over from the durable head", 0, rng, func() time.Duration {
-				return time.Duration(200+rng.IntN(2800)) * time.Millisecond
-			})
+	v.s.record(what)
+	v.link.kill() // first: the log's goroutines stop waiting on the simulator
+	v.shutdown()
+	v.epoch = s.newEpoch()
+	v.up, v.recovering, v.frozen = false, false, false
+	v.rt, v.runnable, v.pending, v.external, v.checkpoint, v.deferred, v.inflight = nil, nil, nil, nil, nil, nil, nil
+	nd := v.node
+	if nd.proc == v {
+		nd.proc = nil
+		nd.standBy()
+	}
+	if s.srv == v {
+		for _, w := range s.workers {
+			w.serverCrashed()
 		}
-	})
+	}
 }
 
 // replace throws the server away, keeping of the disk what a crash that keeps keep percent
@@ -291,8 +388,8 @@ func (v *server) replace(what string, keep int, rng *rand.Rand, down func() time
 	}
 	v.shutdown()
 	v.mem = mem
-	v.epoch++
-	v.up, v.recovering, v.deposed = false, false, false
+	v.epoch = s.newEpoch()
+	v.up, v.recovering = false, false
 	v.rt, v.runnable, v.pending, v.external, v.checkpoint = nil, nil, nil, nil, nil
 	s.record(what)
 	for _, w := range s.workers {
@@ -314,6 +411,28 @@ func (v *server) shutdown() {
 		_ = v.log.Close()
 		v.log = nil
 	}
+}
+
+// after schedules fn on the process's behalf: it dies with the process, and waits while the
+// process is paused (resume puts it back on the agenda).
+func (v *server) after(d time.Duration, label string, fn func()) *cells.Item {
+	if !v.up { // a process that is gone does nothing more
+		it := &cells.Item{}
+		it.Stop()
+		return it
+	}
+	epoch := v.epoch
+	it := v.s.after(d, label, nil)
+	it.Run = func() {
+		switch {
+		case v.epoch != epoch:
+		case v.frozen:
+			v.deferred = append(v.deferred, it)
+		default:
+			fn()
+		}
+	}
+	return it
 }
 
 func (v *server) runnableCount() int { return len(v.runnable) }
@@ -347,22 +466,12 @@ func (cm *committer) Commit(events []eventlog.Payload, done func(eventlog.Receip
 }
 
 // clock is the server's clock for the runtime: timers are items on the simulator's agenda that
-// die with the process that armed them.
-type clock struct {
-	v     *server
-	epoch int
-}
+// die with the process that armed them, and wait while it is paused.
+type clock struct{ v *server }
 
 func (c *clock) Now() time.Time { return c.v.s.serverNow() }
 
-func (c *clock) AfterFunc(d time.Duration, f func()) cells.Timer {
-	v, epoch := c.v, c.epoch
-	return v.s.after(d, "timer", func() {
-		if v.epoch == epoch {
-			f()
-		}
-	})
-}
+func (c *clock) AfterFunc(d time.Duration, f func()) cells.Timer { return c.v.after(d, "timer", f) }
 
 func (v *server) spawnSession(id string, sink actors.Ref) {
 	v.rt.Spawn(actors.SessionRef(id), func() actors.Behaviour { return actors.NewSession(id, sink) })
@@ -432,20 +541,18 @@ func (v *server) scheduleCommit() {
 		return
 	}
 	v.committer = true
-	epoch := v.epoch
 	latency := time.Duration(100+v.s.sched.IntN(1900)) * time.Microsecond
-	v.s.after(latency, "commit", func() {
-		if v.epoch == epoch {
-			v.committer = false
-			v.commit()
-		}
+	v.after(latency, "commit", func() {
+		v.committer = false
+		v.commit()
 	})
 }
 
 // commit makes everything pending durable in one append, as the group commit does, folds it
 // into the projections and only then tells the actors. Faults strike here: a crash with the
 // records written but not synced, a crash after the sync before anyone hears of it, a failed
-// write or sync. It reports whether the server is still up.
+// write or sync. It reports whether the server is still up. On a replicated log the append is
+// published, and its answer comes back later (committed, from drainDone).
 func (v *server) commit() bool {
 	s := v.s
 	batch := v.pending
@@ -460,17 +567,6 @@ func (v *server) commit() bool {
 		}
 		return false
 	}
-	if !v.deposed && s.strikes(FaultLeader, 0.004) {
-		v.depose()
-	}
-	if v.deposed {
-		s.probe(ProbeDeposedAppendRefused)
-		err := fmt.Errorf("%w: %w", eventlog.ErrFailed, eventlog.ErrFenced)
-		for _, p := range batch {
-			p.done(eventlog.Receipt{}, err)
-		}
-		return false
-	}
 	var events []eventlog.Event
 	for _, p := range batch {
 		for _, pl := range p.events {
@@ -480,6 +576,9 @@ func (v *server) commit() bool {
 			}
 			events = append(events, e)
 		}
+	}
+	if v.link != nil {
+		return v.publish(batch, events)
 	}
 	type result struct {
 		r   eventlog.Receipt
@@ -513,12 +612,7 @@ func (v *server) commit() bool {
 			p.done(eventlog.Receipt{}, res.err)
 		}
 		// A failed log stops the server; what was already decided may still answer with 503.
-		epoch := v.epoch
-		s.after(time.Millisecond, "server stops: the log failed", func() {
-			if v.epoch == epoch {
-				v.crash("the log failed")
-			}
-		})
+		v.after(time.Millisecond, "server stops: the log failed", func() { v.crash("the log failed") })
 		return false
 	}
 	appendAsync()
@@ -527,14 +621,74 @@ func (v *server) commit() bool {
 		s.fail("durability", "an append failed with no fault injected: %v", res.err)
 		return false
 	}
-	r := res.r
-	seq := r.First
+	seq := res.r.First
 	for _, p := range batch {
 		for _, pl := range p.events {
-			s.oracle.apply(seq, r.Time, pl, p.decidedAt, p.clock)
+			s.oracle.apply(seq, res.r.Time, pl, p.decidedAt, p.clock)
 			seq++
 		}
 	}
+	return v.committed(batch, res.r)
+}
+
+// publish hands a batch to a log on the replicated stream and lets the log's goroutines run
+// until they wait on the simulator. The stream's answer comes back later.
+func (v *server) publish(batch []*persist, events []eventlog.Event) bool {
+	f := &flight{batch: batch}
+	v.inflight = append(v.inflight, f)
+	for _, p := range batch {
+		for range p.events {
+			v.nextSeq++
+			v.decided[v.nextSeq] = decision{p.decidedAt, p.clock}
+		}
+	}
+	l := v.link
+	v.log.AppendAsync(events, func(r eventlog.Receipt, err error) {
+		l.mu.Lock()
+		f.r, f.err, f.answered = r, err, true
+		l.mu.Unlock()
+	})
+	l.pump()
+	return v.up
+}
+
+// drainDone takes, in order, the appends the log has answered since the last time.
+func (v *server) drainDone() {
+	s := v.s
+	for len(v.inflight) > 0 && v.up {
+		f := v.inflight[0]
+		v.link.mu.Lock()
+		answered := f.answered
+		v.link.mu.Unlock()
+		if !answered {
+			return
+		}
+		v.inflight = v.inflight[1:]
+		if f.err != nil {
+			// Refused (another server fenced the stream), or unsettled for good: the log
+			// failed, and the process stops, as the server does.
+			if errors.Is(f.err, eventlog.ErrFenced) {
+				s.probe(ProbeDeposedAppendRefused)
+			}
+			s.record(fmt.Sprintf("%s's append failed: %v", v.node.name, f.err))
+			for _, p := range f.batch {
+				p.done(eventlog.Receipt{}, f.err)
+			}
+			why := f.err.Error()
+			v.after(time.Millisecond, "server stops: the log failed", func() { v.stop("its log failed: " + why) })
+			continue
+		}
+		v.lastAck = s.now
+		if !v.committed(f.batch, f.r) {
+			return
+		}
+	}
+}
+
+// committed tells the actors of a durable append, as the runtime does: it folds the events
+// into the projections, then schedules Persisted to the cells that made them.
+func (v *server) committed(batch []*persist, r eventlog.Receipt) bool {
+	s := v.s
 	v.synced = eventlog.Head{Seq: r.Last, Hash: r.Hash, Time: r.Time}
 	s.record(fmt.Sprintf("commit seq %d..%d hash %s", r.First, r.Last, r.Hash.String()[:16]))
 	if s.strikes(FaultServerCrash, 0.02) {
@@ -574,12 +728,16 @@ func (v *server) commit() bool {
 	if v.checkpoint == nil && s.sched.IntN(40) == 0 {
 		v.beginCheckpoint()
 	}
-	if v.commits%50 == 0 && !v.sameAsReplay("the live projections") {
-		return false
+	// Now and then the live projections must equal a full replay: once they hold every record
+	// the log does (on a replicated log one message may carry several commits).
+	v.replayDue = v.replayDue || v.commits%50 == 0
+	if v.replayDue && r.Last == v.log.Head().Seq {
+		v.replayDue = false
+		if !v.sameAsReplay("the live projections") {
+			return false
+		}
 	}
-	if v.recovering && len(v.pending) == 0 {
-		v.recovering = false
-	}
+	v.recovered()
 	return true
 }
 
@@ -604,9 +762,8 @@ func (v *server) beginCheckpoint() {
 	s := v.s
 	cp := v.rt.BeginCheckpoint()
 	v.checkpoint = cp
-	epoch := v.epoch
-	s.after(time.Duration(s.sched.IntN(400))*time.Millisecond, "checkpoint saved", func() {
-		if v.epoch != epoch || v.checkpoint != cp {
+	v.after(time.Duration(s.sched.IntN(400))*time.Millisecond, "checkpoint saved", func() {
+		if v.checkpoint != cp {
 			return
 		}
 		if s.strikes(FaultServerCrash, 0.1) {

@@ -34,10 +34,10 @@ const (
 	FaultDisk                     // a WAL write or fsync fails, which stops the server
 	FaultClock                    // the server's clock jumps forward or back
 	FaultArchive                  // an archiving step meets a disk error (full, I/O) or a crash in the middle
-	// FaultLeader: another server takes the lead of the replicated log. The old leader's
-	// appends from then on are refused, as JetStream refuses them once the new leader's fence
-	// is in; it goes on deciding for a while, then stops, and the new leader starts from the
-	// durable head and nothing past it.
+	// FaultLeader, on a replicated log: the leader paused (frozen for up to three TTLs, then
+	// going on with everything it had in flight), or cut off from NATS (its requests held and
+	// delivered late when the cut heals), the stream or the election's bucket answering nothing
+	// while it elects a raft leader, and lost requests and answers, the renewals' among them.
 	FaultLeader
 	faultClasses
 )
@@ -103,6 +103,11 @@ const (
 	ProbeScheduleFired
 	ProbeScheduleLate
 	ProbeDeposedAppendRefused
+	ProbeDeposedPublishArrived
+	ProbeLostAnswer
+	ProbeLeadReadBack
+	ProbeLeaderPaused
+	ProbeTakeover
 	probeCount
 )
 
@@ -112,7 +117,7 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed",
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
 	"flow_expired", "schedule_fired", "schedule_fired_late",
-	"deposed_append_refused"}
+	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover"}
 
 func (p Probe) String() string { return probeNames[p] }
 
@@ -230,6 +235,12 @@ type Sim struct {
 
 	srv    *server
 	oracle *oracle
+	// replicated runs the server's log on the simulated stream (stream.go), as processes of
+	// nodes that an election picks (election.go); else on Pebble, one server on one disk.
+	replicated bool
+	nats       *natsModel
+	nodes      []*node
+	epochs     int
 	// received holds the leases whose assignment reached their worker.
 	received map[string]bool
 	clients  []*client
@@ -291,7 +302,29 @@ func newSim(cfg Config) *Sim {
 	}
 	s.result.Config = cfg
 	s.oracle = newOracle(s)
+	s.replicated = stream(cfg.Seed, "backend").IntN(2) == 0
 	return s
+}
+
+// newEpoch names a new incarnation of a server process: what belongs to another is dead.
+func (s *Sim) newEpoch() int {
+	s.epochs++
+	return s.epochs
+}
+
+// procs are the server processes that run now: the leader, and any that led before and have
+// not yet noticed they do not.
+func (s *Sim) procs() []*server {
+	if !s.replicated {
+		return []*server{s.srv}
+	}
+	var out []*server
+	for _, nd := range s.nodes {
+		if p := nd.proc; p != nil && p.up {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // at schedules fn at true time t.
@@ -359,12 +392,21 @@ func (s *Sim) fail(invariant, format string, args ...any) {
 // step runs one step: a message in an actor's mailbox, or the next item. Between items that
 // fall at the same instant and the actors' work, the scheduler stream picks.
 func (s *Sim) step() bool {
-	runnable := s.srv.runnableCount() > 0
+	var runnable []*server
+	for _, p := range s.procs() {
+		if p.runnableCount() > 0 && !p.frozen {
+			runnable = append(runnable, p)
+		}
+	}
 	next, pending := s.agenda.Next()
 	due := pending && !next.At.After(s.now)
 	switch {
-	case runnable && (!due || s.sched.IntN(3) != 0):
-		s.srv.runOne()
+	case len(runnable) > 0 && (!due || s.sched.IntN(3) != 0):
+		p := runnable[0]
+		if len(runnable) > 1 {
+			p = runnable[s.sched.IntN(len(runnable))]
+		}
+		p.runOne()
 	case pending:
 		s.agenda.Take()
 		s.now = next.At
@@ -407,7 +449,13 @@ func Run(cfg Config) (res *Result, err error) {
 }
 
 func (s *Sim) close() {
-	if s.srv != nil {
+	for _, nd := range s.nodes {
+		if p := nd.proc; p != nil && p.up {
+			p.link.kill()
+			p.shutdown()
+		}
+	}
+	if s.srv != nil && s.srv.node == nil {
 		s.srv.shutdown()
 	}
 }

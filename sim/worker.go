@@ -331,7 +331,7 @@ func (v *server) workerOp(w *worker, f wire.Frame, reply func(wire.Frame)) {
 		return
 	}
 	v.request(w.name, toJob(f.JobID)(v), op, func(r any) {
-		s.checkReply(w.name, op, r)
+		s.checkReply(v, w.name, op, r)
 		switch r := r.(type) {
 		case actors.ProgressAck:
 			a := protocol.Ack(f.Ref, r.Err)

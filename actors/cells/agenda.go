@@ -37,6 +37,14 @@ func (a *Agenda) At(at time.Time, label string, fn func()) *Item {
 	return it
 }
 
+// Again puts an item taken before back on the agenda at instant at, as it was: stopping it
+// still keeps it from being taken (the simulator holds a paused process's items so).
+func (a *Agenda) Again(it *Item, at time.Time) {
+	a.seq++
+	it.At, it.seq = at, a.seq
+	heap.Push(&a.items, it)
+}
+
 // Next returns the earliest item not cancelled, without taking it.
 func (a *Agenda) Next() (*Item, bool) {
 	for len(a.items) > 0 && a.items[0].cancelled {
