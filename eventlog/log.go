@@ -176,9 +176,9 @@ type Log struct {
 	// sequencer publishes the next message only when none is in flight, after the one it now
 	// knows (doc.go, "One writer"). parked says what the sequencer waits for, if it waits
 	// (Pipeline).
-	upInFlight    int
-	settled       *sync.Cond
-	parked        parking
+	upInFlight int
+	settled    *sync.Cond
+	parked     parking
 	// inHand counts the batches the sequencer handed to the syncer that it has not finished.
 	inHand int
 }

@@ -246,7 +246,6 @@ func (n *natsModel) arrive(from *server, l *link, c linkCall) {
 // isLeader reports whether the process is the one the simulator's clients talk to.
 func (v *server) isLeader() bool { return v.s.srv == v }
 
-
 // campaign runs one round of a standby's part, on the virtual clock: each action's request and
 // answer cross the network, and the bucket applies it as it arrives.
 func (nd *node) campaign() {
