@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -307,5 +308,29 @@ func TestScheduleCommands(t *testing.T) {
 	}
 	if _, stderr, code := run("create", "--cron", "@daily"); code != 2 || !strings.Contains(stderr, "--name and --cron are required") {
 		t.Fatalf("no name: exit %d\n%s", code, stderr)
+	}
+}
+
+// The CLI tries a request that is safe to repeat again while no server takes it, for
+// --retry-for: a submit under an idempotency key, started before the server, is acknowledged
+// once the server is up; one without a key is not repeated, and fails at once.
+func TestCLIRetriesAcrossARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	addr := freeAddr(t)
+	srv := "--server=http://" + addr
+	if _, stderr, code := tether(t, nil, "job", "submit", srv, "--queue", "q", "--type", "t"); code != 1 || !strings.Contains(stderr, "connection refused") {
+		t.Fatalf("a submit without a key to no server: exit %d, %s", code, stderr)
+	}
+	submit := startTether(t, nil, "job", "submit", srv, "--queue", "q", "--type", "t", "--idempotency-key", "k1", "--retry-for", "60s", "--json")
+	server := startTether(t, nil, "server", "--data", t.TempDir(), "--addr", addr)
+	defer server.signal(t, syscall.SIGTERM)
+	if code := submit.wait(time.Minute); code != 0 {
+		t.Fatalf("a submit under a key across the server's start: exit %d\n%s", code, submit.output())
+	}
+	var j wire.Job
+	if err := json.Unmarshal([]byte(submit.output()[strings.Index(submit.output(), "{"):]), &j); err != nil || j.ID == "" || j.Status != "queued" {
+		t.Fatalf("the submit printed %q: %v", submit.output(), err)
 	}
 }

@@ -18,17 +18,32 @@
 //
 // # One writer, fenced by the engine
 //
-// Every publish carries Nats-Expected-Last-Sequence, the last message its writer knows of. A
-// leader that was deposed and goes on appending expects a message that is no longer the last
-// (the new leader's fence came after it), so JetStream refuses the append and its log fails:
+// Every publish carries Nats-Expected-Last-Sequence: the number of the last message its writer
+// knows the stream holds, its own previous message (the log keeps one message in flight; see
+// eventlog's doc, "One writer"). The stream's leader refuses it unless that is the stream's
+// last message, counting the publishes it has taken and not yet stored. A leader that was
+// deposed names a message that is no longer the last (the new leader's fence came after it),
+// so JetStream refuses its append, however late it arrives, and its log fails:
 // eventlog.ErrFenced. The fencing does not depend on clocks or on the election.
+// Nats-Expected-Last-Msg-Id is not used: on a replicated stream JetStream 2.15 checks it only
+// as each replica applies a message, and a refusal there stops the stream.
+//
+// A publish whose connection breaks before its answer is answered at once as unknown, and the
+// log reads the message back.
 //
 // # The election
 //
 // Which server tries to lead is decided in a KV bucket, tether_leader_<STREAM>, whose TTL is
-// the leader's lease: the key "leader" is taken by Create (compare-and-set on "absent"), renewed
-// by Update at the revision the leader last wrote, and left to expire, or deleted, when the
-// leader goes. Its value says who leads and the URL clients reach it at, which standbys send
-// clients to. The election only keeps servers from fencing each other in turn; safety is the
-// stream's fencing above.
+// the leader's lease; Election.Do carries out the decisions of package eventlog/election (the
+// leader renews at a quarter of the TTL and reads a refused renewal back; a standby takes a
+// free key, after asking the last leader's /readyz). The key's value says who leads, the URL
+// clients reach it at, which standbys send clients to, and an id of the claim. The election
+// only keeps servers from fencing each other in turn; safety is the stream's fencing above.
+//
+// # One cluster, one configuration
+//
+// The settings every server must share (auth mode, the admin and metrics tokens' digests, the
+// leader TTL, retention, archiving, limits) are recorded in the stream's metadata by the
+// server that creates it (Config.Settings); a server whose settings, or --nats-replicas, differ
+// is refused, with every difference named. --cluster-reconfigure records a server's own.
 package jetstream
