@@ -395,8 +395,10 @@ func (b *Broker) Close() error {
 		b.system.Shutdown()
 		b.pool.close()
 		// No actor appends any more; once the appends in flight are applied, the Set is the Close
-		// goroutine's alone.
+		// goroutine's alone. protoactor's Shutdown only signals: actors may still be handed a
+		// message, and Halt keeps their behaviours from running once the log closes under them.
 		b.rt.Close()
+		b.rt.Halt()
 		b.checkpoints.Wait()
 		b.archiver.Wait() // it stops at its next 4096 records once closing is closed
 		if set := b.rt.Set(); b.elog.Err() == nil && set.Seq() > b.lastCheckpoint.Load() {

@@ -98,6 +98,11 @@ type Runtime struct {
 	advance *sync.Cond
 	// deferred holds a commit the apply_after_reply mutant has not applied yet.
 	deferred []func()
+	// turns is held for reading while a behaviour runs (Handle), and for writing by Halt,
+	// which ends them for good: after it, nothing a behaviour reads (the log's views) may be
+	// open any more.
+	turns  sync.RWMutex
+	halted bool
 }
 
 // cellKey is what names a cell in the map: a Ref without its External handle, which would make
@@ -348,6 +353,11 @@ func (rt *Runtime) bounce(to actors.Ref, msg any) {
 
 // Handle runs one delivery on the cell; the scheduler calls it on the cell's turn.
 func (rt *Runtime) Handle(c *Cell, d Delivery) {
+	rt.turns.RLock()
+	defer rt.turns.RUnlock()
+	if rt.halted {
+		return // the broker has closed: no behaviour runs again
+	}
 	if d.kind == kindStop {
 		c.stopped = true
 		c.stopTimers()
@@ -533,6 +543,15 @@ func (rt *Runtime) Close() {
 	rt.closed = true
 	rt.issueMu.Unlock()
 	rt.Drain()
+}
+
+// Halt waits for the behaviours running now to finish their turn and runs none again: what the
+// broker closes after it (the log, and the views on its disk) no behaviour can touch. Close it
+// first, so that nothing is left to persist.
+func (rt *Runtime) Halt() {
+	rt.turns.Lock()
+	rt.halted = true
+	rt.turns.Unlock()
 }
 
 // Read runs fn with the projections under the read lock. fn must not keep or modify what it

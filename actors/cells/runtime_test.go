@@ -258,6 +258,17 @@ func TestOrderingRules(t *testing.T) {
 			d.out = append(d.out, d.broken...)
 		},
 		want: []string{"a: told to break"},
+	}, {
+		name: "after Halt no behaviour runs, whatever is still handed to it",
+		script: func(d *driver) {
+			d.rt.Send(a, "before", actors.Ref{})
+			d.run()
+			d.rt.Send(a, "after", actors.Ref{})
+			d.rt.Close()
+			d.rt.Halt()
+			d.run()
+		},
+		want: []string{"a got before (recovered 1)"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDriver()

@@ -408,6 +408,14 @@ echo '{"ok":true}'
 	ch.load.grow(t, 100)
 	ch.mismatched()
 	ch.load.grow(t, 100)
+	ch.standbyLost()
+	ch.load.grow(t, 100)
+	ch.quorumLost()
+	ch.verify("the lost quorum")
+	ch.load.grow(t, 100)
+	ch.powerLost()
+	ch.verify("the power cut")
+	ch.load.grow(t, 100)
 
 	acked := ch.load.end()
 	t.Logf("%d submits acknowledged; submits tried again: %v", len(acked), ch.load.errs)
@@ -576,6 +584,79 @@ func (ch *chaos) mismatched() {
 	if now, _ := ch.leader(); now != lead {
 		t.Fatalf("the leader changed from %d to %d while mismatched servers started", lead, now)
 	}
+}
+
+// standbyLost kills a standby and wipes its disk (a tether's disk dies): nothing is visible,
+// and it comes back with a new copy of the stream.
+func (ch *chaos) standbyLost() {
+	t := ch.t
+	lead, _ := ch.leader()
+	sb := (lead + 1) % len(ch.servers)
+	s := ch.servers[sb]
+	_ = syscall.Kill(-s.p.cmd.Process.Pid, syscall.SIGKILL)
+	s.p.wait(time.Minute)
+	if err := os.RemoveAll(s.dir); err != nil {
+		t.Fatal(err)
+	}
+	ch.load.grow(t, 100)
+	ch.start(sb)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, code, _ := readyz(s.url()); st == http.StatusServiceUnavailable && code == wire.CodeStandby {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a standby with a new disk did not come back as a standby:\n%s", tail(s.p.output()))
+		}
+	}
+	if now, _ := ch.leader(); now != lead {
+		t.Fatalf("the leader changed from %d to %d while a standby died", lead, now)
+	}
+	t.Logf("a standby killed and its disk wiped: the leader went on; it came back as a standby with a new copy")
+}
+
+// quorumLost kills two NATS nodes of three: appends wait, and the leader stops once JetStream
+// has answered nothing for 15 s; with the nodes back, a leader takes requests again, and
+// nothing acknowledged is lost.
+func (ch *chaos) quorumLost() {
+	t := ch.t
+	lead, _ := ch.leader()
+	ch.nats.kill(1)
+	ch.nats.kill(2)
+	lost := time.Now()
+	if code := ch.servers[lead].p.wait(45 * time.Second); code <= 0 {
+		t.Fatalf("the leader did not stop without a NATS quorum (exit %d):\n%s", code, tail(ch.servers[lead].p.output()))
+	}
+	t.Logf("two NATS nodes of three killed: the leader stopped after %s", time.Since(lost).Round(time.Millisecond))
+	ch.nats.start(1)
+	ch.nats.start(2)
+	ch.nats.waitHealthy()
+	ch.start(lead)
+	for i := range ch.servers {
+		ch.restartIfStopped(i, 0)
+	}
+	d := firstSubmit(t, ch.c, "probe-quorum", time.Now())
+	t.Logf("the quorum back: a submit was acknowledged %s later", d.Round(time.Millisecond))
+}
+
+// powerLost kills every tether and every NATS node at once, and starts them again.
+func (ch *chaos) powerLost() {
+	t := ch.t
+	for _, s := range ch.servers {
+		_ = syscall.Kill(-s.p.cmd.Process.Pid, syscall.SIGKILL)
+		s.p.wait(time.Minute)
+	}
+	for i := range ch.nats.nodes {
+		ch.nats.kill(i)
+	}
+	for i := range ch.nats.nodes {
+		ch.nats.start(i)
+	}
+	ch.nats.waitHealthy()
+	for i := range ch.servers {
+		ch.start(i)
+	}
+	d := firstSubmit(t, ch.c, "probe-power", time.Now())
+	t.Logf("everything killed and started again: a submit was acknowledged %s after the restart", d.Round(time.Millisecond))
 }
 
 // checkOneLease reads an export and fails if a job was leased while a lease of it was current.

@@ -125,7 +125,7 @@ func (e *Election) Do(ctx context.Context, a election.Action) election.Outcome {
 		if err := e.s.nc.FlushWithContext(ctx); err != nil {
 			break // the NATS server did not answer a ping
 		}
-		if _, err := e.s.Last(ctx); err == nil {
+		if e.s.quorate(ctx) {
 			return election.Outcome{Kind: election.Answered, At: time.Now()}
 		}
 		return election.Outcome{Kind: election.Answered, At: e.s.answered()}
