@@ -112,9 +112,9 @@
 // The upstream stores a message only if its last message is the one the message names (after,
 // a number: Nats-Expected-Last-Sequence). The leader keeps one message in flight: it publishes a
 // message only once the one before it has settled, and names that one, which it knows is in the
-// upstream because the upstream acknowledged it (or it read it back there). The batch behind
-// is built meanwhile, and takes everything that arrived while the message was in flight, so one
-// message at a time costs no throughput: the messages grow instead (group commit, rule 2).
+// upstream because the upstream acknowledged it (or it read it back there). The next batch
+// takes everything that arrived while the message was in flight, so one message at a time costs
+// no throughput: the messages grow instead (group commit, rule 2).
 //
 // The rule, then: a message of writer W is stored only directly after W's own last stored
 // message. Since numbers are never reused (the stream denies deletes and purges), "the last

@@ -592,6 +592,11 @@ func (l *Log) sequence() {
 			// let more producers run first, so it goes in one batch instead of many.
 			runtime.Gosched()
 		}
+		if l.opts.Upstream != nil {
+			// The next message goes once the one before it has settled, after it; it takes
+			// everything that arrived meanwhile.
+			l.waitSettled()
+		}
 		reqs, size, ok := l.take()
 		if !ok {
 			return
@@ -603,14 +608,7 @@ func (l *Log) sequence() {
 		batch, head, payload := l.build(reqs)
 		f := inflight{batch: batch, reqs: reqs, head: head, bytes: size}
 		if l.opts.Upstream != nil {
-			// The batch goes to the local copy once the upstream has the message. It is built
-			// while the message before it is in flight, and published once that one settled.
-			l.waitSettled()
-			if err := l.Err(); err != nil {
-				_ = batch.Close()
-				l.finish(reqs, size, err)
-				continue
-			}
+			// The batch goes to the local copy once the upstream has the message.
 			l.mu.Lock()
 			l.upInFlight++
 			l.mu.Unlock()
