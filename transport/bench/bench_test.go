@@ -3,6 +3,8 @@ package bench_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -173,4 +175,22 @@ func BenchmarkSaturated(b *testing.B) {
 	}
 	b.ReportMetric(res.JobsPerSecond, "jobs/s")
 	b.ReportMetric(0, "ns/op")
+}
+
+// Given the servers of a replicated log, the bench runs against the one that leads: a server
+// that is gone and a standby are passed over.
+func TestRunsAgainstTheLeaderOfAList(t *testing.T) {
+	url, key, enroll := server(t)
+	standby := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":{"code":"STANDBY","message":"a standby","details":{}}}`))
+	}))
+	defer standby.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	res, err := bench.Run(runCtx(t), bench.Config{Server: gone.URL + "," + standby.URL + "," + url, Token: key, EnrollToken: enroll,
+		MetricsToken: metricsToken, Jobs: 50, Producers: 2, Workers: 2})
+	if err != nil || res.Jobs != 50 || res.Errors != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
 }
