@@ -174,8 +174,14 @@ func (ch *chaos) verify(after string) {
 // restartIfStopped restarts server i if it exited (a deposed leader does), and reports
 // whether it had.
 func (ch *chaos) restartIfStopped(i int, within time.Duration) bool {
-	if ch.servers[i].p.wait(within) < 0 {
+	p := ch.servers[i].p
+	select {
+	case <-p.done:
+	case <-time.After(within):
 		return false
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 1 {
+		ch.t.Logf("server %d exited %d (%s)", i, code, p.cmd.ProcessState)
 	}
 	ch.start(i)
 	return true

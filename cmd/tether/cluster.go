@@ -169,17 +169,17 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 	tick := time.NewTicker(election.Every)
 	defer tick.Stop()
 	var rev uint64
-	for won := false; !won; {
+	for {
 		if err := sb.Err(); err != nil {
 			_ = sb.Close()
 			return nil, err
 		}
-		rev, won = c.campaign(ctx, candidate)
-		if l, err := jetstream.ParseLeader(candidate.Leader()); err == nil && !won {
-			leaderURL.Store(&l.URL)
-		}
-		if won {
+		var won bool
+		if rev, won = c.campaign(ctx, candidate); won {
 			break
+		}
+		if l, err := jetstream.ParseLeader(candidate.Leader()); err == nil {
+			leaderURL.Store(&l.URL)
 		}
 		select {
 		case <-ctx.Done():

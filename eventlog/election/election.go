@@ -65,7 +65,7 @@ const (
 	// Unanswered: the bucket (or, for Probe, the NATS server) gave no answer in time.
 	Unanswered
 	// Answered: the NATS server answered a Probe's ping; the Outcome's At is when JetStream
-	// (the stream) last answered.
+	// (the stream) last answered, with its quorum.
 	Answered
 	// Leads: the last leader answered that it still leads, and NATS answers it.
 	Leads
@@ -180,8 +180,12 @@ func (h *Holder) next(now time.Time, o Outcome) Action {
 	case Unanswered:
 	case Answered:
 		h.heard(now, o.At)
+	case Updated, Created:
+		h.heard(now, now) // the bucket took a write: a quorum of it answered
 	default:
-		h.heard(now, now) // the bucket answered
+		// A read, or a refusal, which a bucket's leader answers without its quorum (for a
+		// while after it lost it): the NATS server answered, JetStream maybe not.
+		h.heard(now, time.Time{})
 	}
 	switch o.Kind {
 	case Updated, Created:
@@ -225,8 +229,9 @@ type Candidate struct {
 // NewCandidate starts the part of a standby whose value, once it leads, is value.
 func NewCandidate(value []byte) *Candidate { return &Candidate{value: value} }
 
-// Every is how often a standby looks at the key.
-const Every = 250 * time.Millisecond
+// Every is how often a standby looks at the key: a fraction of any TTL, so that a standby
+// learns a key expired soon after it did (a bucket's expiry leaves no marker to watch for).
+const Every = 100 * time.Millisecond
 
 // Tick is called every Every.
 func (c *Candidate) Tick() Action { return Action{Kind: Read} }

@@ -132,3 +132,20 @@ func TestHolderAfterAPause(t *testing.T) {
 		t.Fatalf("%+v, want a stop: another server holds the key", a)
 	}
 }
+
+// Reads and refusals, which a bucket's leader that lost its quorum goes on answering for a
+// while, do not count as JetStream answering: only writes and a stream with its quorum do.
+func TestHolderCountsOnlyWritesAsJetStream(t *testing.T) {
+	h := NewHolder(t0, time.Second, []byte("a"), 5)
+	ms := 250
+	for ; time.Duration(ms)*time.Millisecond <= Patience; ms += 250 {
+		want(t, h.Tick(at(ms)), Renew)
+		want(t, h.Done(at(ms+10), Outcome{Kind: Refused}), Read)
+		want(t, h.Done(at(ms+20), Outcome{Kind: Absent}), Create)
+		want(t, h.Done(at(ms+30), Outcome{Kind: Unanswered}), Probe)
+		want(t, h.Done(at(ms+40), Outcome{Kind: Answered, At: t0}), None)
+	}
+	if a := h.Tick(at(ms)); a.Kind != Stop || a.Reason != ReasonUnanswered {
+		t.Fatalf("%+v, want a stop: JetStream took no write", a)
+	}
+}
