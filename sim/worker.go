@@ -557,7 +557,7 @@ func (w *worker) work(h *held, d time.Duration) {
 			w.work(h, w.pausedTill.Sub(s.now)+time.Millisecond)
 			return
 		}
-		if s.strikes(FaultMisbehave, 0.5) {
+		if s.strikes(FaultMisbehave, 0.8) {
 			w.misbehave(h)
 		}
 		switch r := s.workload.IntN(20); {
