@@ -149,10 +149,7 @@ func (v *server) electionStep(a election.Action, last election.Outcome) {
 	case election.Probe:
 		o := election.Outcome{Kind: election.Unanswered}
 		if !v.cut() {
-			o = election.Outcome{Kind: election.Answered, At: v.lastAck}
-			if !s.now.Before(s.nats.streamDown) {
-				o.At = s.now
-			}
+			o = election.Outcome{Kind: election.Answered, At: v.lastAck} // as jetstream.Election does
 		}
 		v.after(time.Duration(1+s.network.IntN(3))*time.Millisecond, "election: probe answered", func() {
 			v.electionStep(v.holder.Done(s.now, o), o)

@@ -37,8 +37,8 @@ const (
 	Read
 	// Create: create the key with the value, if it does not exist.
 	Create
-	// Probe: ping the NATS server, and ask the log's stream for its last message: does NATS
-	// answer at all, and JetStream?
+	// Probe: ping the NATS server: does it answer at all? And when did the stream last take
+	// a message?
 	Probe
 	// Check: ask the last leader, whose value is Value, whether it still leads (its /readyz).
 	Check
@@ -64,8 +64,8 @@ const (
 	Exists
 	// Unanswered: the bucket (or, for Probe, the NATS server) gave no answer in time.
 	Unanswered
-	// Answered: the NATS server answered a Probe's ping; the Outcome's At is when JetStream
-	// (the stream) last answered, with its quorum.
+	// Answered: the NATS server answered a Probe's ping; the Outcome's At is when the stream
+	// last took a message (JetStream answered with its quorum).
 	Answered
 	// Leads: the last leader answered that it still leads, and NATS answers it.
 	Leads

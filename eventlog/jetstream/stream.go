@@ -332,29 +332,6 @@ func (s *Stream) Last(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// quorate reports whether the stream can take a message now: its leader answers, and sees a
-// quorum of its replicas (itself among them) active within the last two seconds. A leader that
-// lost its quorum goes on answering reads for a while before it steps down.
-func (s *Stream) quorate(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	info, err := s.stream.Info(ctx)
-	if err != nil {
-		return false
-	}
-	replicas := info.Config.Replicas
-	if replicas <= 1 || info.Cluster == nil {
-		return true
-	}
-	live := 1 // the leader, which answered
-	for _, r := range info.Cluster.Replicas {
-		if !r.Offline && r.Active < 2*time.Second {
-			live++
-		}
-	}
-	return live > replicas/2
-}
-
 // Get implements eventlog.Upstream.
 func (s *Stream) Get(ctx context.Context, seq uint64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
