@@ -59,12 +59,6 @@ func (n *natsModel) kvDo(a election.Action, value []byte) election.Outcome {
 	return election.Outcome{Kind: election.Unanswered}
 }
 
-// holds reports whether the key holds value now.
-func (n *natsModel) holds(value []byte) bool {
-	kv := &n.kv
-	return kv.value != nil && n.s.now.Before(kv.expires) && bytes.Equal(kv.value, value)
-}
-
 // node is a tether server of the cluster: its disk outlives its processes, and it runs one
 // process at a time, which leads, or (while it has none) stands by.
 type node struct {
