@@ -105,7 +105,10 @@
 // the acknowledgement, then writes the batch to Pebble without an fsync. So the copy is always a
 // prefix of the upstream; a copy that lost its tail in a crash catches up at Open, and one that
 // holds what the upstream does not is refused (ErrDiverged). A follower (no Lead) takes no
-// appends and copies the leader's messages as they land (Follow).
+// appends and copies the leader's messages as they land (Follow). Log.Lead promotes a follower
+// in place: Follow stops at its next message, the copy catches up and fences as Open with Lead
+// would, and readers, subscriptions and views carry over, so a standby that wins the election
+// keeps the projections it folded.
 //
 // # One writer
 //

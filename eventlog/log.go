@@ -171,6 +171,10 @@ type Log struct {
 	applyMu   sync.Mutex
 	upApplied uint64
 	upNext    uint64
+	// leads is set while the log is the upstream's writer: from Open with Options.Lead, or once
+	// Lead has promoted a follower; promoted (under applyMu) from the moment Lead starts.
+	leads    atomic.Bool
+	promoted bool
 	// upInFlight counts, under mu, the messages the sequencer published that have not settled
 	// (landed, or failed the log); the syncer counts each down and signals settled. The
 	// sequencer publishes the next message only when none is in flight, after the one it now
@@ -291,6 +295,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		ctx := context.Background()
 		err := l.joinUpstream(ctx)
 		if err == nil && opts.Lead {
+			l.promoted = true
 			err = l.lead(ctx)
 		}
 		if err != nil {
@@ -300,16 +305,22 @@ func Open(dir string, opts Options) (*Log, error) {
 			return nil, err
 		}
 		if !opts.Lead {
-			return l, nil // no pipeline: Close closes done
+			return l, nil // no pipeline until Lead: Close closes done
 		}
 	}
+	l.startPipeline()
+	return l, nil
+}
+
+// startPipeline starts the sequencer and the syncer: the log takes appends from now on.
+func (l *Log) startPipeline() {
 	// The channel's capacity bounds how many batches may wait for their fsync; Pebble
 	// group-commits those waits into as few fsyncs as the disk allows.
 	l.toSync = make(chan inflight, 64)
 	l.settled = sync.NewCond(&l.mu)
+	l.leads.Store(l.opts.Upstream != nil)
 	go l.sequence()
 	go l.syncLoop()
-	return l, nil
 }
 
 // checkDir refuses a non-empty directory that holds no Pebble database, so that a mistyped
@@ -540,7 +551,7 @@ func (l *Log) validate(events []Event) (int, error) {
 	switch {
 	case l.opts.ReadOnly:
 		return 0, ErrReadOnly
-	case l.opts.Upstream != nil && !l.opts.Lead:
+	case l.opts.Upstream != nil && !l.leads.Load():
 		return 0, ErrFollower
 	}
 	if len(events) == 0 || len(events) > EventsPerAppendMax {
@@ -869,9 +880,10 @@ func (l *Log) Close() error {
 	}
 	l.work.Broadcast()
 	l.space.Broadcast()
+	follower := l.opts.Upstream != nil && !l.leads.Load() && !l.opts.ReadOnly
 	l.mu.Unlock()
 	close(l.stop)
-	if l.opts.Upstream != nil && !l.opts.Lead && !l.opts.ReadOnly {
+	if follower {
 		l.applyMu.Lock() // a Follow in the middle of a message finishes it
 		close(l.done)
 		l.applyMu.Unlock()

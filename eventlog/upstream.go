@@ -325,6 +325,23 @@ func ContinueChain(seq uint64, head Head, payload []byte) ([]MessageRecord, Head
 func (l *Log) applyMessage(seq uint64, payload []byte) error {
 	l.applyMu.Lock()
 	defer l.applyMu.Unlock()
+	return l.applyLocked(seq, payload)
+}
+
+// errLeading ends a Follow once Lead has taken over the copying.
+var errLeading = errors.New("eventlog: this copy leads the upstream now")
+
+// followMessage is applyMessage for Follow, which stops at the first message after Lead.
+func (l *Log) followMessage(seq uint64, payload []byte) error {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
+	if l.promoted {
+		return errLeading
+	}
+	return l.applyLocked(seq, payload)
+}
+
+func (l *Log) applyLocked(seq uint64, payload []byte) error {
 	select {
 	case <-l.done:
 		return ErrClosed
@@ -360,7 +377,7 @@ func (l *Log) applyMessage(seq uint64, payload []byte) error {
 // arrives, until ctx ends, the log closes, or the upstream or the local store fails. Readers
 // and subscriptions see each message once it is copied: it is durable in the upstream.
 func (l *Log) Follow(ctx context.Context) error {
-	if l.opts.Upstream == nil || l.opts.Lead || l.opts.ReadOnly {
+	if l.opts.Upstream == nil || l.leads.Load() || l.opts.ReadOnly {
 		return errors.New("eventlog: Follow needs a log opened on an upstream without Lead")
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -372,9 +389,43 @@ func (l *Log) Follow(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	err := l.opts.Upstream.Read(ctx, l.upApplied+1, l.applyMessage)
-	if ctx.Err() != nil {
+	l.applyMu.Lock()
+	from := l.upApplied + 1
+	l.applyMu.Unlock()
+	err := l.opts.Upstream.Read(ctx, from, l.followMessage)
+	if ctx.Err() != nil || errors.Is(err, errLeading) {
 		return nil
 	}
 	return err
+}
+
+// Lead makes a follower the upstream's writer in place, as Open with Options.Lead would: it
+// stops Follow, catches up, fences the upstream, and takes appends from then on. Readers,
+// subscriptions and views of the copy carry over, so a standby that wins the election keeps
+// the projections it folded instead of reopening and rebuilding them. If Lead fails, the log
+// follows no more; close it.
+func (l *Log) Lead(ctx context.Context) error {
+	if l.opts.Upstream == nil || l.opts.ReadOnly {
+		return errors.New("eventlog: Lead needs a log opened on an upstream")
+	}
+	l.applyMu.Lock()
+	already := l.promoted || l.leads.Load()
+	l.promoted = true // Follow applies nothing more: from here the copying is this goroutine's
+	l.applyMu.Unlock()
+	if already {
+		return errors.New("eventlog: Lead called twice, or on a log that leads")
+	}
+	if err := l.catchUp(ctx); err != nil {
+		return err
+	}
+	if err := l.lead(ctx); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return ErrClosed
+	}
+	l.startPipeline()
+	return nil
 }

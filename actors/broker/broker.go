@@ -102,6 +102,22 @@ type Broker struct {
 // tail after it, ends the sessions the last run left open, starts the actors, gives every active
 // lease a fresh lease_ttl of grace, and returns a Broker that is ready.
 func Open(cfg Config) (*Broker, error) {
+	cfg = cfg.withDefaults()
+	elog, err := eventlog.Open(cfg.Dir, cfg.logOptions(cfg.Upstream != nil))
+	if err != nil {
+		return nil, err
+	}
+	b := newBroker(cfg, elog)
+	set, err := b.rebuildProjections()
+	if err != nil {
+		_ = elog.Close()
+		return nil, err
+	}
+	return b.start(set)
+}
+
+// withDefaults fills in what a Config leaves unset.
+func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -117,11 +133,16 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.Archive.Dir == "" {
 		cfg.Archive.Dir = filepath.Join(cfg.Dir, "archive")
 	}
-	elog, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog"),
-		Companions: append(cfg.Companions, "archive"), ArchiveDir: cfg.Archive.Dir, Upstream: cfg.Upstream, Lead: cfg.Upstream != nil})
-	if err != nil {
-		return nil, err
-	}
+	return cfg
+}
+
+// logOptions are the options the broker's log opens with; lead makes it the upstream's writer.
+func (cfg Config) logOptions(lead bool) eventlog.Options {
+	return eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog"),
+		Companions: append(cfg.Companions, "archive"), ArchiveDir: cfg.Archive.Dir, Upstream: cfg.Upstream, Lead: lead}
+}
+
+func newBroker(cfg Config, elog *eventlog.Log) *Broker {
 	b := &Broker{
 		cfg: cfg, log: cfg.Logger.Named("broker"), elog: elog, clock: cfg.Clock,
 		closing: make(chan struct{}), stopped: make(chan struct{}),
@@ -130,14 +151,15 @@ func Open(cfg Config) (*Broker, error) {
 	for k := range b.kindLogs {
 		b.kindLogs[k] = b.log.Named(kindName(actors.RefKind(k)))
 	}
-	set, err := b.rebuildProjections()
-	if err != nil {
-		_ = elog.Close()
-		return nil, err
-	}
+	return b
+}
+
+// start runs the broker over the recovered projections: it ends the sessions the last run left
+// open, starts the actors, and resumes the jobs in flight. On failure it closes the log.
+func (b *Broker) start(set *projections.Set) (*Broker, error) {
 	b.rt = b.newRuntime(set)
 	if err := b.endStaleSessions(); err != nil {
-		_ = elog.Close()
+		_ = b.elog.Close()
 		return nil, err
 	}
 	b.startActors()
@@ -145,7 +167,7 @@ func Open(cfg Config) (*Broker, error) {
 		_ = b.Close()
 		return nil, err
 	}
-	if cfg.Archive.After > 0 || cfg.Archive.Keep > 0 {
+	if b.cfg.Archive.After > 0 || b.cfg.Archive.Keep > 0 {
 		b.archiver.Add(1)
 		go b.archiveLoop()
 	}

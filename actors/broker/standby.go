@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -16,14 +15,17 @@ import (
 
 // Standby is a server that follows the replicated log another server leads: it copies the
 // upstream into its own data dir as the leader appends, and folds it into projections that it
-// checkpoints as the leader does, so that when it takes over, Open finds a checkpoint at most
-// CheckpointEvery records behind the head and starts in about the time a restart takes on a
-// quiet log. It runs no actors and takes no commands.
+// checkpoints as the leader does. When it wins the election, Lead makes its copy the writer and
+// starts the broker on the projections it holds, so a takeover costs a catch-up and a fence,
+// not a rebuild, however much the log holds. It runs no actors and takes no commands.
 type Standby struct {
 	cfg  Config
 	log  *zap.Logger
 	elog *eventlog.Log
-	set  *projections.Set // the fold's goroutine's alone until it ends
+	// set and checkpointed (the seq of its last checkpoint) are the fold's goroutine's alone
+	// until it ends.
+	set          *projections.Set
+	checkpointed uint64
 
 	cancel context.CancelFunc
 	folds  sync.WaitGroup // the fold; Close does not wait for Follow, see there
@@ -37,22 +39,13 @@ func OpenStandby(cfg Config) (*Standby, error) {
 	if cfg.Upstream == nil {
 		return nil, errors.New("broker: a standby needs an upstream")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.CheckpointEvery == 0 {
-		cfg.CheckpointEvery = 20_000
-	}
-	if cfg.Archive.Dir == "" {
-		cfg.Archive.Dir = filepath.Join(cfg.Dir, "archive")
-	}
-	elog, err := eventlog.Open(cfg.Dir, eventlog.Options{FS: cfg.FS, Logger: cfg.Logger.Named("eventlog"),
-		Companions: append(cfg.Companions, "archive"), ArchiveDir: cfg.Archive.Dir, Upstream: cfg.Upstream})
+	cfg = cfg.withDefaults()
+	elog, err := eventlog.Open(cfg.Dir, cfg.logOptions(false))
 	if err != nil {
 		return nil, err
 	}
 	s := &Standby{cfg: cfg, log: cfg.Logger.Named("standby"), elog: elog}
-	s.set, _, err = projections.Rebuild(elog, func(err error) {
+	s.set, s.checkpointed, err = projections.Rebuild(elog, func(err error) {
 		s.log.Warn("checkpoint unusable; replaying the whole log", zap.String("code", "CHECKPOINT_UNUSABLE"), zap.Error(err))
 	})
 	if err != nil {
@@ -76,28 +69,71 @@ func OpenStandby(cfg Config) (*Standby, error) {
 	return s, nil
 }
 
-// fold applies every record the copy gains to the projections, and checkpoints them every
-// CheckpointEvery records, until ctx ends or something fails; it returns why.
+// fold applies every record the copy gains to the projections until ctx ends or something
+// fails; it returns why.
 func (s *Standby) fold(ctx context.Context) error {
 	sub := s.elog.Subscribe(s.set.Seq() + 1)
-	checkpointed := s.set.Seq()
 	for {
 		recs, err := sub.Next(ctx, 4096)
 		if err != nil {
 			return err
 		}
-		for _, r := range recs {
-			if err := s.set.ApplyRecord(r); err != nil {
-				return err
-			}
-		}
-		if s.set.Seq()-checkpointed >= s.cfg.CheckpointEvery {
-			if err := s.set.BeginFlush().Save(s.elog, s.set); err != nil {
-				return fmt.Errorf("checkpoint: %w", err)
-			}
-			checkpointed = s.set.Seq()
+		if err := s.apply(recs); err != nil {
+			return err
 		}
 	}
+}
+
+// apply folds records into the projections, and checkpoints them every CheckpointEvery records.
+func (s *Standby) apply(recs []eventlog.Record) error {
+	for _, r := range recs {
+		if err := s.set.ApplyRecord(r); err != nil {
+			return err
+		}
+	}
+	if s.set.Seq()-s.checkpointed >= s.cfg.CheckpointEvery {
+		if err := s.set.BeginFlush().Save(s.elog, s.set); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		s.checkpointed = s.set.Seq()
+	}
+	return nil
+}
+
+// Lead makes this standby the upstream's writer and returns the broker, ready: it stops
+// following, catches up, fences the upstream (eventlog's Log.Lead), folds what the catch-up
+// copied, and starts the actors on the projections it holds. The Standby is spent either way;
+// on failure its copy is closed.
+func (s *Standby) Lead(ctx context.Context) (*Broker, error) {
+	s.cancel()
+	s.folds.Wait()
+	if err := s.Err(); err != nil {
+		_ = s.elog.Close()
+		return nil, err
+	}
+	start := time.Now()
+	if err := s.elog.Lead(ctx); err != nil {
+		_ = s.elog.Close()
+		return nil, err
+	}
+	from := s.set.Seq()
+	for r, err := range s.elog.Range(from+1, 0) {
+		if err == nil {
+			err = s.set.ApplyRecord(r)
+		}
+		if err != nil {
+			_ = s.elog.Close()
+			return nil, err
+		}
+	}
+	b := newBroker(s.cfg, s.elog)
+	b.noteCheckpoint(s.checkpointed) // the broker checkpoints in the background when one is due
+	if _, err := b.start(s.set); err != nil {
+		return nil, err
+	}
+	b.log.Info("leading on the standby's projections", zap.Uint64("checkpoint_seq", s.checkpointed), zap.Uint64("head_seq", s.set.Seq()),
+		zap.Uint64("caught_up", s.set.Seq()-from), zap.Duration("took", time.Since(start)))
+	return b, nil
 }
 
 func (s *Standby) stop(err error) {

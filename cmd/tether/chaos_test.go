@@ -65,6 +65,7 @@ type chaos struct {
 	servers  []*replica
 	admin    string
 	c        *client.Client
+	probe    *client.Client // submits as the CLI does, with RetryFor
 	worker   *process
 	runLog   string
 	load     *load
@@ -118,6 +119,25 @@ func stopLine(out string) string {
 		}
 	}
 	return ""
+}
+
+// takeover says how long the last takeover in a server's log took: catching up, fencing and
+// starting the broker on the standby's projections, and the whole from the election won.
+func takeover(out string) string {
+	var steps []string
+	for _, step := range []struct{ msg, field string }{
+		{"leading on the standby's projections", "took"}, {"leading the stream", "took"},
+	} {
+		took := "?"
+		for _, line := range strings.Split(out, "\n") {
+			var l map[string]any
+			if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == step.msg {
+				took = fmt.Sprint(l[step.field])
+			}
+		}
+		steps = append(steps, step.msg+" "+took)
+	}
+	return strings.Join(steps, ", ")
 }
 
 func (ch *chaos) urls() string {
@@ -275,19 +295,22 @@ func (l *load) end() map[string]bool {
 	return l.ids
 }
 
-// firstSubmit measures how long it takes, from since, until a submit is acknowledged.
-func firstSubmit(t *testing.T, c *client.Client, key string, since time.Time) time.Duration {
-	t.Helper()
+// firstSubmit measures how long it takes, from since, until a submit is acknowledged. It
+// submits as the CLI does: one call, under an idempotency key, which the client tries again
+// across a failover (RetryFor) from server to server.
+func (ch *chaos) firstSubmit(key string, since time.Time) time.Duration {
+	ch.t.Helper()
 	for deadline := since.Add(60 * time.Second); time.Now().Before(deadline); {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := c.Submit(ctx, wire.SubmitRequest{Queue: "probe", Type: "t", IdempotencyKey: key})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := ch.probe.Submit(ctx, wire.SubmitRequest{Queue: "probe", Type: "t", IdempotencyKey: key})
 		cancel()
 		if err == nil {
 			return time.Since(since)
 		}
-		time.Sleep(5 * time.Millisecond) // the next server, or the same one once it leads
+		ch.t.Logf("probe submit %s: %v", key, err)
+		time.Sleep(50 * time.Millisecond) // not a failover's answer: do not spin on it
 	}
-	t.Fatal("no submit was acknowledged for 60 s")
+	ch.t.Fatal("no submit was acknowledged for 60 s")
 	return 0
 }
 
@@ -371,6 +394,8 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch.c = client.New(ch.urls(), key.Key, nil)
+	ch.probe = client.New(ch.urls(), key.Key, nil)
+	ch.probe.RetryFor = 30 * time.Second // the CLI's --retry-for is 15 s
 
 	dir := t.TempDir()
 	ch.runLog = filepath.Join(dir, "runs.log")
@@ -476,13 +501,14 @@ func (ch *chaos) killLeader(k int, fig *figures) {
 	killed := time.Now()
 	_ = syscall.Kill(-ch.servers[lead].p.cmd.Process.Pid, syscall.SIGKILL)
 	ch.servers[lead].p.wait(time.Minute)
-	d := firstSubmit(t, ch.c, fmt.Sprintf("probe-kill-%d", k), killed)
+	d := ch.firstSubmit(fmt.Sprintf("probe-kill-%d", k), killed)
 	fig.failover = append(fig.failover, d)
 	next, ready := ch.leader()
 	if connected, ok := ch.connectedAfter(killed); ok {
-		fig.reconnect = append(fig.reconnect, max(connected.Sub(ready), 0))
-		t.Logf("fault %d: server %d killed; a submit was acknowledged %s later; server %d led; the worker reconnected %s after it was ready",
-			k, lead, d.Round(time.Millisecond), next, connected.Sub(ready).Round(time.Millisecond))
+		after := max(connected.Sub(ready), 0) // the test may see it ready after the worker did
+		fig.reconnect = append(fig.reconnect, after)
+		t.Logf("fault %d: server %d killed; a submit was acknowledged %s later; server %d led (%s); the worker reconnected %s after it was ready",
+			k, lead, d.Round(time.Millisecond), next, takeover(ch.servers[next].p.output()), after.Round(time.Millisecond))
 	} else {
 		t.Fatalf("fault %d: the worker did not reconnect after the leader was killed:\n%s", k, tail(ch.worker.output()))
 	}
@@ -501,7 +527,7 @@ func (ch *chaos) pauseLeader(k int, fig *figures) {
 	p.signal(t, syscall.SIGSTOP)
 	time.Sleep(d) // the pause itself: the fault is its length
 	p.signal(t, syscall.SIGCONT)
-	firstSubmit(t, ch.c, fmt.Sprintf("probe-pause-%d", k), time.Now())
+	ch.firstSubmit(fmt.Sprintf("probe-pause-%d", k), time.Now())
 	fig.pauseGap = append(fig.pauseGap, ch.load.gap(paused, time.Now()))
 	next, _ := ch.leader()
 	stopped := ch.restartIfStopped(lead, 5*time.Second)
@@ -556,7 +582,7 @@ func (ch *chaos) partitionLeader(fig *figures) {
 		p.Cut()
 	}
 	cut := time.Now()
-	d := firstSubmit(t, ch.c, "probe-partition", cut)
+	d := ch.firstSubmit("probe-partition", cut)
 	t.Logf("the leader, server %d, cut off from NATS: a submit was acknowledged %s later", lead, d.Round(time.Millisecond))
 	if code := ch.servers[lead].p.wait(30 * time.Second); code <= 0 {
 		t.Fatalf("the partitioned leader did not stop (exit %d):\n%s", code, tail(ch.servers[lead].p.output()))
@@ -640,7 +666,7 @@ func (ch *chaos) quorumLost() {
 	for i := range ch.servers {
 		ch.restartIfStopped(i, 0)
 	}
-	d := firstSubmit(t, ch.c, "probe-quorum", time.Now())
+	d := ch.firstSubmit("probe-quorum", time.Now())
 	t.Logf("the quorum back: a submit was acknowledged %s later", d.Round(time.Millisecond))
 }
 
@@ -661,7 +687,7 @@ func (ch *chaos) powerLost() {
 	for i := range ch.servers {
 		ch.start(i)
 	}
-	d := firstSubmit(t, ch.c, "probe-power", time.Now())
+	d := ch.firstSubmit("probe-power", time.Now())
 	t.Logf("everything killed and started again: a submit was acknowledged %s after the restart", d.Round(time.Millisecond))
 }
 

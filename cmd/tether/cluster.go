@@ -198,10 +198,7 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 	// does not lose the lead just won.
 	go c.renew()
 	api.SetLeading(transport.Leading{Claim: c.election.Me(), Healthy: c.healthy})
-	if err := sb.Close(); err != nil {
-		return nil, err
-	}
-	b, err := broker.Open(cfg)
+	b, err := sb.Lead(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -20,23 +20,27 @@ import (
 // the fence, the one in flight lost and retried or not, 1..2 appends waiting behind it, 0..2
 // appends by the new leader), the upstream must end up holding one chain: a fresh copy of it
 // verifies, it holds every append either leader was told was durable, the deposed leader fails
-// with ErrFenced, and the new leader goes on. newUpstream returns an empty upstream each time.
+// with ErrFenced, and the new leader goes on. The new leader either opens to lead, or is a
+// follower, copying all along, that Lead promotes. newUpstream returns an empty upstream each
+// time.
 func DeposedWriter(t *testing.T, newUpstream func(t *testing.T) eventlog.Upstream) {
 	for landed := 0; landed <= 2; landed++ {
 		for _, retried := range []bool{false, true} {
 			for behind := 1; behind <= 2; behind++ {
 				for appends := 0; appends <= 2; appends++ {
-					name := fmt.Sprintf("landed=%d/retried=%t/behind=%d/appends=%d", landed, retried, behind, appends)
-					t.Run(name, func(t *testing.T) {
-						deposed(t, newUpstream(t), landed, retried, behind, appends)
-					})
+					for _, promoted := range []bool{false, true} {
+						name := fmt.Sprintf("landed=%d/retried=%t/behind=%d/appends=%d/promoted=%t", landed, retried, behind, appends, promoted)
+						t.Run(name, func(t *testing.T) {
+							deposed(t, newUpstream(t), landed, retried, behind, appends, promoted)
+						})
+					}
 				}
 			}
 		}
 	}
 }
 
-func deposed(t *testing.T, up eventlog.Upstream, landed int, retried bool, behind, appends int) {
+func deposed(t *testing.T, up eventlog.Upstream, landed int, retried bool, behind, appends int, promoted bool) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
 	gate := &holdingUpstream{Upstream: up, t: t, captured: make(chan *heldPublish, 16)}
@@ -55,6 +59,21 @@ func deposed(t *testing.T, up eventlog.Upstream, landed int, retried bool, behin
 	results := make(chan result, 8)
 	appendOld := func(i int) {
 		old.AppendAsync([]eventlog.Event{Event("job/old", i)}, func(r eventlog.Receipt, err error) { results <- result{r, err} })
+	}
+	var follower *eventlog.Log // the new leader, if it follows first
+	if promoted {
+		follower, err = eventlog.Open("/new", eventlog.Options{FS: fs, Upstream: up})
+		if err != nil {
+			t.Fatal(err)
+		}
+		followed := make(chan error, 1)
+		go func() { followed <- follower.Follow(ctx) }()
+		defer func() { // after Close, which ends Follow if Lead did not
+			if err := <-followed; err != nil {
+				t.Errorf("Follow: %v", err)
+			}
+		}()
+		defer follower.Close()
 	}
 	var acked []eventlog.Receipt // what either leader was told is durable
 	for i := range landed {
@@ -79,11 +98,18 @@ func deposed(t *testing.T, up eventlog.Upstream, landed int, retried bool, behin
 		inflight = gate.next()
 	}
 
-	next, err := eventlog.Open("/new", eventlog.Options{FS: fs, Upstream: up, Lead: true})
-	if err != nil {
-		t.Fatalf("the new leader's open: %v", err)
+	next := follower
+	if promoted {
+		err = follower.Lead(ctx)
+	} else {
+		next, err = eventlog.Open("/new", eventlog.Options{FS: fs, Upstream: up, Lead: true})
+		if err == nil {
+			defer next.Close()
+		}
 	}
-	defer next.Close()
+	if err != nil {
+		t.Fatalf("the new leader's open or Lead: %v", err)
+	}
 	for i := range appends {
 		r, err := next.Append(ctx, Event("job/new", i))
 		if err != nil {

@@ -147,6 +147,13 @@ func unreached(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
+// electing reports whether err is a server's answer that it does not lead now: a standby, or a
+// server still starting.
+func electing(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Code == wire.CodeStandby || e.Code == wire.CodeNotReady)
+}
+
 // failoverAnswer reports whether err says no server takes requests right now, as a failover
 // leaves it for a moment: a request safe to repeat may go again once the client has waited.
 func failoverAnswer(err error) bool {
@@ -211,12 +218,14 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 	}
 	safe := c.RetryFor > 0 && repeatable(method, path, body, header)
 	deadline := time.Now().Add(c.RetryFor)
+	answered := false // in this round, a server answered that a failover is under way
 	for tries, round := 1, 0; ; tries++ {
 		server := c.Server()
 		status, err := c.doOn(ctx, server, method, path, body != nil, data, contentType, out, header)
 		if err == nil || ctx.Err() != nil {
 			return status, err
 		}
+		answered = answered || electing(err)
 		moved := c.failoverErr(server, err)
 		if !moved && safe && failoverAnswer(err) {
 			moved = c.failover(server, "") // it may have reached the server; it may go again
@@ -227,14 +236,20 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 		if !safe || !failoverAnswer(err) || time.Now().After(deadline) {
 			return status, err
 		}
-		// No server takes it now: a failover under way. Wait, then a round of every server.
+		// No server takes it now: a failover under way. Wait, then a round of every server: a
+		// short while if a server said it stands by or starts (a leader is being chosen, which
+		// takes about a TTL), and backing off while none answers.
 		round++
+		wait := backoff(round, 100*time.Millisecond, 2*time.Second)
+		if answered {
+			wait = backoff(1, 100*time.Millisecond, 100*time.Millisecond)
+		}
 		select {
-		case <-time.After(min(time.Until(deadline), backoff(round, 100*time.Millisecond, 2*time.Second))):
+		case <-time.After(min(time.Until(deadline), wait)):
 		case <-ctx.Done():
 			return status, err
 		}
-		tries = 0
+		tries, answered = 0, false
 	}
 }
 
