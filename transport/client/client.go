@@ -10,6 +10,7 @@ package client
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,6 +74,10 @@ type Client struct {
 	// 100 ms at first and twice as long each round, up to 2 s. 0: each server is tried at
 	// most twice, and the last answer is returned. Set it before the first request.
 	RetryFor time.Duration
+	// Patience is how long one server may take to answer a request (on top of the wait a long
+	// poll asks for) before the client gives up on it: a request safe to repeat then goes to the
+	// next server, as from one it cannot reach. 0: 10 s.
+	Patience time.Duration
 }
 
 // New returns a client of the server at base (http://host:port), or of any of several servers
@@ -218,10 +223,18 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 	}
 	safe := c.RetryFor > 0 && repeatable(method, path, body, header)
 	deadline := time.Now().Add(c.RetryFor)
+	// A server that took the request and does not answer in time (a paused process, one cut
+	// off from its log) is given up on like one that cannot be reached.
+	patience := cmp.Or(c.Patience, requestTimeout)
+	if lr, ok := body.(wire.LeaseRequest); ok {
+		patience += time.Duration(lr.WaitSeconds * float64(time.Second))
+	}
 	answered := false // in this round, a server answered that a failover is under way
 	for tries, round := 1, 0; ; tries++ {
 		server := c.Server()
-		status, err := c.doOn(ctx, server, method, path, body != nil, data, contentType, out, header)
+		actx, cancel := context.WithTimeout(ctx, patience)
+		status, err := c.doOn(actx, server, method, path, body != nil, data, contentType, out, header)
+		cancel()
 		if err == nil || ctx.Err() != nil {
 			return status, err
 		}

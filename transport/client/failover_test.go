@@ -98,3 +98,37 @@ func TestClientRetriesSafeRequestsAcrossAFailover(t *testing.T) {
 		t.Fatalf("a read: %v, on %s", err, c.Server())
 	}
 }
+
+// A server that took a request and does not answer (a paused leader) is given up on after
+// Patience: a request safe to repeat goes on to the next server, one that is not fails there
+// and is not sent again.
+func TestClientGivesUpOnAServerThatDoesNotAnswer(t *testing.T) {
+	release := make(chan struct{})
+	var pausedHits, leaderHits atomic.Int32
+	paused := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pausedHits.Add(1)
+		<-release
+	}))
+	defer paused.Close()
+	defer close(release) // before Close, which waits for the handlers
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaderHits.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"j1","status":"queued"}`))
+	}))
+	defer leader.Close()
+
+	c := client.New(paused.URL+","+leader.URL, "", nil)
+	c.RetryFor, c.Patience = time.Minute, 100*time.Millisecond
+	ctx := context.Background()
+	if _, err := c.Submit(ctx, wire.SubmitRequest{Queue: "q", Type: "t"}); err == nil || pausedHits.Load() != 1 || leaderHits.Load() != 0 {
+		t.Fatalf("a submit without an idempotency key: %v, %d requests to the paused server and %d to the leader; want it failed, sent once",
+			err, pausedHits.Load(), leaderHits.Load())
+	}
+	c = client.New(paused.URL+","+leader.URL, "", nil)
+	c.RetryFor, c.Patience = time.Minute, 100*time.Millisecond
+	j, err := c.Submit(ctx, wire.SubmitRequest{Queue: "q", Type: "t", IdempotencyKey: "k"})
+	if err != nil || j.ID != "j1" || c.Server() != leader.URL {
+		t.Fatalf("a submit under a key: %+v %v, the client on %s", j, err, c.Server())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -27,16 +28,28 @@ func TLSConfigWithCA(caFile string) (*tls.Config, error) {
 	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, nil
 }
 
-// NewHTTPClient returns an HTTP client as New makes one, with tlsConfig (nil: the system's).
+// NewHTTPClient returns an HTTP client as New makes one, with tlsConfig (nil: the system's). A
+// server that does not take the connection in dialTimeout (a machine gone, a partition) counts
+// as unreachable, so a client of several servers moves on; how long an answer may take is each
+// request's own (Client.do).
 func NewHTTPClient(tlsConfig *tls.Config) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
 		TLSClientConfig:     tlsConfig,
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	}}
 }
+
+// dialTimeout bounds a connection's making; requestTimeout an API call's answer, on top of the
+// time a long poll asks the server to wait.
+const (
+	dialTimeout    = 5 * time.Second
+	requestTimeout = 10 * time.Second
+)
 
 // certificateRefused reports whether err is the server's certificate failing verification: a
 // misconfiguration (a private CA not given, a name that does not match), not a network fault

@@ -99,7 +99,8 @@ type Worker struct {
 	// of the HTTP requests (TLSConfigWithCA for a private CA).
 	TLSConfig *tls.Config
 	// Grace is how long running jobs may go on once Run's context ends; the rest are then
-	// stopped and released. 0: none. Hurry, if set and closed, ends the grace early.
+	// stopped and released. 0: none. Hurry, if set and closed, ends the grace early, and the
+	// wait for the stopped jobs' reports (DrainTimeout) too.
 	Grace time.Duration
 	Hurry <-chan struct{}
 	// DrainTimeout is how long stopped jobs have to report before Run returns; 0: 10 s.
@@ -1002,7 +1003,9 @@ func (r *runner) stop(err error) {
 		for _, l := range r.leases() {
 			r.stopTask(l, "stopping")
 		}
-		r.waitIdle(drain, nil)
+		// Hurry ends the wait for their reports too: with ResultsDir, a result not yet taken
+		// is sent again by the next start.
+		r.waitIdle(drain, r.w.Hurry)
 	}
 }
 
