@@ -139,6 +139,11 @@ func (l *Log) joinUpstream(ctx context.Context) error {
 	}
 	if msg > 0 {
 		payload, err := l.opts.Upstream.Get(ctx, msg)
+		for try := 1; err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrClosed) && try < upstreamTries; try++ {
+			l.opts.Logger.Warn("reading the upstream failed; trying again", zap.String("code", "UPSTREAM_RETRY"), zap.Error(err))
+			l.opts.Sleep(upstreamRetryWait) // the upstream is electing or reconnecting
+			payload, err = l.opts.Upstream.Get(ctx, msg)
+		}
 		if errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("%w: the local copy came from message %d, which the upstream does not hold", ErrDiverged, msg)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -154,4 +155,51 @@ func TestUpstreamPublishSettles(t *testing.T) {
 // fence and appends puts a message into the upstream that does not continue the chain.
 func TestUpstreamDeposedWriter(t *testing.T) {
 	eventlogtest.DeposedWriter(t, func(*testing.T) eventlog.Upstream { return eventlog.NewMemUpstream() })
+}
+
+// electing fails its first reads as a stream electing a raft leader does.
+type electing struct {
+	*eventlog.MemUpstream
+	failReads int
+}
+
+func (e *electing) Get(ctx context.Context, seq uint64) ([]byte, error) {
+	if e.failReads > 0 {
+		e.failReads--
+		return nil, context.DeadlineExceeded
+	}
+	return e.MemUpstream.Get(ctx, seq)
+}
+
+func (e *electing) Last(ctx context.Context) (uint64, error) {
+	if e.failReads > 0 {
+		e.failReads--
+		return 0, context.DeadlineExceeded
+	}
+	return e.MemUpstream.Last(ctx)
+}
+
+// A copy opens while the upstream does not answer for a while (a NATS node was lost and the
+// stream elects a leader): it tries again instead of giving up at the first read.
+func TestUpstreamOpenWaitsForAnElection(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	up := &electing{MemUpstream: eventlog.NewMemUpstream()}
+	l := openOn(t, up, fs, "/a", true)
+	if _, err := l.Append(ctx, eventlogtest.Event("job/x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	up.failReads = 5
+	var slept int
+	again, err := eventlog.Open("/a", eventlog.Options{FS: fs, Upstream: up, Sleep: func(time.Duration) { slept++ }})
+	if err != nil {
+		t.Fatalf("open while the upstream elects: %v", err)
+	}
+	defer again.Close()
+	if up.failReads != 0 || slept != 5 {
+		t.Fatalf("%d reads left to fail, %d waits; want every failed read waited for and tried again", up.failReads, slept)
+	}
 }
