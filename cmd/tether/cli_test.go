@@ -41,6 +41,8 @@ func TestCommandLineMistakes(t *testing.T) {
 		{[]string{"admin", "quota", srv, "--tenant", "default"}, "nothing to change"},
 		{[]string{"sim", "--steps", "-1"}, "--steps"},
 		{[]string{"job", "ls", "--server", "ftp://example.com"}, "is not a server URL"},
+		{[]string{"job", "ls", "--server", "htp:/127.0.0.1:8080"}, "is not a server URL"},
+		{[]string{"job", "ls", "--server", "http://a:8080,htp:/b:8080"}, "is not a server URL"},
 		{[]string{"bench", srv, "--workers", "0"}, "--producers and --workers"},
 	} {
 		stdout, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, tc.args...)

@@ -182,11 +182,12 @@ func (s *serverURL) Set(v string) error {
 	var urls []string
 	for raw := range strings.SplitSeq(v, ",") {
 		one := strings.TrimSpace(raw)
-		if !strings.Contains(one, "://") {
+		bare := !strings.Contains(one, "://") // host:port; a slash in it is a mistyped scheme ("htp:/host")
+		if bare {
 			one = "http://" + one
 		}
 		u, err := url.Parse(one)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		if err != nil || (bare && strings.Contains(raw, "/")) || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 			return fmt.Errorf("%q is not a server URL: want http(s)://host:port, or host:port, or several separated by commas", raw)
 		}
 		urls = append(urls, strings.TrimRight(u.String(), "/"))
