@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/transport/bench"
+	"github.com/tetherhq/tether/transport/client"
 )
 
 func runBench(args []string) error {
@@ -67,6 +69,10 @@ func runBench(args []string) error {
 	res, err := bench.Run(ctx, cfg)
 	if bar != nil {
 		bar.Done()
+	}
+	var refused *client.Error
+	if errors.As(err, &refused) && refused.Code == "UNAUTHENTICATED" && (cfg.Token == "" || cfg.EnrollToken == "") {
+		return fmt.Errorf("%w: the server runs --auth token; give --token (an API key) and --enroll-token (one of %d uses or more, for the workers)", err, cfg.Workers)
 	}
 	if err != nil {
 		return err
