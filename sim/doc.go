@@ -49,7 +49,8 @@
 // publishes its client had not flushed yet; the leader cut off from NATS, its requests held and
 // delivered late when the cut heals; the stream or the bucket answering nothing while it elects
 // a raft leader; lost requests and answers, the renewals' among them. A standby that wins the
-// key starts a process on its node, whose open catches its copy up and fences the stream, while
+// key starts a process on its node, whose copy opens as a follower and is promoted in place
+// (eventlog.Log.Lead, as the server's standby is), catching up and fencing the stream, while
 // the process before it may still run, not knowing, until its appends are refused or its
 // renewal reads another's claim. Crashes on a replicated log lose the node's unsynced copy, never
 // the stream.

@@ -131,9 +131,16 @@ func (v *server) start() {
 	opts := eventlog.Options{FS: errorfs.Wrap(v.mem, v.disk), Clock: s.serverNow, ArchiveDir: archiveDir}
 	if v.node != nil {
 		v.link = newLink(v, s.nats)
-		opts.Upstream, opts.Lead, opts.Rand, opts.Sleep = v.link, true, randReader{s.serverRand}, v.link.Sleep
+		opts.Upstream, opts.Rand, opts.Sleep = v.link, randReader{s.serverRand}, v.link.Sleep
 	}
 	l, err := eventlog.Open(dataDir, opts)
+	if err == nil && v.node != nil {
+		// A standby that won: its copy, open as a follower, is promoted in place, as the
+		// server's (broker's Standby.Lead) is.
+		if err = l.Lead(context.Background()); err != nil {
+			_ = l.Close()
+		}
+	}
 	if err != nil {
 		if v.node != nil && (errors.Is(err, errUnanswered) || errors.Is(err, eventlog.ErrFenced)) {
 			// The stream did not answer, or another writer's messages kept landing: it
