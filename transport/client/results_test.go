@@ -131,8 +131,11 @@ func TestWorkerKeepsAResultAcrossARestart(t *testing.T) {
 	token := registerWorker(t, c)
 	ran := make(chan struct{})
 	runCtx, stop := context.WithCancel(ctx(t))
+	// Stopped (and hurried, a second signal) with its result refused for now: it does not wait
+	// for the result it keeps, whatever its grace and DrainTimeout.
+	hurry := make(chan struct{})
 	first := &client.Worker{Server: s.url, Token: token, Transport: client.TransportLongPoll, Logger: zaptest.NewLogger(t), ResultsDir: dir,
-		DrainTimeout: 100 * time.Millisecond, Handler: func(context.Context, *client.Job) (any, error) {
+		Grace: time.Hour, DrainTimeout: time.Hour, Hurry: hurry, Handler: func(context.Context, *client.Job) (any, error) {
 			close(ran)
 			return map[string]int{"n": 42}, nil
 		}}
@@ -141,6 +144,7 @@ func TestWorkerKeepsAResultAcrossARestart(t *testing.T) {
 	<-ran
 	<-s.refusal
 	stop()
+	close(hurry)
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}

@@ -99,8 +99,7 @@ type Worker struct {
 	// of the HTTP requests (TLSConfigWithCA for a private CA).
 	TLSConfig *tls.Config
 	// Grace is how long running jobs may go on once Run's context ends; the rest are then
-	// stopped and released. 0: none. Hurry, if set and closed, ends the grace early, and the
-	// wait for the stopped jobs' reports (DrainTimeout) too.
+	// stopped and released. 0: none. Hurry, if set and closed, ends the grace early.
 	Grace time.Duration
 	Hurry <-chan struct{}
 	// DrainTimeout is how long stopped jobs have to report before Run returns; 0: 10 s.
@@ -202,6 +201,7 @@ func (r *runner) resume() {
 		t := &task{job: &Job{ID: f.JobID, LeaseID: f.LeaseID, nonce: f.Nonce, r: r}, leaseTTL: p.LeaseTTL}
 		t.ctx, t.cancel = context.WithCancel(context.Background())
 		t.heard.Store(p.Heard.UnixNano())
+		t.kept.Store(true)
 		r.mu.Lock()
 		r.tasks[f.LeaseID] = t
 		r.mu.Unlock()
@@ -374,6 +374,8 @@ type task struct {
 	// until heard plus twice leaseTTL (a server that restarts gives every lease one more).
 	leaseTTL time.Duration
 	heard    atomic.Int64
+	// kept is set once its result is in ResultsDir: a restart sends it if this run does not.
+	kept atomic.Bool
 	// tries counts the sends of the result; last is set once its lease may have expired,
 	// for the one more send after that. The reporting path alone touches them, one send at a
 	// time.
@@ -748,7 +750,9 @@ func (r *runner) keep(t *task, f wire.Frame) {
 	if err := r.results.save(p); err != nil {
 		r.log.Error("the job's result could not be kept on disk; it is sent, but a restart before the server has it loses it",
 			zap.String("code", "RESULT_NOT_KEPT"), zap.String("job_id", f.JobID), zap.Error(err))
+		return
 	}
+	t.kept.Store(true)
 }
 
 // finish ends a task whose result the server answered, err saying what it refused (nil:
@@ -1003,24 +1007,49 @@ func (r *runner) stop(err error) {
 		for _, l := range r.leases() {
 			r.stopTask(l, "stopping")
 		}
-		// Hurry ends the wait for their reports too: with ResultsDir, a result not yet taken
-		// is sent again by the next start.
-		r.waitIdle(drain, r.w.Hurry)
+		// The stopped jobs report. After a second signal, a result kept on disk is not waited
+		// for (a server that does not answer would hold the worker for DrainTimeout): the next
+		// start sends it.
+		left := r.busy
+		select {
+		case <-r.w.Hurry:
+			left = r.unkept
+		default:
+		}
+		r.waitFor(drain, nil, left)
 	}
 }
 
 // waitIdle waits until no job is left, d passes or hurry closes, and reports whether none is.
 func (r *runner) waitIdle(d time.Duration, hurry <-chan struct{}) bool {
+	return r.waitFor(d, hurry, r.busy)
+}
+
+// waitFor waits until left counts none, d passes or hurry closes, and reports whether none is.
+func (r *runner) waitFor(d time.Duration, hurry <-chan struct{}, left func() int) bool {
 	deadline := time.NewTimer(max(d, 0))
 	defer deadline.Stop()
-	for r.busy() > 0 {
+	for left() > 0 {
 		select {
 		case <-r.freed:
 		case <-deadline.C:
-			return r.busy() == 0
+			return left() == 0
 		case <-hurry:
-			return r.busy() == 0
+			return left() == 0
 		}
 	}
 	return true
+}
+
+// unkept counts the jobs not yet finished whose result is not kept in ResultsDir.
+func (r *runner) unkept() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, t := range r.tasks {
+		if !t.kept.Load() {
+			n++
+		}
+	}
+	return n
 }
