@@ -379,10 +379,11 @@ func (l *Log) applyLocked(seq uint64, payload []byte) error {
 }
 
 // Follow copies what the leader appends to the upstream into this follower's copy as it
-// arrives, until ctx ends, the log closes, or the upstream or the local store fails. Readers
+// arrives, until ctx ends, the log closes, Lead promotes it (then it returns nil, whether Lead
+// came before or during it), or the upstream or the local store fails. Readers
 // and subscriptions see each message once it is copied: it is durable in the upstream.
 func (l *Log) Follow(ctx context.Context) error {
-	if l.opts.Upstream == nil || l.leads.Load() || l.opts.ReadOnly {
+	if l.opts.Upstream == nil || l.opts.Lead || l.opts.ReadOnly {
 		return errors.New("eventlog: Follow needs a log opened on an upstream without Lead")
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -395,8 +396,11 @@ func (l *Log) Follow(ctx context.Context) error {
 		}
 	}()
 	l.applyMu.Lock()
-	from := l.upApplied + 1
+	from, promoted := l.upApplied+1, l.promoted
 	l.applyMu.Unlock()
+	if promoted {
+		return nil // Lead came first: the copying is its own now
+	}
 	err := l.opts.Upstream.Read(ctx, from, l.followMessage)
 	if ctx.Err() != nil || errors.Is(err, errLeading) {
 		return nil

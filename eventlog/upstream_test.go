@@ -203,3 +203,28 @@ func TestUpstreamOpenWaitsForAnElection(t *testing.T) {
 		t.Fatalf("%d reads left to fail, %d waits; want every failed read waited for and tried again", up.failReads, slept)
 	}
 }
+
+// Lead may come before the Follow a standby started has begun (its goroutine not yet run):
+// Follow then ends at once without an error, and the promoted log takes appends.
+func TestUpstreamLeadBeforeFollow(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	up := eventlog.NewMemUpstream()
+	old := openOn(t, up, fs, "/a", true)
+	if _, err := old.Append(ctx, eventlogtest.Event("job/x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	follower := openOn(t, up, fs, "/b", false)
+	if err := follower.Lead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.Follow(ctx); err != nil {
+		t.Fatalf("Follow after Lead: %v, want nil", err)
+	}
+	if r, err := follower.Append(ctx, eventlogtest.Event("job/x", 2)); err != nil || r.First != 2 {
+		t.Fatalf("an append to the promoted log: %+v %v", r, err)
+	}
+	if err := follower.Lead(ctx); err == nil {
+		t.Fatal("a second Lead succeeded")
+	}
+}
