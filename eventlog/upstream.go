@@ -138,12 +138,11 @@ func (l *Log) joinUpstream(ctx context.Context) error {
 		return fmt.Errorf("%w: the local log ends at seq %d but came from the upstream up to seq %d", ErrDiverged, head.Seq, seq)
 	}
 	if msg > 0 {
-		payload, err := l.opts.Upstream.Get(ctx, msg)
-		for try := 1; err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrClosed) && try < upstreamTries; try++ {
-			l.opts.Logger.Warn("reading the upstream failed; trying again", zap.String("code", "UPSTREAM_RETRY"), zap.Error(err))
-			l.opts.Sleep(upstreamRetryWait) // the upstream is electing or reconnecting
+		var payload []byte
+		err := l.untilAnswered("reading the upstream", func() (err error) {
 			payload, err = l.opts.Upstream.Get(ctx, msg)
-		}
+			return err
+		}, func(err error) bool { return errors.Is(err, ErrNotFound) || errors.Is(err, ErrClosed) })
 		if errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("%w: the local copy came from message %d, which the upstream does not hold", ErrDiverged, msg)
 		}
@@ -175,14 +174,23 @@ var errCaughtUp = errors.New("caught up")
 // catchUp copies the upstream's messages up to its last one at the time of the call, trying
 // again for a while if the upstream does not answer (a NATS cluster electing leaders).
 func (l *Log) catchUp(ctx context.Context) error {
-	for try := 1; ; try++ {
-		err := l.catchUpOnce(ctx)
+	return l.untilAnswered("catching up with the upstream", func() error { return l.catchUpOnce(ctx) }, func(err error) bool {
 		var ce *ChainError
-		if err == nil || errors.As(err, &ce) || errors.Is(err, ErrFailed) || errors.Is(err, ErrClosed) || try >= upstreamTries {
+		return errors.As(err, &ce) || errors.Is(err, ErrFailed) || errors.Is(err, ErrClosed)
+	})
+}
+
+// untilAnswered runs op until it succeeds, fails for good (final), or has failed upstreamTries
+// times, upstreamRetryWait apart: an upstream that does not answer may be electing or
+// reconnecting.
+func (l *Log) untilAnswered(what string, op func() error, final func(error) bool) error {
+	for try := 1; ; try++ {
+		err := op()
+		if err == nil || final(err) || try >= upstreamTries {
 			return err
 		}
-		l.opts.Logger.Warn("catching up with the upstream failed; trying again", zap.String("code", "UPSTREAM_RETRY"), zap.Error(err))
-		l.opts.Sleep(upstreamRetryWait) // the upstream is electing or reconnecting
+		l.opts.Logger.Warn(what+" failed; trying again", zap.String("code", "UPSTREAM_RETRY"), zap.Error(err))
+		l.opts.Sleep(upstreamRetryWait)
 	}
 }
 
@@ -418,8 +426,8 @@ func (l *Log) Lead(ctx context.Context) error {
 		return errors.New("eventlog: Lead needs a log opened on an upstream")
 	}
 	l.applyMu.Lock()
-	already := l.promoted || l.leads.Load()
-	l.promoted = true // Follow applies nothing more: from here the copying is this goroutine's
+	already := l.promoted // Open with Lead sets it too
+	l.promoted = true     // Follow applies nothing more: from here the copying is this goroutine's
 	l.applyMu.Unlock()
 	if already {
 		return errors.New("eventlog: Lead called twice, or on a log that leads")
