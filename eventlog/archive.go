@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"slices"
 	"strings"
 	"sync"
@@ -15,8 +16,14 @@ import (
 	"go.uber.org/zap"
 )
 
-// keyAnchor holds the hot log's anchor: <seq: 8> <time: 8> <hash: 32>, the last archived record.
-const keyAnchor = "meta/anchor"
+const (
+	// keyAnchor holds the hot log's anchor: <seq: 8> <time: 8> <hash: 32>, the last archived
+	// record.
+	keyAnchor = "meta/anchor"
+	// keyFloor holds the archive's floor, in the anchor's layout: the last record of the
+	// segments --archive-keep deleted. Records up to it are gone on purpose.
+	keyFloor = "meta/archive-floor"
+)
 
 func encodeAnchor(h Head) []byte {
 	b := binary.BigEndian.AppendUint64(nil, h.Seq)
@@ -24,31 +31,41 @@ func encodeAnchor(h Head) []byte {
 	return append(b, h.Hash[:]...)
 }
 
-func (l *Log) loadAnchor() (Head, error) {
-	v, closer, err := l.db.Get([]byte(keyAnchor))
+// loadHead reads a head stored as encodeAnchor wrote it: the anchor or the floor; {0, Genesis}
+// when it was never written.
+func (l *Log) loadHead(key string) (Head, error) {
+	v, closer, err := l.db.Get([]byte(key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return Head{Hash: Genesis}, nil
 	}
 	if err != nil {
-		return Head{}, fmt.Errorf("eventlog: read anchor: %w", err)
+		return Head{}, fmt.Errorf("eventlog: read %s: %w", key, err)
 	}
 	defer closer.Close()
 	if len(v) != 16+hashLen {
-		return Head{}, fmt.Errorf("%w: the anchor is %d bytes", ErrCorruptRecord, len(v))
+		return Head{}, fmt.Errorf("%w: %s is %d bytes", ErrCorruptRecord, key, len(v))
 	}
 	h := Head{Seq: binary.BigEndian.Uint64(v), Time: time.Unix(0, int64(binary.BigEndian.Uint64(v[8:]))).UTC()}
 	copy(h.Hash[:], v[16:])
 	return h, nil
 }
 
-// archive is the sealed segments in a directory, sorted by seq. It need not be contiguous: a
-// segment an operator moved away leaves a gap that reads report (ErrArchived).
+// archive is the sealed segments in a directory, sorted by seq. It need not hold every archived
+// record: the oldest may have been deleted on purpose (by --archive-keep, up to the floor, or by
+// an operator), and a read-only open takes a directory with holes too, so that an audit can
+// check what is there. A read of a record no segment holds is a *GapError, never a silent gap.
 type archive struct {
 	fs  vfs.FS
 	dir string
+	// missing says the directory itself is not there.
+	missing bool
+	// broken is what loading found wrong besides missing records: segments that do not read,
+	// overlap, or do not chain to their neighbours, the floor or the anchor.
+	broken []error
 
 	mu    sync.RWMutex
 	segs  []SegmentInfo
+	floor Head     // the last record --archive-keep deleted; {0, Genesis} if none
 	cache struct { // the segment read last, kept open for the next read nearby
 		sync.Mutex
 		f *segmentFile
@@ -58,10 +75,11 @@ type archive struct {
 // loadArchive lists the segments in dir, reading each one's trailer. A missing dir is an empty
 // archive. Temporary files of a segment that was never sealed are removed unless readOnly.
 func loadArchive(fs vfs.FS, dir string, readOnly bool, logger *zap.Logger) (*archive, error) {
-	a := &archive{fs: fs, dir: dir}
+	a := &archive{fs: fs, dir: dir, floor: Head{Hash: Genesis}}
 	names, err := fs.List(dir)
 	if err != nil {
 		if _, statErr := fs.Stat(dir); statErr != nil {
+			a.missing = true
 			return a, nil
 		}
 		return nil, fmt.Errorf("eventlog: list archive %s: %w", dir, err)
@@ -83,16 +101,22 @@ func loadArchive(fs vfs.FS, dir string, readOnly bool, logger *zap.Logger) (*arc
 		}
 		info, err := statSegment(fs, dir, name)
 		if err != nil {
-			return nil, err
+			// Its records count as missing; the rest of the archive can still be read.
+			a.broken = append(a.broken, err)
+			continue
 		}
 		a.segs = append(a.segs, info)
 	}
 	slices.SortFunc(a.segs, func(x, y SegmentInfo) int { return cmpU64(x.First, y.First) })
-	for i := 1; i < len(a.segs); i++ {
-		if a.segs[i].First <= a.segs[i-1].Last {
-			return nil, &SegmentError{Name: a.segs[i].Name, Reason: "it overlaps " + a.segs[i-1].Name}
+	keep := a.segs[:0]
+	for _, s := range a.segs {
+		if n := len(keep); n > 0 && s.First <= keep[n-1].Last {
+			a.broken = append(a.broken, &SegmentError{Name: s.Name, Reason: "it overlaps " + keep[n-1].Name})
+			continue
 		}
+		keep = append(keep, s)
 	}
+	a.segs = keep
 	return a, nil
 }
 
@@ -139,7 +163,11 @@ func (a *archive) open(info SegmentInfo) (*segmentFile, error) {
 	if f != nil {
 		_ = f.Close()
 	}
-	return openSegment(a.fs, a.dir, info)
+	f, err := openSegment(a.fs, a.dir, info)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return nil, &GapError{First: info.First, Last: info.Last, Why: fmt.Sprintf("segment %s was removed from %s after the log was opened", info.Name, a.dir)}
+	}
+	return f, err
 }
 
 func (a *archive) release(f *segmentFile) {
@@ -159,13 +187,13 @@ func (a *archive) close() {
 }
 
 // walk yields the archived records from..to in order, checking that each segment chains from
-// the one before; a seq no segment holds is ErrArchived.
-func (a *archive) walk(from, to uint64, yield func(Record, []byte, error) bool) bool {
+// the one before; a seq no segment holds is a *GapError.
+func (a *archive) walk(from, to uint64, anchor Head, yield func(Record, []byte, error) bool) bool {
 	var prev *SegmentInfo
 	for seq := from; seq <= to; {
 		info, ok := a.find(seq)
 		if !ok {
-			return yield(Record{}, nil, fmt.Errorf("%w: seq %d", ErrArchived, seq))
+			return yield(Record{}, nil, a.gapAt(seq, anchor))
 		}
 		if prev != nil && info.Anchor != prev.End {
 			return yield(Record{}, nil, &ChainError{Seq: seq, Reason: fmt.Sprintf("segment %s does not chain from %s", info.Name, prev.Name)})
@@ -188,10 +216,10 @@ func (a *archive) walk(from, to uint64, yield func(Record, []byte, error) bool) 
 }
 
 // get returns one archived record.
-func (a *archive) get(seq uint64) (Record, error) {
+func (a *archive) get(seq uint64, anchor Head) (Record, error) {
 	var out Record
 	var outErr error
-	a.walk(seq, seq, func(r Record, _ []byte, err error) bool {
+	a.walk(seq, seq, anchor, func(r Record, _ []byte, err error) bool {
 		out, outErr = r, err
 		return false
 	})
@@ -223,6 +251,113 @@ func (a *archive) streamSeqs(stream string, from, to uint64) ([]uint64, error) {
 	return out, nil
 }
 
+// gaps returns the runs of records 1..anchor that no segment here holds, oldest first. The
+// records up to the floor were deleted by --archive-keep; a run from there to the oldest
+// segment here was deleted by an operator. Both are pruned: the archive may lose its oldest
+// records, and only those. Any other run is a hole.
+func (a *archive) gaps(anchor Head) []*GapError {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []*GapError
+	if a.floor.Seq > 0 {
+		out = append(out, &GapError{First: 1, Last: a.floor.Seq, Pruned: true, ByKeep: true, Why: "deleted by --archive-keep"})
+	}
+	next, after := a.floor.Seq+1, ""
+	for _, s := range a.segs {
+		if s.Last <= a.floor.Seq || s.First > anchor.Seq {
+			continue
+		}
+		if s.First > next {
+			g := &GapError{First: next, Last: s.First - 1, Why: fmt.Sprintf("no segment holds them between %s and %s", after, s.Name)}
+			if after == "" {
+				g.Pruned, g.Why = true, fmt.Sprintf("the oldest segments, before %s, were deleted (not by --archive-keep)", s.Name)
+			}
+			out = append(out, g)
+		}
+		next, after = s.Last+1, s.Name
+	}
+	if next <= anchor.Seq {
+		g := &GapError{First: next, Last: anchor.Seq}
+		switch {
+		case a.missing:
+			g.Why = fmt.Sprintf("the archive directory %s is not there", a.dir)
+		case after == "":
+			g.Why = fmt.Sprintf("%s holds none of them; the newest segment, which ends at the hot log's anchor, must stay", a.dir)
+		default:
+			g.Why = fmt.Sprintf("the newest segments, after %s, are not in %s", after, a.dir)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// gapAt returns the gap that holds seq.
+func (a *archive) gapAt(seq uint64, anchor Head) *GapError {
+	for _, g := range a.gaps(anchor) {
+		if g.First <= seq && seq <= g.Last {
+			return g
+		}
+	}
+	return &GapError{First: seq, Last: seq, Why: "no segment holds it"} // a segment dropped since we looked
+}
+
+// checkChain returns what is wrong with how the segments join: a segment that does not chain
+// from the one before, from the floor, or to the anchor, or that straddles the floor.
+func (a *archive) checkChain(anchor Head) []error {
+	var out []error
+	var prev *SegmentInfo
+	for i := range a.segs {
+		s := &a.segs[i]
+		switch {
+		case s.Last <= a.floor.Seq:
+			continue
+		case s.First <= a.floor.Seq:
+			out = append(out, &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it straddles the records --archive-keep deleted, up to seq %d", a.floor.Seq)})
+		case prev != nil && s.First == prev.Last+1 && s.Anchor != prev.End:
+			out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from %s", s.Name, prev.Name)})
+		case prev == nil && s.First == a.floor.Seq+1 && s.Anchor != a.floor.Hash:
+			if a.floor.Seq == 0 {
+				out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s starts the log but not at the genesis hash", s.Name)})
+			} else {
+				out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from seq %d, the last record --archive-keep deleted", s.Name, a.floor.Seq)})
+			}
+		}
+		if s.Last == anchor.Seq && s.End != anchor.Hash {
+			out = append(out, &ChainError{Seq: anchor.Seq, Reason: fmt.Sprintf("segment %s does not end at the hot log's anchor", s.Name)})
+		}
+		prev = s
+	}
+	return out
+}
+
+// ErrArchiveBroken is returned by Open, for a log that may be written to, when its archive does
+// not hold every archived record past the pruned oldest ones, or its segments do not chain;
+// the error names the records and the segments.
+var ErrArchiveBroken = errors.New("eventlog: the archive does not hold the log")
+
+// ArchiveGaps returns the runs of archived records that no segment here holds, oldest first
+// (see GapError): the pruned oldest ones, and on a log opened read-only any hole.
+func (l *Log) ArchiveGaps() []*GapError {
+	anchor := l.Anchor()
+	if anchor.Seq == 0 {
+		return nil
+	}
+	if l.arch == nil {
+		return []*GapError{{First: 1, Last: anchor.Seq, Why: "no archive directory was given"}}
+	}
+	return l.arch.gaps(anchor)
+}
+
+// ArchiveProblems returns what opening found wrong with the archive besides missing records:
+// segments that do not read, overlap, or do not chain. A log that may be written to does not
+// open with any; a read-only one opens, so that an audit can report them and check the rest.
+func (l *Log) ArchiveProblems() []error {
+	if l.arch == nil {
+		return nil
+	}
+	return slices.Clone(l.arch.broken)
+}
+
 // Anchor is where the hot log starts: the last archived record ({0, Genesis} before the first
 // archiving). Records above it are in Pebble; records up to it are in segments.
 func (l *Log) Anchor() Head {
@@ -248,6 +383,21 @@ func (l *Log) Oldest() Head {
 	return oldest
 }
 
+// RunStart returns where a run of records that starts right after seq chains from: the hot
+// log's anchor when seq is the anchor, else the anchor hash that the segment starting at seq+1
+// states. Its Seq is seq only if one of those is here.
+func (l *Log) RunStart(seq uint64) Head {
+	if anchor := l.Anchor(); seq == anchor.Seq {
+		return anchor
+	}
+	if l.arch != nil {
+		if s, ok := l.arch.find(seq + 1); ok && s.First == seq+1 {
+			return Head{Seq: seq, Hash: s.Anchor}
+		}
+	}
+	return Head{}
+}
+
 // Segments lists the sealed segments in the archive directory, oldest first.
 func (l *Log) Segments() []SegmentInfo {
 	if l.arch == nil {
@@ -256,11 +406,13 @@ func (l *Log) Segments() []SegmentInfo {
 	return l.arch.segments()
 }
 
-// openArchive loads the archive directory and reconciles it with the anchor: a segment beyond
-// the anchor is an archiving step that never committed, whose records are all still hot, and is
-// removed (or, read-only, ignored); the segment that ends at the anchor must end at its hash.
+// openArchive loads the archive directory and reconciles it with the anchor and the floor: a
+// segment beyond the anchor is an archiving step that never committed, whose records are all
+// still hot, and is removed (or, read-only, ignored); a segment up to the floor is one whose
+// deletion by --archive-keep did not finish, and is removed too. A log that may be written to
+// refuses an archive with a hole or a broken chain (ErrArchiveBroken).
 func (l *Log) openArchive() error {
-	anchor, err := l.loadAnchor()
+	anchor, err := l.loadHead(keyAnchor)
 	if err != nil {
 		return err
 	}
@@ -270,6 +422,9 @@ func (l *Log) openArchive() error {
 	}
 	a, err := loadArchive(l.opts.FS, l.opts.ArchiveDir, l.opts.ReadOnly, l.opts.Logger)
 	if err != nil {
+		return err
+	}
+	if a.floor, err = l.loadHead(keyFloor); err != nil {
 		return err
 	}
 	keep := a.segs[:0]
@@ -289,13 +444,34 @@ func (l *Log) openArchive() error {
 			continue
 		case s.Last > anchor.Seq:
 			return &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it straddles the hot log's anchor at seq %d", anchor.Seq)}
-		case s.Last == anchor.Seq && s.End != anchor.Hash:
-			return &ChainError{Seq: anchor.Seq, Reason: fmt.Sprintf("segment %s does not end at the hot log's anchor", s.Name)}
+		case s.Last <= a.floor.Seq:
+			if !l.opts.ReadOnly {
+				l.opts.Logger.Info("finishing the deletion of a segment older than --archive-keep", zap.String("segment", s.Name))
+				if err := removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Name); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		keep = append(keep, s)
 	}
 	a.segs = keep
+	a.broken = append(a.broken, a.checkChain(anchor)...)
 	l.arch = a
+	if l.opts.ReadOnly {
+		return nil
+	}
+	problems := slices.Clone(a.broken)
+	for _, g := range a.gaps(anchor) {
+		if !g.Pruned {
+			problems = append(problems, g)
+		}
+	}
+	if len(problems) > 0 {
+		a.close()
+		return fmt.Errorf("%w in %s: %w (put the segments back, or copy them from a backup; the oldest may be deleted, the others must stay)",
+			ErrArchiveBroken, l.opts.ArchiveDir, errors.Join(problems...))
+	}
 	return nil
 }
 
@@ -509,8 +685,9 @@ func (l *Log) CompactArchived(ctx context.Context, from uint64) error {
 }
 
 // DropSegments deletes the oldest segments whose last record is older than before, oldest
-// first, and returns them. The hot log's anchor is untouched: what is dropped is the audit
-// trail before it, which replay then reports as not there.
+// first, and returns them. Each moves the floor up to its last record first. The hot log's
+// anchor is untouched: what is dropped is the audit trail before it, which reads and replay
+// then report as pruned (GapError).
 func (l *Log) DropSegments(before time.Time) ([]SegmentInfo, error) {
 	if l.arch == nil {
 		return nil, nil
@@ -525,8 +702,17 @@ func (l *Log) DropSegments(before time.Time) ([]SegmentInfo, error) {
 			return dropped, nil
 		}
 		s := l.arch.segs[0]
+		floor := Head{Seq: s.Last, Hash: s.End, Time: s.LastTime}
 		l.arch.segs = slices.Delete(l.arch.segs, 0, 1)
+		l.arch.floor = floor
 		l.arch.mu.Unlock()
+		// The floor is durable before the file goes, so a missing segment is never taken for
+		// one --archive-keep deleted; a crash between the two leaves a file the next open
+		// removes.
+		if err := l.guard(func() error { return l.db.Set([]byte(keyFloor), encodeAnchor(floor), pebble.Sync) }); err != nil {
+			l.fail(err)
+			return dropped, l.Err()
+		}
 		if err := removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Name); err != nil {
 			return dropped, err
 		}
@@ -543,8 +729,9 @@ type ArchiveSummary struct {
 }
 
 // VerifyArchive checks the segments in dir alone: each one whole (VerifySegment's checks), and
-// that they run without a gap, each chaining from the one before. progress, if not nil, is
-// called after each segment.
+// that they run without a gap, each chaining from the one before. It checks every segment
+// whatever it finds wrong with the others, and returns everything it found, joined. progress,
+// if not nil, is called after each segment that verifies.
 func VerifyArchive(ctx context.Context, fs vfs.FS, dir string, progress func(SegmentInfo)) (ArchiveSummary, error) {
 	if fs == nil {
 		fs = vfs.Default
@@ -557,12 +744,13 @@ func VerifyArchive(ctx context.Context, fs vfs.FS, dir string, progress func(Seg
 		return ArchiveSummary{}, err
 	}
 	var sum ArchiveSummary
+	problems := a.broken
 	if len(a.segs) == 0 {
-		return sum, fmt.Errorf("eventlog: archive %s holds no segments", dir)
+		return sum, errors.Join(append(problems, fmt.Errorf("eventlog: archive %s holds no segments", dir))...)
 	}
 	sum.First, sum.Anchor = a.segs[0].First, a.segs[0].Anchor
 	if sum.First == 1 && sum.Anchor != Genesis {
-		return sum, &SegmentError{Name: a.segs[0].Name, Reason: "it starts the log but not at the genesis hash"}
+		problems = append(problems, &SegmentError{Name: a.segs[0].Name, Reason: "it starts the log but not at the genesis hash"})
 	}
 	for i, s := range a.segs {
 		if err := ctx.Err(); err != nil {
@@ -571,21 +759,22 @@ func VerifyArchive(ctx context.Context, fs vfs.FS, dir string, progress func(Seg
 		if i > 0 {
 			prev := a.segs[i-1]
 			if s.First != prev.Last+1 {
-				return sum, fmt.Errorf("%w: records %d..%d are missing between %s and %s", ErrArchived, prev.Last+1, s.First-1, prev.Name, s.Name)
-			}
-			if s.Anchor != prev.End {
-				return sum, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from %s", s.Name, prev.Name)}
+				problems = append(problems, &GapError{First: prev.Last + 1, Last: s.First - 1,
+					Why: fmt.Sprintf("no segment holds them between %s and %s", prev.Name, s.Name)})
+			} else if s.Anchor != prev.End {
+				problems = append(problems, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from %s", s.Name, prev.Name)})
 			}
 		}
+		sum.Last, sum.End = s.Last, s.End
 		if err := verifySegment(fs, dir, s); err != nil {
-			return sum, err
+			problems = append(problems, err)
+			continue
 		}
 		sum.Segments++
-		sum.Last, sum.End = s.Last, s.End
 		sum.Bytes += s.Bytes
 		if progress != nil {
 			progress(s)
 		}
 	}
-	return sum, nil
+	return sum, errors.Join(problems...)
 }

@@ -34,6 +34,8 @@
 //	meta/format                      "tether.eventlog.v1"; written once, when the store is created
 //	meta/anchor                      <seq: 8> <time: 8> <hash: 32>: the last archived record;
 //	                                 absent until the first archiving ({0, Genesis})
+//	meta/archive-floor               the anchor's layout: the last record of the segments
+//	                                 --archive-keep deleted; absent until the first deletion
 //	log/ <seq: 8 bytes BE>           the encoded record, hash included
 //	idx/ <stream> 0x00 <seq: 8 BE>   empty; one per record, for reading a stream in order
 //	ckpt/<name>                      <seq: 8 BE> <hash of record seq: 32> <snapshot bytes>
@@ -45,7 +47,11 @@
 // INVARIANT: the log/ keys are exactly anchor+1..head, each holding the record of that seq, and
 // the first of them chains from the anchor's hash.
 // INVARIANT: every record 1..anchor is in a sealed segment that was verified before the batch
-// that moved the anchor past it (unless --archive-keep or an operator deleted the segment).
+// that moved the anchor past it, unless --archive-keep (up to the floor) or an operator deleted
+// it, and then only the oldest: the segments here run without a gap, each chaining from the one
+// before, from the oldest here to the anchor. A log that may be written to does not open
+// otherwise (ErrArchiveBroken); every read of a record no segment holds is a *GapError.
+// INVARIANT: the floor is synced before the segment it names is removed.
 // INVARIANT: a record and its idx/ key are written in the same Pebble batch.
 // INVARIANT: a checkpoint's hash is the hash of the record at its seq.
 // INVARIANT: the view/ keys change only in the batch that saves a checkpoint (SaveCheckpoint),

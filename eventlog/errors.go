@@ -34,7 +34,8 @@ var (
 	// under it.
 	ErrInUse = errors.New("eventlog: log is in use by another process")
 	// ErrArchived is returned for a record that has left the hot log for an archive segment
-	// that is not there (copied elsewhere, deleted by --archive-keep, or never given).
+	// that is not there (copied elsewhere, deleted by --archive-keep, or never given); the
+	// error is a *GapError that names the records and why.
 	ErrArchived = errors.New("eventlog: record is archived and its segment is not here")
 	// ErrCorruptSegment is returned for an archive segment that is not what it says it is; the
 	// error is a *SegmentError that names the file.
@@ -53,3 +54,21 @@ func (e *ChainError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrChainBroken) hold.
 func (e *ChainError) Unwrap() error { return ErrChainBroken }
+
+// GapError names a run of archived records, First..Last, that no segment here holds. Pruned
+// ones are the oldest records, deleted on purpose: by --archive-keep (up to the floor it
+// records) or by an operator who removed the oldest segments. Any other gap is a hole that
+// should not be there: a segment lost, moved or never copied.
+type GapError struct {
+	First, Last uint64
+	Pruned      bool
+	ByKeep      bool   // pruned by --archive-keep (the floor), not by an operator
+	Why         string // in words: "deleted by --archive-keep", "no segment holds them between ..."
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("eventlog: records %d..%d are archived in segments that are not here: %s", e.First, e.Last, e.Why)
+}
+
+// Unwrap makes errors.Is(err, ErrArchived) hold.
+func (e *GapError) Unwrap() error { return ErrArchived }

@@ -10,4 +10,7 @@ var (
 	// after the new leader's, and the upstream holds a message that does not continue the
 	// chain.
 	mutantPipelinePublishes bool
+	// mutantStreamSkipsGaps reads a stream over an archive with segments missing as if the
+	// segments here were all of it: the silent gap an audit must never show as the whole.
+	mutantStreamSkipsGaps bool
 )

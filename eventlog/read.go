@@ -43,15 +43,15 @@ func (l *Log) get(seq uint64) (Record, error) {
 
 func (l *Log) getArchived(seq uint64) (Record, error) {
 	if l.arch == nil {
-		return Record{}, fmt.Errorf("%w: seq %d (no archive directory)", ErrArchived, seq)
+		return Record{}, l.ArchiveGaps()[0]
 	}
-	return l.arch.get(seq)
+	return l.arch.get(seq, l.Anchor())
 }
 
 // Range yields the durable records from seq `from` to seq `to`, both inclusive, in order; to == 0
 // means up to the durable head. Archived records are read from their segments. It stops at the
 // first error, which it yields. A record that is missing from the range is an error
-// (*ChainError, or ErrArchived for a segment that is not here), never a silent gap.
+// (*ChainError, or a *GapError for a segment that is not here), never a silent gap.
 func (l *Log) Range(from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		l.walk(from, to, func(r Record, _ []byte, err error) bool { return yield(r, err) })
@@ -67,14 +67,14 @@ func (l *Log) walk(from, to uint64, yield func(r Record, stored []byte, err erro
 	}
 	from = max(from, 1)
 	for from <= to {
-		anchor := l.Anchor().Seq
-		if from <= anchor {
-			end := min(to, anchor)
+		anchor := l.Anchor()
+		if from <= anchor.Seq {
+			end := min(to, anchor.Seq)
 			if l.arch == nil {
-				yield(Record{}, nil, fmt.Errorf("%w: seq %d (no archive directory)", ErrArchived, from))
+				yield(Record{}, nil, l.ArchiveGaps()[0])
 				return
 			}
-			if !l.arch.walk(from, end, yield) {
+			if !l.arch.walk(from, end, anchor, yield) {
 				return
 			}
 			from = end + 1
@@ -126,31 +126,20 @@ func (l *Log) walkHot(from, to uint64, yield func(r Record, stored []byte, err e
 }
 
 // Stream yields the durable records of one stream with seq >= from, in order. Its archived
-// records are found through the segments' stream tables; without an archive directory, the
-// stream starts at the hot log.
+// records are found through the segments' stream tables. A run of archived records from `from`
+// on that no segment here holds is yielded as a *GapError where it falls, and the walk goes on
+// after it if the caller does: records of the stream may be in it, so a reader that shows a
+// stream must say so, never show the rest as the whole.
 func (l *Log) Stream(stream string, from uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		head := l.Head().Seq
 		for from <= head {
-			anchor := l.Anchor().Seq
-			if from <= anchor {
-				if l.arch != nil {
-					seqs, err := l.arch.streamSeqs(stream, from, anchor)
-					if err != nil {
-						yield(Record{}, err)
-						return
-					}
-					for _, seq := range seqs {
-						r, err := l.arch.get(seq)
-						if err == nil && r.Stream != stream {
-							continue // another stream with the same hash
-						}
-						if !yield(r, err) || err != nil {
-							return
-						}
-					}
+			anchor := l.Anchor()
+			if from <= anchor.Seq {
+				if !l.streamArchived(stream, from, anchor, yield) {
+					return
 				}
-				from = anchor + 1
+				from = anchor.Seq + 1
 				continue
 			}
 			if l.streamHot(stream, from, head, yield) {
@@ -158,6 +147,46 @@ func (l *Log) Stream(stream string, from uint64) iter.Seq2[Record, error] {
 			}
 		}
 	}
+}
+
+// streamArchived is Stream over the archived records from..anchor, each gap in its place;
+// false means the caller stopped it or an error ended it.
+func (l *Log) streamArchived(stream string, from uint64, anchor Head, yield func(Record, error) bool) bool {
+	var gaps []*GapError
+	for _, g := range l.ArchiveGaps() {
+		if g.Last >= from && !mutantStreamSkipsGaps {
+			gaps = append(gaps, g)
+		}
+	}
+	var seqs []uint64
+	if l.arch != nil {
+		var err error
+		if seqs, err = l.arch.streamSeqs(stream, from, anchor.Seq); err != nil {
+			yield(Record{}, err)
+			return false
+		}
+	}
+	for _, seq := range seqs {
+		for len(gaps) > 0 && gaps[0].First < seq {
+			if !yield(Record{}, gaps[0]) {
+				return false
+			}
+			gaps = gaps[1:]
+		}
+		r, err := l.arch.get(seq, anchor)
+		if err == nil && r.Stream != stream {
+			continue // another stream with the same hash
+		}
+		if !yield(r, err) || err != nil {
+			return false
+		}
+	}
+	for _, g := range gaps {
+		if !yield(Record{}, g) {
+			return false
+		}
+	}
+	return true
 }
 
 // streamHot is Stream over the hot log; like walkHot, it reports false if the records from

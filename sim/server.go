@@ -127,6 +127,12 @@ func newServer(s *Sim) *server {
 // open catches the node's copy up with the stream and fences it, as a new leader's does.
 func (v *server) start() {
 	s := v.s
+	if v.node == nil {
+		v.damageArchive()
+		if s.violation != nil {
+			return
+		}
+	}
 	v.disk = &disk{archiveFailIn: -1}
 	opts := eventlog.Options{FS: errorfs.Wrap(v.mem, v.disk), Clock: s.serverNow, ArchiveDir: archiveDir}
 	if v.node != nil {

@@ -33,7 +33,7 @@ const (
 	FaultServerCrash              // the server dies: at any step, mid-commit (unsynced data), after a commit before its replies, or while recovering
 	FaultDisk                     // a WAL write or fsync fails, which stops the server
 	FaultClock                    // the server's clock jumps forward or back
-	FaultArchive                  // an archiving step meets a disk error (full, I/O) or a crash in the middle
+	FaultArchive                  // an archiving step meets a disk error (full, I/O) or a crash in the middle; segments lost, swapped or moved away while the server is down
 	// FaultLeader, on a replicated log: the leader paused (frozen for up to three TTLs, then
 	// going on with everything it had in flight), or cut off from NATS (its requests held and
 	// delivered late when the cut heals), the stream or the election's bucket answering nothing
@@ -108,6 +108,7 @@ const (
 	ProbeLeadReadBack
 	ProbeLeaderPaused
 	ProbeTakeover
+	ProbeArchiveDamaged
 	probeCount
 )
 
@@ -117,7 +118,7 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed",
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
 	"flow_expired", "schedule_fired", "schedule_fired_late",
-	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover"}
+	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover", "archive_damaged"}
 
 func (p Probe) String() string { return probeNames[p] }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -45,6 +46,7 @@ func toAPIError(err error) *apiError {
 	var ae *apiError
 	var rej *actors.Rejection
 	var tooBig *http.MaxBytesError
+	var gap *eventlog.GapError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -54,6 +56,10 @@ func toAPIError(err error) *apiError {
 		return e
 	case errors.As(err, &tooBig):
 		return errorf(actors.CodePayloadTooLarge, "the body is larger than %d bytes", tooBig.Limit)
+	case errors.As(err, &gap):
+		e := errorf(wire.CodeHistoryGone, "records %d..%d are archived in segments that are not here: %s", gap.First, gap.Last, gap.Why)
+		e.details = map[string]any{"first": gap.First, "last": gap.Last, "pruned": gap.Pruned}
+		return e
 	case errors.Is(err, broker.ErrClosed):
 		return errorf(actors.CodeUnavailable, "the server is shutting down")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -132,11 +133,17 @@ var errStreamBehind = errors.New("the log is behind the projections")
 // waits for the projections to change, sending keep-alives.
 func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more bool, done string, err error)) error {
 	w, rc := r.w, http.NewResponseController(r.w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	started := false
+	start := func() {
+		if !started {
+			h := w.Header()
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-cache")
+			h.Set("X-Accel-Buffering", "no")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+	}
 	keepAlive := time.NewTicker(KeepAliveInterval)
 	defer keepAlive.Stop()
 	var buf []byte
@@ -147,8 +154,13 @@ func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more boo
 			var done string
 			var err error
 			if evs, more, done, err = read(); err != nil {
+				var gap *eventlog.GapError
+				if !started && errors.As(err, &gap) {
+					return err // records that will not come back: an answer, not a stream to resume
+				}
 				return nil
 			}
+			start()
 			if done != "" {
 				s.flush(rc, w, fmt.Appendf(nil, "event: done\ndata: {\"status\":%q}\n\n", done))
 				return nil
@@ -165,6 +177,7 @@ func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more boo
 				return nil
 			}
 		}
+		start()
 		select {
 		case <-changed:
 		case <-keepAlive.C:

@@ -151,6 +151,12 @@ func newBroker(cfg Config, elog *eventlog.Log) *Broker {
 	for k := range b.kindLogs {
 		b.kindLogs[k] = b.log.Named(kindName(actors.RefKind(k)))
 	}
+	for _, g := range elog.ArchiveGaps() { // the log opens only when these are the oldest
+		if !g.ByKeep {
+			b.log.Warn("the oldest archived records are not here: reads and audits of them will say so",
+				zap.Uint64("first_seq", g.First), zap.Uint64("last_seq", g.Last), zap.String("why", g.Why))
+		}
+	}
 	return b
 }
 

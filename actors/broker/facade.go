@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"sync"
 	"time"
 
@@ -137,6 +138,10 @@ func (b *Broker) Expired(tenant, id string) bool {
 		return expired
 	}
 	for rec, err := range b.elog.Stream(eventlog.JobStream(id), 0) {
+		var gap *eventlog.GapError
+		if errors.As(err, &gap) && gap.Pruned {
+			continue // deleted on purpose; the job may still be after it
+		}
 		if err != nil {
 			return false
 		}

@@ -154,37 +154,72 @@ func replayVerify(args []string) error {
 	progress, clear := progressOnTerminal("verify")
 	sum, err := audit.Verify(ctx, l, progress)
 	clear()
-	if err != nil {
+	if err != nil && !errors.Is(err, audit.ErrGaps) {
 		return notVerified(err)
 	}
-	return rf.print(sum, func() string {
-		var b strings.Builder
-		if sum.Unchecked == "" {
-			fmt.Fprintf(&b, "verified   %s records; chain, index and projections hold\n", thousands(sum.Records))
-		} else {
-			fmt.Fprintf(&b, "verified   %s records, seqs %d..%d; chain and index hold\n", thousands(sum.Records), sum.FromSeq+1, sum.HeadSeq)
-			fmt.Fprintf(&b, "NOT CHECKED %s\n", sum.Unchecked)
+	if perr := rf.print(sum, func() string { return verifyText(sum) }); perr != nil {
+		return perr
+	}
+	if err != nil {
+		return notVerified(err) // after the summary, which says what was checked around the gaps
+	}
+	return nil
+}
+
+func verifyText(sum audit.Summary) string {
+	var b strings.Builder
+	switch {
+	case sum.Gaps == nil && len(sum.Runs) == 0:
+		fmt.Fprintf(&b, "verified   %s records; chain, index and projections hold\n", thousands(sum.Records))
+	default:
+		fmt.Fprintf(&b, "checked    %s records in %d runs between the records that are not here\n", thousands(sum.Records), len(sum.Runs))
+		for _, r := range sum.Runs {
+			switch {
+			case r.Last == 0:
+				fmt.Fprintf(&b, "FAILED     %s\n", r.Error)
+				continue
+			case r.First == 1:
+				fmt.Fprintf(&b, "run        seqs %d..%d, from the genesis hash: ", r.First, r.Last)
+			default:
+				fmt.Fprintf(&b, "run        seqs %d..%d, from seq %d's hash %s as its first segment states: ", r.First, r.Last, r.First-1, r.Anchor)
+			}
+			if r.Error != "" {
+				fmt.Fprintf(&b, "FAILED: %s\n", r.Error)
+			} else {
+				fmt.Fprintln(&b, "the chain holds")
+			}
 		}
-		if sum.AnchorSeq > 0 {
-			fmt.Fprintf(&b, "archive    seqs 1..%d in segments (%d here), the hot log from seq %d\n", sum.AnchorSeq, sum.Segments, sum.AnchorSeq+1)
+		for _, g := range sum.Gaps {
+			what := "MISSING   "
+			if g.Pruned {
+				what = "pruned    "
+			}
+			fmt.Fprintf(&b, "%s records %d..%d are not here: %s\n", what, g.First, g.Last, g.Why)
 		}
-		fmt.Fprintf(&b, "streams    %s in the hot log\n", thousands(sum.Streams))
-		fmt.Fprintf(&b, "head       seq %d  hash %s\n", sum.HeadSeq, sum.HeadHash)
-		if sum.Records > 0 {
-			fmt.Fprintf(&b, "time span  %s .. %s (%s)\n", stampOf(sum.FirstTime), stampOf(sum.LastTime), sum.LastTime.Sub(sum.FirstTime).Round(time.Millisecond))
-		}
+		fmt.Fprintf(&b, "NOT CHECKED %s\n", sum.Unchecked)
+	}
+	if sum.AnchorSeq > 0 {
+		fmt.Fprintf(&b, "archive    seqs 1..%d in segments (%d here), the hot log from seq %d\n", sum.AnchorSeq, sum.Segments, sum.AnchorSeq+1)
+	}
+	fmt.Fprintf(&b, "streams    %s in the hot log\n", thousands(sum.Streams))
+	fmt.Fprintf(&b, "head       seq %d  hash %s\n", sum.HeadSeq, sum.HeadHash)
+	if sum.Records > 0 {
+		fmt.Fprintf(&b, "time span  %s .. %s (%s)\n", stampOf(sum.FirstTime), stampOf(sum.LastTime), sum.LastTime.Sub(sum.FirstTime).Round(time.Millisecond))
+	}
+	if sum.Jobs != nil {
 		fmt.Fprintf(&b, "jobs       %s\n", statusLine(sum.Jobs))
-		fmt.Fprintf(&b, "events     %s\n", countsLine(sum.Types))
-		switch {
-		case sum.CheckpointSeq > 0:
-			fmt.Fprintf(&b, "checkpoint seq %d equals the replay up to it\n", sum.CheckpointSeq)
-		case sum.CheckpointSkipped != "":
-			fmt.Fprintf(&b, "checkpoint not compared: %s\n", sum.CheckpointSkipped)
-		default:
-			fmt.Fprintln(&b, "checkpoint none stored")
-		}
-		return b.String()
-	})
+	}
+	fmt.Fprintf(&b, "events     %s\n", countsLine(sum.Types))
+	switch {
+	case sum.CheckpointSeq > 0:
+		fmt.Fprintf(&b, "checkpoint seq %d equals the replay up to it\n", sum.CheckpointSeq)
+	case sum.CheckpointSkipped != "":
+		fmt.Fprintf(&b, "checkpoint not compared: %s\n", sum.CheckpointSkipped)
+	case sum.Gaps != nil || len(sum.Runs) > 0:
+	default:
+		fmt.Fprintln(&b, "checkpoint none stored")
+	}
+	return b.String()
 }
 
 // verifySegments checks archive segments alone, wherever they were copied.
@@ -245,34 +280,63 @@ func replayHistory(args []string) error {
 	}
 	defer l.Close()
 	var entries []audit.Entry
-	if err := audit.History(l, pos[0], func(e audit.Entry) error {
+	gaps, err := audit.History(l, pos[0], func(e audit.Entry) error {
 		entries = append(entries, e)
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	last := entries[len(entries)-1].Seq
+	var verified eventlog.Head
+	var verifyErr error
 	if *verify {
 		ctx, stop := interrupted()
 		defer stop()
 		progress, clear := progressOnTerminal("verify")
-		err := audit.VerifyThrough(ctx, l, last, progress)
+		verified, verifyErr = audit.VerifyRunThrough(ctx, l, last, progress)
 		clear()
-		if err != nil {
-			return notVerified(err)
+		if verifyErr != nil && !errors.Is(verifyErr, audit.ErrGaps) {
+			return notVerified(verifyErr)
 		}
 	}
-	return rf.print(entries, func() string {
+	// What is not here goes to stderr, so that --json stays the list of events.
+	holes := 0
+	for _, g := range gaps {
+		what := "pruned: "
+		if !g.Pruned {
+			what, holes = "MISSING: ", holes+1
+		}
+		fmt.Fprintf(os.Stderr, "%srecords %d..%d are not here (%s); events of %s among them are not shown\n", what, g.First, g.Last, g.Why, pos[0])
+	}
+	if err := rf.print(entries, func() string {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s: %d events\n", pos[0], len(entries))
+		if len(gaps) > 0 {
+			fmt.Fprintf(&b, "(the numbers count the events here; the records above are not)\n")
+		}
 		for _, e := range entries {
 			fmt.Fprintf(&b, "%8d  %s  #%-3d %-22s %s\n", e.Seq, stampOf(e.Time), e.Number, e.Type, e.Text)
 		}
-		if *verify {
+		switch {
+		case !*verify:
+		case verified.Seq == 0 && verifyErr == nil:
 			fmt.Fprintf(&b, "the chain from genesis through seq %d verifies; seq %d's hash is %s\n", last, last, entries[len(entries)-1].Hash)
+		case verifyErr == nil || errors.Is(verifyErr, audit.ErrGaps):
+			fmt.Fprintf(&b, "the chain from seq %d's hash %s (the oldest here without a gap) through seq %d verifies; seq %d's hash is %s\n",
+				verified.Seq, verified.Hash, last, last, entries[len(entries)-1].Hash)
 		}
 		return b.String()
-	})
+	}); err != nil {
+		return err
+	}
+	switch {
+	case verifyErr != nil:
+		return notVerified(verifyErr)
+	case holes > 0:
+		return fmt.Errorf("FAILED: %d runs of records that may hold events of %s are missing from the archive", holes, pos[0])
+	}
+	return nil
 }
 
 func replayState(args []string) error {

@@ -387,7 +387,7 @@ func TestHistoryTellsTheJobsStory(t *testing.T) {
 	}
 	defer l.Close()
 	story := func(id string) (types, texts []string) {
-		if err := audit.History(l, id, func(e audit.Entry) error {
+		if _, err := audit.History(l, id, func(e audit.Entry) error {
 			types = append(types, e.Type)
 			texts = append(texts, e.Text)
 			return nil
@@ -410,7 +410,7 @@ func TestHistoryTellsTheJobsStory(t *testing.T) {
 		!strings.Contains(texts[2], "oops: try again") || !strings.Contains(texts[3], "backoff") {
 		t.Fatalf("retried job: %v %q", types, texts)
 	}
-	if err := audit.History(l, "01NOSUCHJOB", func(audit.Entry) error { return nil }); !errors.Is(err, eventlog.ErrNotFound) {
+	if _, err := audit.History(l, "01NOSUCHJOB", func(audit.Entry) error { return nil }); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("unknown job: %v", err)
 	}
 }
@@ -608,7 +608,7 @@ func TestHistoryOfAFlowAndASchedule(t *testing.T) {
 	}
 	for id, want := range map[string]string{"F": "ended failed at step a", "S": "skipped ticks 2026-11-24T02:30:00Z to 2026-11-25T02:30:00Z (missed)"} {
 		var last string
-		if err := audit.History(l, id, func(e audit.Entry) error { last = e.Text; return nil }); err != nil || last != want {
+		if _, err := audit.History(l, id, func(e audit.Entry) error { last = e.Text; return nil }); err != nil || last != want {
 			t.Errorf("history of %s ends %q, %v; want %q", id, last, err, want)
 		}
 	}

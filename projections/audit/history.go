@@ -3,6 +3,7 @@ package audit
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,35 +24,77 @@ type Entry struct {
 }
 
 // History hands visit the records of a job, a flow or a schedule (the first of those streams
-// that id has) in order, each with its description. An id with no records is
+// that id has) in order, each with its description, and returns the runs of archived records
+// that are not here and may hold records of it: those after its first record here, and those
+// before it unless that record is where such a stream begins. An id with no records is
 // eventlog.ErrNotFound. It reads the stream through the index; Verify proves the index and the
 // chain, VerifyThrough the chain up to the stream's last record.
-func History(l *eventlog.Log, id string, visit func(Entry) error) error {
+func History(l *eventlog.Log, id string, visit func(Entry) error) ([]Gap, error) {
+	var gaps []Gap
 	for _, stream := range []string{eventlog.JobStream(id), eventlog.FlowStream(id), eventlog.ScheduleStream(id)} {
-		if n, err := history(l, stream, visit); n > 0 || err != nil {
-			return err
+		n, g, err := history(l, stream, visit)
+		if n > 0 || err != nil {
+			return g, err
 		}
+		gaps = g
 	}
-	return fmt.Errorf("%w: no job, flow or schedule %q in the log", eventlog.ErrNotFound, id)
+	if len(gaps) > 0 {
+		return gaps, fmt.Errorf("%w: no job, flow or schedule %q in the records here, and %s", eventlog.ErrNotFound, id, gapsText(gaps))
+	}
+	return nil, fmt.Errorf("%w: no job, flow or schedule %q in the log", eventlog.ErrNotFound, id)
 }
 
-func history(l *eventlog.Log, stream string, visit func(Entry) error) (int, error) {
-	n := 0
+func history(l *eventlog.Log, stream string, visit func(Entry) error) (n int, gaps []Gap, err error) {
+	var before []Gap // the gaps before the first record here
 	for r, err := range l.Stream(stream, 0) {
+		var ge *eventlog.GapError
+		if errors.As(err, &ge) {
+			g := Gap{First: ge.First, Last: ge.Last, Pruned: ge.Pruned, Why: ge.Why}
+			if n == 0 {
+				before = append(before, g)
+			} else {
+				gaps = append(gaps, g)
+			}
+			continue
+		}
 		if err != nil {
-			return n, err
+			return n, gaps, err
+		}
+		if n == 0 && !opensStream(r.Type) {
+			gaps = append(gaps, before...) // it began in one of them
 		}
 		n++
 		p, err := eventlog.Decode(r.Type, r.Data)
 		if err != nil {
-			return n, &FoldError{Seq: r.Seq, Err: err}
+			return n, gaps, &FoldError{Seq: r.Seq, Err: err}
 		}
 		e := Entry{Seq: r.Seq, Number: n, Time: r.Time, Type: r.Type, Text: Describe(p), Data: r.Data, Hash: r.Hash.String()}
 		if err := visit(e); err != nil {
-			return n, err
+			return n, gaps, err
 		}
 	}
-	return n, nil
+	if n == 0 {
+		gaps = before
+	}
+	return n, gaps, nil
+}
+
+// opensStream reports whether an event of this type is the first of its stream.
+func opensStream(typ string) bool {
+	switch typ {
+	case eventlog.JobSubmitted{}.EventType(), eventlog.FlowSubmitted{}.EventType(), eventlog.ScheduleCreated{}.EventType():
+		return true
+	}
+	return false
+}
+
+// gapsText says which records are not here, and why.
+func gapsText(gaps []Gap) string {
+	parts := make([]string, len(gaps))
+	for i, g := range gaps {
+		parts[i] = fmt.Sprintf("records %d..%d are not here (%s)", g.First, g.Last, g.Why)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Describe says in words what an event records, with the ids an auditor follows.

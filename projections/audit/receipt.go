@@ -41,3 +41,34 @@ func VerifyThrough(ctx context.Context, l *eventlog.Log, seq uint64, progress Pr
 	}
 	return nil
 }
+
+// VerifyRunThrough checks the chain up to seq from as far back as the records here go without
+// a gap: from genesis when nothing before seq is missing, else from the hash the segment after
+// the last gap before seq states. It returns where it started, and the gaps before seq that
+// are not pruned, which break the chain back to genesis (an error then).
+func VerifyRunThrough(ctx context.Context, l *eventlog.Log, seq uint64, progress Progress) (eventlog.Head, error) {
+	start := eventlog.Head{Hash: eventlog.Genesis}
+	var holes []Gap
+	for _, g := range l.ArchiveGaps() {
+		if g.First > seq {
+			break
+		}
+		if !g.Pruned {
+			holes = append(holes, Gap{First: g.First, Last: g.Last, Why: g.Why})
+		}
+		start = l.RunStart(g.Last)
+		if start.Seq != g.Last || g.Last >= seq {
+			return start, fmt.Errorf("%w: no run of records here reaches seq %d", eventlog.ErrArchived, seq)
+		}
+	}
+	for r, err := range l.VerifiedFrom(ctx, start, seq) {
+		if err != nil {
+			return start, err
+		}
+		progress.report(r.Seq, seq, r.Seq == seq)
+	}
+	if len(holes) > 0 {
+		return start, fmt.Errorf("%w: the chain back to genesis is broken: %s", ErrGaps, gapsText(holes))
+	}
+	return start, nil
+}

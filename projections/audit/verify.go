@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
@@ -104,7 +105,34 @@ type Summary struct {
 	// (0: the walk started at genesis), and Unchecked says plainly what that left out.
 	FromSeq   uint64 `json:"from_seq,omitempty"`
 	Unchecked string `json:"unchecked,omitempty"`
+	// Gaps are the runs of archived records that no segment here holds, and Runs the runs of
+	// records between them that the walk checked, each from the hash the segment it starts
+	// with states; both are empty when every record from genesis is here.
+	Gaps []Gap `json:"gaps,omitempty"`
+	Runs []Run `json:"runs,omitempty"`
 }
+
+// Gap is a run of archived records that is not here (eventlog.GapError). Pruned ones are the
+// oldest records, deleted on purpose; any other is a failure of the audit.
+type Gap struct {
+	First  uint64 `json:"first"`
+	Last   uint64 `json:"last"`
+	Pruned bool   `json:"pruned"`
+	Why    string `json:"why"`
+}
+
+// Run is a run of records the walk checked from a hash it could not check (the anchor of the
+// oldest segment here after a gap), with what it found wrong there, if anything.
+type Run struct {
+	First  uint64 `json:"first"`
+	Last   uint64 `json:"last"`
+	Anchor string `json:"anchor"`
+	Error  string `json:"error,omitempty"`
+}
+
+// ErrGaps says the log has records missing that were not deleted on purpose, or that what is
+// here does not verify around them; Summary says which.
+var ErrGaps = errors.New("archived records are missing")
 
 // errCheckpointFormat marks a checkpoint of another format than this build's.
 var errCheckpointFormat = errors.New("written by an earlier build in an older format; the server replays the log instead of loading it")
@@ -120,8 +148,8 @@ var errCheckpointFormat = errors.New("written by an earlier build in an older fo
 // the indexes of the checkpoint's table are checked against its jobs (CheckTable).
 func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, error) {
 	sum := Summary{Types: map[string]uint64{}, Segments: len(l.Segments()), AnchorSeq: l.Anchor().Seq}
-	if oldest := l.Oldest(); oldest.Seq > 0 {
-		return verifyChainFrom(ctx, l, oldest, sum, progress)
+	if problems := l.ArchiveProblems(); len(problems) > 0 || len(l.ArchiveGaps()) > 0 {
+		return verifyAround(ctx, l, sum, problems, progress)
 	}
 	// Loading a checkpoint of many jobs takes as long as a good part of the walk, so it loads
 	// alongside; the fold compares when it reaches the checkpoint's seq if the checkpoint is in
@@ -210,28 +238,93 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 	return sum, nil
 }
 
-// verifyChainFrom verifies what can be verified of a log whose oldest records are archived in
-// segments that are not here: the chain from the oldest record here, and the stream index. The
-// fold needs every record from genesis, so the projections are not checked.
-func verifyChainFrom(ctx context.Context, l *eventlog.Log, oldest eventlog.Head, sum Summary, progress Progress) (Summary, error) {
+// verifyAround verifies what can be verified of a log whose archive lacks records, or whose
+// segments do not load or chain (problems): each run of records that is here, from the hash its
+// first segment states, and the stream index. The fold needs every record from genesis, so the
+// projections are not checked. It goes on past every failure, so that one missing or damaged
+// segment does not hide another, and fails (ErrGaps) unless the only records missing are the
+// oldest, deleted on purpose, and everything here verifies.
+func verifyAround(ctx context.Context, l *eventlog.Log, sum Summary, problems []error, progress Progress) (Summary, error) {
 	total := l.Head().Seq
-	audit, err := l.Audit(ctx, oldest, func(r eventlog.Record) error {
-		sum.Types[r.Type]++
-		progress.report(r.Seq, total, false)
-		return nil
-	})
-	if err != nil {
-		return sum, err
+	gaps := l.ArchiveGaps()
+	failed := len(problems) > 0
+	for _, g := range gaps {
+		sum.Gaps = append(sum.Gaps, Gap{First: g.First, Last: g.Last, Pruned: g.Pruned, Why: g.Why})
+		failed = failed || !g.Pruned
 	}
-	progress.report(audit.Head.Seq, total, true)
-	sum.Records, sum.Streams = audit.Head.Seq-oldest.Seq, audit.Streams
-	sum.HeadSeq, sum.HeadHash = audit.Head.Seq, audit.Head.Hash.String()
-	sum.FirstTime, sum.LastTime = audit.FirstTime, audit.Head.Time
-	sum.FromSeq = oldest.Seq
-	sum.Unchecked = fmt.Sprintf("records 1..%d are archived in segments that are not here: their chain was not checked, "+
-		"and neither were the projections and the checkpoint, which need every record from genesis; "+
-		"the chain was checked from seq %d's hash %s (give the segments with --archive to check them)", oldest.Seq, oldest.Seq, oldest.Hash)
+	for i := 0; i <= len(gaps); i++ {
+		start := eventlog.Head{Hash: eventlog.Genesis}
+		last := total
+		if i > 0 {
+			if start = l.RunStart(gaps[i-1].Last); start.Seq != gaps[i-1].Last {
+				continue // no segment here starts after the gap (it is the newest)
+			}
+		}
+		if i < len(gaps) {
+			last = gaps[i].First - 1
+		}
+		if last <= start.Seq && i < len(gaps) {
+			continue
+		}
+		run := Run{First: start.Seq + 1, Last: last, Anchor: start.Hash.String()}
+		visit := func(r eventlog.Record) error {
+			sum.Types[r.Type]++
+			sum.Records++
+			progress.report(r.Seq, total, false)
+			return nil
+		}
+		var err error
+		if i == len(gaps) { // the run that reaches the head, hot log and index included
+			var audit eventlog.AuditSummary
+			if audit, err = l.Audit(ctx, start, visit); err == nil || audit.Head.Seq > start.Seq {
+				sum.Streams = audit.Streams
+				sum.HeadSeq, sum.HeadHash = audit.Head.Seq, audit.Head.Hash.String()
+				sum.FirstTime, sum.LastTime = audit.FirstTime, audit.Head.Time
+				sum.FromSeq = start.Seq
+			}
+		} else {
+			for r, rerr := range l.VerifiedFrom(ctx, start, last) {
+				if err = rerr; err != nil {
+					break
+				}
+				if err = visit(r); err != nil {
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return sum, ctx.Err()
+		}
+		if err != nil {
+			run.Error, failed = err.Error(), true
+		}
+		sum.Runs = append(sum.Runs, run)
+	}
+	for _, p := range problems {
+		sum.Runs = append(sum.Runs, Run{Error: p.Error()})
+	}
+	progress.report(total, total, true)
+	sum.Unchecked = "the projections and the checkpoint, which need every record from genesis"
+	if failed {
+		return sum, fmt.Errorf("%w or do not verify: %s", ErrGaps, describeFailures(sum))
+	}
 	return sum, nil
+}
+
+// describeFailures lists the holes and the runs that did not verify, for the error.
+func describeFailures(sum Summary) string {
+	var parts []string
+	for _, g := range sum.Gaps {
+		if !g.Pruned {
+			parts = append(parts, fmt.Sprintf("records %d..%d are not here: %s", g.First, g.Last, g.Why))
+		}
+	}
+	for _, r := range sum.Runs {
+		if r.Error != "" {
+			parts = append(parts, r.Error)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 type loadedCheckpoint struct {

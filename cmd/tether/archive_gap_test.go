@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/actors/broker"
+)
+
+// archivedDataDir makes a stopped server's data dir whose archive holds four segments, with
+// a job whose submit is in the first segment and whose cancel is in the second (spanning), and
+// a job whose records are all in the hot log (hot). It returns the segments' names, oldest
+// first.
+func archivedDataDir(t *testing.T) (dir string, segs []string, spanning, hot string) {
+	t.Helper()
+	dir = t.TempDir()
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := broker.Config{Dir: dir, Archive: broker.ArchiveConfig{After: time.Minute, Every: 5 * time.Millisecond},
+		Clock: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
+	ctx := context.Background()
+	submit := func(b *broker.Broker, n int) string {
+		var id string
+		for range n {
+			res, _, err := b.Submit(ctx, "default", "", actors.JobSpec{Queue: "q", Type: "t"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id = res[0].Job.ID
+		}
+		return id
+	}
+	for i := range 5 {
+		b, err := broker.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the last run wrote is old enough now, and checkpointed: the archiver, which
+		// looks every few milliseconds, seals it.
+		for deadline := time.Now().Add(30 * time.Second); i > 0 && b.Archive().Sealed == 0; {
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: nothing was archived", i)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the archiver's goroutine
+		}
+		switch i {
+		case 0:
+			spanning = submit(b, 20)
+		case 1:
+			if _, err := b.Cancel(ctx, "default", "", spanning); err != nil {
+				t.Fatal(err)
+			}
+			submit(b, 20)
+		case 4:
+			hot = submit(b, 1)
+		default:
+			submit(b, 20)
+		}
+		if err := b.Close(); err != nil { // a checkpoint of everything
+			t.Fatal(err)
+		}
+		mu.Lock()
+		now = now.Add(5 * time.Minute)
+		mu.Unlock()
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "archive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		segs = append(segs, e.Name())
+	}
+	slices.Sort(segs)
+	if len(segs) != 4 {
+		t.Fatalf("segments %v, want 4", segs)
+	}
+	return dir, segs, spanning, hot
+}
+
+// Segments taken from a stopped server's archive, as operators and accidents take them: the
+// server refuses to start on any hole (naming what is missing), replay verify fails and still
+// checks every segment it has, replay history says which records it could not read; only the
+// oldest segments may go, and then reads of what they held answer HISTORY_GONE, not an empty
+// page.
+func TestArchiveGapsThroughTheBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	seg := func(dir, name string) string { return filepath.Join(dir, "archive", name) }
+	remove := func(t *testing.T, path string) {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tamper := func(t *testing.T, path string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[40] ^= 1 // inside the first frame
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, dir string, segs []string)
+		// what the server's refusal, verify's report and history's stderr must name
+		server, verify, history []string
+	}{
+		{"archive directory moved away", func(t *testing.T, dir string, _ []string) {
+			if err := os.Rename(filepath.Join(dir, "archive"), filepath.Join(dir, "archive.moved")); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"archive", "is not there"}, []string{"MISSING", "is not there"}, []string{"records 1..", "is not there"}},
+		{"newest segment deleted", func(t *testing.T, dir string, segs []string) {
+			remove(t, seg(dir, segs[3]))
+		}, []string{"the newest segments, after seg-"}, []string{"MISSING", "the chain holds"}, nil},
+		{"middle segment deleted, oldest tampered", func(t *testing.T, dir string, segs []string) {
+			remove(t, seg(dir, segs[1]))
+			tamper(t, seg(dir, segs[0]))
+		}, []string{"between"}, []string{"MISSING", "between", "FAILED"}, []string{"seg-00000000000000000001-", "does not decompress"}},
+		{"two segments swapped under each other's names", func(t *testing.T, dir string, segs []string) {
+			a, b, tmp := seg(dir, segs[1]), seg(dir, segs[2]), seg(dir, "swap")
+			if err := errors.Join(os.Rename(a, tmp), os.Rename(b, a), os.Rename(tmp, b)); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"which its name does not say"}, []string{"MISSING", "FAILED"}, []string{"MISSING: records"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir, segs, spanning, _ := archivedDataDir(t)
+			c.damage(t, dir, segs)
+
+			_, stderr, code := tether(t, nil, "server", "--data", dir, "--addr", "127.0.0.1:0")
+			if code == 0 {
+				t.Fatal("the server started on an archive with a hole")
+			}
+			mustContain(t, "the server's refusal", stderr, c.server...)
+			t.Logf("the server:\n%s", stderr)
+
+			out, stderr, code := tether(t, nil, "replay", "verify", "--data", dir)
+			if code == 0 {
+				t.Fatalf("replay verify passed an archive with a hole:\n%s", out)
+			}
+			mustContain(t, "replay verify", out+stderr, c.verify...)
+			t.Logf("replay verify:\n%s%s", out, stderr)
+
+			if c.history != nil {
+				out, stderr, code = tether(t, nil, "replay", "history", "--data", dir, spanning)
+				if code == 0 {
+					t.Fatalf("replay history of a job with records in a hole passed:\n%s%s", out, stderr)
+				}
+				mustContain(t, "replay history", stderr, c.history...)
+			}
+		})
+	}
+
+	t.Run("oldest segments deleted", func(t *testing.T) {
+		dir, segs, spanning, hot := archivedDataDir(t)
+		remove(t, seg(dir, segs[0]))
+		out, stderr, code := tether(t, nil, "replay", "verify", "--data", dir)
+		if code != 0 {
+			t.Fatalf("replay verify failed when only the oldest segment is gone:\n%s%s", out, stderr)
+		}
+		mustContain(t, "replay verify", out, "pruned", "the oldest segments", "the chain holds")
+		out, stderr, code = tether(t, nil, "replay", "history", "--data", dir, hot)
+		if code != 0 || !strings.Contains(out, "verifies") {
+			t.Fatalf("history of a job in the hot log: %d\n%s%s", code, out, stderr)
+		}
+
+		s := startServer(t, dir)
+		for _, accept := range []string{"application/json", "text/event-stream"} {
+			req, _ := http.NewRequest("GET", s.url+"/v1/jobs/"+spanning+"/events", nil)
+			req.Header.Set("Accept", accept)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e struct {
+				Error struct {
+					Code    string
+					Details struct {
+						First, Last uint64
+						Pruned      bool
+					}
+				}
+			}
+			if resp.StatusCode != http.StatusGone || json.Unmarshal(body, &e) != nil || e.Error.Code != "HISTORY_GONE" ||
+				e.Error.Details.First != 1 || !e.Error.Details.Pruned {
+				t.Fatalf("events (%s) of a job whose submit was in a deleted segment: %d %s", accept, resp.StatusCode, body)
+			}
+		}
+	})
+}

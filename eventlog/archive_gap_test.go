@@ -1,0 +1,198 @@
+package eventlog_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tetherhq/tether/eventlog"
+)
+
+// TestArchiveHoles takes segments away from an archive of four (records 1..150, ..300, ..450,
+// ..600; each job/i has its records at seqs 3i+1 and 3i+3) and checks what every reader makes
+// of it: a log that may be written to opens only when what is gone is the oldest segments;
+// a read-only one opens whatever is gone, names each run of missing records and whether it was
+// pruned, and a read of a missing record or of a stream with records there is an error that
+// names the run, never a silent gap.
+func TestArchiveHoles(t *testing.T) {
+	build := func(t *testing.T) (*vfs.MemFS, []string) {
+		fs := vfs.NewMem()
+		l := archLog(t, fs, false)
+		appendJobs(t, l, 0, 250) // 750 records
+		for _, to := range []uint64{150, 300, 450, 600} {
+			if _, err := l.Archive(context.Background(), to); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		names, _ := fs.List(archDir)
+		slices.Sort(names)
+		return fs, names
+	}
+	type gap struct {
+		first, last uint64
+		pruned      bool
+	}
+	cases := []struct {
+		name     string
+		damage   func(fs *vfs.MemFS, names []string)
+		gaps     []gap
+		writable bool
+		job      string // a job with records in a gap
+	}{
+		{"intact", func(*vfs.MemFS, []string) {}, nil, true, ""},
+		{"oldest deleted", func(fs *vfs.MemFS, names []string) {
+			_ = fs.Remove(fs.PathJoin(archDir, names[0]))
+		}, []gap{{1, 150, true}}, true, "job/10"},
+		{"two oldest deleted", func(fs *vfs.MemFS, names []string) {
+			_ = fs.Remove(fs.PathJoin(archDir, names[0]))
+			_ = fs.Remove(fs.PathJoin(archDir, names[1]))
+		}, []gap{{1, 300, true}}, true, "job/60"},
+		{"middle deleted", func(fs *vfs.MemFS, names []string) {
+			_ = fs.Remove(fs.PathJoin(archDir, names[2]))
+		}, []gap{{301, 450, false}}, false, "job/110"},
+		{"newest deleted", func(fs *vfs.MemFS, names []string) {
+			_ = fs.Remove(fs.PathJoin(archDir, names[3]))
+		}, []gap{{451, 600, false}}, false, "job/160"},
+		{"all deleted", func(fs *vfs.MemFS, names []string) {
+			for _, n := range names {
+				_ = fs.Remove(fs.PathJoin(archDir, n))
+			}
+		}, []gap{{1, 600, false}}, false, "job/10"},
+		{"directory moved away", func(fs *vfs.MemFS, names []string) {
+			if err := fs.Rename(archDir, "/elsewhere"); err != nil {
+				t.Fatal(err)
+			}
+		}, []gap{{1, 600, false}}, false, "job/160"},
+		{"oldest and middle deleted", func(fs *vfs.MemFS, names []string) {
+			_ = fs.Remove(fs.PathJoin(archDir, names[0]))
+			_ = fs.Remove(fs.PathJoin(archDir, names[2]))
+		}, []gap{{1, 150, true}, {301, 450, false}}, false, "job/110"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs, names := build(t)
+			c.damage(fs, names)
+
+			w, err := eventlog.Open(archDataDir, eventlog.Options{FS: fs, ArchiveDir: archDir})
+			if c.writable != (err == nil) {
+				t.Fatalf("open to write: %v, want it to open: %v", err, c.writable)
+			}
+			if err == nil {
+				_ = w.Close()
+			} else if !errors.Is(err, eventlog.ErrArchiveBroken) {
+				t.Fatalf("open to write: %v, want ErrArchiveBroken", err)
+			}
+
+			l := archLog(t, fs, true)
+			defer l.Close()
+			var got []gap
+			for _, g := range l.ArchiveGaps() {
+				got = append(got, gap{g.First, g.Last, g.Pruned})
+			}
+			if !slices.Equal(got, c.gaps) {
+				t.Fatalf("gaps %v, want %v", got, c.gaps)
+			}
+			if c.job == "" {
+				return
+			}
+			first := c.gaps[len(c.gaps)-1]
+			var ge *eventlog.GapError
+			if _, err := l.Get(first.first + 1); !errors.As(err, &ge) || ge.First != first.first || ge.Last != first.last {
+				t.Fatalf("get %d: %v, want the gap %v", first.first+1, err, first)
+			}
+			for r, err := range l.Range(1, 0) {
+				if err != nil {
+					if !errors.As(err, &ge) || ge.First != c.gaps[0].first {
+						t.Fatalf("range: %v, want the gap %v", err, c.gaps[0])
+					}
+					break
+				}
+				if r.Seq >= c.gaps[0].first {
+					t.Fatalf("range yielded seq %d in the gap %v", r.Seq, c.gaps[0])
+				}
+			}
+			// The stream's records in the gap are not here: the gap is yielded in their
+			// place, and the reader that goes on gets the rest.
+			var seqs []uint64
+			var gaps []uint64
+			for r, err := range l.Stream(c.job, 0) {
+				if errors.As(err, &ge) {
+					gaps = append(gaps, ge.First)
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				seqs = append(seqs, r.Seq)
+			}
+			if len(gaps) != len(c.gaps) {
+				t.Fatalf("stream %s yielded gaps at %v, want %v", c.job, gaps, c.gaps)
+			}
+			for _, s := range seqs {
+				for _, g := range c.gaps {
+					if g.first <= s && s <= g.last {
+						t.Fatalf("stream %s yielded seq %d from the gap %v", c.job, s, g)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestArchiveKeepFloor checks that segments --archive-keep deletes are pruned for good: the
+// floor is durable before a file goes, so a log that may be written to opens after it, a
+// segment left behind by a deletion that did not finish is removed at the next open, and a
+// segment deleted by hand past the floor is still told apart from one the server deleted.
+func TestArchiveKeepFloor(t *testing.T) {
+	fs := vfs.NewMem()
+	l := archLog(t, fs, false)
+	appendJobs(t, l, 0, 250)
+	for _, to := range []uint64{150, 300, 450} {
+		if _, err := l.Archive(context.Background(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, _ := fs.List(archDir)
+	slices.Sort(names)
+	kept, err := readFile(fs, fs.PathJoin(archDir, names[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs := l.Segments()
+	dropped, err := l.DropSegments(segs[0].LastTime.Add(time.Nanosecond))
+	if err != nil || len(dropped) != 1 || dropped[0].Name != names[0] {
+		t.Fatalf("dropped %v: %v", dropped, err)
+	}
+	_ = l.Close()
+	// As if the process had died after moving the floor and before removing the file.
+	writeFile(t, fs, fs.PathJoin(archDir, names[0]), kept)
+
+	l = archLog(t, fs, false)
+	if left, _ := fs.List(archDir); slices.Contains(left, names[0]) {
+		t.Fatalf("a segment below the floor was left in place: %v", left)
+	}
+	gaps := l.ArchiveGaps()
+	if len(gaps) != 1 || gaps[0].First != 1 || gaps[0].Last != 150 || !gaps[0].Pruned || gaps[0].Why != "deleted by --archive-keep" {
+		t.Fatalf("gaps after a drop: %+v", gaps)
+	}
+	if o := l.Oldest(); o.Seq != 150 {
+		t.Fatalf("oldest %d, want 150", o.Seq)
+	}
+	_ = l.Close()
+
+	// The next oldest, deleted by hand: pruned as well, but not by --archive-keep.
+	_ = fs.Remove(fs.PathJoin(archDir, names[1]))
+	l = archLog(t, fs, false)
+	defer l.Close()
+	gaps = l.ArchiveGaps()
+	if len(gaps) != 2 || gaps[1].First != 151 || gaps[1].Last != 300 || !gaps[1].Pruned || gaps[1].Why == gaps[0].Why {
+		t.Fatalf("gaps after a segment deleted by hand: %+v", gaps)
+	}
+}
