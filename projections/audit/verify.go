@@ -268,6 +268,9 @@ func verifyAround(ctx context.Context, l *eventlog.Log, sum Summary, problems []
 		}
 		run := Run{First: start.Seq + 1, Last: last, Anchor: start.Hash.String()}
 		visit := func(r eventlog.Record) error {
+			if sum.Records == 0 {
+				sum.FirstTime = r.Time
+			}
 			sum.Types[r.Type]++
 			sum.Records++
 			progress.report(r.Seq, total, false)
@@ -279,7 +282,7 @@ func verifyAround(ctx context.Context, l *eventlog.Log, sum Summary, problems []
 			if audit, err = l.Audit(ctx, start, visit); err == nil || audit.Head.Seq > start.Seq {
 				sum.Streams = audit.Streams
 				sum.HeadSeq, sum.HeadHash = audit.Head.Seq, audit.Head.Hash.String()
-				sum.FirstTime, sum.LastTime = audit.FirstTime, audit.Head.Time
+				sum.LastTime = audit.Head.Time
 				sum.FromSeq = start.Seq
 			}
 		} else {
