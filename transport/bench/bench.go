@@ -61,7 +61,7 @@ type Result struct {
 	JobsPerSecond  float64       `json:"jobs_per_second"`
 	Submit         Latency       `json:"submit_latency"`          // request → answer (durable)
 	SubmitToStart  Latency       `json:"submit_to_start_latency"` // request sent → handler called
-	Errors         int           `json:"errors"`
+	Errors         int           `json:"errors"`                  // results not taken as a completion; a failed submit ends the run instead
 	Events         float64       `json:"events"`
 	Fsyncs         float64       `json:"fsyncs"`
 	EventsPerFsync float64       `json:"events_per_fsync"`
@@ -197,13 +197,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
-	// Producers.
+	// Producers. The first submit that fails stops the run with its reason (a server that
+	// restarts, a refused key): figures with a hole in them measure nothing.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
 	var (
 		submitMu  sync.Mutex
 		submits   = make([]time.Duration, 0, total)
-		errs      atomic.Int64
 		next      atomic.Int64
-		firstErr  atomic.Value
 		producers sync.WaitGroup
 	)
 	submitOne := func(p *producer, scheduled time.Time) {
@@ -212,12 +213,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			scheduled = sent
 		}
 		body, _ := json.Marshal(payload{Sent: scheduled.UnixNano()})
-		err := p.submit(ctx, wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body})
+		err := p.submit(runCtx, wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body})
 		d := time.Since(sent)
 		if err != nil {
-			errs.Add(1)
-			firstErr.CompareAndSwap(nil, err)
-			finish() // it will never complete
+			if runCtx.Err() == nil {
+				stopRun(fmt.Errorf("bench: a submit failed, so the run stopped: %w", err))
+			}
 			return
 		}
 		submitMu.Lock()
@@ -247,8 +248,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			if d := time.Until(at); d > 0 { // pacing the load generator, not waiting for a result
 				select {
 				case <-time.After(d):
-				case <-ctx.Done():
-					return Result{}, ctx.Err()
+				case <-runCtx.Done():
+					return Result{}, context.Cause(runCtx)
 				}
 			}
 			sem <- struct{}{}
@@ -273,7 +274,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			go func() {
 				defer producers.Done()
 				defer p.close()
-				for next.Add(1) <= int64(total) && ctx.Err() == nil {
+				for next.Add(1) <= int64(total) && runCtx.Err() == nil {
 					submitOne(p, time.Time{})
 				}
 			}()
@@ -290,8 +291,8 @@ wait:
 			if cfg.Progress != nil {
 				cfg.Progress(int(done.Load()), total)
 			}
-		case <-ctx.Done():
-			return Result{}, ctx.Err()
+		case <-runCtx.Done():
+			return Result{}, context.Cause(runCtx)
 		}
 	}
 	elapsed := time.Since(began)
@@ -307,7 +308,7 @@ wait:
 	stopWorkers()
 	res := Result{Mode: "saturated", Queue: queue, Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Elapsed: elapsed,
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
-		Errors: int(errs.Load() + failed.Load()), ServerMetrics: after != nil,
+		Errors: int(failed.Load()), ServerMetrics: after != nil,
 		Events: after["tether_log_events_total"] - before["tether_log_events_total"],
 		Fsyncs: after["tether_log_fsync_seconds_count"] - before["tether_log_fsync_seconds_count"]}
 	if paced {
@@ -322,9 +323,6 @@ wait:
 	}
 	if s, ok := after["process_cpu_seconds_total"]; ok {
 		res.ServerCPUPerJob = perJob(time.Duration((s - before["process_cpu_seconds_total"]) * float64(time.Second)))
-	}
-	if e, ok := firstErr.Load().(error); ok {
-		return res, fmt.Errorf("bench: %d submits failed; the first: %w", errs.Load(), e)
 	}
 	if cfg.History && !paced {
 		if res.History, err = measureHistory(ctx, hc, cfg, queue); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,7 +158,40 @@ func TestPacedRunStopsWithItsContext(t *testing.T) {
 func TestRefusedSubmitsAreReportedWithTheirCode(t *testing.T) {
 	url, _, enroll := server(t)
 	_, err := bench.Run(runCtx(t), bench.Config{Server: url, Token: "tk_not-a-key", EnrollToken: enroll, Jobs: 5, Producers: 1, Workers: 1})
-	if err == nil || !strings.Contains(err.Error(), "5 submits failed") || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
+	if err == nil || !strings.Contains(err.Error(), "a submit failed") || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A server that restarts under a run (it answers 503 while it recovers, then refuses
+// connections while it is down) ends the run with the reason. The failed submits' errors are of
+// different types, which used to panic the generator (an atomic.Value holds one type).
+func TestAServerRestartEndsTheRunWithTheReason(t *testing.T) {
+	b, err := broker.Open(broker.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := transport.NewServer(transport.Config{Auth: transport.AuthNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Attach(b)
+	var submits atomic.Int64
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/jobs" || submits.Add(1) <= 20 {
+			api.ServeHTTP(w, r)
+			return
+		}
+		// Going down: this answer, then no more connections.
+		_ = srv.Listener.Close()
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":{"code":"NOT_READY","message":"recovering","details":{}}}`))
+	}))
+	t.Cleanup(func() { api.Shutdown(); srv.Close(); _ = b.Close() })
+	_, err = bench.Run(runCtx(t), bench.Config{Server: srv.URL, Jobs: 100, Producers: 1, Workers: 2})
+	if err == nil || !strings.Contains(err.Error(), "NOT_READY") || !strings.Contains(err.Error(), "stopped") {
 		t.Fatalf("err = %v", err)
 	}
 }
