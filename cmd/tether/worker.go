@@ -113,6 +113,13 @@ func runWorker(args []string) error {
 	}()
 
 	reg := registration{server: server, hc: ca.httpClient(), name: *name, queues: splitList(*queue), capacity: *capacity, key: key, stateDir: *stateDir, log: log}
+	if *tokenFile != "" {
+		unlock, err := holdTokenFile(*tokenFile)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	if *tokenFile == "" && !strings.HasPrefix(*token, broker.WorkerTokenPrefix) {
 		unlock, err := reg.claim()
 		if err != nil {
@@ -215,21 +222,58 @@ func (g *registration) claim() (unlock func(), err error) {
 		if n > 1 {
 			g.name = fmt.Sprintf("%s-%d", base, n)
 		}
-		f, err := os.OpenFile(g.path()+".lock", os.O_CREATE|os.O_RDWR, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("the worker's state: %w", err)
-		}
-		switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+		unlock, err := lockFile(g.path() + ".lock")
+		switch {
 		case err == nil:
-			return func() { f.Close() }, nil // closing the file lets the lock go
-		case errors.Is(err, syscall.EWOULDBLOCK):
-			f.Close() // another worker of this name runs here: try the next
-		default:
-			f.Close()
+			return unlock, nil
+		case !errors.Is(err, errLockHeld): // held: another worker of this name runs here, so try the next
 			return nil, fmt.Errorf("locking the worker's state: %w", err)
 		}
 	}
 	return nil, fmt.Errorf("%d workers named %q run on this machine already", slotsMax, base)
+}
+
+// holdTokenFile checks, before anything is registered, that the worker can keep its token in
+// path, and locks the file for this worker until unlock. A worker that registered and then could
+// not write its token would spend an enroll use and leave a worker behind at every start; two
+// workers on one file would take turns displacing each other as one worker id.
+func holdTokenFile(path string) (unlock func(), err error) {
+	probe, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return nil, fmt.Errorf("--token-file %s: its directory cannot be written, and the worker writes its token there and rewrites it at each renewal: %w", path, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	unlock, err = lockFile(path + ".lock")
+	switch {
+	case errors.Is(err, errLockHeld):
+		return nil, fmt.Errorf("--token-file %s is in use by another worker on this machine (it holds %s.lock); give each worker a token file of its own", path, path)
+	case err != nil:
+		return nil, fmt.Errorf("locking --token-file: %w", err)
+	}
+	return unlock, nil
+}
+
+// errLockHeld is a lock another process holds.
+var errLockHeld = errors.New("the lock is held by another process")
+
+// lockFile takes an exclusive lock on path, made if missing, without waiting: errLockHeld if
+// another process holds it. Closing the file (unlock, or the process's end) lets it go.
+func lockFile(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+	case err == nil:
+		return func() { f.Close() }, nil
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		f.Close()
+		return nil, errLockHeld
+	default:
+		f.Close()
+		return nil, err
+	}
 }
 
 // workerState is what the state file holds.

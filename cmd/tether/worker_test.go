@@ -305,3 +305,57 @@ func rawHeartbeat(t *testing.T, server, token string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// A --token-file the worker could not write refuses to start before it registers: it would
+// spend an enroll use, fail to keep the token, and leave a worker behind on every start.
+// /proc/self is a directory that no one, root included, can make a file in.
+func TestWorkerTokenFileThatCannotBeWrittenRefusesToStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	if _, err := os.Stat("/proc/self"); err != nil {
+		t.Skip("no /proc")
+	}
+	s := startServer(t, t.TempDir())
+	_, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "q",
+		"--token-file", "/proc/self/tether-token", "--", "cat")
+	if code != 1 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	mustContain(t, "stderr", stderr, "/proc/self/tether-token", "cannot be written")
+	if ws, _ := client.New(s.url, "", nil).Workers(context.Background()); len(ws.Workers) != 0 {
+		t.Fatalf("a worker that could not keep its token registered: %+v", ws.Workers)
+	}
+}
+
+// Two workers given one --token-file would share one worker id, and the server lets one
+// connection hold it: the second refuses to start, saying why, and the first works on.
+func TestWorkersShareNoTokenFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	c := client.New(s.url, "", nil)
+	file := filepath.Join(t.TempDir(), "worker-token")
+	args := []string{"worker", "--server", s.url, "--queue", "q", "--token-file", file, "--log-format", "json", "--", "cat"}
+	first := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, args...)
+	first.waitFor(t, `"msg":"connected"`)
+	second := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, args...)
+	if code := second.wait(30 * time.Second); code != 1 {
+		t.Fatalf("the second worker on one token file: exit %d:\n%s", code, second.output())
+	}
+	mustContain(t, "the second worker's output", second.output(), file, "another worker")
+	if ws := online(t, c, 1); len(ws) != 1 {
+		t.Fatalf("workers %+v", ws)
+	}
+	j, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", Payload: []byte(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := awaitJob(t, c, j.ID); got.Status != "succeeded" {
+		t.Fatalf("the first worker's job: %+v\n%s", got, first.output())
+	}
+	if strings.Contains(first.output(), "newer connection") {
+		t.Fatalf("the first worker was displaced:\n%s", first.output())
+	}
+}
