@@ -23,6 +23,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
@@ -51,14 +52,20 @@ func newTestCA(t *testing.T) *testCA {
 	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// issue writes a server certificate for localhost and 127.0.0.1, with serial, and its key into
-// certFile and keyFile.
+// issue writes a server certificate for localhost and 127.0.0.1, with serial, valid from an
+// hour ago for two hours, and its key into certFile and keyFile.
 func (ca *testCA) issue(t *testing.T, serial int64, certFile, keyFile string) {
+	t.Helper()
+	ca.issueValid(t, serial, certFile, keyFile, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+// issueValid is issue with the certificate valid from notBefore to notAfter.
+func (ca *testCA) issueValid(t *testing.T, serial int64, certFile, keyFile string, notBefore, notAfter time.Time) {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "localhost"},
 		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		NotBefore: notBefore, NotAfter: notAfter, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +125,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certs, err := transport.NewCertReloader(certFile, keyFile, zaptest.NewLogger(t))
+	certs, err := transport.NewCertReloader(certFile, keyFile, time.Now, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,4 +205,76 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("a worker without the CA returned %v, want the certificate refused", err)
 		}
 	})
+}
+
+// A certificate every client would refuse for its dates is never served: one expired or not yet
+// valid at start is refused, naming the file and the date; one rotated in keeps the last good
+// pair in service. The served certificate's coming expiry is logged a week ahead, once a day.
+func TestCertificateDates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	day := 24 * time.Hour
+	issued := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	notAfter := issued.Add(30 * day)
+	ca.issueValid(t, 1, certFile, keyFile, issued, notAfter)
+	at := func(now time.Time) func() time.Time { return func() time.Time { return now } }
+
+	for _, tc := range []struct {
+		now  time.Time
+		want string
+	}{
+		{notAfter.Add(time.Second), "expired at 2026-03-31T00:00:00Z"},
+		{issued.Add(-time.Second), "not valid before 2026-03-01T00:00:00Z"},
+	} {
+		if _, err := transport.NewCertReloader(certFile, keyFile, at(tc.now), zap.NewNop()); err == nil ||
+			!strings.Contains(err.Error(), certFile) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("at %s: NewCertReloader returned %v, want %q about %s", tc.now, err, tc.want, certFile)
+		}
+	}
+
+	now := issued.Add(day)
+	core, logs := observer.New(zap.InfoLevel)
+	certs, err := transport.NewCertReloader(certFile, keyFile, func() time.Time { return now }, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs.CheckEvery = 0
+	served := func() int64 {
+		t.Helper()
+		c, err := certs.GetCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Leaf.SerialNumber.Int64()
+	}
+	for serial, validity := range map[int64][2]time.Time{
+		2: {issued, now.Add(-time.Second)},  // expired
+		3: {now.Add(time.Second), notAfter}, // not yet valid
+	} {
+		ca.issueValid(t, serial, certFile, keyFile, validity[0], validity[1])
+		if s := served(); s != 1 {
+			t.Fatalf("a rotation to a pair valid %s..%s served serial %d", validity[0], validity[1], s)
+		}
+	}
+	if n := logs.FilterField(zap.String("code", "TLS_CERT_RELOAD_FAILED")).FilterMessageSnippet("last good").Len(); n != 2 {
+		t.Fatalf("%d warnings of a refused rotation, want 2: %v", n, logs.All())
+	}
+
+	ca.issueValid(t, 1, certFile, keyFile, issued, notAfter) // the good pair back
+	expiring := func() int { return logs.FilterField(zap.String("code", "TLS_CERT_EXPIRING")).Len() }
+	if served(); expiring() != 0 {
+		t.Fatalf("a certificate with 29 days left was warned about: %v", logs.All())
+	}
+	now = notAfter.Add(-7*day + time.Minute)
+	served()
+	served()
+	if expiring() != 1 {
+		t.Fatalf("%d expiry warnings with 7 days left, want 1", expiring())
+	}
+	now = now.Add(day)
+	if served(); expiring() != 2 {
+		t.Fatalf("%d expiry warnings a day later, want 2", expiring())
+	}
 }

@@ -132,7 +132,7 @@ func runServer(args []string) error {
 	}
 	var certs *transport.CertReloader
 	if *tlsCert != "" {
-		if certs, err = transport.NewCertReloader(*tlsCert, *tlsKey, log); err != nil {
+		if certs, err = transport.NewCertReloader(*tlsCert, *tlsKey, time.Now, log); err != nil {
 			return badFlag(fs, err)
 		}
 	}
