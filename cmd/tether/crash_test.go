@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -68,19 +69,19 @@ func startServer(t *testing.T, dir string, extra ...string) *server {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	// The log says where the server listens, then that recovery is done; a server that exits
 	// first says why.
-	addr, ready, exited := make(chan string, 1), make(chan struct{}), make(chan struct{})
+	url, ready, exited := make(chan string, 1), make(chan struct{}), make(chan struct{})
 	var lines strings.Builder
 	go func() {
 		defer close(exited)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			lines.WriteString(sc.Text() + "\n")
-			var line struct{ Msg, Addr string }
+			var line struct{ Msg, Dashboard string }
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
 			}
-			if line.Addr != "" {
-				addr <- line.Addr
+			if line.Dashboard != "" { // http:// or, with --tls-cert, https://
+				url <- strings.TrimSuffix(line.Dashboard, "/")
 			}
 			if line.Msg == "ready" {
 				close(ready)
@@ -90,8 +91,8 @@ func startServer(t *testing.T, dir string, extra ...string) *server {
 	timeout := time.After(60 * time.Second)
 	var s *server
 	select {
-	case a := <-addr:
-		s = &server{cmd: cmd, url: "http://" + a}
+	case u := <-url:
+		s = &server{cmd: cmd, url: u}
 	case <-exited:
 		t.Fatalf("the server exited before it listened:\n%s", lines.String())
 	case <-timeout:
@@ -104,7 +105,10 @@ func startServer(t *testing.T, dir string, extra ...string) *server {
 	case <-timeout:
 		t.Fatal("the server did not become ready")
 	}
-	resp, err := http.Get(s.url + "/readyz")
+	// Over https, the server's own certificate, which the test may have made for no client to
+	// trust: this asks whether it is ready, not whether it is trusted.
+	probe := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := probe.Get(s.url + "/readyz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/readyz after the ready log line: %v %v", resp, err)
 	}

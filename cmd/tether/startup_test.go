@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/transporttest"
 )
 
 // Every way a user can start the server, with the real binary.
@@ -119,6 +120,10 @@ func TestServerStartUpPaths(t *testing.T) {
 		}
 	})
 	t.Run("flags refused before anything is made", func(t *testing.T) {
+		certs := t.TempDir()
+		expired, notYet := filepath.Join(certs, "expired.pem"), filepath.Join(certs, "not-yet.pem")
+		transporttest.WriteCert(t, expired, expired+".key", time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+		transporttest.WriteCert(t, notYet, notYet+".key", time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC))
 		for _, tc := range []struct {
 			args []string
 			want string
@@ -130,6 +135,8 @@ func TestServerStartUpPaths(t *testing.T) {
 			{[]string{"--auth", "token", "--addr", "0.0.0.0:0"}, "clear text"},
 			{[]string{"--tls-cert", "cert.pem"}, "--tls-cert and --tls-key go together"},
 			{[]string{"--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"}, "--tls-cert"},
+			{[]string{"--tls-cert", expired, "--tls-key", expired + ".key"}, "--tls-cert " + expired + " expired at 2026-01-02T03:04:05Z"},
+			{[]string{"--tls-cert", notYet, "--tls-key", notYet + ".key"}, "--tls-cert " + notYet + " is not valid before 2100-01-01T00:00:00Z"},
 			{[]string{"--worker-token-ttl", "1s"}, "--worker-token-ttl"},
 			{[]string{"--retain", "-1h"}, "--retain -1h0m0s"},
 			{[]string{"--retain-dead", "1ms"}, "--retain-dead"},

@@ -356,7 +356,8 @@ func (g *registration) token(ctx context.Context, enrollToken string) (string, e
 	return reg.WorkerToken, nil
 }
 
-// register registers the worker, retrying while the server cannot be reached.
+// register registers the worker, retrying while the server cannot be reached; a refusal, the
+// server's or its certificate's, is final.
 func (g *registration) register(ctx context.Context, enrollToken string) (*wire.Registration, error) {
 	for attempt := 1; ; attempt++ {
 		reg, err := register(ctx, client.New(g.server, enrollToken, g.hc), g.name, g.queues, g.capacity, g.key)
@@ -364,7 +365,7 @@ func (g *registration) register(ctx context.Context, enrollToken string) (*wire.
 		switch {
 		case err == nil:
 			return reg, nil
-		case errors.As(err, &apiErr) && apiErr.Status != http.StatusServiceUnavailable:
+		case errors.As(err, &apiErr) && apiErr.Status != http.StatusServiceUnavailable, client.CertificateRefused(err):
 			return nil, fmt.Errorf("registering: %w", err)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/transporttest"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -358,4 +359,36 @@ func TestWorkersShareNoTokenFile(t *testing.T) {
 	if strings.Contains(first.output(), "newer connection") {
 		t.Fatalf("the first worker was displaced:\n%s", first.output())
 	}
+}
+
+// A worker refused for the server's certificate says so and exits at once, as the README says,
+// whether it has to register or has a registration stored: retrying does not mend a CA not
+// given, and the worker used to retry its registration forever.
+func TestWorkerRefusedForTheCertificateExits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	transporttest.WriteCert(t, cert, key, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	s := startServer(t, t.TempDir(), "--tls-cert", cert, "--tls-key", key)
+	env := []string{"XDG_STATE_HOME=" + t.TempDir()}
+	args := []string{"worker", "--server", s.url, "--queue", "q", "--log-format", "json", "--", "cat"}
+	refused := func(what string) {
+		t.Helper()
+		w := startTether(t, env, args...)
+		if code := w.wait(30 * time.Second); code != 1 {
+			t.Fatalf("%s: exit %d:\n%s", what, code, w.output())
+		}
+		mustContain(t, what, w.output(), "certificate signed by unknown authority")
+	}
+	refused("a worker that registers")
+
+	w := startTether(t, env, append([]string{"worker", "--ca-cert", cert}, args[1:]...)...)
+	w.waitFor(t, `"msg":"connected"`) // registered, and kept in its state dir
+	w.signal(t, syscall.SIGTERM)
+	if code := w.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, w.output())
+	}
+	refused("a worker with a stored registration")
 }

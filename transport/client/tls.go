@@ -51,10 +51,10 @@ const (
 	requestTimeout = 10 * time.Second
 )
 
-// certificateRefused reports whether err is the server's certificate failing verification: a
-// misconfiguration (a private CA not given, a name that does not match), not a network fault
-// that retrying mends.
-func certificateRefused(err error) bool {
+// CertificateRefused reports whether err is the server's certificate failing verification: a
+// misconfiguration (a private CA not given, a name that does not match, an expired
+// certificate), not a network fault that retrying mends.
+func CertificateRefused(err error) bool {
 	var unknown x509.UnknownAuthorityError
 	var hostname x509.HostnameError
 	var invalid x509.CertificateInvalidError

@@ -285,7 +285,7 @@ func permanent(err error) bool {
 	if errors.As(err, &e) {
 		return (e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden) && isTetherCode(e.Code)
 	}
-	return errors.Is(err, errMisconfigured) || closedRevoked(err) || certificateRefused(err)
+	return errors.Is(err, errMisconfigured) || closedRevoked(err) || CertificateRefused(err)
 }
 
 func (w *Worker) httpClient() *http.Client {
