@@ -195,10 +195,15 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("a broken pair served serial %d", s)
 		}
 
-		_, err := client.New(url, "", nil).Workers(ctx(t))
+		// Refused at once, though told to go on trying a read no server takes: retrying does not
+		// mend a CA not given.
+		untrusting := client.New(url, "", nil)
+		untrusting.RetryFor = time.Hour
+		rctx := ctx(t)
+		_, err := untrusting.Workers(rctx)
 		var unknown x509.UnknownAuthorityError
-		if !errors.As(err, &unknown) {
-			t.Fatalf("a client without the CA: %v", err)
+		if !errors.As(err, &unknown) || rctx.Err() != nil {
+			t.Fatalf("a client without the CA: %v (its context: %v)", err, rctx.Err())
 		}
 		w := &client.Worker{Server: url, Token: "tw_x", Logger: zaptest.NewLogger(t), Handler: func(context.Context, *client.Job) (any, error) { return nil, nil }}
 		if err := w.Run(ctx(t)); !errors.As(err, &unknown) {

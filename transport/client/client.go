@@ -166,7 +166,9 @@ func failoverAnswer(err error) bool {
 	if errors.As(err, &e) {
 		return e.Code == wire.CodeStandby || e.Code == wire.CodeNotReady || e.Code == "UNAVAILABLE" || e.Status == http.StatusBadGateway || e.Status == http.StatusGatewayTimeout
 	}
-	return err != nil // the connection failed, or broke before the answer
+	// The connection failed, or broke before the answer; a certificate refused is a
+	// misconfiguration that waiting does not mend.
+	return err != nil && !CertificateRefused(err)
 }
 
 // repeatable reports whether a request may be sent again after it may have reached a server:
