@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/transporttest"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -334,5 +337,78 @@ func TestCLIRetriesAcrossARestart(t *testing.T) {
 	var j wire.Job
 	if err := json.Unmarshal([]byte(submit.output()[strings.Index(submit.output(), "{"):]), &j); err != nil || j.ID == "" || j.Status != "queued" {
 		t.Fatalf("the submit printed %q: %v", submit.output(), err)
+	}
+}
+
+// Under --json an error is JSON too: one object on stderr, the server's error shape, with the
+// server's code when it refused and one of the command line's own (docs/errors.md) when the
+// command line found the mistake or reached no server; the exit status is as without --json.
+func TestJSONErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	s := startServer(t, t.TempDir())
+	c := client.New(s.url, "", nil)
+	j, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "nobody-serves", Type: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	certs := t.TempDir()
+	transporttest.WriteCert(t, filepath.Join(certs, "cert.pem"), filepath.Join(certs, "key.pem"), time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	untrusted := startServer(t, t.TempDir(), "--tls-cert", filepath.Join(certs, "cert.pem"), "--tls-key", filepath.Join(certs, "key.pem"))
+	srv, nowhere := "--server="+s.url, "--server="+freeAddr(t)
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{nil, []string{"job", "get", "01JNOSUCHJOB", srv, "--json"}, 1, "JOB_NOT_FOUND"},
+		{nil, []string{"flow", "get", "01JNOSUCHFLOW", "--json", srv}, 1, "FLOW_NOT_FOUND"},
+		{nil, []string{"schedule", "get", "01JNOSUCHSCHEDULE", srv, "--json"}, 1, "SCHEDULE_NOT_FOUND"},
+		{nil, []string{"admin", "apikey", "revoke", "nosuch", srv, "--json"}, 1, "API_KEY_NOT_FOUND"},
+		{nil, []string{"job", "ls", srv, "--cursor", "garbage", "--json"}, 1, "INVALID_ARGUMENT"},
+		{[]string{"TETHER_JSON=true"}, []string{"queue", "pause", "a queue?", srv}, 1, "INVALID_ARGUMENT"},
+		{nil, []string{"job", "watch", j.ID, srv, "--json"}, 1, "CLI_NOT_SUCCEEDED"},
+		{nil, []string{"job", "ls", "--bogus", srv, "--json"}, 2, "CLI_USAGE"},
+		{nil, []string{"job", "ls", "--json", "--limit", "0", srv}, 2, "CLI_USAGE"},
+		{[]string{"TETHER_JSON=1"}, []string{"admin", "quota", srv, "--bogus"}, 2, "CLI_USAGE"},
+		{nil, []string{"job", "sbumit", "--json"}, 2, "CLI_USAGE"},
+		{nil, []string{"job", "get", "01JNOSUCHJOB", nowhere, "--retry-for", "0", "--json"}, 1, "CLI_UNREACHABLE"},
+		{nil, []string{"bench", nowhere, "--json"}, 1, "CLI_UNREACHABLE"},
+		{nil, []string{"job", "get", "01JNOSUCHJOB", "--server", untrusted.url, "--json"}, 1, "CLI_CERTIFICATE_REFUSED"},
+		{nil, []string{"replay", "verify", "--data", filepath.Join(t.TempDir(), "none"), "--json"}, 1, "CLI_ERROR"},
+	} {
+		stdout, stderr, code := tether(t, tc.env, tc.args...)
+		var e struct {
+			Error struct {
+				Code, Message string
+				Details       map[string]any
+				RequestID     string `json:"request_id"`
+			}
+		}
+		dec := json.NewDecoder(strings.NewReader(stderr))
+		dec.DisallowUnknownFields()
+		if code != tc.code || dec.Decode(&e) != nil || dec.More() || e.Error.Code != tc.want || e.Error.Message == "" || e.Error.Details == nil {
+			t.Errorf("tether %v: exit %d, stderr %q, want exit %d and one error object with code %s (stdout %q)", tc.args, code, stderr, tc.code, tc.want, stdout)
+		}
+	}
+}
+
+// docs/errors.md lists the command line's own codes, every one and no other.
+func TestErrorsDocListsTheCommandLinesCodes(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/errors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `(CLI_[A-Z_]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		listed = append(listed, m[1])
+	}
+	if !slices.Equal(listed, cliCodes) {
+		t.Fatalf("docs/errors.md lists %v; the command line's codes are %v", listed, cliCodes)
 	}
 }

@@ -567,10 +567,15 @@ func watchEnded(cf clientFlags, what, status string, err error) error {
 		fmt.Printf("done: %s\n", status)
 	}
 	if status != "succeeded" {
-		return fmt.Errorf("the %s ended %s", what, status)
+		return &endedError{what: what, status: status}
 	}
 	return nil
 }
+
+// endedError is a watched job or flow that ended otherwise than succeeded.
+type endedError struct{ what, status string }
+
+func (e *endedError) Error() string { return fmt.Sprintf("the %s ended %s", e.what, e.status) }
 
 // summarize shows what matters of an event on one line.
 func summarize(e wire.Event) string {

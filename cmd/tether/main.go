@@ -4,19 +4,23 @@ package main
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/wire"
 )
 
 var commands = []struct {
@@ -61,18 +65,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		for _, f := range atExit {
 			f()
 		}
-		var ue *usageError
-		switch {
-		case err == nil, errors.Is(err, errHelpShown):
+		if err == nil || errors.Is(err, errHelpShown) {
 			return 0
-		case errors.As(err, &ue):
+		}
+		var ue *usageError
+		code := 1
+		if errors.As(err, &ue) {
+			code = 2
+		}
+		switch {
+		case jsonAsked(args[1:]):
+			_ = json.NewEncoder(stderr).Encode(wire.Error{Error: errorObject(err)})
+		case ue != nil:
 			fmt.Fprintf(stderr, "tether %s: %v\n\n", ue.command, err)
 			ue.usage(stderr)
-			return 2
 		default:
 			fmt.Fprintf(stderr, "tether %s: %v\n", c.name, err)
-			return 1
 		}
+		return code
 	}
 	fmt.Fprintf(stderr, "tether: unknown command %q\n\n", args[0])
 	printUsage(stderr)
@@ -85,6 +95,81 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as TETHER_SOME_NAME.")
+}
+
+// commandFlags are the flags of the command that ran, as far as they were parsed: main reads
+// --json there to print the command's error as JSON too.
+var commandFlags *flag.FlagSet
+
+// jsonAsked reports whether the command that ran with args asked for JSON: its --json flag,
+// or its TETHER_JSON twin. A mistake may stop the parsing before --json is read, and a
+// mistyped subcommand parses no flags at all: then args say it.
+func jsonAsked(args []string) bool {
+	if commandFlags != nil {
+		f := commandFlags.Lookup("json")
+		if f == nil {
+			return false // a command that prints no JSON
+		}
+		if f.Value.String() == "true" {
+			return true
+		}
+	}
+	asked, _ := strconv.ParseBool(os.Getenv(envTwin("json")))
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if name, value, given := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && name == "json" {
+			asked = !given
+			if given {
+				asked, _ = strconv.ParseBool(value)
+			}
+		}
+	}
+	return asked
+}
+
+// Codes of the errors the command line finds itself, which --json prints as the server prints
+// its own; docs/errors.md lists them. An answer that is not tether's (a proxy's) has the code
+// HTTP_<status>, as the client package gives it.
+const (
+	codeUsage              = "CLI_USAGE"
+	codeUnreachable        = "CLI_UNREACHABLE"
+	codeCertificateRefused = "CLI_CERTIFICATE_REFUSED"
+	codeNotSucceeded       = "CLI_NOT_SUCCEEDED"
+	codeFailed             = "CLI_ERROR"
+)
+
+// cliCodes are the command line's own codes.
+var cliCodes = []string{codeUsage, codeUnreachable, codeCertificateRefused, codeNotSucceeded, codeFailed}
+
+// errorObject is err as the server's error object: the server's own when it refused, else the
+// command line's code and the error's text.
+func errorObject(err error) wire.ErrorDetail {
+	e := wire.ErrorDetail{Code: codeFailed, Message: err.Error(), Details: map[string]any{}}
+	var refused *client.Error
+	if errors.As(err, &refused) {
+		e = wire.ErrorDetail{Code: refused.Code, Message: refused.Message, Details: refused.Details, RequestID: refused.RequestID}
+		if e.Details == nil {
+			e.Details = map[string]any{}
+		}
+		return e
+	}
+	var ue *usageError
+	var ended *endedError
+	var noAnswer *url.Error
+	var netErr *net.OpError
+	switch {
+	case errors.As(err, &ue):
+		e.Code = codeUsage
+	case client.CertificateRefused(err):
+		e.Code = codeCertificateRefused
+	case errors.As(err, &noAnswer), errors.As(err, &netErr):
+		e.Code = codeUnreachable
+	case errors.As(err, &ended):
+		e.Code, e.Details = codeNotSucceeded, map[string]any{"status": ended.status}
+	}
+	return e
 }
 
 // errHelpShown is what a command returns after --help printed its usage: not a failure.
@@ -127,6 +212,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 		}
 	})
 	fs.SetOutput(io.Discard)
+	commandFlags = fs
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
