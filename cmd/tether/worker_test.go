@@ -57,15 +57,22 @@ func TestWorkerWithAMissingCommandRefusesToStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "typo", "--", "/path/that/does/not/exist")
-	if code != 1 {
-		t.Fatalf("exit %d", code)
-	}
-	mustContain(t, "stderr", stderr, "/path/that/does/not/exist", "cannot be run")
+	workerRefuses(t, s, []string{"--queue", "typo", "--", "/path/that/does/not/exist"}, "/path/that/does/not/exist", "cannot be run")
 	if got, _ := c.Get(context.Background(), j.ID); got.Status != "queued" || got.Attempt != 0 {
 		t.Fatalf("the job after the worker refused: %s attempt %d", got.Status, got.Attempt)
 	}
-	if ws, _ := c.Workers(context.Background()); len(ws.Workers) != 0 {
+}
+
+// workerRefuses runs `tether worker --server s` with args, which must exit 1 saying each of
+// want, and leave no worker registered.
+func workerRefuses(t *testing.T, s *server, args []string, want ...string) {
+	t.Helper()
+	_, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, append([]string{"worker", "--server", s.url}, args...)...)
+	if code != 1 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	mustContain(t, "stderr", stderr, want...)
+	if ws, _ := client.New(s.url, "", nil).Workers(context.Background()); len(ws.Workers) != 0 {
 		t.Fatalf("a worker that refused to start registered: %+v", ws.Workers)
 	}
 }
@@ -318,15 +325,7 @@ func TestWorkerTokenFileThatCannotBeWrittenRefusesToStart(t *testing.T) {
 		t.Skip("no /proc")
 	}
 	s := startServer(t, t.TempDir())
-	_, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "q",
-		"--token-file", "/proc/self/tether-token", "--", "cat")
-	if code != 1 {
-		t.Fatalf("exit %d:\n%s", code, stderr)
-	}
-	mustContain(t, "stderr", stderr, "/proc/self/tether-token", "cannot be written")
-	if ws, _ := client.New(s.url, "", nil).Workers(context.Background()); len(ws.Workers) != 0 {
-		t.Fatalf("a worker that could not keep its token registered: %+v", ws.Workers)
-	}
+	workerRefuses(t, s, []string{"--queue", "q", "--token-file", "/proc/self/tether-token", "--", "cat"}, "/proc/self/tether-token", "cannot be written")
 }
 
 // Two workers given one --token-file would share one worker id, and the server lets one
