@@ -377,6 +377,7 @@ func TestJSONErrors(t *testing.T) {
 		{nil, []string{"job", "ls", "--json", "--limit", "0", srv}, 2, "CLI_USAGE"},
 		{[]string{"TETHER_JSON=1"}, []string{"admin", "quota", srv, "--bogus"}, 2, "CLI_USAGE"},
 		{nil, []string{"job", "sbumit", "--json"}, 2, "CLI_USAGE"},
+		{nil, []string{"jbo", "ls", "--json"}, 2, "CLI_USAGE"},
 		{nil, []string{"job", "get", "01JNOSUCHJOB", nowhere, "--retry-for", "0", "--json"}, 1, "CLI_UNREACHABLE"},
 		{nil, []string{"bench", nowhere, "--json"}, 1, "CLI_UNREACHABLE"},
 		{nil, []string{"job", "get", "01JNOSUCHJOB", "--server", untrusted.url, "--json"}, 1, "CLI_CERTIFICATE_REFUSED"},

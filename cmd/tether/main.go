@@ -84,6 +84,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
+	if jsonAsked(args[1:]) {
+		unknown := &usageError{command: "", err: fmt.Errorf("unknown command %q", args[0])}
+		_ = json.NewEncoder(stderr).Encode(wire.Error{Error: errorObject(unknown)})
+		return 2
+	}
 	fmt.Fprintf(stderr, "tether: unknown command %q\n\n", args[0])
 	printUsage(stderr)
 	return 2
