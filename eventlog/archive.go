@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -62,6 +63,9 @@ type archive struct {
 	// broken is what loading found wrong besides missing records: segments that do not read,
 	// overlap, or do not chain to their neighbours, the floor or the anchor.
 	broken []error
+	// unread are the records that segments here claim by their names but that do not read:
+	// missing, but not pruned.
+	unread []SegmentInfo
 
 	mu    sync.RWMutex
 	segs  []SegmentInfo
@@ -70,6 +74,8 @@ type archive struct {
 		sync.Mutex
 		f *segmentFile
 	}
+	// checked are the segments whose checksum a read has checked since the log opened.
+	checked sync.Map
 }
 
 // loadArchive lists the segments in dir, reading each one's trailer. A missing dir is an empty
@@ -101,23 +107,66 @@ func loadArchive(fs vfs.FS, dir string, readOnly bool, logger *zap.Logger) (*arc
 		}
 		info, err := statSegment(fs, dir, name)
 		if err != nil {
-			// Its records count as missing; the rest of the archive can still be read.
+			// Its records count as missing, not pruned; the rest of the archive can still
+			// be read.
 			a.broken = append(a.broken, err)
+			var first, last uint64
+			if _, scanErr := fmt.Sscanf(name, "seg-%020d-%020d"+segmentSuffix, &first, &last); scanErr == nil && first > 0 && last >= first {
+				a.unread = append(a.unread, SegmentInfo{Name: name, First: first, Last: last})
+			}
 			continue
 		}
 		a.segs = append(a.segs, info)
 	}
 	slices.SortFunc(a.segs, func(x, y SegmentInfo) int { return cmpU64(x.First, y.First) })
-	keep := a.segs[:0]
+	return a, nil
+}
+
+// settle keeps, of segments that overlap, the one that chains to the log: forward from
+// genesis or the floor, or back from the anchor, which Pebble holds. The others are not this
+// log's (or not this run's), and are reported broken.
+func (a *archive) settle(anchor Head) {
+	overlaps := func(x, y SegmentInfo) bool { return x.First <= y.Last && y.First <= x.Last }
+	chained := map[string]bool{}
+	// Back from the anchor first: what chains to it is this log's, whatever else chains
+	// from genesis.
+	for cur, found := anchor, true; found; {
+		found = false
+		for _, s := range a.segs {
+			if s.Last == cur.Seq && s.End == cur.Hash && !chained[s.Name] {
+				chained[s.Name], cur, found = true, Head{Seq: s.First - 1, Hash: s.Anchor}, true
+				break
+			}
+		}
+	}
+	fromAnchor := maps.Clone(chained)
+	for _, start := range []Head{{Hash: Genesis}, a.floor} {
+		for cur, found := start, true; found; {
+			found = false
+			for _, s := range a.segs {
+				clash := slices.ContainsFunc(a.segs, func(o SegmentInfo) bool { return fromAnchor[o.Name] && o.Name != s.Name && overlaps(o, s) })
+				if s.First == cur.Seq+1 && s.Anchor == cur.Hash && !chained[s.Name] && !clash {
+					chained[s.Name], cur, found = true, Head{Seq: s.Last, Hash: s.End}, true
+					break
+				}
+			}
+		}
+	}
+	var keep []SegmentInfo
 	for _, s := range a.segs {
-		if n := len(keep); n > 0 && s.First <= keep[n-1].Last {
+		if !chained[s.Name] {
+			if i := slices.IndexFunc(a.segs, func(o SegmentInfo) bool { return chained[o.Name] && overlaps(o, s) }); i >= 0 {
+				a.broken = append(a.broken, &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it overlaps %s, which chains to the log: it is not this log's", a.segs[i].Name)})
+				continue
+			}
+		}
+		if n := len(keep); n > 0 && overlaps(keep[n-1], s) {
 			a.broken = append(a.broken, &SegmentError{Name: s.Name, Reason: "it overlaps " + keep[n-1].Name})
 			continue
 		}
 		keep = append(keep, s)
 	}
 	a.segs = keep
-	return a, nil
 }
 
 func statSegment(fs vfs.FS, dir, name string) (SegmentInfo, error) {
@@ -165,10 +214,31 @@ func (a *archive) open(info SegmentInfo) (*segmentFile, error) {
 	}
 	f, err := openSegment(a.fs, a.dir, info)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil, &GapError{First: info.First, Last: info.Last, Why: fmt.Sprintf("segment %s was removed from %s after the log was opened", info.Name, a.dir)}
+		// Removed since the log opened: its records are missing now, pruned if it was the
+		// oldest.
+		a.mu.Lock()
+		a.segs = slices.DeleteFunc(a.segs, func(s SegmentInfo) bool { return s.Name == info.Name })
+		a.mu.Unlock()
+		return nil, errSegmentGone
 	}
-	return f, err
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := a.checked.Load(info.Name); !ok {
+		// The first read of a segment checks the whole file's checksum, so a changed byte
+		// anywhere (its stream table too) is an error rather than a wrong answer.
+		if err := f.checkSum(); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		a.checked.Store(info.Name, true)
+	}
+	return f, nil
 }
+
+// errSegmentGone is archive.open's word that the segment was removed; the reader looks up the
+// gap it left.
+var errSegmentGone = errors.New("eventlog: segment removed")
 
 func (a *archive) release(f *segmentFile) {
 	a.cache.Lock()
@@ -199,6 +269,9 @@ func (a *archive) walk(from, to uint64, anchor Head, yield func(Record, []byte, 
 			return yield(Record{}, nil, &ChainError{Seq: seq, Reason: fmt.Sprintf("segment %s does not chain from %s", info.Name, prev.Name)})
 		}
 		f, err := a.open(info)
+		if errors.Is(err, errSegmentGone) {
+			return yield(Record{}, nil, a.gapAt(seq, anchor))
+		}
 		if err != nil {
 			return yield(Record{}, nil, err)
 		}
@@ -226,6 +299,16 @@ func (a *archive) get(seq uint64, anchor Head) (Record, error) {
 	return out, outErr
 }
 
+// checkStreamTable checks a segment's stream table against the one its records make.
+func (a *archive) checkStreamTable(info SegmentInfo, streams []streamEntry) error {
+	f, err := a.open(info)
+	if err != nil {
+		return err
+	}
+	defer a.release(f)
+	return f.checkStreamTable(streams)
+}
+
 // streamSeqs returns the archived seqs from..to of a stream, in order.
 func (a *archive) streamSeqs(stream string, from, to uint64) ([]uint64, error) {
 	var out []uint64
@@ -234,6 +317,9 @@ func (a *archive) streamSeqs(stream string, from, to uint64) ([]uint64, error) {
 			continue
 		}
 		f, err := a.open(info)
+		if errors.Is(err, errSegmentGone) {
+			continue // the gaps, read after this, name its records
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -251,43 +337,51 @@ func (a *archive) streamSeqs(stream string, from, to uint64) ([]uint64, error) {
 	return out, nil
 }
 
-// gaps returns the runs of records 1..anchor that no segment here holds, oldest first. The
-// records up to the floor were deleted by --archive-keep; a run from there to the oldest
-// segment here was deleted by an operator. Both are pruned: the archive may lose its oldest
-// records, and only those. Any other run is a hole.
+// gaps returns the runs of records 1..anchor that no segment here holds, oldest first. Those
+// before the oldest segment here are pruned: deleted by --archive-keep up to the floor, and by
+// an operator past it. Any other run, or one a segment here claims but that does not read, is
+// a hole.
 func (a *archive) gaps(anchor Head) []*GapError {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	var out []*GapError
-	if a.floor.Seq > 0 {
-		out = append(out, &GapError{First: 1, Last: a.floor.Seq, Pruned: true, ByKeep: true, Why: "deleted by --archive-keep"})
-	}
-	next, after := a.floor.Seq+1, ""
-	for _, s := range a.segs {
-		if s.Last <= a.floor.Seq || s.First > anchor.Seq {
-			continue
+	add := func(first, last uint64, after, before string) {
+		if first > last {
+			return
 		}
-		if s.First > next {
-			g := &GapError{First: next, Last: s.First - 1, Why: fmt.Sprintf("no segment holds them between %s and %s", after, s.Name)}
-			if after == "" {
-				g.Pruned, g.Why = true, fmt.Sprintf("the oldest segments, before %s, were deleted (not by --archive-keep)", s.Name)
-			}
-			out = append(out, g)
-		}
-		next, after = s.Last+1, s.Name
-	}
-	if next <= anchor.Seq {
-		g := &GapError{First: next, Last: anchor.Seq}
+		g := &GapError{First: first, Last: last}
 		switch {
+		case slices.ContainsFunc(a.unread, func(u SegmentInfo) bool { return u.First <= last && first <= u.Last }):
+			i := slices.IndexFunc(a.unread, func(u SegmentInfo) bool { return u.First <= last && first <= u.Last })
+			g.Why = fmt.Sprintf("segment %s is here but does not read", a.unread[i].Name)
+		case after == "" && last <= a.floor.Seq:
+			g.Pruned, g.ByKeep, g.Why = true, true, "deleted by --archive-keep"
+		case after == "" && before != "":
+			if first <= a.floor.Seq {
+				out = append(out, &GapError{First: first, Last: a.floor.Seq, Pruned: true, ByKeep: true, Why: "deleted by --archive-keep"})
+				g.First = a.floor.Seq + 1
+			}
+			g.Pruned, g.Why = true, fmt.Sprintf("the oldest segments, before %s, were deleted (not by --archive-keep)", before)
 		case a.missing:
 			g.Why = fmt.Sprintf("the archive directory %s is not there", a.dir)
 		case after == "":
 			g.Why = fmt.Sprintf("%s holds none of them; the newest segment, which ends at the hot log's anchor, must stay", a.dir)
-		default:
+		case before == "":
 			g.Why = fmt.Sprintf("the newest segments, after %s, are not in %s", after, a.dir)
+		default:
+			g.Why = fmt.Sprintf("no segment holds them between %s and %s", after, before)
 		}
 		out = append(out, g)
 	}
+	next, after := uint64(1), ""
+	for _, s := range a.segs {
+		if s.First > anchor.Seq {
+			continue
+		}
+		add(next, s.First-1, after, s.Name)
+		next, after = s.Last+1, s.Name
+	}
+	add(next, anchor.Seq, after, "")
 	return out
 }
 
@@ -302,30 +396,21 @@ func (a *archive) gapAt(seq uint64, anchor Head) *GapError {
 }
 
 // checkChain returns what is wrong with how the segments join: a segment that does not chain
-// from the one before, from the floor, or to the anchor, or that straddles the floor.
+// from the one before it, from genesis, or from the floor, or that does not end at the anchor.
 func (a *archive) checkChain(anchor Head) []error {
 	var out []error
-	var prev *SegmentInfo
-	for i := range a.segs {
-		s := &a.segs[i]
+	for i, s := range a.segs {
 		switch {
-		case s.Last <= a.floor.Seq:
-			continue
-		case s.First <= a.floor.Seq:
-			out = append(out, &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it straddles the records --archive-keep deleted, up to seq %d", a.floor.Seq)})
-		case prev != nil && s.First == prev.Last+1 && s.Anchor != prev.End:
-			out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from %s", s.Name, prev.Name)})
-		case prev == nil && s.First == a.floor.Seq+1 && s.Anchor != a.floor.Hash:
-			if a.floor.Seq == 0 {
-				out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s starts the log but not at the genesis hash", s.Name)})
-			} else {
-				out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from seq %d, the last record --archive-keep deleted", s.Name, a.floor.Seq)})
-			}
+		case i > 0 && s.First == a.segs[i-1].Last+1 && s.Anchor != a.segs[i-1].End:
+			out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from %s", s.Name, a.segs[i-1].Name)})
+		case s.First == 1 && s.Anchor != Genesis:
+			out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s starts the log but not at the genesis hash", s.Name)})
+		case a.floor.Seq > 0 && s.First == a.floor.Seq+1 && s.Anchor != a.floor.Hash:
+			out = append(out, &ChainError{Seq: s.First, Reason: fmt.Sprintf("segment %s does not chain from seq %d, the last record --archive-keep deleted", s.Name, a.floor.Seq)})
 		}
 		if s.Last == anchor.Seq && s.End != anchor.Hash {
 			out = append(out, &ChainError{Seq: anchor.Seq, Reason: fmt.Sprintf("segment %s does not end at the hot log's anchor", s.Name)})
 		}
-		prev = s
 	}
 	return out
 }
@@ -408,9 +493,9 @@ func (l *Log) Segments() []SegmentInfo {
 
 // openArchive loads the archive directory and reconciles it with the anchor and the floor: a
 // segment beyond the anchor is an archiving step that never committed, whose records are all
-// still hot, and is removed (or, read-only, ignored); a segment up to the floor is one whose
-// deletion by --archive-keep did not finish, and is removed too. A log that may be written to
-// refuses an archive with a hole or a broken chain (ErrArchiveBroken).
+// still hot, and is removed (or, read-only, ignored). A segment up to the floor that is here
+// again (given back) is read like any other. A log that may be written to refuses an archive
+// with a hole or a broken chain (ErrArchiveBroken).
 func (l *Log) openArchive() error {
 	anchor, err := l.loadHead(keyAnchor)
 	if err != nil {
@@ -444,18 +529,11 @@ func (l *Log) openArchive() error {
 			continue
 		case s.Last > anchor.Seq:
 			return &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it straddles the hot log's anchor at seq %d", anchor.Seq)}
-		case s.Last <= a.floor.Seq:
-			if !l.opts.ReadOnly {
-				l.opts.Logger.Info("finishing the deletion of a segment older than --archive-keep", zap.String("segment", s.Name))
-				if err := removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Name); err != nil {
-					return err
-				}
-			}
-			continue
 		}
 		keep = append(keep, s)
 	}
 	a.segs = keep
+	a.settle(anchor)
 	a.broken = append(a.broken, a.checkChain(anchor)...)
 	l.arch = a
 	if l.opts.ReadOnly {
@@ -706,15 +784,15 @@ func (l *Log) DropSegments(before time.Time) ([]SegmentInfo, error) {
 		l.arch.segs = slices.Delete(l.arch.segs, 0, 1)
 		l.arch.floor = floor
 		l.arch.mu.Unlock()
-		// The floor is durable before the file goes, so a missing segment is never taken for
-		// one --archive-keep deleted; a crash between the two leaves a file the next open
-		// removes.
+		// The file goes before the floor moves: a crash between the two leaves the oldest
+		// segment missing past the floor, which reads as deleted by hand (pruned all the
+		// same), and never a floor past a segment that is still here and would be ignored.
+		if err := removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Name); err != nil {
+			return dropped, err
+		}
 		if err := l.guard(func() error { return l.db.Set([]byte(keyFloor), encodeAnchor(floor), pebble.Sync) }); err != nil {
 			l.fail(err)
 			return dropped, l.Err()
-		}
-		if err := removeSynced(l.opts.FS, l.opts.ArchiveDir, s.Name); err != nil {
-			return dropped, err
 		}
 		dropped = append(dropped, s)
 	}
@@ -722,10 +800,12 @@ func (l *Log) DropSegments(before time.Time) ([]SegmentInfo, error) {
 
 // ArchiveSummary is what VerifyArchive found.
 type ArchiveSummary struct {
-	Segments    int
-	First, Last uint64 // the records the segments hold
-	Anchor, End Hash   // the hash the first segment starts from and the last ends at
-	Bytes       int64
+	Segments int    `json:"segments"`
+	First    uint64 `json:"first"` // the records the segments hold
+	Last     uint64 `json:"last"`
+	Anchor   Hash   `json:"anchor"` // the hash the first segment starts from
+	End      Hash   `json:"end"`    // and the last ends at
+	Bytes    int64  `json:"bytes"`
 }
 
 // VerifyArchive checks the segments in dir alone: each one whole (VerifySegment's checks), and

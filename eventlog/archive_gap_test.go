@@ -2,8 +2,10 @@ package eventlog_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,10 +148,9 @@ func TestArchiveHoles(t *testing.T) {
 	}
 }
 
-// TestArchiveKeepFloor checks that segments --archive-keep deletes are pruned for good: the
-// floor is durable before a file goes, so a log that may be written to opens after it, a
-// segment left behind by a deletion that did not finish is removed at the next open, and a
-// segment deleted by hand past the floor is still told apart from one the server deleted.
+// TestArchiveKeepFloor checks that segments --archive-keep deletes read as pruned by it (the
+// floor), that a deleted segment given back is read again, and that one deleted by hand past
+// the floor is still told apart from one the server deleted.
 func TestArchiveKeepFloor(t *testing.T) {
 	fs := vfs.NewMem()
 	l := archLog(t, fs, false)
@@ -170,29 +171,103 @@ func TestArchiveKeepFloor(t *testing.T) {
 	if err != nil || len(dropped) != 1 || dropped[0].Name != names[0] {
 		t.Fatalf("dropped %v: %v", dropped, err)
 	}
-	_ = l.Close()
-	// As if the process had died after moving the floor and before removing the file.
-	writeFile(t, fs, fs.PathJoin(archDir, names[0]), kept)
-
-	l = archLog(t, fs, false)
-	if left, _ := fs.List(archDir); slices.Contains(left, names[0]) {
-		t.Fatalf("a segment below the floor was left in place: %v", left)
-	}
 	gaps := l.ArchiveGaps()
-	if len(gaps) != 1 || gaps[0].First != 1 || gaps[0].Last != 150 || !gaps[0].Pruned || gaps[0].Why != "deleted by --archive-keep" {
+	if len(gaps) != 1 || gaps[0].First != 1 || gaps[0].Last != 150 || !gaps[0].Pruned || !gaps[0].ByKeep {
 		t.Fatalf("gaps after a drop: %+v", gaps)
 	}
-	if o := l.Oldest(); o.Seq != 150 {
-		t.Fatalf("oldest %d, want 150", o.Seq)
+	_ = l.Close()
+
+	// Given back (from a copy), it is read again.
+	writeFile(t, fs, fs.PathJoin(archDir, names[0]), kept)
+	l = archLog(t, fs, false)
+	if gaps := l.ArchiveGaps(); len(gaps) != 0 {
+		t.Fatalf("gaps with the deleted segment given back: %+v", gaps)
+	}
+	if _, err := l.Verify(context.Background()); err != nil {
+		t.Fatalf("verify with the deleted segment given back: %v", err)
 	}
 	_ = l.Close()
+	_ = fs.Remove(fs.PathJoin(archDir, names[0]))
 
 	// The next oldest, deleted by hand: pruned as well, but not by --archive-keep.
 	_ = fs.Remove(fs.PathJoin(archDir, names[1]))
 	l = archLog(t, fs, false)
 	defer l.Close()
 	gaps = l.ArchiveGaps()
-	if len(gaps) != 2 || gaps[1].First != 151 || gaps[1].Last != 300 || !gaps[1].Pruned || gaps[1].Why == gaps[0].Why {
+	if len(gaps) != 2 || !gaps[0].ByKeep || gaps[1].First != 151 || gaps[1].Last != 300 || !gaps[1].Pruned || gaps[1].ByKeep {
 		t.Fatalf("gaps after a segment deleted by hand: %+v", gaps)
+	}
+	if o := l.Oldest(); o.Seq != 300 {
+		t.Fatalf("oldest %d, want 300", o.Seq)
+	}
+}
+
+// TestArchiveForeignSegment drops another log's segment, overlapping this log's oldest and
+// sorting before it, into the archive: the one that chains to the anchor is read, and the other
+// is reported, never trusted.
+func TestArchiveForeignSegment(t *testing.T) {
+	fs, other := vfs.NewMem(), vfs.NewMem()
+	l := archLog(t, fs, false)
+	appendJobs(t, l, 0, 250)
+	for _, to := range []uint64{150, 300} {
+		if _, err := l.Archive(context.Background(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := all(t, l)
+	_ = l.Close()
+	o := archLog(t, other, false)
+	appendJobs(t, o, 1000, 250)
+	seg, err := o.Archive(context.Background(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = o.Close()
+	foreign, err := readFile(other, other.PathJoin(archDir, seg.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, fs, fs.PathJoin(archDir, seg.Name), foreign)
+
+	if _, err := eventlog.Open(archDataDir, eventlog.Options{FS: fs, ArchiveDir: archDir}); !errors.Is(err, eventlog.ErrArchiveBroken) {
+		t.Fatalf("open to write with a foreign segment: %v", err)
+	}
+	l = archLog(t, fs, true)
+	defer l.Close()
+	if p := l.ArchiveProblems(); len(p) != 1 || !strings.Contains(p[0].Error(), seg.Name) {
+		t.Fatalf("problems %v, want the foreign segment named", p)
+	}
+	for _, seq := range []uint64{1, 100, 150} {
+		if r, err := l.Get(seq); err != nil || r.Hash != want[seq-1].Hash {
+			t.Fatalf("seq %d did not read as this log's record: %v", seq, err)
+		}
+	}
+}
+
+// TestAuditChecksStreamTables rewrites a segment's stream table, checksum and all, so that it
+// hides a stream's records from reads: Audit, which every replay verify runs, finds it.
+func TestAuditChecksStreamTables(t *testing.T) {
+	fs := vfs.NewMem()
+	l := archLog(t, fs, false)
+	appendJobs(t, l, 0, 100)
+	seg, err := l.Archive(context.Background(), 150)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	path := fs.PathJoin(archDir, seg.Name)
+	b, err := readFile(fs, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-trailerLen-12] ^= 1 // the last entry's stream hash
+	sum := sha256.Sum256(b[:len(b)-sha256.Size])
+	copy(b[len(b)-sha256.Size:], sum[:])
+	writeFile(t, fs, path, b)
+
+	l = archLog(t, fs, true)
+	defer l.Close()
+	if _, err := l.Audit(context.Background(), eventlog.Head{Hash: eventlog.Genesis}, func(eventlog.Record) error { return nil }); !errors.Is(err, eventlog.ErrCorruptSegment) {
+		t.Fatalf("audit over a rewritten stream table: %v", err)
 	}
 }

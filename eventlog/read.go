@@ -152,18 +152,18 @@ func (l *Log) Stream(stream string, from uint64) iter.Seq2[Record, error] {
 // streamArchived is Stream over the archived records from..anchor, each gap in its place;
 // false means the caller stopped it or an error ended it.
 func (l *Log) streamArchived(stream string, from uint64, anchor Head, yield func(Record, error) bool) bool {
-	var gaps []*GapError
-	for _, g := range l.ArchiveGaps() {
-		if g.Last >= from && !mutantStreamSkipsGaps {
-			gaps = append(gaps, g)
-		}
-	}
 	var seqs []uint64
 	if l.arch != nil {
 		var err error
 		if seqs, err = l.arch.streamSeqs(stream, from, anchor.Seq); err != nil {
 			yield(Record{}, err)
 			return false
+		}
+	}
+	var gaps []*GapError // after the stream table's read, which finds a segment removed since
+	for _, g := range l.ArchiveGaps() {
+		if g.Last >= from && !mutantStreamSkipsGaps {
+			gaps = append(gaps, g)
 		}
 	}
 	for _, seq := range seqs {
@@ -317,7 +317,8 @@ type AuditSummary struct {
 
 // Audit walks the durable chain from `from` (the genesis head, or Oldest) as VerifiedFrom does,
 // handing each record to visit in seq order, then checks the stream index against the records:
-// every hot record has its one idx/ key and there is no other. Visit may stop the walk by returning an error, which
+// every hot record has its one idx/ key and there is no other, and every archive segment it
+// walks whole has the stream table its records make (and the checksum its reads check). Visit may stop the walk by returning an error, which
 // Audit returns. Memory stays bounded whatever the log's length.
 //
 // The index is compared through a digest of its keys (XOR of their SHA-256), computed from the
@@ -330,6 +331,10 @@ func (l *Log) Audit(ctx context.Context, from Head, visit func(Record) error) (A
 		digest Hash
 		key    []byte
 		anchor = l.Anchor().Seq // nothing archives under an audit: it runs on a log opened read-only
+		// the segment of the archived record walked last, and its stream table so far
+		seg        SegmentInfo
+		segStreams []streamEntry
+		wholeSeg   bool
 	)
 	for r, err := range l.VerifiedFrom(ctx, from, 0) {
 		if err != nil {
@@ -343,7 +348,19 @@ func (l *Log) Audit(ctx context.Context, from Head, visit func(Record) error) (A
 			return sum, err
 		}
 		if r.Seq <= anchor {
-			continue // its index key left with it
+			// Its index key left with it, for its segment's stream table, which is checked
+			// against the records once the walk has read them all.
+			if r.Seq > seg.Last || seg.Name == "" {
+				seg, _ = l.arch.find(r.Seq)
+				segStreams, wholeSeg = segStreams[:0], r.Seq == seg.First
+			}
+			segStreams = append(segStreams, streamEntry{streamHash(r.Stream), uint32(r.Seq - seg.First)})
+			if r.Seq == seg.Last && wholeSeg {
+				if err := l.arch.checkStreamTable(seg, segStreams); err != nil {
+					return sum, err
+				}
+			}
+			continue
 		}
 		if n := idxKeyLen(r.Stream); cap(key) < n {
 			key = make([]byte, n, 2*n)

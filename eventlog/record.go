@@ -25,6 +25,9 @@ type Hash [sha256.Size]byte
 // String returns the hash as lowercase hex, the form used in receipts and exports.
 func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 
+// MarshalText writes the hash as its hex digits, as String does, so that JSON shows it so.
+func (h Hash) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+
 // Genesis is the hash the first record chains from: SHA-256 of the ASCII string
 // "tether/eventlog/genesis/v1".
 var Genesis = Hash(sha256.Sum256([]byte("tether/eventlog/genesis/v1")))

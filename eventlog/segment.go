@@ -474,14 +474,9 @@ func (s *segmentFile) streamSeqs(stream string, from uint64) ([]uint64, error) {
 	return out, nil
 }
 
-// verifySegment reads a whole segment and checks everything in it: the checksum, that every
-// frame decodes, the seqs, the chain from its anchor to its end, the times, and the stream table.
-func verifySegment(fs vfs.FS, dir string, info SegmentInfo) error {
-	s, err := openSegment(fs, dir, info)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
+// checkSum checks the SHA-256 the segment ends with against everything before it.
+func (s *segmentFile) checkSum() error {
+	info := s.info
 	sum := sha256.New()
 	if _, err := io.Copy(sum, io.NewSectionReader(s.f, 0, info.Bytes-hashLen)); err != nil {
 		return fmt.Errorf("eventlog: read segment %s: %w", info.Name, err)
@@ -492,6 +487,32 @@ func verifySegment(fs vfs.FS, dir string, info SegmentInfo) error {
 	}
 	if !bytes.Equal(sum.Sum(nil), stated[:]) {
 		return &SegmentError{Name: info.Name, Reason: "its checksum does not match its contents"}
+	}
+	return nil
+}
+
+// checkStreamTable checks the segment's stream table against the table its records make.
+func (s *segmentFile) checkStreamTable(streams []streamEntry) error {
+	table := make([]byte, s.info.Records()*streamEntryLen)
+	if _, err := s.f.ReadAt(table, s.info.streamTable); err != nil {
+		return fmt.Errorf("eventlog: read segment %s: %w", s.info.Name, err)
+	}
+	if !bytes.Equal(table, encodeStreamTable(streams)) {
+		return &SegmentError{Name: s.info.Name, Reason: "its stream table does not match its records"}
+	}
+	return nil
+}
+
+// verifySegment reads a whole segment and checks everything in it: the checksum, that every
+// frame decodes, the seqs, the chain from its anchor to its end, the times, and the stream table.
+func verifySegment(fs vfs.FS, dir string, info SegmentInfo) error {
+	s, err := openSegment(fs, dir, info)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.checkSum(); err != nil {
+		return err
 	}
 	streams := make([]streamEntry, 0, info.Records())
 	last := info.FirstTime
@@ -510,12 +531,5 @@ func verifySegment(fs vfs.FS, dir string, info SegmentInfo) error {
 	if bad != nil {
 		return bad
 	}
-	table := make([]byte, info.Records()*streamEntryLen)
-	if _, err := s.f.ReadAt(table, info.streamTable); err != nil {
-		return fmt.Errorf("eventlog: read segment %s: %w", info.Name, err)
-	}
-	if !bytes.Equal(table, encodeStreamTable(streams)) {
-		return &SegmentError{Name: info.Name, Reason: "its stream table does not match its records"}
-	}
-	return nil
+	return s.checkStreamTable(streams)
 }

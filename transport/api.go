@@ -60,6 +60,10 @@ func toAPIError(err error) *apiError {
 		e := errorf(wire.CodeHistoryGone, "records %d..%d are archived in segments that are not here: %s", gap.First, gap.Last, gap.Why)
 		e.details = map[string]any{"first": gap.First, "last": gap.Last, "pruned": gap.Pruned}
 		return e
+	case errors.Is(err, eventlog.ErrCorruptSegment), errors.Is(err, eventlog.ErrChainBroken):
+		e := errorf(wire.CodeHistoryGone, "records this read needs do not read: %v", err)
+		e.details = map[string]any{"pruned": false}
+		return e
 	case errors.Is(err, broker.ErrClosed):
 		return errorf(actors.CodeUnavailable, "the server is shutting down")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -154,9 +153,8 @@ func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more boo
 			var done string
 			var err error
 			if evs, more, done, err = read(); err != nil {
-				var gap *eventlog.GapError
-				if !started && errors.As(err, &gap) {
-					return err // records that will not come back: an answer, not a stream to resume
+				if !started {
+					return err // an answer with its code, not an empty stream to resume
 				}
 				return nil
 			}

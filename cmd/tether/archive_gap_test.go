@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -130,7 +131,7 @@ func TestArchiveGapsThroughTheBinary(t *testing.T) {
 		{"middle segment deleted, oldest tampered", func(t *testing.T, dir string, segs []string) {
 			remove(t, seg(dir, segs[1]))
 			tamper(t, seg(dir, segs[0]))
-		}, []string{"between"}, []string{"MISSING", "between", "FAILED"}, []string{"seg-00000000000000000001-", "does not decompress"}},
+		}, []string{"between"}, []string{"MISSING", "between", "FAILED"}, []string{"seg-00000000000000000001-", "checksum"}},
 		{"two segments swapped under each other's names", func(t *testing.T, dir string, segs []string) {
 			a, b, tmp := seg(dir, segs[1]), seg(dir, segs[2]), seg(dir, "swap")
 			if err := errors.Join(os.Rename(a, tmp), os.Rename(b, a), os.Rename(tmp, b)); err != nil {
@@ -167,6 +168,77 @@ func TestArchiveGapsThroughTheBinary(t *testing.T) {
 		})
 	}
 
+	// A byte of a segment changed where no start-up read looks (its stream table): the server
+	// starts, and the first read of the segment checks its checksum and answers HISTORY_GONE,
+	// as JSON and before an SSE stream's headers; replay verify fails.
+	t.Run("a segment's stream table changed", func(t *testing.T) {
+		dir, segs, spanning, _ := archivedDataDir(t)
+		path := seg(dir, segs[0])
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-156-1] ^= 1 // the last stream table entry, before the trailer
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, stderr, code := tether(t, nil, "replay", "verify", "--data", dir)
+		if code == 0 {
+			t.Fatalf("replay verify passed a changed segment:\n%s", out)
+		}
+		mustContain(t, "replay verify", out+stderr, "FAILED", segs[0], "checksum")
+		s := startServer(t, dir)
+		for _, accept := range []string{"application/json", "text/event-stream"} {
+			status, code, _ := eventsAnswer(t, s.url, spanning, accept)
+			if status != http.StatusGone || code != "HISTORY_GONE" {
+				t.Fatalf("events (%s) of a job in a changed segment: %d %s", accept, status, code)
+			}
+		}
+	})
+
+	// Another log's segment dropped in beside this log's oldest: the server refuses, verify
+	// names it, and the genuine records still read as the log's.
+	t.Run("a foreign segment dropped in", func(t *testing.T) {
+		dir, segs, spanning, _ := archivedDataDir(t)
+		otherDir, otherSegs, _, _ := archivedDataDir(t)
+		foreign := strings.Replace(otherSegs[0], "seg-", "seg-", 1)
+		b, err := os.ReadFile(seg(otherDir, otherSegs[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same seqs under the same name would replace this log's; beside it, it must
+		// overlap under a name that sorts first: cut to a shorter range is not possible, so
+		// it replaces the genuine one, which is kept under a name the archive ignores.
+		if err := os.Rename(seg(dir, segs[0]), seg(dir, segs[0]+".genuine")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(seg(dir, foreign), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code := tether(t, nil, "server", "--data", dir, "--addr", "127.0.0.1:0")
+		if code == 0 {
+			t.Fatal("the server started with a foreign segment in place of its own")
+		}
+		mustContain(t, "the server's refusal", stderr, "does not chain")
+		out, stderr, code := tether(t, nil, "replay", "verify", "--data", dir)
+		if code == 0 {
+			t.Fatalf("replay verify passed a foreign segment:\n%s", out)
+		}
+		out, stderr, code = tether(t, nil, "replay", "history", "--data", dir, spanning)
+		if code == 0 {
+			t.Fatalf("replay history over a foreign segment passed:\n%s%s", out, stderr)
+		}
+		export, _, _ := tether(t, nil, "replay", "export", "--data", otherDir, "--from", "1", "--to", "1")
+		var first struct{ Hash string }
+		if err := json.Unmarshal([]byte(export), &first); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code = tether(t, nil, "replay", "receipt", "--data", dir, "--seq", "1", "--hash", first.Hash)
+		if code == 0 {
+			t.Fatalf("a receipt of the foreign log was confirmed:\n%s", out)
+		}
+	})
+
 	t.Run("oldest segments deleted", func(t *testing.T) {
 		dir, segs, spanning, hot := archivedDataDir(t)
 		remove(t, seg(dir, segs[0]))
@@ -180,29 +252,59 @@ func TestArchiveGapsThroughTheBinary(t *testing.T) {
 			t.Fatalf("history of a job in the hot log: %d\n%s%s", code, out, stderr)
 		}
 
+		// What is still here is still confirmed and exported, from the oldest record here.
+		export, stderr, code := tether(t, nil, "replay", "export", "--data", dir)
+		lines := strings.Split(strings.TrimSpace(export), "\n")
+		var last struct {
+			Seq  uint64
+			Hash string
+		}
+		if code != 0 || json.Unmarshal([]byte(lines[len(lines)-1]), &last) != nil {
+			t.Fatalf("export after the oldest segment was deleted: %d %s", code, stderr)
+		}
+		out, stderr, code = tether(t, nil, "replay", "receipt", "--data", dir, "--seq", strconv.FormatUint(last.Seq, 10), "--hash", last.Hash)
+		if code != 0 || !strings.Contains(out, "confirmed") {
+			t.Fatalf("a receipt of a record still here: %d\n%s%s", code, out, stderr)
+		}
+		out, _, _ = tether(t, nil, "replay", "verify", "--data", dir, "--archive", filepath.Join(dir, "archive"), "--json")
+		var sum struct{ Gaps []struct{ Pruned bool } }
+		if json.Unmarshal([]byte(out), &sum) != nil || len(sum.Gaps) != 1 || !sum.Gaps[0].Pruned {
+			t.Fatalf("verify --json: %s", out)
+		}
+
 		s := startServer(t, dir)
 		for _, accept := range []string{"application/json", "text/event-stream"} {
-			req, _ := http.NewRequest("GET", s.url+"/v1/jobs/"+spanning+"/events", nil)
-			req.Header.Set("Accept", accept)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var e struct {
-				Error struct {
-					Code    string
-					Details struct {
-						First, Last uint64
-						Pruned      bool
-					}
-				}
-			}
-			if resp.StatusCode != http.StatusGone || json.Unmarshal(body, &e) != nil || e.Error.Code != "HISTORY_GONE" ||
-				e.Error.Details.First != 1 || !e.Error.Details.Pruned {
-				t.Fatalf("events (%s) of a job whose submit was in a deleted segment: %d %s", accept, resp.StatusCode, body)
+			status, code, details := eventsAnswer(t, s.url, spanning, accept)
+			if status != http.StatusGone || code != "HISTORY_GONE" || details.First != 1 || !details.Pruned {
+				t.Fatalf("events (%s) of a job whose submit was in a deleted segment: %d %s %+v", accept, status, code, details)
 			}
 		}
 	})
+}
+
+type gapDetails struct {
+	First, Last uint64
+	Pruned      bool
+}
+
+// eventsAnswer asks for a job's events, as JSON or SSE, and returns the answer's status and
+// error code and details.
+func eventsAnswer(t *testing.T, url, job, accept string) (int, string, gapDetails) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url+"/v1/jobs/"+job+"/events", nil)
+	req.Header.Set("Accept", accept)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var e struct {
+		Error struct {
+			Code    string
+			Details gapDetails
+		}
+	}
+	_ = json.Unmarshal(body, &e)
+	return resp.StatusCode, e.Error.Code, e.Error.Details
 }

@@ -169,19 +169,25 @@ func replayVerify(args []string) error {
 func verifyText(sum audit.Summary) string {
 	var b strings.Builder
 	switch {
-	case sum.Gaps == nil && len(sum.Runs) == 0:
+	case sum.Runs == nil:
 		fmt.Fprintf(&b, "verified   %s records; chain, index and projections hold\n", thousands(sum.Records))
 	default:
 		fmt.Fprintf(&b, "checked    %s records in %d runs between the records that are not here\n", thousands(sum.Records), len(sum.Runs))
+		for _, p := range sum.Problems {
+			fmt.Fprintf(&b, "FAILED     %s\n", p)
+		}
 		for _, r := range sum.Runs {
+			seqs := fmt.Sprintf("seqs %d..%d", r.First, r.Last)
+			if r.Last < r.First {
+				seqs = fmt.Sprintf("from seq %d", r.First) // it failed at its first record
+			}
 			switch {
-			case r.Last == 0:
-				fmt.Fprintf(&b, "FAILED     %s\n", r.Error)
-				continue
 			case r.First == 1:
-				fmt.Fprintf(&b, "run        seqs %d..%d, from the genesis hash: ", r.First, r.Last)
+				fmt.Fprintf(&b, "run        %s, from the genesis hash: ", seqs)
+			case r.First == sum.AnchorSeq+1:
+				fmt.Fprintf(&b, "run        %s, the hot log, from the anchor's hash %s: ", seqs, r.Anchor)
 			default:
-				fmt.Fprintf(&b, "run        seqs %d..%d, from seq %d's hash %s as its first segment states: ", r.First, r.Last, r.First-1, r.Anchor)
+				fmt.Fprintf(&b, "run        %s, from seq %d's hash %s as its first segment states: ", seqs, r.First-1, r.Anchor)
 			}
 			if r.Error != "" {
 				fmt.Fprintf(&b, "FAILED: %s\n", r.Error)
@@ -215,7 +221,7 @@ func verifyText(sum audit.Summary) string {
 		fmt.Fprintf(&b, "checkpoint seq %d equals the replay up to it\n", sum.CheckpointSeq)
 	case sum.CheckpointSkipped != "":
 		fmt.Fprintf(&b, "checkpoint not compared: %s\n", sum.CheckpointSkipped)
-	case sum.Gaps != nil || len(sum.Runs) > 0:
+	case sum.Runs != nil:
 	default:
 		fmt.Fprintln(&b, "checkpoint none stored")
 	}
@@ -312,11 +318,12 @@ func replayHistory(args []string) error {
 	if err := rf.print(entries, func() string {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s: %d events\n", pos[0], len(entries))
-		if len(gaps) > 0 {
-			fmt.Fprintf(&b, "(the numbers count the events here; the records above are not)\n")
-		}
 		for _, e := range entries {
-			fmt.Fprintf(&b, "%8d  %s  #%-3d %-22s %s\n", e.Seq, stampOf(e.Time), e.Number, e.Type, e.Text)
+			number := "#" + strconv.Itoa(e.Number)
+			if e.Number == 0 {
+				number = "#?" // records of it before this one are not here
+			}
+			fmt.Fprintf(&b, "%8d  %s  %-4s %-22s %s\n", e.Seq, stampOf(e.Time), number, e.Type, e.Text)
 		}
 		switch {
 		case !*verify:
@@ -419,7 +426,7 @@ func replayExport(args []string) error {
 	fs := flag.NewFlagSet("replay export", flag.ContinueOnError)
 	var rf replayFlags
 	rf.registerLog(fs)
-	from := fs.Uint64("from", 1, "the first seq")
+	from := fs.Uint64("from", 0, "the first seq (0: the oldest record here, 1 unless the oldest segments were deleted)")
 	to := fs.Uint64("to", 0, "the last seq (0: the head)")
 	out := fs.String("out", "-", "the file to write (-: standard output)")
 	if _, err := parseArgs(fs, args, 0, "tether replay export --data DIR [--from SEQ] [--to SEQ] [--out FILE]"); err != nil {
@@ -430,6 +437,9 @@ func replayExport(args []string) error {
 		return err
 	}
 	defer l.Close()
+	if *from == 0 {
+		*from = l.Oldest().Seq + 1
+	}
 	if _, _, err := audit.ExportRange(l.Head().Seq, *from, *to); err != nil {
 		return err // before any file is made
 	}
@@ -475,7 +485,7 @@ func replayReceipt(args []string) error {
 	defer l.Close()
 	ctx, stop := interrupted()
 	defer stop()
-	r, err := audit.CheckReceipt(ctx, l, *seq, *hash)
+	r, start, err := audit.CheckReceipt(ctx, l, *seq, *hash)
 	if err != nil {
 		return notVerified(err)
 	}
@@ -488,6 +498,10 @@ func replayReceipt(args []string) error {
 		Type      string    `json:"type"`
 	}{true, r.Seq, r.Hash.String(), r.Time, r.Stream, r.Type}
 	return rf.print(out, func() string {
+		if start.Seq > 0 {
+			return fmt.Sprintf("confirmed  seq %d is %s in %s at %s, and the chain through it verifies from seq %d's hash %s, the oldest here (the records before were deleted on purpose)\n",
+				r.Seq, r.Type, r.Stream, stampOf(r.Time), start.Seq, start.Hash)
+		}
 		return fmt.Sprintf("confirmed  seq %d is %s in %s at %s, and the chain from genesis through it verifies\n",
 			r.Seq, r.Type, r.Stream, stampOf(r.Time))
 	})

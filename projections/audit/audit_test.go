@@ -423,19 +423,19 @@ func TestReceiptsAreConfirmed(t *testing.T) {
 	}
 	defer l.Close()
 	for _, r := range d.receipts {
-		if _, err := audit.CheckReceipt(ctx(t), l, r.Seq, r.Hash); err != nil {
+		if _, _, err := audit.CheckReceipt(ctx(t), l, r.Seq, r.Hash); err != nil {
 			t.Fatalf("receipt %+v: %v", r, err)
 		}
 	}
 	r := d.receipts[2]
 	other := d.receipts[3].Hash
-	if _, err := audit.CheckReceipt(ctx(t), l, r.Seq, other); !errors.Is(err, audit.ErrReceiptMismatch) {
+	if _, _, err := audit.CheckReceipt(ctx(t), l, r.Seq, other); !errors.Is(err, audit.ErrReceiptMismatch) {
 		t.Fatalf("a receipt with another seq's hash: %v", err)
 	}
-	if _, err := audit.CheckReceipt(ctx(t), l, l.Head().Seq+1, r.Hash); !errors.Is(err, eventlog.ErrNotFound) {
+	if _, _, err := audit.CheckReceipt(ctx(t), l, l.Head().Seq+1, r.Hash); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("a receipt beyond the head: %v", err)
 	}
-	if _, err := audit.CheckReceipt(ctx(t), l, r.Seq, "zz"); err == nil {
+	if _, _, err := audit.CheckReceipt(ctx(t), l, r.Seq, "zz"); err == nil {
 		t.Fatal("a malformed hash was accepted")
 	}
 }

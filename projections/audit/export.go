@@ -56,9 +56,13 @@ func Export(ctx context.Context, l *eventlog.Log, w io.Writer, from, to uint64, 
 		return 0, err
 	}
 	prev := eventlog.Genesis
-	if from > 1 && from <= to {
+	if from > 1 {
 		r, err := l.Get(from - 1)
-		if err != nil {
+		var gap *eventlog.GapError
+		switch start := l.RunStart(from - 1); {
+		case errors.As(err, &gap) && start.Seq == from-1:
+			r.Hash = start.Hash // the record before is not here: the hash its successor states
+		case err != nil:
 			return 0, err
 		}
 		prev = r.Hash

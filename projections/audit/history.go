@@ -15,7 +15,7 @@ import (
 // Entry is one line of a job's history: one record of its stream.
 type Entry struct {
 	Seq    uint64          `json:"seq"`
-	Number int             `json:"number"` // its place in the job's stream, from 1 (the SSE id)
+	Number int             `json:"number"` // its place in the job's stream, from 1 (the SSE id); 0 when records before it are not here
 	Time   time.Time       `json:"time"`
 	Type   string          `json:"type"`
 	Text   string          `json:"text"` // what happened, in words
@@ -45,7 +45,8 @@ func History(l *eventlog.Log, id string, visit func(Entry) error) ([]Gap, error)
 }
 
 func history(l *eventlog.Log, stream string, visit func(Entry) error) (n int, gaps []Gap, err error) {
-	var before []Gap // the gaps before the first record here
+	var before []Gap    // the gaps before the first record here
+	unnumbered := false // the stream began in a gap: its events' numbers are not known
 	for r, err := range l.Stream(stream, 0) {
 		var ge *eventlog.GapError
 		if errors.As(err, &ge) {
@@ -60,15 +61,20 @@ func history(l *eventlog.Log, stream string, visit func(Entry) error) (n int, ga
 		if err != nil {
 			return n, gaps, err
 		}
-		if n == 0 && !opensStream(r.Type) {
+		if n == 0 && !opensStream(r.Type) && len(before) > 0 {
 			gaps = append(gaps, before...) // it began in one of them
+			unnumbered = true
 		}
 		n++
 		p, err := eventlog.Decode(r.Type, r.Data)
 		if err != nil {
 			return n, gaps, &FoldError{Seq: r.Seq, Err: err}
 		}
-		e := Entry{Seq: r.Seq, Number: n, Time: r.Time, Type: r.Type, Text: Describe(p), Data: r.Data, Hash: r.Hash.String()}
+		number := n
+		if unnumbered || len(gaps) > 0 {
+			number = 0 // records of the stream may be missing before it
+		}
+		e := Entry{Seq: r.Seq, Number: number, Time: r.Time, Type: r.Type, Text: Describe(p), Data: r.Data, Hash: r.Hash.String()}
 		if err := visit(e); err != nil {
 			return n, gaps, err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,6 +111,9 @@ type Summary struct {
 	// with states; both are empty when every record from genesis is here.
 	Gaps []Gap `json:"gaps,omitempty"`
 	Runs []Run `json:"runs,omitempty"`
+	// Problems are what opening found wrong with the archive besides missing records:
+	// segments that do not read, overlap, or do not chain.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Gap is a run of archived records that is not here (eventlog.GapError). Pruned ones are the
@@ -200,6 +204,10 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 		c := <-loading
 		ckpt = &c
 	}
+	if inArchive(l, err) {
+		// A segment that does not verify: check the rest around it, and report all of it.
+		return verifyAround(ctx, l, Summary{Types: map[string]uint64{}, Segments: sum.Segments, AnchorSeq: sum.AnchorSeq}, nil, progress)
+	}
 	if err == nil {
 		err = set.Settle()
 	}
@@ -239,79 +247,116 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 }
 
 // verifyAround verifies what can be verified of a log whose archive lacks records, or whose
-// segments do not load or chain (problems): each run of records that is here, from the hash its
-// first segment states, and the stream index. The fold needs every record from genesis, so the
-// projections are not checked. It goes on past every failure, so that one missing or damaged
-// segment does not hide another, and fails (ErrGaps) unless the only records missing are the
-// oldest, deleted on purpose, and everything here verifies.
+// segments do not load, chain or verify (problems): each run of records that is here, from the
+// hash its first segment states, and the stream index. A run that fails in a segment goes on
+// from the next segment, so that one missing or damaged segment does not hide another. The fold
+// needs every record from genesis, so the projections are not checked. It fails (ErrGaps)
+// unless the only records missing are the oldest, deleted on purpose, and everything here
+// verifies.
 func verifyAround(ctx context.Context, l *eventlog.Log, sum Summary, problems []error, progress Progress) (Summary, error) {
-	total := l.Head().Seq
+	head := l.Head()
+	total := head.Seq
 	gaps := l.ArchiveGaps()
 	failed := len(problems) > 0
+	for _, p := range problems {
+		sum.Problems = append(sum.Problems, p.Error())
+	}
 	for _, g := range gaps {
 		sum.Gaps = append(sum.Gaps, Gap{First: g.First, Last: g.Last, Pruned: g.Pruned, Why: g.Why})
 		failed = failed || !g.Pruned
 	}
-	for i := 0; i <= len(gaps); i++ {
-		start := eventlog.Head{Hash: eventlog.Genesis}
-		last := total
-		if i > 0 {
-			if start = l.RunStart(gaps[i-1].Last); start.Seq != gaps[i-1].Last {
-				continue // no segment here starts after the gap (it is the newest)
+	segs := l.Segments()
+	segmentOf := func(seq uint64) (eventlog.SegmentInfo, bool) {
+		i := slices.IndexFunc(segs, func(s eventlog.SegmentInfo) bool { return s.First <= seq && seq <= s.Last })
+		if i < 0 {
+			return eventlog.SegmentInfo{}, false
+		}
+		return segs[i], true
+	}
+	start := eventlog.Head{Hash: eventlog.Genesis}
+	for {
+		if i := slices.IndexFunc(gaps, func(g *eventlog.GapError) bool { return g.First == start.Seq+1 }); i >= 0 {
+			if gaps[i].Last >= total {
+				break
 			}
-		}
-		if i < len(gaps) {
-			last = gaps[i].First - 1
-		}
-		if last <= start.Seq && i < len(gaps) {
+			if start = l.RunStart(gaps[i].Last); start.Seq != gaps[i].Last {
+				return sum, fmt.Errorf("%w: no run of records starts after seq %d", ErrGaps, gaps[i].Last)
+			}
 			continue
 		}
-		run := Run{First: start.Seq + 1, Last: last, Anchor: start.Hash.String()}
+		end := total
+		if i := slices.IndexFunc(gaps, func(g *eventlog.GapError) bool { return g.First > start.Seq }); i >= 0 {
+			end = gaps[i].First - 1
+		}
+		run := Run{First: start.Seq + 1, Last: start.Seq, Anchor: start.Hash.String()}
 		visit := func(r eventlog.Record) error {
 			if sum.Records == 0 {
 				sum.FirstTime = r.Time
 			}
 			sum.Types[r.Type]++
 			sum.Records++
+			run.Last = r.Seq
 			progress.report(r.Seq, total, false)
 			return nil
 		}
 		var err error
-		if i == len(gaps) { // the run that reaches the head, hot log and index included
+		if end == total { // the run that reaches the head: the hot log and its index too
 			var audit eventlog.AuditSummary
-			if audit, err = l.Audit(ctx, start, visit); err == nil || audit.Head.Seq > start.Seq {
-				sum.Streams = audit.Streams
-				sum.HeadSeq, sum.HeadHash = audit.Head.Seq, audit.Head.Hash.String()
-				sum.LastTime = audit.Head.Time
-				sum.FromSeq = start.Seq
-			}
+			audit, err = l.Audit(ctx, start, visit)
+			sum.Streams, sum.LastTime = audit.Streams, audit.Head.Time
 		} else {
-			for r, rerr := range l.VerifiedFrom(ctx, start, last) {
+			for r, rerr := range l.VerifiedFrom(ctx, start, end) {
 				if err = rerr; err != nil {
 					break
 				}
-				if err = visit(r); err != nil {
-					break
-				}
+				_ = visit(r)
 			}
 		}
 		if ctx.Err() != nil {
 			return sum, ctx.Err()
 		}
-		if err != nil {
-			run.Error, failed = err.Error(), true
+		if err == nil {
+			sum.Runs = append(sum.Runs, run)
+			if end == total {
+				break
+			}
+			start = eventlog.Head{Seq: end} // a gap follows, and says where to go on from
+			continue
 		}
+		// Go on from the segment after the one that failed; a failure in the hot log or its
+		// index ends the walk.
+		run.Error, failed = err.Error(), true
 		sum.Runs = append(sum.Runs, run)
-	}
-	for _, p := range problems {
-		sum.Runs = append(sum.Runs, Run{Error: p.Error()})
+		seg, inSeg := segmentOf(run.Last + 1)
+		if !inSeg {
+			break
+		}
+		if start = l.RunStart(seg.Last); start.Seq != seg.Last {
+			start = eventlog.Head{Seq: seg.Last} // a gap follows
+		}
 	}
 	progress.report(total, total, true)
+	sum.HeadSeq, sum.HeadHash = head.Seq, head.Hash.String()
 	sum.Unchecked = "the projections and the checkpoint, which need every record from genesis"
 	if failed {
 		return sum, fmt.Errorf("%w or do not verify: %s", ErrGaps, describeFailures(sum))
 	}
 	return sum, nil
+}
+
+// inArchive reports whether err is a failure of the archive: a segment that does not read or
+// verify, a record no segment holds, or a chain that breaks at an archived seq.
+func inArchive(l *eventlog.Log, err error) bool {
+	var chain *eventlog.ChainError
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, eventlog.ErrCorruptSegment), errors.Is(err, eventlog.ErrArchived):
+		return true
+	case errors.As(err, &chain):
+		return chain.Seq <= l.Anchor().Seq
+	}
+	return false
 }
 
 // describeFailures lists the holes and the runs that did not verify, for the error.
@@ -327,6 +372,7 @@ func describeFailures(sum Summary) string {
 			parts = append(parts, r.Error)
 		}
 	}
+	parts = append(parts, sum.Problems...)
 	return strings.Join(parts, "; ")
 }
 

@@ -90,7 +90,7 @@ var ErrorCodes = []ErrorCode{
 	{"ALREADY_TERMINAL", http.StatusConflict, noRetry, closeRequest, "The job has already succeeded, failed or been cancelled."},
 	{"NOT_DEAD_LETTERED", http.StatusConflict, noRetry, closeRequest, "Only a dead-lettered job can be re-driven."},
 	{"JOB_EXPIRED", http.StatusGone, noRetry, closeRequest, "The job finished and left every view: its retention ended, or it was deleted or purged."},
-	{CodeHistoryGone, http.StatusGone, noRetry, closeRequest, "Records this read needs were archived in segments that are not here: deleted by --archive-keep or an operator, or lost; details name the records (first, last) and whether they were deleted on purpose (pruned)."},
+	{CodeHistoryGone, http.StatusGone, noRetry, closeRequest, "Records this read needs are archived in segments that are not here (deleted by --archive-keep or an operator, or lost) or that do not read (damaged); details name the records (first, last) where known, and whether they were deleted on purpose (pruned)."},
 	{"FLOW_ENDED", http.StatusConflict, noRetry, closeRequest, "The flow has already succeeded, failed or been cancelled."},
 	{"SCHEDULE_EXISTS", http.StatusConflict, noRetry, closeRequest, "The tenant has a schedule of this name with another definition; details name it. Delete it first."},
 	{"FLOW_STEP", http.StatusConflict, noRetry, closeRequest, "The job is a step of a flow, which decides what follows it; act on the flow instead."},
