@@ -243,8 +243,10 @@ type flowCursor struct {
 var flowEventSkipped = map[string]bool{"job.progress": true, "job.lease_extended": true, "job.expired": true}
 
 // next reads up to EventsPageMax events after the cursor, skipping those numbered skipTo or
-// below, and moves the cursor past what it read. live says the flow may have more to come.
-func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, live bool, err error) {
+// below, and moves the cursor past what it read. moved says it read something, sent or skipped,
+// so the reader reads again at once; ended, that the flow and its steps' jobs have ended, so a
+// read that did not move has reached the end for good.
+func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, moved, ended bool, err error) {
 	var f *projections.Flow
 	b.Read(func(s *projections.Set) {
 		if x, ok := s.Flow(c.flowID); ok && x.Tenant == tenant {
@@ -252,7 +254,7 @@ func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, 
 		}
 	})
 	if f == nil {
-		return nil, false, nil
+		return nil, false, true, nil
 	}
 	streams := []iter.Seq2[eventlog.Record, error]{b.FlowStream(f.ID, c.seq+1)}
 	for _, st := range f.Steps {
@@ -266,7 +268,7 @@ func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, 
 		n := 0
 		for rec, err := range stream {
 			if err != nil {
-				return nil, true, err
+				return nil, false, false, err
 			}
 			if flowEventSkipped[rec.Type] {
 				continue
@@ -287,7 +289,7 @@ func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, 
 			out = append(out, wire.Event{Number: c.number, Seq: rec.Seq, Time: rec.Time, Type: rec.Type, Data: json.RawMessage(rec.Data)})
 		}
 	}
-	return out, f.Live() || len(recs) > 0, nil
+	return out, len(recs) > 0, !f.Live(), nil
 }
 
 // flowEvents serves GET /v1/flows/{id}/events as jobEvents does a job's: SSE when asked for,
@@ -306,26 +308,26 @@ func (s *Server) flowEvents(r *request) error {
 	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		var all []wire.Event
 		for len(all) < EventsPageMax {
-			evs, live, err := c.next(r.b, r.by.tenant, after)
+			evs, moved, ended, err := c.next(r.b, r.by.tenant, after)
 			if err != nil {
 				return err
 			}
 			all = append(all, evs...)
-			if len(evs) == 0 {
+			if !moved {
 				if all == nil {
 					all = []wire.Event{}
 				}
-				return r.reply(http.StatusOK, wire.EventList{Events: all, Done: !live})
+				return r.reply(http.StatusOK, wire.EventList{Events: all, Done: ended})
 			}
 		}
 		return r.reply(http.StatusOK, wire.EventList{Events: all})
 	}
 	return s.serveStream(r, func() ([]wire.Event, bool, string, error) {
-		evs, live, err := c.next(r.b, r.by.tenant, after)
+		evs, moved, ended, err := c.next(r.b, r.by.tenant, after)
 		switch {
-		case err != nil || len(evs) > 0:
-			return evs, true, "", err
-		case !live:
+		case err != nil || moved:
+			return evs, moved, "", err
+		case ended:
 			f, _ := flowOf(r.b, r.by.tenant, id)
 			return nil, false, f.Status, nil
 		}

@@ -3,8 +3,10 @@ package transport_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"mime/multipart"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,16 +130,77 @@ func awaitFlow(t *testing.T, h *harness, c *client.Client, id string) *wire.Flow
 // sse reads an event stream to its end.
 func sse(t *testing.T, url string) string {
 	t.Helper()
+	return readStream(openStream(t, url, ""))
+}
+
+// openStream opens an event stream, resuming after lastEventID unless it is empty, and returns
+// once the server has sent the headers.
+func openStream(t *testing.T, url, lastEventID string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx(t), http.MethodGet, url, nil)
 	req.Header.Set("Accept", "text/event-stream")
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// readStream reads a stream to its end and closes it.
+func readStream(resp *http.Response) string {
 	defer resp.Body.Close()
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(resp.Body)
 	return b.String()
+}
+
+// A reader that resumes a flow's events at or past their end is told at once that it has them
+// all once the flow has ended (JSON done, SSE done, the client's watch returns), as a job's
+// are; while the flow runs it waits for what comes.
+func TestFlowEventsResumedAtTheEnd(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	c := client.New(h.url, "", nil)
+	f, err := c.SubmitFlow(ctx(t), "resumed", []byte("flow:\n  defaults: {queue: nobody-serves}\n  steps: {a: {}, b: {needs: [a]}}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, err := c.FlowEvents(ctx(t), f.ID, 0)
+	if err != nil || running.Done || len(running.Events) == 0 {
+		t.Fatalf("a running flow's events: %+v %v", running, err)
+	}
+	n := len(running.Events)
+	if atEnd, err := c.FlowEvents(ctx(t), f.ID, n); err != nil || atEnd.Done || len(atEnd.Events) != 0 {
+		t.Fatalf("a running flow's events after the last: %+v %v", atEnd, err)
+	}
+	stream := openStream(t, h.url+"/v1/flows/"+f.ID+"/events", strconv.Itoa(n))
+	if _, err := c.CancelFlow(ctx(t), f.ID); err != nil {
+		t.Fatal(err)
+	}
+	body := readStream(stream)
+	if !strings.HasPrefix(body, "id: "+strconv.Itoa(n+1)+"\n") || !strings.HasSuffix(body, "event: done\ndata: {\"status\":\"cancelled\"}\n\n") {
+		t.Fatalf("the stream resumed at the end of a running flow, which then was cancelled:\n%s", body)
+	}
+
+	all, err := c.FlowEvents(ctx(t), f.ID, 0)
+	if err != nil || !all.Done || len(all.Events) <= n {
+		t.Fatalf("an ended flow's events: %+v %v", all, err)
+	}
+	end := len(all.Events)
+	for _, after := range []int{end, end + 1, end + 1000} {
+		if rest, err := c.FlowEvents(ctx(t), f.ID, after); err != nil || !rest.Done || len(rest.Events) != 0 {
+			t.Fatalf("an ended flow's events after %d of %d: %+v %v", after, end, rest, err)
+		}
+		if body := readStream(openStream(t, h.url+"/v1/flows/"+f.ID+"/events", strconv.Itoa(after))); body != "event: done\ndata: {\"status\":\"cancelled\"}\n\n" {
+			t.Fatalf("the stream of an ended flow resumed after %d of %d:\n%s", after, end, body)
+		}
+	}
+	if status, err := c.WatchFlow(ctx(t), f.ID, end, func(e wire.Event) error { return fmt.Errorf("event %d after the end", e.Number) }); err != nil || status != "cancelled" {
+		t.Fatalf("watch after the end: %q %v", status, err)
+	}
 }
 
 // A step that fails fails the flow: the steps after it are skipped, a step still leased is

@@ -133,7 +133,7 @@ var errStreamBehind = errors.New("the log is behind the projections")
 func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more bool, done string, err error)) error {
 	w, rc := r.w, http.NewResponseController(r.w)
 	started := false
-	start := func() {
+	start := func() bool {
 		if !started {
 			h := w.Header()
 			h.Set("Content-Type", "text/event-stream")
@@ -141,7 +141,11 @@ func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more boo
 			h.Set("X-Accel-Buffering", "no")
 			w.WriteHeader(http.StatusOK)
 			started = true
+			// The headers go at once, so a client sees the stream open while it waits for a
+			// first event.
+			return s.flush(rc, w, nil)
 		}
+		return true
 	}
 	keepAlive := time.NewTicker(KeepAliveInterval)
 	defer keepAlive.Stop()
@@ -158,7 +162,9 @@ func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more boo
 				}
 				return nil
 			}
-			start()
+			if !start() {
+				return nil
+			}
 			if done != "" {
 				s.flush(rc, w, fmt.Appendf(nil, "event: done\ndata: {\"status\":%q}\n\n", done))
 				return nil
@@ -175,7 +181,9 @@ func (s *Server) serveStream(r *request, read func() (evs []wire.Event, more boo
 				return nil
 			}
 		}
-		start()
+		if !start() {
+			return nil
+		}
 		select {
 		case <-changed:
 		case <-keepAlive.C:

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -256,6 +257,17 @@ func TestFlowCommands(t *testing.T) {
 	}
 	if _, stderr, code := run("cancel", f.ID); code != 1 || !strings.Contains(stderr, "FLOW_ENDED") {
 		t.Fatalf("cancel again: exit %d\n%s", code, stderr)
+	}
+	// Watching an ended flow from its last event ends at once, as the flow ended; it used to
+	// wait until something else in the server changed, 15 s or more here.
+	evs, err := client.New(s.url, "", nil).FlowEvents(context.Background(), f.ID, 0)
+	if err != nil || !evs.Done {
+		t.Fatalf("the cancelled flow's events: %+v %v", evs, err)
+	}
+	began := time.Now()
+	out, stderr, code = run("watch", f.ID, "--after", strconv.Itoa(len(evs.Events)))
+	if took := time.Since(began); code != 1 || out != "done: cancelled\n" || !strings.Contains(stderr, "the flow ended cancelled") || took > 10*time.Second {
+		t.Fatalf("watch after the last event: exit %d after %s\n%s%s", code, took, out, stderr)
 	}
 	if _, stderr, code := run("submit", bad, "--name", "n2"); code != 1 || !strings.Contains(stderr, "INVALID_FLOW") || !strings.Contains(stderr, "line 3") {
 		t.Fatalf("a bad file: exit %d\n%s", code, stderr)
