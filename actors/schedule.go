@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"encoding/json"
+	"math/bits"
 	"strings"
 	"time"
 	_ "time/tzdata" // time zones work on a machine without a zoneinfo database
@@ -25,7 +26,7 @@ import (
 //   - the newest tick, if it is at most ScheduleGrace old, is on time and fires;
 //   - otherwise it was missed (the server was down, or its clock jumped), and fires late under
 //     catch_up: one, or is skipped under catch_up: none;
-//   - the older ticks were all missed, and are skipped in one event;
+//   - the older ticks were all missed, and are skipped in one event, which counts them;
 //   - a tick that would fire is skipped instead under overlap: skip while the job of the last
 //     firing is live, and when the tenant's max_active is reached.
 
@@ -35,6 +36,10 @@ const (
 	ScheduleNameLenMax = 128
 	CronLenMax         = 256
 	TimezoneLenMax     = 64
+	// ScheduleEveryMin and ScheduleEveryMax bound an @every interval, which is a whole number of
+	// seconds: the cron library would take anything shorter as a second, and drop fractions.
+	ScheduleEveryMin = time.Second
+	ScheduleEveryMax = 365 * 24 * time.Hour
 	// ScheduleGrace is how late a tick may be decided and still be on time: past it, the
 	// tick was missed, and catch_up says what becomes of it.
 	ScheduleGrace = time.Minute
@@ -47,8 +52,8 @@ const (
 type ScheduleSpec struct {
 	Name string
 	// Cron is a standard five-field expression (minute hour day-of-month month day-of-week) or a
-	// descriptor (@hourly, @daily, @weekly, @monthly, @yearly, @every 90s), read in Timezone
-	// (an IANA name; "" is UTC).
+	// descriptor (@hourly, @daily, @weekly, @monthly, @yearly, @every 90s, whole seconds in
+	// ScheduleEveryMin..ScheduleEveryMax), read in Timezone (an IANA name; "" is UTC).
 	Cron     string
 	Timezone string
 	// Job is the job each firing submits; it takes no delay, run_at, idempotency key or
@@ -206,12 +211,46 @@ func ticksDue(sched cron.Schedule, anchor, now time.Time) (due dueTicks, next ti
 	return due, time.Time{}
 }
 
+// tickCount counts a schedule's ticks from from, one of them, to to, both included. It counts a
+// calendar cron's whole days of 24 hours (no clock change) at once, so a clock set years ahead
+// costs a few Next calls a day, not one a tick.
+func tickCount(sched cron.Schedule, from, to time.Time) int {
+	if every, ok := sched.(cron.ConstantDelaySchedule); ok {
+		return int(to.Sub(from)/every.Delay) + 1
+	}
+	spec, _ := sched.(*cron.SpecSchedule)
+	n := 0
+	for t, firstOfDay := from, false; !t.IsZero() && !t.After(to); {
+		if firstOfDay {
+			start := midnight(t, spec.Location, 0)
+			if end := midnight(t, spec.Location, 1); end.Sub(start) == 24*time.Hour && !end.After(to) {
+				const star = 1 << 63 // the library's mark of a field given as *
+				n += bits.OnesCount64(spec.Second&^star) * bits.OnesCount64(spec.Minute&^star) * bits.OnesCount64(spec.Hour&^star)
+				t = sched.Next(end.Add(-time.Second)) // the first tick from end on
+				continue
+			}
+		}
+		n++
+		next := sched.Next(t)
+		firstOfDay = spec != nil && !next.IsZero() && !midnight(t, spec.Location, 0).Equal(midnight(next, spec.Location, 0))
+		t = next
+	}
+	return n
+}
+
+// midnight is the start of t's day in loc, days later.
+func midnight(t time.Time, loc *time.Location, days int) time.Time {
+	y, m, d := t.In(loc).Date()
+	return time.Date(y, m, d+days, 0, 0, 0, 0, loc)
+}
+
 // decideTicks decides a schedule's due ticks (see the top of this file). fire is the tick to
 // fire, if any; prevLive says whether the job of the last firing is live, quotaFull whether
 // the tenant can take no job now.
-func decideTicks(c *projections.Schedule, due dueTicks, now time.Time, prevLive, quotaFull bool) (skips []eventlog.ScheduleSkipped, fire time.Time, late bool) {
+func decideTicks(c *projections.Schedule, sched cron.Schedule, due dueTicks, now time.Time, prevLive, quotaFull bool) (skips []eventlog.ScheduleSkipped, fire time.Time, late bool) {
 	skip := func(from, to time.Time, reason string) {
-		skips = append(skips, eventlog.ScheduleSkipped{ScheduleID: c.ID, From: from.UTC(), To: to.UTC(), Reason: reason})
+		skips = append(skips, eventlog.ScheduleSkipped{ScheduleID: c.ID, From: from.UTC(), To: to.UTC(), Reason: reason,
+			Ticks: tickCount(sched, from, to)})
 	}
 	missedTo := due.beforeLast
 	switch {
@@ -263,6 +302,11 @@ func (t *Tenant) scheduleEvent(m CreateSchedule, now time.Time) (eventlog.Schedu
 	}
 	if sched.Next(now).IsZero() {
 		return invalid("cron", "cron %q matches no time in the next five years", clip(spec.Cron))
+	}
+	if every, ok := strings.CutPrefix(strings.TrimSpace(spec.Cron), "@every "); ok {
+		if d, _ := time.ParseDuration(every); d < ScheduleEveryMin || d > ScheduleEveryMax || d%time.Second != 0 {
+			return invalid("cron", "@every takes whole seconds from %s to %s (a year), not %q", ScheduleEveryMin, ScheduleEveryMax, clip(every))
+		}
 	}
 	overlap, catchUp := spec.Overlap, spec.CatchUp
 	if overlap == "" {
@@ -418,7 +462,7 @@ func (t *Tenant) tickSchedule(env Env, id string) {
 		return
 	}
 	quotaFull := t.maxActive > 0 && t.usage(env)+1 > t.maxActive
-	skips, fire, late := decideTicks(c, due, now, prevLive, quotaFull)
+	skips, fire, late := decideTicks(c, sched, due, now, prevLive, quotaFull)
 	var events []eventlog.Payload
 	for _, sk := range skips {
 		events = append(events, sk)

@@ -1,6 +1,7 @@
 package actors_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,6 +81,13 @@ func TestScheduleValidation(t *testing.T) {
 		{"six fields", func(s *actors.ScheduleSpec) { s.Cron = "0 0 * * * *" }, "cron"},
 		{"zone inside", func(s *actors.ScheduleSpec) { s.Cron = "CRON_TZ=Europe/Paris 0 3 * * *" }, "cron"},
 		{"never", func(s *actors.ScheduleSpec) { s.Cron = "0 0 30 2 *" }, "cron"},
+		{"never in April", func(s *actors.ScheduleSpec) { s.Cron = "0 0 31 4 *" }, "cron"},
+		{"every 0s", func(s *actors.ScheduleSpec) { s.Cron = "@every 0s" }, "cron"},
+		{"every -5s", func(s *actors.ScheduleSpec) { s.Cron = "@every -5s" }, "cron"},
+		{"every 1ms", func(s *actors.ScheduleSpec) { s.Cron = "@every 1ms" }, "cron"},
+		{"every 1.5s", func(s *actors.ScheduleSpec) { s.Cron = "@every 1500ms" }, "cron"},
+		{"every year and an hour", func(s *actors.ScheduleSpec) { s.Cron = "@every 8761h" }, "cron"},
+		{"every 1000000h", func(s *actors.ScheduleSpec) { s.Cron = "@every 1000000h" }, "cron"},
 		{"bad zone", func(s *actors.ScheduleSpec) { s.Timezone = "Mars/Olympus" }, "timezone"},
 		{"local zone", func(s *actors.ScheduleSpec) { s.Timezone = "Local" }, "timezone"},
 		{"overlap", func(s *actors.ScheduleSpec) { s.Overlap = "queue" }, "overlap"},
@@ -97,6 +105,14 @@ func TestScheduleValidation(t *testing.T) {
 	}
 	if got := len(f.w.Set.Schedules("acme")); got != 0 {
 		t.Fatalf("%d schedules made by refused creates", got)
+	}
+	// The bounds of @every are taken.
+	for i, cron := range []string{"@every 1s", "@every 8760h", "@every 1m30s"} {
+		spec := scheduleSpec(cron)
+		spec.Name = fmt.Sprintf("bound%d", i)
+		if m := f.createSchedule(spec); m.Err != nil {
+			t.Errorf("%s: %+v", cron, m.Err)
+		}
 	}
 }
 
@@ -152,17 +168,18 @@ func TestScheduleCatchUp(t *testing.T) {
 		down    time.Duration
 		fired   []string
 		skipped string // the missed ticks skipped, from-to
+		missed  int    // how many they are
 	}{
-		{eventlog.CatchUpOne, 17 * time.Minute, []string{"14:20 late"}, "14:10-14:15"},
-		{eventlog.CatchUpNone, 17 * time.Minute, nil, "14:10-14:20"},
-		{eventlog.CatchUpNone, 15*time.Minute + 30*time.Second, []string{"14:20"}, "14:10-14:15"},
-		{eventlog.CatchUpOne, 7 * time.Minute, []string{"14:10 late"}, ""},
+		{eventlog.CatchUpOne, 17 * time.Minute, []string{"14:20 late"}, "14:10-14:15", 2},
+		{eventlog.CatchUpNone, 17 * time.Minute, nil, "14:10-14:20", 3},
+		{eventlog.CatchUpNone, 15*time.Minute + 30*time.Second, []string{"14:20"}, "14:10-14:15", 2},
+		{eventlog.CatchUpOne, 7 * time.Minute, []string{"14:10 late"}, "", 0},
 	} {
 		f := setup(t, nil)
 		spec := scheduleSpec("*/5 * * * *")
 		spec.CatchUp = c.catchUp
 		n := len(f.w.Log)
-		f.mustCreateSchedule(spec)
+		id := f.mustCreateSchedule(spec)
 		f.w.Clock = f.w.Clock.Add(c.down) // no timer runs: the server is down
 		f.restartTenant()
 		fired, skipped := f.decisions(n)
@@ -175,6 +192,10 @@ func TestScheduleCatchUp(t *testing.T) {
 		}
 		if g := ticks(fired); len(g) != len(c.fired) || (len(g) > 0 && g[0] != c.fired[0]) || got != c.skipped || len(skipped) > 1 {
 			t.Errorf("catch_up %s, down %s: fired %v, skipped %s; want %v, %s", c.catchUp, c.down, g, got, c.fired, c.skipped)
+		}
+		// Skips count ticks, not decisions.
+		if s, _ := f.w.Set.Schedule(id); s.Skipped[eventlog.SkippedTickMissed] != c.missed || (len(skipped) == 1 && skipped[0].Ticks != c.missed) {
+			t.Errorf("catch_up %s, down %s: skipped %+v, counted %v; want %d missed", c.catchUp, c.down, skipped, s.Skipped, c.missed)
 		}
 	}
 }
@@ -317,5 +338,41 @@ func TestEveryCountsFromTheAnchor(t *testing.T) {
 	c, _ := f.w.Set.Schedule(id)
 	if next := actors.NextTick(c, f.w.Clock); next.Format("15:04:05") != "14:18:31" {
 		t.Fatalf("next tick %s", next)
+	}
+}
+
+// TestSkipsCountEachMissedTick: a server down for weeks across a change of clocks skips each
+// missed tick once in its count, as many as the cron has between them, in every zone.
+func TestSkipsCountEachMissedTick(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ cron, zone string }{
+		{"* * * * *", "Europe/Paris"},
+		{"*/7 1-3 * * *", "America/New_York"},
+		{"30 2 * * 1-5", "America/New_York"},
+		{"0,30 * 1,15 * 0", "Australia/Lord_Howe"}, // its clocks move by half an hour
+		{"@hourly", "UTC"},
+		{"@every 7m", "UTC"},
+	} {
+		f := setup(t, nil)
+		f.w.Clock = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		spec := scheduleSpec(c.cron)
+		spec.Timezone, spec.CatchUp = c.zone, eventlog.CatchUpNone
+		n := len(f.w.Log)
+		id := f.mustCreateSchedule(spec)
+		f.w.Clock = f.w.Clock.Add(50 * 24 * time.Hour) // across the spring clock change in Europe and America
+		f.restartTenant()
+		_, skipped := f.decisions(n)
+		if len(skipped) != 1 {
+			t.Fatalf("%s in %s: skipped %+v", c.cron, c.zone, skipped)
+		}
+		sched, _ := actors.ParseCron(c.cron, c.zone)
+		want := 0
+		for tick := skipped[0].From; !tick.After(skipped[0].To); tick = sched.Next(tick) {
+			want++
+		}
+		if s, _ := f.w.Set.Schedule(id); skipped[0].Ticks != want || s.Skipped[eventlog.SkippedTickMissed] != want {
+			t.Errorf("%s in %s: %s..%s counted %d ticks (the schedule %v); the cron has %d", c.cron, c.zone,
+				skipped[0].From, skipped[0].To, skipped[0].Ticks, s.Skipped, want)
+		}
 	}
 }

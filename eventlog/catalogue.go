@@ -348,12 +348,14 @@ type ScheduleFired struct {
 }
 
 // ScheduleSkipped records that a schedule will not fire for its ticks from From to To, both
-// included, and why.
+// included, and why. Ticks is how many ticks that is; events written before it was recorded
+// have none, and were counted as one.
 type ScheduleSkipped struct {
 	ScheduleID string    `json:"schedule_id"`
 	From       time.Time `json:"from"`
 	To         time.Time `json:"to"`
 	Reason     string    `json:"reason"` // a SkippedTick* reason
+	Ticks      int       `json:"ticks,omitempty"`
 }
 
 // Why ticks were skipped: missed (past the grace, and catch_up did not take them), the job of

@@ -32,7 +32,7 @@ func TestCatalogueRoundTrip(t *testing.T) {
 			Job:     eventlog.JobTemplate{Queue: "gpu", Type: "train", Payload: json.RawMessage(`{"epochs":3}`), MaxAttempts: 3, LeaseTTLMillis: 30000},
 			Overlap: eventlog.OverlapSkip, CatchUp: eventlog.CatchUpOne},
 		eventlog.ScheduleFired{ScheduleID: "S", Tick: at, JobID: "01J", Late: true},
-		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(time.Hour), Reason: eventlog.SkippedTickMissed},
+		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(time.Hour), Reason: eventlog.SkippedTickMissed, Ticks: 13},
 	}
 	for _, p := range samples {
 		ev, err := eventlog.NewEvent("job/01J", p)

@@ -29,7 +29,7 @@ type Schedule struct {
 	// LastJobID is the job of the last firing, and LastFiredAt when it fired.
 	LastJobID   string    `json:"last_job_id,omitempty"`
 	LastFiredAt time.Time `json:"last_fired_at,omitzero"`
-	// Fired counts the firings; Skipped the skip decisions, by reason (one may cover many ticks).
+	// Fired counts the firings; Skipped the ticks skipped, by reason.
 	Fired     int            `json:"fired"`
 	Skipped   map[string]int `json:"skipped,omitempty"`
 	CreatedAt time.Time      `json:"created_at"`
@@ -149,7 +149,7 @@ func (s *Set) applySchedule(seq uint64, at time.Time, p eventlog.Payload) error 
 		if c.Skipped == nil {
 			c.Skipped = map[string]int{}
 		}
-		c.Skipped[e.Reason]++
+		c.Skipped[e.Reason] += max(e.Ticks, 1) // an event without a count was counted as one tick
 	case eventlog.SchedulePaused:
 		c.Paused = true
 	case eventlog.ScheduleResumed:

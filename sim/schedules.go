@@ -16,7 +16,7 @@ import (
 // minute or two, under a name they reuse (so that a create meets its own schedule, or another
 // definition under the name), and pause, resume and delete them. The oracle checks that each
 // schedule decides its ticks in order, each once, none skipped silently and none before its
-// time ("schedule_ticks"); that none fires while paused or deleted; that a fire under overlap:
+// time, and that a skip counts the ticks it skips ("schedule_ticks"); that none fires while paused or deleted; that a fire under overlap:
 // skip never comes while the job of the last firing has never ended, and that only catch_up:
 // one fires late ("schedule_policy"). After heal, every schedule still active must decide a
 // tick after the heal, which shows its timer survived every crash; the simulator then pauses
@@ -134,6 +134,13 @@ func (o *oracle) schedule(seq uint64, at time.Time, p eventlog.Payload, decidedA
 	case eventlog.ScheduleSkipped:
 		if decided = decide(e.From, e.To); !decided {
 			return
+		}
+		ticks := 0
+		for tick := e.From; !tick.After(e.To); tick = c.sched.Next(tick) {
+			ticks++
+		}
+		if e.Ticks != ticks {
+			o.fail("schedule_ticks", "schedule %s skipped ticks %s..%s, which are %d, as %d (seq %d)", id, e.From.Format(time.RFC3339), e.To.Format(time.RFC3339), ticks, e.Ticks, seq)
 		}
 		if e.Reason == eventlog.SkippedTickOverlap && (c.overlap != eventlog.OverlapSkip || c.lastJob == "") {
 			o.fail("schedule_policy", "schedule %s (overlap: %s) skipped tick %s for an overlap (seq %d)", id, c.overlap, e.From, seq)

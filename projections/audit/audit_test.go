@@ -595,7 +595,7 @@ func TestHistoryOfAFlowAndASchedule(t *testing.T) {
 		eventlog.FlowSubmitted{FlowID: "F", Tenant: "acme", Name: "nightly", Steps: []eventlog.FlowStep{{Name: "a", JobTemplate: eventlog.JobTemplate{Queue: "q", Type: "a"}}}},
 		eventlog.FlowEnded{FlowID: "F", Status: eventlog.FlowFailed, Step: "a"},
 		eventlog.ScheduleCreated{ScheduleID: "S", Tenant: "acme", Name: "n", Cron: "30 2 * * *", Timezone: "UTC", Job: eventlog.JobTemplate{Queue: "q", Type: "t"}},
-		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(24 * time.Hour), Reason: eventlog.SkippedTickMissed},
+		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(24 * time.Hour), Reason: eventlog.SkippedTickMissed, Ticks: 2},
 	} {
 		ev, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
 		if err != nil {
@@ -606,7 +606,7 @@ func TestHistoryOfAFlowAndASchedule(t *testing.T) {
 	if _, err := l.Append(context.Background(), evs...); err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]string{"F": "ended failed at step a", "S": "skipped ticks 2026-11-24T02:30:00Z to 2026-11-25T02:30:00Z (missed)"} {
+	for id, want := range map[string]string{"F": "ended failed at step a", "S": "skipped 2 ticks 2026-11-24T02:30:00Z to 2026-11-25T02:30:00Z (missed)"} {
 		var last string
 		if _, err := audit.History(l, id, func(e audit.Entry) error { last = e.Text; return nil }); err != nil || last != want {
 			t.Errorf("history of %s ends %q, %v; want %q", id, last, err, want)

@@ -187,7 +187,11 @@ func Describe(p eventlog.Payload) string {
 		if e.From.Equal(e.To) {
 			return fmt.Sprintf("skipped tick %s (%s)", stamp(e.From), e.Reason)
 		}
-		return fmt.Sprintf("skipped ticks %s to %s (%s)", stamp(e.From), stamp(e.To), e.Reason)
+		count := ""
+		if e.Ticks > 0 { // events written before the count have none
+			count = fmt.Sprintf("%d ", e.Ticks)
+		}
+		return fmt.Sprintf("skipped %sticks %s to %s (%s)", count, stamp(e.From), stamp(e.To), e.Reason)
 	case eventlog.SchedulePaused:
 		return "paused" + by(e.APIKeyID)
 	case eventlog.ScheduleResumed:

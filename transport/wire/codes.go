@@ -78,7 +78,7 @@ var ErrorCodes = []ErrorCode{
 	{CodeOriginNotAllowed, http.StatusForbidden, noRetry, closeRequest, "Under --auth none only pages of this server may call it."},
 	{"INVALID_FLOW", http.StatusBadRequest, noRetry, closeRequest, "The flow file is not valid: YAML, an unknown or forbidden key, a cycle, an unknown need, too many steps; details name the place."},
 	{CodeNotFound, http.StatusNotFound, noRetry, closeRequest, "No route has this path."},
-	{"INVALID_SCHEDULE", http.StatusBadRequest, noRetry, closeRequest, "The schedule is not valid: its name, cron expression, time zone, overlap, catch_up or job; details name the field."},
+	{"INVALID_SCHEDULE", http.StatusBadRequest, noRetry, closeRequest, "The schedule is not valid: its name, cron expression (one that never fires, or an @every outside 1 s to a year), time zone, overlap, catch_up or job; details name the field."},
 	{"SCHEDULE_NOT_FOUND", http.StatusNotFound, noRetry, closeRequest, "No schedule has this id, or it is another tenant's, or it was deleted."},
 	{"FLOW_NOT_FOUND", http.StatusNotFound, noRetry, closeRequest, "No flow has this id, or it is another tenant's."},
 	{"JOB_NOT_FOUND", http.StatusNotFound, noRetry, closeRequest, "No job has this id, or it is another tenant's."},

@@ -358,8 +358,8 @@ type ScheduleRequest struct {
 
 // Schedule is the schedule resource (GET /v1/schedules/{id}, and what create, pause and resume
 // answer). Status is active or paused; NextFireAt is null while paused. LastTick is the newest
-// tick decided, fired or skipped; Skipped counts the skip decisions by reason (missed, overlap,
-// quota).
+// tick decided, fired or skipped; Skipped counts the ticks skipped, each once, by reason (missed,
+// overlap, quota).
 type Schedule struct {
 	ID            string         `json:"id"`
 	Tenant        string         `json:"tenant"`
