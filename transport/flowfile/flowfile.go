@@ -9,7 +9,9 @@
 //
 // into the steps a tenant checks (actors.FlowStepSpec). The schema is strict: an unknown key is
 // refused with its path and line, as are the keys `flows` and `discovery`, which other tools
-// put in such files and which mean nothing here. What makes a flow valid beyond its shape
+// put in such files and which mean nothing here. A value takes the JSON API's types exactly:
+// strings are strings (a quoted "true" or "1" too), a whole number is one (1.5 is refused, not
+// cut to 1), and a boolean is true or false, unquoted (not YAML 1.1's yes, no, on or off). What makes a flow valid beyond its shape
 // (needs that exist and form no cycle, each step a valid job) is the tenant's to check.
 package flowfile
 
@@ -183,9 +185,15 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 		case "lease_ttl_seconds":
 			return scalar(v, p, &s.leaseTTL)
 		case "labels":
-			var l map[string]string
-			if err := v.Decode(&l); err != nil {
-				return at(v, p, "labels are a mapping of strings to strings")
+			l := map[string]string{}
+			err := fields(v, p, func(name string, _, value *yaml.Node) error {
+				var label string
+				err := scalar(value, p+"."+name, &label)
+				l[name] = label
+				return err
+			})
+			if err != nil {
+				return err
 			}
 			if s.labels == nil {
 				s.labels = map[string]string{}
@@ -287,15 +295,43 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// scalar decodes a scalar into v, with an error that names what was expected.
+// scalar decodes a scalar into v, with an error that names what was expected. It takes what the
+// JSON API takes for v's type (jsonTyped), and null, which leaves v as JSON's null does.
 func scalar[T any](n *yaml.Node, path string, v *T) error {
 	if n.Kind != yaml.ScalarNode {
 		return at(n, path, "must be a single %s", kindOf(v))
+	}
+	if n.ShortTag() != "!!null" && !jsonTyped(n, v) {
+		written := n.Value
+		if n.ShortTag() == "!!str" {
+			written = fmt.Sprintf("the string %q", n.Value)
+		}
+		return at(n, path, "must be %s, not %s", kindOf(v), written)
 	}
 	if err := n.Decode(v); err != nil {
 		return at(n, path, "must be %s, not %q", kindOf(v), n.Value)
 	}
 	return nil
+}
+
+// jsonTyped says whether a scalar is of v's type as the JSON API reads it: a YAML string for a
+// string, and for the others an unquoted literal that JSON reads as that type, so that 017,
+// 0x10, .nan and True are not numbers or booleans here either.
+func jsonTyped(n *yaml.Node, v any) bool {
+	tag := n.ShortTag()
+	if _, ok := v.(*string); ok {
+		return tag == "!!str"
+	}
+	literal := n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 && json.Valid([]byte(n.Value))
+	switch v.(type) {
+	case *int:
+		return literal && tag == "!!int"
+	case *float64:
+		return literal && (tag == "!!int" || tag == "!!float")
+	case *bool:
+		return literal && tag == "!!bool"
+	}
+	return false
 }
 
 func kindOf(v any) string {

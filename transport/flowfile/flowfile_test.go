@@ -60,6 +60,20 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate step", "flow:\n  steps:\n    a: {queue: q}\n    a: {queue: r}\n", "flow.steps.a", "given twice"},
 		{"needs not a list", "flow:\n  steps:\n    a: {queue: q, needs: b}\n", "flow.steps.a.needs", "list of step names"},
 		{"bad number", "flow:\n  steps:\n    a: {queue: q, priority: high}\n", "flow.steps.a.priority", "whole number"},
+		// The JSON API's types exactly: no number cut to a whole one, no YAML 1.1 booleans or
+		// octals, no number or boolean taken for a string, nor a quoted one for a number.
+		{"fraction", "flow:\n  steps:\n    a: {queue: q, priority: 1.5}\n", "flow.steps.a.priority", "must be a whole number, not 1.5"},
+		{"exponent", "flow:\n  defaults: {max_attempts: 1e1}\n  steps: {a: {queue: q}}\n", "flow.defaults.max_attempts", "whole number"},
+		{"octal", "flow:\n  steps:\n    a: {queue: q, max_attempts: 017}\n", "flow.steps.a.max_attempts", "not 017"},
+		{"quoted number", "flow:\n  steps:\n    a: {queue: q, priority: \"3\"}\n", "flow.steps.a.priority", `not the string "3"`},
+		{"quoted yes", "flow:\n  steps:\n    a: {queue: q, continue_on_failure: \"yes\"}\n", "flow.steps.a.continue_on_failure", `must be true or false, not the string "yes"`},
+		{"on", "flow:\n  steps:\n    a: {queue: q, continue_on_failure: on}\n", "flow.steps.a.continue_on_failure", `not the string "on"`},
+		{"quoted no", "flow:\n  steps:\n    a: {queue: q, continue_on_failure: \"no\"}\n", "flow.steps.a.continue_on_failure", `not the string "no"`},
+		{"quoted true", "flow:\n  steps:\n    a: {queue: q, continue_on_failure: \"true\"}\n", "flow.steps.a.continue_on_failure", `not the string "true"`},
+		{"True", "flow:\n  steps:\n    a: {queue: q, continue_on_failure: True}\n", "flow.steps.a.continue_on_failure", "not True"},
+		{"number for a string", "flow:\n  steps:\n    a: {queue: 123}\n", "flow.steps.a.queue", "must be a string, not 123"},
+		{"number for a label", "flow:\n  steps:\n    a: {queue: q, labels: {gpu: 1}}\n", "flow.steps.a.labels.gpu", "must be a string, not 1"},
+		{"boolean for a need", "flow:\n  steps:\n    a: {queue: q, needs: [true]}\n", "flow.steps.a.needs", "must be a string, not true"},
 		{"no steps", "flow:\n  name: x\n", "flow", `no "steps"`},
 		{"two documents", "flow: {steps: {a: {}}}\n---\nflow: {}\n", "", "more than one YAML document"},
 	} {
@@ -69,7 +83,17 @@ func TestParseErrors(t *testing.T) {
 			t.Errorf("%s: got %#v, want path %q and %q", c.name, err, c.path, c.want)
 		}
 	}
-	_, err := flowfile.Parse([]byte("flow:\n  steps:\n    a: {queue: q, neds: [b]}\n"))
+	// What the JSON API takes is taken: a quoted word that looks like another type is a string.
+	f, err := flowfile.Parse([]byte("flow:\n  steps:\n    a: {queue: \"123\", type: \"true\", priority: -3, lease_ttl_seconds: 1.5, continue_on_failure: false}\n" +
+		"    b: {queue: q, needs: [a], continue_on_failure: true, labels: {on: \"yes\"}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := f.Steps[0], f.Steps[1]; a.Job.Queue != "123" || a.Job.Type != "true" || a.Job.Priority != -3 || a.Job.LeaseTTL != 1500*time.Millisecond ||
+		a.ContinueOnFailure || !b.ContinueOnFailure || b.Job.Labels["on"] != "yes" {
+		t.Fatalf("steps %+v", f.Steps)
+	}
+	_, err = flowfile.Parse([]byte("flow:\n  steps:\n    a: {queue: q, neds: [b]}\n"))
 	if fe := err.(*flowfile.Error); fe.Line != 3 || !strings.Contains(fe.Error(), "line 3") {
 		t.Errorf("line of an unknown key: %v", err)
 	}
