@@ -111,6 +111,15 @@ func (s *Set) LiveFlows(tenant string) []string {
 	return out
 }
 
+// FlowStatusCounts counts the flows in the views by status, each status present.
+func (s *Set) FlowStatusCounts() map[FlowStatus]int {
+	out := map[FlowStatus]int{FlowRunning: 0, FlowSucceeded: 0, FlowFailed: 0, FlowCancelled: 0}
+	for _, f := range s.flows {
+		out[f.Status]++
+	}
+	return out
+}
+
 // LiveFlowTenants returns the tenants that have a live flow (Flow.Live).
 func (s *Set) LiveFlowTenants() map[string]bool {
 	out := map[string]bool{}

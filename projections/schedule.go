@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -87,6 +88,18 @@ func (s *Set) Schedules(tenant string) []*Schedule {
 		}
 	}
 	slices.SortFunc(out, func(a, b *Schedule) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// AllSchedules returns copies of every tenant's schedules, by tenant, then by name.
+func (s *Set) AllSchedules() []*Schedule {
+	out := make([]*Schedule, 0, len(s.schedules))
+	for _, c := range s.schedules {
+		out = append(out, c.clone())
+	}
+	slices.SortFunc(out, func(a, b *Schedule) int {
+		return cmp.Or(strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Name, b.Name))
+	})
 	return out
 }
 

@@ -412,6 +412,22 @@ func stateText(st audit.State) string {
 		fmt.Fprintf(&b, "  %s  %-8s %-10s tenant %s  queues %s  capacity %d  running %d\n",
 			w.ID, w.Status, w.Transport, w.Tenant, strings.Join(w.Queues, ","), w.Capacity, len(w.InFlight))
 	}
+	fmt.Fprintf(&b, "flows     %s\n", orderedCounts(st.Flows, projections.FlowRunning, projections.FlowSucceeded, projections.FlowFailed, projections.FlowCancelled))
+	for _, f := range st.LiveFlows {
+		fmt.Fprintf(&b, "  flow %s  tenant %s  %s  %s  steps %s\n", f.ID, f.Tenant, f.Name, f.Status, countsLine(f.Steps))
+	}
+	fmt.Fprintf(&b, "schedules %d\n", len(st.Schedules))
+	for _, c := range st.Schedules {
+		status, lastTick := "active", "-"
+		if c.Paused {
+			status = "paused"
+		}
+		if !c.LastTick.IsZero() {
+			lastTick = stampOf(c.LastTick)
+		}
+		fmt.Fprintf(&b, "  %s  tenant %s  %s  %s (%s)  %s  fired %d  skipped %s  last tick %s\n",
+			c.ID, c.Tenant, c.Name, c.Cron, c.Timezone, status, c.Fired, orDash(countsLine(c.Skipped)), lastTick)
+	}
 	return b.String()
 }
 
@@ -511,17 +527,21 @@ func stampOf(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // statusLine lists job counts in lifecycle order.
 func statusLine(jobs map[projections.Status]int) string {
-	order := []projections.Status{projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased,
-		projections.StatusSucceeded, projections.StatusFailed, projections.StatusCancelled}
+	return orderedCounts(jobs, projections.StatusQueued, projections.StatusScheduled, projections.StatusLeased,
+		projections.StatusSucceeded, projections.StatusFailed, projections.StatusCancelled)
+}
+
+// orderedCounts lists counts in the order given, zeros too.
+func orderedCounts[S ~string](counts map[S]int, order ...S) string {
 	parts := make([]string, 0, len(order))
 	for _, s := range order {
-		parts = append(parts, fmt.Sprintf("%s %d", s, jobs[s]))
+		parts = append(parts, fmt.Sprintf("%s %d", s, counts[s]))
 	}
 	return strings.Join(parts, ", ")
 }
 
 // countsLine lists counts by name.
-func countsLine(m map[string]uint64) string {
+func countsLine[N int | uint64](m map[string]N) string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)

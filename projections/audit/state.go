@@ -3,6 +3,8 @@ package audit
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -162,6 +164,36 @@ type State struct {
 	Tenants []TenantState              `json:"tenants"`
 	Leases  []LeaseState               `json:"leases"`
 	Workers []WorkerState              `json:"workers"`
+	// Flows counts the flows by status; LiveFlows are those running, or ended with a step's job
+	// still live.
+	Flows     map[projections.FlowStatus]int `json:"flows"`
+	LiveFlows []FlowState                    `json:"live_flows"`
+	Schedules []ScheduleState                `json:"schedules"`
+}
+
+// FlowState is one live flow; Steps counts its steps by status (waiting, skipped, or their
+// job's).
+type FlowState struct {
+	ID     string                 `json:"id"`
+	Tenant string                 `json:"tenant"`
+	Name   string                 `json:"name"`
+	Status projections.FlowStatus `json:"status"`
+	Steps  map[string]int         `json:"steps"`
+}
+
+// ScheduleState is one schedule: its definition, whether it was paused, what it had fired and
+// skipped (ticks, by reason), and the last tick it had decided.
+type ScheduleState struct {
+	ID        string         `json:"id"`
+	Tenant    string         `json:"tenant"`
+	Name      string         `json:"name"`
+	Cron      string         `json:"cron"`
+	Timezone  string         `json:"timezone"`
+	Paused    bool           `json:"paused"`
+	Fired     int            `json:"fired"`
+	Skipped   map[string]int `json:"skipped"`
+	LastTick  time.Time      `json:"last_tick,omitzero"`
+	LastJobID string         `json:"last_job_id,omitempty"`
 }
 
 // TenantState is one tenant's quota, usage and queues.
@@ -221,6 +253,24 @@ func Summarize(set *projections.Set, head eventlog.Head) State {
 	for _, j := range set.Leases() {
 		st.Leases = append(st.Leases, LeaseState{JobID: j.ID, Tenant: j.Tenant, Queue: j.Queue, LeaseID: j.Lease.LeaseID,
 			WorkerID: j.Lease.WorkerID, Attempt: j.Lease.Attempt, ExpiresAt: j.Lease.ExpiresAt})
+	}
+	st.Flows = set.FlowStatusCounts()
+	for _, tenant := range slices.Sorted(maps.Keys(set.LiveFlowTenants())) {
+		for _, id := range set.LiveFlows(tenant) {
+			f, _ := set.Flow(id)
+			fs := FlowState{ID: f.ID, Tenant: f.Tenant, Name: f.Name, Status: f.Status, Steps: map[string]int{}}
+			for _, step := range f.State {
+				fs.Steps[step.Status]++
+			}
+			st.LiveFlows = append(st.LiveFlows, fs)
+		}
+	}
+	for _, c := range set.AllSchedules() {
+		if c.Skipped == nil {
+			c.Skipped = map[string]int{}
+		}
+		st.Schedules = append(st.Schedules, ScheduleState{ID: c.ID, Tenant: c.Tenant, Name: c.Name, Cron: c.Cron, Timezone: c.Timezone,
+			Paused: c.Paused, Fired: c.Fired, Skipped: c.Skipped, LastTick: c.LastTick, LastJobID: c.LastJobID})
 	}
 	return st
 }
