@@ -347,6 +347,8 @@ func TestAPIRefusesWhatItCannotMeanSilently(t *testing.T) {
 	k := h.tenant("acme")
 	_, err := k.List(ctx(t), client.ListOptions{Cursor: "garbage", Limit: 10})
 	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+	_, err = k.Flows(ctx(t), "", "garbage", 10) // as the jobs' list refuses it
+	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
 	if status, body := h.post("/v1/admin/enroll-tokens", adminToken, map[string]any{"tenant": "acme", "uses": 0}); status != http.StatusBadRequest {
 		t.Fatalf("uses 0: %d %v", status, body)
 	}

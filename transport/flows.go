@@ -197,6 +197,9 @@ func (s *Server) listFlows(r *request) error {
 	default:
 		return errorf(actors.CodeInvalidArgument, "status is running, succeeded, failed or cancelled, not %q", clip(string(status)))
 	}
+	if err := checkCursor(q.Get("cursor")); err != nil {
+		return err
+	}
 	limit, err := listLimit(q)
 	if err != nil {
 		return err

@@ -224,10 +224,16 @@ func checkFilter(f projections.JobFilter) error {
 	default:
 		return errorf(actors.CodeInvalidArgument, "status %q is not one of queued, scheduled, leased, succeeded, failed, cancelled", clip(string(f.Status)))
 	}
-	if c := f.After; c != "" {
-		if _, err := ulid.ParseStrict(c); err != nil {
-			return errorf(actors.CodeInvalidArgument, "cursor %q is not a next_cursor this API gave", clip(c))
-		}
+	return checkCursor(f.After)
+}
+
+// checkCursor refuses a list's ?cursor= that is not a next_cursor the API gave (an id).
+func checkCursor(c string) error {
+	if c == "" {
+		return nil
+	}
+	if _, err := ulid.ParseStrict(c); err != nil {
+		return errorf(actors.CodeInvalidArgument, "cursor %q is not a next_cursor this API gave", clip(c))
 	}
 	return nil
 }
