@@ -350,7 +350,8 @@ func TestFlowSubmitErrors(t *testing.T) {
 }
 
 // TestFlowKeyAfterTheFlowExpired: an ended flow leaves the views after the retention, and a
-// submit repeated under its key then answers 200 with the flow as expired, not an error.
+// submit repeated under its key then answers 200 with the flow as expired, not an error, as a
+// job's does; without the file and times the server no longer knows, rather than zeros.
 func TestFlowKeyAfterTheFlowExpired(t *testing.T) {
 	t.Parallel()
 	h := start(t, transport.AuthNone, func(c *broker.Config) { c.Retention = projections.Retention{Done: time.Minute} })
@@ -379,5 +380,14 @@ func TestFlowKeyAfterTheFlowExpired(t *testing.T) {
 	again, err := c.SubmitFlow(ctx(t), "once", file, "k1")
 	if err != nil || again.ID != f.ID || again.Status != wire.FlowExpired || !*again.IdempotentHit || again.Receipt == nil {
 		t.Fatalf("the same submit after the flow expired: %+v, %v", again, err)
+	}
+	status, body := h.raw(http.MethodPost, "/v1/flows?name=once&idempotency_key=k1", "", []byte(`{"flow":{"steps":{"a":{"queue":"nobody"}}}}`))
+	if status != http.StatusOK || body["status"] != wire.FlowExpired || body["name"] != "once" {
+		t.Fatalf("the same submit as JSON: %d %v", status, body)
+	}
+	for _, unknown := range []string{"yaml_sha256", "yaml_bytes", "created_at", "updated_at"} {
+		if v, ok := body[unknown]; ok {
+			t.Errorf("the expired flow's answer has %s %v", unknown, v)
+		}
 	}
 }

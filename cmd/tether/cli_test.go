@@ -283,6 +283,16 @@ func TestFlowCommands(t *testing.T) {
 	}
 }
 
+// A repeated submit whose flow has expired is said to be so, not shown as an empty file.
+func TestShowExpiredFlow(t *testing.T) {
+	hit := true
+	out := showFlow(&wire.Flow{ID: "01JFLOW", Name: "once", Status: wire.FlowExpired, IdempotentHit: &hit, Steps: map[string]wire.FlowStep{}})
+	mustContain(t, "an expired flow", out, "flow 01JFLOW  once  expired  (submitted before with this idempotency key)", "has left every view")
+	if strings.Contains(out, "file:") || strings.Contains(out, "STEP") {
+		t.Fatalf("an expired flow shown with what is not known of it:\n%s", out)
+	}
+}
+
 func TestScheduleCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")

@@ -56,6 +56,9 @@ func flowSubmit(args []string) error {
 	if err := cf.print(f, func() string { return showFlow(f) }); err != nil || !*watch {
 		return err
 	}
+	if f.Status == wire.FlowExpired {
+		return fmt.Errorf("flow %s ended and has left every view; there is nothing to watch", f.ID)
+	}
 	return watchFlow(cf, f.ID, 0)
 }
 
@@ -68,6 +71,10 @@ func showFlow(f *wire.Flow) string {
 	}
 	if f.IdempotentHit != nil && *f.IdempotentHit {
 		b.WriteString("  (submitted before with this idempotency key)")
+	}
+	if f.Status == wire.FlowExpired {
+		b.WriteString("\nthe flow ended and its retention passed: it has left every view, and its steps and outcome are no longer kept\n")
+		return b.String()
 	}
 	fmt.Fprintf(&b, "\nfile: %d bytes, sha256 %s\n", f.YAMLBytes, f.YAMLSHA256)
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)

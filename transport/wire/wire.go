@@ -332,13 +332,15 @@ type Flow struct {
 	Name   string `json:"name"`
 	// Status is running, then once succeeded, failed or cancelled; FailedStep names the step
 	// whose failure failed it.
-	Status        string              `json:"status"`
-	FailedStep    string              `json:"failed_step,omitempty"`
-	YAMLSHA256    string              `json:"yaml_sha256"`
-	YAMLBytes     int                 `json:"yaml_bytes"`
+	Status     string `json:"status"`
+	FailedStep string `json:"failed_step,omitempty"`
+	// The file and the times are absent only from an expired flow (FlowExpired), which the
+	// server no longer knows.
+	YAMLSHA256    string              `json:"yaml_sha256,omitempty"`
+	YAMLBytes     int                 `json:"yaml_bytes,omitzero"`
 	Steps         map[string]FlowStep `json:"steps"`
-	CreatedAt     time.Time           `json:"created_at"`
-	UpdatedAt     time.Time           `json:"updated_at"`
+	CreatedAt     time.Time           `json:"created_at,omitzero"`
+	UpdatedAt     time.Time           `json:"updated_at,omitzero"`
 	EndedAt       *time.Time          `json:"ended_at"`
 	Receipt       *Receipt            `json:"receipt,omitempty"`
 	IdempotentHit *bool               `json:"idempotent_hit,omitempty"`
