@@ -321,8 +321,21 @@ func TestScheduleCommands(t *testing.T) {
 	mustContain(t, "schedule pause", out, "paused", "receipt")
 	out, _, _ = run("resume", sc.ID)
 	mustContain(t, "schedule resume", out, "active")
-	if out, stderr, code := run("delete", sc.ID); code != 0 || !strings.Contains(out, "deleted") {
-		t.Fatalf("delete: exit %d\n%s%s", code, out, stderr)
+	// Its unique name does as well as its id.
+	out, stderr, code = run("get", "nightly")
+	mustContain(t, "schedule get by name", out, sc.ID, "nightly", "active")
+	if code != 0 {
+		t.Fatalf("get by name: exit %d\n%s", code, stderr)
+	}
+	out, _, _ = run("pause", "nightly")
+	mustContain(t, "schedule pause by name", out, sc.ID, "paused")
+	out, _, _ = run("resume", "nightly")
+	mustContain(t, "schedule resume by name", out, sc.ID, "active")
+	if _, stderr, code := run("get", "nightlyy"); code != 1 || !strings.Contains(stderr, "SCHEDULE_NOT_FOUND") {
+		t.Fatalf("get a name that is not there: exit %d\n%s", code, stderr)
+	}
+	if out, stderr, code := run("delete", "nightly"); code != 0 || !strings.Contains(out, "schedule "+sc.ID+" deleted") {
+		t.Fatalf("delete by name: exit %d\n%s%s", code, out, stderr)
 	}
 	if _, stderr, code := run("get", sc.ID); code != 1 || !strings.Contains(stderr, "SCHEDULE_NOT_FOUND") {
 		t.Fatalf("get after delete: exit %d\n%s", code, stderr)

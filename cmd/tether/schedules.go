@@ -23,13 +23,36 @@ func runSchedule(args []string) error {
 	}
 	return subcommands("schedule", []command{
 		{"create", "create a schedule: create --name N --cron EXPR [--timezone TZ] --queue Q --type T ...", scheduleCreate},
-		{"get", "show a schedule", byID("schedule get", "tether schedule get SCHEDULE_ID", (*client.Client).Schedule, showSchedule)},
+		{"get", "show a schedule", byID("schedule get", "tether schedule get SCHEDULE_ID|NAME", byIDOrName((*client.Client).Schedule), showSchedule)},
 		{"ls", "list the schedules, by name", scheduleList},
-		{"pause", "pause a schedule: its ticks pass unfired", byID("schedule pause", "tether schedule pause SCHEDULE_ID", pause, showSchedule)},
-		{"resume", "resume a schedule: it fires at its ticks from now on", byID("schedule resume", "tether schedule resume SCHEDULE_ID", resume, showSchedule)},
-		{"delete", "delete a schedule (the jobs it fired stay)", byID("schedule delete", "tether schedule delete SCHEDULE_ID", (*client.Client).DeleteSchedule,
+		{"pause", "pause a schedule: its ticks pass unfired", byID("schedule pause", "tether schedule pause SCHEDULE_ID|NAME", byIDOrName(pause), showSchedule)},
+		{"resume", "resume a schedule: it fires at its ticks from now on", byID("schedule resume", "tether schedule resume SCHEDULE_ID|NAME", byIDOrName(resume), showSchedule)},
+		{"delete", "delete a schedule (the jobs it fired stay)", byID("schedule delete", "tether schedule delete SCHEDULE_ID|NAME", byIDOrName((*client.Client).DeleteSchedule),
 			func(d *wire.Deleted) string { return fmt.Sprintf("schedule %s deleted\n", d.ID) })},
 	}, args)
+}
+
+// byIDOrName makes a call on a schedule's id take its name too, which is unique in the tenant.
+// An id wins over a name that happens to be spelled the same; what is neither goes to the server
+// as it was given, which answers SCHEDULE_NOT_FOUND.
+func byIDOrName[T any](call func(*client.Client, context.Context, string) (T, error)) func(*client.Client, context.Context, string) (T, error) {
+	return func(c *client.Client, ctx context.Context, ref string) (T, error) {
+		list, err := c.Schedules(ctx)
+		if err != nil {
+			var none T
+			return none, err
+		}
+		id := ref
+		for _, s := range list.Schedules {
+			if s.ID == ref {
+				return call(c, ctx, ref)
+			}
+			if s.Name == ref {
+				id = s.ID
+			}
+		}
+		return call(c, ctx, id)
+	}
 }
 
 func scheduleCreate(args []string) error {
