@@ -63,24 +63,44 @@ const leaderKey = "leader"
 func (s *Stream) Elect(ctx context.Context, me Leader, ttl time.Duration) (*Election, error) {
 	bucket := "tether_leader_" + s.name
 	var kv jetstream.KeyValue
-	err := retry(ctx, func(ctx context.Context) (err error) {
+	var st jetstream.KeyValueStatus
+	lookup := func(ctx context.Context) (err error) {
 		kv, err = s.js.KeyValue(ctx, bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: bucket, Description: "which tether server writes the stream " + s.name,
+				TTL: ttl, History: 1, Storage: jetstream.FileStorage, Replicas: s.Replicas(),
+			})
+		}
+		if err == nil {
+			st, err = kv.Status(ctx)
+		}
 		return err
-	})
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: bucket, Description: "which tether server writes the stream " + s.name,
-			TTL: ttl, History: 1, Storage: jetstream.FileStorage, Replicas: s.Replicas(),
-		})
 	}
-	if err != nil {
-		return nil, fmt.Errorf("the election's bucket %s: %w", bucket, err)
+	// Servers that start together on a new stream race to make the bucket: the one that
+	// loses, or that looks while the bucket's replicas elect their leader, is told for a
+	// moment that its stream is not there, or already is.
+	err := retry(ctx, lookup)
+	for tries := 0; justMade(err) && tries < 100 && ctx.Err() == nil; tries++ {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		err = retry(ctx, lookup)
 	}
-	st, err := kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the election's bucket %s: %w", bucket, err)
 	}
 	return &Election{s: s, kv: kv, me: me, ttl: st.TTL()}, nil
+}
+
+// justMade reports whether err is what a bucket that another server is making at the same time
+// answers: not there yet, or there already.
+func justMade(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) ||
+		errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamNotFound || api.ErrorCode == jetstream.JSErrCodeStreamNameInUse)
 }
 
 // TTL is the leader key's time to live, as the bucket has it.
