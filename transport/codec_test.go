@@ -3,6 +3,10 @@ package transport
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"testing"
 	"time"
@@ -95,4 +99,37 @@ func FuzzJobEncodeMatchesEncoder(f *testing.F) {
 			t.Fatalf("fast %s\nwant %s", got, want.Bytes())
 		}
 	})
+}
+
+// BenchmarkDecodeSubmit decodes a submit body as a request does: the bench's body, and one with
+// a payload of a few KiB of nested objects and text.
+func BenchmarkDecodeSubmit(b *testing.B) {
+	var payload bytes.Buffer
+	payload.WriteString(`{"items":[`)
+	for i := range 40 {
+		if i > 0 {
+			payload.WriteByte(',')
+		}
+		fmt.Fprintf(&payload, `{"id":%d,"name":"item number %d","tags":["a","b","c"],"price":12.5,"note":"ünïcödé text"}`, i, i)
+	}
+	payload.WriteString(`]}`)
+	for _, c := range []struct{ name, body string }{
+		{"bench", `{"queue":"bench-0123","type":"noop","payload":{"sent":1763772000000000000}}`},
+		{"4KiB", `{"queue":"q","type":"t","payload":` + payload.String() + `}`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			data := []byte(c.body)
+			body := bytes.NewReader(data)
+			r := &request{Request: httptest.NewRequest(http.MethodPost, "/v1/jobs", io.NopCloser(body)), w: httptest.NewRecorder()}
+			b.SetBytes(int64(len(c.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				body.Reset(data)
+				var req wire.SubmitRequest
+				if err := r.decode(1<<20, &req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
