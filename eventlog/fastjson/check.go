@@ -1,0 +1,260 @@
+package fastjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// ErrNotJSON is Check's answer to a text whose structure is not JSON's. It says no more: a
+// decoder explains it better.
+var ErrNotJSON = errors.New("is not valid JSON")
+
+// Check refuses what a JSON text that encoding/json would take may still hold and tether does
+// not store, because the value would then read back differently, or not at all, in other
+// clients: a byte that is not UTF-8 (encoding/json keeps it in a raw value, and turns it into
+// U+FFFD in a string), nesting deeper than depthMax arrays and objects, or a key twice in one
+// object (encoding/json keeps the last; other parsers the first, or refuse). Keys are compared
+// as their escapes decode. An error's message reads after its subject ("the body ...").
+//
+// Check reads the structure of the text, not the grammar of its numbers and literals, which
+// is the decoder's to check: it may take what is not JSON, and refuses with ErrNotJSON what it
+// cannot read.
+func Check(b []byte, depthMax int) error {
+	if err := CheckUTF8(b); err != nil {
+		return err
+	}
+	var stack [8]container // for the usual text, kept off the heap: run appends to local slices only
+	var keys [16]span
+	c := checker{b: b}
+	return c.run(depthMax, stack[:0], keys[:0])
+}
+
+// CheckUTF8 refuses a text that is not UTF-8, naming the first byte that is not, in a message
+// that reads after its subject as Check's do.
+func CheckUTF8(b []byte) error {
+	if utf8.Valid(b) { // the fast way, for the texts that are
+		return nil
+	}
+	at := 0
+	for {
+		r, size := utf8.DecodeRune(b[at:])
+		if r == utf8.RuneError && size <= 1 {
+			return fmt.Errorf("is not UTF-8: byte %#x at offset %d", b[at], at)
+		}
+		at += size
+	}
+}
+
+// container is an array or an object Check is in.
+type container struct {
+	object bool
+	keys   int                 // where the object's keys start among the keys of every object open
+	index  int                 // the array's element being read
+	set    map[string]struct{} // the object's keys, once they are too many to compare in turn
+}
+
+// keysCompared is how many keys an object may have before Check looks the next up in a set
+// rather than comparing it with each.
+const keysCompared = 16
+
+// span is a key: where its bytes are in the text, between its quotes.
+type span struct {
+	start, end int
+	escaped    bool
+}
+
+type checker struct {
+	b []byte
+	i int
+}
+
+// run reads the text, with stack the containers open, and keys the keys of every object open,
+// each object's after its parent's.
+func (c *checker) run(depthMax int, stack []container, keys []span) error {
+	var err error
+	for {
+		// A value starts at c.i.
+		c.space()
+		if c.i == len(c.b) {
+			return ErrNotJSON
+		}
+		switch ch := c.b[c.i]; ch {
+		case '{', '[':
+			if len(stack) == depthMax {
+				return fmt.Errorf("nests deeper than %d levels of arrays and objects (at offset %d)", depthMax, c.i)
+			}
+			stack = append(stack, container{object: ch == '{', keys: len(keys)})
+			c.i++
+			c.space()
+			if c.i < len(c.b) && (c.b[c.i] == '}' || c.b[c.i] == ']') {
+				break // empty: closed below
+			}
+			if ch == '{' {
+				if keys, err = c.key(stack, keys); err != nil {
+					return err
+				}
+			}
+			continue
+		case '"':
+			if c.i = skipString(c.b, c.i); c.i < 0 {
+				return ErrNotJSON
+			}
+		default: // a number or a literal, whose grammar is the decoder's to check
+			start := c.i
+			for c.i < len(c.b) && !delimiter(c.b[c.i]) {
+				c.i++
+			}
+			if c.i == start {
+				return ErrNotJSON
+			}
+		}
+		// After a value: close what it ends, then go on to the next member or element.
+		for {
+			c.space()
+			if len(stack) == 0 {
+				if c.i != len(c.b) {
+					return ErrNotJSON
+				}
+				return nil
+			}
+			if c.i == len(c.b) {
+				return ErrNotJSON
+			}
+			top := &stack[len(stack)-1]
+			if ch := c.b[c.i]; ch == '}' && top.object || ch == ']' && !top.object {
+				keys = keys[:top.keys]
+				stack = stack[:len(stack)-1]
+				c.i++
+				continue
+			}
+			if c.b[c.i] != ',' {
+				return ErrNotJSON
+			}
+			c.i++
+			if !top.object {
+				top.index++
+			} else if keys, err = c.key(stack, keys); err != nil {
+				return err
+			}
+			break
+		}
+	}
+}
+
+// delimiter reports whether c ends a number or a literal.
+func delimiter(c byte) bool {
+	switch c {
+	case ',', ']', '}', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}
+
+func (c *checker) space() {
+	for c.i < len(c.b) {
+		switch c.b[c.i] {
+		case ' ', '\t', '\n', '\r':
+			c.i++
+		default:
+			return
+		}
+	}
+}
+
+// key reads a key of the innermost object and the colon after it, and returns keys with it,
+// refusing a key the object already has.
+func (c *checker) key(stack []container, keys []span) ([]span, error) {
+	c.space()
+	if c.i == len(c.b) || c.b[c.i] != '"' {
+		return keys, ErrNotJSON
+	}
+	start := c.i
+	k := span{start: start + 1}
+	for c.i++; c.i < len(c.b) && c.b[c.i] != '"'; c.i++ {
+		if c.b[c.i] == '\\' {
+			c.i++
+			k.escaped = true
+		}
+	}
+	if c.i >= len(c.b) {
+		return keys, ErrNotJSON
+	}
+	k.end = c.i
+	c.i++
+	if k.escaped && !json.Valid(c.b[start:c.i]) {
+		return keys, ErrNotJSON
+	}
+	top := &stack[len(stack)-1]
+	seen := keys[top.keys:]
+	dup := false
+	switch {
+	case top.set != nil:
+		_, dup = top.set[c.name(k)]
+	case len(seen) < keysCompared:
+		for _, s := range seen {
+			if dup = c.same(s, k); dup {
+				break
+			}
+		}
+	default:
+		top.set = make(map[string]struct{}, 2*len(seen))
+		for _, s := range seen {
+			top.set[c.name(s)] = struct{}{}
+		}
+		_, dup = top.set[c.name(k)]
+	}
+	if dup {
+		if where := c.path(stack, keys); where != "" {
+			return keys, fmt.Errorf("has the key %s twice in the object at %s", strconv.Quote(c.name(k)), where)
+		}
+		return keys, fmt.Errorf("has the key %s twice", strconv.Quote(c.name(k)))
+	}
+	if top.set != nil {
+		top.set[c.name(k)] = struct{}{}
+	}
+	c.space()
+	if c.i == len(c.b) || c.b[c.i] != ':' {
+		return keys, ErrNotJSON
+	}
+	c.i++
+	return append(keys, k), nil
+}
+
+// name is a key as it decodes.
+func (c *checker) name(k span) string {
+	if !k.escaped {
+		return string(c.b[k.start:k.end])
+	}
+	var s string
+	_ = json.Unmarshal(c.b[k.start-1:k.end+1], &s) // key checked that it decodes
+	return s
+}
+
+func (c *checker) same(x, y span) bool {
+	if !x.escaped && !y.escaped {
+		return bytes.Equal(c.b[x.start:x.end], c.b[y.start:y.end])
+	}
+	return c.name(x) == c.name(y)
+}
+
+// path names the innermost open container by the keys and indexes that lead to it, as
+// jobs[2].payload; "" for the top level.
+func (c *checker) path(stack []container, keys []span) string {
+	var p strings.Builder
+	for n := range len(stack) - 1 {
+		if f := stack[n]; !f.object {
+			fmt.Fprintf(&p, "[%d]", f.index)
+			continue
+		}
+		if p.Len() > 0 {
+			p.WriteByte('.')
+		}
+		p.WriteString(c.name(keys[stack[n+1].keys-1])) // the key whose value holds the next container
+	}
+	return p.String()
+}
