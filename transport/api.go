@@ -21,6 +21,7 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -373,24 +374,41 @@ func jsonBody(r *http.Request) error {
 	return errorf(wire.CodeUnsupportedMedia, "the body must be JSON sent with Content-Type: application/json, not %s", clip(ct))
 }
 
-// decode reads a JSON body of at most limit bytes into v, refusing unknown fields, trailing
-// data and a missing body (jsonBody has checked its Content-Type).
+// decode reads a JSON body of at most limit bytes into v, refusing what checkJSON refuses,
+// unknown fields, trailing data and a missing body (jsonBody has checked its Content-Type).
 func (r *request) decode(limit int64, v any) error {
-	body := http.MaxBytesReader(r.w, r.Body, limit)
+	buf := getBody() // read whole, for checkJSON and codec.go
+	defer putBody(buf)
+	if _, err := buf.ReadFrom(http.MaxBytesReader(r.w, r.Body, limit)); err != nil {
+		return jsonError(err)
+	}
+	return decodeBody(buf.Bytes(), v)
+}
+
+// decodeBody checks a whole body and decodes it into v, through codec.go where it can.
+func decodeBody(body []byte, v any) error {
+	if err := checkJSON(body, "the body"); err != nil {
+		return err
+	}
 	if req, ok := v.(*wire.SubmitRequest); ok {
-		// Read whole, so that codec.go can try it first.
-		buf := getBody()
-		defer putBody(buf)
-		if _, err := buf.ReadFrom(body); err != nil {
-			return jsonError(err)
-		}
-		if decodeSubmitFast(buf.Bytes(), req) {
+		if decodeSubmitFast(body, req) {
 			return nil
 		}
 		*req = wire.SubmitRequest{}
-		return decodeStrict(bytes.NewReader(buf.Bytes()), v)
 	}
-	return decodeStrict(body, v)
+	return decodeStrict(bytes.NewReader(body), v)
+}
+
+// checkJSON refuses what the decoders would take and tether does not store (fastjson.Check):
+// bytes that are not UTF-8, nesting deeper than wire.JSONDepthMax, a key twice in one
+// object. subject names the text in the message: "the body", "a frame". A text that is not
+// JSON passes, for the decoder to say what is wrong with it.
+func checkJSON(data []byte, subject string) error {
+	err := fastjson.Check(data, wire.JSONDepthMax)
+	if err == nil || errors.Is(err, fastjson.ErrNotJSON) {
+		return nil
+	}
+	return errorf(wire.CodeInvalidJSON, "%s %v", subject, err)
 }
 
 // decodeStrict decodes one JSON value, refusing unknown fields and anything after the value.

@@ -54,6 +54,8 @@ func FuzzSubmitDecodeMatchesStrict(f *testing.F) {
 		`{"queue":"q","run_at":"2026-11-22T01:02:03.5Z"}`, `{"queue":"q","run_at":"2026-13-22T01:02:03Z"}`, `{"Queue":"q"}`,
 		`{"queue":"q","extra":1}`, `{"queue":"q"} {}`, `{"queue":"q","labels":{"a":"b"}}`, `{"delay_seconds":1.5}`,
 		`{"payload":null}`, `{"priority":1e3}`, `{"queue":"\u00e9"}`, `{"queue":null}`, `{}`, ` {"queue" : "q" } `,
+		"{\"queue\":\"q\xff\"}", "{\"payload\":\"\xff\xfe\"}", "{\"payload\":{\"k\xc3\":1}}", "{\"labels\":{\"a\":\"\xed\xa0\x80\"}}",
+		`{"queue":"a","queue":"b"}`, `{"payload":{"a":1,"a":2}}`, `{"queue":"a","qu\u0065ue":"b"}`, `{"queue":"a","Queue":"b"}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -11,7 +11,12 @@
 //     or an output plus an envelope, BatchBodyBytesMax), headers (HeaderBytesMax), frames
 //     (FrameBytesMax), unanswered operations per WebSocket (InFlightMax), long-poll waits
 //     (WaitSecondsMax), list pages, result TTLs and purge ages (actors.ResultTTLMax), purges
-//     (actors.PurgeLimit a call), and connections (LimitListener).
+//     (actors.PurgeLimit a call), connections (LimitListener), and how deep JSON nests
+//     (wire.JSONDepthMax).
+//   - Bodies and frames are checked whole before they are decoded (checkJSON): not UTF-8, too
+//     deep, or a key twice in one object at any level is 400 INVALID_JSON, and over WebSocket
+//     a close with 1007, as for a frame that is not JSON. What is stored then reads back the
+//     same in any client.
 //   - A tenant's job that finished and left the views answers 410 JOB_EXPIRED; any other
 //     tenant's, and one that never was, 404 JOB_NOT_FOUND.
 //   - Credentials travel in the Authorization header (or X-API-Key), never in a query string;

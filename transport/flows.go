@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/flowfile"
 	"github.com/tetherhq/tether/transport/wire"
@@ -105,6 +106,9 @@ func (s *Server) submitFlow(r *request) error {
 	data, formName, err := s.readFlowFile(r)
 	if err != nil {
 		return err
+	}
+	if err := fastjson.CheckUTF8(data); err != nil {
+		return errorf(wire.CodeInvalidJSON, "the flow file %v", err)
 	}
 	file, err := flowfile.Parse(data)
 	if err != nil {

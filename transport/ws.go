@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,7 +61,8 @@ func (s *Server) connect(r *request) error {
 	s.conns.Add(1)
 	defer s.conns.Done()
 	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, token: bearer(r.Request), live: r.b.Liveness(r.by.worker.ID), log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
-		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax)}
+		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax),
+		reader: frames.Reader{Check: func(data []byte) error { return checkJSON(data, "a frame") }}}
 	c.serve()
 	return nil
 }
@@ -133,8 +135,8 @@ func (c *wsConn) serve() {
 func (c *wsConn) read(f *wire.Frame) error { return c.reader.Read(c.conn, f) }
 
 func (c *wsConn) closeWith(code int, reason string) {
-	if len(reason) > 120 { // a close frame's reason is at most 123 bytes
-		reason = reason[:120]
+	if len(reason) > 120 { // a close frame's reason is at most 123 bytes, of UTF-8
+		reason = strings.ToValidUTF8(reason[:120], "")
 	}
 	_ = c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(frameWriteWait))
 }
@@ -242,11 +244,14 @@ func (c *wsConn) readLoop() {
 		if err := c.read(&f); err != nil {
 			var syntax *json.SyntaxError
 			var typ *json.UnmarshalTypeError
+			var refused *apiError // checkJSON's
 			switch {
 			case errors.Is(err, websocket.ErrReadLimit):
 				c.closeWith(websocket.CloseMessageTooBig, "a frame is larger than the limit")
 			case errors.As(err, &syntax), errors.As(err, &typ):
 				c.closeWith(websocket.CloseInvalidFramePayloadData, "a frame is not a JSON object of the worker protocol")
+			case errors.As(err, &refused):
+				c.closeWith(websocket.CloseInvalidFramePayloadData, refused.message)
 			}
 			return
 		}

@@ -29,6 +29,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog/fastjson"
+	"github.com/tetherhq/tether/transport/wire"
 )
 
 // BytesMaxDefault caps a flow file unless the server is told otherwise.
@@ -213,6 +215,9 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 			b, err := json.Marshal(x)
 			if err != nil {
 				return at(v, p, "the payload must be JSON-shaped (string keys only): %v", err)
+			}
+			if err := fastjson.Check(b, wire.JSONDepthMax-1); err != nil { // as deep as a submit's payload
+				return at(v, p, "the payload %v", err)
 			}
 			s.payload = b
 			return nil

@@ -23,6 +23,14 @@ type ErrorDetail struct {
 	RequestID string         `json:"request_id,omitempty"`
 }
 
+// JSONDepthMax caps how deep the arrays and objects of a body or a frame nest, its own object
+// included, so a payload, an output or an event's data nests one level less. What is stored
+// comes back inside a job resource and a list page, a few levels deeper, and must still load
+// in the clients users run at their defaults: Python's json fails near 1,000 levels (its
+// recursion limit, less the caller's own frames), Jackson stops at 1,000. encoding/json's
+// 10,000 would let in what they cannot read back.
+const JSONDepthMax = 512
+
 // Receipt names the last event a state-changing request caused: its seq and chain hash.
 type Receipt struct {
 	Seq  uint64 `json:"seq"`

@@ -19,10 +19,15 @@ import (
 const keepMax = 64 << 10
 
 // Reader reads the frames of one connection; it is not safe for concurrent use.
-type Reader struct{ buf bytes.Buffer }
+type Reader struct {
+	// Check, if set, is given each frame before it is decoded, and its error is Read's: the
+	// server holds what workers send to the rules of the API's bodies.
+	Check func(data []byte) error
+	buf   bytes.Buffer
+}
 
 // Read reads the next message into f. Errors are the connection's (websocket.ErrReadLimit for
-// an oversize frame) or the decoder's (*json.SyntaxError, *json.UnmarshalTypeError).
+// an oversize frame), the decoder's (*json.SyntaxError, *json.UnmarshalTypeError) or Check's.
 func (r *Reader) Read(conn *websocket.Conn, f *wire.Frame) error {
 	_, rd, err := conn.NextReader()
 	if err != nil {
@@ -32,6 +37,11 @@ func (r *Reader) Read(conn *websocket.Conn, f *wire.Frame) error {
 	r.buf.Reset()
 	if _, err := r.buf.ReadFrom(rd); err != nil {
 		return err
+	}
+	if r.Check != nil {
+		if err := r.Check(r.buf.Bytes()); err != nil {
+			return err
+		}
 	}
 	return Decode(r.buf.Bytes(), f)
 }

@@ -1,0 +1,133 @@
+package transport_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+func messageOf(body map[string]any) string {
+	e, _ := body["error"].(map[string]any)
+	m, _ := e["message"].(string)
+	return m
+}
+
+// nested is a JSON value nested depth arrays deep.
+func nested(depth int) string { return strings.Repeat("[", depth) + strings.Repeat("]", depth) }
+
+// Every endpoint that takes a body refuses one that is not UTF-8 as INVALID_JSON, whatever else
+// is in it (a field it does not know, a wrong type), and stores none of it.
+func TestBodiesThatAreNotUTF8AreRefused(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	worker := h.register("", nil, 1).WorkerToken
+	const job = "/v1/worker/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV"
+	for _, c := range []struct{ method, path, token, body string }{
+		{"POST", "/v1/jobs", "", "{\"type\":\"t\",\"queue\":\"q\",\"payload\":\"\xff\xfe\"}"},
+		{"POST", "/v1/jobs", "", "{\"type\":\"t\",\"queue\":\"q\",\"payload\":{\"k\xff\":1}}"},
+		{"POST", "/v1/jobs", "", "{\"type\":\"t\",\"queue\":\"q\",\"labels\":{\"a\":\"\xff\"}}"},
+		{"POST", "/v1/jobs/batch", "", "{\"jobs\":[{\"type\":\"t\",\"queue\":\"q\",\"payload\":[\"\xc3\"]}]}"},
+		{"POST", "/v1/jobs/cancel", "", "{\"queue\":\"q\xff\"}"},
+		{"POST", "/v1/jobs/retry", "", "{\"queue\":\"q\xff\"}"},
+		{"POST", "/v1/dead-letters/purge", "", "{\"queue\":\"q\xff\",\"older_than_seconds\":0}"},
+		{"POST", "/v1/reservations", "", "{\"ttl_seconds\":60,\"\xff\":1}"},
+		{"POST", "/v1/schedules", "", "{\"name\":\"s\",\"cron\":\"* * * * *\",\"job\":{\"type\":\"t\",\"queue\":\"q\",\"payload\":\"\xff\"}}"},
+		{"POST", "/v1/flows?name=f", "", "flow:\n  steps:\n    a: {type: t, queue: q, payload: \"\xff\"}\n"},
+		{"POST", "/v1/admin/api-keys", "", "{\"tenant\":\"acme\xff\"}"},
+		{"POST", "/v1/admin/enroll-tokens", "", "{\"tenant\":\"acme\xff\"}"},
+		{"PUT", "/v1/admin/tenants/acme/quota", "", "{\"max_active\":1,\"\xff\":1}"},
+		{"POST", "/v1/workers/register", "", "{\"name\":\"w\xff\",\"queues\":[\"q\"],\"capacity\":1}"},
+		{"POST", "/v1/worker/lease", worker, "{\"max\":1,\"wait_seconds\":0,\"\xff\":1}"},
+		{"POST", "/v1/worker/heartbeat", worker, "{\"leases\":[\"\xff\"]}"},
+		{"POST", job + "/events", worker, "{\"lease_id\":\"l\",\"event_type\":\"log\",\"data\":\"\xff\"}"},
+		{"POST", job + "/complete", worker, "{\"lease_id\":\"l\",\"nonce\":\"n\",\"output\":\"\xff\"}"},
+		{"POST", job + "/fail", worker, "{\"lease_id\":\"l\",\"error_code\":\"e\",\"message\":\"\xff\"}"},
+		{"POST", job + "/release", worker, "{\"lease_id\":\"l\",\"message\":\"\xff\"}"},
+	} {
+		st, b := h.raw(c.method, c.path, c.token, []byte(c.body))
+		if msg := messageOf(b); st != http.StatusBadRequest || codeOf(b) != wire.CodeInvalidJSON || !strings.Contains(msg, "is not UTF-8: byte 0x") {
+			t.Errorf("%s %s %q: %d %v, want 400 INVALID_JSON", c.method, c.path, c.body, st, b)
+		}
+	}
+	if l, err := client.New(h.url, "", nil).List(ctx(t), client.ListOptions{}); err != nil || len(l.Jobs) != 0 {
+		t.Fatalf("after refused submits: %+v %v", l, err)
+	}
+}
+
+// A key twice in one object, at any level of a body, payload included, is refused as
+// INVALID_JSON naming the key, where encoding/json would keep the last; the flow file's YAML
+// refuses repeats too.
+func TestBodiesWithAKeyTwiceAreRefused(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	for _, c := range []struct{ path, body, message string }{
+		{"/v1/jobs", `{"type":"t","queue":"a","queue":"b"}`, `the body has the key "queue" twice`},
+		{"/v1/jobs", `{"type":"t","queue":"q","payload":{"amount":1,"amount":100}}`, `the body has the key "amount" twice in the object at payload`},
+		{"/v1/jobs", `{"type":"t","queue":"q","labels":{"a":"1","\u0061":"2"}}`, `the body has the key "a" twice in the object at labels`},
+		{"/v1/jobs/batch", `{"jobs":[{"type":"t","queue":"q"},{"type":"t","queue":"q","payload":[{"x":{"y":1,"y":2}}]}]}`,
+			`the body has the key "y" twice in the object at jobs[1].payload[0].x`},
+		{"/v1/jobs/cancel", `{"queue":"q","queue":"r"}`, `the body has the key "queue" twice`},
+	} {
+		st, b := h.raw("POST", c.path, "", []byte(c.body))
+		if msg := messageOf(b); st != http.StatusBadRequest || codeOf(b) != wire.CodeInvalidJSON || msg != c.message {
+			t.Errorf("%s %s: %d %v, want 400 INVALID_JSON %q", c.path, c.body, st, b, c.message)
+		}
+	}
+	// The same key in sibling objects, or at different levels, is no repeat.
+	if st, b := h.raw("POST", "/v1/jobs", "", []byte(`{"type":"t","queue":"q","payload":{"type":"x","a":[{"k":1},{"k":2}]}}`)); st != http.StatusCreated {
+		t.Fatalf("%d %v", st, b)
+	}
+}
+
+// A body nests at most wire.JSONDepthMax levels, its own object included: a payload one
+// level less deep than that is taken and reads back; one level more is refused.
+func TestBodiesNestAtMostTheLimit(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	st, b := h.raw("POST", "/v1/jobs", "", []byte(`{"type":"t","queue":"q","payload":`+nested(wire.JSONDepthMax-1)+`}`))
+	if st != http.StatusCreated {
+		t.Fatalf("a payload as deep as allowed: %d %v", st, b)
+	}
+	j, err := client.New(h.url, "", nil).Get(ctx(t), b["id"].(string))
+	if err != nil || string(j.Payload) != nested(wire.JSONDepthMax-1) {
+		t.Fatalf("read back: %v", err)
+	}
+	st, b = h.raw("POST", "/v1/jobs", "", []byte(`{"type":"t","queue":"q","payload":`+nested(wire.JSONDepthMax)+`}`))
+	if msg := messageOf(b); st != http.StatusBadRequest || codeOf(b) != wire.CodeInvalidJSON ||
+		!strings.HasPrefix(msg, "the body nests deeper than 512 levels") {
+		t.Fatalf("a payload too deep: %d %v", st, b)
+	}
+	// A flow step's payload, which YAML nests, is held to a submit's.
+	flow := "flow:\n  steps:\n    a:\n      type: t\n      queue: q\n      payload: " + nested(wire.JSONDepthMax) + "\n"
+	if st, b := h.raw("POST", "/v1/flows?name=f", "", []byte(flow)); st != http.StatusBadRequest || codeOf(b) != "INVALID_FLOW" {
+		t.Fatalf("a flow payload too deep: %d %v", st, b)
+	}
+}
+
+// A WebSocket frame that is not UTF-8, repeats a key or nests too deep closes the session with
+// 1007, as a frame that is not JSON does.
+func TestFramesThatDoNotReadBackCloseTheSession(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	reg := h.register("", nil, 1)
+	for _, frame := range []string{
+		"{\"type\":\"credit\",\"n\":1,\"ref\":\"\xff\"}",
+		`{"type":"credit","n":1,"n":2}`,
+		`{"type":"event","job_id":"j","lease_id":"l","event_type":"log","data":` + nested(wire.JSONDepthMax) + `}`,
+	} {
+		w := h.dial(reg.WorkerToken, 1)
+		_ = w.conn.WriteMessage(websocket.TextMessage, []byte(frame))
+		_, _, err := w.conn.ReadMessage()
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.CloseInvalidFramePayloadData || !strings.HasPrefix(ce.Text, "a frame ") {
+			t.Fatalf("%.80q: %v, want a close with 1007", frame, err)
+		}
+	}
+}
