@@ -230,7 +230,7 @@ func outputOfCommand(o capped) (any, error) {
 	if o.total > len(o.data) {
 		return nil, tooLarge(o.total)
 	}
-	if trimmed := bytes.TrimSpace(o.data); len(trimmed) > 0 && json.Valid(trimmed) {
+	if trimmed := bytes.TrimSpace(o.data); len(trimmed) > 0 && json.Valid(trimmed) && utf8.Valid(trimmed) {
 		if len(trimmed) > wire.OutputBytesMax {
 			return nil, tooLarge(len(trimmed))
 		}

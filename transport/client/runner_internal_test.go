@@ -58,6 +58,7 @@ func TestRefusedResultBecomesAFailure(t *testing.T) {
 	}{
 		{"PAYLOAD_TOO_LARGE", "output_too_large", false},
 		{"INVALID_ARGUMENT", "output_refused", false},
+		{"INVALID_JSON", "output_refused", false},
 		{"SIGNATURE_INVALID", "signature_invalid", true},
 	} {
 		f, ok := refusedResult(j, &Error{Status: 400, Code: tc.code, Message: "why"})
@@ -83,6 +84,7 @@ func TestCommandOutput(t *testing.T) {
 		{"text inside lines kept", "a\r\nb\n\n", `"a\r\nb"`, ""},
 		{"nothing", "", `""`, ""},
 		{"not UTF-8", "caf\xe9", "", "output_not_utf8"},
+		{"JSON not UTF-8", "{\"a\": \"caf\xe9\"}", "", "output_not_utf8"},
 		{"escaping past the limit", strings.Repeat("\x01", wire.OutputBytesMax/6+1), "", "output_too_large"},
 		{"just under the limit once escaped", strings.Repeat("\x01", (wire.OutputBytesMax-2)/6), "", ""},
 	} {
@@ -103,6 +105,33 @@ func TestCommandOutput(t *testing.T) {
 	// More than was kept is too large, whatever was kept.
 	if _, err := outputOfCommand(capped{data: []byte("{}"), total: 3 << 20}); err == nil || !strings.Contains(err.Error(), "3145728") {
 		t.Errorf("an overflow: %v", err)
+	}
+}
+
+// An output or event data the server would refuse (not UTF-8, a key twice, nested too deep)
+// is refused before it is sent: over WebSocket the server closes the connection, and a resend
+// after reconnecting would meet the same.
+func TestOutputTheServerWouldRefuseIsNotSent(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for _, tc := range []struct {
+		name string
+		out  any
+		want string
+	}{
+		{"a key twice", json.RawMessage(`{"a":1,"a":2}`), `the output has the key "a" twice`},
+		{"not UTF-8", json.RawMessage("\"\xff\""), "the output is not UTF-8: byte 0xff at offset 1"},
+		{"too deep", json.RawMessage(deep(wire.JSONDepthMax)), "the output nests deeper than 511 levels"},
+		{"too deep, encoded", []any{json.RawMessage(deep(wire.JSONDepthMax - 1))}, "the output nests deeper than 511 levels"},
+		{"as deep as allowed", json.RawMessage(deep(wire.JSONDepthMax - 1)), ""},
+	} {
+		_, err := outputOf(tc.out)
+		if (err == nil) != (tc.want == "") || err != nil && !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	j := &Job{ID: "j", LeaseID: "l"} // no runner: an event that reached it would panic
+	if err := j.Event(t.Context(), "progress", json.RawMessage(`{"done":1,"done":2}`)); err == nil || !strings.HasPrefix(err.Error(), `the event's data has the key "done" twice`) {
+		t.Errorf("an event's data with a key twice: %v", err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -42,6 +43,9 @@ type Job struct {
 func (j *Job) Event(ctx context.Context, eventType string, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
+		return err
+	}
+	if err := checkValue("the event's data", raw); err != nil {
 		return err
 	}
 	seq := int(j.events.Add(1))
@@ -837,7 +841,7 @@ func refusedResult(j *Job, err error) (wire.Frame, bool) {
 	switch e.Code {
 	case "PAYLOAD_TOO_LARGE":
 		fl = &Failure{Code: "output_too_large", Message: e.Message}
-	case "INVALID_ARGUMENT":
+	case "INVALID_ARGUMENT", wire.CodeInvalidJSON:
 		fl = &Failure{Code: "output_refused", Message: e.Message}
 	case "SIGNATURE_INVALID":
 		// The worker's key, not the job, is at fault: another worker may run it.
@@ -866,9 +870,22 @@ func outputOf(out any) (json.RawMessage, error) {
 		if !json.Valid(v) {
 			return nil, errors.New("the output is not valid JSON")
 		}
-		return v, nil
+		return v, checkValue("the output", v)
 	}
-	return json.Marshal(out)
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	return raw, checkValue("the output", raw)
+}
+
+// checkValue refuses, before it is sent, a value the server would refuse in a frame or a body
+// (fastjson.Check): over WebSocket it closes the connection, and would again at every resend.
+func checkValue(what string, raw json.RawMessage) error {
+	if err := fastjson.Check(raw, wire.JSONDepthMax-1); err != nil {
+		return fmt.Errorf("%s %v", what, err)
+	}
+	return nil
 }
 
 // checkKey compares the key the server holds for this worker with the runner's own: a worker
