@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,4 +134,55 @@ func TestBulkRedriveStopsAtTheQuota(t *testing.T) {
 	}
 	_, err = c.RedriveMatching(ctx(t), wire.BulkRequest{Status: "queued"})
 	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+}
+
+// A bulk action whose body narrows nothing, and a purge with no age, act only when the body
+// says all: true; refused, they change nothing.
+func TestBulkActionsNeedAScope(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	c := client.New(h.url, "", nil)
+	w, _, leased, a := h.leased(c)
+	no := false
+	if ack := w.ack(wire.Frame{Type: wire.FrameFail, JobID: leased.ID, LeaseID: a.LeaseID, ErrorCode: "boom", Retryable: &no}); !*ack.OK {
+		t.Fatalf("fail: %+v", ack)
+	}
+	live := submit(t, c, `{}`)
+	for _, r := range []struct{ path, body string }{
+		{"/v1/jobs/cancel", `{}`},
+		{"/v1/jobs/cancel", `{"limit":10,"cursor":"00000000000000000000000000"}`},
+		{"/v1/jobs/retry", `{}`},
+		{"/v1/jobs/retry", `{"status":"failed"}`}, // every dead letter is failed: no narrowing
+		{"/v1/dead-letters/purge", `{}`},
+		{"/v1/dead-letters/purge", `{"queue":"q"}`},
+	} {
+		st, b := h.raw("POST", r.path, "", []byte(r.body))
+		if st != http.StatusBadRequest || codeOf(b) != "INVALID_ARGUMENT" || !strings.Contains(messageOf(b), `"all": true`) {
+			t.Errorf("%s %s: %d %v, want 400 INVALID_ARGUMENT", r.path, r.body, st, b)
+		}
+	}
+	if j, _ := c.Get(ctx(t), live.ID); j.Status != "queued" {
+		t.Fatalf("the live job is %s after refused bulk actions", j.Status)
+	}
+	if j, _ := c.Get(ctx(t), leased.ID); j.Status != "failed" {
+		t.Fatalf("the dead letter is %s after refused bulk actions", j.Status)
+	}
+	// Told all: true, each acts on every job it may.
+	if r, err := c.CancelMatching(ctx(t), wire.BulkRequest{All: true}); err != nil || r.Cancelled != 1 {
+		t.Fatalf("cancel all: %+v %v", r, err)
+	}
+	if r, err := c.RedriveMatching(ctx(t), wire.BulkRequest{All: true}); err != nil || r.Redriven != 1 {
+		t.Fatalf("re-drive all: %+v %v", r, err)
+	}
+	w.send(wire.Frame{Type: wire.FrameCredit, N: 1})
+	a = w.assignment()
+	if ack := w.ack(wire.Frame{Type: wire.FrameFail, JobID: leased.ID, LeaseID: a.LeaseID, ErrorCode: "boom", Retryable: &no}); !*ack.OK {
+		t.Fatalf("fail again: %+v", ack)
+	}
+	if st, b := h.raw("POST", "/v1/dead-letters/purge", "", []byte(`{"all":true}`)); st != http.StatusOK || b["purged"] != float64(1) {
+		t.Fatalf("purge all: %d %v", st, b)
+	}
+	if st, b := h.raw("POST", "/v1/dead-letters/purge", "", []byte(`{"older_than_seconds":0}`)); st != http.StatusOK {
+		t.Fatalf("purge of any age: %d %v", st, b)
+	}
 }

@@ -238,11 +238,12 @@ func checkCursor(c string) error {
 	return nil
 }
 
-// bulkFilter reads the body of a bulk action into a filter of the caller's jobs.
-func bulkFilter(r *request) (projections.JobFilter, error) {
+// bulkFilter reads the body of a bulk action into a filter of the caller's jobs, and whether
+// the body says all: true.
+func bulkFilter(r *request) (projections.JobFilter, bool, error) {
 	var req wire.BulkRequest
 	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
-		return projections.JobFilter{}, err
+		return projections.JobFilter{}, false, err
 	}
 	f := projections.JobFilter{Tenant: r.by.tenant, Status: projections.Status(req.Status), Queue: req.Queue, Type: req.Type, Label: req.Label,
 		After: req.Cursor, Limit: req.Limit}
@@ -250,20 +251,37 @@ func bulkFilter(r *request) (projections.JobFilter, error) {
 		f.CreatedBefore = *req.CreatedBefore
 	}
 	if req.Limit < 0 || req.Limit > broker.BulkLimitMax {
-		return f, errorf(actors.CodeInvalidArgument, "limit must be 1..%d (0: %d)", broker.BulkLimitMax, broker.BulkLimitMax)
+		return f, req.All, errorf(actors.CodeInvalidArgument, "limit must be 1..%d (0: %d)", broker.BulkLimitMax, broker.BulkLimitMax)
 	}
-	return f, checkFilter(f)
+	return f, req.All, checkFilter(f)
+}
+
+// scoped refuses a bulk action whose filter narrows nothing unless the body says all: true, so
+// that a filter left out by mistake does not act on every job of the tenant. statusNarrows
+// says whether the filter's status narrows the jobs the action takes at all.
+func scoped(f projections.JobFilter, statusNarrows, all bool, everything string) error {
+	if all || f.Queue != "" || f.Type != "" || f.Label != "" || !f.CreatedBefore.IsZero() || statusNarrows && f.Status != "" {
+		return nil
+	}
+	fields := "queue, type, label or created_before"
+	if statusNarrows {
+		fields = "queue, type, status, label or created_before"
+	}
+	return errorf(actors.CodeInvalidArgument, "no filter given: name a %s, or send \"all\": true to %s", fields, everything)
 }
 
 // cancelMatching serves POST /v1/jobs/cancel: a cancel of every live job a filter matches, a
 // page at a time.
 func (s *Server) cancelMatching(r *request) error {
-	f, err := bulkFilter(r)
+	f, all, err := bulkFilter(r)
 	if err != nil {
 		return err
 	}
 	if f.Status.Terminal() {
 		return errorf(actors.CodeInvalidArgument, "status %q: only queued, scheduled and leased jobs can be cancelled", f.Status)
+	}
+	if err := scoped(f, true, all, "cancel every live job"); err != nil {
+		return err
 	}
 	res, err := r.b.CancelMatching(r.Context(), r.by.tenant, r.by.apiKeyID, f)
 	if err != nil {
@@ -280,12 +298,15 @@ func (s *Server) cancelMatching(r *request) error {
 // redriveMatching serves POST /v1/jobs/retry: a re-drive of every dead letter a filter
 // matches, a page at a time.
 func (s *Server) redriveMatching(r *request) error {
-	f, err := bulkFilter(r)
+	f, all, err := bulkFilter(r)
 	if err != nil {
 		return err
 	}
 	if f.Status != "" && f.Status != projections.StatusFailed {
 		return errorf(actors.CodeInvalidArgument, "status %q: only failed (dead-lettered) jobs can be re-driven", f.Status)
+	}
+	if err := scoped(f, false, all, "re-drive every dead letter"); err != nil {
+		return err
 	}
 	res, err := r.b.RedriveMatching(r.Context(), r.by.tenant, r.by.apiKeyID, f)
 	if err != nil {
@@ -336,10 +357,17 @@ func (s *Server) purgeDead(r *request) error {
 	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
 		return err
 	}
-	if req.OlderThanSeconds < 0 || req.OlderThanSeconds > actors.ResultTTLMax.Seconds() {
+	age := 0.0
+	switch {
+	case req.OlderThanSeconds != nil:
+		age = *req.OlderThanSeconds
+	case !req.All: // an age left out by mistake must not purge every dead letter
+		return errorf(actors.CodeInvalidArgument, "older_than_seconds is required (0: any age), or send \"all\": true to purge dead letters of any age")
+	}
+	if age < 0 || age > actors.ResultTTLMax.Seconds() {
 		return errorf(actors.CodeInvalidArgument, "older_than_seconds must be 0..%.0f", actors.ResultTTLMax.Seconds())
 	}
-	n, more, rc, err := r.b.PurgeDead(r.Context(), r.by.tenant, r.by.apiKeyID, req.Queue, s.clock().Add(-seconds(req.OlderThanSeconds)))
+	n, more, rc, err := r.b.PurgeDead(r.Context(), r.by.tenant, r.by.apiKeyID, req.Queue, s.clock().Add(-seconds(age)))
 	if err != nil {
 		return err
 	}

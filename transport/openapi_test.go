@@ -99,7 +99,9 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	}
 	check("DELETE", "/v1/jobs/01NOSUCHJOB00000000000000", "", "")
 	check("POST", "/v1/dead-letters/purge", "", `{"queue":"q","older_than_seconds":60}`)
+	check("POST", "/v1/dead-letters/purge", "", `{"all":true}`)
 	check("POST", "/v1/jobs/cancel", "", `{"queue":"q","label":"a=b","limit":10}`)
+	check("POST", "/v1/jobs/cancel", "", `{"all":true,"limit":10}`)
 	check("POST", "/v1/jobs/retry", "", `{"queue":"q"}`)
 	check("POST", "/v1/queues/q/pause", "", "")
 	check("GET", "/v1/queues", "", "")

@@ -417,6 +417,7 @@ func jobBulk(action string) func([]string) error {
 		if req.Queue == "" && req.Type == "" && req.Label == "" && req.Status == "" && req.CreatedBefore == nil && !*all {
 			return badFlagf(fs, "no filter given: name one, or pass --all to %s every job", map[string]string{"cancel": "cancel", "retry": "re-drive"}[action])
 		}
+		req.All = *all // the server, too, acts on no filter only when told
 		c := cf.client()
 		req.Cursor = projections.CursorFirst // so that a cursor that does not move shows as one
 		var done, requested, matched int

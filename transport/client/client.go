@@ -394,7 +394,7 @@ func (c *Client) Delete(ctx context.Context, id string) (*wire.Deleted, error) {
 // olderThan ago out of every view, up to 1000 a call; the answer's More says to call again.
 func (c *Client) PurgeDead(ctx context.Context, queue string, olderThan time.Duration) (*wire.PurgeResponse, error) {
 	var p wire.PurgeResponse
-	_, err := c.do(ctx, http.MethodPost, "/v1/dead-letters/purge", wire.PurgeRequest{Queue: queue, OlderThanSeconds: olderThan.Seconds()}, &p)
+	_, err := c.do(ctx, http.MethodPost, "/v1/dead-letters/purge", wire.PurgeRequest{Queue: queue, OlderThanSeconds: new(olderThan.Seconds())}, &p)
 	return &p, err
 }
 

@@ -115,10 +115,12 @@ type Deleted struct {
 }
 
 // PurgeRequest is the body of POST /v1/dead-letters/purge: the dead letters of Queue (every
-// queue if empty) that died at least OlderThanSeconds ago.
+// queue if empty) that died at least OlderThanSeconds ago. It must give an age (0: any age) or
+// All, so that an age left out by mistake does not purge every dead letter.
 type PurgeRequest struct {
-	Queue            string  `json:"queue,omitempty"`
-	OlderThanSeconds float64 `json:"older_than_seconds"`
+	Queue            string   `json:"queue,omitempty"`
+	OlderThanSeconds *float64 `json:"older_than_seconds,omitempty"`
+	All              bool     `json:"all,omitempty"` // with no age: any age
 }
 
 // PurgeResponse answers a purge: how many dead letters left the views, and whether more match
@@ -224,14 +226,16 @@ type QueueState struct {
 }
 
 // BulkRequest is the body of POST /v1/jobs/cancel and /v1/jobs/retry: a filter of the caller's
-// jobs (every field optional), a page size (at most 1,000, the default), and the next_cursor of
-// the previous call.
+// jobs, a page size (at most 1,000, the default), and the next_cursor of the previous call. A
+// filter that narrows nothing must say All, so that one left out by mistake does not act on
+// every job of the tenant.
 type BulkRequest struct {
 	Queue         string     `json:"queue,omitempty"`
 	Type          string     `json:"type,omitempty"`
 	Status        string     `json:"status,omitempty"`
 	Label         string     `json:"label,omitempty"` // key=value
 	CreatedBefore *time.Time `json:"created_before,omitempty"`
+	All           bool       `json:"all,omitempty"` // every job the other fields leave in, even if they narrow nothing
 	Limit         int        `json:"limit,omitempty"`
 	Cursor        string     `json:"cursor,omitempty"`
 }
