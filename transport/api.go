@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -456,3 +457,16 @@ func (r *request) reply(status int, v any) error {
 func receipt(rc actors.Receipt) wire.Receipt { return wire.Receipt{Seq: rc.Seq, Hash: rc.Hash} }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// secondsField converts a field of seconds to a duration: 0 (the default), or min..max. Any
+// other value is refused with the field's name and the value as sent, before a conversion that
+// could overflow (1e11 seconds is past a time.Duration's 292 years, and would wrap).
+func secondsField(field string, v float64, min, max time.Duration) (time.Duration, error) {
+	if v != 0 && (v < min.Seconds() || v > max.Seconds()) {
+		return 0, errorf(actors.CodeInvalidArgument, "%s %s is outside %s..%s (0: the default)", field, plain(v), plain(min.Seconds()), plain(max.Seconds()))
+	}
+	return seconds(v), nil
+}
+
+// plain writes a number as a client wrote it, without an exponent.
+func plain(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

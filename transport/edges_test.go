@@ -362,6 +362,26 @@ func TestAPIRefusesWhatItCannotMeanSilently(t *testing.T) {
 	}
 }
 
+// A number of seconds past its limit is refused with the value as sent and the limit, not a
+// duration that wrapped around on the way (1e11 s is past a time.Duration's 292 years).
+func TestSecondsPastTheirLimitSayTheirValue(t *testing.T) {
+	t.Parallel()
+	h := start(t, transport.AuthNone)
+	for _, c := range []struct{ path, body, message string }{
+		{"/v1/jobs", `{"queue":"q","type":"t","lease_ttl_seconds":99999999999}`, "lease_ttl_seconds 99999999999 is outside 5..3600 (0: the default)"},
+		{"/v1/jobs", `{"queue":"q","type":"t","delay_seconds":99999999999}`, "delay_seconds 99999999999 is outside 0..31622400 (0: the default)"},
+		{"/v1/jobs", `{"queue":"q","type":"t","delay_seconds":-1}`, "delay_seconds -1 is outside 0..31622400 (0: the default)"},
+		{"/v1/jobs", `{"queue":"q","type":"t","result_ttl_seconds":1e20}`, "result_ttl_seconds 100000000000000000000 is outside 1..31622400 (0: the default)"},
+		{"/v1/reservations", `{"ttl_seconds":99999999999}`, "ttl_seconds 99999999999 is outside 0..86400 (0: the default)"},
+		{"/v1/admin/enroll-tokens", `{"tenant":"default","ttl_seconds":99999999999}`, "ttl_seconds 99999999999 is outside 0..31536000 (0: the default)"},
+	} {
+		st, b := h.raw("POST", c.path, "", []byte(c.body))
+		if st != http.StatusBadRequest || codeOf(b) != "INVALID_ARGUMENT" || messageOf(b) != c.message {
+			t.Errorf("%s %s: %d %v, want 400 INVALID_ARGUMENT %q", c.path, c.body, st, b, c.message)
+		}
+	}
+}
+
 // Under --auth token /metrics names tenants and queues, so it needs the metrics token or the
 // admin token; a listener of its own (MetricsHandler, for --metrics-addr) serves it without.
 func TestMetricsNeedACredentialUnderTokenAuth(t *testing.T) {

@@ -50,14 +50,17 @@ func jobOf(j *projections.Job, now time.Time) wire.Job {
 
 // specOf turns a submit body into a job spec; header is the Idempotency-Key header, if any.
 func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
-	if req.DelaySeconds < 0 {
-		return actors.JobSpec{}, errorf(actors.CodeInvalidArgument, "delay_seconds must not be negative")
+	delay, err := secondsField("delay_seconds", req.DelaySeconds, 0, actors.DelayMax)
+	if err != nil {
+		return actors.JobSpec{}, err
 	}
-	if req.LeaseTTLSeconds < 0 {
-		return actors.JobSpec{}, errorf(actors.CodeInvalidArgument, "lease_ttl_seconds must not be negative")
+	leaseTTL, err := secondsField("lease_ttl_seconds", req.LeaseTTLSeconds, actors.LeaseTTLMin, actors.LeaseTTLMax)
+	if err != nil {
+		return actors.JobSpec{}, err
 	}
-	if t := req.ResultTTLSeconds; t != 0 && (t < actors.ResultTTLMin.Seconds() || t > actors.ResultTTLMax.Seconds()) {
-		return actors.JobSpec{}, errorf(actors.CodeInvalidArgument, "result_ttl_seconds must be %.0f..%.0f", actors.ResultTTLMin.Seconds(), actors.ResultTTLMax.Seconds())
+	resultTTL, err := secondsField("result_ttl_seconds", req.ResultTTLSeconds, actors.ResultTTLMin, actors.ResultTTLMax)
+	if err != nil {
+		return actors.JobSpec{}, err
 	}
 	key := req.IdempotencyKey
 	if header != "" {
@@ -67,9 +70,9 @@ func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
 		key = header
 	}
 	spec := actors.JobSpec{
-		Queue: req.Queue, Type: req.Type, Payload: req.Payload, Priority: req.Priority, Delay: seconds(req.DelaySeconds),
-		MaxAttempts: req.MaxAttempts, LeaseTTL: seconds(req.LeaseTTLSeconds), Labels: req.Labels,
-		IdempotencyKey: key, ReservationID: req.ReservationID, ResultTTL: seconds(req.ResultTTLSeconds),
+		Queue: req.Queue, Type: req.Type, Payload: req.Payload, Priority: req.Priority, Delay: delay,
+		MaxAttempts: req.MaxAttempts, LeaseTTL: leaseTTL, Labels: req.Labels,
+		IdempotencyKey: key, ReservationID: req.ReservationID, ResultTTL: resultTTL,
 	}
 	if req.RunAt != nil {
 		spec.RunAt = *req.RunAt
@@ -394,10 +397,11 @@ func (s *Server) reserve(r *request) error {
 	if err := r.decode(SmallBodyBytesMax, &req); err != nil {
 		return err
 	}
-	if req.TTLSeconds < 0 || seconds(req.TTLSeconds) > actors.ReservationTTLMax {
-		return errorf(actors.CodeInvalidArgument, "ttl_seconds must be 0 (the default, 300) up to %d", int(actors.ReservationTTLMax.Seconds()))
+	ttl, err := secondsField("ttl_seconds", req.TTLSeconds, 0, actors.ReservationTTLMax)
+	if err != nil {
+		return err
 	}
-	id, exp, rc, err := r.b.Reserve(r.Context(), r.by.tenant, seconds(req.TTLSeconds))
+	id, exp, rc, err := r.b.Reserve(r.Context(), r.by.tenant, ttl)
 	if err != nil {
 		return err
 	}
@@ -573,10 +577,11 @@ func (s *Server) createEnrollToken(r *request) error {
 	if req.Uses != nil {
 		uses = *req.Uses // the tenant's actor refuses what is outside its range
 	}
-	if req.TTLSeconds < 0 {
-		return errorf(actors.CodeInvalidArgument, "ttl_seconds must not be negative")
+	ttl, err := secondsField("ttl_seconds", req.TTLSeconds, 0, actors.EnrollTTLMax)
+	if err != nil {
+		return err
 	}
-	t, err := r.b.CreateEnrollToken(r.Context(), req.Tenant, uses, seconds(req.TTLSeconds))
+	t, err := r.b.CreateEnrollToken(r.Context(), req.Tenant, uses, ttl)
 	if err != nil {
 		return err
 	}
