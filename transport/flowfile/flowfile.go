@@ -304,7 +304,7 @@ func join(path, key string) string {
 // JSON API takes for v's type (jsonTyped), and null, which leaves v as JSON's null does.
 func scalar[T any](n *yaml.Node, path string, v *T) error {
 	if n.Kind != yaml.ScalarNode {
-		return at(n, path, "must be a single %s", kindOf(v))
+		return at(n, path, "must be %s, not %s", kindOf(v), nodeKind(n))
 	}
 	if n.ShortTag() != "!!null" && !jsonTyped(n, v) {
 		written := n.Value
@@ -351,6 +351,19 @@ func kindOf(v any) string {
 		return "true or false"
 	}
 	return "a value"
+}
+
+// nodeKind names what a node that is not a scalar is.
+func nodeKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "a document"
 }
 
 func at(n *yaml.Node, path, format string, args ...any) *Error {

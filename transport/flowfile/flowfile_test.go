@@ -74,6 +74,8 @@ func TestParseErrors(t *testing.T) {
 		{"number for a string", "flow:\n  steps:\n    a: {queue: 123}\n", "flow.steps.a.queue", "must be a string, not 123"},
 		{"number for a label", "flow:\n  steps:\n    a: {queue: q, labels: {gpu: 1}}\n", "flow.steps.a.labels.gpu", "must be a string, not 1"},
 		{"boolean for a need", "flow:\n  steps:\n    a: {queue: q, needs: [true]}\n", "flow.steps.a.needs", "must be a string, not true"},
+		{"a list for a string", "flow:\n  steps:\n    a: {queue: [q]}\n", "flow.steps.a.queue", "must be a string, not a list"},
+		{"a mapping for a number", "flow:\n  steps:\n    a: {queue: q, priority: {p: 1}}\n", "flow.steps.a.priority", "must be a whole number, not a mapping"},
 		{"no steps", "flow:\n  name: x\n", "flow", `no "steps"`},
 		{"two documents", "flow: {steps: {a: {}}}\n---\nflow: {}\n", "", "more than one YAML document"},
 	} {
