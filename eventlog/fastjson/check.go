@@ -30,7 +30,7 @@ func Check(b []byte, depthMax int) error {
 	}
 	var stack [8]container // for the usual text, kept off the heap: run appends to local slices only
 	var keys [16]span
-	c := checker{b: b}
+	c := checker{Scanner{B: b}}
 	return c.run(depthMax, stack[:0], keys[:0])
 }
 
@@ -68,10 +68,8 @@ type span struct {
 	escaped    bool
 }
 
-type checker struct {
-	b []byte
-	i int
-}
+// checker is a Scanner that Check reads its text with.
+type checker struct{ Scanner }
 
 // run reads the text, with stack the containers open, and keys the keys of every object open,
 // each object's after its parent's.
@@ -79,19 +77,19 @@ func (c *checker) run(depthMax int, stack []container, keys []span) error {
 	var err error
 	for {
 		// A value starts at c.i.
-		c.space()
-		if c.i == len(c.b) {
+		c.skipSpace()
+		if c.i == len(c.B) {
 			return ErrNotJSON
 		}
-		switch ch := c.b[c.i]; ch {
+		switch ch := c.B[c.i]; ch {
 		case '{', '[':
 			if len(stack) == depthMax {
 				return fmt.Errorf("nests deeper than %d levels of arrays and objects (at offset %d)", depthMax, c.i)
 			}
 			stack = append(stack, container{object: ch == '{', keys: len(keys)})
 			c.i++
-			c.space()
-			if c.i < len(c.b) && (c.b[c.i] == '}' || c.b[c.i] == ']') {
+			c.skipSpace()
+			if c.i < len(c.B) && (c.B[c.i] == '}' || c.B[c.i] == ']') {
 				break // empty: closed below
 			}
 			if ch == '{' {
@@ -101,12 +99,12 @@ func (c *checker) run(depthMax int, stack []container, keys []span) error {
 			}
 			continue
 		case '"':
-			if c.i = skipString(c.b, c.i); c.i < 0 {
+			if c.i = skipString(c.B, c.i); c.i < 0 {
 				return ErrNotJSON
 			}
 		default: // a number or a literal, whose grammar is the decoder's to check
 			start := c.i
-			for c.i < len(c.b) && !delimiter(c.b[c.i]) {
+			for c.i < len(c.B) && !delimiter(c.B[c.i]) {
 				c.i++
 			}
 			if c.i == start {
@@ -115,24 +113,24 @@ func (c *checker) run(depthMax int, stack []container, keys []span) error {
 		}
 		// After a value: close what it ends, then go on to the next member or element.
 		for {
-			c.space()
+			c.skipSpace()
 			if len(stack) == 0 {
-				if c.i != len(c.b) {
+				if c.i != len(c.B) {
 					return ErrNotJSON
 				}
 				return nil
 			}
-			if c.i == len(c.b) {
+			if c.i == len(c.B) {
 				return ErrNotJSON
 			}
 			top := &stack[len(stack)-1]
-			if ch := c.b[c.i]; ch == '}' && top.object || ch == ']' && !top.object {
+			if ch := c.B[c.i]; ch == '}' && top.object || ch == ']' && !top.object {
 				keys = keys[:top.keys]
 				stack = stack[:len(stack)-1]
 				c.i++
 				continue
 			}
-			if c.b[c.i] != ',' {
+			if c.B[c.i] != ',' {
 				return ErrNotJSON
 			}
 			c.i++
@@ -155,38 +153,27 @@ func delimiter(c byte) bool {
 	return false
 }
 
-func (c *checker) space() {
-	for c.i < len(c.b) {
-		switch c.b[c.i] {
-		case ' ', '\t', '\n', '\r':
-			c.i++
-		default:
-			return
-		}
-	}
-}
-
 // key reads a key of the innermost object and the colon after it, and returns keys with it,
 // refusing a key the object already has.
 func (c *checker) key(stack []container, keys []span) ([]span, error) {
-	c.space()
-	if c.i == len(c.b) || c.b[c.i] != '"' {
+	c.skipSpace()
+	if c.i == len(c.B) || c.B[c.i] != '"' {
 		return keys, ErrNotJSON
 	}
 	start := c.i
 	k := span{start: start + 1}
-	for c.i++; c.i < len(c.b) && c.b[c.i] != '"'; c.i++ {
-		if c.b[c.i] == '\\' {
+	for c.i++; c.i < len(c.B) && c.B[c.i] != '"'; c.i++ {
+		if c.B[c.i] == '\\' {
 			c.i++
 			k.escaped = true
 		}
 	}
-	if c.i >= len(c.b) {
+	if c.i >= len(c.B) {
 		return keys, ErrNotJSON
 	}
 	k.end = c.i
 	c.i++
-	if k.escaped && !json.Valid(c.b[start:c.i]) {
+	if k.escaped && !json.Valid(c.B[start:c.i]) {
 		return keys, ErrNotJSON
 	}
 	top := &stack[len(stack)-1]
@@ -217,8 +204,8 @@ func (c *checker) key(stack []container, keys []span) ([]span, error) {
 	if top.set != nil {
 		top.set[c.name(k)] = struct{}{}
 	}
-	c.space()
-	if c.i == len(c.b) || c.b[c.i] != ':' {
+	c.skipSpace()
+	if c.i == len(c.B) || c.B[c.i] != ':' {
 		return keys, ErrNotJSON
 	}
 	c.i++
@@ -228,16 +215,16 @@ func (c *checker) key(stack []container, keys []span) ([]span, error) {
 // name is a key as it decodes.
 func (c *checker) name(k span) string {
 	if !k.escaped {
-		return string(c.b[k.start:k.end])
+		return string(c.B[k.start:k.end])
 	}
 	var s string
-	_ = json.Unmarshal(c.b[k.start-1:k.end+1], &s) // key checked that it decodes
+	_ = json.Unmarshal(c.B[k.start-1:k.end+1], &s) // key checked that it decodes
 	return s
 }
 
 func (c *checker) same(x, y span) bool {
 	if !x.escaped && !y.escaped {
-		return bytes.Equal(c.b[x.start:x.end], c.b[y.start:y.end])
+		return bytes.Equal(c.B[x.start:x.end], c.B[y.start:y.end])
 	}
 	return c.name(x) == c.name(y)
 }
