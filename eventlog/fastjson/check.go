@@ -184,7 +184,7 @@ func (c *checker) key(stack []container, keys []span) ([]span, error) {
 		_, dup = top.set[c.name(k)]
 	case len(seen) < keysCompared:
 		for _, s := range seen {
-			if dup = c.same(s, k); dup {
+			if dup = (s.escaped || k.escaped || s.end-s.start == k.end-k.start) && c.same(s, k); dup { // most keys differ in length
 				break
 			}
 		}
