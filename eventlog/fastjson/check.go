@@ -103,13 +103,14 @@ func (c *checker) run(depthMax int, stack []container, keys []span) error {
 				return ErrNotJSON
 			}
 		default: // a number or a literal, whose grammar is the decoder's to check
-			start := c.i
-			for c.i < len(c.B) && !delimiter(c.B[c.i]) {
-				c.i++
+			b, i := c.B, c.i
+			for i < len(b) && !delimiter(b[i]) {
+				i++
 			}
-			if c.i == start {
+			if i == c.i {
 				return ErrNotJSON
 			}
+			c.i = i
 		}
 		// After a value: close what it ends, then go on to the next member or element.
 		for {
@@ -160,20 +161,19 @@ func (c *checker) key(stack []container, keys []span) ([]span, error) {
 	if c.i == len(c.B) || c.B[c.i] != '"' {
 		return keys, ErrNotJSON
 	}
-	start := c.i
-	k := span{start: start + 1}
-	for c.i++; c.i < len(c.B) && c.B[c.i] != '"'; c.i++ {
-		if c.B[c.i] == '\\' {
-			c.i++
+	b, i := c.B, c.i+1 // locals, which the loop keeps in registers
+	k := span{start: i}
+	for ; i < len(b) && b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
 			k.escaped = true
 		}
 	}
-	if c.i >= len(c.B) {
+	if i >= len(b) {
 		return keys, ErrNotJSON
 	}
-	k.end = c.i
-	c.i++
-	if k.escaped && !json.Valid(c.B[start:c.i]) {
+	k.end, c.i = i, i+1
+	if k.escaped && !json.Valid(b[k.start-1:c.i]) {
 		return keys, ErrNotJSON
 	}
 	top := &stack[len(stack)-1]
