@@ -21,22 +21,7 @@ import (
 // pruned, and a read of a missing record or of a stream with records there is an error that
 // names the run, never a silent gap.
 func TestArchiveHoles(t *testing.T) {
-	build := func(t *testing.T) (*vfs.MemFS, []string) {
-		fs := vfs.NewMem()
-		l := archLog(t, fs, false)
-		appendJobs(t, l, 0, 250) // 750 records
-		for _, to := range []uint64{150, 300, 450, 600} {
-			if _, err := l.Archive(context.Background(), to); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		names, _ := fs.List(archDir)
-		slices.Sort(names)
-		return fs, names
-	}
+	build := func(t *testing.T) (*vfs.MemFS, []string) { return archived(t, 250, 150, 300, 450, 600) }
 	type gap struct {
 		first, last uint64
 		pruned      bool
@@ -146,6 +131,26 @@ func TestArchiveHoles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// archived makes a log of jobs appends (three records each) and archives it in segments that
+// end at each of ends; it returns the filesystem and the segments' names, oldest first.
+func archived(t *testing.T, jobs int, ends ...uint64) (*vfs.MemFS, []string) {
+	t.Helper()
+	fs := vfs.NewMem()
+	l := archLog(t, fs, false)
+	appendJobs(t, l, 0, jobs)
+	for _, to := range ends {
+		if _, err := l.Archive(context.Background(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := fs.List(archDir)
+	slices.Sort(names)
+	return fs, names
 }
 
 // TestArchiveKeepFloor checks that segments --archive-keep deletes read as pruned by it (the

@@ -196,19 +196,7 @@ func TestArchiveWithoutSegments(t *testing.T) {
 // whose anchor does not chain.
 func TestArchiveSegmentDamage(t *testing.T) {
 	build := func(t *testing.T) (*vfs.MemFS, []string) {
-		fs := vfs.NewMem()
-		l := archLog(t, fs, false)
-		appendJobs(t, l, 0, 200)
-		for _, to := range []uint64{200, 400, 600} {
-			if _, err := l.Archive(context.Background(), to); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		names, _ := fs.List(archDir)
-		slices.Sort(names)
+		fs, names := archived(t, 200, 200, 400, 600)
 		if sum, err := eventlog.VerifyArchive(context.Background(), fs, archDir, nil); err != nil || sum.Segments != 3 || sum.Last != 600 {
 			t.Fatalf("intact archive: %+v %v", sum, err)
 		}
