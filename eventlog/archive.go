@@ -300,7 +300,7 @@ func (a *archive) get(seq uint64, anchor Head) (Record, error) {
 }
 
 // checkStreamTable checks a segment's stream table against the one its records make.
-func (a *archive) checkStreamTable(info SegmentInfo, streams []streamEntry) error {
+func (a *archive) checkStreamTable(info SegmentInfo, streams []uint64) error {
 	f, err := a.open(info)
 	if err != nil {
 		return err

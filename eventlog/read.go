@@ -333,7 +333,7 @@ func (l *Log) Audit(ctx context.Context, from Head, visit func(Record) error) (A
 		anchor = l.Anchor().Seq // nothing archives under an audit: it runs on a log opened read-only
 		// the segment of the archived record walked last, and its stream table so far
 		seg        SegmentInfo
-		segStreams []streamEntry
+		segStreams []uint64
 		wholeSeg   bool
 	)
 	for r, err := range l.VerifiedFrom(ctx, from, 0) {
@@ -354,7 +354,7 @@ func (l *Log) Audit(ctx context.Context, from Head, visit func(Record) error) (A
 				seg, _ = l.arch.find(r.Seq)
 				segStreams, wholeSeg = segStreams[:0], r.Seq == seg.First
 			}
-			segStreams = append(segStreams, streamEntry{streamHash(r.Stream), uint32(r.Seq - seg.First)})
+			segStreams = append(segStreams, streamHash(r.Stream))
 			if r.Seq == seg.Last && wholeSeg {
 				if err := l.arch.checkStreamTable(seg, segStreams); err != nil {
 					return sum, err

@@ -491,14 +491,36 @@ func (s *segmentFile) checkSum() error {
 	return nil
 }
 
-// checkStreamTable checks the segment's stream table against the table its records make.
-func (s *segmentFile) checkStreamTable(streams []streamEntry) error {
-	table := make([]byte, s.info.Records()*streamEntryLen)
+// checkStreamTable checks the segment's stream table against its records' streams, given as
+// the hash of each one's stream in seq order: the table must be their entries, one each, in
+// (hash, offset) order, which is the one table encodeStreamTable makes of them. It checks each
+// entry in place, without sorting.
+func (s *segmentFile) checkStreamTable(hashes []uint64) error {
+	n := s.info.Records()
+	bad := func(why string) error {
+		return &SegmentError{Name: s.info.Name, Reason: "its stream table does not match its records: " + why}
+	}
+	if uint64(len(hashes)) != n {
+		return bad(fmt.Sprintf("%d records read, %d in the segment", len(hashes), n))
+	}
+	table := make([]byte, n*streamEntryLen)
 	if _, err := s.f.ReadAt(table, s.info.streamTable); err != nil {
 		return fmt.Errorf("eventlog: read segment %s: %w", s.info.Name, err)
 	}
-	if !bytes.Equal(table, encodeStreamTable(streams)) {
-		return &SegmentError{Name: s.info.Name, Reason: "its stream table does not match its records"}
+	seen := make([]bool, n)
+	var prev streamEntry
+	for i := range n {
+		e := table[i*streamEntryLen:]
+		ent := streamEntry{binary.BigEndian.Uint64(e), binary.BigEndian.Uint32(e[8:])}
+		switch {
+		case uint64(ent.off) >= n || seen[ent.off]:
+			return bad(fmt.Sprintf("entry %d names offset %d", i, ent.off))
+		case hashes[ent.off] != ent.hash:
+			return bad(fmt.Sprintf("entry %d gives seq %d another stream", i, s.info.First+uint64(ent.off)))
+		case i > 0 && (ent.hash < prev.hash || ent.hash == prev.hash && ent.off < prev.off):
+			return bad(fmt.Sprintf("entry %d is out of order", i))
+		}
+		seen[ent.off], prev = true, ent
 	}
 	return nil
 }
@@ -514,7 +536,7 @@ func verifySegment(fs vfs.FS, dir string, info SegmentInfo) error {
 	if err := s.checkSum(); err != nil {
 		return err
 	}
-	streams := make([]streamEntry, 0, info.Records())
+	streams := make([]uint64, 0, info.Records())
 	last := info.FirstTime
 	var bad error
 	if _, err := s.walk(info.First, info.Last, func(r Record, _ []byte) bool {
@@ -523,7 +545,7 @@ func verifySegment(fs vfs.FS, dir string, info SegmentInfo) error {
 			return false
 		}
 		last = r.Time
-		streams = append(streams, streamEntry{streamHash(r.Stream), uint32(r.Seq - info.First)})
+		streams = append(streams, streamHash(r.Stream))
 		return true
 	}); err != nil {
 		return err
