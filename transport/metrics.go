@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
@@ -16,6 +17,10 @@ import (
 
 // serveMetrics writes the Prometheus text exposition (format 0.0.4) of the projections and the
 // log. Every value is read under one lock of the projections, so the figures agree.
+// processStart is when this process started, as near as a package can tell: a client that
+// reads /metrics twice tells a restart by it.
+var processStart = time.Now()
+
 func (s *Server) serveMetrics(r *request) error {
 	var e exposition
 	now := s.clock()
@@ -140,6 +145,8 @@ func (s *Server) serveMetrics(r *request) error {
 		e.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
 		e.sample("process_cpu_seconds_total", cpu.Seconds())
 	}
+	e.family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.")
+	e.sample("process_start_time_seconds", float64(processStart.UnixNano())/1e9)
 	if rss, ok := proc.RSS(); ok {
 		e.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
 		e.sample("process_resident_memory_bytes", float64(rss))

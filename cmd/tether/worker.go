@@ -114,11 +114,16 @@ func runWorker(args []string) error {
 
 	reg := registration{server: server, hc: ca.httpClient(), name: *name, queues: splitList(*queue), capacity: *capacity, key: key, stateDir: *stateDir, log: log}
 	if *tokenFile != "" {
-		unlock, err := holdTokenFile(*tokenFile)
+		real, err := realPath(*tokenFile)
+		if err != nil {
+			return err
+		}
+		unlock, err := holdTokenFile(*tokenFile, real)
 		if err != nil {
 			return err
 		}
 		defer unlock()
+		*tokenFile = real
 	}
 	if *tokenFile == "" && !strings.HasPrefix(*token, broker.WorkerTokenPrefix) {
 		unlock, err := reg.claim()
@@ -233,21 +238,37 @@ func (g *registration) claim() (unlock func(), err error) {
 	return nil, fmt.Errorf("%d workers named %q run on this machine already", slotsMax, base)
 }
 
+// realPath is the token file that path names, links followed, so that two workers given two
+// links to one file lock the same file, and a renewal rewrites the file, not the link.
+func realPath(path string) (string, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err == nil {
+		return real, nil
+	}
+	if _, lerr := os.Lstat(path); lerr == nil {
+		return "", fmt.Errorf("--token-file %s is a link to a file that is not there: %w", path, err)
+	}
+	if dir, derr := filepath.EvalSymlinks(filepath.Dir(path)); derr == nil {
+		return filepath.Join(dir, filepath.Base(path)), nil // made at registration
+	}
+	return path, nil
+}
+
 // holdTokenFile checks, before anything is registered, that the worker can keep its token in
 // path, and locks the file for this worker until unlock. A worker that registered and then could
 // not write its token would spend an enroll use and leave a worker behind at every start; two
 // workers on one file would take turns displacing each other as one worker id.
-func holdTokenFile(path string) (unlock func(), err error) {
-	probe, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+func holdTokenFile(path, real string) (unlock func(), err error) {
+	probe, err := os.CreateTemp(filepath.Dir(real), "."+filepath.Base(real)+"-*")
 	if err != nil {
 		return nil, fmt.Errorf("--token-file %s: its directory cannot be written, and the worker writes its token there and rewrites it at each renewal: %w", path, err)
 	}
 	probe.Close()
 	os.Remove(probe.Name())
-	unlock, err = lockFile(path + ".lock")
+	unlock, err = lockFile(real + ".lock")
 	switch {
 	case errors.Is(err, errLockHeld):
-		return nil, fmt.Errorf("--token-file %s is in use by another worker on this machine (it holds %s.lock); give each worker a token file of its own", path, path)
+		return nil, fmt.Errorf("--token-file %s is in use by another worker on this machine (it holds %s.lock); give each worker a token file of its own", path, real)
 	case err != nil:
 		return nil, fmt.Errorf("locking --token-file: %w", err)
 	}

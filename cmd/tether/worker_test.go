@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -340,11 +341,18 @@ func TestWorkersShareNoTokenFile(t *testing.T) {
 	args := []string{"worker", "--server", s.url, "--queue", "q", "--token-file", file, "--log-format", "json", "--", "cat"}
 	first := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, args...)
 	first.waitFor(t, `"msg":"connected"`)
-	second := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, args...)
-	if code := second.wait(30 * time.Second); code != 1 {
-		t.Fatalf("the second worker on one token file: exit %d:\n%s", code, second.output())
+	// The same file by its name, and through a link to it.
+	link := filepath.Join(t.TempDir(), "link-to-worker-token")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
 	}
-	mustContain(t, "the second worker's output", second.output(), file, "another worker")
+	for _, path := range []string{file, link} {
+		second := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, append(slices.Clone(args[:6]), append([]string{path}, args[7:]...)...)...)
+		if code := second.wait(30 * time.Second); code != 1 {
+			t.Fatalf("a second worker on one token file (as %s): exit %d:\n%s", path, code, second.output())
+		}
+		mustContain(t, "the second worker's output", second.output(), file, "another worker")
+	}
 	if ws := online(t, c, 1); len(ws) != 1 {
 		t.Fatalf("workers %+v", ws)
 	}

@@ -306,6 +306,9 @@ wait:
 		return Result{}, err
 	}
 	stopWorkers()
+	if restarted(before, after) {
+		return Result{}, errors.New("bench: the server restarted during the run (its process_start_time_seconds changed): the figures would mix two processes, so there are none")
+	}
 	res := Result{Mode: "saturated", Queue: queue, Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Elapsed: elapsed,
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
 		Errors: int(failed.Load()), ServerMetrics: after != nil,
@@ -385,6 +388,13 @@ func get(ctx context.Context, hc *http.Client, target, token string) error {
 		return fmt.Errorf("GET %s answered %s", target, resp.Status)
 	}
 	return nil
+}
+
+// restarted reports whether two scrapes of /metrics are of two processes.
+func restarted(before, after map[string]float64) bool {
+	b, okB := before["process_start_time_seconds"]
+	a, okA := after["process_start_time_seconds"]
+	return okA && okB && a != b || after != nil && after["tether_log_events_total"] < before["tether_log_events_total"]
 }
 
 // scrape reads the unlabelled samples of the server's /metrics, or returns nil if the server

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -226,5 +227,36 @@ func TestRunsAgainstTheLeaderOfAList(t *testing.T) {
 		MetricsToken: metricsToken, Jobs: 50, Producers: 2, Workers: 2})
 	if err != nil || res.Jobs != 50 || res.Errors != 0 {
 		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+// A server that restarts after the submits, while the results come in, is two processes whose
+// figures cannot be put together: the run fails saying so, instead of reporting them.
+func TestARestartAfterTheSubmitsFailsTheRun(t *testing.T) {
+	b, err := broker.Open(broker.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := transport.NewServer(transport.Config{Auth: transport.AuthNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Attach(b)
+	var scrapes atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" || scrapes.Add(1) == 1 {
+			api.ServeHTTP(w, r)
+			return
+		}
+		// The second scrape, after the run: as a process started since would answer.
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, r)
+		body := regexp.MustCompile(`(?m)^process_start_time_seconds .*$`).ReplaceAllString(rec.Body.String(), "process_start_time_seconds 4102444800")
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(func() { api.Shutdown(); srv.Close(); _ = b.Close() })
+	_, err = bench.Run(runCtx(t), bench.Config{Server: srv.URL, Jobs: 50, Producers: 1, Workers: 2})
+	if err == nil || !strings.Contains(err.Error(), "restarted") {
+		t.Fatalf("err = %v", err)
 	}
 }
