@@ -8,6 +8,7 @@ import (
 	"time"
 	_ "time/tzdata" // time zones work on a machine without a zoneinfo database
 
+	"github.com/oklog/ulid/v2"
 	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
 
@@ -295,6 +296,11 @@ func (t *Tenant) scheduleEvent(m CreateSchedule, now time.Time) (eventlog.Schedu
 	}
 	if !validName(spec.Name, ScheduleNameLenMax, true) {
 		return invalid("name", "schedule name %q must be 1..%d of [A-Za-z0-9_.:/-]", clip(spec.Name), ScheduleNameLenMax)
+	}
+	if _, err := ulid.ParseStrict(spec.Name); err == nil {
+		// Where a schedule is named, its id or its name will do: a name that reads as an id
+		// would make `schedule delete X` delete one schedule, then another.
+		return invalid("name", "schedule name %q reads as a schedule id; choose a name that does not", spec.Name)
 	}
 	sched, r := ParseCron(spec.Cron, spec.Timezone)
 	if r != nil {

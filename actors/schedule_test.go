@@ -77,6 +77,7 @@ func TestScheduleValidation(t *testing.T) {
 		field string
 	}{
 		{"bad name", func(s *actors.ScheduleSpec) { s.Name = "a b" }, "name"},
+		{"a name that reads as an id", func(s *actors.ScheduleSpec) { s.Name = "01M8AQQTW3T1C31V2AGS40D8JJ" }, "name"},
 		{"bad cron", func(s *actors.ScheduleSpec) { s.Cron = "61 * * * *" }, "cron"},
 		{"six fields", func(s *actors.ScheduleSpec) { s.Cron = "0 0 * * * *" }, "cron"},
 		{"zone inside", func(s *actors.ScheduleSpec) { s.Cron = "CRON_TZ=Europe/Paris 0 3 * * *" }, "cron"},

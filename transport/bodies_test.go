@@ -130,4 +130,18 @@ func TestFramesThatDoNotReadBackCloseTheSession(t *testing.T) {
 			t.Fatalf("%.80q: %v, want a close with 1007", frame, err)
 		}
 	}
+	// The first frame, the hello, the same.
+	for _, hello := range []string{"{\"type\":\"hello\",\"capacity\":1,\"x\":\"\xff\"}", `{"type":"hello","capacity":1,"capacity":2}`} {
+		conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(h.url, "http")+"/v1/worker/connect", http.Header{"Authorization": {"Bearer " + reg.WorkerToken}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.WriteMessage(websocket.TextMessage, []byte(hello))
+		_, _, err = conn.ReadMessage()
+		conn.Close()
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.CloseInvalidFramePayloadData || !strings.HasPrefix(ce.Text, "a frame ") {
+			t.Fatalf("hello %.80q: %v, want a close with 1007", hello, err)
+		}
+	}
 }

@@ -152,7 +152,9 @@ func TestBulkActionsNeedAScope(t *testing.T) {
 		{"/v1/jobs/cancel", `{}`},
 		{"/v1/jobs/cancel", `{"limit":10,"cursor":"00000000000000000000000000"}`},
 		{"/v1/jobs/retry", `{}`},
-		{"/v1/jobs/retry", `{"status":"failed"}`}, // every dead letter is failed: no narrowing
+		{"/v1/jobs/retry", `{"status":"failed"}`},                        // every dead letter is failed: no narrowing
+		{"/v1/jobs/cancel", `{"created_before":"2999-01-01T00:00:00Z"}`}, // every job so far
+		{"/v1/jobs/retry", `{"created_before":"2999-01-01T00:00:00Z"}`},
 		{"/v1/dead-letters/purge", `{}`},
 		{"/v1/dead-letters/purge", `{"queue":"q"}`},
 	} {

@@ -646,8 +646,9 @@ func TestEventStreamResume(t *testing.T) {
 	if len(resumed) != 4 || resumed[0] != 5 || resumed[3] != 8 {
 		t.Fatalf("resumed %v, want 5..8", resumed)
 	}
-	// The raw stream: ids, event names, and the final done.
-	req, _ := http.NewRequest("GET", h.url+"/v1/jobs/"+job.ID+"/events", nil)
+	// The raw stream: ids, event names, and the final done. An EventSource that reconnects
+	// to the URL it opened, ?after=2 and all, resumes after its Last-Event-ID, the later.
+	req, _ := http.NewRequest("GET", h.url+"/v1/jobs/"+job.ID+"/events?after=2", nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Last-Event-ID", "7")
 	resp, err := http.DefaultClient.Do(req)

@@ -263,12 +263,14 @@ func bulkFilter(r *request) (projections.JobFilter, bool, error) {
 // that a filter left out by mistake does not act on every job of the tenant. statusNarrows
 // says whether the filter's status narrows the jobs the action takes at all.
 func scoped(f projections.JobFilter, statusNarrows, all bool, everything string) error {
-	if all || f.Queue != "" || f.Type != "" || f.Label != "" || !f.CreatedBefore.IsZero() || statusNarrows && f.Status != "" {
+	// A created_before still to come takes every job there is so far: it narrows nothing.
+	before := !f.CreatedBefore.IsZero() && f.CreatedBefore.Before(time.Now())
+	if all || f.Queue != "" || f.Type != "" || f.Label != "" || before || statusNarrows && f.Status != "" {
 		return nil
 	}
-	fields := "queue, type, label or created_before"
+	fields := "queue, type, label or created_before (in the past)"
 	if statusNarrows {
-		fields = "queue, type, status, label or created_before"
+		fields = "queue, type, status, label or created_before (in the past)"
 	}
 	return errorf(actors.CodeInvalidArgument, "no filter given: name a %s, or send \"all\": true to %s", fields, everything)
 }

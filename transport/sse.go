@@ -88,8 +88,10 @@ func (s *Server) jobEvents(r *request) error {
 	return s.streamEvents(r, c, after)
 }
 
-// resumeAfter is the number of the event a stream resumes after: Last-Event-ID, or ?after=N
-// (which wins), or 0.
+// resumeAfter is the number of the event a stream resumes after: the later of Last-Event-ID and
+// ?after=N, or 0. An EventSource reconnects to the URL it was opened with, ?after and all, and
+// sends the last event it got as Last-Event-ID: the later one is where it is, and a resume never
+// goes back to send an event twice.
 func resumeAfter(r *request) (int, error) {
 	after := 0
 	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
@@ -100,7 +102,7 @@ func resumeAfter(r *request) (int, error) {
 		if err != nil || n < 0 {
 			return 0, errorf(actors.CodeInvalidArgument, "the event to resume after must be a number, not %q", clip(v))
 		}
-		after = n
+		after = max(after, n)
 	}
 	return after, nil
 }

@@ -95,7 +95,13 @@ func (c *wsConn) serve() {
 	c.conn.SetReadLimit(FrameBytesMax)
 	_ = c.conn.SetReadDeadline(time.Now().Add(helloTimeout))
 	var hello wire.Frame
-	if err := c.read(&hello); err != nil || hello.Type != wire.FrameHello || hello.Capacity < 0 || hello.Capacity > actors.CapacityMax {
+	err := c.read(&hello)
+	var refused *apiError // checkJSON's: not UTF-8, a key twice, too deep
+	if errors.As(err, &refused) {
+		c.closeWith(websocket.CloseInvalidFramePayloadData, refused.message)
+		return
+	}
+	if err != nil || hello.Type != wire.FrameHello || hello.Capacity < 0 || hello.Capacity > actors.CapacityMax {
 		c.closeWith(websocket.ClosePolicyViolation, "the first frame must be hello{capacity} with capacity 0..1000")
 		return
 	}

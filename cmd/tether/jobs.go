@@ -482,6 +482,9 @@ func addCounts(into, from map[string]int) {
 // pastTime reads an RFC 3339 time, or a duration meaning that long ago.
 func pastTime(s string) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, errors.New("a duration ago must be more than 0")
+		}
 		return time.Now().Add(-d), nil
 	}
 	return time.Parse(time.RFC3339, s)
