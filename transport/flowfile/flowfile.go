@@ -23,6 +23,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -248,7 +249,8 @@ func (s stepFields) spec(name string) (actors.FlowStepSpec, error) {
 		typ = name
 	}
 	if s.leaseTTL < 0 || s.leaseTTL > actors.LeaseTTLMax.Seconds() || math.IsNaN(s.leaseTTL) {
-		return actors.FlowStepSpec{}, fmt.Errorf("lease_ttl_seconds %v is outside %v..%v", s.leaseTTL, actors.LeaseTTLMin.Seconds(), actors.LeaseTTLMax.Seconds())
+		return actors.FlowStepSpec{}, fmt.Errorf("lease_ttl_seconds %s is outside %v..%v (0: the default)",
+			strconv.FormatFloat(s.leaseTTL, 'f', -1, 64), actors.LeaseTTLMin.Seconds(), actors.LeaseTTLMax.Seconds())
 	}
 	return actors.FlowStepSpec{
 		Name: name,

@@ -77,6 +77,7 @@ func TestParseErrors(t *testing.T) {
 		{"a list for a string", "flow:\n  steps:\n    a: {queue: [q]}\n", "flow.steps.a.queue", "must be a string, not a list"},
 		{"a mapping for a number", "flow:\n  steps:\n    a: {queue: q, priority: {p: 1}}\n", "flow.steps.a.priority", "must be a whole number, not a mapping"},
 		{"no steps", "flow:\n  name: x\n", "flow", `no "steps"`},
+		{"lease ttl past its limit", "flow:\n  steps:\n    a: {queue: q, lease_ttl_seconds: 99999999999}\n", "flow.steps.a", "lease_ttl_seconds 99999999999 is outside"},
 		{"two documents", "flow: {steps: {a: {}}}\n---\nflow: {}\n", "", "more than one YAML document"},
 	} {
 		_, err := flowfile.Parse([]byte(c.file))
