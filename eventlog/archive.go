@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -122,51 +121,73 @@ func loadArchive(fs vfs.FS, dir string, readOnly bool, logger *zap.Logger) (*arc
 	return a, nil
 }
 
-// settle keeps, of segments that overlap, the one that chains to the log: forward from
-// genesis or the floor, or back from the anchor, which Pebble holds. The others are not this
-// log's (or not this run's), and are reported broken.
+// settle keeps, of segments that overlap, the one that chains to the log: back from the
+// anchor, which Pebble holds, or forward from genesis or the floor. The others are not this
+// log's (or not this run's), and are reported broken. It takes time in proportion to the
+// segments, which a server that has run for years has many of.
 func (a *archive) settle(anchor Head) {
 	overlaps := func(x, y SegmentInfo) bool { return x.First <= y.Last && y.First <= x.Last }
+	byFirst, byLast := map[uint64][]int{}, map[uint64][]int{}
+	for i, s := range a.segs {
+		byFirst[s.First] = append(byFirst[s.First], i)
+		byLast[s.Last] = append(byLast[s.Last], i)
+	}
 	chained := map[string]bool{}
 	// Back from the anchor first: what chains to it is this log's, whatever else chains
-	// from genesis.
+	// from genesis; it runs without a gap from lowest up to the anchor.
+	lowest := anchor.Seq + 1
 	for cur, found := anchor, true; found; {
 		found = false
-		for _, s := range a.segs {
-			if s.Last == cur.Seq && s.End == cur.Hash && !chained[s.Name] {
-				chained[s.Name], cur, found = true, Head{Seq: s.First - 1, Hash: s.Anchor}, true
+		for _, i := range byLast[cur.Seq] {
+			if s := a.segs[i]; s.End == cur.Hash && !chained[s.Name] {
+				chained[s.Name], cur, found, lowest = true, Head{Seq: s.First - 1, Hash: s.Anchor}, true, s.First
 				break
 			}
 		}
 	}
-	fromAnchor := maps.Clone(chained)
 	for _, start := range []Head{{Hash: Genesis}, a.floor} {
 		for cur, found := start, true; found; {
 			found = false
-			for _, s := range a.segs {
-				clash := slices.ContainsFunc(a.segs, func(o SegmentInfo) bool { return fromAnchor[o.Name] && o.Name != s.Name && overlaps(o, s) })
-				if s.First == cur.Seq+1 && s.Anchor == cur.Hash && !chained[s.Name] && !clash {
+			for _, i := range byFirst[cur.Seq+1] {
+				// A segment that overlaps the chain back from the anchor is not this log's.
+				if s := a.segs[i]; s.Anchor == cur.Hash && !chained[s.Name] && s.Last < lowest {
 					chained[s.Name], cur, found = true, Head{Seq: s.Last, Hash: s.End}, true
 					break
 				}
 			}
 		}
 	}
+	// The chained ones first, so that one that overlaps an unchained one sorted before it is
+	// kept and the other reported.
 	var keep []SegmentInfo
 	for _, s := range a.segs {
-		if !chained[s.Name] {
-			if i := slices.IndexFunc(a.segs, func(o SegmentInfo) bool { return chained[o.Name] && overlaps(o, s) }); i >= 0 {
-				a.broken = append(a.broken, &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it overlaps %s, which chains to the log: it is not this log's", a.segs[i].Name)})
-				continue
-			}
+		if chained[s.Name] {
+			keep = append(keep, s)
 		}
-		if n := len(keep); n > 0 && overlaps(keep[n-1], s) {
-			a.broken = append(a.broken, &SegmentError{Name: s.Name, Reason: "it overlaps " + keep[n-1].Name})
+	}
+	for _, s := range a.segs {
+		if chained[s.Name] {
 			continue
 		}
-		keep = append(keep, s)
+		i, _ := slices.BinarySearchFunc(keep, s.First, func(k SegmentInfo, first uint64) int { return cmpU64(k.First, first) })
+		switch {
+		case i > 0 && overlaps(keep[i-1], s):
+			a.broken = append(a.broken, overlapError(s, keep[i-1], chained))
+		case i < len(keep) && overlaps(keep[i], s):
+			a.broken = append(a.broken, overlapError(s, keep[i], chained))
+		default:
+			keep = slices.Insert(keep, i, s)
+		}
 	}
 	a.segs = keep
+}
+
+// overlapError reports segment s, left out because it overlaps kept.
+func overlapError(s, kept SegmentInfo, chained map[string]bool) error {
+	if chained[kept.Name] {
+		return &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it overlaps %s, which chains to the log: it is not this log's", kept.Name)}
+	}
+	return &SegmentError{Name: s.Name, Reason: "it overlaps " + kept.Name}
 }
 
 func statSegment(fs vfs.FS, dir, name string) (SegmentInfo, error) {
