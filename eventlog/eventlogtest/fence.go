@@ -1,6 +1,7 @@
 package eventlogtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -120,6 +121,9 @@ func deposed(t *testing.T, up eventlog.Upstream, landed int, retried bool, behin
 
 	// What the old leader had in flight arrives now; it learns it was deposed, and what waited
 	// behind is never published.
+	gate.mu.Lock()
+	gate.delivered = inflight
+	gate.mu.Unlock()
 	inflight.deliver()
 	for range behind {
 		if res := <-results; !errors.Is(res.err, eventlog.ErrFenced) && !errors.Is(res.err, eventlog.ErrFailed) {
@@ -161,6 +165,10 @@ type holdingUpstream struct {
 	holding  bool
 	held     bool
 	captured chan *heldPublish
+	// delivered is the last publish the test delivered after the fence, if it did: the
+	// publisher may send it again while it settles it (a read that did not find it), and
+	// nothing else.
+	delivered *heldPublish
 }
 
 type heldPublish struct {
@@ -178,6 +186,13 @@ func (g *holdingUpstream) Publish(after uint64, payload []byte) func() (uint64, 
 	}
 	if g.held {
 		g.t.Errorf("a publish after message %d while another was in flight", after)
+	}
+	if d := g.delivered; d != nil {
+		if d.after != after || !bytes.Equal(d.payload, payload) {
+			g.t.Errorf("a deposed leader published a new message after message %d", after)
+		}
+		g.mu.Unlock()
+		return g.Upstream.Publish(after, payload)
 	}
 	g.held = true
 	g.mu.Unlock()

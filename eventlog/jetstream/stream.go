@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -332,21 +333,40 @@ func (s *Stream) Last(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// Get implements eventlog.Upstream.
+// Get implements eventlog.Upstream. The stream's leader answers, not a direct get, which any
+// replica may answer before it has a message the leader acknowledged: a writer that settles a
+// publish must not be told that a message is not there when it is (it would publish it again,
+// to be refused, and read again).
 func (s *Stream) Get(ctx context.Context, seq uint64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	m, err := s.stream.GetMsg(ctx, seq)
+	req, _ := json.Marshal(struct {
+		Seq uint64 `json:"seq"`
+	}{seq})
+	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.name, req)
 	if errors.Is(err, nats.ErrConnectionClosed) {
 		return nil, fmt.Errorf("%w: %v", eventlog.ErrClosed, err)
-	}
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, fmt.Errorf("%w: message %d of %s", eventlog.ErrNotFound, seq, s.name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return m.Data, nil
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	switch err := json.Unmarshal(msg.Data, &resp); {
+	case err != nil:
+		return nil, fmt.Errorf("jetstream: the answer to a get of message %d: %w", seq, err)
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, fmt.Errorf("%w: message %d of %s", eventlog.ErrNotFound, seq, s.name)
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, fmt.Errorf("jetstream: the answer to a get of message %d holds no message", seq)
+	}
+	return resp.Message.Data, nil
 }
 
 // Read implements eventlog.Upstream with an ordered consumer, which JetStream keeps gap-free:
