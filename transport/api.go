@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -433,6 +434,7 @@ func jsonError(err error) error {
 	var tooBig *http.MaxBytesError
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	var badTime *time.ParseError
 	switch {
 	case errors.As(err, &tooBig):
 		return err
@@ -440,13 +442,39 @@ func jsonError(err error) error {
 		return errorf(wire.CodeInvalidJSON, "the body is empty; send a JSON object")
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
 		return errorf(wire.CodeInvalidJSON, "the body is not valid JSON: %v", err)
+	case errors.As(err, &typ) && typ.Field == "":
+		return errorf(wire.CodeInvalidJSON, "the body must be a JSON object, not a JSON %s", typ.Value)
 	case errors.As(err, &typ):
-		return errorf(actors.CodeInvalidArgument, "field %q must be a %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+		return errorf(actors.CodeInvalidArgument, "field %q must be %s, not a JSON %s", typ.Field, jsonKind(typ.Type), typ.Value)
+	case errors.As(err, &badTime):
+		return errorf(actors.CodeInvalidArgument, "a time must be RFC 3339, such as 2026-01-02T15:04:05Z, not %q", badTime.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
 		return errorf(actors.CodeInvalidArgument, "%s", strings.TrimPrefix(err.Error(), "json: "))
 	default:
 		return errorf(wire.CodeInvalidJSON, "the body could not be read: %v", err)
 	}
+}
+
+// jsonKind names, as JSON does, what a Go type takes: the Go names mean nothing to a client.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "another JSON type"
 }
 
 func (r *request) reply(status int, v any) error {

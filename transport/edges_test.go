@@ -349,6 +349,18 @@ func TestAPIRefusesWhatItCannotMeanSilently(t *testing.T) {
 	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
 	_, err = k.Flows(ctx(t), "", "garbage", 10) // as the jobs' list refuses it
 	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+	// Wrong types and times are said in JSON's words, not Go's.
+	open := start(t, transport.AuthNone)
+	for _, c := range []struct{ path, body, code, message string }{
+		{"/v1/jobs", `{"queue":"q","type":"t","priority":"high"}`, "INVALID_ARGUMENT", `field "priority" must be a whole number, not a JSON string`},
+		{"/v1/jobs", `[1]`, "INVALID_JSON", "the body must be a JSON object, not a JSON array"},
+		{"/v1/jobs/cancel", `{"created_before":""}`, "INVALID_ARGUMENT", `a time must be RFC 3339, such as 2026-01-02T15:04:05Z, not ""`},
+	} {
+		st, b := open.raw("POST", c.path, "", []byte(c.body))
+		if st != http.StatusBadRequest || codeOf(b) != c.code || messageOf(b) != c.message {
+			t.Errorf("%s %s: %d %v, want %s %q", c.path, c.body, st, b, c.code, c.message)
+		}
+	}
 	if status, body := h.post("/v1/admin/enroll-tokens", adminToken, map[string]any{"tenant": "acme", "uses": 0}); status != http.StatusBadRequest {
 		t.Fatalf("uses 0: %d %v", status, body)
 	}
