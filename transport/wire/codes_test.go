@@ -73,7 +73,7 @@ func TestTheTableIsWellFormed(t *testing.T) {
 			t.Errorf("%s is not UPPER_SNAKE_CASE", c.Code)
 		case c.Status < 400 || c.Status > 599 || http.StatusText(c.Status) == "":
 			t.Errorf("%s: status %d", c.Code, c.Status)
-		case c.Close != wire.CloseWorkerRevoked && c.Close != 1008 && c.Close != 1013:
+		case c.Close != wire.CloseWorkerRevoked && c.Close != 1007 && c.Close != 1008 && c.Close != 1013:
 			t.Errorf("%s: close code %d", c.Code, c.Close)
 		case !strings.HasSuffix(c.Meaning, "."):
 			t.Errorf("%s: its meaning is not a sentence: %q", c.Code, c.Meaning)
