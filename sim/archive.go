@@ -37,18 +37,22 @@ var archiveDamageNames = [archiveDamages]string{"the oldest segment removed", "a
 // puts the archive back as it was, as the operator would, and the start goes on.
 func (v *server) damageArchive() {
 	s := v.s
-	names := segmentNames(v.mem)
-	if len(names) < 2 || !s.strikes(FaultArchive, 0.3) {
+	if len(segmentNames(v.mem)) < 2 || !s.strikes(FaultArchive, 0.3) {
 		return
 	}
 	rng := s.faultRand[FaultArchive]
-	truth, err := archivedStreams(v.mem, rng)
+	// The segments the log holds: not one a crash left past the anchor, which the next open
+	// rolls back.
+	names, truth, err := archivedStreams(v.mem, rng)
 	if err != nil {
 		s.fail("archive", "reading the intact archive: %v", err)
 		return
 	}
+	if len(names) < 2 {
+		return
+	}
 	backup := map[string][]byte{}
-	for _, n := range names {
+	for _, n := range segmentNames(v.mem) {
 		if backup[n], err = readMemFile(v.mem, v.mem.PathJoin(archiveDir, n)); err != nil {
 			panic(fmt.Sprintf("sim: read segment: %v", err))
 		}
@@ -169,20 +173,27 @@ func checkArchivedReads(s *Sim, l *eventlog.Log, truth map[string][]uint64) bool
 	return true
 }
 
-// archivedStreams opens the intact log read-only and returns, for a few streams with archived
-// records, every seq of theirs in the log.
-func archivedStreams(fs vfs.FS, rng interface{ IntN(int) int }) (map[string][]uint64, error) {
+// archivedStreams opens the intact log read-only and returns the names of its segments, oldest
+// first, and, for a few streams with archived records, every seq of theirs in the log.
+func archivedStreams(fs vfs.FS, rng interface{ IntN(int) int }) ([]string, map[string][]uint64, error) {
 	l, err := eventlog.Open(dataDir, eventlog.Options{FS: fs, ArchiveDir: archiveDir, ReadOnly: true})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer l.Close()
+	var names []string
+	for _, seg := range l.Segments() {
+		names = append(names, seg.Name)
+	}
 	anchor := l.Anchor().Seq
 	out := map[string][]uint64{}
 	for range 4 {
+		if anchor == 0 {
+			break
+		}
 		r, err := l.Get(1 + uint64(rng.IntN(int(anchor))))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if _, ok := out[r.Stream]; ok {
 			continue
@@ -190,13 +201,13 @@ func archivedStreams(fs vfs.FS, rng interface{ IntN(int) int }) (map[string][]ui
 		var seqs []uint64
 		for r, err := range l.Stream(r.Stream, 0) {
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			seqs = append(seqs, r.Seq)
 		}
 		out[r.Stream] = seqs
 	}
-	return out, nil
+	return names, out, nil
 }
 
 // segmentNames lists the archive's segments, oldest first.
