@@ -61,42 +61,66 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
-// BenchmarkVerify measures walking and checking the whole chain, the audit path of
-// `tether replay verify`: each op verifies a log of 100,000 ~200-byte records, all in the hot
-// log, or all but the last 4,000 in archive segments.
+// benchLog makes a log of 100,000 ~200-byte records (benchRecords) in a temporary directory,
+// all in the hot log, or all but the last 4,000 in archive segments.
+func benchLog(b *testing.B, archived bool) *eventlog.Log {
+	b.Helper()
+	dir := b.TempDir()
+	l, err := eventlog.Open(dir, eventlog.Options{ArchiveDir: filepath.Join(dir, "archive")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	batch := make([]eventlog.Event, 1000)
+	for i := range batch {
+		batch[i] = eventlog.Event{Stream: fmt.Sprintf("job/%06d", i), Type: "job.leased", Data: benchData}
+	}
+	for range benchRecords / len(batch) {
+		if _, err := l.Append(context.Background(), batch...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for archived && l.Anchor().Seq < benchRecords-4000 {
+		if _, err := l.Archive(context.Background(), benchRecords-4000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return l
+}
+
+const benchRecords = 100_000
+
+// BenchmarkVerify measures walking and checking the whole chain, the path of Log.Verify: each
+// op verifies benchLog's log, all in the hot log or mostly archived.
 func BenchmarkVerify(b *testing.B) {
 	for _, archived := range []bool{false, true} {
 		b.Run(fmt.Sprintf("archived=%v", archived), func(b *testing.B) {
-			const records = 100_000
-			dir := b.TempDir()
-			l, err := eventlog.Open(dir, eventlog.Options{ArchiveDir: filepath.Join(dir, "archive")})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = l.Close() }()
-			batch := make([]eventlog.Event, 1000)
-			for i := range batch {
-				batch[i] = eventlog.Event{Stream: fmt.Sprintf("job/%06d", i), Type: "job.leased", Data: benchData}
-			}
-			for range records / len(batch) {
-				if _, err := l.Append(context.Background(), batch...); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for archived && l.Anchor().Seq < records-4000 {
-				if _, err := l.Archive(context.Background(), records-4000); err != nil {
-					b.Fatal(err)
-				}
-			}
+			l := benchLog(b, archived)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				head, err := l.Verify(context.Background())
-				if err != nil || head.Seq != records {
+				if err != nil || head.Seq != benchRecords {
 					b.Fatalf("verify: head %d, %v", head.Seq, err)
 				}
 			}
-			b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(benchRecords)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// BenchmarkAudit measures Audit, the walk `tether replay verify` makes (the chain, the stream
+// index, and each archive segment's checksum and stream table), over benchLog's mostly
+// archived log.
+func BenchmarkAudit(b *testing.B) {
+	l := benchLog(b, true)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		sum, err := l.Audit(context.Background(), eventlog.Head{Hash: eventlog.Genesis}, func(eventlog.Record) error { return nil })
+		if err != nil || sum.Head.Seq != benchRecords {
+			b.Fatalf("audit: head %d, %v", sum.Head.Seq, err)
+		}
+	}
+	b.ReportMetric(float64(benchRecords)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }

@@ -28,7 +28,7 @@ type Entry struct {
 // that are not here and may hold records of it: those after its first record here, and those
 // before it unless that record is where such a stream begins. An id with no records is
 // eventlog.ErrNotFound. It reads the stream through the index; Verify proves the index and the
-// chain, VerifyThrough the chain up to the stream's last record.
+// chain, VerifyRunThrough the chain up to the stream's last record.
 func History(l *eventlog.Log, id string, visit func(Entry) error) ([]Gap, error) {
 	var gaps []Gap
 	for _, stream := range []string{eventlog.JobStream(id), eventlog.FlowStream(id), eventlog.ScheduleStream(id)} {

@@ -164,10 +164,9 @@ func TestRefusedSubmitsAreReportedWithTheirCode(t *testing.T) {
 	}
 }
 
-// A server that restarts under a run (it answers 503 while it recovers, then refuses
-// connections while it is down) ends the run with the reason. The failed submits' errors are of
-// different types, which used to panic the generator (an atomic.Value holds one type).
-func TestAServerRestartEndsTheRunWithTheReason(t *testing.T) {
+// openAPI is a server's API over a broker of its own, open until the test ends.
+func openAPI(t *testing.T) *transport.Server {
+	t.Helper()
 	b, err := broker.Open(broker.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -177,6 +176,15 @@ func TestAServerRestartEndsTheRunWithTheReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	api.Attach(b)
+	t.Cleanup(func() { api.Shutdown(); _ = b.Close() })
+	return api
+}
+
+// A server that restarts under a run (it answers 503 while it recovers, then refuses
+// connections while it is down) ends the run with the reason. The failed submits' errors are of
+// different types, which used to panic the generator (an atomic.Value holds one type).
+func TestAServerRestartEndsTheRunWithTheReason(t *testing.T) {
+	api := openAPI(t)
 	var submits atomic.Int64
 	var srv *httptest.Server
 	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -190,8 +198,8 @@ func TestAServerRestartEndsTheRunWithTheReason(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"error":{"code":"NOT_READY","message":"recovering","details":{}}}`))
 	}))
-	t.Cleanup(func() { api.Shutdown(); srv.Close(); _ = b.Close() })
-	_, err = bench.Run(runCtx(t), bench.Config{Server: srv.URL, Jobs: 100, Producers: 1, Workers: 2})
+	t.Cleanup(srv.Close)
+	_, err := bench.Run(runCtx(t), bench.Config{Server: srv.URL, Jobs: 100, Producers: 1, Workers: 2})
 	if err == nil || !strings.Contains(err.Error(), "NOT_READY") || !strings.Contains(err.Error(), "stopped") {
 		t.Fatalf("err = %v", err)
 	}
@@ -233,15 +241,7 @@ func TestRunsAgainstTheLeaderOfAList(t *testing.T) {
 // A server that restarts after the submits, while the results come in, is two processes whose
 // figures cannot be put together: the run fails saying so, instead of reporting them.
 func TestARestartAfterTheSubmitsFailsTheRun(t *testing.T) {
-	b, err := broker.Open(broker.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := transport.NewServer(transport.Config{Auth: transport.AuthNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api.Attach(b)
+	api := openAPI(t)
 	var scrapes atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" || scrapes.Add(1) == 1 {
@@ -254,8 +254,8 @@ func TestARestartAfterTheSubmitsFailsTheRun(t *testing.T) {
 		body := regexp.MustCompile(`(?m)^process_start_time_seconds .*$`).ReplaceAllString(rec.Body.String(), "process_start_time_seconds 4102444800")
 		_, _ = w.Write([]byte(body))
 	}))
-	t.Cleanup(func() { api.Shutdown(); srv.Close(); _ = b.Close() })
-	_, err = bench.Run(runCtx(t), bench.Config{Server: srv.URL, Jobs: 50, Producers: 1, Workers: 2})
+	t.Cleanup(srv.Close)
+	_, err := bench.Run(runCtx(t), bench.Config{Server: srv.URL, Jobs: 50, Producers: 1, Workers: 2})
 	if err == nil || !strings.Contains(err.Error(), "restarted") {
 		t.Fatalf("err = %v", err)
 	}
