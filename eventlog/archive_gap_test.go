@@ -276,3 +276,29 @@ func TestAuditChecksStreamTables(t *testing.T) {
 		t.Fatalf("audit over a rewritten stream table: %v", err)
 	}
 }
+
+// BenchmarkOpenManySegments opens a log whose archive holds 2,000 segments, as years of
+// archiving leave: the start-up reads each trailer and settles the chain once.
+func BenchmarkOpenManySegments(b *testing.B) {
+	fs := vfs.NewMem()
+	l, err := eventlog.Open(archDataDir, eventlog.Options{FS: fs, ArchiveDir: archDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const segments = 2000
+	appendJobs(b, l, 0, 2*segments)
+	for i := range segments {
+		if _, err := l.Archive(context.Background(), uint64(3*(i+1))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	_ = l.Close()
+	b.ResetTimer()
+	for range b.N {
+		l, err := eventlog.Open(archDataDir, eventlog.Options{FS: fs, ArchiveDir: archDir})
+		if err != nil || len(l.Segments()) != segments {
+			b.Fatalf("open: %v", err)
+		}
+		_ = l.Close()
+	}
+}
