@@ -68,7 +68,7 @@ type Core interface {
 	RegisterWorker(ctx context.Context, tenant string, spec broker.WorkerSpec) (broker.Registration, error)
 	RenewWorkerToken(ctx context.Context, w projections.Worker, presented string) (broker.RenewedToken, error)
 	RevokeWorker(ctx context.Context, tenant, workerID, by string) (actors.Receipt, error)
-	Connect(ctx context.Context, workerID, transport string, capacity int) (*broker.Session, error)
+	Connect(ctx context.Context, workerID, transport string, capacity int) (*broker.Conn, error)
 	Liveness(workerID string) *broker.Liveness
 	LastSeen(workerID string) time.Time
 	LeaseExpiresAt(workerID, leaseID string, ttl time.Duration, logged time.Time) time.Time

@@ -15,8 +15,8 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-// jobOf renders a job snapshot as the job resource, as it stands at now.
-func jobOf(j *projections.Job, now time.Time) wire.Job {
+// jobResource renders a job snapshot as the job resource, as it stands at now.
+func jobResource(j *projections.Job, now time.Time) wire.Job {
 	out := wire.Job{
 		ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Type: j.Type, Payload: j.Payload, Priority: j.Priority,
 		Labels: j.Labels, Status: string(j.StatusAt(now)), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
@@ -93,7 +93,7 @@ func (s *Server) submit(r *request) error {
 	if err != nil {
 		return err
 	}
-	job := jobOf(res[0].Job, s.clock())
+	job := jobResource(res[0].Job, s.clock())
 	hit := res[0].IdempotentHit
 	job.Receipt, job.IdempotentHit = new(receipt(rc)), &hit
 	status := http.StatusCreated
@@ -128,7 +128,7 @@ func (s *Server) submitBatch(r *request) error {
 	now := s.clock()
 	out := wire.BatchResponse{Jobs: make([]wire.Job, len(res)), Receipt: new(receipt(rc))}
 	for i, sr := range res {
-		out.Jobs[i] = jobOf(sr.Job, now)
+		out.Jobs[i] = jobResource(sr.Job, now)
 		hit := sr.IdempotentHit
 		out.Jobs[i].IdempotentHit = &hit
 	}
@@ -155,7 +155,7 @@ func notFound(b Core, tenant, id string) error {
 // liveJob is jobOf with what the broker knows beyond the log: a lease's expiry as its last
 // heartbeat extended it, and when a finished job leaves the views.
 func liveJob(b Core, j *projections.Job, now time.Time) wire.Job {
-	out := jobOf(j, now)
+	out := jobResource(j, now)
 	if l := out.Lease; l != nil {
 		l.ExpiresAt = b.LeaseExpiresAt(l.WorkerID, l.LeaseID, j.LeaseTTL, l.ExpiresAt)
 	}

@@ -46,7 +46,7 @@ type pollSession struct {
 	worker string
 
 	mu    sync.Mutex // guards sess and inbox, and is held while a session opens
-	sess  *broker.Session
+	sess  *broker.Conn
 	inbox chan any // sess's assignments and offer ends, for the poll that waits
 
 	// turn lets one poll of the worker wait at a time; a newer poll ends the one waiting
@@ -104,7 +104,7 @@ func (ps *pollSession) acquire(ctx context.Context) (preempted <-chan struct{}, 
 
 // session returns the worker's open session and its inbox, opening one if there is none or the
 // last one ended.
-func (ps *pollSession) session(ctx context.Context, b Core) (*broker.Session, <-chan any, error) {
+func (ps *pollSession) session(ctx context.Context, b Core) (*broker.Conn, <-chan any, error) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.sess != nil {
@@ -122,7 +122,7 @@ func (ps *pollSession) session(ctx context.Context, b Core) (*broker.Session, <-
 
 // pump moves a session's assignments and offer ends to its inbox; cancel notices are dropped
 // (heartbeats report them). When the session ends, its inbox is closed and it is forgotten.
-func (ps *pollSession) pump(sess *broker.Session, inbox chan<- any) {
+func (ps *pollSession) pump(sess *broker.Conn, inbox chan<- any) {
 	for f := range sess.Frames {
 		switch f.(type) {
 		case actors.Assignment, actors.OfferEnded:
@@ -134,7 +134,7 @@ func (ps *pollSession) pump(sess *broker.Session, inbox chan<- any) {
 }
 
 // forget drops sess if it is still the worker's session, so the next request opens another.
-func (ps *pollSession) forget(sess *broker.Session) {
+func (ps *pollSession) forget(sess *broker.Conn) {
 	ps.mu.Lock()
 	if ps.sess == sess {
 		ps.sess, ps.inbox = nil, nil
@@ -144,7 +144,7 @@ func (ps *pollSession) forget(sess *broker.Session) {
 
 // withSession runs fn with the worker's session, and once more with a new one if the first had
 // ended (actors.CodeSessionClosed).
-func (ps *pollSession) withSession(ctx context.Context, b Core, fn func(*broker.Session, <-chan any) error) error {
+func (ps *pollSession) withSession(ctx context.Context, b Core, fn func(*broker.Conn, <-chan any) error) error {
 	for try := 0; ; try++ {
 		sess, inbox, err := ps.session(ctx, b)
 		if err != nil {
@@ -183,9 +183,9 @@ func (s *Server) pollLease(r *request) error {
 		return nil
 	default:
 	}
-	var sess *broker.Session
+	var sess *broker.Conn
 	var inbox <-chan any
-	err = ps.withSession(r.Context(), r.b, func(se *broker.Session, in <-chan any) error {
+	err = ps.withSession(r.Context(), r.b, func(se *broker.Conn, in <-chan any) error {
 		sess, inbox = se, in
 		return se.Offer(r.Context(), req.Max) // also a sign of life
 	})
@@ -220,7 +220,7 @@ func (s *Server) pollLease(r *request) error {
 // awaitOffer waits until the offer brings an assignment, wait passes, or the poll must end
 // (the worker went away, a newer poll came, the server is shutting down); then it withdraws the
 // offer and collects every assignment the offer brought, up to the session's OfferEnded.
-func (s *Server) awaitOffer(ctx context.Context, ps *pollSession, sess *broker.Session, inbox <-chan any, wait time.Duration,
+func (s *Server) awaitOffer(ctx context.Context, ps *pollSession, sess *broker.Conn, inbox <-chan any, wait time.Duration,
 	preempted <-chan struct{}) []actors.Assignment {
 	var got []actors.Assignment
 	timer := time.NewTimer(wait)
@@ -271,8 +271,8 @@ func (s *Server) pollHeartbeat(r *request) error {
 		return invalid("a heartbeat lists at most %d leases", actors.CapacityMax)
 	}
 	var ack actors.HeartbeatAck
-	var sess *broker.Session
-	err := s.polls.get(r.by.worker.ID).withSession(r.Context(), r.b, func(se *broker.Session, _ <-chan any) error {
+	var sess *broker.Conn
+	err := s.polls.get(r.by.worker.ID).withSession(r.Context(), r.b, func(se *broker.Conn, _ <-chan any) error {
 		var err error
 		sess = se
 		ack, err = se.Heartbeat(r.Context(), req.Leases)

@@ -76,7 +76,7 @@ type wsConn struct {
 	token     string // the worker token in force: the one it connected with, or its renewal
 	live      *broker.Liveness
 	log       *zap.Logger
-	sess      *broker.Session
+	sess      *broker.Conn
 
 	// outbox holds frames for the writer: acks pushed from actor goroutines, which must not
 	// block. Its size is bounded by inFlight.

@@ -348,9 +348,9 @@ func (b *Broker) RevokeWorker(ctx context.Context, tenant, workerID, by string) 
 	return b.done(ctx, actors.TenantRef(tenant), actors.RevokeWorker{Tenant: tenant, WorkerID: workerID, By: by})
 }
 
-// Session is a connected worker. Frames carries what the server sends the worker: Assignment,
+// Conn is the handle of one connected worker (the actors.Session behaviour runs behind it). Frames carries what the server sends the worker: Assignment,
 // CancelNotice, and a final SessionEnded after which the channel is closed.
-type Session struct {
+type Conn struct {
 	ID                string
 	WorkerID          string
 	HeartbeatInterval time.Duration
@@ -368,7 +368,7 @@ const framesMax = 2*actors.CapacityMax + 8
 
 // Connect opens a session for a worker over a transport ("websocket" or "longpoll"), with a
 // capacity no larger than the registered one (0: the registered one).
-func (b *Broker) Connect(ctx context.Context, workerID, transport string, capacity int) (*Session, error) {
+func (b *Broker) Connect(ctx context.Context, workerID, transport string, capacity int) (*Conn, error) {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := "s_" + hex.EncodeToString(raw[:])
@@ -406,17 +406,17 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	if b.cfg.IdleHeartbeat > 0 {
 		every = min(every, b.cfg.IdleHeartbeat)
 	}
-	return &Session{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.Liveness(workerID)}, nil
+	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.Liveness(workerID)}, nil
 }
 
 // Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps
 // the session's credit; the session actor has nothing to add.
-func (s *Session) Credit(n int) {
+func (s *Conn) Credit(n int) {
 	s.b.rt.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: s.ID, N: n}, actors.Ref{})
 }
 
 // Heartbeat extends the listed leases and says which of them to cancel or forget.
-func (s *Session) Heartbeat(ctx context.Context, leases []string) (actors.HeartbeatAck, error) {
+func (s *Conn) Heartbeat(ctx context.Context, leases []string) (actors.HeartbeatAck, error) {
 	r, err := callFor[actors.HeartbeatAck](ctx, s.b, s.ref, actors.Heartbeat{Leases: leases})
 	if err == nil && r.Err != nil {
 		err = r.Err
@@ -429,7 +429,7 @@ func (s *Session) Heartbeat(ctx context.Context, leases []string) (actors.Heartb
 
 // HeartbeatAsync is Heartbeat for a connection that goes on reading: done is called once, on
 // an actor's goroutine, and must not block.
-func (s *Session) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck, error)) {
+func (s *Conn) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck, error)) {
 	s.b.ask(s.ref, actors.Heartbeat{Leases: leases}, func(r any, err error) {
 		ack, _ := r.(actors.HeartbeatAck)
 		if err == nil && ack.Err != nil {
@@ -443,18 +443,18 @@ func (s *Session) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck,
 }
 
 // Close ends the session; its leases run out on schedule unless the worker reconnects in time.
-func (s *Session) Close() { s.b.rt.Send(s.ref, actors.CloseSession{Reason: "closed"}, actors.Ref{}) }
+func (s *Conn) Close() { s.b.rt.Send(s.ref, actors.CloseSession{Reason: "closed"}, actors.Ref{}) }
 
 // Offer lets a long-poll session be assigned up to n jobs until Withdraw. An
 // actors.CodeSessionClosed rejection means the session ended; open another.
-func (s *Session) Offer(ctx context.Context, n int) error {
+func (s *Conn) Offer(ctx context.Context, n int) error {
 	r, err := callFor[actors.OfferAck](ctx, s.b, s.ref, actors.Offer{N: n})
 	return firstErr(err, r.Err)
 }
 
 // Withdraw ends the offer. Frames then carries actors.OfferEnded after every assignment the
 // offer brought; one that comes later goes back to the queue.
-func (s *Session) Withdraw() { s.b.rt.Send(s.ref, actors.Withdraw{}, actors.Ref{}) }
+func (s *Conn) Withdraw() { s.b.rt.Send(s.ref, actors.Withdraw{}, actors.Ref{}) }
 
 // ReturnUndelivered puts back assignments that never reached the worker: their jobs are
 // queued again with no attempt spent.
@@ -491,11 +491,11 @@ func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error
 // Report sends a worker's result on a job, actors.Complete, actors.Fail or actors.ReleaseLease
 // (which gives the job back with no attempt spent), and returns its receipt.
 func (b *Broker) Report(ctx context.Context, op any) (actors.Receipt, error) {
-	return b.settle(replyOf[actors.Done](b.callVia(ctx, b.toJob(jobOf(op)), op)))
+	return b.settle(replyOf[actors.Done](b.callVia(ctx, b.toJob(jobIDOf(op)), op)))
 }
 
-// jobOf names the job a worker operation is on.
-func jobOf(op any) string {
+// jobIDOf names the job a worker operation is on.
+func jobIDOf(op any) string {
 	switch m := op.(type) {
 	case actors.Complete:
 		return m.JobID
@@ -532,7 +532,7 @@ func (b *Broker) sendTo(to actors.Ref) func(msg any, sender actors.Ref) {
 // only) and the receipt, on an actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
 // order sent, which a connection that goes on reading needs (an event before its completion).
 func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
-	b.askVia(b.toJob(jobOf(op)), op, func(r any, err error) {
+	b.askVia(b.toJob(jobIDOf(op)), op, func(r any, err error) {
 		switch r := r.(type) {
 		case actors.ProgressAck:
 			done(r.Number, r.Receipt, firstErr(err, r.Err))

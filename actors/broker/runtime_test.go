@@ -40,7 +40,7 @@ func ctx(t testing.TB) context.Context {
 }
 
 // worker registers and connects a worker of tenant "acme" serving queue "q".
-func worker(t testing.TB, b *broker.Broker, capacity int) *broker.Session {
+func worker(t testing.TB, b *broker.Broker, capacity int) *broker.Conn {
 	t.Helper()
 	reg, err := b.RegisterWorker(ctx(t), "acme", broker.WorkerSpec{Name: "w", Queues: []string{"q"}, Capacity: capacity})
 	if err != nil {
@@ -53,7 +53,7 @@ func worker(t testing.TB, b *broker.Broker, capacity int) *broker.Session {
 	return s
 }
 
-func next(t testing.TB, s *broker.Session) actors.Assignment {
+func next(t testing.TB, s *broker.Conn) actors.Assignment {
 	t.Helper()
 	for {
 		select {
@@ -227,7 +227,7 @@ func TestConcurrentWorkload(t *testing.T) {
 	b := open(t, cfg)
 	defer b.Close()
 	const jobs, workers = 300, 8
-	var sessions []*broker.Session
+	var sessions []*broker.Conn
 	for range workers {
 		s := worker(t, b, 2)
 		s.Credit(2)

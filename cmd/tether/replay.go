@@ -100,7 +100,7 @@ func interrupted() (context.Context, context.CancelFunc) {
 
 // progressOnTerminal draws "verify: 120,000 / 1,000,000 records (12%)" on stderr when it is a
 // terminal, at most ten times a second, and clears it at the end.
-func progressOnTerminal(what string) (audit.Progress, func()) {
+func progressOnTerminal(what string) (audit.ProgressFunc, func()) {
 	if fi, err := os.Stderr.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
 		return nil, func() {}
 	}

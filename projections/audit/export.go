@@ -50,7 +50,7 @@ func ExportRange(head, from, to uint64) (uint64, uint64, error) {
 
 // Export writes the records from..to (to 0: the head) to w as JSON Lines and returns how many
 // it wrote. A range ExportRange refuses is an error.
-func Export(ctx context.Context, l *eventlog.Log, w io.Writer, from, to uint64, progress Progress) (uint64, error) {
+func Export(ctx context.Context, l *eventlog.Log, w io.Writer, from, to uint64, progress ProgressFunc) (uint64, error) {
 	from, to, err := ExportRange(l.Head().Seq, from, to)
 	if err != nil {
 		return 0, err

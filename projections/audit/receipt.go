@@ -47,7 +47,7 @@ func CheckReceipt(ctx context.Context, l *eventlog.Log, seq uint64, hash string)
 // here go without a gap: from genesis when nothing before seq is missing, else from the hash
 // the segment after the last gap before seq states. It returns where it started, and the gaps
 // before seq that are not pruned, which break the chain back to genesis (an error then).
-func VerifyRunThrough(ctx context.Context, l *eventlog.Log, seq uint64, progress Progress) (eventlog.Head, error) {
+func VerifyRunThrough(ctx context.Context, l *eventlog.Log, seq uint64, progress ProgressFunc) (eventlog.Head, error) {
 	start := eventlog.Head{Hash: eventlog.Genesis}
 	var holes []Gap
 	for _, g := range l.ArchiveGaps() {

@@ -96,7 +96,7 @@ func (f *Fold) Close() error {
 // StateAt replays the records 1..seq into a fresh Fold: the projections exactly as the server
 // held them once it had applied record seq. It checks the chain on the way. The caller closes
 // the Fold.
-func StateAt(ctx context.Context, l *eventlog.Log, seq uint64, progress Progress) (*Fold, eventlog.Head, error) {
+func StateAt(ctx context.Context, l *eventlog.Log, seq uint64, progress ProgressFunc) (*Fold, eventlog.Head, error) {
 	head := eventlog.Head{Hash: eventlog.Genesis}
 	if seq > l.Head().Seq {
 		return nil, head, fmt.Errorf("%w: seq %d is beyond the head of the log, seq %d", eventlog.ErrNotFound, seq, l.Head().Seq)

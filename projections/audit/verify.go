@@ -31,11 +31,11 @@ func OpenWithArchive(dir, archiveDir string) (*eventlog.Log, error) {
 
 // Progress is told how many records of how many a long walk has done, every few
 // thousand records and once at the end. A nil Progress is told nothing.
-type Progress func(done, total uint64)
+type ProgressFunc func(done, total uint64)
 
 const progressEvery = 16 << 10
 
-func (p Progress) report(done, total uint64, force bool) {
+func (p ProgressFunc) report(done, total uint64, force bool) {
 	if p != nil && (force || done%progressEvery == 0) {
 		p(done, total)
 	}
@@ -150,7 +150,7 @@ var errCheckpointFormat = errors.New("written by an earlier build in an older fo
 // machine with more than one core verifies faster; the fold still sees the records in order.
 // The fold keeps no index of its jobs (projections.NewUnindexedOn): nothing compares one, and
 // the indexes of the checkpoint's table are checked against its jobs (CheckTable).
-func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, error) {
+func Verify(ctx context.Context, l *eventlog.Log, progress ProgressFunc) (Summary, error) {
 	sum := Summary{Types: map[string]uint64{}, Segments: len(l.Segments()), AnchorSeq: l.Anchor().Seq}
 	if problems := l.ArchiveProblems(); len(problems) > 0 || len(l.ArchiveGaps()) > 0 {
 		return verifyAround(ctx, l, sum, problems, progress)
@@ -253,7 +253,7 @@ func Verify(ctx context.Context, l *eventlog.Log, progress Progress) (Summary, e
 // needs every record from genesis, so the projections are not checked. It fails (ErrGaps)
 // unless the only records missing are the oldest, deleted on purpose, and everything here
 // verifies.
-func verifyAround(ctx context.Context, l *eventlog.Log, sum Summary, problems []error, progress Progress) (Summary, error) {
+func verifyAround(ctx context.Context, l *eventlog.Log, sum Summary, problems []error, progress ProgressFunc) (Summary, error) {
 	head := l.Head()
 	total := head.Seq
 	gaps := l.ArchiveGaps()
