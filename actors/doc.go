@@ -7,15 +7,17 @@
 // on one runtime, actors/cells, which carries the ordering rules below that are not the
 // behaviours' own (persist, apply, deliver; incarnations; timers; stop); protoactor drives it in
 // production (actors/broker), a FIFO in tests (actors/actorstest), and the simulator's seeded
-// scheduler under faults. The dispatcher and job state their invariants (invariants.go,
-// `// INVARIANT:`), which the tests and the simulator check after every message.
+// scheduler under faults. The dispatcher, job and tenant state their invariants
+// (invariants.go, `// INVARIANT:`), which the tests and the simulator check after every message.
 //
 // Who owns what:
 //
-//   - Tenant (one per tenant): intake. Validation and limits, idempotency keys, max_active
-//     (committed non-terminal jobs + its own admitted-but-not-durable jobs + reservations),
-//     reservations, worker registration (spending enroll-token uses) and revocation, API keys
-//     and enroll tokens, and the quota check of a re-drive.
+//   - Tenant (one per tenant), in four parts, each with its own state, reset, messages and
+//     invariants. Intake: validation and limits, idempotency keys, max_active (committed
+//     non-terminal jobs + its own admitted-but-not-durable jobs + reservations), reservations,
+//     and the quota check of a re-drive. Credentials: worker registration (spending
+//     enroll-token uses), renewal and revocation, API keys and enroll tokens. Flows and
+//     schedules: their decisions, whose jobs it submits as its own (flow.go, schedule.go).
 //   - Dispatcher (one): every job that is not leased — the queued and scheduled jobs in
 //     priority heaps, cancel of a waiting job, re-drive of a dead one, and the end of a
 //     finished one (job.expired: its retention ended, the dead-letter cap, a delete, a purge;

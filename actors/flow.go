@@ -209,7 +209,40 @@ func flowRequestHash(name string, steps []eventlog.FlowStep) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (t *Tenant) submitFlow(env Env, m SubmitFlow) {
+// flows is the part of a tenant that runs its flows. What a flow does next is read from its
+// projection; what the part keeps is what is in flight: the decision of each flow not durable
+// yet (one at a time, so each reads the ones before it), and the idempotency keys of flows
+// submitted and not durable yet.
+type flows struct {
+	// busy holds the flows with a decision in flight, with the number of jobs it starts.
+	busy map[string]int
+	// again holds the flows to read again once their decision in flight is durable, because a
+	// step ended meanwhile.
+	// INVARIANT: a flow to read again has a decision in flight.
+	again map[string]bool
+	// pendingJobs counts the jobs the decisions in flight start: they count against max_active.
+	// INVARIANT: pendingJobs is the sum of busy.
+	pendingJobs int
+	// pendingIdem holds the idempotency keys of flows admitted and not durable yet.
+	// INVARIANT: the flow a pending key names has its submit in flight.
+	pendingIdem map[string]pendingKey
+}
+
+func (fl *flows) reset() {
+	*fl = flows{busy: map[string]int{}, again: map[string]bool{}, pendingIdem: map[string]pendingKey{}}
+}
+
+// recover takes up every live flow of the tenant: a step that ended while no actor of the
+// tenant was there to hear it, or a flow that ended and has jobs left to cancel.
+func (fl *flows) recover(t *Tenant, env Env) {
+	var ids []string
+	env.Read(func(s *projections.Set) { ids = s.LiveFlows(t.name) })
+	for _, id := range ids {
+		fl.advance(t, env, id)
+	}
+}
+
+func (fl *flows) submit(t *Tenant, env Env, m SubmitFlow) {
 	reply := env.Sender()
 	if !validName(m.Name, FlowNameLenMax, true) {
 		env.Send(reply, FlowAccepted{Err: invalidFlow("", "flow name %q must be 1..%d of [A-Za-z0-9_.:/-]", clip(m.Name), FlowNameLenMax)})
@@ -226,7 +259,7 @@ func (t *Tenant) submitFlow(env Env, m SubmitFlow) {
 	}
 	hash := flowRequestHash(m.Name, steps)
 	if key := m.IdempotencyKey; key != "" {
-		if id, h, ok := t.lookupKey(env, key, env.Now(), true); ok {
+		if id, h, ok := lookupKey(env, t.name, fl.pendingIdem, (*projections.Set).FlowIdempotency, key, env.Now()); ok {
 			if h != hash {
 				env.Send(reply, FlowAccepted{Err: &Rejection{Code: CodeIdempotencyKeyReused,
 					Message: "the idempotency key was used for a different flow", Details: map[string]any{"flow_id": id}}})
@@ -256,9 +289,9 @@ func (t *Tenant) submitFlow(env Env, m SubmitFlow) {
 			roots++
 		}
 	}
-	if t.maxActive > 0 && t.usage(env)+roots > t.maxActive {
+	if t.full(env, roots) {
 		env.Send(reply, FlowAccepted{Err: &Rejection{Code: CodeQuotaExceeded,
-			Message: "the tenant's max_active would be exceeded by the flow's first steps", Details: map[string]any{"max_active": t.maxActive, "requested": roots}}})
+			Message: "the tenant's max_active would be exceeded by the flow's first steps", Details: map[string]any{"max_active": t.intake.maxActive, "requested": roots}}})
 		return
 	}
 	id := NextID(env, &t.lastJobID) // flows list newest first by id, as jobs do
@@ -269,38 +302,38 @@ func (t *Tenant) submitFlow(env Env, m SubmitFlow) {
 	done := flowDone{flowID: id, reply: reply, submit: true, key: m.IdempotencyKey}
 	for _, st := range steps {
 		if len(st.Needs) == 0 {
-			ev, w := t.stepJob(env, id, st, st.Payload, m.APIKeyID)
+			ev, w := stepJob(t, env, id, st, st.Payload, m.APIKeyID)
 			w.SubmitSeq = uint64(len(events))
 			events = append(events, ev)
 			done.waiting = append(done.waiting, w)
 		}
 	}
 	if m.IdempotencyKey != "" {
-		t.pendingFlowIdem[m.IdempotencyKey] = pendingKey{jobID: id, requestHash: hash}
+		fl.pendingIdem[m.IdempotencyKey] = pendingKey{jobID: id, requestHash: hash}
 	}
-	t.persistFlow(env, events, done)
+	fl.persist(t, env, events, done)
 }
 
 // stepJob makes the job.submitted of a flow's step.
-func (t *Tenant) stepJob(env Env, flowID string, st eventlog.FlowStep, payload json.RawMessage, apiKeyID string) (eventlog.JobSubmitted, Waiting) {
+func stepJob(t *Tenant, env Env, flowID string, st eventlog.FlowStep, payload json.RawMessage, apiKeyID string) (eventlog.JobSubmitted, Waiting) {
 	ev, w := t.templateJob(env, st.JobTemplate, payload)
 	ev.APIKeyID, ev.FlowID, ev.FlowStep = apiKeyID, flowID, st.Name
 	return ev, w
 }
 
-// persistFlow hands a flow's decision to the log; the flow takes no other decision until it is
+// persist hands a flow's decision to the log; the flow takes no other decision until it is
 // durable, so each decision reads the ones before it in the projections.
-func (t *Tenant) persistFlow(env Env, events []eventlog.Payload, done flowDone) {
-	t.flowBusy[done.flowID] = true
-	t.pendingJobs += len(done.waiting)
+func (fl *flows) persist(t *Tenant, env Env, events []eventlog.Payload, done flowDone) {
+	fl.busy[done.flowID] = len(done.waiting)
+	fl.pendingJobs += len(done.waiting)
 	t.pipe.persist(env, events, done)
 }
 
-// advanceFlow decides what a flow does next: start the steps whose needs all succeeded, skip
+// advance decides what a flow does next: start the steps whose needs all succeeded, skip
 // those that can no longer run, end the flow once, and cancel the jobs of an ended flow.
-func (t *Tenant) advanceFlow(env Env, id string) {
-	if t.flowBusy[id] {
-		t.flowAgain[id] = true // read it again once the decision in flight is durable
+func (fl *flows) advance(t *Tenant, env Env, id string) {
+	if _, busy := fl.busy[id]; busy {
+		fl.again[id] = true // read it again once the decision in flight is durable
 		return
 	}
 	var f *projections.Flow
@@ -309,7 +342,7 @@ func (t *Tenant) advanceFlow(env Env, id string) {
 		return
 	}
 	if f.Status != projections.FlowRunning {
-		t.cancelSteps(env, f)
+		cancelSteps(t, env, f)
 		return
 	}
 	d := decideFlow(f, t.limits.payloadBytesMax())
@@ -322,7 +355,7 @@ func (t *Tenant) advanceFlow(env Env, id string) {
 		events = append(events, eventlog.FlowStepSkipped{FlowID: id, Step: sk.step, Reason: sk.reason})
 	}
 	for _, st := range d.start {
-		ev, w := t.stepJob(env, id, st.step, st.payload, "")
+		ev, w := stepJob(t, env, id, st.step, st.payload, "")
 		w.SubmitSeq = uint64(len(events))
 		events = append(events, ev)
 		done.waiting = append(done.waiting, w)
@@ -330,14 +363,14 @@ func (t *Tenant) advanceFlow(env Env, id string) {
 	if d.end != nil {
 		events = append(events, *d.end)
 	}
-	t.persistFlow(env, events, done)
+	fl.persist(t, env, events, done)
 }
 
-// cancelFlow ends a running flow cancelled, once every decision of the flow in flight is
+// cancel ends a running flow cancelled, once every decision of the flow in flight is
 // durable, so that the projections show all of them.
-func (t *Tenant) cancelFlow(env Env, m CancelFlow, reply Ref) {
-	if t.flowBusy[m.FlowID] {
-		t.pipe.whenSettled(func() { t.cancelFlow(env, m, reply) })
+func (fl *flows) cancel(t *Tenant, env Env, m CancelFlow, reply Ref) {
+	if _, busy := fl.busy[m.FlowID]; busy {
+		t.pipe.whenSettled(func() { fl.cancel(t, env, m, reply) })
 		return
 	}
 	var f *projections.Flow
@@ -357,12 +390,12 @@ func (t *Tenant) cancelFlow(env Env, m CancelFlow, reply Ref) {
 		}
 	}
 	events = append(events, eventlog.FlowEnded{FlowID: f.ID, Status: eventlog.FlowCancelled, APIKeyID: m.APIKeyID})
-	t.persistFlow(env, events, flowDone{flowID: f.ID, reply: reply, ended: true})
+	fl.persist(t, env, events, flowDone{flowID: f.ID, reply: reply, ended: true})
 }
 
 // cancelSteps asks the dispatcher to cancel the live jobs of an ended flow: the same command a
 // client sends, so a leased step is cancelled cooperatively. Asking twice does no harm.
-func (t *Tenant) cancelSteps(env Env, f *projections.Flow) {
+func cancelSteps(t *Tenant, env Env, f *projections.Flow) {
 	for _, st := range f.Steps {
 		s := f.State[st.Name]
 		if s.JobID != "" && !projections.Status(s.Status).Terminal() {
@@ -371,12 +404,15 @@ func (t *Tenant) cancelSteps(env Env, f *projections.Flow) {
 	}
 }
 
-func (t *Tenant) flowPersisted(env Env, d flowDone, m Persisted) {
-	delete(t.flowBusy, d.flowID)
-	t.pendingJobs -= len(d.waiting)
+func (fl *flows) persisted(t *Tenant, env Env, d flowDone, m Persisted) {
+	delete(fl.busy, d.flowID)
+	fl.pendingJobs -= len(d.waiting)
 	if d.key != "" {
-		delete(t.pendingFlowIdem, d.key)
+		delete(fl.pendingIdem, d.key)
 	}
+	// Read again only once this decision is durable; after a failed append there is no next.
+	again := fl.again[d.flowID]
+	delete(fl.again, d.flowID)
 	err := unavailable(m.Err)
 	if err == nil {
 		enqueue(env, d.waiting, m.Receipt)
@@ -390,10 +426,9 @@ func (t *Tenant) flowPersisted(env Env, d flowDone, m Persisted) {
 	if err != nil {
 		return
 	}
-	if d.ended || t.flowAgain[d.flowID] {
+	if d.ended || again {
 		// A step may have ended while the decision was in flight; an ended flow cancels its jobs.
-		delete(t.flowAgain, d.flowID)
-		t.advanceFlow(env, d.flowID)
+		fl.advance(t, env, d.flowID)
 	}
 }
 

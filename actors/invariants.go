@@ -118,10 +118,8 @@ func (h *entryHeap) check() error {
 
 // CheckInvariants implements Checker.
 func (a *Job) CheckInvariants() error {
-	// INVARIANT: the pipeline's count of pending persists is never negative, and nothing waits
-	// on it once none is pending.
-	if a.pipe.pending < 0 || (a.pipe.pending == 0 && len(a.pipe.waiting) > 0) {
-		return fmt.Errorf("pipeline: %d pending, %d waiting", a.pipe.pending, len(a.pipe.waiting))
+	if err := a.pipe.check(); err != nil {
+		return err
 	}
 	// INVARIANT: messages are stashed only while a lease's end is on its way to the log.
 	if len(a.stash) > 0 && !a.ending {
@@ -137,6 +135,134 @@ func (a *Job) CheckInvariants() error {
 	}
 	if a.ending && a.job.Lease != nil {
 		return errors.New("a lease's end is decided, but the job still holds it")
+	}
+	return nil
+}
+
+// check verifies the pipeline's count.
+func (p *pipeline) check() error {
+	// INVARIANT: the pipeline's count of pending persists is never negative, and nothing waits
+	// on it once none is pending.
+	if p.pending < 0 || (p.pending == 0 && len(p.waiting) > 0) {
+		return fmt.Errorf("pipeline: %d pending, %d waiting", p.pending, len(p.waiting))
+	}
+	return nil
+}
+
+// CheckInvariants implements Checker: the pipeline the parts share, then each part's own.
+func (t *Tenant) CheckInvariants() error {
+	if err := t.pipe.check(); err != nil {
+		return err
+	}
+	if err := t.intake.check(); err != nil {
+		return fmt.Errorf("intake: %w", err)
+	}
+	if err := t.creds.check(); err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	if err := t.flows.check(); err != nil {
+		return fmt.Errorf("flows: %w", err)
+	}
+	if err := t.schedules.check(); err != nil {
+		return fmt.Errorf("schedules: %w", err)
+	}
+	return nil
+}
+
+func (in *intake) check() error {
+	if in.maxActive < 0 || in.maxRunning < 0 {
+		return fmt.Errorf("max_active %d, max_running %d", in.maxActive, in.maxRunning)
+	}
+	// INVARIANT: a submit admits at least one job per idempotency key it holds pending, and
+	// each pending key names a job of its own.
+	if in.pendingJobs < len(in.pendingIdem) {
+		return fmt.Errorf("%d jobs pending, %d idempotency keys pending", in.pendingJobs, len(in.pendingIdem))
+	}
+	jobs := make(map[string]bool, len(in.pendingIdem))
+	for key, p := range in.pendingIdem {
+		if jobs[p.jobID] {
+			return fmt.Errorf("idempotency key %q names job %s, which another pending key names", key, p.jobID)
+		}
+		jobs[p.jobID] = true
+	}
+	// INVARIANT: what counts against max_active for reservations is the reservations held,
+	// each until its end is decided: one whose end is on its way to the log is held no more
+	// (else it could end again, and count twice meanwhile).
+	if len(in.reservations) > ReservationsMax {
+		return fmt.Errorf("%d reservations held, more than %d", len(in.reservations), ReservationsMax)
+	}
+	for id, r := range in.reservations {
+		if in.ending[id] {
+			return fmt.Errorf("reservation %s is held, but its end is decided", id)
+		}
+		if r.expiresAt.IsZero() {
+			return fmt.Errorf("reservation %s is held with no expiry", id)
+		}
+	}
+	return nil
+}
+
+func (c *credentials) check() error {
+	// INVARIANT: pendingEnroll counts, per enroll token, the registrations in flight that
+	// spend it, and holds no token that none spends.
+	spending := map[string]int{}
+	for _, tok := range c.registering {
+		if tok != "" {
+			spending[tok]++
+		}
+	}
+	if len(spending) != len(c.pendingEnroll) {
+		return fmt.Errorf("%d enroll tokens spent by registrations in flight, %d counted", len(spending), len(c.pendingEnroll))
+	}
+	for tok, n := range c.pendingEnroll {
+		if n != spending[tok] {
+			return fmt.Errorf("enroll token %s: %d uses pending, %d registrations in flight spend it", tok, n, spending[tok])
+		}
+	}
+	return nil
+}
+
+func (fl *flows) check() error {
+	// INVARIANT: the jobs pending are those the decisions in flight start.
+	sum := 0
+	for id, n := range fl.busy {
+		if n < 0 || n > FlowStepsMax {
+			return fmt.Errorf("flow %s: its decision in flight starts %d jobs", id, n)
+		}
+		sum += n
+	}
+	if sum != fl.pendingJobs {
+		return fmt.Errorf("%d jobs pending, the decisions in flight start %d", fl.pendingJobs, sum)
+	}
+	for id := range fl.again {
+		if _, busy := fl.busy[id]; !busy {
+			return fmt.Errorf("flow %s is to be read again, but no decision of it is in flight", id)
+		}
+	}
+	for key, p := range fl.pendingIdem {
+		if _, busy := fl.busy[p.jobID]; !busy {
+			return fmt.Errorf("idempotency key %q names flow %s, whose submit is not in flight", key, p.jobID)
+		}
+	}
+	return nil
+}
+
+func (sc *schedules) check() error {
+	// INVARIANT: the jobs pending are those the decisions in flight fire, one at most each.
+	sum := 0
+	for id, n := range sc.busy {
+		if n < 0 || n > 1 {
+			return fmt.Errorf("schedule %s: its decision in flight fires %d jobs", id, n)
+		}
+		sum += n
+	}
+	if sum != sc.pendingJobs {
+		return fmt.Errorf("%d jobs pending, the decisions in flight fire %d", sc.pendingJobs, sum)
+	}
+	for name, id := range sc.names {
+		if _, busy := sc.busy[id]; !busy {
+			return fmt.Errorf("schedule %s (%s) is being created, but its create is not in flight", name, id)
+		}
 	}
 	return nil
 }

@@ -36,3 +36,6 @@ func (p *pipeline) whenSettled(f func()) {
 	}
 	p.waiting = append(p.waiting, f)
 }
+
+// reset forgets every persist: a behaviour that recovers has none pending.
+func (p *pipeline) reset() { *p = pipeline{} }

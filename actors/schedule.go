@@ -287,7 +287,7 @@ func sameDefinition(a, b eventlog.ScheduleCreated) bool {
 }
 
 // scheduleEvent validates a spec and makes the schedule's creation event (without its id).
-func (t *Tenant) scheduleEvent(m CreateSchedule, now time.Time) (eventlog.ScheduleCreated, *Rejection) {
+func scheduleEvent(t *Tenant, m CreateSchedule, now time.Time) (eventlog.ScheduleCreated, *Rejection) {
 	spec := m.Spec
 	invalid := func(field, format string, args ...any) (eventlog.ScheduleCreated, *Rejection) {
 		r := reject(CodeInvalidSchedule, format, args...)
@@ -343,14 +343,45 @@ func (t *Tenant) scheduleEvent(m CreateSchedule, now time.Time) (eventlog.Schedu
 		Job: job.template(), Overlap: overlap, CatchUp: catchUp, APIKeyID: m.APIKeyID}, nil
 }
 
-func (t *Tenant) createSchedule(env Env, m CreateSchedule, reply Ref) {
-	ev, r := t.scheduleEvent(m, env.Now())
+// schedules is the part of a tenant that fires its schedules. A schedule's ticks are read from
+// its projection; what the part keeps is its timers and what is in flight: each schedule's
+// decision or change not durable yet (one at a time), and the names of schedules being created.
+type schedules struct {
+	// timers holds the timer of each schedule that is not paused.
+	timers map[string]TimerID
+	// busy holds the schedules with a decision or change in flight, with the number of jobs it
+	// fires: 0 or 1.
+	busy map[string]int
+	// names holds the names of schedules being created, with their ids.
+	// INVARIANT: a schedule being created has its create in flight.
+	names map[string]string
+	// pendingJobs counts the jobs the decisions in flight fire: they count against max_active.
+	// INVARIANT: pendingJobs is the sum of busy.
+	pendingJobs int
+}
+
+func (sc *schedules) reset() {
+	*sc = schedules{timers: map[string]TimerID{}, busy: map[string]int{}, names: map[string]string{}}
+}
+
+// recover has each active schedule decide the ticks it missed while the server was down, and
+// set its timer.
+func (sc *schedules) recover(t *Tenant, env Env) {
+	var ids []string
+	env.Read(func(s *projections.Set) { ids = s.ActiveSchedules(t.name) })
+	for _, id := range ids {
+		sc.tick(t, env, id)
+	}
+}
+
+func (sc *schedules) create(t *Tenant, env Env, m CreateSchedule, reply Ref) {
+	ev, r := scheduleEvent(t, m, env.Now())
 	if r != nil {
 		env.Send(reply, ScheduleMade{Err: r})
 		return
 	}
-	if _, ok := t.schedNames[ev.Name]; ok { // a create of the same name is in flight
-		t.pipe.whenSettled(func() { t.createSchedule(env, m, reply) })
+	if _, ok := sc.names[ev.Name]; ok { // a create of the same name is in flight
+		t.pipe.whenSettled(func() { sc.create(t, env, m, reply) })
 		return
 	}
 	var existing *projections.Schedule
@@ -369,32 +400,32 @@ func (t *Tenant) createSchedule(env Env, m CreateSchedule, reply Ref) {
 		env.Send(reply, ScheduleMade{ID: existing.ID, Existing: true, Receipt: Receipt{Seq: existing.CreateSeq}})
 		return
 	}
-	if count+len(t.schedNames) >= SchedulesMax {
+	if count+len(sc.names) >= SchedulesMax {
 		env.Send(reply, ScheduleMade{Err: &Rejection{Code: CodeQuotaExceeded,
 			Message: "the tenant has the most schedules allowed", Details: map[string]any{"schedules_max": SchedulesMax}}})
 		return
 	}
 	ev.ScheduleID = NewID(env)
-	t.schedNames[ev.Name] = ev.ScheduleID
-	t.persistSchedule(env, []eventlog.Payload{ev}, scheduleDone{id: ev.ScheduleID, reply: reply, create: true, name: ev.Name})
+	sc.names[ev.Name] = ev.ScheduleID
+	sc.persist(t, env, []eventlog.Payload{ev}, scheduleDone{id: ev.ScheduleID, reply: reply, create: true, name: ev.Name})
 }
 
-// persistSchedule hands a schedule's decision or change to the log; the schedule takes no other
+// persist hands a schedule's decision or change to the log; the schedule takes no other
 // decision until it is durable, so each reads the ones before it in the projections.
-func (t *Tenant) persistSchedule(env Env, events []eventlog.Payload, done scheduleDone) {
-	t.schedBusy[done.id] = true
-	t.pendingJobs += len(done.waiting)
+func (sc *schedules) persist(t *Tenant, env Env, events []eventlog.Payload, done scheduleDone) {
+	sc.busy[done.id] = len(done.waiting)
+	sc.pendingJobs += len(done.waiting)
 	t.pipe.persist(env, events, done)
 }
 
-// pauseSchedule pauses or resumes a schedule, and deleteSchedule deletes it, once the
-// schedule's decision in flight, if any, is durable.
-func (t *Tenant) pauseSchedule(env Env, m PauseSchedule, reply Ref) {
-	if t.schedBusy[m.ID] {
-		t.pipe.whenSettled(func() { t.pauseSchedule(env, m, reply) })
+// pause pauses or resumes a schedule, and delete deletes it, once the schedule's decision in
+// flight, if any, is durable.
+func (sc *schedules) pause(t *Tenant, env Env, m PauseSchedule, reply Ref) {
+	if _, busy := sc.busy[m.ID]; busy {
+		t.pipe.whenSettled(func() { sc.pause(t, env, m, reply) })
 		return
 	}
-	c, ok := t.ownSchedule(env, m.ID, reply)
+	c, ok := ownSchedule(t, env, m.ID, reply)
 	if !ok {
 		return
 	}
@@ -406,21 +437,21 @@ func (t *Tenant) pauseSchedule(env Env, m PauseSchedule, reply Ref) {
 	if m.Paused {
 		ev = eventlog.SchedulePaused{ScheduleID: c.ID, APIKeyID: m.APIKeyID}
 	}
-	t.persistSchedule(env, []eventlog.Payload{ev}, scheduleDone{id: c.ID, reply: reply})
+	sc.persist(t, env, []eventlog.Payload{ev}, scheduleDone{id: c.ID, reply: reply})
 }
 
-func (t *Tenant) deleteSchedule(env Env, m DeleteSchedule, reply Ref) {
-	if t.schedBusy[m.ID] {
-		t.pipe.whenSettled(func() { t.deleteSchedule(env, m, reply) })
+func (sc *schedules) delete(t *Tenant, env Env, m DeleteSchedule, reply Ref) {
+	if _, busy := sc.busy[m.ID]; busy {
+		t.pipe.whenSettled(func() { sc.delete(t, env, m, reply) })
 		return
 	}
-	if c, ok := t.ownSchedule(env, m.ID, reply); ok {
-		t.persistSchedule(env, []eventlog.Payload{eventlog.ScheduleDeleted{ScheduleID: c.ID, APIKeyID: m.APIKeyID}}, scheduleDone{id: c.ID, reply: reply})
+	if c, ok := ownSchedule(t, env, m.ID, reply); ok {
+		sc.persist(t, env, []eventlog.Payload{eventlog.ScheduleDeleted{ScheduleID: c.ID, APIKeyID: m.APIKeyID}}, scheduleDone{id: c.ID, reply: reply})
 	}
 }
 
 // ownSchedule reads one of the tenant's schedules, or answers SCHEDULE_NOT_FOUND.
-func (t *Tenant) ownSchedule(env Env, id string, reply Ref) (*projections.Schedule, bool) {
+func ownSchedule(t *Tenant, env Env, id string, reply Ref) (*projections.Schedule, bool) {
 	var c *projections.Schedule
 	env.Read(func(s *projections.Set) { c, _ = s.Schedule(id) })
 	if c == nil || c.Tenant != t.name {
@@ -430,13 +461,13 @@ func (t *Tenant) ownSchedule(env Env, id string, reply Ref) (*projections.Schedu
 	return c, true
 }
 
-// tickSchedule decides a schedule's due ticks, if it has any, and sets its timer for the next.
-func (t *Tenant) tickSchedule(env Env, id string) {
-	if timer, ok := t.schedTimers[id]; ok {
+// tick decides a schedule's due ticks, if it has any, and sets its timer for the next.
+func (sc *schedules) tick(t *Tenant, env Env, id string) {
+	if timer, ok := sc.timers[id]; ok {
 		env.Cancel(timer)
-		delete(t.schedTimers, id)
+		delete(sc.timers, id)
 	}
-	if t.schedBusy[id] {
+	if _, busy := sc.busy[id]; busy {
 		return // decided again when the decision in flight is durable
 	}
 	var c *projections.Schedule
@@ -463,11 +494,11 @@ func (t *Tenant) tickSchedule(env Env, id string) {
 	due, next := ticksDue(sched, anchor, now)
 	if due.last.IsZero() {
 		if !next.IsZero() {
-			t.schedTimers[id] = env.After(min(next.Sub(now), scheduleRecheckMax), scheduleTick{id})
+			sc.timers[id] = env.After(min(next.Sub(now), scheduleRecheckMax), scheduleTick{id})
 		}
 		return
 	}
-	quotaFull := t.maxActive > 0 && t.usage(env)+1 > t.maxActive
+	quotaFull := t.full(env, 1)
 	skips, fire, late := decideTicks(c, sched, due, now, prevLive, quotaFull)
 	var events []eventlog.Payload
 	for _, sk := range skips {
@@ -482,14 +513,14 @@ func (t *Tenant) tickSchedule(env Env, id string) {
 		done.waiting = []Waiting{w}
 		events = append(events, job)
 	}
-	t.persistSchedule(env, events, done)
+	sc.persist(t, env, events, done)
 }
 
-func (t *Tenant) schedulePersisted(env Env, d scheduleDone, m Persisted) {
-	delete(t.schedBusy, d.id)
-	t.pendingJobs -= len(d.waiting)
+func (sc *schedules) persisted(t *Tenant, env Env, d scheduleDone, m Persisted) {
+	delete(sc.busy, d.id)
+	sc.pendingJobs -= len(d.waiting)
 	if d.create {
-		delete(t.schedNames, d.name)
+		delete(sc.names, d.name)
 	}
 	err := unavailable(m.Err)
 	if err == nil {
@@ -502,6 +533,6 @@ func (t *Tenant) schedulePersisted(env Env, d scheduleDone, m Persisted) {
 		env.Send(d.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
 	}
 	if err == nil {
-		t.tickSchedule(env, d.id) // the next tick: or, after a pause or delete, none
+		sc.tick(t, env, d.id) // the next tick: or, after a pause or delete, none
 	}
 }
