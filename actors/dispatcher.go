@@ -242,8 +242,17 @@ func (d *Dispatcher) Recover(env Env) {
 	d.dispatch(env)
 }
 
-// Receive implements Behaviour.
+// Receive implements Behaviour: handle takes the message, and dispatch looks for leases to make
+// only if it may have brought a ready job and a session's credit together.
 func (d *Dispatcher) Receive(env Env, msg any) {
+	if d.handle(env, msg) {
+		d.dispatch(env)
+	}
+}
+
+// handle takes one message and reports whether it may have made a lease possible: a job that
+// became ready, credit given or freed, a limit raised, a queue resumed. Every case says which.
+func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 	switch m := msg.(type) {
 	case Enqueue:
 		if m.Seq > d.rebuiltAt {
@@ -252,6 +261,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 				d.add(w, now)
 			}
 		}
+		return true
 	case sessionStarted:
 		if _, ok := d.sessions[m.SessionID]; !ok && m.Seq > d.rebuiltAt {
 			s := newSlot(m.SessionID, m.WorkerID, m.Tenant, m.Queues, m.Capacity)
@@ -269,20 +279,21 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 			}
 			d.sessions[m.SessionID] = s
 		}
-		return
+		return false // it has no credit until the worker gives some
 	case sessionEnded:
 		if s := d.sessions[m.SessionID]; s != nil && m.Seq > d.rebuiltAt { // else the rebuild knew whether it was open
 			s.gone = true
 			delete(d.sessions, m.SessionID)
 		}
-		return
+		return false
 	case SessionCredit:
 		s := d.sessions[m.SessionID]
 		if s == nil {
-			return
+			return false
 		}
 		s.credit = min(s.credit+min(max(m.N, 0), CapacityMax), s.capacity)
 		d.wake(s)
+		return true
 	case withdrawCredit:
 		s := d.sessions[m.SessionID]
 		if s == nil || s.inFlight == 0 {
@@ -291,18 +302,20 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		if s != nil && !mutantCreditOutlivesPoll {
 			s.credit, s.withdrawing = 0, s.inFlight > 0
 		}
-		return
+		return false
 	case assignmentArrived:
 		d.arrived(env, d.sessions[m.SessionID])
-		return
+		return false
 	case leaseEnding:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID && !lr.ending {
 			lr.ending = true
 			d.leased[m.JobID] = lr
 			d.free(lr)
 		}
+		return true
 	case leaseEnded:
 		d.leaseEnded(env, m)
+		return true
 	case leaseRefused:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID {
 			d.unlease(m.JobID, lr, true)
@@ -313,8 +326,10 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 		if m.Idle {
 			env.Stop(JobRef(m.JobID))
 		}
+		return true
 	case QuotaChanged:
 		d.maxRunning[m.Tenant] = m.MaxRunning
+		return true
 	case WorkerRevokedNotice:
 		// In key order: what a behaviour sends must not depend on map iteration, or the
 		// simulator could not replay a seed.
@@ -328,65 +343,66 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 				env.Send(JobRef(id), revokeLease{WorkerID: m.WorkerID})
 			}
 		}
-		return
+		return false
 	case dispatchTick:
 		d.tick, d.tickAt = 0, time.Time{}
+		return true
 	case Cancel:
 		if !d.route(env, m.JobID, "", "", m) {
 			d.cancel(env, m)
 		}
-		return
+		return false
 	case redriveJob:
 		d.redrive(env, m)
-		return
+		return false
 	case Delete:
 		d.deleteJob(env, m)
-		return
+		return false
 	case PurgeDead:
 		d.purgeDead(env, m)
-		return
+		return false
 	case PauseQueue:
-		d.pauseQueue(env, m) // a resume falls through to dispatch
-		if m.Paused {
-			return
-		}
+		d.pauseQueue(env, m)
+		return !m.Paused // a resume may free the queue's jobs
 	case retentionSweep:
 		d.sweepRetention(env)
-		return
+		return false
 	case Progress:
 		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
 			env.Send(env.Sender(), ProgressAck{Err: notCovered(env, m.WorkerID, m.JobID)})
 		}
-		return
+		return false
 	case Fail:
 		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
 			env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, m.JobID)})
 		}
-		return
+		return false
 	case ReleaseLease:
 		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
 			env.Send(env.Sender(), Done{Err: notCovered(env, m.WorkerID, m.JobID)})
 		}
-		return
+		return false
 	case Undelivered:
 		// By the dispatcher, not straight to the job: a lease that ended meanwhile needs no
 		// actor started for it.
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID {
 			env.Send(JobRef(m.JobID), m)
 		}
-		return
+		return false
 	case Complete:
 		if !d.route(env, m.JobID, m.LeaseID, m.WorkerID, m) {
 			d.repeatedCompletion(env, m)
 		}
-		return
+		return false
 	case extend:
 		d.route(env, m.JobID, m.LeaseID, m.WorkerID, m)
-		return
+		return false
 	case Persisted:
 		d.persisted(env, m)
+		return true
+	default:
+		return false // the dispatcher takes no other message
 	}
-	d.dispatch(env)
 }
 
 // route forwards a job command to the job's actor if the job is leased and reports whether it

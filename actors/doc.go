@@ -10,6 +10,14 @@
 // scheduler under faults. The dispatcher, job and tenant state their invariants
 // (invariants.go, `// INVARIANT:`), which the tests and the simulator check after every message.
 //
+// Every Receive has one shape: a type switch over the messages the behaviour takes, each case
+// one call to the method that handles that message, and nothing returned early. A condition on
+// the behaviour's state that decides whether a message is taken at all guards the call the
+// same way in every case (the job's `if a.onLease(env, msg) { a.progress(env, m) }`), as does
+// what follows every message (the dispatcher's `if d.handle(env, msg) { d.dispatch(env) }`,
+// where each of handle's cases ends by saying whether it may have made a lease possible). So
+// one read of a Receive shows which messages a behaviour takes and where each goes.
+//
 // Who owns what:
 //
 //   - Tenant (one per tenant), in four parts, each with its own state, reset, messages and

@@ -115,59 +115,90 @@ func (a *Job) Recover(env Env) {
 	a.armTimer(env)
 }
 
-// Receive implements Behaviour.
+// Receive implements Behaviour. A command on the lease is decided here only while the job holds
+// one whose end is not on its way to the log (onLease).
 func (a *Job) Receive(env Env, msg any) {
-	if p, ok := msg.(Persisted); ok {
-		a.persisted(env, p)
-		return
-	}
-	if a.ending {
-		if m, ok := msg.(startLease); ok {
-			env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID})
-			return
-		}
-		if _, timer := msg.(leaseTimer); !timer {
-			a.stash = append(a.stash, stashed{msg, env.Sender()})
-		}
-		return
-	}
-	if m, ok := msg.(startLease); ok {
-		a.start(env, m)
-		return
-	}
-	if a.job == nil || a.job.Lease == nil {
-		switch msg.(type) {
-		case leaseTimer, revokeLease:
-		default:
-			env.Forward(DispatcherRef(), msg, env.Sender())
-		}
-		return
-	}
 	switch m := msg.(type) {
+	case Persisted:
+		a.persisted(env, m)
+	case startLease:
+		a.start(env, m)
 	case Progress:
-		a.progress(env, m)
+		if a.onLease(env, msg) {
+			a.progress(env, m)
+		}
 	case Complete:
-		a.complete(env, m)
+		if a.onLease(env, msg) {
+			a.complete(env, m)
+		}
 	case Fail:
-		a.fail(env, m)
+		if a.onLease(env, msg) {
+			a.fail(env, m)
+		}
 	case Cancel:
-		a.cancel(env, m)
+		if a.onLease(env, msg) {
+			a.cancel(env, m)
+		}
 	case extend:
-		if a.holds(m.WorkerID, m.LeaseID) {
-			a.job.Lease.ExpiresAt = env.Now().Add(a.job.LeaseTTL)
+		if a.onLease(env, msg) {
+			a.extend(env, m)
 		}
 	case ReleaseLease:
-		a.releaseByWorker(env, m)
+		if a.onLease(env, msg) {
+			a.releaseByWorker(env, m)
+		}
 	case Undelivered:
-		if a.job.Lease.LeaseID == m.LeaseID {
-			a.release(env, Ref{}, eventlog.LeaseUndelivered, "")
+		if a.onLease(env, msg) {
+			a.undelivered(env, m)
 		}
 	case leaseTimer:
-		a.expire(env, m)
-	case revokeLease:
-		if a.job.Lease.WorkerID == m.WorkerID {
-			a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: a.job.Lease.LeaseID, WorkerID: m.WorkerID, Attempt: a.job.Attempt, Reason: "worker_revoked"})
+		if a.onLease(env, msg) {
+			a.expire(env, m)
 		}
+	case revokeLease:
+		if a.onLease(env, msg) {
+			a.revoke(env, m)
+		}
+	}
+}
+
+// onLease reports whether a command on the lease is the job's to decide now. While a lease's
+// end is on its way to the log, a command waits (stash), and goes to the dispatcher once the
+// end is durable; the lease's timer is dropped. While the job holds no lease, the dispatcher
+// answers a command; a timer or a revocation has nothing left to end.
+func (a *Job) onLease(env Env, msg any) bool {
+	_, timer := msg.(leaseTimer)
+	_, revoke := msg.(revokeLease)
+	switch {
+	case a.ending:
+		if !timer {
+			a.stash = append(a.stash, stashed{msg, env.Sender()})
+		}
+		return false
+	case a.job == nil || a.job.Lease == nil:
+		if !timer && !revoke {
+			env.Forward(DispatcherRef(), msg, env.Sender())
+		}
+		return false
+	}
+	return true
+}
+
+func (a *Job) extend(env Env, m extend) {
+	if a.holds(m.WorkerID, m.LeaseID) {
+		a.job.Lease.ExpiresAt = env.Now().Add(a.job.LeaseTTL)
+	}
+}
+
+func (a *Job) undelivered(env Env, m Undelivered) {
+	if a.job.Lease.LeaseID == m.LeaseID {
+		a.release(env, Ref{}, eventlog.LeaseUndelivered, "")
+	}
+}
+
+func (a *Job) revoke(env Env, m revokeLease) {
+	if a.job.Lease.WorkerID == m.WorkerID {
+		a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: a.job.Lease.LeaseID, WorkerID: m.WorkerID, Attempt: a.job.Attempt, Reason: "worker_revoked"})
 	}
 }
 
@@ -186,6 +217,10 @@ func (a *Job) decide(env Env, events []eventlog.Payload, then any) {
 }
 
 func (a *Job) start(env Env, m startLease) {
+	if a.ending { // the dispatcher learns that the last lease ended before it leases the job again
+		env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID})
+		return
+	}
 	if a.job == nil || !a.job.Waiting() || a.job.Lease != nil {
 		env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID, Idle: a.job == nil || a.job.Lease == nil})
 		return

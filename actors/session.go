@@ -103,58 +103,84 @@ func (s *Session) Receive(env Env, msg any) {
 	case Heartbeat:
 		s.heartbeat(env, m)
 	case Assignment:
-		if s.open && s.offering {
-			env.Send(s.sink, msg) // msg, not m: it is boxed already
-		} else {
-			to, notice, _ := Bounce(msg)
-			env.Send(to, notice)
-		}
-		if s.transport == TransportLongPoll {
-			env.Send(DispatcherRef(), assignmentArrived{SessionID: s.id})
-		}
+		s.assignment(env, msg)
 	case CancelNotice:
-		if s.open {
-			env.Send(s.sink, msg)
-		}
+		s.cancelNotice(env, msg)
 	case Offer:
 		s.offer(env, m)
 	case Withdraw:
-		if s.open && s.offering && s.transport == TransportLongPoll && !s.withdrawing {
-			s.withdrawing = true
-			env.Send(DispatcherRef(), withdrawCredit{SessionID: s.id})
-			return
-		}
-		if !s.withdrawing {
-			env.Send(s.sink, OfferEnded{}) // nothing was offered
-		}
+		s.withdraw(env)
 	case offerClosed:
-		if s.withdrawing {
-			s.withdrawing, s.offering, s.lastSeen = false, mutantCreditOutlivesPoll, env.Now()
-			env.Send(s.sink, OfferEnded{})
-		}
+		s.closeOffer(env)
 	case livenessCheck:
-		if !s.open {
-			return
-		}
-		if s.transport == TransportLongPoll && (s.offering || s.withdrawing) {
-			s.lastSeen = env.Now() // a poll that waits is a worker that is there
-		}
-		deadline := s.lastSeen.Add(HeartbeatInterval * HeartbeatMissesMax)
-		if now := env.Now(); now.Before(deadline) {
-			s.timer = env.After(min(deadline.Sub(now), HeartbeatInterval), livenessCheck{})
-			return
-		}
-		s.end(env, "heartbeat_timeout")
+		s.checkLiveness(env)
 	case CloseSession:
-		if s.open {
-			s.end(env, m.Reason)
-		}
+		s.close(env, m.Reason)
 	case revokeSession:
-		if s.open {
-			s.end(env, "revoked")
-		}
+		s.close(env, "revoked")
 	case Persisted:
 		s.persisted(env, m)
+	}
+}
+
+// assignment delivers an assignment to the worker if someone is there to take it, else hands it
+// back. msg is the Assignment, boxed already.
+func (s *Session) assignment(env Env, msg any) {
+	if s.open && s.offering {
+		env.Send(s.sink, msg)
+	} else {
+		to, notice, _ := Bounce(msg)
+		env.Send(to, notice)
+	}
+	if s.transport == TransportLongPoll {
+		env.Send(DispatcherRef(), assignmentArrived{SessionID: s.id})
+	}
+}
+
+// cancelNotice passes a CancelNotice (msg, boxed already) to the worker.
+func (s *Session) cancelNotice(env Env, msg any) {
+	if s.open {
+		env.Send(s.sink, msg)
+	}
+}
+
+func (s *Session) withdraw(env Env) {
+	if s.open && s.offering && s.transport == TransportLongPoll && !s.withdrawing {
+		s.withdrawing = true
+		env.Send(DispatcherRef(), withdrawCredit{SessionID: s.id})
+		return
+	}
+	if !s.withdrawing {
+		env.Send(s.sink, OfferEnded{}) // nothing was offered
+	}
+}
+
+func (s *Session) closeOffer(env Env) {
+	if s.withdrawing {
+		s.withdrawing, s.offering, s.lastSeen = false, mutantCreditOutlivesPoll, env.Now()
+		env.Send(s.sink, OfferEnded{})
+	}
+}
+
+func (s *Session) checkLiveness(env Env) {
+	if !s.open {
+		return
+	}
+	if s.transport == TransportLongPoll && (s.offering || s.withdrawing) {
+		s.lastSeen = env.Now() // a poll that waits is a worker that is there
+	}
+	deadline := s.lastSeen.Add(HeartbeatInterval * HeartbeatMissesMax)
+	if now := env.Now(); now.Before(deadline) {
+		s.timer = env.After(min(deadline.Sub(now), HeartbeatInterval), livenessCheck{})
+		return
+	}
+	s.end(env, "heartbeat_timeout")
+}
+
+// close ends an open session for reason.
+func (s *Session) close(env Env, reason string) {
+	if s.open {
+		s.end(env, reason)
 	}
 }
 
