@@ -232,16 +232,6 @@ func (fl *flows) reset() {
 	*fl = flows{busy: map[string]int{}, again: map[string]bool{}, pendingIdem: map[string]pendingKey{}}
 }
 
-// recover takes up every live flow of the tenant: a step that ended while no actor of the
-// tenant was there to hear it, or a flow that ended and has jobs left to cancel.
-func (fl *flows) recover(t *Tenant, env Env) {
-	var ids []string
-	env.Read(func(s *projections.Set) { ids = s.LiveFlows(t.name) })
-	for _, id := range ids {
-		fl.advance(t, env, id)
-	}
-}
-
 func (fl *flows) submit(t *Tenant, env Env, m SubmitFlow) {
 	reply := env.Sender()
 	if !validName(m.Name, FlowNameLenMax, true) {

@@ -364,16 +364,6 @@ func (sc *schedules) reset() {
 	*sc = schedules{timers: map[string]TimerID{}, busy: map[string]int{}, names: map[string]string{}}
 }
 
-// recover has each active schedule decide the ticks it missed while the server was down, and
-// set its timer.
-func (sc *schedules) recover(t *Tenant, env Env) {
-	var ids []string
-	env.Read(func(s *projections.Set) { ids = s.ActiveSchedules(t.name) })
-	for _, id := range ids {
-		sc.tick(t, env, id)
-	}
-}
-
 func (sc *schedules) create(t *Tenant, env Env, m CreateSchedule, reply Ref) {
 	ev, r := scheduleEvent(t, m, env.Now())
 	if r != nil {

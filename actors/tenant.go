@@ -6,6 +6,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
 )
 
 // Tenant is the actor of one tenant. One actor per tenant serialises everything that spends
@@ -52,8 +53,17 @@ func (t *Tenant) Recover(env Env) {
 	t.flows.reset()
 	t.schedules.reset()
 	t.intake.recover(t, env)
-	t.flows.recover(t, env)
-	t.schedules.recover(t, env)
+	var flows, schedules []string
+	env.Read(func(s *projections.Set) { flows, schedules = s.LiveFlows(t.name), s.ActiveSchedules(t.name) })
+	// A step that ended while no actor of the tenant was there to hear it, or a flow that
+	// ended and has jobs left to cancel, is taken up now.
+	for _, id := range flows {
+		t.flows.advance(t, env, id)
+	}
+	// Each schedule decides the ticks it missed while the server was down, and sets its timer.
+	for _, id := range schedules {
+		t.schedules.tick(t, env, id)
+	}
 }
 
 // Receive implements Behaviour: each message goes to the one part that handles it.
