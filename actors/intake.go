@@ -341,7 +341,7 @@ func (in *intake) expire(t *Tenant, env Env, m reservationExpiry) {
 	}
 	in.ending[m.id] = true
 	delete(in.reservations, m.id)
-	t.pipe.persist(env, []eventlog.Payload{eventlog.ReservationExpired{Tenant: t.name, ReservationID: m.id}}, expiryDone{m.id})
+	t.pipe.persist(env, []eventlog.Payload{eventlog.ReservationExpired{Tenant: t.name, ReservationID: m.id}}, expiryDone(m))
 }
 
 func (in *intake) expired(d expiryDone) { delete(in.ending, d.id) }
