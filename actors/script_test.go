@@ -57,7 +57,7 @@ import (
 //	restart tenant|dispatcher|job j1              a supervisor restart: the actor's state is
 //	                                              dropped and rebuilt from the log
 //	sync | fail-sync                              what a nosync command left pending
-//	show job j1 | show flow f1 | show schedule sc1 | show tenant
+//	show job j1 | show flow f1 | show schedule sc1 | show queue q | show tenant
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		s := newScript(t)
@@ -328,6 +328,11 @@ func (s *script) show(d *datadriven.TestData) string {
 			return "no such schedule\n"
 		}
 		return fmt.Sprintf("paused=%t fired=%d last_tick=%s next=%s\n", c.Paused, c.Fired, s.clock(c.LastTick), s.clock(actors.NextTick(c, s.w.Clock)))
+	case "queue":
+		if p, ok := s.w.Set.Paused(tenant, s.pos(d, 1)); ok {
+			return fmt.Sprintf("paused since seq %d\n", p.Seq)
+		}
+		return "not paused\n"
 	case "tenant":
 		tn := s.w.Set.Tenant(tenant)
 		return fmt.Sprintf("active=%d reservations=%d\n", tn.Active, len(tn.Reservations))
