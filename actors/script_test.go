@@ -54,10 +54,10 @@ import (
 //	                                              queue, type, overlap, catch-up)
 //	schedule pause sc1 | schedule resume sc1 | schedule delete sc1
 //	advance D [heartbeat=s1]                      the clock (heartbeating every interval)
-//	restart tenant|dispatcher|job j1              a supervisor restart: the actor's state is
+//	restart tenant [payload-max=N]|dispatcher|job j1  a supervisor restart: the actor's state is
 //	                                              dropped and rebuilt from the log
 //	sync | fail-sync                              what a nosync command left pending
-//	show job j1 | show flow f1 | show schedule sc1 | show queue q | show tenant
+//	show job j1 | show flow f1 | show schedule sc1 | show queue q | show counters q | show tenant
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		s := newScript(t)
@@ -237,7 +237,7 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 	case "restart tenant":
 		// A restarted tenant recovers before its next message; a starting server wakes it
 		// (actors.ResumedRefs). A pause of no schedule is a message it answers without an event.
-		s.w.Restart(tr, actors.NewTenant(tenant, actors.Limits{}))
+		s.w.Restart(tr, actors.NewTenant(tenant, actors.Limits{PayloadBytesMax: s.intArg(d, "payload-max", 0)}))
 		s.w.Call("restart", tr, actors.PauseSchedule{Tenant: tenant, ID: "none"})
 		return
 	case "restart dispatcher":
@@ -309,7 +309,11 @@ func (s *script) show(d *datadriven.TestData) string {
 		if !ok {
 			return "no such job\n"
 		}
-		return fmt.Sprintf("status=%s attempt=%d run_at=%s events=%d\n", j.StatusAt(s.w.Clock), j.Attempt, s.clock(j.RunAt), j.Events)
+		out := fmt.Sprintf("status=%s attempt=%d run_at=%s events=%d releases=%d", j.StatusAt(s.w.Clock), j.Attempt, s.clock(j.RunAt), j.Events, j.Releases)
+		if j.Error != nil {
+			out += " error=" + j.Error.Code
+		}
+		return out + "\n"
 	case "flow":
 		f, ok := s.w.Set.Flow(s.id(s.pos(d, 1)))
 		if !ok {
@@ -319,7 +323,7 @@ func (s *script) show(d *datadriven.TestData) string {
 		fmt.Fprintf(&b, "status=%s\n", f.Status)
 		for _, name := range slices.Sorted(maps.Keys(f.State)) {
 			st := f.State[name]
-			fmt.Fprintf(&b, "  %s: %s %s\n", name, st.Status, s.name(st.JobID, "j"))
+			fmt.Fprintf(&b, "  %s: %s\n", name, strings.TrimSpace(st.Status+" "+s.name(st.JobID, "j")))
 		}
 		return b.String()
 	case "schedule":
@@ -333,6 +337,8 @@ func (s *script) show(d *datadriven.TestData) string {
 			return fmt.Sprintf("paused since seq %d\n", p.Seq)
 		}
 		return "not paused\n"
+	case "counters":
+		return s.format(s.w.Set.Counters()[s.pos(d, 1)]) + "\n"
 	case "tenant":
 		tn := s.w.Set.Tenant(tenant)
 		return fmt.Sprintf("active=%d reservations=%d\n", tn.Active, len(tn.Reservations))
