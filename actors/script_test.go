@@ -29,7 +29,7 @@ import (
 //
 //	register w1 [queues=(q,…)] [capacity=N]      a worker of tenant acme
 //	revoke w1
-//	submit [nosync] [empty]                       one job a line (none: one default job;
+//	submit [tenant=T] [nosync] [empty]                       one job a line (none: one default job;
 //	                                              empty: none at all),: queue= type= payload= priority=
 //	                                              delay= attempts= ttl= key= res= result-ttl=
 //	connect s1 [worker=w1] [longpoll] [credit=N]  a worker session (then its credit)
@@ -50,12 +50,14 @@ import (
 //	flow submit [key=K]                           one step a line: name [needs=(a,b)]
 //	                                              [continue] [payload=JSON] [attempts=N]
 //	flow cancel f1
-//	schedule create                               input: key: value lines (name, cron, timezone,
+//	schedule create [tenant=T]                    input: key: value lines (name, cron, timezone,
 //	                                              queue, type, overlap, catch-up)
 //	schedule pause sc1 | schedule resume sc1 | schedule delete sc1
 //	advance D [heartbeat=s1]                      the clock (heartbeating every interval)
 //	restart tenant [payload-max=N]|dispatcher|job j1  a supervisor restart: the actor's state is
 //	                                              dropped and rebuilt from the log
+//	down D                                        the clock moves with no timer run: the
+//	                                              server is down (restart tenant then recovers)
 //	sync | fail-sync                              what a nosync command left pending
 //	show job j1 | show flow f1 | show schedule sc1 | show queue q | show counters q | show tenant
 func TestScripts(t *testing.T) {
@@ -140,7 +142,8 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 		if len(specs) == 0 && !d.HasArg("empty") {
 			specs = append(specs, s.jobSpec(""))
 		}
-		return tr, actors.Submit{Tenant: tenant, Jobs: specs}, "client"
+		tn := s.strArg(d, "tenant", tenant)
+		return actors.TenantRef(tn), actors.Submit{Tenant: tn, Jobs: specs}, "client"
 	case "connect":
 		id := s.pos(d, 0)
 		wk := s.worker(s.strArg(d, "worker", "w1"))
@@ -226,7 +229,8 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 	case "flow cancel":
 		return tr, actors.CancelFlow{Tenant: tenant, FlowID: s.id(s.pos(d, 1))}, "client"
 	case "schedule create":
-		return tr, actors.CreateSchedule{Tenant: tenant, Spec: s.scheduleSpec(d.Input)}, "client"
+		tn := s.strArg(d, "tenant", tenant)
+		return actors.TenantRef(tn), actors.CreateSchedule{Tenant: tn, Spec: s.scheduleSpec(d.Input)}, "client"
 	case "schedule pause", "schedule resume":
 		return tr, actors.PauseSchedule{Tenant: tenant, ID: s.id(s.pos(d, 1)), Paused: cmd == "schedule pause"}, "client"
 	case "schedule delete":
@@ -248,6 +252,9 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 		id := s.id(s.pos(d, 1))
 		s.w.Restart(actors.JobRef(id), actors.NewJob(id))
 		s.w.Run()
+		return
+	case "down":
+		s.w.Clock = s.w.Clock.Add(s.posDur(d, 0))
 		return
 	case "sync":
 		s.w.Run()
@@ -405,6 +412,14 @@ func (s *script) value(field string, v reflect.Value) string {
 		for id, a := range s.alias {
 			msg = strings.ReplaceAll(msg, id, a)
 		}
+		var details []string
+		for k, v := range x.Details {
+			details = append(details, fmt.Sprintf("%s=%v", k, s.name(fmt.Sprint(v), aliasPrefix(k))))
+		}
+		if len(details) > 0 {
+			slices.Sort(details)
+			msg += "; " + strings.Join(details, " ")
+		}
 		return fmt.Sprintf("%s(%s)", x.Code, msg)
 	case string:
 		if strings.HasSuffix(field, "Hash") && len(x) > 8 {
@@ -439,7 +454,7 @@ func (s *script) value(field string, v reflect.Value) string {
 func aliasPrefix(field string) string {
 	field = strings.TrimSuffix(field, "s")
 	switch {
-	case strings.HasSuffix(field, "JobID"), field == "Job":
+	case strings.HasSuffix(field, "JobID"), field == "Job", field == "job_id":
 		return "j"
 	case strings.HasSuffix(field, "LeaseID"), field == "Lease", field == "CancelRequested", field == "Unknown":
 		return "l"
@@ -449,7 +464,7 @@ func aliasPrefix(field string) string {
 		return "w"
 	case field == "FlowID":
 		return "f"
-	case field == "ScheduleID":
+	case field == "ScheduleID", field == "schedule_id":
 		return "sc"
 	case field == "ReservationID":
 		return "r"
