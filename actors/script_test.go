@@ -39,7 +39,7 @@ import (
 //	                                              job alias goes as it is)
 //	close s1
 //	complete j1 [output=JSON] [lease=X] [nonce=X]  with the job's last assignment
-//	fail j1 [code=C] [retryable]
+//	fail j1 [code=C] [final]                      retryable unless final, as on the wire
 //	progress j1 [data=JSON] [seq=N]
 //	release j1 [reason=R]                         the worker gives the lease back
 //	undelivered j1                                the assignment never reached the worker
@@ -184,7 +184,7 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 	case "fail":
 		a := s.assignment(d)
 		return disp, actors.Fail{WorkerID: s.holder(d, a), JobID: a.JobID, LeaseID: a.LeaseID, Code: s.strArg(d, "code", "boom"),
-			Retryable: d.HasArg("retryable")}, "worker"
+			Retryable: !d.HasArg("final")}, "worker"
 	case "progress":
 		a := s.assignment(d)
 		return disp, actors.Progress{WorkerID: s.holder(d, a), JobID: a.JobID, LeaseID: a.LeaseID, Kind: "log",
@@ -661,7 +661,7 @@ func lines(input string) []string {
 func (s *script) pos(d *datadriven.TestData, i int) string {
 	n := 0
 	for _, a := range d.CmdArgs {
-		if len(a.Vals) == 0 && a.Key != "nosync" && a.Key != "longpoll" && a.Key != "retryable" {
+		if len(a.Vals) == 0 && a.Key != "nosync" && a.Key != "longpoll" && a.Key != "final" {
 			if n == i {
 				return a.Key
 			}
