@@ -379,6 +379,9 @@ func (s *script) fields(v reflect.Value, skip string) string {
 		if !f.IsExported() || fv.IsZero() || quiet[f.Name] {
 			continue
 		}
+		if v.Type() == reflect.TypeFor[eventlog.FlowStep]() && f.Name == "JobTemplate" {
+			continue // each step's job.submitted shows it
+		}
 		if fv.Kind() == reflect.String && fv.String() == skip {
 			continue
 		}
