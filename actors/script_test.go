@@ -562,30 +562,23 @@ func (s *script) leases(d *datadriven.TestData) []string {
 
 func (s *script) jobSpec(line string) actors.JobSpec {
 	spec := actors.JobSpec{Queue: "q", Type: "t"}
+	texts := map[string]*string{"queue": &spec.Queue, "type": &spec.Type, "key": &spec.IdempotencyKey}
+	numbers := map[string]*int{"priority": &spec.Priority, "attempts": &spec.MaxAttempts}
+	durations := map[string]*time.Duration{"delay": &spec.Delay, "ttl": &spec.LeaseTTL, "result-ttl": &spec.ResultTTL}
 	for k, v := range keyValues(line) {
-		switch k {
-		case "queue":
-			spec.Queue = v
-		case "type":
-			spec.Type = v
-		case "payload":
+		switch {
+		case texts[k] != nil:
+			*texts[k] = v
+		case numbers[k] != nil:
+			*numbers[k] = s.atoi(v)
+		case durations[k] != nil:
+			*durations[k] = s.dur(v)
+		case k == "payload":
 			spec.Payload = json.RawMessage(v)
-		case "priority":
-			spec.Priority = s.atoi(v)
-		case "delay":
-			spec.Delay = s.dur(v)
-		case "run-at":
+		case k == "run-at":
 			spec.RunAt = t0.Add(s.dur(v))
-		case "attempts":
-			spec.MaxAttempts = s.atoi(v)
-		case "ttl":
-			spec.LeaseTTL = s.dur(v)
-		case "key":
-			spec.IdempotencyKey = v
-		case "res":
+		case k == "res":
 			spec.ReservationID = s.id(v)
-		case "result-ttl":
-			spec.ResultTTL = s.dur(v)
 		default:
 			s.t.Fatalf("job spec: unknown key %q", k)
 		}
