@@ -17,6 +17,7 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/actorstest"
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
 )
 
 // TestScripts runs the scenarios in testdata/*.txt, one world each: tenant "acme" at t0
@@ -29,9 +30,10 @@ import (
 //
 //	register w1 [queues=(q,…)] [capacity=N]      a worker of tenant acme
 //	revoke w1
-//	submit [tenant=T] [nosync] [empty]                       one job a line (none: one default job;
-//	                                              empty: none at all),: queue= type= payload= priority=
-//	                                              delay= attempts= ttl= key= res= result-ttl=
+//	submit [tenant=T] [nosync] [empty]            one job a line (none: one default job; empty:
+//	                                              none at all): queue= type= payload= priority=
+//	                                              delay= run-at= attempts= ttl= key= res=
+//	                                              result-ttl=
 //	connect s1 [worker=w1] [longpoll] [credit=N]  a worker session (then its credit)
 //	credit s1 N                                   WebSocket credit
 //	offer s1 N | withdraw s1                      a long poll's offer and its end
@@ -53,13 +55,16 @@ import (
 //	schedule create [tenant=T]                    input: key: value lines (name, cron, timezone,
 //	                                              queue, type, overlap, catch-up)
 //	schedule pause sc1 | schedule resume sc1 | schedule delete sc1
-//	advance D [heartbeat=s1]                      the clock (heartbeating every interval)
+//	advance D [heartbeat=s1]                      the clock (s1 heartbeating its leases every
+//	                                              HeartbeatInterval)
+//	retention [done=D] [dead=D] [max-dead=N]      the dispatcher's retention (it restarts)
 //	restart tenant [payload-max=N]|dispatcher|job j1  a supervisor restart: the actor's state is
 //	                                              dropped and rebuilt from the log
 //	down D                                        the clock moves with no timer run: the
 //	                                              server is down (restart tenant then recovers)
 //	sync | fail-sync                              what a nosync command left pending
 //	show job j1 | show flow f1 | show schedule sc1 | show queue q | show counters q | show tenant
+//	show retained                                 how many finished jobs the views keep
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		s := newScript(t)
@@ -244,6 +249,11 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 		s.w.Restart(tr, actors.NewTenant(tenant, actors.Limits{PayloadBytesMax: s.intArg(d, "payload-max", 0)}))
 		s.w.Call("restart", tr, actors.PauseSchedule{Tenant: tenant, ID: "none"})
 		return
+	case "retention":
+		s.w.Retention = projections.Retention{Done: s.durArg(d, "done", 0), Dead: s.durArg(d, "dead", 0), MaxDead: s.intArg(d, "max-dead", 0)}
+		s.w.Restart(disp, actors.NewDispatcher(s.w.Retention))
+		s.w.Run()
+		return
 	case "restart dispatcher":
 		s.w.Restart(disp, actors.NewDispatcher(s.w.Retention))
 		s.w.Run()
@@ -263,7 +273,7 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 		s.w.FailSync(fmt.Errorf("fsync: input/output error"))
 		s.w.Run()
 		return
-	case "show job", "show flow", "show schedule", "show tenant":
+	case "show job", "show flow", "show schedule", "show queue", "show counters", "show tenant", "show retained":
 		return
 	}
 	s.t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
@@ -271,7 +281,7 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 }
 
 // advance moves the clock by total; if session is set, the session heartbeats every
-// HeartbeatInterval, with the leases it holds.
+// HeartbeatInterval, naming the leases it holds, as a worker does.
 func (s *script) advance(total time.Duration, session string) {
 	if session == "" {
 		s.w.Advance(total)
@@ -280,7 +290,13 @@ func (s *script) advance(total time.Duration, session string) {
 	for total > 0 {
 		step := min(total, actors.HeartbeatInterval)
 		s.w.Advance(step)
-		s.w.Call("hb:"+session, actors.SessionRef(session), actors.Heartbeat{})
+		var leases []string
+		for _, j := range s.w.Set.Leases() {
+			if j.Lease.SessionID == session {
+				leases = append(leases, j.Lease.LeaseID)
+			}
+		}
+		s.w.Call("hb:"+session, actors.SessionRef(session), actors.Heartbeat{Leases: leases})
 		total -= step
 	}
 }
@@ -344,6 +360,8 @@ func (s *script) show(d *datadriven.TestData) string {
 			return fmt.Sprintf("paused since seq %d\n", p.Seq)
 		}
 		return "not paused\n"
+	case "retained":
+		return fmt.Sprintf("%d\n", s.w.Set.RetainedCount())
 	case "counters":
 		return s.format(s.w.Set.Counters()[s.pos(d, 1)]) + "\n"
 	case "tenant":
