@@ -236,6 +236,11 @@ const jobEnvPrefix = "TETHER_JOB_"
 // parseFlags parses args, then fills every flag not given on the command line from its
 // environment twin: --log-level ↔ TETHER_LOG_LEVEL.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	return parseFlagsEnv(fs, args, os.LookupEnv)
+}
+
+// parseFlagsEnv is parseFlags with the environment read through lookupEnv.
+func parseFlagsEnv(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -244,7 +249,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := envTwin(f.Name)
-		if v, ok := os.LookupEnv(env); ok && !set[f.Name] && err == nil {
+		if v, ok := lookupEnv(env); ok && !set[f.Name] && err == nil {
 			if e := fs.Set(f.Name, v); e != nil { // Set, not f.Value.Set: fs.Visit sees it as given
 				err = badFlagf(fs, "%s=%q: %w", env, v, e)
 			}
@@ -301,11 +306,23 @@ func (l *logFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
 }
 
-func (l *logFlags) logger() (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(l.level)
-	if err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+// check refuses a level or a format the logger would not take.
+func (l *logFlags) check() error {
+	if _, err := zapcore.ParseLevel(l.level); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
 	}
+	switch l.format {
+	case "json", "text", "auto":
+		return nil
+	}
+	return fmt.Errorf("--log-format %q: want json, text or auto", l.format)
+}
+
+func (l *logFlags) logger() (*zap.Logger, error) {
+	if err := l.check(); err != nil {
+		return nil, err
+	}
+	level, _ := zapcore.ParseLevel(l.level)
 	format := l.format
 	if format == "auto" {
 		format = "json"
