@@ -17,15 +17,16 @@ import (
 	"github.com/tetherhq/tether/eventlog/jetstream"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/audit"
+	"github.com/tetherhq/tether/transport/cli"
 )
 
 func runReplay(args []string) error {
-	return subcommands("replay", []command{
-		{"verify", "verify a data dir's chain, index and projections (or an export: --export FILE)", replayVerify},
-		{"history", "the whole story of a job, a flow or a schedule", replayHistory},
-		{"state", "the projections as they stood at a seq or time (--at)", replayState},
-		{"export", "records as JSON Lines (--from, --to)", replayExport},
-		{"receipt", "confirm a receipt {seq, hash} is in the log", replayReceipt},
+	return cli.Subcommands("replay", []cli.Command{
+		{Name: "verify", Summary: "verify a data dir's chain, index and projections (or an export: --export FILE)", Run: replayVerify},
+		{Name: "history", Summary: "the whole story of a job, a flow or a schedule", Run: replayHistory},
+		{Name: "state", Summary: "the projections as they stood at a seq or time (--at)", Run: replayState},
+		{Name: "export", Summary: "records as JSON Lines (--from, --to)", Run: replayExport},
+		{Name: "receipt", Summary: "confirm a receipt {seq, hash} is in the log", Run: replayReceipt},
 	}, args)
 }
 
@@ -60,13 +61,13 @@ func (r *replayFlags) openStream() (*eventlog.Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	atExit = append(atExit, stream.Close)
+	cli.AtExit(stream.Close)
 	dir := r.data
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "tether-replay-"); err != nil {
 			return nil, err
 		}
-		atExit = append(atExit, func() { _ = os.RemoveAll(dir) })
+		cli.AtExit(func() { _ = os.RemoveAll(dir) })
 	}
 	return eventlog.Open(dir, eventlog.Options{Upstream: stream, ArchiveDir: r.archive})
 }
@@ -90,7 +91,7 @@ func (r *replayFlags) open() (*eventlog.Log, error) {
 }
 
 func (r *replayFlags) print(v any, human func() string) error {
-	return (&clientFlags{json: r.json}).print(v, human)
+	return cli.Print(r.json, v, human)
 }
 
 // interrupted is a context that ends on SIGINT, so a long walk stops cleanly.
@@ -135,7 +136,7 @@ func replayVerify(args []string) error {
 	var rf replayFlags
 	rf.register(fs)
 	export := fs.String("export", "", "verify this export file (tether replay export) instead of a data dir")
-	if _, err := parseArgs(fs, args, 0, "tether replay verify --data DIR [--archive DIR] | --archive DIR | --export FILE [--json]"); err != nil {
+	if _, err := cli.ParseArgs(fs, args, 0, "tether replay verify --data DIR [--archive DIR] | --archive DIR | --export FILE [--json]"); err != nil {
 		return err
 	}
 	ctx, stop := interrupted()
@@ -276,7 +277,7 @@ func replayHistory(args []string) error {
 	var rf replayFlags
 	rf.register(fs)
 	verify := fs.Bool("verify", true, "verify the chain from genesis through the last record of its stream first")
-	pos, err := parseArgs(fs, args, 1, "tether replay history --data DIR JOB_ID|FLOW_ID|SCHEDULE_ID [--json]")
+	pos, err := cli.ParseArgs(fs, args, 1, "tether replay history --data DIR JOB_ID|FLOW_ID|SCHEDULE_ID [--json]")
 	if err != nil {
 		return err
 	}
@@ -351,7 +352,7 @@ func replayState(args []string) error {
 	var rf replayFlags
 	rf.register(fs)
 	at := fs.String("at", "", "a seq, or an RFC 3339 time (the state after the last record stamped at or before it)")
-	if _, err := parseArgs(fs, args, 0, "tether replay state --data DIR --at SEQ|RFC3339 [--json]"); err != nil {
+	if _, err := cli.ParseArgs(fs, args, 0, "tether replay state --data DIR --at SEQ|RFC3339 [--json]"); err != nil {
 		return err
 	}
 	l, err := rf.open()
@@ -445,7 +446,7 @@ func replayExport(args []string) error {
 	from := fs.Uint64("from", 0, "the first seq (0: the oldest record here, 1 unless the oldest segments were deleted)")
 	to := fs.Uint64("to", 0, "the last seq (0: the head)")
 	out := fs.String("out", "-", "the file to write (-: standard output)")
-	if _, err := parseArgs(fs, args, 0, "tether replay export --data DIR [--from SEQ] [--to SEQ] [--out FILE]"); err != nil {
+	if _, err := cli.ParseArgs(fs, args, 0, "tether replay export --data DIR [--from SEQ] [--to SEQ] [--out FILE]"); err != nil {
 		return err
 	}
 	l, err := rf.open()
@@ -488,11 +489,11 @@ func replayReceipt(args []string) error {
 	rf.register(fs)
 	seq := fs.Uint64("seq", 0, "the receipt's seq")
 	hash := fs.String("hash", "", "the receipt's hash (64 hex digits)")
-	if _, err := parseArgs(fs, args, 0, "tether replay receipt --data DIR --seq N --hash H [--json]"); err != nil {
+	if _, err := cli.ParseArgs(fs, args, 0, "tether replay receipt --data DIR --seq N --hash H [--json]"); err != nil {
 		return err
 	}
 	if *seq == 0 || *hash == "" {
-		return badFlagf(fs, "--seq and --hash are required")
+		return cli.BadFlagf(fs, "--seq and --hash are required")
 	}
 	l, err := rf.open()
 	if err != nil {
@@ -559,6 +560,14 @@ func thousands(n uint64) string {
 	s := strconv.FormatUint(n, 10)
 	for i := len(s) - 3; i > 0; i -= 3 {
 		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// orDash is s, or "-" for nothing.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
 	return s
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/cli"
 	"github.com/tetherhq/tether/transport/flowfile"
 )
 
@@ -71,7 +72,7 @@ type serverConfig struct {
 	archiveAfter, archiveKeep time.Duration
 	archiveDir                string
 	cluster                   clusterFlags
-	log                       logFlags
+	log                       cli.LogFlags
 }
 
 func runServer(args []string) error {
@@ -111,53 +112,53 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	fs.IntVar(&c.flowBytes, "flow-bytes-max", flowfile.BytesMaxDefault, "the largest flow file POST /v1/flows takes, in bytes")
 	c.cluster.register(fs)
 	fs.IntVar(&c.procs, "procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
-	c.log.register(fs)
-	if err := parseFlagsEnv(fs, args, lookupEnv); err != nil {
+	c.log.Register(fs)
+	if err := cli.ParseFlagsEnv(fs, args, lookupEnv); err != nil {
 		return c, err
 	}
-	if err := c.log.check(); err != nil {
+	if err := c.log.Check(); err != nil {
 		return c, err
 	}
 	c.auth = transport.AuthMode(*auth)
 	switch {
 	case c.procs < 0:
-		return c, badFlagf(fs, "--procs %d: want 0 (the default) or more", c.procs)
+		return c, cli.BadFlagf(fs, "--procs %d: want 0 (the default) or more", c.procs)
 	case c.auth != transport.AuthNone && c.auth != transport.AuthToken:
-		return c, badFlagf(fs, "--auth %q: want none or token", *auth)
+		return c, cli.BadFlagf(fs, "--auth %q: want none or token", *auth)
 	case c.auth == transport.AuthNone && !loopback(c.addr):
-		return c, badFlagf(fs, "--auth none serves loopback addresses only, not %q; use --auth token", c.addr)
+		return c, cli.BadFlagf(fs, "--auth none serves loopback addresses only, not %q; use --auth token", c.addr)
 	case !hostPort(c.addr):
-		return c, badFlagf(fs, "--addr %q: want host:port", c.addr)
+		return c, cli.BadFlagf(fs, "--addr %q: want host:port", c.addr)
 	case c.adminToken != "" && len(c.adminToken) < transport.AdminTokenLenMin:
-		return c, badFlagf(fs, "--admin-token is %d characters; it needs at least %d", len(c.adminToken), transport.AdminTokenLenMin)
+		return c, cli.BadFlagf(fs, "--admin-token is %d characters; it needs at least %d", len(c.adminToken), transport.AdminTokenLenMin)
 	case c.metricsToken != "" && len(c.metricsToken) < transport.AdminTokenLenMin:
-		return c, badFlagf(fs, "--metrics-token is %d characters; it needs at least %d", len(c.metricsToken), transport.AdminTokenLenMin)
+		return c, cli.BadFlagf(fs, "--metrics-token is %d characters; it needs at least %d", len(c.metricsToken), transport.AdminTokenLenMin)
 	case c.metricsAddr != "" && !loopback(c.metricsAddr):
-		return c, badFlagf(fs, "--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", c.metricsAddr)
+		return c, cli.BadFlagf(fs, "--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", c.metricsAddr)
 	case c.pprofAddr != "" && !loopback(c.pprofAddr):
-		return c, badFlagf(fs, "--pprof-addr %q: profiles are served on loopback addresses only", c.pprofAddr)
+		return c, cli.BadFlagf(fs, "--pprof-addr %q: profiles are served on loopback addresses only", c.pprofAddr)
 	case c.maxConns < 1:
-		return c, badFlagf(fs, "--max-conns %d: want 1 or more", c.maxConns)
+		return c, cli.BadFlagf(fs, "--max-conns %d: want 1 or more", c.maxConns)
 	case c.data == "":
-		return c, badFlagf(fs, "--data is empty")
+		return c, cli.BadFlagf(fs, "--data is empty")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
-		return c, badFlagf(fs, "--tls-cert and --tls-key go together")
+		return c, cli.BadFlagf(fs, "--tls-cert and --tls-key go together")
 	case c.auth == transport.AuthToken && !loopback(c.addr) && c.tlsCert == "" && !*insecureHTTP:
-		return c, badFlagf(fs, "--auth token on %s, a non-loopback address, would send API keys and tokens in clear text: give --tls-cert and --tls-key, or --insecure-http behind a proxy that terminates TLS", c.addr)
+		return c, cli.BadFlagf(fs, "--auth token on %s, a non-loopback address, would send API keys and tokens in clear text: give --tls-cert and --tls-key, or --insecure-http behind a proxy that terminates TLS", c.addr)
 	case c.tokenTTL < workerTokenTTLMin || c.tokenTTL > workerTokenTTLMax:
-		return c, badFlagf(fs, "--worker-token-ttl %s: want %s..%s", c.tokenTTL, workerTokenTTLMin, workerTokenTTLMax)
+		return c, cli.BadFlagf(fs, "--worker-token-ttl %s: want %s..%s", c.tokenTTL, workerTokenTTLMin, workerTokenTTLMax)
 	case c.retain != 0 && (c.retain < retainMin || c.retain > retainMax):
-		return c, badFlagf(fs, "--retain %s: want 0 (keep until deleted) or %s..%s", c.retain, retainMin, retainMax)
+		return c, cli.BadFlagf(fs, "--retain %s: want 0 (keep until deleted) or %s..%s", c.retain, retainMin, retainMax)
 	case c.retainDead != 0 && (c.retainDead < retainMin || c.retainDead > retainMax):
-		return c, badFlagf(fs, "--retain-dead %s: want 0 (keep until purged) or %s..%s", c.retainDead, retainMin, retainMax)
+		return c, cli.BadFlagf(fs, "--retain-dead %s: want 0 (keep until purged) or %s..%s", c.retainDead, retainMin, retainMax)
 	case c.archiveAfter != 0 && (c.archiveAfter < retainMin || c.archiveAfter > retainMax):
-		return c, badFlagf(fs, "--archive-after %s: want 0 (never) or %s..%s", c.archiveAfter, retainMin, retainMax)
+		return c, cli.BadFlagf(fs, "--archive-after %s: want 0 (never) or %s..%s", c.archiveAfter, retainMin, retainMax)
 	case c.archiveKeep != 0 && (c.archiveKeep < retainMin || c.archiveKeep > retainMax):
-		return c, badFlagf(fs, "--archive-keep %s: want 0 (for ever) or %s..%s", c.archiveKeep, retainMin, retainMax)
+		return c, cli.BadFlagf(fs, "--archive-keep %s: want 0 (for ever) or %s..%s", c.archiveKeep, retainMin, retainMax)
 	case c.maxDead < 0:
-		return c, badFlagf(fs, "--max-dead %d: want 0 (no cap) or more", c.maxDead)
+		return c, cli.BadFlagf(fs, "--max-dead %d: want 0 (no cap) or more", c.maxDead)
 	case c.flowBytes < 1:
-		return c, badFlagf(fs, "--flow-bytes-max %d: a flow file may hold at least 1 byte", c.flowBytes)
+		return c, cli.BadFlagf(fs, "--flow-bytes-max %d: a flow file may hold at least 1 byte", c.flowBytes)
 	}
 	if err := c.cluster.check(fs); err != nil {
 		return c, err
@@ -165,7 +166,7 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	if c.tlsCert != "" {
 		// Loaded to be checked (readable, a pair, in date); serve loads it again with its logger.
 		if _, err := transport.NewCertReloader(c.tlsCert, c.tlsKey, time.Now, nil); err != nil {
-			return c, badFlag(fs, err)
+			return c, cli.BadFlag(fs, err)
 		}
 	}
 	return c, nil
@@ -174,7 +175,7 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 // serve runs the server that c describes until a signal stops it, the log fails, or it loses
 // the lead of a replicated log.
 func serve(c serverConfig) error {
-	log, err := c.log.logger()
+	log, err := c.log.Logger()
 	if err != nil {
 		return err
 	}

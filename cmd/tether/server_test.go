@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/cli"
 	"github.com/tetherhq/tether/transport/transporttest"
 )
 
@@ -86,7 +87,7 @@ func TestParseServerConfigRefuses(t *testing.T) {
 				v, ok := tc.env[k]
 				return v, ok
 			})
-			var ue *usageError
+			var ue *cli.UsageError
 			switch {
 			case err == nil:
 				t.Fatalf("accepted; want %q", tc.want)
