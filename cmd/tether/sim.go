@@ -85,7 +85,7 @@ func runSim(args []string) error {
 			continue
 		}
 		failed++
-		report(r)
+		reportViolation(r)
 		if *shrink {
 			small, err := sim.Shrink(r, run)
 			if err != nil {
@@ -115,7 +115,7 @@ func runSim(args []string) error {
 	return nil
 }
 
-func report(r *sim.Result) {
+func reportViolation(r *sim.Result) {
 	v := r.Violation
 	fmt.Printf("FAIL seed %d: %s\n", r.Config.Seed, v.Error())
 	for _, line := range v.Tail {
