@@ -23,7 +23,7 @@ import (
 // ErrHelpShown is what a command returns after --help printed its usage: not a failure.
 var ErrHelpShown = errors.New("help shown")
 
-// UsageError is a mistake on the command line: main says it, then prints the usage, and
+// UsageError is a mistake on the command line: Run says it, then prints the usage, and
 // exits 2.
 type UsageError struct {
 	command string // "job get"
@@ -149,7 +149,7 @@ func (l *LogFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
 }
 
-// check refuses a level or a format the logger would not take.
+// Check refuses a level or a format the logger would not take.
 func (l *LogFlags) Check() error {
 	if _, err := zapcore.ParseLevel(l.level); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -211,7 +211,7 @@ func (c *CACert) Register(fs *flag.FlagSet) {
 	fs.Var(c, "ca-cert", "a PEM file of the private CA that signed the server's certificate (https only; the system's roots are trusted too)")
 }
 
-// httpClient is an HTTP client that verifies the server's certificate against c.
+// HTTPClient is an HTTP client that verifies the server's certificate against c.
 func (c *CACert) HTTPClient() *http.Client { return client.NewHTTPClient(c.TLS) }
 
 // ClientFlags are the flags of every command that talks to a server.

@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
+// Flow runs tether flow SUBCOMMAND: submit, get, ls, watch, cancel.
 func Flow(args []string) error {
 	return Subcommands("flow", []Command{
 		{"submit", "submit a flow file: submit FILE --name N (FILE - reads stdin)", flowSubmit},

@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
+// Job runs tether job SUBCOMMAND: submit, get, ls, cancel, retry and the rest, on one server.
 func Job(args []string) error {
 	return Subcommands("job", []Command{
 		{"submit", "submit a job", jobSubmit},
@@ -37,6 +38,7 @@ func Job(args []string) error {
 
 const apiKeyHelp = "API key (none under --auth none)"
 
+// Queue runs tether queue SUBCOMMAND: ls, pause, resume.
 func Queue(args []string) error {
 	return Subcommands("queue", []Command{
 		{"ls", "list queues: depth, leased, scheduled, dead, paused", queueList},
@@ -470,6 +472,7 @@ func summarize(e wire.Event) string {
 	return s
 }
 
+// Admin runs tether admin SUBCOMMAND: apikey, enroll-token, quota.
 func Admin(args []string) error {
 	return Subcommands("admin", []Command{
 		{"apikey", "create or revoke an API key: apikey create --tenant T | apikey revoke ID", adminAPIKey},

@@ -86,7 +86,7 @@ func usage(w io.Writer, commands []Command) {
 	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as TETHER_SOME_NAME.")
 }
 
-// commandFlags are the flags of the command that ran, as far as they were parsed: main reads
+// commandFlags are the flags of the command that ran, as far as they were parsed: Run reads
 // --json there to print the command's error as JSON too.
 var commandFlags *flag.FlagSet
 

@@ -14,6 +14,7 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
+// Schedule runs tether schedule SUBCOMMAND: create, get, ls, pause, resume, delete.
 func Schedule(args []string) error {
 	pause := func(c *client.Client, ctx context.Context, id string) (*wire.Schedule, error) {
 		return c.PauseSchedule(ctx, id, true)
