@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -81,7 +78,7 @@ func runWorker(args []string) error {
 	}
 	var key ed25519.PrivateKey
 	if *keyFile != "" {
-		if key, err = readKey(*keyFile); err != nil {
+		if key, err = client.ReadKey(*keyFile); err != nil {
 			return err
 		}
 	}
@@ -230,7 +227,7 @@ func workerRegister(args []string) error {
 	var key ed25519.PrivateKey
 	if *keyFile != "" {
 		var err error
-		if key, err = readKey(*keyFile); err != nil {
+		if key, err = client.ReadKey(*keyFile); err != nil {
 			return err
 		}
 	}
@@ -249,43 +246,12 @@ func workerKeygen(args []string) error {
 	if _, err := cli.ParseArgs(fs, args, 0, "tether worker keygen [--out FILE]"); err != nil {
 		return err
 	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	pub, err := client.WriteNewKey(*out)
 	if err != nil {
-		return err
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := errors.Join(pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}), f.Close()); err != nil {
 		return err
 	}
 	fmt.Printf("private key: %s\npublic key:  %s\n", *out, base64.StdEncoding.EncodeToString(pub))
 	return nil
-}
-
-func readKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	block, _ := pem.Decode(b)
-	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("%s: not a PEM private key (make one with tether worker keygen)", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	ed, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("%s: not an Ed25519 key", path)
-	}
-	return ed, nil
 }
 
 // envFlags collects --env KEY (the worker's own value) and --env KEY=VALUE as KEY=VALUE.
