@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -104,70 +103,9 @@ func runWorker(args []string) error {
 	}()
 
 	reg := client.Registration{Server: server, HTTPClient: ca.HTTPClient(), Name: *name, Queues: splitList(*queue), Capacity: *capacity, Key: key, StateDir: *stateDir, Logger: log}
-	if *tokenFile != "" {
-		real, err := client.RealPath(*tokenFile)
-		if err != nil {
-			return err
-		}
-		unlock, err := client.HoldTokenFile(*tokenFile, real)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-		*tokenFile = real
-	}
-	if *tokenFile == "" && !strings.HasPrefix(*token, client.WorkerTokenPrefix) {
-		unlock, err := reg.Claim()
-		if err != nil {
-			return err
-		}
-		defer unlock()
-	}
-	for {
-		workerToken := *token
-		stored := false
-		// keep is where a renewed token goes, so that the next start uses it.
-		keep := func(string, time.Time) {
-			log.Warn("the renewed worker token is kept in memory only: a restart uses the old one, which stops working soon; give --token-file")
-		}
-		switch {
-		case *tokenFile != "":
-			if workerToken, err = reg.FromTokenFile(ctx, *tokenFile, *token); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			keep = func(t string, _ time.Time) {
-				if err := client.WriteFileAtomic(*tokenFile, []byte(t+"\n")); err != nil {
-					log.Error("the renewed worker token could not be written; a restart would use the old one", zap.String("path", *tokenFile), zap.Error(err))
-				}
-			}
-		case !strings.HasPrefix(workerToken, client.WorkerTokenPrefix):
-			if workerToken, err = reg.Token(ctx, *token); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			stored = true
-			keep = reg.KeepRenewed
-		}
-		w := &client.Worker{
-			Server: server, Token: workerToken, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
-			Grace: *grace, Hurry: hurry, Handler: command.Handler(), OnTokenRenewed: keep, TLSConfig: ca.TLS,
-			ResultsDir: reg.ResultsDir(*tokenFile, *token),
-		}
-		err = w.Run(ctx)
-		if stored && reg.ForgetIfUnknown(err) {
-			continue // the stored token is gone (expired, or the server's data dir is new): register again
-		}
-		var revoked *client.Error
-		if stored && errors.As(err, &revoked) && revoked.Code == "WORKER_REVOKED" {
-			return fmt.Errorf("%w; it stays revoked: to register a new worker, remove %s", err, reg.Path())
-		}
-		return err
-	}
+	w := client.Worker{Server: server, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
+		Grace: *grace, Hurry: hurry, Handler: command.Handler(), TLSConfig: ca.TLS}
+	return reg.Run(ctx, w, *token, *tokenFile)
 }
 
 func defaultStateDir() string {

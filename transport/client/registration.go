@@ -36,7 +36,86 @@ type Registration struct {
 	Capacity     int
 	Key          ed25519.PrivateKey // nil: results are not signed
 	StateDir     string
-	Logger       *zap.Logger
+	Logger       *zap.Logger // nil: none
+}
+
+func (g *Registration) logger() *zap.Logger {
+	if g.Logger == nil {
+		return zap.NewNop()
+	}
+	return g.Logger
+}
+
+// Run runs the worker w until ctx ends or w stops for good, with the worker token it is to
+// use: token if it is a worker token; else the one tokenFile (if given) or the state file holds,
+// registered first with token (an enroll token) or tokenFile's enroll token when there is none.
+// A renewed token is kept where the token came from, for the next start. A stored token the
+// server no longer knows is forgotten and the worker registers again; a revoked one stays.
+// It holds tokenFile, or the registration's name (Claim), while it runs.
+func (g *Registration) Run(ctx context.Context, w Worker, token, tokenFile string) error {
+	if tokenFile != "" {
+		real, err := RealPath(tokenFile)
+		if err != nil {
+			return err
+		}
+		unlock, err := HoldTokenFile(tokenFile, real)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		tokenFile = real
+	}
+	if tokenFile == "" && !strings.HasPrefix(token, WorkerTokenPrefix) {
+		unlock, err := g.Claim()
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	for {
+		workerToken := token
+		stored := false
+		// keep is where a renewed token goes, so that the next start uses it.
+		keep := func(string, time.Time) {
+			g.logger().Warn("the renewed worker token is kept in memory only: a restart uses the old one, which stops working soon; give --token-file")
+		}
+		switch {
+		case tokenFile != "":
+			var err error
+			if workerToken, err = g.FromTokenFile(ctx, tokenFile, token); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			keep = func(t string, _ time.Time) {
+				if err := WriteFileAtomic(tokenFile, []byte(t+"\n")); err != nil {
+					g.logger().Error("the renewed worker token could not be written; a restart would use the old one", zap.String("path", tokenFile), zap.Error(err))
+				}
+			}
+		case !strings.HasPrefix(workerToken, WorkerTokenPrefix):
+			var err error
+			if workerToken, err = g.Token(ctx, token); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			stored = true
+			keep = g.KeepRenewed
+		}
+		run := w
+		run.Token, run.OnTokenRenewed, run.ResultsDir = workerToken, keep, g.ResultsDir(tokenFile, token)
+		err := run.Run(ctx)
+		if stored && g.ForgetIfUnknown(err) {
+			continue // the stored token is gone (expired, or the server's data dir is new): register again
+		}
+		var revoked *Error
+		if stored && errors.As(err, &revoked) && revoked.Code == "WORKER_REVOKED" {
+			return fmt.Errorf("%w; it stays revoked: to register a new worker, remove %s", err, g.Path())
+		}
+		return err
+	}
 }
 
 // slotsMax bounds how many workers of one name may run at once on one machine.
@@ -181,12 +260,12 @@ func (g *Registration) Token(ctx context.Context, enrollToken string) (string, e
 		var st workerState
 		switch {
 		case json.Unmarshal(b, &st) != nil || st.WorkerToken == "":
-			g.Logger.Warn("the worker's state file is unreadable; registering anew", zap.String("path", path))
+			g.logger().Warn("the worker's state file is unreadable; registering anew", zap.String("path", path))
 		case !slices.Equal(st.Queues, g.Queues) || st.Capacity != g.Capacity || st.PublicKey != g.publicKey():
-			g.Logger.Info("queues, capacity or key differ from the stored Registration; registering anew", zap.String("path", path),
+			g.logger().Info("queues, capacity or key differ from the stored Registration; registering anew", zap.String("path", path),
 				zap.String("worker_id", st.WorkerID))
 		default:
-			g.Logger.Info("using the stored Registration", zap.String("worker_id", st.WorkerID), zap.String("path", path))
+			g.logger().Info("using the stored Registration", zap.String("worker_id", st.WorkerID), zap.String("path", path))
 			return st.WorkerToken, nil
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -201,7 +280,7 @@ func (g *Registration) Token(ctx context.Context, enrollToken string) (string, e
 	if err := writeState(path, st); err != nil {
 		return "", fmt.Errorf("registered as %s, but could not keep its token (a restart would register again): %w", reg.WorkerID, err)
 	}
-	g.Logger.Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("state", path))
+	g.logger().Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("state", path))
 	return reg.WorkerToken, nil
 }
 
@@ -220,7 +299,7 @@ func (g *Registration) register(ctx context.Context, enrollToken string) (*wire.
 			return nil, ctx.Err()
 		}
 		d := min(time.Duration(1<<min(attempt-1, 5))*time.Second, 30*time.Second)
-		g.Logger.Warn("the server cannot be reached to register; trying again", zap.Error(err), zap.Duration("in", d))
+		g.logger().Warn("the server cannot be reached to register; trying again", zap.Error(err), zap.Duration("in", d))
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
@@ -253,7 +332,7 @@ func (g *Registration) FromTokenFile(ctx context.Context, path, initial string) 
 	if err := WriteFileAtomic(path, []byte(reg.WorkerToken+"\n")); err != nil {
 		return "", fmt.Errorf("registered as %s, but could not write its token to %s: %w", reg.WorkerID, path, err)
 	}
-	g.Logger.Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("token_file", path))
+	g.logger().Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("token_file", path))
 	return reg.WorkerToken, nil
 }
 
@@ -270,7 +349,7 @@ func (g *Registration) KeepRenewed(token string, expiresAt time.Time) {
 		err = writeState(path, st)
 	}
 	if err != nil {
-		g.Logger.Error("the renewed worker token could not be kept; a restart would use the old one", zap.String("path", path), zap.Error(err))
+		g.logger().Error("the renewed worker token could not be kept; a restart would use the old one", zap.String("path", path), zap.Error(err))
 	}
 }
 
@@ -281,7 +360,7 @@ func (g *Registration) ForgetIfUnknown(err error) bool {
 	if !errors.As(err, &e) || (e.Code != "UNAUTHENTICATED" && e.Code != "TOKEN_EXPIRED") {
 		return false
 	}
-	g.Logger.Warn("the server does not know the stored worker token; registering anew", zap.String("code", e.Code))
+	g.logger().Warn("the server does not know the stored worker token; registering anew", zap.String("code", e.Code))
 	return os.Remove(g.Path()) == nil
 }
 

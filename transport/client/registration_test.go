@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -109,5 +110,33 @@ func TestTokenFileIsTheFileNotTheLink(t *testing.T) {
 	}
 	if _, err := client.RealPath(link); err == nil || !strings.Contains(err.Error(), "a link to a file that is not there") {
 		t.Fatalf("a dangling link: %v", err)
+	}
+}
+
+// Run registers on the first start and keeps the token in the state file; the next start
+// connects with the stored token, registering nothing.
+func TestRegistrationRunKeepsTheToken(t *testing.T) {
+	url := serve(t)
+	reg := client.Registration{Server: url, Name: "w", Queues: []string{"q"}, Capacity: 1, StateDir: t.TempDir(), Logger: zaptest.NewLogger(t)}
+	start := func() string {
+		c, cancel := context.WithCancel(ctx(t))
+		defer cancel()
+		w := client.Worker{Server: url, Capacity: 1, Logger: zaptest.NewLogger(t), OnConnect: func(string) { cancel() },
+			Handler: func(context.Context, *client.Job) (any, error) { return nil, nil }}
+		if err := reg.Run(c, w, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(reg.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	first := start()
+	if !strings.Contains(first, `"worker_token": "tw_`) {
+		t.Fatalf("the state file after the first start:\n%s", first)
+	}
+	if again := start(); again != first {
+		t.Fatalf("the second start registered again:\n%s\nthen\n%s", first, again)
 	}
 }
