@@ -2,7 +2,8 @@
 // event streams, quotas, keys), and Worker, which runs a handler for every job a server
 // leases to it over WebSocket, falling back to HTTP long-polling where WebSocket is refused
 // while plain HTTP works, and stops cleanly, giving back what it could not finish. Command is
-// the handler behind `tether worker`: a program run per job.
+// the handler behind `tether worker`: a program run per job. Registration is a worker that
+// registers once and keeps its token across restarts (in a state file, or a --token-file).
 //
 // Everything it sends and receives is a type of package wire; it does not link the broker.
 package client
