@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/transport/longpoll"
 	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -280,7 +281,7 @@ func (v *server) onFrame(w *worker, session string, f wire.Frame) {
 		// The worker closed its connection: a poll of it that waits has nobody to answer, and
 		// the session ends.
 		if p := v.polls[session]; p != nil {
-			p.abandoned = true
+			v.step(session, p, longpoll.ClientGone{})
 		}
 		v.send(actors.SessionRef(session), actors.CloseSession{Reason: "closed"}, actors.Ref{})
 	case wire.FrameHeartbeat:
