@@ -191,6 +191,9 @@ func (p *Poll) gone() Actions {
 }
 
 func (p *Poll) withdraw() Actions {
+	if mutantKeepsOffer {
+		return p.finish()
+	}
 	p.state = Withdrawing
 	return Actions{Withdraw: true}
 }
