@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetherhq/tether/transport/client/policy"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -49,12 +50,7 @@ func (e *Error) Error() string {
 // Retryable reports whether the same request may succeed later unchanged, with backoff: the
 // code's Retry in the table of codes (docs/errors.md), or, for an answer with no tether code (a
 // proxy's), a 5xx or 429 status.
-func (e *Error) Retryable() bool {
-	if c, ok := wire.LookupCode(e.Code); ok {
-		return c.Retry
-	}
-	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
-}
+func (e *Error) Retryable() bool { return policy.Retryable(e.Code, e.Status) }
 
 // Client talks to a tether server with one credential: an API key for a submitter, an enroll
 // token to register a worker, the admin token for admin calls (none under --auth none).
