@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/transport/client/policy"
 	"github.com/tetherhq/tether/transport/longpoll"
 	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
@@ -69,6 +70,11 @@ type held struct {
 	attempt               int
 	heartbeat             time.Duration
 	completing            bool
+	// leaseTTL and heard say how long the lease may be valid (policy.MayBeValid): heard is when
+	// the server last confirmed it. sends is what the worker knows of its result's sends.
+	leaseTTL time.Duration
+	heard    time.Time
+	sends    policy.Sends
 }
 
 func (w *worker) alive() bool { return !w.crashed && !w.s.now.Before(w.pausedTill) }
@@ -217,7 +223,8 @@ func (w *worker) onFrame(f wire.Frame) {
 			return // a duplicate
 		}
 		s.received[f.LeaseID] = true
-		h := &held{jobID: f.JobID, leaseID: f.LeaseID, nonce: f.Nonce, attempt: f.Attempt, heartbeat: time.Duration(f.HeartbeatSeconds * float64(time.Second))}
+		h := &held{jobID: f.JobID, leaseID: f.LeaseID, nonce: f.Nonce, attempt: f.Attempt, heartbeat: time.Duration(f.HeartbeatSeconds * float64(time.Second)),
+			leaseTTL: policy.LeaseTTL(f.LeaseExpiresAt, s.now), heard: s.now}
 		w.leases[f.LeaseID] = h
 		w.nonces = append(w.nonces, f.Nonce)
 		if w.stopping { // handed a job as it stops: give it back untried
@@ -413,16 +420,17 @@ func (w *worker) heartbeatIn(d time.Duration) {
 	})
 }
 
-// heartbeatEvery is how often the worker's leases need heartbeats: a third of the shortest
-// lease_ttl, as each assignment said, and every HeartbeatInterval otherwise.
+// heartbeatEvery is how often the worker's leases need heartbeats, by the Go SDK's rule: the
+// shortest interval an assignment asked for (a third of its lease_ttl), and every
+// HeartbeatInterval otherwise.
 func (w *worker) heartbeatEvery() time.Duration {
-	every := actors.HeartbeatInterval
-	for _, h := range w.leases {
-		if h.heartbeat > 0 {
-			every = min(every, h.heartbeat)
+	return policy.HeartbeatEvery(actors.HeartbeatInterval, func(yield func(time.Duration) bool) {
+		for _, h := range w.leases {
+			if !yield(h.heartbeat) {
+				return
+			}
 		}
-	}
-	return every
+	})
 }
 
 // heartbeat starts the worker's heartbeats.
@@ -444,11 +452,17 @@ func (w *worker) beat() {
 		}
 		c := w.conn
 		answered := false
-		w.toServer(wire.Frame{Type: wire.FrameHeartbeat, Leases: slices.Sorted(maps.Keys(w.leases))}, func(a wire.Frame) {
+		sent, leases := s.now, slices.Sorted(maps.Keys(w.leases))
+		w.toServer(wire.Frame{Type: wire.FrameHeartbeat, Leases: leases}, func(a wire.Frame) {
 			answered = true
 			if a.Error != nil {
 				w.disconnect("heartbeat refused: " + a.Error.Code)
 				return
+			}
+			for _, id := range leases { // confirmed when it was sent, as the Go SDK reckons
+				if h := w.leases[id]; h != nil && !slices.Contains(a.Unknown, id) {
+					h.heard = sent
+				}
 			}
 			for _, id := range a.Unknown {
 				w.drop(id)
@@ -600,36 +614,72 @@ func (w *worker) fail(h *held, code string, retryable bool) {
 	w.report(h, wire.Frame{Type: wire.FrameFail, JobID: h.jobID, LeaseID: h.leaseID, ErrorCode: code, Retryable: &retryable})
 }
 
-// report sends a completion or failure and, while no ack comes, the very same frame again, as
-// a worker must: the server answers an exact repeat of an accepted completion with success.
+// report sends a completion or failure, and after the server's answer, or none in
+// requestTimeout, does what the Go SDK's rules for kept results say (policy.Sends): the very
+// same frame again, with backoff, while the answer may pass and the lease may be valid (the
+// server answers an exact repeat of an accepted completion with success), and once more after
+// that; the failure that names the reason for a completion refused for what it is; else the
+// lease is done.
 func (w *worker) report(h *held, f wire.Frame) {
-	answered := false
+	answered, late := false, false
 	w.toServer(f, func(a wire.Frame) {
+		if late {
+			return // given up for lost, as a request whose time ran out is: the resend's answer counts
+		}
 		answered = true
-		w.settle(h, a)
+		w.settle(h, f, a)
 	})
 	w.s.after(requestTimeout, w.name+" report timeout", func() {
 		if !answered && w.leases[h.leaseID] == h {
-			w.report(h, f)
+			late = true
+			w.sent(h, f, policy.Answer{NoAnswer: true}, "")
 		}
 	})
 }
 
-// settle ends a lease on the server's answer. A worker that did nothing wrong is never told
+// settle takes the server's answer to a report. A worker that did nothing wrong is never told
 // its valid signature is invalid, nor that its own repeated completion conflicts.
-func (w *worker) settle(h *held, a wire.Frame) {
-	if a.Error != nil {
-		switch a.Error.Code {
-		case string(actors.CodeSignatureInvalid), string(actors.CodeCompletionConflict), string(actors.CodeInvalidArgument):
-			w.s.fail("completion", "%s's honest report on job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
-		case string(actors.CodeLeaseMismatch):
-			w.s.probe(ProbeStaleLeaseRejected)
-		}
+func (w *worker) settle(h *held, f wire.Frame, a wire.Frame) {
+	if a.Error == nil {
+		w.sent(h, f, policy.Answer{}, "")
+		return
 	}
-	if w.leases[h.leaseID] == h {
-		delete(w.leases, h.leaseID)
-		w.credit()
+	switch a.Error.Code {
+	case string(actors.CodeSignatureInvalid), string(actors.CodeCompletionConflict), string(actors.CodeInvalidArgument):
+		w.s.fail("completion", "%s's honest report on job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
+	case string(actors.CodeLeaseMismatch):
+		w.s.probe(ProbeStaleLeaseRejected)
 	}
+	w.sent(h, f, policy.Answer{Code: a.Error.Code, Status: wire.StatusOf(a.Error.Code)}, a.Error.Message)
+}
+
+// sent does what the SDK's rules say after a send of f came to answer (message: the refusal's).
+func (w *worker) sent(h *held, f wire.Frame, answer policy.Answer, message string) {
+	s := w.s
+	if w.leases[h.leaseID] != h {
+		return // dropped meanwhile (the server no longer knows the lease)
+	}
+	d := h.sends.After(answer, f.Type, s.now, policy.MayBeValid(h.heard, h.leaseTTL))
+	switch d.Step {
+	case policy.SendAgain:
+		wait := policy.Backoff(d.Tries, policy.ResendMin, policy.ResendMax, func(m time.Duration) time.Duration {
+			return time.Duration(s.resends.Int64N(int64(m) + 1))
+		})
+		s.after(wait, w.name+" resends "+f.Type, func() {
+			if w.leases[h.leaseID] == h {
+				w.report(h, f)
+			}
+		})
+		return
+	case policy.SendFailure:
+		retryable := d.Failure.Retryable
+		w.report(h, wire.Frame{Type: wire.FrameFail, JobID: h.jobID, LeaseID: h.leaseID, ErrorCode: d.Failure.Code, Message: message, Retryable: &retryable})
+		return
+	case policy.GiveUp:
+		s.record(fmt.Sprintf("%s gives up job %s's result: its lease surely expired", w.name, h.jobID))
+	}
+	delete(w.leases, h.leaseID)
+	w.credit()
 }
 
 // release gives a job back untried, as a stopping worker does; the frame goes over plain HTTP

@@ -768,7 +768,7 @@ func (r *runner) finish(t *task, f wire.Frame, err error) {
 	d := t.sends.After(a, f.Type, time.Now(), t.mayBeValid())
 	switch d.Step {
 	case policy.SendAgain:
-		wait := backoff(d.Tries, backoffMin, 10*time.Second)
+		wait := backoff(d.Tries, policy.ResendMin, policy.ResendMax)
 		r.log.Warn("the server did not take the job's result; sending it again", zap.String("job_id", j.ID),
 			zap.String("report", f.Type), zap.Error(err), zap.Duration("in", wait), zap.Int("tries", d.Tries))
 		time.AfterFunc(wait, func() { r.reportAndWait(t, f) })

@@ -8,8 +8,13 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-// LeaseTTLDefault is a lease's TTL when its assignment does not say (the server's default).
-const LeaseTTLDefault = 30 * time.Second
+const (
+	// LeaseTTLDefault is a lease's TTL when its assignment does not say (the server's default).
+	LeaseTTLDefault = 30 * time.Second
+	// ResendMin and ResendMax bound the Backoff before a result is sent again.
+	ResendMin = 200 * time.Millisecond
+	ResendMax = 10 * time.Second
+)
 
 // Retryable reports whether a request the server refused with code (and HTTP status) may
 // succeed later unchanged, with backoff: the code's Retry in the table of codes, or, for a code
@@ -40,7 +45,8 @@ type Step int
 const (
 	// Forget: the server took it or refused it for good; remove it from disk and end the job.
 	Forget Step = iota
-	// SendAgain: send the very same result again after Backoff(Decision.Tries, ...).
+	// SendAgain: send the very same result again after Backoff(Decision.Tries, ResendMin,
+	// ResendMax, ...).
 	SendAgain
 	// SendFailure: the completion was refused for what it is; keep and send Decision.Failure's
 	// failure instead.
