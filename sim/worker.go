@@ -632,16 +632,23 @@ func (w *worker) report(h *held, f wire.Frame) {
 	w.s.after(requestTimeout, w.name+" report timeout", func() {
 		if !answered && w.leases[h.leaseID] == h {
 			late = true
-			w.sent(h, f, policy.Answer{NoAnswer: true}, "")
+			w.sent(h, &h.sends, f, policy.Answer{NoAnswer: true}, "", func() { w.report(h, f) }, w.reported)
 		}
 	})
+}
+
+// reported ends a lease whose result the server has (or refused for good).
+func (w *worker) reported(h *held) {
+	delete(w.leases, h.leaseID)
+	w.credit()
 }
 
 // settle takes the server's answer to a report. A worker that did nothing wrong is never told
 // its valid signature is invalid, nor that its own repeated completion conflicts.
 func (w *worker) settle(h *held, f wire.Frame, a wire.Frame) {
+	again := func() { w.report(h, f) }
 	if a.Error == nil {
-		w.sent(h, f, policy.Answer{}, "")
+		w.sent(h, &h.sends, f, policy.Answer{}, "", again, w.reported)
 		return
 	}
 	switch a.Error.Code {
@@ -650,16 +657,26 @@ func (w *worker) settle(h *held, f wire.Frame, a wire.Frame) {
 	case string(actors.CodeLeaseMismatch):
 		w.s.probe(ProbeStaleLeaseRejected)
 	}
-	w.sent(h, f, policy.Answer{Code: a.Error.Code, Status: wire.StatusOf(a.Error.Code)}, a.Error.Message)
+	w.sent(h, &h.sends, f, answerOf(a), a.Error.Message, again, w.reported)
 }
 
-// sent does what the SDK's rules say after a send of f came to answer (message: the refusal's).
-func (w *worker) sent(h *held, f wire.Frame, answer policy.Answer, message string) {
+// answerOf is what a send whose ack is a came to, in policy's terms.
+func answerOf(a wire.Frame) policy.Answer {
+	if a.Error == nil {
+		return policy.Answer{}
+	}
+	return policy.Answer{Code: a.Error.Code, Status: wire.StatusOf(a.Error.Code)}
+}
+
+// sent does what the SDK's rules say after a send of f, tracked in sends, came to answer
+// (message: the refusal's): send it again (again), the failure that replaces it, or end the
+// lease (done).
+func (w *worker) sent(h *held, sends *policy.Sends, f wire.Frame, answer policy.Answer, message string, again func(), done func(*held)) {
 	s := w.s
 	if w.leases[h.leaseID] != h {
 		return // dropped meanwhile (the server no longer knows the lease)
 	}
-	d := h.sends.After(answer, f.Type, s.now, policy.MayBeValid(h.heard, h.leaseTTL))
+	d := sends.After(answer, f.Type, s.now, policy.MayBeValid(h.heard, h.leaseTTL))
 	switch d.Step {
 	case policy.SendAgain:
 		wait := policy.Backoff(d.Tries, policy.ResendMin, policy.ResendMax, func(m time.Duration) time.Duration {
@@ -667,7 +684,7 @@ func (w *worker) sent(h *held, f wire.Frame, answer policy.Answer, message strin
 		})
 		s.after(wait, w.name+" resends "+f.Type, func() {
 			if w.leases[h.leaseID] == h {
-				w.report(h, f)
+				again()
 			}
 		})
 		return
@@ -678,33 +695,41 @@ func (w *worker) sent(h *held, f wire.Frame, answer policy.Answer, message strin
 	case policy.GiveUp:
 		s.record(fmt.Sprintf("%s gives up job %s's result: its lease surely expired", w.name, h.jobID))
 	}
-	delete(w.leases, h.leaseID)
-	w.credit()
+	done(h)
 }
 
 // release gives a job back untried, as a stopping worker does; the frame goes over plain HTTP
-// (sendDirect), which needs no connection of the worker's.
+// (sendDirect), which needs no connection of the worker's. It is a result like any other, kept
+// by the SDK's rules (sent).
 func (w *worker) release(h *held) {
 	f := wire.Frame{Type: wire.FrameRelease, JobID: h.jobID, LeaseID: h.leaseID, Reason: "worker_stopping"}
-	answered := false
+	var sends policy.Sends // its own: a failure the worker reported may still be on its way
+	released := func(h *held) {
+		delete(w.leases, h.leaseID)
+		w.ended = append(w.ended, h) // a lease given back is stale from now on
+	}
 	var send func()
 	send = func() {
+		answered, late := false, false
 		w.sendDirect(f, func(a wire.Frame) {
+			if late {
+				return // given up for lost: the resend's answer counts
+			}
 			answered = true
-			// UNAVAILABLE: the log failed under the release and the server stops; the lease runs
-			// out after its recovery instead.
+			// UNAVAILABLE: the log failed under the release and the server stops; it is sent
+			// again after its recovery, by the rules.
 			if a.Error != nil && a.Error.Code != string(actors.CodeLeaseMismatch) && a.Error.Code != string(actors.CodeJobNotFound) &&
 				a.Error.Code != string(actors.CodeUnavailable) {
 				w.s.fail("release", "%s's release of job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
 			}
 			if w.leases[h.leaseID] == h {
-				delete(w.leases, h.leaseID)
-				w.ended = append(w.ended, h) // a lease given back is stale from now on
+				w.sent(h, &sends, f, answerOf(a), "", send, released)
 			}
 		})
 		w.s.after(requestTimeout, w.name+" release timeout", func() {
 			if !answered && w.leases[h.leaseID] == h && !w.crashed {
-				send()
+				late = true
+				w.sent(h, &sends, f, policy.Answer{NoAnswer: true}, "", send, released)
 			}
 		})
 	}
