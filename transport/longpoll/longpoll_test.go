@@ -212,9 +212,9 @@ func TestRandomInputs(t *testing.T) {
 			}
 			before := p.State()
 			act := p.Step(in)
-			switch in.(type) {
+			switch m := in.(type) {
 			case OfferAcked:
-				standing = standing || before == Offering && !in.(OfferAcked).Refused
+				standing = standing || before == Offering && !m.Refused
 			case OfferEnded, SessionEnded:
 				standing = false
 			}
