@@ -28,10 +28,11 @@
 //   - workers, some with Ed25519 keys, that speak the worker protocol: every frame goes through
 //     the JSON encoding of wire.Frame, and the server side turns frames into commands with
 //     transport/protocol, as the WebSocket and long-poll handlers do. A WebSocket worker grants
-//     credit; a long-poll worker polls, and the server offers its free slots while the poll
-//     waits, as transport/poll.go does (poll.go). Workers heartbeat each lease as often as its
-//     assignment says, and now and then one stops cleanly: it closes its connection, grants no
-//     more credit, and gives back every job it holds or is handed.
+//     credit; a long-poll worker polls, and the server holds the poll with the very state
+//     machine transport/poll.go drives (transport/longpoll; poll.go). Workers heartbeat each
+//     lease as often as its assignment says, and keep and resend their results, by the Go
+//     SDK's own rules (transport/client/policy); now and then one stops cleanly: it closes its
+//     connection, grants no more credit, and gives back every job it holds or is handed.
 //
 // Half the seeds (a stream of their own picks which) run the log on a replicated JetStream
 // stream instead (DESIGN §10), as processes of three nodes (stream.go, election.go). The
