@@ -645,7 +645,7 @@ func (w *worker) reported(h *held) {
 
 // settle takes the server's answer to a report. A worker that did nothing wrong is never told
 // its valid signature is invalid, nor that its own repeated completion conflicts.
-func (w *worker) settle(h *held, f wire.Frame, a wire.Frame) {
+func (w *worker) settle(h *held, f, a wire.Frame) {
 	again := func() { w.report(h, f) }
 	if a.Error == nil {
 		w.sent(h, &h.sends, f, policy.Answer{}, "", again, w.reported)
