@@ -171,8 +171,12 @@ func (d *Driver) leadDone(o Outcome) {
 		d.mu.Unlock()
 		return
 	}
+	renewal := d.holder.pending == Renew
 	next := d.holder.Done(d.cfg.Clock.Now(), o)
 	d.mu.Unlock()
+	if mutantStopOnUnansweredRenewal && renewal && o.Kind == Unanswered {
+		next = Action{Kind: Stop, Reason: ReasonCutOff}
+	}
 	if o.Kind == Unanswered && next.Kind != None && next.Kind != Stop && d.cfg.Unrenewed != nil {
 		d.cfg.Unrenewed()
 	}
