@@ -2,6 +2,8 @@ package election
 
 import (
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -281,5 +283,84 @@ func TestDriverClose(t *testing.T) {
 	w.idle()
 	if len(w.won) > 0 {
 		t.Fatal("a closed standby took the key")
+	}
+}
+
+// raceClock fires its timers when the test says, each on a goroutine of its own, as
+// time.AfterFunc does.
+type raceClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []func()
+	wg     sync.WaitGroup
+}
+
+func (c *raceClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *raceClock) AfterFunc(_ time.Duration, f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timers = append(c.timers, f)
+}
+
+// fire moves the clock d on and runs every timer set so far, concurrently.
+func (c *raceClock) fire(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	due := c.timers
+	c.timers = nil
+	c.mu.Unlock()
+	for _, f := range due {
+		c.wg.Go(f)
+	}
+}
+
+// raceBucket answers on a goroutine of its own, as the server's does: the key is free, and
+// every write lands.
+type raceBucket struct {
+	wg  *sync.WaitGroup
+	rev atomic.Uint64
+}
+
+func (b *raceBucket) Do(a Action, done func(Outcome)) {
+	b.wg.Go(func() {
+		switch a.Kind {
+		case Read:
+			done(Outcome{Kind: Absent})
+		case Create:
+			done(Outcome{Kind: Created, Rev: b.rev.Add(1)})
+		case Renew:
+			done(Outcome{Kind: Updated, Rev: b.rev.Add(1)})
+		default:
+			done(Outcome{Kind: Unanswered})
+		}
+	})
+}
+
+// The callbacks come on goroutines of their own, as they do in the server, while its /readyz
+// asks whether it is healthy: run with -race.
+func TestDriverOnGoroutines(t *testing.T) {
+	clock := &raceClock{now: t0}
+	var won, deposed atomic.Int32
+	d := Start(Config{
+		TTL: time.Second, Value: []byte("a"), Clock: clock, Bucket: &raceBucket{wg: &clock.wg},
+		Check:   func(_ []byte, done func(Outcome)) { done(Outcome{Kind: NotLeading}) },
+		Won:     func(uint64) { won.Add(1) },
+		Deposed: func(string, Outcome) { deposed.Add(1) },
+	})
+	for range 50 {
+		clock.fire(100 * time.Millisecond)
+		_, _ = d.Healthy(), d.Leader()
+		clock.wg.Wait()
+	}
+	if won.Load() != 1 || deposed.Load() != 0 || !d.Healthy() {
+		t.Fatalf("won %d times, deposed %d, healthy %v; want a healthy leader that won once", won.Load(), deposed.Load(), d.Healthy())
+	}
+	if _, held := d.Close(); !held {
+		t.Fatal("the leader does not hold the key")
 	}
 }
