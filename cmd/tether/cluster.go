@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/broker"
-	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/eventlog/election"
 	"github.com/tetherhq/tether/eventlog/jetstream"
 	"github.com/tetherhq/tether/transport"
@@ -165,68 +164,44 @@ func (b bucket) Do(a election.Action, done func(election.Outcome)) {
 }
 
 // lead follows the stream as a hot standby until this server wins the election, then opens the
-// broker as the stream's writer.
+// broker as the stream's writer (broker.Lead), answering for the cluster as it goes.
 func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Server) (*broker.Broker, error) {
 	cfg.Upstream = c.stream
-	sb, err := broker.OpenStandby(cfg)
-	if err != nil {
-		return nil, err
-	}
-	c.log.Info("standby: following the stream", zap.String("stream", c.stream.Name()), zap.Uint64("head_seq", sb.Head().Seq))
-	won := make(chan uint64, 1)
-	d := election.Start(election.Config{
-		TTL: c.election.TTL(), Value: c.election.Me().Value(), Clock: wallClock{}, Bucket: bucket{c.election},
-		Check:   func(claim []byte, done func(election.Outcome)) { go func() { done(c.stillLeads(ctx, claim)) }() },
-		Won:     func(rev uint64) { won <- rev },
-		Deposed: c.depose,
-		Unrenewed: func() {
-			c.log.Warn("the election's bucket did not answer; asking the stream", zap.String("code", "LEAD_NOT_RENEWED"))
+	var standby *broker.Standby
+	var won time.Time
+	b, _, err := broker.Lead(ctx, cfg, broker.Candidacy{
+		Election: election.Config{
+			TTL: c.election.TTL(), Value: c.election.Me().Value(), Clock: wallClock{}, Bucket: bucket{c.election},
+			Check:   func(claim []byte, done func(election.Outcome)) { go func() { done(c.stillLeads(ctx, claim)) }() },
+			Deposed: c.depose,
+			Unrenewed: func() {
+				c.log.Warn("the election's bucket did not answer; asking the stream", zap.String("code", "LEAD_NOT_RENEWED"))
+			},
+		},
+		Standing: func(sb *broker.Standby, d *election.Driver) {
+			standby = sb
+			c.mu.Lock()
+			c.driver = d
+			c.mu.Unlock()
+			c.log.Info("standby: following the stream", zap.String("stream", c.stream.Name()), zap.Uint64("head_seq", sb.Head().Seq))
+			api.SetStandby(func() transport.Standby {
+				st := transport.Standby{HeadSeq: sb.Head().Seq}
+				if l, err := jetstream.ParseLeader(d.Leader()); err == nil {
+					st.Leader = l.URL
+				}
+				return st
+			})
+		},
+		Leading: func() {
+			won = time.Now()
+			c.log.Info("won the election; catching up and fencing the stream", zap.Uint64("standby_seq", standby.Head().Seq))
+			api.SetLeading(transport.Leading{Claim: c.election.Me(), Healthy: c.healthy})
 		},
 	})
-	c.mu.Lock()
-	c.driver = d
-	c.mu.Unlock()
-	api.SetStandby(func() transport.Standby {
-		st := transport.Standby{HeadSeq: sb.Head().Seq}
-		if l, err := jetstream.ParseLeader(d.Leader()); err == nil {
-			st.Leader = l.URL
-		}
-		return st
-	})
-	// The standby's copy may fail while the election goes on: it is looked at every tick.
-	tick := time.NewTicker(election.Every)
-	defer tick.Stop()
-	for waiting := true; waiting; {
-		select {
-		case <-ctx.Done():
-			_ = sb.Close()
-			return nil, ctx.Err()
-		case <-won:
-			waiting = false
-		case <-tick.C:
-			if err := sb.Err(); err != nil {
-				_ = sb.Close()
-				return nil, err
-			}
-		}
-	}
-	start := time.Now()
-	c.log.Info("won the election; catching up and fencing the stream", zap.Uint64("standby_seq", sb.Head().Seq))
-	api.SetLeading(transport.Leading{Claim: c.election.Me(), Healthy: c.healthy})
-	b, err := sb.Lead(ctx)
 	if err != nil {
 		return nil, err
 	}
-	go func() {
-		select {
-		case <-b.Failed():
-			if errors.Is(b.Err(), eventlog.ErrFenced) {
-				d.StreamRefused()
-			}
-		case <-c.closing:
-		}
-	}()
-	c.log.Info("leading the stream", zap.Uint64("head_seq", b.Head().Seq), zap.Duration("took", time.Since(start)))
+	c.log.Info("leading the stream", zap.Uint64("head_seq", b.Head().Seq), zap.Duration("took", time.Since(won)))
 	return b, nil
 }
 
