@@ -44,9 +44,9 @@ type Config struct {
 	Unrenewed func()
 }
 
-// Driver runs one server's part in the election, from standby to leader to deposed: the loop
-// that package main ran on the wall clock and the simulator ran on its own, now one, which
-// both drive with their clock and their bucket. As a standby it runs a Candidate's round every
+// Driver runs one server's part in the election, from standby to leader to deposed: one loop,
+// which the server (actors/broker's Lead, on the wall clock) and the simulator (on its virtual
+// clock) both drive, so the simulator proves the loop that runs. As a standby it runs a Candidate's round every
 // Every until it wins the key; then a Holder's every Holder.Every until it is deposed or closed.
 // A round still in flight when the next is due lets that one pass, as a ticker drops ticks.
 type Driver struct {
