@@ -34,6 +34,10 @@ func ScheduleStream(scheduleID string) string { return "schedule/" + scheduleID 
 type Payload interface {
 	// EventType is the event's type name in the log, e.g. "job.submitted".
 	EventType() string
+	// Stream names the stream the event belongs to: the job, worker, tenant, flow or schedule
+	// it changes (JobStream(e.JobID) for a job's event). A payload type without it is not an
+	// event, and does not compile as one.
+	Stream() string
 }
 
 // ---- job/<id> ----------------------------------------------------------------------------
@@ -558,6 +562,49 @@ func (SchedulePaused) EventType() string       { return "schedule.paused" }
 func (ScheduleResumed) EventType() string      { return "schedule.resumed" }
 func (ScheduleDeleted) EventType() string      { return "schedule.deleted" }
 
+// Each payload names its stream from its own fields: the entity it changes.
+func (e JobSubmitted) Stream() string         { return JobStream(e.JobID) }
+func (e JobScheduled) Stream() string         { return JobStream(e.JobID) }
+func (e JobLeased) Stream() string            { return JobStream(e.JobID) }
+func (e JobLeaseExtended) Stream() string     { return JobStream(e.JobID) }
+func (e JobProgress) Stream() string          { return JobStream(e.JobID) }
+func (e JobSucceeded) Stream() string         { return JobStream(e.JobID) }
+func (e JobFailed) Stream() string            { return JobStream(e.JobID) }
+func (e JobRetryScheduled) Stream() string    { return JobStream(e.JobID) }
+func (e JobLeaseExpired) Stream() string      { return JobStream(e.JobID) }
+func (e JobLeaseReleased) Stream() string     { return JobStream(e.JobID) }
+func (e JobDeadLettered) Stream() string      { return JobStream(e.JobID) }
+func (e JobCancelRequested) Stream() string   { return JobStream(e.JobID) }
+func (e JobCancelled) Stream() string         { return JobStream(e.JobID) }
+func (e JobRedriven) Stream() string          { return JobStream(e.JobID) }
+func (e JobExpired) Stream() string           { return JobStream(e.JobID) }
+func (e WorkerRegistered) Stream() string     { return WorkerStream(e.WorkerID) }
+func (e WorkerTokenRotated) Stream() string   { return WorkerStream(e.WorkerID) }
+func (e WorkerRevoked) Stream() string        { return WorkerStream(e.WorkerID) }
+func (e WorkerSessionStarted) Stream() string { return WorkerStream(e.WorkerID) }
+func (e WorkerSessionEnded) Stream() string   { return WorkerStream(e.WorkerID) }
+func (e TenantQuotaSet) Stream() string       { return TenantStream(e.Tenant) }
+func (e ReservationMade) Stream() string      { return TenantStream(e.Tenant) }
+func (e ReservationConsumed) Stream() string  { return TenantStream(e.Tenant) }
+func (e ReservationReleased) Stream() string  { return TenantStream(e.Tenant) }
+func (e ReservationExpired) Stream() string   { return TenantStream(e.Tenant) }
+func (e APIKeyCreated) Stream() string        { return TenantStream(e.Tenant) }
+func (e APIKeyRevoked) Stream() string        { return TenantStream(e.Tenant) }
+func (e EnrollTokenCreated) Stream() string   { return TenantStream(e.Tenant) }
+func (e EnrollTokenUsed) Stream() string      { return TenantStream(e.Tenant) }
+func (e QueuePaused) Stream() string          { return TenantStream(e.Tenant) }
+func (e QueueResumed) Stream() string         { return TenantStream(e.Tenant) }
+func (e FlowSubmitted) Stream() string        { return FlowStream(e.FlowID) }
+func (e FlowStepSkipped) Stream() string      { return FlowStream(e.FlowID) }
+func (e FlowEnded) Stream() string            { return FlowStream(e.FlowID) }
+func (e FlowExpired) Stream() string          { return FlowStream(e.FlowID) }
+func (e ScheduleCreated) Stream() string      { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleFired) Stream() string        { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleSkipped) Stream() string      { return ScheduleStream(e.ScheduleID) }
+func (e SchedulePaused) Stream() string       { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleResumed) Stream() string      { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleDeleted) Stream() string      { return ScheduleStream(e.ScheduleID) }
+
 // catalogue maps each event type to its payload's Go type.
 var catalogue = func() map[string]reflect.Type {
 	m := make(map[string]reflect.Type)
@@ -615,91 +662,7 @@ func unmarshalPayload(typ string, data []byte) (Payload, error) {
 	return v.Elem().Interface().(Payload), nil
 }
 
-// StreamOf names the stream a payload belongs to: the job, worker or tenant it changes.
-func StreamOf(p Payload) string {
-	switch e := p.(type) {
-	case JobSubmitted:
-		return JobStream(e.JobID)
-	case JobScheduled:
-		return JobStream(e.JobID)
-	case JobLeased:
-		return JobStream(e.JobID)
-	case JobLeaseExtended:
-		return JobStream(e.JobID)
-	case JobProgress:
-		return JobStream(e.JobID)
-	case JobSucceeded:
-		return JobStream(e.JobID)
-	case JobFailed:
-		return JobStream(e.JobID)
-	case JobRetryScheduled:
-		return JobStream(e.JobID)
-	case JobLeaseExpired:
-		return JobStream(e.JobID)
-	case JobLeaseReleased:
-		return JobStream(e.JobID)
-	case JobDeadLettered:
-		return JobStream(e.JobID)
-	case JobCancelRequested:
-		return JobStream(e.JobID)
-	case JobCancelled:
-		return JobStream(e.JobID)
-	case JobRedriven:
-		return JobStream(e.JobID)
-	case JobExpired:
-		return JobStream(e.JobID)
-	case WorkerRegistered:
-		return WorkerStream(e.WorkerID)
-	case WorkerTokenRotated:
-		return WorkerStream(e.WorkerID)
-	case WorkerRevoked:
-		return WorkerStream(e.WorkerID)
-	case WorkerSessionStarted:
-		return WorkerStream(e.WorkerID)
-	case WorkerSessionEnded:
-		return WorkerStream(e.WorkerID)
-	case TenantQuotaSet:
-		return TenantStream(e.Tenant)
-	case ReservationMade:
-		return TenantStream(e.Tenant)
-	case ReservationConsumed:
-		return TenantStream(e.Tenant)
-	case ReservationReleased:
-		return TenantStream(e.Tenant)
-	case ReservationExpired:
-		return TenantStream(e.Tenant)
-	case APIKeyCreated:
-		return TenantStream(e.Tenant)
-	case APIKeyRevoked:
-		return TenantStream(e.Tenant)
-	case EnrollTokenCreated:
-		return TenantStream(e.Tenant)
-	case EnrollTokenUsed:
-		return TenantStream(e.Tenant)
-	case QueuePaused:
-		return TenantStream(e.Tenant)
-	case QueueResumed:
-		return TenantStream(e.Tenant)
-	case FlowSubmitted:
-		return FlowStream(e.FlowID)
-	case FlowStepSkipped:
-		return FlowStream(e.FlowID)
-	case FlowEnded:
-		return FlowStream(e.FlowID)
-	case FlowExpired:
-		return FlowStream(e.FlowID)
-	case ScheduleCreated:
-		return ScheduleStream(e.ScheduleID)
-	case ScheduleFired:
-		return ScheduleStream(e.ScheduleID)
-	case ScheduleSkipped:
-		return ScheduleStream(e.ScheduleID)
-	case SchedulePaused:
-		return ScheduleStream(e.ScheduleID)
-	case ScheduleResumed:
-		return ScheduleStream(e.ScheduleID)
-	case ScheduleDeleted:
-		return ScheduleStream(e.ScheduleID)
-	}
-	panic(fmt.Sprintf("eventlog: StreamOf: %T is not in the catalogue", p))
-}
+// StreamOf names the stream a payload belongs to.
+//
+// Deprecated: use p.Stream(); StreamOf stays for the branches that still call it.
+func StreamOf(p Payload) string { return p.Stream() }

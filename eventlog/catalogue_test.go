@@ -67,8 +67,8 @@ func TestCatalogueIsComplete(t *testing.T) {
 			t.Fatalf("%s decodes to %T, %v", typ, got, err)
 		}
 		// Every payload names its entity's stream, whose kind matches its type's prefix.
-		if kind, _, _ := strings.Cut(typ, "."); !strings.HasPrefix(eventlog.StreamOf(p), kind+"/") {
-			t.Errorf("%s belongs to stream %q", typ, eventlog.StreamOf(p))
+		if kind, _, _ := strings.Cut(typ, "."); !strings.HasPrefix(p.Stream(), kind+"/") {
+			t.Errorf("%s belongs to stream %q", typ, p.Stream())
 		}
 	}
 	for _, typ := range []string{

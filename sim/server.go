@@ -580,7 +580,7 @@ func (v *server) commit() bool {
 	var events []eventlog.Event
 	for _, p := range batch {
 		for _, pl := range p.events {
-			e, err := eventlog.NewEvent(eventlog.StreamOf(pl), pl)
+			e, err := eventlog.NewEvent(pl.Stream(), pl)
 			if err != nil {
 				panic(err)
 			}
@@ -713,7 +713,7 @@ func (v *server) committed(batch []*persist, r eventlog.Receipt) bool {
 	}
 	for _, p := range batch {
 		for _, pl := range p.events {
-			if id, ok := strings.CutPrefix(eventlog.StreamOf(pl), "job/"); ok && v.set.Stored(id) {
+			if id, ok := strings.CutPrefix(pl.Stream(), "job/"); ok && v.set.Stored(id) {
 				s.probe(ProbeStoredJobChanged)
 			}
 		}

@@ -206,7 +206,7 @@ func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 		Logger:    func(ref actors.Ref) *zap.Logger { return b.kindLogs[ref.Kind].With(refField(ref)) },
 		Refused: func(seq uint64, p eventlog.Payload, err error) {
 			b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree",
-				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", eventlog.StreamOf(p)), zap.Error(err))
+				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", p.Stream()), zap.Error(err))
 		},
 	})
 }
@@ -292,7 +292,7 @@ func (b *Broker) resume() error {
 func encode(payloads []eventlog.Payload) []eventlog.Event {
 	events := make([]eventlog.Event, len(payloads))
 	for i, p := range payloads {
-		e, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
+		e, err := eventlog.NewEvent(p.Stream(), p)
 		if err != nil {
 			panic(err) // a catalogue payload always encodes
 		}
