@@ -49,6 +49,8 @@ func scanPayload(typ string, data []byte) (Payload, bool) {
 				return s.String(&e.FlowID)
 			case "flow_step":
 				return s.String(&e.FlowStep)
+			case "schedule_id":
+				return s.String(&e.ScheduleID)
 			}
 			return false
 		})
