@@ -87,7 +87,7 @@ func (s *Session) Recover(env Env) {
 		}
 	})
 	if s.workerID != "" {
-		s.end(env, "closed")
+		s.end(env, eventlog.EndedClosed)
 		return
 	}
 	// Either a new session, or one whose end is durable but whose notice a crash may have lost;
@@ -144,14 +144,14 @@ func (s *Session) Receive(env Env, msg any) {
 			s.timer = env.After(min(deadline.Sub(now), HeartbeatInterval), livenessCheck{})
 			return
 		}
-		s.end(env, "heartbeat_timeout")
+		s.end(env, eventlog.EndedHeartbeatTimeout)
 	case CloseSession:
 		if s.open {
 			s.end(env, m.Reason)
 		}
 	case revokeSession:
 		if s.open {
-			s.end(env, "revoked")
+			s.end(env, eventlog.EndedRevoked)
 		}
 	case Persisted:
 		s.persisted(env, m)
@@ -180,7 +180,7 @@ func (s *Session) openSession(env Env, m OpenSession) {
 		return
 	}
 	if w.Session != nil { // an older connection of the same worker; this one replaces it
-		env.Send(SessionRef(w.Session.ID), CloseSession{Reason: "closed"})
+		env.Send(SessionRef(w.Session.ID), CloseSession{Reason: eventlog.EndedClosed})
 	}
 	capacity := w.Capacity
 	if m.Capacity > 0 {

@@ -74,8 +74,14 @@ type JobSubmitted struct {
 type JobScheduled struct {
 	JobID  string    `json:"job_id"`
 	RunAt  time.Time `json:"run_at"`
-	Reason string    `json:"reason"` // "delay" or "run_at"
+	Reason string    `json:"reason"` // ScheduledDelay or ScheduledRunAt
 }
+
+// Why a submitted job waits: the submit asked for a delay, or named a run_at.
+const (
+	ScheduledDelay = "delay"
+	ScheduledRunAt = "run_at"
+)
 
 // JobLeased records that the dispatcher granted the job to a worker. At most one lease per job is valid;
 // every worker operation on the job must carry LeaseID, and a completion must echo Nonce.
@@ -95,8 +101,12 @@ type JobLeaseExtended struct {
 	JobID     string    `json:"job_id"`
 	LeaseID   string    `json:"lease_id"`
 	ExpiresAt time.Time `json:"expires_at"`
-	Reason    string    `json:"reason"` // "restart_grace"
+	Reason    string    `json:"reason"` // ExtendedRestartGrace
 }
+
+// ExtendedRestartGrace is the reason of the JobLeaseExtended every active lease gets after a
+// restart.
+const ExtendedRestartGrace = "restart_grace"
 
 // JobProgress records that the worker holding the lease appended an event (a log line, progress, or any
 // worker-defined type) to the job. It is streamed to clients as it is.
@@ -148,10 +158,16 @@ type JobLeaseExpired struct {
 	LeaseID  string `json:"lease_id"`
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"`
-	// Reason is "expired" when the lease ran out, "worker_revoked" when the worker was revoked and
-	// its leases were released at once.
+	// Reason is LeaseExpiredRanOut when the lease ran out, LeaseExpiredWorkerRevoked when the
+	// worker was revoked and its leases were released at once.
 	Reason string `json:"reason,omitempty"`
 }
+
+// Why a lease expired.
+const (
+	LeaseExpiredRanOut        = "expired"
+	LeaseExpiredWorkerRevoked = "worker_revoked"
+)
 
 // JobLeaseReleased records that a lease ended with the job not attempted: the assignment never
 // reached the worker (LeaseUndelivered: a long poll ended first, the connection died before the
@@ -165,7 +181,8 @@ type JobLeaseReleased struct {
 	LeaseID  string `json:"lease_id"`
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"` // the attempt the lease was granted for
-	// Reason is LeaseUndelivered, or the worker's own code ("worker_stopping", "start_failed").
+	// Reason is LeaseUndelivered, or the worker's own code (ReleasedWorkerStopping,
+	// ReleasedStartFailed from the Go worker, any short code from another).
 	Reason       string `json:"reason"`
 	Message      string `json:"message,omitempty"`
 	AttemptSpent bool   `json:"attempt_spent,omitempty"`
@@ -173,6 +190,13 @@ type JobLeaseReleased struct {
 
 // LeaseUndelivered is the reason of a JobLeaseReleased whose assignment never reached the worker.
 const LeaseUndelivered = "undelivered"
+
+// The reasons the Go worker (transport/client) gives a job back with: it is stopping, or the
+// job's command could not start. The server writes the worker's code as it comes.
+const (
+	ReleasedWorkerStopping = "worker_stopping"
+	ReleasedStartFailed    = "start_failed"
+)
 
 // Dead-letter reasons.
 const (
@@ -198,9 +222,21 @@ type JobCancelRequested struct {
 // JobCancelled records that the job will not run (again). Terminal.
 type JobCancelled struct {
 	JobID    string `json:"job_id"`
-	Reason   string `json:"reason"` // "requested", "worker_acknowledged", "lease_expired"
+	Reason   string `json:"reason"` // a Cancelled* reason
 	APIKeyID string `json:"api_key_id,omitempty"`
 }
+
+// Why a job was cancelled: a client asked (a queued or scheduled job, at once); the worker
+// holding a cancel-requested job acknowledged it, or its lease expired, or it gave the job back;
+// or the job was a step of a flow that failed or was cancelled.
+const (
+	CancelledRequested          = "requested"
+	CancelledWorkerAcknowledged = "worker_acknowledged"
+	CancelledLeaseExpired       = "lease_expired"
+	CancelledLeaseReleased      = "lease_released"
+	CancelledFlowFailed         = "flow_" + FlowFailed
+	CancelledFlowCancelled      = "flow_" + FlowCancelled
+)
 
 // JobRedriven records that a dead-lettered job was put back in its queue with a fresh attempt budget.
 type JobRedriven struct {
@@ -438,7 +474,22 @@ type WorkerSessionStarted struct {
 type WorkerSessionEnded struct {
 	WorkerID  string `json:"worker_id"`
 	SessionID string `json:"session_id"`
-	Reason    string `json:"reason"` // "closed", "heartbeat_timeout", "revoked", "shutdown"
+	Reason    string `json:"reason"` // an Ended* reason
+}
+
+// Why a worker's session ended: its connection closed, a newer connection of the same worker
+// replaced it, or its actor restarted (EndedClosed); it sent no heartbeat for too long; the
+// worker was revoked; the server stopped. Transport closes a WebSocket with a code for each.
+const (
+	EndedClosed           = "closed"
+	EndedHeartbeatTimeout = "heartbeat_timeout"
+	EndedRevoked          = "revoked"
+	EndedShutdown         = "shutdown"
+)
+
+// SessionEndReasons lists every Ended* reason, for the tables keyed by them.
+func SessionEndReasons() []string {
+	return []string{EndedClosed, EndedHeartbeatTimeout, EndedRevoked, EndedShutdown}
 }
 
 // ---- tenant/<name> -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/transport/client/policy"
 	"github.com/tetherhq/tether/transport/longpoll"
 	"github.com/tetherhq/tether/transport/protocol"
@@ -290,7 +291,7 @@ func (v *server) onFrame(w *worker, session string, f wire.Frame) {
 		if p := v.polls[session]; p != nil {
 			v.step(session, p, longpoll.ClientGone{})
 		}
-		v.send(actors.SessionRef(session), actors.CloseSession{Reason: "closed"}, actors.Ref{})
+		v.send(actors.SessionRef(session), actors.CloseSession{Reason: eventlog.EndedClosed}, actors.Ref{})
 	case wire.FrameHeartbeat:
 		v.request(w.name, actors.SessionRef(session), actors.Heartbeat{Leases: f.Leases}, func(reply any) {
 			r := reply.(actors.HeartbeatAck)
@@ -702,7 +703,7 @@ func (w *worker) sent(h *held, sends *policy.Sends, f wire.Frame, answer policy.
 // (sendDirect), which needs no connection of the worker's. It is a result like any other, kept
 // by the SDK's rules (sent).
 func (w *worker) release(h *held) {
-	f := wire.Frame{Type: wire.FrameRelease, JobID: h.jobID, LeaseID: h.leaseID, Reason: "worker_stopping"}
+	f := wire.Frame{Type: wire.FrameRelease, JobID: h.jobID, LeaseID: h.leaseID, Reason: eventlog.ReleasedWorkerStopping}
 	var sends policy.Sends // its own: a failure the worker reported may still be on its way
 	released := func(h *held) {
 		delete(w.leases, h.leaseID)

@@ -401,18 +401,18 @@ func (b *Broker) FlowStream(flowID string, from uint64) iter.Seq2[eventlog.Recor
 	return b.elog.Stream(eventlog.FlowStream(flowID), from)
 }
 
-// Close ends every session ("shutdown"), waits for the appends in flight, saves a checkpoint,
+// Close ends every session (eventlog.EndedShutdown), waits for the appends in flight, saves a checkpoint,
 // stops the actors and closes the log.
 func (b *Broker) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		close(b.closing)
 		sessions := b.rt.Cells(actors.RefSession)
-		// Sessions end with "shutdown" so workers go elsewhere or come back later: the end is
+		// Sessions end with EndedShutdown so workers go elsewhere or come back later: the end is
 		// logged (first ping, then drain), and the worker told (second ping: the session has
 		// handled its Persisted).
 		for _, c := range sessions {
-			b.rt.Send(c.Ref(), actors.CloseSession{Reason: "shutdown"}, actors.Ref{})
+			b.rt.Send(c.Ref(), actors.CloseSession{Reason: eventlog.EndedShutdown}, actors.Ref{})
 		}
 		for range 2 {
 			for _, c := range sessions {

@@ -14,9 +14,18 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/transport/client/policy"
 	"github.com/tetherhq/tether/transport/wire"
 )
+
+// The reasons the worker releases a job with are the catalogue's, which the server writes.
+func TestReleaseReasonsAreTheCatalogues(t *testing.T) {
+	if ReleaseWorkerStopping != eventlog.ReleasedWorkerStopping || ReleaseStartFailed != eventlog.ReleasedStartFailed {
+		t.Fatalf("release reasons %q, %q; the catalogue's %q, %q", ReleaseWorkerStopping, ReleaseStartFailed,
+			eventlog.ReleasedWorkerStopping, eventlog.ReleasedStartFailed)
+	}
+}
 
 // Only WebSocket refused by something that answers HTTP counts towards falling back to
 // long-polling; a server that is away, restarting, not ready, closing a frame too big, or

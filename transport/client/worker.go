@@ -75,10 +75,18 @@ func (f *Failure) Error() string { return f.Code + ": " + f.Message }
 // Backoff says the fault is the worker's: it takes no new job for a while, longer each time in
 // a row, so that a broken worker does not take the whole queue through its hands.
 type Release struct {
-	Reason  string // a short code: "start_failed"
+	Reason  string // a short code: ReleaseStartFailed
 	Message string
 	Backoff bool
 }
+
+// The reasons this worker gives a job back with, which the server writes to its log as they
+// come: eventlog.ReleasedWorkerStopping and eventlog.ReleasedStartFailed, restated here so that
+// a worker does not link the server's log (TestReleaseReasonsAreTheCatalogues holds them equal).
+const (
+	ReleaseWorkerStopping = "worker_stopping"
+	ReleaseStartFailed    = "start_failed"
+)
 
 func (r *Release) Error() string { return r.Reason + ": " + r.Message }
 
@@ -636,7 +644,7 @@ func (r *runner) report(t *task, out any, herr error) {
 		r.pauses = 0
 		r.mu.Unlock()
 	case why == "stopping":
-		f.Type, f.Reason, f.Message = wire.FrameRelease, "worker_stopping", "the worker stopped before the job finished"
+		f.Type, f.Reason, f.Message = wire.FrameRelease, ReleaseWorkerStopping, "the worker stopped before the job finished"
 	case rel != nil:
 		f.Type, f.Reason, f.Message = wire.FrameRelease, rel.Reason, rel.Message
 		if rel.Backoff {
