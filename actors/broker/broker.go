@@ -1,11 +1,14 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
+	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -390,15 +393,59 @@ func (b *Broker) JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record,
 	return b.elog.Stream(eventlog.JobStream(jobID), from)
 }
 
-// FlowStream yields the durable records of a flow's own stream from seq on (its steps' jobs
+// flowStream yields the durable records of a flow's own stream from seq on (its steps' jobs
 // have streams of their own).
-func (b *Broker) FlowStream(flowID string, from uint64) iter.Seq2[eventlog.Record, error] {
+func (b *Broker) flowStream(flowID string, from uint64) iter.Seq2[eventlog.Record, error] {
 	b.rt.Read(func(s *projections.Set) {
 		if f, ok := s.Flow(flowID); ok {
 			from = max(from, f.SubmitSeq)
 		}
 	})
 	return b.elog.Stream(eventlog.FlowStream(flowID), from)
+}
+
+// outOfFlowStream are the events of a flow's steps' jobs that its event stream leaves out: the
+// workers' progress events and the lease extensions stay in the jobs' own streams, and a job's
+// expiry is no part of the flow's story.
+var outOfFlowStream = map[string]bool{
+	eventlog.JobProgress{}.EventType():      true,
+	eventlog.JobLeaseExtended{}.EventType(): true,
+	eventlog.JobExpired{}.EventType():       true,
+}
+
+// FlowEvents reads the durable records that make up flow f's event stream from seq from on:
+// its own stream and its steps' jobs' streams, merged in log order, less outOfFlowStream. It
+// reads at most perStream records of each stream, and returns those up to the last seq every
+// stream was read to, so a reader that goes on after the last record it got misses nothing and
+// sees nothing twice. A step's job starts after the flow event or step end that started it, so
+// the records up to any seq never change, and a reader can number them.
+func (b *Broker) FlowEvents(f *projections.Flow, from uint64, perStream int) ([]eventlog.Record, error) {
+	streams := []iter.Seq2[eventlog.Record, error]{b.flowStream(f.ID, from)}
+	for _, st := range f.Steps {
+		if id := f.State[st.Name].JobID; id != "" {
+			streams = append(streams, b.JobStream(id, from))
+		}
+	}
+	var recs []eventlog.Record
+	upTo := uint64(math.MaxUint64) // the last seq every stream was read to
+	for _, stream := range streams {
+		n := 0
+		for rec, err := range stream {
+			if err != nil {
+				return nil, err
+			}
+			if outOfFlowStream[rec.Type] {
+				continue
+			}
+			recs = append(recs, rec)
+			if n++; n == perStream {
+				upTo = min(upTo, rec.Seq)
+				break
+			}
+		}
+	}
+	slices.SortFunc(recs, func(a, b eventlog.Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	return slices.DeleteFunc(recs, func(r eventlog.Record) bool { return r.Seq > upTo }), nil
 }
 
 // Close ends every session (eventlog.EndedShutdown), waits for the appends in flight, saves a checkpoint,

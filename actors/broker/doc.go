@@ -31,6 +31,8 @@
 // actors). An append the upstream refuses (eventlog.ErrFenced) deposes the Driver.
 //
 // The facade gives transport what it needs and no more: commands that return once their events
-// are durable, reads of the projections (Read, Get, List), a job's stream for SSE (JobStream)
-// and the log's figures for metrics (LogStats, LogBytes). It does not hand out the log.
+// are durable, reads of the projections (Read, Get, List), a job's stream for SSE (JobStream),
+// the records that make up a flow's stream (FlowEvents: which events those are is decided here,
+// so transport only numbers and renders them) and the log's figures for metrics (LogStats,
+// LogBytes). It does not hand out the log.
 package broker
