@@ -614,6 +614,7 @@ func (ScheduleResumed) EventType() string      { return "schedule.resumed" }
 func (ScheduleDeleted) EventType() string      { return "schedule.deleted" }
 
 // Each payload names its stream from its own fields: the entity it changes.
+
 func (e JobSubmitted) Stream() string         { return JobStream(e.JobID) }
 func (e JobScheduled) Stream() string         { return JobStream(e.JobID) }
 func (e JobLeased) Stream() string            { return JobStream(e.JobID) }
