@@ -47,7 +47,5 @@ func TestRandomJobSetsEveryField(t *testing.T) {
 	for i := range jobs {
 		jobs[i] = randomJob(r)
 	}
-	if unset := schematest.Unset(jobs); len(unset) > 0 {
-		t.Errorf("randomJob never sets %v", unset)
-	}
+	schematest.CheckSet(t, "randomJob", jobs)
 }

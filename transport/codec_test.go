@@ -144,9 +144,7 @@ func TestFuzzersSetEveryField(t *testing.T) {
 	for _, a := range jobSeeds {
 		jobs = append(jobs, fuzzJob(a))
 	}
-	if unset := schematest.Unset(jobs); len(unset) > 0 {
-		t.Errorf("fuzzJob never sets %v", unset)
-	}
+	schematest.CheckSet(t, "fuzzJob", jobs)
 	var submits []wire.SubmitRequest
 	for _, b := range submitSeeds() {
 		var req wire.SubmitRequest
@@ -154,9 +152,7 @@ func TestFuzzersSetEveryField(t *testing.T) {
 			submits = append(submits, req)
 		}
 	}
-	if unset := schematest.Unset(submits); len(unset) > 0 {
-		t.Errorf("FuzzSubmitDecodeMatchesStrict's seeds never set %v", unset)
-	}
+	schematest.CheckSet(t, "FuzzSubmitDecodeMatchesStrict's seeds", submits)
 }
 
 // Whatever the fast encoder writes is what a json.Encoder writes.

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -169,6 +170,15 @@ func Unset[T any](values []T) []string {
 		vs[i] = reflect.ValueOf(values[i])
 	}
 	return UnsetOf(t, vs)
+}
+
+// CheckSet fails t for the fields of T that none of values sets, saying that what never sets
+// them: a random generator or a fuzzer's seeds that would leave a field untested.
+func CheckSet[T any](t testing.TB, what string, values []T) {
+	t.Helper()
+	if unset := Unset(values); len(unset) > 0 {
+		t.Errorf("%s never sets %v", what, unset)
+	}
 }
 
 // UnsetOf returns the paths of the fields of the struct type t that none of values (values of

@@ -220,9 +220,7 @@ func TestFuzzFrameSetsEveryField(t *testing.T) {
 	for _, a := range encodeSeeds {
 		frames = append(frames, fuzzFrame(a))
 	}
-	if unset := schematest.Unset(frames); len(unset) > 0 {
-		t.Errorf("fuzzFrame never sets %v", unset)
-	}
+	schematest.CheckSet(t, "fuzzFrame", frames)
 	var decoded []wire.Frame
 	for _, b := range decodeSeeds() {
 		var f wire.Frame
@@ -230,9 +228,7 @@ func TestFuzzFrameSetsEveryField(t *testing.T) {
 			decoded = append(decoded, f)
 		}
 	}
-	if unset := schematest.Unset(decoded); len(unset) > 0 {
-		t.Errorf("FuzzDecodeMatchesUnmarshal's seeds never set %v", unset)
-	}
+	schematest.CheckSet(t, "FuzzDecodeMatchesUnmarshal's seeds", decoded)
 }
 
 // Whatever the fast encoder writes is what json.Marshal writes.
