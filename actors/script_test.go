@@ -374,7 +374,7 @@ func (s *script) show(d *datadriven.TestData) string {
 // event prints a payload: its type, its stream and its fields that are set, but the one its
 // stream names.
 func (s *script) event(p eventlog.Payload) string {
-	stream := eventlog.StreamOf(p)
+	stream := p.Stream()
 	kind, id, _ := strings.Cut(stream, "/")
 	prefix := map[string]string{"job": "j", "worker": "w", "flow": "f", "schedule": "sc"}[kind]
 	if prefix != "" {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/transport/longpoll"
 	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
@@ -51,7 +52,7 @@ func (v *server) onPoll(w *worker, c *wconn, id, n int, wait time.Duration) {
 func (v *server) step(session string, p *simPoll, in longpoll.Input) {
 	act := p.m.Step(in)
 	if act.CloseSession {
-		v.send(actors.SessionRef(session), actors.CloseSession{Reason: "closed"}, actors.Ref{})
+		v.send(actors.SessionRef(session), actors.CloseSession{Reason: eventlog.EndedClosed}, actors.Ref{})
 	}
 	if act.Withdraw {
 		v.send(actors.SessionRef(session), actors.Withdraw{}, actors.Ref{})
