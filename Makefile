@@ -8,12 +8,14 @@ ADDR     ?= 127.0.0.1:8080
 FUZZTIME ?= 150000x
 
 # The simulator's fixed seed range for CI, and the planted bugs it must catch: in the behaviours
-# (actors/mutant*.go), in the cell runtime that carries the ordering rules (actors/cells/mutant*.go)
-# and in the finished jobs' table (projections/mutant*.go).
+# (actors/mutant*.go), in the cell runtime that carries the ordering rules (actors/cells/mutant*.go),
+# in the finished jobs' table (projections/mutant*.go), in the long-poll offer protocol
+# (transport/longpoll/mutant*.go), in the archive (eventlog/mutant*.go) and in the election (eventlog/election/mutant*.go).
 SIMSEEDS ?= 1..1000
 MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed progress_twice \
             persisted_before_durable apply_after_reply expire_early delete_live table_index_lost stale_table_copy \
-            ignore_pause start_on_lease forget_decided_ticks fire_overlapping pipeline_publishes stop_on_lost_renewal stream_skips_gaps
+            ignore_pause start_on_lease forget_decided_ticks fire_overlapping pipeline_publishes stop_on_lost_renewal stream_skips_gaps \
+            poll_keeps_offer stop_on_unanswered_renewal
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants chaos
 

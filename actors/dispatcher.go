@@ -482,7 +482,7 @@ func (d *Dispatcher) cancel(env Env, m Cancel) {
 		d.remove(m.JobID)
 		reason := m.Reason
 		if reason == "" {
-			reason = "requested"
+			reason = eventlog.CancelledRequested
 		}
 		d.pipe.persist(env, []eventlog.Payload{eventlog.JobCancelled{JobID: m.JobID, Reason: reason, APIKeyID: m.APIKeyID}},
 			cancelDone{reply: env.Sender(), tenant: j.Tenant, flowID: j.FlowID})

@@ -389,7 +389,11 @@ func cancelSteps(t *Tenant, env Env, f *projections.Flow) {
 	for _, st := range f.Steps {
 		s := f.State[st.Name]
 		if s.JobID != "" && !projections.Status(s.Status).Terminal() {
-			env.Send(DispatcherRef(), Cancel{Tenant: t.name, JobID: s.JobID, Reason: "flow_" + string(f.Status)})
+			reason := eventlog.CancelledFlowFailed
+			if f.Status == eventlog.FlowCancelled {
+				reason = eventlog.CancelledFlowCancelled
+			}
+			env.Send(DispatcherRef(), Cancel{Tenant: t.name, JobID: s.JobID, Reason: reason})
 		}
 	}
 }

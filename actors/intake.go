@@ -220,9 +220,9 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 			continue
 		}
 		id := out[i].ID
-		runAt, reason := spec.RunAt, "run_at"
+		runAt, reason := spec.RunAt, eventlog.ScheduledRunAt
 		if spec.Delay > 0 {
-			runAt, reason = now.Add(spec.Delay), "delay"
+			runAt, reason = now.Add(spec.Delay), eventlog.ScheduledDelay
 		}
 		done.waiting = append(done.waiting, Waiting{ID: id, Tenant: t.name, Queue: spec.Queue, Priority: spec.Priority, SubmitSeq: uint64(len(events))})
 		events = append(events, eventlog.JobSubmitted{

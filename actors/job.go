@@ -110,7 +110,7 @@ func (a *Job) Recover(env Env) {
 		return
 	}
 	l := a.job.Lease
-	ev := eventlog.JobLeaseExtended{JobID: a.id, LeaseID: l.LeaseID, ExpiresAt: env.Now().Add(a.job.LeaseTTL).UTC(), Reason: "restart_grace"}
+	ev := eventlog.JobLeaseExtended{JobID: a.id, LeaseID: l.LeaseID, ExpiresAt: env.Now().Add(a.job.LeaseTTL).UTC(), Reason: eventlog.ExtendedRestartGrace}
 	a.decide(env, []eventlog.Payload{ev}, graceGranted{})
 	a.armTimer(env)
 }
@@ -198,7 +198,7 @@ func (a *Job) undelivered(env Env, m Undelivered) {
 
 func (a *Job) revoke(env Env, m revokeLease) {
 	if a.job.Lease.WorkerID == m.WorkerID {
-		a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: a.job.Lease.LeaseID, WorkerID: m.WorkerID, Attempt: a.job.Attempt, Reason: "worker_revoked"})
+		a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: a.job.Lease.LeaseID, WorkerID: m.WorkerID, Attempt: a.job.Attempt, Reason: eventlog.LeaseExpiredWorkerRevoked})
 	}
 }
 
@@ -423,7 +423,7 @@ func (a *Job) expire(env Env, m leaseTimer) {
 		a.armTimer(env)
 		return
 	}
-	a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: l.LeaseID, WorkerID: l.WorkerID, Attempt: a.job.Attempt, Reason: "expired"})
+	a.end(env, Ref{}, eventlog.JobLeaseExpired{JobID: a.id, LeaseID: l.LeaseID, WorkerID: l.WorkerID, Attempt: a.job.Attempt, Reason: eventlog.LeaseExpiredRanOut})
 }
 
 // end ends the lease with the given event and what must follow it in the same append: for a
@@ -437,7 +437,7 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	release, released := ev.(eventlog.JobLeaseReleased)
 	switch _, succeeded := ev.(eventlog.JobSucceeded); {
 	case released && j.CancelRequested:
-		events = append(events, eventlog.JobCancelled{JobID: a.id, Reason: "lease_released"})
+		events = append(events, eventlog.JobCancelled{JobID: a.id, Reason: eventlog.CancelledLeaseReleased})
 	case released && !release.AttemptSpent:
 		w := waitingOf(j, time.Time{})
 		requeue = &w
@@ -447,13 +447,13 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 		case eventlog.JobFailed:
 			retryable = e.Retryable
 		case eventlog.JobLeaseExpired:
-			revoked, expired = e.Reason == "worker_revoked", true
+			revoked, expired = e.Reason == eventlog.LeaseExpiredWorkerRevoked, true
 		}
 		switch {
 		case j.CancelRequested:
-			reason := "worker_acknowledged"
+			reason := eventlog.CancelledWorkerAcknowledged
 			if expired {
-				reason = "lease_expired"
+				reason = eventlog.CancelledLeaseExpired
 			}
 			events = append(events, eventlog.JobCancelled{JobID: a.id, Reason: reason})
 		case retryable && j.Attempt < j.MaxAttempts:

@@ -128,7 +128,7 @@ type Created struct {
 }
 
 // Cancel asks for a job to be cancelled. Reason is the job.cancelled reason of a waiting job
-// ("requested" if empty).
+// (eventlog.CancelledRequested if empty).
 type Cancel struct {
 	Tenant   string
 	JobID    string
@@ -229,8 +229,8 @@ type Fail struct {
 }
 
 // ReleaseLease gives a leased job back without spending an attempt: the worker is stopping
-// cleanly, or could not start the job. Reason is a short code ("worker_stopping",
-// "start_failed"); the job is queued again at once. Answered with Done.
+// cleanly, or could not start the job. Reason is a short code (eventlog.ReleasedWorkerStopping,
+// eventlog.ReleasedStartFailed); the job is queued again at once. Answered with Done.
 type ReleaseLease struct {
 	WorkerID string
 	JobID    string

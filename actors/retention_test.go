@@ -34,36 +34,6 @@ func (f *fixture) gone(id string) bool {
 	return !ok
 }
 
-func TestRetentionExpiresFinishedJobs(t *testing.T) {
-	t.Parallel()
-	f := retained(t)
-	ids := f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"}, actors.JobSpec{Queue: "q", Type: "t", ResultTTL: 5 * time.Second},
-		actors.JobSpec{Queue: "q", Type: "t"})
-	as := f.connect("s1", 3)
-	if len(as) != 3 {
-		t.Fatalf("%d assignments", len(as))
-	}
-	f.complete(as[0], `1`)
-	f.complete(as[1], `2`)
-	// as[2] stays leased the whole time: a live job never expires.
-	mark := len(f.w.Log)
-	f.live("s1", 10*time.Second)
-	if !f.gone(ids[1]) || f.gone(ids[0]) {
-		t.Fatalf("after 10s: the 5s result TTL job should be gone and the other kept")
-	}
-	f.live("s1", 55*time.Second)
-	if !f.gone(ids[0]) || f.gone(ids[2]) {
-		t.Fatal("after 65s: the finished job should be gone, the leased one kept")
-	}
-	got := f.expiredEvents(mark)
-	if len(got) != 2 || got[0].JobID != ids[1] || got[1].JobID != ids[0] || got[0].Reason != eventlog.ExpiredRetention {
-		t.Fatalf("expiries %+v", got)
-	}
-	if n := f.w.Set.RetainedCount(); n != 0 {
-		t.Fatalf("%d finished jobs retained", n)
-	}
-}
-
 func TestRetentionCapsDeadLetters(t *testing.T) {
 	t.Parallel()
 	f := retained(t)

@@ -117,49 +117,6 @@ func TestScheduleValidation(t *testing.T) {
 	}
 }
 
-func TestScheduleFiresEachTickOnce(t *testing.T) {
-	t.Parallel()
-	f := setup(t, nil)
-	n := len(f.w.Log)
-	id := f.mustCreateSchedule(scheduleSpec("*/5 * * * *")) // t0 is 14:05
-	f.w.Advance(16 * time.Minute)
-	fired, skipped := f.decisions(n)
-	if got := ticks(fired); len(got) != 3 || got[0] != "14:10" || got[2] != "14:20" || len(skipped) != 0 {
-		t.Fatalf("fired %v, skipped %+v; want 14:10, 14:15, 14:20", got, skipped)
-	}
-	// A restart reads the last tick from the log: nothing fires again.
-	f.restartTenant()
-	f.w.Advance(time.Minute)
-	if again, _ := f.decisions(n); len(again) != 3 {
-		t.Fatalf("after a restart: fired %v", ticks(again))
-	}
-	if c, _ := f.w.Set.Schedule(id); c.Fired != 3 || c.LastJobID != fired[2].JobID || !c.LastTick.Equal(fired[2].Tick) {
-		t.Fatalf("schedule %+v", c)
-	}
-}
-
-func TestScheduleOverlapSkip(t *testing.T) {
-	t.Parallel()
-	f := setup(t, nil)
-	spec := scheduleSpec("*/5 * * * *")
-	spec.Overlap = eventlog.OverlapSkip
-	n := len(f.w.Log)
-	f.mustCreateSchedule(spec)
-	f.w.Advance(6 * time.Minute) // 14:10 fires; nobody takes its job
-	f.w.Advance(5 * time.Minute) // 14:15 is skipped
-	fired, skipped := f.decisions(n)
-	if len(fired) != 1 || len(skipped) != 1 || skipped[0].Reason != eventlog.SkippedTickOverlap || skipped[0].From.Format("15:04") != "14:15" {
-		t.Fatalf("fired %v, skipped %+v", ticks(fired), skipped)
-	}
-	if d := f.do(actors.Cancel{Tenant: "acme", JobID: fired[0].JobID}); d.Err != nil {
-		t.Fatal(d.Err)
-	}
-	f.w.Advance(5 * time.Minute) // 14:20 fires: the job ended
-	if fired, _ = f.decisions(n); len(fired) != 2 || fired[1].Tick.Format("15:04") != "14:20" {
-		t.Fatalf("fired %v", ticks(fired))
-	}
-}
-
 // TestScheduleCatchUp: ticks missed while no actor ran (the server was down) fire per
 // catch_up when the tenant recovers; the newest, if within the grace, fires on time.
 func TestScheduleCatchUp(t *testing.T) {
@@ -198,64 +155,6 @@ func TestScheduleCatchUp(t *testing.T) {
 		if s, _ := f.w.Set.Schedule(id); s.Skipped[eventlog.SkippedTickMissed] != c.missed || (len(skipped) == 1 && skipped[0].Ticks != c.missed) {
 			t.Errorf("catch_up %s, down %s: skipped %+v, counted %v; want %d missed", c.catchUp, c.down, skipped, s.Skipped, c.missed)
 		}
-	}
-}
-
-func TestSchedulePauseResumeDelete(t *testing.T) {
-	t.Parallel()
-	f := setup(t, nil)
-	n := len(f.w.Log)
-	id := f.mustCreateSchedule(scheduleSpec("*/5 * * * *"))
-	if d := f.tenantDo(actors.PauseSchedule{Tenant: "acme", ID: id, Paused: true}); d.Err != nil {
-		t.Fatal(d.Err)
-	}
-	if d := f.tenantDo(actors.PauseSchedule{Tenant: "acme", ID: id, Paused: true}); d.Err != nil {
-		t.Fatal(d.Err) // pausing twice changes nothing
-	}
-	f.w.Advance(12 * time.Minute) // 14:10 and 14:15 pass while paused: never due
-	resume := one[actors.Done](t, f.w.Call("client", actors.TenantRef("acme"), actors.PauseSchedule{Tenant: "acme", ID: id}))
-	if resume.Err != nil {
-		t.Fatal(resume.Err)
-	}
-	f.w.Advance(4 * time.Minute)
-	fired, skipped := f.decisions(n)
-	if g := ticks(fired); len(g) != 1 || g[0] != "14:20" || len(skipped) != 0 {
-		t.Fatalf("fired %v, skipped %+v; want only 14:20", g, skipped)
-	}
-	del := one[actors.Done](t, f.w.Call("client", actors.TenantRef("acme"), actors.DeleteSchedule{Tenant: "acme", ID: id}))
-	if del.Err != nil {
-		t.Fatal(del.Err)
-	}
-	f.w.Advance(20 * time.Minute)
-	if fired, _ = f.decisions(n); len(fired) != 1 {
-		t.Fatalf("a deleted schedule fired: %v", ticks(fired))
-	}
-	for _, msg := range []any{actors.DeleteSchedule{Tenant: "acme", ID: id}, actors.PauseSchedule{Tenant: "acme", ID: id, Paused: true}} {
-		if d := one[actors.Done](t, f.w.Call("client", actors.TenantRef("acme"), msg)); d.Err == nil || d.Err.Code != actors.CodeScheduleNotFound {
-			t.Fatalf("%T after delete: %+v", msg, d.Err)
-		}
-	}
-	if _, ok := f.w.Set.Schedule(id); ok {
-		t.Fatal("a deleted schedule is still in the views")
-	}
-}
-
-func TestScheduleCreateByNameIsIdempotent(t *testing.T) {
-	t.Parallel()
-	f := setup(t, nil)
-	id := f.mustCreateSchedule(scheduleSpec("*/5 * * * *"))
-	again := f.createSchedule(scheduleSpec("*/5 * * * *"))
-	if again.Err != nil || again.ID != id || !again.Existing || again.Receipt.Seq == 0 {
-		t.Fatalf("the same create again: %+v", again)
-	}
-	other := f.createSchedule(scheduleSpec("0 * * * *"))
-	if other.Err == nil || other.Err.Code != actors.CodeScheduleExists || other.Err.Details["schedule_id"] != id {
-		t.Fatalf("another definition under the name: %+v", other)
-	}
-	// Another tenant's schedule of the same name is its own.
-	r := one[actors.ScheduleMade](t, f.w.Call("client", actors.TenantRef("zeta"), actors.CreateSchedule{Tenant: "zeta", Spec: scheduleSpec("0 * * * *")}))
-	if r.Err != nil || r.ID == id {
-		t.Fatalf("another tenant: %+v", r)
 	}
 }
 

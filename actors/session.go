@@ -87,7 +87,7 @@ func (s *Session) Recover(env Env) {
 		}
 	})
 	if s.workerID != "" {
-		s.end(env, "closed")
+		s.end(env, eventlog.EndedClosed)
 		return
 	}
 	// Either a new session, or one whose end is durable but whose notice a crash may have lost;
@@ -117,7 +117,7 @@ func (s *Session) Receive(env Env, msg any) {
 	case CloseSession:
 		s.close(env, m.Reason)
 	case revokeSession:
-		s.close(env, "revoked")
+		s.close(env, eventlog.EndedRevoked)
 	case Persisted:
 		s.persisted(env, m)
 	}
@@ -174,7 +174,7 @@ func (s *Session) checkLiveness(env Env) {
 		s.timer = env.After(min(deadline.Sub(now), HeartbeatInterval), livenessCheck{})
 		return
 	}
-	s.end(env, "heartbeat_timeout")
+	s.end(env, eventlog.EndedHeartbeatTimeout)
 }
 
 // close ends an open session for reason.
@@ -206,7 +206,7 @@ func (s *Session) openSession(env Env, m OpenSession) {
 		return
 	}
 	if w.Session != nil { // an older connection of the same worker; this one replaces it
-		env.Send(SessionRef(w.Session.ID), CloseSession{Reason: "closed"})
+		env.Send(SessionRef(w.Session.ID), CloseSession{Reason: eventlog.EndedClosed})
 	}
 	capacity := w.Capacity
 	if m.Capacity > 0 {

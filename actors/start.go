@@ -25,7 +25,7 @@ import (
 func StaleSessionEnds(s *projections.Set) []eventlog.Payload {
 	var out []eventlog.Payload
 	for _, w := range s.OpenSessions() {
-		out = append(out, eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: "shutdown"})
+		out = append(out, eventlog.WorkerSessionEnded{WorkerID: w.ID, SessionID: w.Session.ID, Reason: eventlog.EndedShutdown})
 	}
 	return out
 }

@@ -99,36 +99,6 @@ func TestBatchIsAllOrNothing(t *testing.T) {
 	wantCode(t, f.submit().Err, actors.CodeInvalidArgument)
 }
 
-func TestIdempotency(t *testing.T) {
-	t.Parallel()
-	f := setup(t, nil)
-	spec := actors.JobSpec{Queue: "q", Type: "t", Payload: json.RawMessage(`{"a":1,"b":2}`), IdempotencyKey: "k"}
-	first := f.submit(spec)
-	mark := len(f.w.Log)
-	// The same body, keys reordered and spaced, is the same request.
-	same := spec
-	same.Payload = json.RawMessage(`{ "b": 2, "a": 1 }`)
-	hit := f.submit(same)
-	if hit.Err != nil || !hit.Jobs[0].IdempotentHit || hit.Jobs[0].ID != first.Jobs[0].ID || hit.Receipt.Seq != first.Receipt.Seq {
-		t.Fatalf("hit %+v, first %+v", hit, first)
-	}
-	other := spec
-	other.Payload = json.RawMessage(`{"a":2}`)
-	wantCode(t, f.submit(other).Err, actors.CodeIdempotencyKeyReused)
-	if len(f.w.Log) != mark {
-		t.Fatal("a hit or a reused key logged events")
-	}
-	// Another tenant has its own keys; after 24 h the key is free again.
-	r := one[actors.Submitted](t, f.w.Call("c2", actors.TenantRef("other"), actors.Submit{Tenant: "other", Jobs: []actors.JobSpec{other}}))
-	if r.Err != nil || r.Jobs[0].IdempotentHit {
-		t.Fatalf("other tenant: %+v", r)
-	}
-	f.w.Advance(24 * time.Hour)
-	if r := f.submit(other); r.Err != nil || r.Jobs[0].IdempotentHit {
-		t.Fatalf("after the TTL: %+v", r)
-	}
-}
-
 // submitTwiceWithOneKey sends callers a and b the same keyed submit and lets the first be
 // decided: the second is then an idempotent hit on a job not yet durable.
 func submitTwiceWithOneKey(f *fixture) {
@@ -167,57 +137,6 @@ func TestIdempotentHitOnAFailedSubmit(t *testing.T) {
 	wantCode(t, one[actors.Submitted](t, f.w.Inbox("b")).Err, actors.CodeUnavailable)
 }
 
-func TestQuotaAndReservations(t *testing.T) {
-	t.Parallel()
-	f := setup(t, nil)
-	call := func(msg any) any { return one[any](t, f.w.Call("client", actors.TenantRef("acme"), msg)) }
-	if d := call(actors.SetQuota{Tenant: "acme", MaxActive: new(3)}).(actors.Done); d.Err != nil {
-		t.Fatal(d.Err)
-	}
-	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
-	res := call(actors.Reserve{Tenant: "acme"}).(actors.Reserved)
-	if res.Err != nil || !res.ExpiresAt.Equal(t0.Add(actors.ReservationTTLDefault)) {
-		t.Fatalf("reserve: %+v", res)
-	}
-	res2 := call(actors.Reserve{Tenant: "acme", TTL: time.Minute}).(actors.Reserved)
-	// 1 job + 2 reservations = 3: full for a plain submit, a reservation still works.
-	r := f.submit(actors.JobSpec{Queue: "q", Type: "t"})
-	wantCode(t, r.Err, actors.CodeQuotaExceeded)
-	if r.Err.Details["max_active"] != 3 {
-		t.Fatalf("details %v", r.Err.Details)
-	}
-	wantCode(t, call(actors.Reserve{Tenant: "acme"}).(actors.Reserved).Err, actors.CodeQuotaExceeded)
-	mark := len(f.w.Log)
-	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t", ReservationID: res.ID})
-	wantTypes(t, f.w.Since(mark), "job.submitted", "tenant.reservation_consumed")
-	wantCode(t, f.submit(actors.JobSpec{Queue: "q", Type: "t", ReservationID: res.ID}).Err, actors.CodeReservationNotFound)
-	// The second reservation expires on its own, and its slot is free again.
-	mark = len(f.w.Log)
-	f.w.Advance(time.Minute)
-	wantTypes(t, f.w.Since(mark), "tenant.reservation_expired")
-	wantCode(t, call(actors.Release{Tenant: "acme", ID: res2.ID}).(actors.Done).Err, actors.CodeReservationNotFound)
-	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
-	if q := f.w.Set.Tenant("acme"); q.Usage() != 3 || q.Active != 3 {
-		t.Fatalf("usage %+v", q)
-	}
-	// A job that ends frees its slot.
-	as := f.connect("s1", 1)
-	f.complete(as[0], `1`)
-	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
-}
-
-func TestReservationReleased(t *testing.T) {
-	t.Parallel()
-	f := setup(t, nil)
-	res := one[actors.Reserved](t, f.w.Call("c", actors.TenantRef("acme"), actors.Reserve{Tenant: "acme"}))
-	mark := len(f.w.Log)
-	if d := one[actors.Done](t, f.w.Call("c", actors.TenantRef("acme"), actors.Release{Tenant: "acme", ID: res.ID})); d.Err != nil {
-		t.Fatal(d.Err)
-	}
-	f.w.Advance(time.Hour) // its expiry timer finds nothing to do
-	wantTypes(t, f.w.Since(mark), "tenant.reservation_released")
-}
-
 func TestRegisterWorkerValidation(t *testing.T) {
 	t.Parallel()
 	w := actorstest.New(1, t0)
@@ -233,28 +152,6 @@ func TestRegisterWorkerValidation(t *testing.T) {
 	}
 	if len(w.Log) != 0 {
 		t.Fatal("a refused registration logged events")
-	}
-}
-
-// A tenant restarted with an append in flight rebuilds from the log once the append is durable,
-// and the old incarnation's Persisted is dropped: its reply is lost, as after a panic, but the
-// new one knows the reservation.
-func TestRestartedTenantRebuilds(t *testing.T) {
-	t.Parallel()
-	f := setup(t, nil)
-	f.w.Send(actors.TenantRef("acme"), actors.Reserve{Tenant: "acme"}, actorstest.External("c"))
-	f.w.Step()
-	f.w.Restart(actors.TenantRef("acme"), actors.NewTenant("acme", actors.Limits{}))
-	f.w.Run()
-	if got := f.w.Inbox("c"); len(got) != 0 {
-		t.Fatalf("the old incarnation answered: %+v", got)
-	}
-	var id string
-	for r := range f.w.Set.Tenant("acme").Reservations {
-		id = r
-	}
-	if d := one[actors.Done](t, f.w.Call("c", actors.TenantRef("acme"), actors.Release{Tenant: "acme", ID: id})); d.Err != nil || id == "" {
-		t.Fatalf("release of %q after the restart: %v", id, d.Err)
 	}
 }
 

@@ -34,6 +34,10 @@ func ScheduleStream(scheduleID string) string { return "schedule/" + scheduleID 
 type Payload interface {
 	// EventType is the event's type name in the log, e.g. "job.submitted".
 	EventType() string
+	// Stream names the stream the event belongs to: the job, worker, tenant, flow or schedule
+	// it changes (JobStream(e.JobID) for a job's event). A payload type without it is not an
+	// event, and does not compile as one.
+	Stream() string
 }
 
 // ---- job/<id> ----------------------------------------------------------------------------
@@ -70,8 +74,14 @@ type JobSubmitted struct {
 type JobScheduled struct {
 	JobID  string    `json:"job_id"`
 	RunAt  time.Time `json:"run_at"`
-	Reason string    `json:"reason"` // "delay" or "run_at"
+	Reason string    `json:"reason"` // ScheduledDelay or ScheduledRunAt
 }
+
+// Why a submitted job waits: the submit asked for a delay, or named a run_at.
+const (
+	ScheduledDelay = "delay"
+	ScheduledRunAt = "run_at"
+)
 
 // JobLeased records that the dispatcher granted the job to a worker. At most one lease per job is valid;
 // every worker operation on the job must carry LeaseID, and a completion must echo Nonce.
@@ -91,8 +101,12 @@ type JobLeaseExtended struct {
 	JobID     string    `json:"job_id"`
 	LeaseID   string    `json:"lease_id"`
 	ExpiresAt time.Time `json:"expires_at"`
-	Reason    string    `json:"reason"` // "restart_grace"
+	Reason    string    `json:"reason"` // ExtendedRestartGrace
 }
+
+// ExtendedRestartGrace is the reason of the JobLeaseExtended every active lease gets after a
+// restart.
+const ExtendedRestartGrace = "restart_grace"
 
 // JobProgress records that the worker holding the lease appended an event (a log line, progress, or any
 // worker-defined type) to the job. It is streamed to clients as it is.
@@ -144,10 +158,16 @@ type JobLeaseExpired struct {
 	LeaseID  string `json:"lease_id"`
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"`
-	// Reason is "expired" when the lease ran out, "worker_revoked" when the worker was revoked and
-	// its leases were released at once.
+	// Reason is LeaseExpiredRanOut when the lease ran out, LeaseExpiredWorkerRevoked when the
+	// worker was revoked and its leases were released at once.
 	Reason string `json:"reason,omitempty"`
 }
+
+// Why a lease expired.
+const (
+	LeaseExpiredRanOut        = "expired"
+	LeaseExpiredWorkerRevoked = "worker_revoked"
+)
 
 // JobLeaseReleased records that a lease ended with the job not attempted: the assignment never
 // reached the worker (LeaseUndelivered: a long poll ended first, the connection died before the
@@ -161,7 +181,8 @@ type JobLeaseReleased struct {
 	LeaseID  string `json:"lease_id"`
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"` // the attempt the lease was granted for
-	// Reason is LeaseUndelivered, or the worker's own code ("worker_stopping", "start_failed").
+	// Reason is LeaseUndelivered, or the worker's own code (ReleasedWorkerStopping,
+	// ReleasedStartFailed from the Go worker, any short code from another).
 	Reason       string `json:"reason"`
 	Message      string `json:"message,omitempty"`
 	AttemptSpent bool   `json:"attempt_spent,omitempty"`
@@ -169,6 +190,13 @@ type JobLeaseReleased struct {
 
 // LeaseUndelivered is the reason of a JobLeaseReleased whose assignment never reached the worker.
 const LeaseUndelivered = "undelivered"
+
+// The reasons the Go worker (transport/client) gives a job back with: it is stopping, or the
+// job's command could not start. The server writes the worker's code as it comes.
+const (
+	ReleasedWorkerStopping = "worker_stopping"
+	ReleasedStartFailed    = "start_failed"
+)
 
 // Dead-letter reasons.
 const (
@@ -194,9 +222,21 @@ type JobCancelRequested struct {
 // JobCancelled records that the job will not run (again). Terminal.
 type JobCancelled struct {
 	JobID    string `json:"job_id"`
-	Reason   string `json:"reason"` // "requested", "worker_acknowledged", "lease_expired"
+	Reason   string `json:"reason"` // a Cancelled* reason
 	APIKeyID string `json:"api_key_id,omitempty"`
 }
+
+// Why a job was cancelled: a client asked (a queued or scheduled job, at once); the worker
+// holding a cancel-requested job acknowledged it, or its lease expired, or it gave the job back;
+// or the job was a step of a flow that failed or was cancelled.
+const (
+	CancelledRequested          = "requested"
+	CancelledWorkerAcknowledged = "worker_acknowledged"
+	CancelledLeaseExpired       = "lease_expired"
+	CancelledLeaseReleased      = "lease_released"
+	CancelledFlowFailed         = "flow_" + FlowFailed
+	CancelledFlowCancelled      = "flow_" + FlowCancelled
+)
 
 // JobRedriven records that a dead-lettered job was put back in its queue with a fresh attempt budget.
 type JobRedriven struct {
@@ -434,7 +474,22 @@ type WorkerSessionStarted struct {
 type WorkerSessionEnded struct {
 	WorkerID  string `json:"worker_id"`
 	SessionID string `json:"session_id"`
-	Reason    string `json:"reason"` // "closed", "heartbeat_timeout", "revoked", "shutdown"
+	Reason    string `json:"reason"` // an Ended* reason
+}
+
+// Why a worker's session ended: its connection closed, a newer connection of the same worker
+// replaced it, or its actor restarted (EndedClosed); it sent no heartbeat for too long; the
+// worker was revoked; the server stopped. Transport closes a WebSocket with a code for each.
+const (
+	EndedClosed           = "closed"
+	EndedHeartbeatTimeout = "heartbeat_timeout"
+	EndedRevoked          = "revoked"
+	EndedShutdown         = "shutdown"
+)
+
+// SessionEndReasons lists every Ended* reason, for the tables keyed by them.
+func SessionEndReasons() []string {
+	return []string{EndedClosed, EndedHeartbeatTimeout, EndedRevoked, EndedShutdown}
 }
 
 // ---- tenant/<name> -----------------------------------------------------------------------
@@ -558,6 +613,50 @@ func (SchedulePaused) EventType() string       { return "schedule.paused" }
 func (ScheduleResumed) EventType() string      { return "schedule.resumed" }
 func (ScheduleDeleted) EventType() string      { return "schedule.deleted" }
 
+// Each payload names its stream from its own fields: the entity it changes.
+
+func (e JobSubmitted) Stream() string         { return JobStream(e.JobID) }
+func (e JobScheduled) Stream() string         { return JobStream(e.JobID) }
+func (e JobLeased) Stream() string            { return JobStream(e.JobID) }
+func (e JobLeaseExtended) Stream() string     { return JobStream(e.JobID) }
+func (e JobProgress) Stream() string          { return JobStream(e.JobID) }
+func (e JobSucceeded) Stream() string         { return JobStream(e.JobID) }
+func (e JobFailed) Stream() string            { return JobStream(e.JobID) }
+func (e JobRetryScheduled) Stream() string    { return JobStream(e.JobID) }
+func (e JobLeaseExpired) Stream() string      { return JobStream(e.JobID) }
+func (e JobLeaseReleased) Stream() string     { return JobStream(e.JobID) }
+func (e JobDeadLettered) Stream() string      { return JobStream(e.JobID) }
+func (e JobCancelRequested) Stream() string   { return JobStream(e.JobID) }
+func (e JobCancelled) Stream() string         { return JobStream(e.JobID) }
+func (e JobRedriven) Stream() string          { return JobStream(e.JobID) }
+func (e JobExpired) Stream() string           { return JobStream(e.JobID) }
+func (e WorkerRegistered) Stream() string     { return WorkerStream(e.WorkerID) }
+func (e WorkerTokenRotated) Stream() string   { return WorkerStream(e.WorkerID) }
+func (e WorkerRevoked) Stream() string        { return WorkerStream(e.WorkerID) }
+func (e WorkerSessionStarted) Stream() string { return WorkerStream(e.WorkerID) }
+func (e WorkerSessionEnded) Stream() string   { return WorkerStream(e.WorkerID) }
+func (e TenantQuotaSet) Stream() string       { return TenantStream(e.Tenant) }
+func (e ReservationMade) Stream() string      { return TenantStream(e.Tenant) }
+func (e ReservationConsumed) Stream() string  { return TenantStream(e.Tenant) }
+func (e ReservationReleased) Stream() string  { return TenantStream(e.Tenant) }
+func (e ReservationExpired) Stream() string   { return TenantStream(e.Tenant) }
+func (e APIKeyCreated) Stream() string        { return TenantStream(e.Tenant) }
+func (e APIKeyRevoked) Stream() string        { return TenantStream(e.Tenant) }
+func (e EnrollTokenCreated) Stream() string   { return TenantStream(e.Tenant) }
+func (e EnrollTokenUsed) Stream() string      { return TenantStream(e.Tenant) }
+func (e QueuePaused) Stream() string          { return TenantStream(e.Tenant) }
+func (e QueueResumed) Stream() string         { return TenantStream(e.Tenant) }
+func (e FlowSubmitted) Stream() string        { return FlowStream(e.FlowID) }
+func (e FlowStepSkipped) Stream() string      { return FlowStream(e.FlowID) }
+func (e FlowEnded) Stream() string            { return FlowStream(e.FlowID) }
+func (e FlowExpired) Stream() string          { return FlowStream(e.FlowID) }
+func (e ScheduleCreated) Stream() string      { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleFired) Stream() string        { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleSkipped) Stream() string      { return ScheduleStream(e.ScheduleID) }
+func (e SchedulePaused) Stream() string       { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleResumed) Stream() string      { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleDeleted) Stream() string      { return ScheduleStream(e.ScheduleID) }
+
 // catalogue maps each event type to its payload's Go type.
 var catalogue = func() map[string]reflect.Type {
 	m := make(map[string]reflect.Type)
@@ -615,91 +714,7 @@ func unmarshalPayload(typ string, data []byte) (Payload, error) {
 	return v.Elem().Interface().(Payload), nil
 }
 
-// StreamOf names the stream a payload belongs to: the job, worker or tenant it changes.
-func StreamOf(p Payload) string {
-	switch e := p.(type) {
-	case JobSubmitted:
-		return JobStream(e.JobID)
-	case JobScheduled:
-		return JobStream(e.JobID)
-	case JobLeased:
-		return JobStream(e.JobID)
-	case JobLeaseExtended:
-		return JobStream(e.JobID)
-	case JobProgress:
-		return JobStream(e.JobID)
-	case JobSucceeded:
-		return JobStream(e.JobID)
-	case JobFailed:
-		return JobStream(e.JobID)
-	case JobRetryScheduled:
-		return JobStream(e.JobID)
-	case JobLeaseExpired:
-		return JobStream(e.JobID)
-	case JobLeaseReleased:
-		return JobStream(e.JobID)
-	case JobDeadLettered:
-		return JobStream(e.JobID)
-	case JobCancelRequested:
-		return JobStream(e.JobID)
-	case JobCancelled:
-		return JobStream(e.JobID)
-	case JobRedriven:
-		return JobStream(e.JobID)
-	case JobExpired:
-		return JobStream(e.JobID)
-	case WorkerRegistered:
-		return WorkerStream(e.WorkerID)
-	case WorkerTokenRotated:
-		return WorkerStream(e.WorkerID)
-	case WorkerRevoked:
-		return WorkerStream(e.WorkerID)
-	case WorkerSessionStarted:
-		return WorkerStream(e.WorkerID)
-	case WorkerSessionEnded:
-		return WorkerStream(e.WorkerID)
-	case TenantQuotaSet:
-		return TenantStream(e.Tenant)
-	case ReservationMade:
-		return TenantStream(e.Tenant)
-	case ReservationConsumed:
-		return TenantStream(e.Tenant)
-	case ReservationReleased:
-		return TenantStream(e.Tenant)
-	case ReservationExpired:
-		return TenantStream(e.Tenant)
-	case APIKeyCreated:
-		return TenantStream(e.Tenant)
-	case APIKeyRevoked:
-		return TenantStream(e.Tenant)
-	case EnrollTokenCreated:
-		return TenantStream(e.Tenant)
-	case EnrollTokenUsed:
-		return TenantStream(e.Tenant)
-	case QueuePaused:
-		return TenantStream(e.Tenant)
-	case QueueResumed:
-		return TenantStream(e.Tenant)
-	case FlowSubmitted:
-		return FlowStream(e.FlowID)
-	case FlowStepSkipped:
-		return FlowStream(e.FlowID)
-	case FlowEnded:
-		return FlowStream(e.FlowID)
-	case FlowExpired:
-		return FlowStream(e.FlowID)
-	case ScheduleCreated:
-		return ScheduleStream(e.ScheduleID)
-	case ScheduleFired:
-		return ScheduleStream(e.ScheduleID)
-	case ScheduleSkipped:
-		return ScheduleStream(e.ScheduleID)
-	case SchedulePaused:
-		return ScheduleStream(e.ScheduleID)
-	case ScheduleResumed:
-		return ScheduleStream(e.ScheduleID)
-	case ScheduleDeleted:
-		return ScheduleStream(e.ScheduleID)
-	}
-	panic(fmt.Sprintf("eventlog: StreamOf: %T is not in the catalogue", p))
-}
+// StreamOf names the stream a payload belongs to.
+//
+// Deprecated: use p.Stream(); StreamOf stays for the branches that still call it.
+func StreamOf(p Payload) string { return p.Stream() }

@@ -3,6 +3,9 @@ package eventlog_test
 import (
 	"encoding/json"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"reflect"
 	"strings"
 	"testing"
@@ -67,8 +70,8 @@ func TestCatalogueIsComplete(t *testing.T) {
 			t.Fatalf("%s decodes to %T, %v", typ, got, err)
 		}
 		// Every payload names its entity's stream, whose kind matches its type's prefix.
-		if kind, _, _ := strings.Cut(typ, "."); !strings.HasPrefix(eventlog.StreamOf(p), kind+"/") {
-			t.Errorf("%s belongs to stream %q", typ, eventlog.StreamOf(p))
+		if kind, _, _ := strings.Cut(typ, "."); !strings.HasPrefix(p.Stream(), kind+"/") {
+			t.Errorf("%s belongs to stream %q", typ, p.Stream())
 		}
 	}
 	for _, typ := range []string{
@@ -98,5 +101,39 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	if _, err := eventlog.Decode("job.leased", []byte(`not json`)); err == nil {
 		t.Fatal("bytes that are not JSON decoded")
+	}
+}
+
+// SessionEndReasons lists every Ended* constant of the catalogue: a reason added to the
+// catalogue but not to the list would have no close code and pass the test above.
+func TestSessionEndReasonsListsEveryEnd(t *testing.T) {
+	fs := token.NewFileSet()
+	f, err := parser.ParseFile(fs, "catalogue.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, r := range eventlog.SessionEndReasons() {
+		listed[r] = true
+	}
+	n := 0
+	ast.Inspect(f, func(node ast.Node) bool {
+		spec, ok := node.(*ast.ValueSpec)
+		if !ok {
+			return true
+		}
+		for i, name := range spec.Names {
+			if !strings.HasPrefix(name.Name, "Ended") || i >= len(spec.Values) {
+				continue
+			}
+			n++
+			if lit, ok := spec.Values[i].(*ast.BasicLit); !ok || !listed[strings.Trim(lit.Value, `"`)] {
+				t.Errorf("%s is not in SessionEndReasons", name.Name)
+			}
+		}
+		return true
+	})
+	if n != len(listed) {
+		t.Errorf("the catalogue has %d Ended* constants, SessionEndReasons %d", n, len(listed))
 	}
 }

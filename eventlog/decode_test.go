@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/eventlog/schematest"
 )
 
 // The events every job has decode without reflection exactly as encoding/json decodes them:
@@ -37,7 +38,7 @@ func TestDecodeIsUnmarshal(t *testing.T) {
 		case 0:
 			e := eventlog.JobSubmitted{JobID: word(), Tenant: word(), Queue: word(), Type: word(), Priority: r.IntN(200) - 100,
 				MaxAttempts: r.IntN(10), LeaseTTLMillis: r.Int64N(1e7), IdempotencyKey: word(), RequestHash: word(),
-				ReservationID: word(), APIKeyID: word(), ResultTTLMillis: r.Int64N(1e7), FlowID: word(), FlowStep: word()}
+				ReservationID: word(), APIKeyID: word(), ResultTTLMillis: r.Int64N(1e7), FlowID: word(), FlowStep: word(), ScheduleID: word()}
 			if r.IntN(2) == 0 {
 				e.Payload = json.RawMessage(fmt.Sprintf(`{"n":%d,"s":[1,"x",null]}`, r.IntN(1000)))
 			}
@@ -67,8 +68,10 @@ func TestDecodeIsUnmarshal(t *testing.T) {
 		}
 	}
 	fast := 0
+	drawn := map[reflect.Type][]reflect.Value{}
 	for i := range 20_000 {
 		p := random()
+		drawn[reflect.TypeOf(p)] = append(drawn[reflect.TypeOf(p)], reflect.ValueOf(p))
 		b, err := json.Marshal(p)
 		if err != nil {
 			t.Fatal(err)
@@ -88,6 +91,19 @@ func TestDecodeIsUnmarshal(t *testing.T) {
 	}
 	if fast < 200 {
 		t.Fatalf("only %d of 20,000 events took the path without reflection", fast)
+	}
+	// The draw covers every event the decoder without reflection takes, with every field set
+	// now and then: a field it never sets would go untested.
+	for _, p := range eventlog.Catalogue() {
+		if _, ok := eventlog.ScanPayload(p.EventType(), []byte(`{}`)); !ok {
+			continue
+		}
+		rt := reflect.TypeOf(p)
+		if len(drawn[rt]) == 0 {
+			t.Errorf("random never draws a %s", p.EventType())
+		} else if unset := schematest.UnsetOf(rt, drawn[rt]); len(unset) > 0 {
+			t.Errorf("random never sets %s's %v", p.EventType(), unset)
+		}
 	}
 	// What the server writes for a no-op job takes it.
 	for _, b := range []string{

@@ -148,7 +148,7 @@ func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) error {
 		}
 		return nil
 	}
-	id := strings.TrimPrefix(eventlog.StreamOf(p), "flow/")
+	id := strings.TrimPrefix(p.Stream(), "flow/")
 	f := s.flows[id]
 	if f == nil {
 		return fmt.Errorf("projections: seq %d: %s for unknown flow %s", seq, p.EventType(), id)

@@ -211,7 +211,7 @@ func (j *Job) Fold(seq uint64, at time.Time, p eventlog.Payload) {
 	case eventlog.JobLeaseExpired:
 		j.Lease, j.Releases = nil, 0
 		j.Error = &JobError{Code: "lease_expired", Message: "the lease ran out before the worker finished"}
-		if e.Reason == "worker_revoked" {
+		if e.Reason == eventlog.LeaseExpiredWorkerRevoked {
 			j.Error = &JobError{Code: "worker_revoked", Message: "the worker was revoked while it held the lease"}
 		}
 	case eventlog.JobRetryScheduled:

@@ -134,7 +134,7 @@ func (s *Set) applySchedule(seq uint64, at time.Time, p eventlog.Payload) error 
 			Job: e.Job, Overlap: e.Overlap, CatchUp: e.CatchUp, CreatedAt: at, UpdatedAt: at, CreateSeq: seq}
 		return nil
 	}
-	id := strings.TrimPrefix(eventlog.StreamOf(p), "schedule/")
+	id := strings.TrimPrefix(p.Stream(), "schedule/")
 	c := s.schedules[id]
 	if c == nil {
 		return fmt.Errorf("projections: seq %d: %s for unknown schedule %s", seq, p.EventType(), id)

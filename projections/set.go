@@ -285,7 +285,7 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		eventlog.ScheduleResumed, eventlog.ScheduleDeleted:
 		return s.applySchedule(seq, at, p)
 	}
-	stream := eventlog.StreamOf(p)
+	stream := p.Stream()
 	if strings.HasPrefix(stream, "worker/") {
 		s.applyWorker(at, p)
 		return nil

@@ -84,7 +84,7 @@ func replay(t *testing.T, recs []actorstest.Record, s *projections.Set) *project
 	t.Helper()
 	for _, r := range recs {
 		// Through the log's encoding, as `tether replay` and start-up read it.
-		e, err := eventlog.NewEvent(eventlog.StreamOf(r.Payload), r.Payload)
+		e, err := eventlog.NewEvent(r.Payload.Stream(), r.Payload)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,10 +28,11 @@
 //   - workers, some with Ed25519 keys, that speak the worker protocol: every frame goes through
 //     the JSON encoding of wire.Frame, and the server side turns frames into commands with
 //     transport/protocol, as the WebSocket and long-poll handlers do. A WebSocket worker grants
-//     credit; a long-poll worker polls, and the server offers its free slots while the poll
-//     waits, as transport/poll.go does (poll.go). Workers heartbeat each lease as often as its
-//     assignment says, and now and then one stops cleanly: it closes its connection, grants no
-//     more credit, and gives back every job it holds or is handed.
+//     credit; a long-poll worker polls, and the server holds the poll with the very state
+//     machine transport/poll.go drives (transport/longpoll; poll.go). Workers heartbeat each
+//     lease as often as its assignment says, and keep and resend their results, by the Go
+//     SDK's own rules (transport/client/policy); now and then one stops cleanly: it closes its
+//     connection, grants no more credit, and gives back every job it holds or is handed.
 //
 // Half the seeds (a stream of their own picks which) run the log on a replicated JetStream
 // stream instead (DESIGN §10), as processes of three nodes (stream.go, election.go). The
@@ -41,10 +42,11 @@
 // "stream_chain"); the oracle folds what it stores. Each process's log is the production log,
 // on the node's crashable in-memory disk, talking to the stream through a link the simulator
 // serves: the log's goroutines run until they wait on the simulator (link.pump, with
-// eventlog.Log.Pipeline), so the run stays deterministic. The election is package election's
-// decisions (the leader's Holder, each standby's Candidate) against a model of the KV bucket
-// whose key expires a TTL after it was written; a leader that gives up the lead when the bucket
-// did not say another server holds it breaks "lead_kept". Leader faults (FaultLeader): the
+// eventlog.Log.Pipeline), so the run stays deterministic. The election is the server's own
+// driver (election.Driver: campaign, take over, renew, ask the last leader, depose) on the
+// virtual clock, against a model of the KV bucket whose key expires a TTL after it was written;
+// a leader that gives up the lead when the bucket did not say another server holds it, or as
+// cut off when NATS answered it within the TTL, breaks "lead_kept". Leader faults (FaultLeader): the
 // leader paused for up to three TTLs and going on with everything it had in flight, including
 // publishes its client had not flushed yet; the leader cut off from NATS, its requests held and
 // delivered late when the cut heals; the stream or the bucket answering nothing while it elects

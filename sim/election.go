@@ -15,9 +15,9 @@ import (
 // The election of the replicated log's writer, as the simulator models it: a KV bucket whose
 // key expires a TTL after it was last written, requests to it that the network delays and
 // loses (a renewal may land and its answer be lost), windows in which it answers nothing (its
-// raft leader lost), and servers that run package election's decisions, as the real ones do:
-// the leader's Holder renews, each standby's Candidate watches the key and, before taking a
-// free one, asks the last leader whether it still leads.
+// raft leader lost), and servers that run package election's driver, as the real ones do: each
+// node's claim (an election.Driver) watches the key as a standby and, before taking a free one,
+// asks the last leader whether it still leads; once it won, it renews on its process's clock.
 
 // simTTL is the leader TTL of the simulated cluster.
 const simTTL = time.Second
@@ -66,30 +66,177 @@ type node struct {
 	name  string
 	value []byte // its claim in the key, drawn afresh each time it stands by
 	// mem is its data dir; proc its process while one runs (leading, or not yet stopped);
-	// candidate its part while it stands by.
-	mem       *vfs.MemFS
-	proc      *server
-	candidate *election.Candidate
-	claims    int
+	// claim its part in the election, standing by or leading.
+	mem    *vfs.MemFS
+	proc   *server
+	claim  *claim
+	claims int
 	// downUntil: the node is away (crashed) until then.
 	downUntil time.Time
-	busy      bool // a candidate's round is in flight
 }
 
-// standBy makes the node a standby with a claim of its own.
+// claim is one claim of a node in the election, from standing by to leading to deposed: the
+// production driver (election.Driver), on the simulator's clock (Clock) and its model of the
+// bucket and the stream (Bucket), with the takeover and the stop of a simulated process.
+type claim struct {
+	nd    *node
+	value []byte
+	d     *election.Driver // nil until it starts
+	// proc is the process that took over with this claim, once one did.
+	proc   *server
+	closed bool
+	// contact is when NATS last answered the driver (any outcome but Unanswered), from the
+	// moment it won: the oracle's measure of a leader cut off.
+	contact time.Time
+}
+
+// standBy makes the node a standby with a claim of its own, which starts campaigning once the
+// node is up.
 func (nd *node) standBy() {
+	c := nd.newClaim()
+	c.AfterFunc(0, c.start)
+}
+
+// newClaim draws the node a claim of its own, and closes the one before it, if any.
+func (nd *node) newClaim() *claim {
+	if nd.claim != nil {
+		nd.claim.close()
+	}
 	nd.claims++
 	nd.value = fmt.Appendf(nil, `{"node":%q,"id":%d}`, nd.name, nd.claims)
-	nd.candidate = election.NewCandidate(nd.value)
+	nd.claim = &claim{nd: nd, value: nd.value}
+	return nd.claim
 }
 
-// takeOver starts the process of a node that won the key at revision rev: its open catches the
-// node's copy up with the stream and fences it. The process before it, if it still runs (paused,
-// cut off), goes on until it notices.
-func (s *Sim) takeOver(nd *node, rev uint64) {
+func (c *claim) start() {
+	if c.closed {
+		return
+	}
+	c.d = election.Start(election.Config{TTL: simTTL, Value: c.value, Clock: c, Bucket: c, Check: c.check, Won: c.won, Deposed: c.deposed})
+}
+
+func (c *claim) close() {
+	c.closed = true
+	if c.d != nil {
+		c.d.Close()
+	}
+}
+
+// Now is the true clock: a process measures its TTL with a monotonic clock, which the server
+// clock's jumps do not move.
+func (c *claim) Now() time.Time { return c.nd.s.now }
+
+// AfterFunc runs f on the process's behalf once the claim has one (it dies with the process,
+// and waits while the process is paused); before, on the node's, which waits while the node is
+// down (crashed) or the run is being set up.
+func (c *claim) AfterFunc(d time.Duration, f func()) {
+	s, nd := c.nd.s, c.nd
+	if p := c.proc; p != nil {
+		p.after(d, "election: tick", f)
+		return
+	}
+	s.after(d, "election: "+nd.name+" ticks", func() {
+		if s.now.Before(nd.downUntil) || s.phase == phaseSetup {
+			c.AfterFunc(max(d, election.Every), f)
+			return
+		}
+		f()
+	})
+}
+
+// Do sends an action to the bucket (a Probe, to the NATS server) over the simulated network,
+// from the claim's process if it has one: cut off from NATS, that process hears nothing.
+func (c *claim) Do(a election.Action, done func(election.Outcome)) {
+	s, p := c.nd.s, c.proc
+	if a.Kind == election.Probe {
+		o := election.Outcome{Kind: election.Unanswered}
+		if p != nil && !p.cut() {
+			o = election.Outcome{Kind: election.Answered, At: p.lastAck} // as jetstream.Election does
+		}
+		c.deliver(time.Duration(1+s.network.IntN(3))*time.Millisecond, "election: probe answered", a, o, done)
+		return
+	}
+	s.kvRequest(c.nd.name, a, c.value, p != nil && p.cut(), func(o election.Outcome) {
+		c.deliver(0, "election: answer", a, o, done)
+	})
+}
+
+// deliver hands an outcome to the driver d from now, through the claim's process if it has one.
+func (c *claim) deliver(d time.Duration, label string, a election.Action, o election.Outcome, done func(election.Outcome)) {
+	s := c.nd.s
+	run := func() {
+		if o.Kind != election.Unanswered {
+			c.contact = s.now
+		}
+		if o.Kind == election.Found && bytes.Equal(o.Value, c.value) && a.Kind == election.Read {
+			s.probe(ProbeLeadReadBack)
+		}
+		done(o)
+	}
+	if p := c.proc; p != nil {
+		p.after(d, label, run)
+		return
+	}
+	s.after(d, label, run)
+}
+
+// check is the last leader's /readyz, if its process is there to answer.
+func (c *claim) check(value []byte, done func(election.Outcome)) {
+	s := c.nd.s
+	o := election.Outcome{Kind: election.NotLeading}
+	for _, other := range s.nodes {
+		if p, oc := other.proc, other.claim; p != nil && oc != nil && oc.proc == p && bytes.Equal(oc.value, value) && p.up && !p.frozen && oc.d.Healthy() {
+			o = election.Outcome{Kind: election.Leads}
+		}
+	}
+	s.after(time.Duration(1+s.network.IntN(5))*time.Millisecond, "election: "+c.nd.name+" asked the last leader", func() { done(o) })
+}
+
+func (c *claim) won(rev uint64) {
+	s := c.nd.s
+	c.contact = s.now
+	s.record(fmt.Sprintf("election: %s won the key (revision %d)", c.nd.name, rev))
+	s.takeOver(c)
+}
+
+// deposed stops the claim's process, once the oracle agrees that the driver had reason to.
+func (c *claim) deposed(reason string, last election.Outcome) {
+	s, nd := c.nd.s, c.nd
+	switch reason {
+	case election.ReasonTaken:
+		if last.Kind != election.Found || bytes.Equal(last.Value, c.value) {
+			s.fail("lead_kept", "%s gave up the lead (%s) though the bucket did not say another server holds it (it answered %d)", nd.name, reason, last.Kind)
+			return
+		}
+	case election.ReasonCutOff:
+		if s.now.Sub(c.contact) <= simTTL {
+			s.fail("lead_kept", "%s gave up the lead (%s) though NATS answered it %s ago (it answered %d)", nd.name, reason, s.now.Sub(c.contact), last.Kind)
+			return
+		}
+	case election.ReasonFenced:
+		return // its log failed: drainDone stops the process
+	}
+	if p := c.proc; p != nil {
+		p.stop("it no longer leads: " + reason)
+		return
+	}
+	if nd.claim == c { // deposed while catching up: it stands by again
+		s.record(fmt.Sprintf("%s no longer leads (%s) before it took over", nd.name, reason))
+		nd.standBy()
+	}
+}
+
+// takeOver starts the process of a node whose claim won the key: its open catches the node's
+// copy up with the stream and fences it. The process before it, if it still runs (paused, cut
+// off), goes on until it notices.
+func (s *Sim) takeOver(c *claim) {
+	nd := c.nd
+	if nd.claim != c || c.closed {
+		return // deposed meanwhile
+	}
 	if s.nats.proposed > 0 {
 		// Publishes the stream took are being stored: catching up takes a moment.
-		s.after(time.Millisecond, "election: "+nd.name+" catches up", func() { s.takeOver(nd, rev) })
+		s.after(time.Millisecond, "election: "+nd.name+" catches up", func() { s.takeOver(c) })
 		return
 	}
 	p := &server{s: s, node: nd, mem: nd.mem, epoch: s.newEpoch()}
@@ -100,8 +247,7 @@ func (s *Sim) takeOver(nd *node, rev uint64) {
 		nd.standBy()
 		return
 	}
-	p.holder = election.NewHolder(s.now, simTTL, nd.value, rev)
-	p.renewals()
+	c.proc = p
 	old := s.srv
 	s.srv = p
 	if old != nil && old != p {
@@ -112,51 +258,6 @@ func (s *Sim) takeOver(nd *node, rev uint64) {
 	}
 	for _, w := range s.workers {
 		w.serverCrashed() // their connections were to the old leader; they find the new one
-	}
-}
-
-// renewals runs the leader's part in the election every Every, on the true clock (a process
-// measures its TTL with a monotonic clock, which the server clock's jumps do not move).
-func (v *server) renewals() {
-	v.after(v.holder.Every(), "election: renew", func() {
-		if !v.electing {
-			v.electing = true
-			v.electionStep(v.holder.Tick(v.s.now), election.Outcome{})
-		}
-		v.renewals()
-	})
-}
-
-// electionStep carries out the Holder's action; last is the outcome that led to it.
-func (v *server) electionStep(a election.Action, last election.Outcome) {
-	s := v.s
-	switch a.Kind {
-	case election.None:
-		v.electing = false
-	case election.Stop:
-		v.electing = false
-		if a.Reason == election.ReasonTaken && (last.Kind != election.Found || bytes.Equal(last.Value, v.node.value)) {
-			s.fail("lead_kept", "%s gave up the lead (%s) though the bucket did not say another server holds it (it answered %d)", v.node.name, a.Reason, last.Kind)
-			return
-		}
-		v.stop("it no longer leads: " + a.Reason)
-	case election.Probe:
-		o := election.Outcome{Kind: election.Unanswered}
-		if !v.cut() {
-			o = election.Outcome{Kind: election.Answered, At: v.lastAck} // as jetstream.Election does
-		}
-		v.after(time.Duration(1+s.network.IntN(3))*time.Millisecond, "election: probe answered", func() {
-			v.electionStep(v.holder.Done(s.now, o), o)
-		})
-	default:
-		s.kvRequest(v.node.name, a, v.node.value, v.cut(), func(o election.Outcome) {
-			v.after(0, "election: answer", func() {
-				if o.Kind == election.Found && bytes.Equal(o.Value, v.node.value) && a.Kind == election.Read {
-					s.probe(ProbeLeadReadBack)
-				}
-				v.electionStep(v.holder.Done(s.now, o), o)
-			})
-		})
 	}
 }
 
@@ -237,44 +338,6 @@ func (n *natsModel) arrive(from *server, l *link, c linkCall) {
 // isLeader reports whether the process is the one the simulator's clients talk to.
 func (v *server) isLeader() bool { return v.s.srv == v }
 
-// campaign runs one round of a standby's part, on the virtual clock: each action's request and
-// answer cross the network, and the bucket applies it as it arrives.
-func (nd *node) campaign() {
-	s := nd.s
-	if nd.busy || nd.proc != nil || s.now.Before(nd.downUntil) || s.phase == phaseSetup {
-		return
-	}
-	nd.busy = true
-	nd.step(nd.candidate.Tick())
-}
-
-func (nd *node) step(a election.Action) {
-	s := nd.s
-	switch a.Kind {
-	case election.None:
-		nd.busy = false
-		return
-	case election.Lead:
-		nd.busy = false
-		s.record(fmt.Sprintf("election: %s won the key (revision %d)", nd.name, a.Rev))
-		s.takeOver(nd, a.Rev)
-		return
-	case election.Check:
-		// The last leader's /readyz, if its process is there to answer.
-		o := election.Outcome{Kind: election.NotLeading}
-		for _, other := range s.nodes {
-			if p := other.proc; p != nil && bytes.Equal(other.value, a.Value) && p.up && !p.frozen && p.holder != nil && p.holder.Healthy(s.serverNow()) {
-				o = election.Outcome{Kind: election.Leads}
-			}
-		}
-		s.after(time.Duration(1+s.network.IntN(5))*time.Millisecond, "election: "+nd.name+" asked the last leader", func() {
-			nd.step(nd.candidate.Done(o))
-		})
-		return
-	}
-	s.kvRequest(nd.name, a, nd.value, false, func(o election.Outcome) { nd.step(nd.candidate.Done(o)) })
-}
-
 // kvRequest sends an action to the bucket over the network: it may be lost on the way or its
 // answer on the way back (the requester then hears nothing: Unanswered after its timeout), and
 // while the bucket elects a leader it answers nothing. cut says the requester is cut off from
@@ -308,26 +371,19 @@ func (s *Sim) kvRequest(who string, a election.Action, value []byte, cut bool, d
 	})
 }
 
-// setupCluster makes the three nodes of a replicated log, and the first leads.
+// setupCluster makes the three nodes of a replicated log; the first campaigns at once and leads
+// before the others stand by.
 func (s *Sim) setupCluster() {
 	s.nats = newNATS(s)
 	for _, name := range []string{"a", "b", "c"} {
-		nd := &node{s: s, name: name, mem: vfs.NewCrashableMem()}
+		s.nodes = append(s.nodes, &node{s: s, name: name, mem: vfs.NewCrashableMem()})
+	}
+	s.nodes[0].newClaim().start()
+	for s.srv == nil && s.violation == nil && s.step() {
+	}
+	for _, nd := range s.nodes[1:] {
 		nd.standBy()
-		s.nodes = append(s.nodes, nd)
 	}
-	first := s.nodes[0]
-	s.takeOver(first, s.nats.kvDo(election.Action{Kind: election.Create}, first.value).Rev)
-	var tick func()
-	tick = func() {
-		s.after(election.Every, "election: standbys look at the key", func() {
-			for _, nd := range s.nodes {
-				nd.campaign()
-			}
-			tick()
-		})
-	}
-	tick()
 }
 
 // leaderFault strikes the replicated log's leader or NATS (FaultLeader).
@@ -402,11 +458,16 @@ func (s *Sim) healCluster() {
 }
 
 // restartLeader stops the leader and starts its node again at once, as the final check's
-// restart: its key resigned, the node takes it back.
+// restart: its key resigned, the node takes it back. The other nodes stand by no more.
 func (s *Sim) restartLeader() {
 	v := s.srv
-	nd := v.node
+	for _, nd := range s.nodes {
+		if nd != v.node {
+			nd.claim.close()
+		}
+	}
 	v.stop("final check")
 	s.nats.kv.value = nil // resigned
-	s.takeOver(nd, s.nats.kvDo(election.Action{Kind: election.Create}, nd.value).Rev)
+	for s.srv == v && s.violation == nil && s.step() {
+	}
 }

@@ -81,7 +81,7 @@ func (c *client) cancelFlow() {
 // flow folds a flow's events and checks them. A step's job.submitted goes through job(), which
 // checks the step's needs.
 func (o *oracle) flow(seq uint64, at time.Time, p eventlog.Payload, decidedAt time.Time, clock int) {
-	if f := o.flows[eventlog.StreamOf(p)[len("flow/"):]]; f != nil && f.expired {
+	if f := o.flows[p.Stream()[len("flow/"):]]; f != nil && f.expired {
 		o.fail("retention", "%s for flow %s after it expired (seq %d)", p.EventType(), f.id, seq)
 		return
 	}

@@ -197,7 +197,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 	case eventlog.JobLeaseExpired:
 		if j := o.current(seq, e.JobID, e.LeaseID, p); j != nil {
 			j.lease = nil
-			if e.Reason == "expired" {
+			if e.Reason == eventlog.LeaseExpiredRanOut {
 				if o.s.workerHolds(e.WorkerID, e.LeaseID) {
 					o.s.probe(ProbeLeaseExpiredWorkerAlive)
 				}
@@ -388,7 +388,7 @@ func (o *oracle) released(seq uint64, e eventlog.JobLeaseReleased) {
 		if o.s.received[e.LeaseID] {
 			o.fail("delivery", "lease %s of job %s was put back as undelivered, but its worker got it (seq %d)", e.LeaseID, e.JobID, seq)
 		}
-	case "worker_stopping":
+	case eventlog.ReleasedWorkerStopping:
 		o.s.probe(ProbeCleanStopReleased)
 	}
 	if e.AttemptSpent {

@@ -4,21 +4,22 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/transport/longpoll"
 	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-// simPoll is a long poll the server holds, as transport/poll.go holds one: the session offers
-// the worker's free slots while it waits; on the first assignment, or when its wait is over,
-// the offer is withdrawn, and the answer carries everything it brought, up to OfferEnded. A poll
-// whose worker went away puts what it got back (Undelivered).
+// simPoll is a long poll the server holds, driven by the state machine transport/poll.go
+// drives (transport/longpoll): the session offers the worker's free slots while it waits; on
+// the first assignment, or when its wait is over, the offer is withdrawn, and the answer
+// carries everything it brought, up to OfferEnded. A poll whose worker went away puts what it
+// got back (Undelivered).
 type simPoll struct {
-	w         *worker
-	conn      *wconn
-	id        int
-	got       []actors.Assignment
-	withdrawn bool
-	abandoned bool // the worker closed the connection: nobody takes the answer
+	w    *worker
+	conn *wconn
+	id   int
+	m    *longpoll.Poll
 }
 
 // onPoll starts a poll of the worker's session.
@@ -28,24 +29,43 @@ func (v *server) onPoll(w *worker, c *wconn, id, n int, wait time.Duration) {
 		return // one poll of a session at a time; the worker asks again after its timeout
 	}
 	epoch := v.epoch
+	p := &simPoll{w: w, conn: c, id: id, m: longpoll.New(n)}
 	v.request(w.name, actors.SessionRef(c.session), actors.Offer{N: n}, func(reply any) {
-		if r := reply.(actors.OfferAck); r.Err != nil || v.epoch != epoch {
+		if v.epoch != epoch {
+			return // the server crashed meanwhile: the poll died with it
+		}
+		v.step(c.session, p, longpoll.OfferAcked{Refused: reply.(actors.OfferAck).Err != nil})
+		if p.m.Over() {
 			return // the session ended; the worker hears of that and reconnects
 		}
-		p := &simPoll{w: w, conn: c, id: id}
 		v.polls[c.session] = p
 		s.after(wait, w.name+" poll waited", func() {
 			if v.epoch == epoch && v.polls[c.session] == p {
-				v.withdraw(c.session, p)
+				v.step(c.session, p, longpoll.WaitOver{})
 			}
 		})
 	})
 }
 
-func (v *server) withdraw(session string, p *simPoll) {
-	if !p.withdrawn {
-		p.withdrawn = true
+// step feeds the session's poll an input and does what the machine says, as
+// transport's awaitOffer does.
+func (v *server) step(session string, p *simPoll, in longpoll.Input) {
+	act := p.m.Step(in)
+	if act.CloseSession {
+		v.send(actors.SessionRef(session), actors.CloseSession{Reason: eventlog.EndedClosed}, actors.Ref{})
+	}
+	if act.Withdraw {
 		v.send(actors.SessionRef(session), actors.Withdraw{}, actors.Ref{})
+	}
+	for _, a := range act.HandBack {
+		to, notice, _ := actors.Bounce(a)
+		v.send(to, notice, actors.Ref{})
+	}
+	if act.Respond {
+		v.answer(p, act.Answer)
+	}
+	if p.m.Over() && v.polls[session] == p {
+		delete(v.polls, session)
 	}
 }
 
@@ -63,36 +83,24 @@ func (v *server) pollSink(w *worker, session string, msg any) {
 			s.fail("delivery", "session %s got lease %s of job %s with no poll waiting", session, m.LeaseID, m.JobID)
 			return
 		}
-		p.got = append(p.got, m)
-		v.withdraw(session, p)
+		v.step(session, p, longpoll.Assigned{Assignment: m})
 	case actors.OfferEnded:
-		if p == nil {
-			return
+		if p != nil {
+			v.step(session, p, longpoll.OfferEnded{})
 		}
-		delete(v.polls, session)
-		v.answer(p)
 	case actors.SessionEnded:
 		if p != nil {
-			delete(v.polls, session)
-			v.answer(p)
+			v.step(session, p, longpoll.SessionEnded{})
 		}
 		w.sessionEnded(session, m.Reason)
 	}
 }
 
-// answer sends a poll's assignments to its worker, or puts them back if the worker is gone.
-func (v *server) answer(p *simPoll) {
-	s := v.s
-	if p.abandoned {
-		for _, a := range p.got {
-			to, notice, _ := actors.Bounce(a)
-			v.send(to, notice, actors.Ref{})
-		}
-		return
-	}
-	frames := make([]wire.Frame, len(p.got))
-	for i, a := range p.got {
+// answer sends a poll's assignments to its worker.
+func (v *server) answer(p *simPoll, got []actors.Assignment) {
+	frames := make([]wire.Frame, len(got))
+	for i, a := range got {
 		frames[i] = decode(encode(protocol.AssignFrame(a)))
 	}
-	s.transmit(p.w.name, "poll answer", func() { p.w.pollAnswered(p.conn, p.id, frames) })
+	v.s.transmit(p.w.name, "poll answer", func() { p.w.pollAnswered(p.conn, p.id, frames) })
 }

@@ -91,7 +91,7 @@ func (o *oracle) schedule(seq uint64, at time.Time, p eventlog.Payload, decidedA
 		o.schedules[e.ScheduleID] = &osched{id: e.ScheduleID, tenant: e.Tenant, sched: sched, overlap: e.Overlap, catchUp: e.CatchUp, anchor: at}
 		return
 	}
-	id := eventlog.StreamOf(p)[len("schedule/"):]
+	id := p.Stream()[len("schedule/"):]
 	c := o.schedules[id]
 	if c == nil || c.deleted {
 		o.fail("schedule_ticks", "%s for schedule %s, which does not exist (seq %d)", p.EventType(), id, seq)

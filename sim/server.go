@@ -16,7 +16,6 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/cells"
 	"github.com/tetherhq/tether/eventlog"
-	"github.com/tetherhq/tether/eventlog/election"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/audit"
 )
@@ -44,14 +43,12 @@ type server struct {
 	recovering bool
 
 	// On a replicated log (Sim.replicated) a server is one process of a node: its log is a
-	// copy of the simulated stream, through link; holder is its part in the election once it
-	// leads. A process that was paused (frozen) runs nothing until it goes on, and what came
+	// copy of the simulated stream, through link; its node's claim is its part in the election.
+	// A process that was paused (frozen) runs nothing until it goes on, and what came
 	// due meanwhile (deferred) then runs in order; one cut off from NATS until cutUntil sends
 	// its requests when the cut heals (cutQueue) and hears no answer meanwhile.
 	node     *node
 	link     *link
-	holder   *election.Holder
-	electing bool // a chain of the Holder's actions is in flight
 	frozen   bool
 	deferred []*cells.Item
 	cutUntil time.Time
@@ -583,7 +580,7 @@ func (v *server) commit() bool {
 	var events []eventlog.Event
 	for _, p := range batch {
 		for _, pl := range p.events {
-			e, err := eventlog.NewEvent(eventlog.StreamOf(pl), pl)
+			e, err := eventlog.NewEvent(pl.Stream(), pl)
 			if err != nil {
 				panic(err)
 			}
@@ -682,6 +679,9 @@ func (v *server) drainDone() {
 			// failed, and the process stops, as the server does.
 			if errors.Is(f.err, eventlog.ErrFenced) {
 				s.probe(ProbeDeposedAppendRefused)
+				if c := v.node.claim; c.proc == v {
+					c.d.StreamRefused()
+				}
 			}
 			s.record(fmt.Sprintf("%s's append failed: %v", v.node.name, f.err))
 			for _, p := range f.batch {
@@ -713,7 +713,7 @@ func (v *server) committed(batch []*persist, r eventlog.Receipt) bool {
 	}
 	for _, p := range batch {
 		for _, pl := range p.events {
-			if id, ok := strings.CutPrefix(eventlog.StreamOf(pl), "job/"); ok && v.set.Stored(id) {
+			if id, ok := strings.CutPrefix(pl.Stream(), "job/"); ok && v.set.Stored(id) {
 				s.probe(ProbeStoredJobChanged)
 			}
 		}

@@ -219,7 +219,10 @@ type Sim struct {
 	workload, network, sched, serverRand *rand.Rand
 	// renewals draws the workers' early token renewals, apart from the workload, so that the
 	// rest of a run's workload does not change with them.
-	renewals  *rand.Rand
+	renewals *rand.Rand
+	// resends draws the jitter of the workers' resent results (policy.Backoff), apart from the
+	// workload too.
+	resends   *rand.Rand
 	faultRand [faultClasses]*rand.Rand
 
 	start       time.Time
@@ -279,6 +282,7 @@ func newSim(cfg Config) *Sim {
 		cfg: cfg, start: start, now: start, trace: sha256.New(), partitioned: map[string]time.Time{}, received: map[string]bool{},
 		workload: stream(cfg.Seed, "workload"), network: stream(cfg.Seed, "network"),
 		sched: stream(cfg.Seed, "sched"), serverRand: stream(cfg.Seed, "server"), renewals: stream(cfg.Seed, "renewals"),
+		resends: stream(cfg.Seed, "resends"),
 	}
 	for _, f := range cfg.Off {
 		s.off[f] = true

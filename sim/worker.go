@@ -12,6 +12,9 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/signing"
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/transport/client/policy"
+	"github.com/tetherhq/tether/transport/longpoll"
 	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -68,6 +71,11 @@ type held struct {
 	attempt               int
 	heartbeat             time.Duration
 	completing            bool
+	// leaseTTL and heard say how long the lease may be valid (policy.MayBeValid): heard is when
+	// the server last confirmed it. sends is what the worker knows of its result's sends.
+	leaseTTL time.Duration
+	heard    time.Time
+	sends    policy.Sends
 }
 
 func (w *worker) alive() bool { return !w.crashed && !w.s.now.Before(w.pausedTill) }
@@ -216,7 +224,8 @@ func (w *worker) onFrame(f wire.Frame) {
 			return // a duplicate
 		}
 		s.received[f.LeaseID] = true
-		h := &held{jobID: f.JobID, leaseID: f.LeaseID, nonce: f.Nonce, attempt: f.Attempt, heartbeat: time.Duration(f.HeartbeatSeconds * float64(time.Second))}
+		h := &held{jobID: f.JobID, leaseID: f.LeaseID, nonce: f.Nonce, attempt: f.Attempt, heartbeat: time.Duration(f.HeartbeatSeconds * float64(time.Second)),
+			leaseTTL: policy.LeaseTTL(f.LeaseExpiresAt, s.now), heard: s.now}
 		w.leases[f.LeaseID] = h
 		w.nonces = append(w.nonces, f.Nonce)
 		if w.stopping { // handed a job as it stops: give it back untried
@@ -280,9 +289,9 @@ func (v *server) onFrame(w *worker, session string, f wire.Frame) {
 		// The worker closed its connection: a poll of it that waits has nobody to answer, and
 		// the session ends.
 		if p := v.polls[session]; p != nil {
-			p.abandoned = true
+			v.step(session, p, longpoll.ClientGone{})
 		}
-		v.send(actors.SessionRef(session), actors.CloseSession{Reason: "closed"}, actors.Ref{})
+		v.send(actors.SessionRef(session), actors.CloseSession{Reason: eventlog.EndedClosed}, actors.Ref{})
 	case wire.FrameHeartbeat:
 		v.request(w.name, actors.SessionRef(session), actors.Heartbeat{Leases: f.Leases}, func(reply any) {
 			r := reply.(actors.HeartbeatAck)
@@ -412,16 +421,17 @@ func (w *worker) heartbeatIn(d time.Duration) {
 	})
 }
 
-// heartbeatEvery is how often the worker's leases need heartbeats: a third of the shortest
-// lease_ttl, as each assignment said, and every HeartbeatInterval otherwise.
+// heartbeatEvery is how often the worker's leases need heartbeats, by the Go SDK's rule: the
+// shortest interval an assignment asked for (a third of its lease_ttl), and every
+// HeartbeatInterval otherwise.
 func (w *worker) heartbeatEvery() time.Duration {
-	every := actors.HeartbeatInterval
-	for _, h := range w.leases {
-		if h.heartbeat > 0 {
-			every = min(every, h.heartbeat)
+	return policy.HeartbeatEvery(actors.HeartbeatInterval, func(yield func(time.Duration) bool) {
+		for _, h := range w.leases {
+			if !yield(h.heartbeat) {
+				return
+			}
 		}
-	}
-	return every
+	})
 }
 
 // heartbeat starts the worker's heartbeats.
@@ -443,11 +453,17 @@ func (w *worker) beat() {
 		}
 		c := w.conn
 		answered := false
-		w.toServer(wire.Frame{Type: wire.FrameHeartbeat, Leases: slices.Sorted(maps.Keys(w.leases))}, func(a wire.Frame) {
+		sent, leases := s.now, slices.Sorted(maps.Keys(w.leases))
+		w.toServer(wire.Frame{Type: wire.FrameHeartbeat, Leases: leases}, func(a wire.Frame) {
 			answered = true
 			if a.Error != nil {
 				w.disconnect("heartbeat refused: " + a.Error.Code)
 				return
+			}
+			for _, id := range leases { // confirmed when it was sent, as the Go SDK reckons
+				if h := w.leases[id]; h != nil && !slices.Contains(a.Unknown, id) {
+					h.heard = sent
+				}
 			}
 			for _, id := range a.Unknown {
 				w.drop(id)
@@ -599,61 +615,122 @@ func (w *worker) fail(h *held, code string, retryable bool) {
 	w.report(h, wire.Frame{Type: wire.FrameFail, JobID: h.jobID, LeaseID: h.leaseID, ErrorCode: code, Retryable: &retryable})
 }
 
-// report sends a completion or failure and, while no ack comes, the very same frame again, as
-// a worker must: the server answers an exact repeat of an accepted completion with success.
+// report sends a completion or failure, and after the server's answer, or none in
+// requestTimeout, does what the Go SDK's rules for kept results say (policy.Sends): the very
+// same frame again, with backoff, while the answer may pass and the lease may be valid (the
+// server answers an exact repeat of an accepted completion with success), and once more after
+// that; the failure that names the reason for a completion refused for what it is; else the
+// lease is done.
 func (w *worker) report(h *held, f wire.Frame) {
-	answered := false
+	answered, late := false, false
 	w.toServer(f, func(a wire.Frame) {
+		if late {
+			return // given up for lost, as a request whose time ran out is: the resend's answer counts
+		}
 		answered = true
-		w.settle(h, a)
+		w.settle(h, f, a)
 	})
 	w.s.after(requestTimeout, w.name+" report timeout", func() {
 		if !answered && w.leases[h.leaseID] == h {
-			w.report(h, f)
+			late = true
+			w.sent(h, &h.sends, f, policy.Answer{NoAnswer: true}, "", func() { w.report(h, f) }, w.reported)
 		}
 	})
 }
 
-// settle ends a lease on the server's answer. A worker that did nothing wrong is never told
+// reported ends a lease whose result the server has (or refused for good).
+func (w *worker) reported(h *held) {
+	delete(w.leases, h.leaseID)
+	w.credit()
+}
+
+// settle takes the server's answer to a report. A worker that did nothing wrong is never told
 // its valid signature is invalid, nor that its own repeated completion conflicts.
-func (w *worker) settle(h *held, a wire.Frame) {
-	if a.Error != nil {
-		switch a.Error.Code {
-		case string(actors.CodeSignatureInvalid), string(actors.CodeCompletionConflict), string(actors.CodeInvalidArgument):
-			w.s.fail("completion", "%s's honest report on job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
-		case string(actors.CodeLeaseMismatch):
-			w.s.probe(ProbeStaleLeaseRejected)
-		}
+func (w *worker) settle(h *held, f, a wire.Frame) {
+	again := func() { w.report(h, f) }
+	if a.Error == nil {
+		w.sent(h, &h.sends, f, policy.Answer{}, "", again, w.reported)
+		return
 	}
-	if w.leases[h.leaseID] == h {
-		delete(w.leases, h.leaseID)
-		w.credit()
+	switch a.Error.Code {
+	case string(actors.CodeSignatureInvalid), string(actors.CodeCompletionConflict), string(actors.CodeInvalidArgument):
+		w.s.fail("completion", "%s's honest report on job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
+	case string(actors.CodeLeaseMismatch):
+		w.s.probe(ProbeStaleLeaseRejected)
 	}
+	w.sent(h, &h.sends, f, answerOf(a), a.Error.Message, again, w.reported)
+}
+
+// answerOf is what a send whose ack is a came to, in policy's terms.
+func answerOf(a wire.Frame) policy.Answer {
+	if a.Error == nil {
+		return policy.Answer{}
+	}
+	return policy.Answer{Code: a.Error.Code, Status: wire.StatusOf(a.Error.Code)}
+}
+
+// sent does what the SDK's rules say after a send of f, tracked in sends, came to answer
+// (message: the refusal's): send it again (again), the failure that replaces it, or end the
+// lease (done).
+func (w *worker) sent(h *held, sends *policy.Sends, f wire.Frame, answer policy.Answer, message string, again func(), done func(*held)) {
+	s := w.s
+	if w.leases[h.leaseID] != h {
+		return // dropped meanwhile (the server no longer knows the lease)
+	}
+	d := sends.After(answer, f.Type, s.now, policy.MayBeValid(h.heard, h.leaseTTL))
+	switch d.Step {
+	case policy.SendAgain:
+		wait := policy.Backoff(d.Tries, policy.ResendMin, policy.ResendMax, func(m time.Duration) time.Duration {
+			return time.Duration(s.resends.Int64N(int64(m) + 1))
+		})
+		s.after(wait, w.name+" resends "+f.Type, func() {
+			if w.leases[h.leaseID] == h {
+				again()
+			}
+		})
+		return
+	case policy.SendFailure:
+		retryable := d.Failure.Retryable
+		w.report(h, wire.Frame{Type: wire.FrameFail, JobID: h.jobID, LeaseID: h.leaseID, ErrorCode: d.Failure.Code, Message: message, Retryable: &retryable})
+		return
+	case policy.GiveUp:
+		s.record(fmt.Sprintf("%s gives up job %s's result: its lease surely expired", w.name, h.jobID))
+	}
+	done(h)
 }
 
 // release gives a job back untried, as a stopping worker does; the frame goes over plain HTTP
-// (sendDirect), which needs no connection of the worker's.
+// (sendDirect), which needs no connection of the worker's. It is a result like any other, kept
+// by the SDK's rules (sent).
 func (w *worker) release(h *held) {
-	f := wire.Frame{Type: wire.FrameRelease, JobID: h.jobID, LeaseID: h.leaseID, Reason: "worker_stopping"}
-	answered := false
+	f := wire.Frame{Type: wire.FrameRelease, JobID: h.jobID, LeaseID: h.leaseID, Reason: eventlog.ReleasedWorkerStopping}
+	var sends policy.Sends // its own: a failure the worker reported may still be on its way
+	released := func(h *held) {
+		delete(w.leases, h.leaseID)
+		w.ended = append(w.ended, h) // a lease given back is stale from now on
+	}
 	var send func()
 	send = func() {
+		answered, late := false, false
 		w.sendDirect(f, func(a wire.Frame) {
+			if late {
+				return // given up for lost: the resend's answer counts
+			}
 			answered = true
-			// UNAVAILABLE: the log failed under the release and the server stops; the lease runs
-			// out after its recovery instead.
+			// UNAVAILABLE: the log failed under the release and the server stops; it is sent
+			// again after its recovery, by the rules.
 			if a.Error != nil && a.Error.Code != string(actors.CodeLeaseMismatch) && a.Error.Code != string(actors.CodeJobNotFound) &&
 				a.Error.Code != string(actors.CodeUnavailable) {
 				w.s.fail("release", "%s's release of job %s was refused: %s %s", w.name, h.jobID, a.Error.Code, a.Error.Message)
 			}
 			if w.leases[h.leaseID] == h {
-				delete(w.leases, h.leaseID)
-				w.ended = append(w.ended, h) // a lease given back is stale from now on
+				w.sent(h, &sends, f, answerOf(a), "", send, released)
 			}
 		})
 		w.s.after(requestTimeout, w.name+" release timeout", func() {
 			if !answered && w.leases[h.leaseID] == h && !w.crashed {
-				send()
+				late = true
+				w.sent(h, &sends, f, policy.Answer{NoAnswer: true}, "", send, released)
 			}
 		})
 	}

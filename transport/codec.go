@@ -15,7 +15,9 @@ import (
 // on every job, about a tenth of the server's CPU per job under load when encoding/json does
 // it by reflection. This codec handles their usual shapes through fastjson, whose contract
 // leaves the rest to encoding/json; FuzzSubmitDecodeMatchesStrict and
-// FuzzJobEncodeMatchesEncoder check that nothing comes out differently for the path it took.
+// FuzzJobEncodeMatchesEncoder check that nothing comes out differently for the path it took,
+// and TestEveryFieldIsCoded that no field of wire.Job or wire.SubmitRequest lacks a case here
+// unless the test names it as left to encoding/json.
 
 // decodeSubmitFast decodes a submit body into req, which must be zero, as the strict decoder
 // would, if fastjson can read every member. Members it leaves to the strict decoder: floats

@@ -33,7 +33,7 @@ type Core interface {
 	List(f projections.JobFilter) ([]*projections.Job, bool)
 	Quota(tenant string) projections.Tenant
 	JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record, error]
-	FlowStream(flowID string, from uint64) iter.Seq2[eventlog.Record, error]
+	FlowEvents(f *projections.Flow, from uint64, perStream int) ([]eventlog.Record, error)
 	Changed() <-chan struct{}
 
 	// Credentials.

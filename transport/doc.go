@@ -27,7 +27,8 @@
 //     them and keeps reading while they are made durable; acks come back as they are answered.
 //   - Capacity is offered only while someone is there to take it: a WebSocket worker's credit
 //     lasts as long as its socket, a long-poll worker's as long as one of its polls waits
-//     (poll.go). An assignment that was not written to the worker (the socket died first, the
+//     (poll.go, which drives the offer protocol's one state machine, transport/longpoll, as the
+//     simulator does). An assignment that was not written to the worker (the socket died first, the
 //     poll's client went away, its answer could not be written) goes back to the queue at once,
 //     with no attempt spent (Core.ReturnUndelivered).
 //   - A long-poll worker's heartbeats and results never wait for its poll; a newer poll ends

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"iter"
-	"math"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -16,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/tetherhq/tether/actors"
-	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/flowfile"
@@ -235,24 +232,19 @@ func (s *Server) cancelFlow(r *request) error {
 	return r.reply(http.StatusOK, f)
 }
 
-// flowCursor walks a flow's events: its own stream and its steps' jobs' streams, merged in log
-// order and numbered from 1 in that order. A step's job starts after the flow event or step end
-// that started it, so a reader that has seen seq N has seen every stream with an event at or
-// before N, and the numbering never changes. Workers' progress events and lease extensions
-// stay in the jobs' own streams.
+// flowCursor walks a flow's event stream, which the broker reads (broker.FlowEvents: the
+// flow's own stream and its steps' jobs', merged in log order), numbering its events from 1 in
+// that order.
 type flowCursor struct {
 	flowID string
 	number int
 	seq    uint64
 }
 
-// flowEventSkipped are the job events a flow's stream leaves out.
-var flowEventSkipped = map[string]bool{"job.progress": true, "job.lease_extended": true, "job.expired": true}
-
-// next reads up to EventsPageMax events after the cursor, skipping those numbered skipTo or
-// below, and moves the cursor past what it read. moved says it read something, sent or skipped,
-// so the reader reads again at once; ended, that the flow and its steps' jobs have ended, so a
-// read that did not move has reached the end for good.
+// next reads up to EventsPageMax events of each stream after the cursor, skipping those
+// numbered skipTo or below, and moves the cursor past what it read. moved says it read
+// something, sent or skipped, so the reader reads again at once; ended, that the flow and its
+// steps' jobs have ended, so a read that did not move has reached the end for good.
 func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, moved, ended bool, err error) {
 	var f *projections.Flow
 	b.Read(func(s *projections.Set) {
@@ -263,32 +255,10 @@ func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, 
 	if f == nil {
 		return nil, false, true, nil
 	}
-	streams := []iter.Seq2[eventlog.Record, error]{b.FlowStream(f.ID, c.seq+1)}
-	for _, st := range f.Steps {
-		if id := f.State[st.Name].JobID; id != "" {
-			streams = append(streams, b.JobStream(id, c.seq+1))
-		}
+	recs, err := b.FlowEvents(f, c.seq+1, EventsPageMax)
+	if err != nil {
+		return nil, false, false, err
 	}
-	var recs []eventlog.Record
-	upTo := uint64(math.MaxUint64) // the last seq every stream was read to
-	for _, stream := range streams {
-		n := 0
-		for rec, err := range stream {
-			if err != nil {
-				return nil, false, false, err
-			}
-			if flowEventSkipped[rec.Type] {
-				continue
-			}
-			recs = append(recs, rec)
-			if n++; n == EventsPageMax {
-				upTo = min(upTo, rec.Seq)
-				break
-			}
-		}
-	}
-	slices.SortFunc(recs, func(a, b eventlog.Record) int { return cmp.Compare(a.Seq, b.Seq) })
-	recs = slices.DeleteFunc(recs, func(r eventlog.Record) bool { return r.Seq > upTo })
 	for _, rec := range recs {
 		c.number++
 		c.seq = rec.Seq

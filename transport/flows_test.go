@@ -61,6 +61,8 @@ func TestDiamondFlowThroughAWorker(t *testing.T) {
 	if a.JobType != "a" || string(a.Payload) != `{"n":1}` {
 		t.Fatalf("first assignment %s %s", a.JobType, a.Payload)
 	}
+	// A worker's progress event stays in its job's stream, out of the flow's.
+	w.ack(wire.Frame{Type: wire.FrameEvent, JobID: a.JobID, LeaseID: a.LeaseID, EventType: "log", Data: json.RawMessage(`"line"`)})
 	w.complete(a, `{"rows":3}`)
 	got := map[string]wire.Frame{}
 	for range 2 {
@@ -98,6 +100,9 @@ func TestDiamondFlowThroughAWorker(t *testing.T) {
 		t.Fatalf("events: done %v, %d: %+v", evs.Done, n, evs.Events)
 	}
 	for i, e := range evs.Events {
+		if e.Type == "job.progress" {
+			t.Fatalf("event %d is a worker's progress event: %+v", i, e)
+		}
 		if e.Number != i+1 || (i > 0 && e.Seq <= evs.Events[i-1].Seq) {
 			t.Fatalf("event %d is numbered %d at seq %d", i, e.Number, e.Seq)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/transport/longpoll"
 	"github.com/tetherhq/tether/transport/protocol"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -192,71 +193,78 @@ func (s *Server) pollLease(r *request) error {
 	if err != nil {
 		return err
 	}
-	got := s.awaitOffer(r.Context(), ps, sess, inbox, seconds(req.WaitSeconds), preempted)
-	if len(got) > req.Max { // more than the offer; cannot happen, and must not go unanswered
-		r.b.ReturnUndelivered(got[req.Max:]...)
-		got = got[:req.Max]
-	}
+	poll := longpoll.New(req.Max)
+	poll.Step(longpoll.OfferAcked{})
+	act := s.awaitOffer(r.Context(), r.b, ps, sess, inbox, poll, seconds(req.WaitSeconds), preempted)
 	if err := r.Context().Err(); err != nil { // the worker went away: nobody takes them
-		r.b.ReturnUndelivered(got...)
+		r.b.ReturnUndelivered(poll.Step(longpoll.ClientGone{}).HandBack...)
 		return err
 	}
-	if len(got) == 0 {
+	if len(act.Answer) == 0 {
 		r.w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	out := wire.Assignments{Assignments: make([]wire.Frame, len(got))}
-	for i, a := range got {
+	out := wire.Assignments{Assignments: make([]wire.Frame, len(act.Answer))}
+	for i, a := range act.Answer {
 		out.Assignments[i] = protocol.AssignFrame(a)
 	}
 	if err := writeJSONFlushed(r.w, http.StatusOK, out); err != nil {
-		r.b.ReturnUndelivered(got...)
+		r.b.ReturnUndelivered(poll.Step(longpoll.ClientGone{}).HandBack...)
 		s.log.Debug("a poll's answer could not be written; its assignments go back to the queue",
-			requestFields(r.Request, r.by, zap.Int("assignments", len(got)), zap.Error(err))...)
+			requestFields(r.Request, r.by, zap.Int("assignments", len(act.Answer)), zap.Error(err))...)
 	}
 	return nil
 }
 
-// awaitOffer waits until the offer brings an assignment, wait passes, or the poll must end
-// (the worker went away, a newer poll came, the server is shutting down); then it withdraws the
-// offer and collects every assignment the offer brought, up to the session's OfferEnded.
-func (s *Server) awaitOffer(ctx context.Context, ps *pollSession, sess *broker.Conn, inbox <-chan any, wait time.Duration,
-	preempted <-chan struct{}) []actors.Assignment {
-	var got []actors.Assignment
+// awaitOffer feeds poll, whose offer stands, what happens until it is over, and does what it
+// says (longpoll's rules): its wait ends when the offer brings an assignment, wait passes, or
+// the poll must end (the worker went away, a newer poll came, the server is shutting down);
+// then the offer is withdrawn, and every assignment it brought is collected, up to the
+// session's OfferEnded. It returns the poll's last actions, whose Answer is the shell's to
+// write; what the poll handed back is back already.
+func (s *Server) awaitOffer(ctx context.Context, b Core, ps *pollSession, sess *broker.Conn, inbox <-chan any, poll *longpoll.Poll,
+	wait time.Duration, preempted <-chan struct{}) longpoll.Actions {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	take := func(f any, ok bool) (ended bool) {
-		switch m := f.(type) {
-		case actors.Assignment:
-			got = append(got, m)
-		case actors.OfferEnded:
-			return true
-		}
-		return !ok
-	}
-	select {
-	case f, ok := <-inbox:
-		if take(f, ok) {
-			return got // the session ended, or an offer end of its own: nothing to withdraw
-		}
-	case <-timer.C:
-	case <-ctx.Done():
-	case <-preempted:
-	case <-s.shutdown:
-	}
-	sess.Withdraw()
-	timer.Reset(offerEndWait)
+	// Each of these says once that the wait is over; a channel that said so is not read again.
+	done, shutdown := ctx.Done(), s.shutdown
 	for {
+		var in longpoll.Input
 		select {
 		case f, ok := <-inbox:
-			if take(f, ok) {
-				return got
+			switch m := f.(type) {
+			case actors.Assignment:
+				in = longpoll.Assigned{Assignment: m}
+			case actors.OfferEnded:
+				in = longpoll.OfferEnded{}
+			}
+			if !ok {
+				in = longpoll.SessionEnded{}
 			}
 		case <-timer.C:
-			// Something went wrong on the way; a closed session takes nothing more.
+			in = longpoll.WaitOver{}
+			if poll.State() == longpoll.Withdrawing {
+				in = longpoll.OfferEndOverdue{} // something went wrong on the way
+			}
+		case <-done:
+			in, done = longpoll.ClientGone{}, nil
+		case <-preempted:
+			in, preempted = longpoll.WaitOver{}, nil
+		case <-shutdown:
+			in, shutdown = longpoll.WaitOver{}, nil
+		}
+		act := poll.Step(in)
+		if act.CloseSession { // a closed session takes nothing more
 			sess.Close()
 			ps.forget(sess)
-			return got
+		}
+		if act.Withdraw {
+			sess.Withdraw()
+			timer.Reset(offerEndWait)
+		}
+		b.ReturnUndelivered(act.HandBack...)
+		if poll.Over() {
+			return act
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/internal/frames"
 	"github.com/tetherhq/tether/transport/protocol"
@@ -209,17 +210,25 @@ func (c *wsConn) writeLoop() {
 	}
 }
 
+// sessionCloses is the close code and text of a worker's WebSocket for each reason its session
+// ends in the log (eventlog.SessionEndReasons); TestEveryEndHasACloseCode holds it to that list.
+var sessionCloses = map[string]struct {
+	code int
+	text string
+}{
+	eventlog.EndedShutdown:         {websocket.CloseGoingAway, "the server is shutting down; reconnect later or elsewhere"},
+	eventlog.EndedRevoked:          {wire.CloseWorkerRevoked, "the worker was revoked"},
+	eventlog.EndedHeartbeatTimeout: {wire.CloseHeartbeatMissed, "no heartbeat for three intervals"},
+	eventlog.EndedClosed:           {wire.CloseSessionReplaced, "the session was closed: a newer connection of this worker took over, or the server restarted the session"},
+}
+
+// closeCodeOf returns the close code and text for a session that ended for reason. A reason
+// without a row (none today) closes normally, saying what it is, and claims nothing more.
 func closeCodeOf(reason string) (int, string) {
-	switch reason {
-	case "shutdown":
-		return websocket.CloseGoingAway, "the server is shutting down; reconnect later or elsewhere"
-	case "revoked":
-		return wire.CloseWorkerRevoked, "the worker was revoked"
-	case "heartbeat_timeout":
-		return wire.CloseHeartbeatMissed, "no heartbeat for three intervals"
-	default:
-		return wire.CloseSessionReplaced, "the session was closed by a newer connection of this worker"
+	if c, ok := sessionCloses[reason]; ok {
+		return c.code, c.text
 	}
+	return websocket.CloseNormalClosure, "the session ended: " + clip(reason)
 }
 
 // write writes one frame and reports whether the connection still works; written says

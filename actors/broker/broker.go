@@ -1,11 +1,14 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
+	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,7 +209,7 @@ func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 		Logger:    func(ref actors.Ref) *zap.Logger { return b.kindLogs[ref.Kind].With(refField(ref)) },
 		Refused: func(seq uint64, p eventlog.Payload, err error) {
 			b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree",
-				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", eventlog.StreamOf(p)), zap.Error(err))
+				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", p.Stream()), zap.Error(err))
 		},
 	})
 }
@@ -292,7 +295,7 @@ func (b *Broker) resume() error {
 func encode(payloads []eventlog.Payload) []eventlog.Event {
 	events := make([]eventlog.Event, len(payloads))
 	for i, p := range payloads {
-		e, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
+		e, err := eventlog.NewEvent(p.Stream(), p)
 		if err != nil {
 			panic(err) // a catalogue payload always encodes
 		}
@@ -390,9 +393,9 @@ func (b *Broker) JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record,
 	return b.elog.Stream(eventlog.JobStream(jobID), from)
 }
 
-// FlowStream yields the durable records of a flow's own stream from seq on (its steps' jobs
+// flowStream yields the durable records of a flow's own stream from seq on (its steps' jobs
 // have streams of their own).
-func (b *Broker) FlowStream(flowID string, from uint64) iter.Seq2[eventlog.Record, error] {
+func (b *Broker) flowStream(flowID string, from uint64) iter.Seq2[eventlog.Record, error] {
 	b.rt.Read(func(s *projections.Set) {
 		if f, ok := s.Flow(flowID); ok {
 			from = max(from, f.SubmitSeq)
@@ -401,18 +404,62 @@ func (b *Broker) FlowStream(flowID string, from uint64) iter.Seq2[eventlog.Recor
 	return b.elog.Stream(eventlog.FlowStream(flowID), from)
 }
 
-// Close ends every session ("shutdown"), waits for the appends in flight, saves a checkpoint,
+// outOfFlowStream are the events of a flow's steps' jobs that its event stream leaves out: the
+// workers' progress events and the lease extensions stay in the jobs' own streams, and a job's
+// expiry is no part of the flow's story.
+var outOfFlowStream = map[string]bool{
+	eventlog.JobProgress{}.EventType():      true,
+	eventlog.JobLeaseExtended{}.EventType(): true,
+	eventlog.JobExpired{}.EventType():       true,
+}
+
+// FlowEvents reads the durable records that make up flow f's event stream from seq from on:
+// its own stream and its steps' jobs' streams, merged in log order, less outOfFlowStream. It
+// reads at most perStream records of each stream, and returns those up to the last seq every
+// stream was read to, so a reader that goes on after the last record it got misses nothing and
+// sees nothing twice. A step's job starts after the flow event or step end that started it, so
+// the records up to any seq never change, and a reader can number them.
+func (b *Broker) FlowEvents(f *projections.Flow, from uint64, perStream int) ([]eventlog.Record, error) {
+	streams := []iter.Seq2[eventlog.Record, error]{b.flowStream(f.ID, from)}
+	for _, st := range f.Steps {
+		if id := f.State[st.Name].JobID; id != "" {
+			streams = append(streams, b.JobStream(id, from))
+		}
+	}
+	var recs []eventlog.Record
+	upTo := uint64(math.MaxUint64) // the last seq every stream was read to
+	for _, stream := range streams {
+		n := 0
+		for rec, err := range stream {
+			if err != nil {
+				return nil, err
+			}
+			if outOfFlowStream[rec.Type] {
+				continue
+			}
+			recs = append(recs, rec)
+			if n++; n == perStream {
+				upTo = min(upTo, rec.Seq)
+				break
+			}
+		}
+	}
+	slices.SortFunc(recs, func(a, b eventlog.Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	return slices.DeleteFunc(recs, func(r eventlog.Record) bool { return r.Seq > upTo }), nil
+}
+
+// Close ends every session (eventlog.EndedShutdown), waits for the appends in flight, saves a checkpoint,
 // stops the actors and closes the log.
 func (b *Broker) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		close(b.closing)
 		sessions := b.rt.Cells(actors.RefSession)
-		// Sessions end with "shutdown" so workers go elsewhere or come back later: the end is
+		// Sessions end with EndedShutdown so workers go elsewhere or come back later: the end is
 		// logged (first ping, then drain), and the worker told (second ping: the session has
 		// handled its Persisted).
 		for _, c := range sessions {
-			b.rt.Send(c.Ref(), actors.CloseSession{Reason: "shutdown"}, actors.Ref{})
+			b.rt.Send(c.Ref(), actors.CloseSession{Reason: eventlog.EndedShutdown}, actors.Ref{})
 		}
 		for range 2 {
 			for _, c := range sessions {

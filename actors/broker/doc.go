@@ -25,7 +25,14 @@
 // short; it moves the jobs finished since the last one to the table on disk, so memory holds
 // what is live. A failed append fails the log; callers get the error and the server stops (Failed).
 //
+// On a replicated log (DESIGN §10) a server stands by before it leads (Lead): a Standby folds
+// the upstream into its copy while package election's Driver campaigns; once the Driver won the
+// key, its renewals already running, the Standby takes over in place (catch up, fence, start the
+// actors). An append the upstream refuses (eventlog.ErrFenced) deposes the Driver.
+//
 // The facade gives transport what it needs and no more: commands that return once their events
-// are durable, reads of the projections (Read, Get, List), a job's stream for SSE (JobStream)
-// and the log's figures for metrics (LogStats, LogBytes). It does not hand out the log.
+// are durable, reads of the projections (Read, Get, List), a job's stream for SSE (JobStream),
+// the records that make up a flow's stream (FlowEvents: which events those are is decided here,
+// so transport only numbers and renders them) and the log's figures for metrics (LogStats,
+// LogBytes). It does not hand out the log.
 package broker

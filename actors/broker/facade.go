@@ -384,7 +384,7 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 		default:
 			b.log.Error("a worker connection stopped reading; its session is closed",
 				zap.String("code", "SESSION_STALLED"), zap.String("worker_id", workerID), zap.String("session_id", id))
-			b.rt.Send(ref, actors.CloseSession{Reason: "closed"}, actors.Ref{})
+			b.rt.Send(ref, actors.CloseSession{Reason: eventlog.EndedClosed}, actors.Ref{})
 			if to, notice, ok := actors.Bounce(m); ok {
 				b.rt.Send(to, notice, actors.Ref{})
 			}
@@ -443,7 +443,9 @@ func (s *Conn) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck, er
 }
 
 // Close ends the session; its leases run out on schedule unless the worker reconnects in time.
-func (s *Conn) Close() { s.b.rt.Send(s.ref, actors.CloseSession{Reason: "closed"}, actors.Ref{}) }
+func (s *Conn) Close() {
+	s.b.rt.Send(s.ref, actors.CloseSession{Reason: eventlog.EndedClosed}, actors.Ref{})
+}
 
 // Offer lets a long-poll session be assigned up to n jobs until Withdraw. An
 // actors.CodeSessionClosed rejection means the session ended; open another.

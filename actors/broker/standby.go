@@ -31,6 +31,7 @@ type Standby struct {
 	folds  sync.WaitGroup // the fold; Close does not wait for Follow, see there
 	errMu  sync.Mutex
 	err    error
+	failed chan struct{} // closed when err is set
 }
 
 // OpenStandby opens the copy of cfg.Upstream in cfg.Dir as a follower, catches it up, rebuilds
@@ -44,7 +45,7 @@ func OpenStandby(cfg Config) (*Standby, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Standby{cfg: cfg, log: cfg.Logger.Named("standby"), elog: elog}
+	s := &Standby{cfg: cfg, log: cfg.Logger.Named("standby"), elog: elog, failed: make(chan struct{})}
 	s.set, s.checkpointed, err = projections.Rebuild(elog, func(err error) {
 		s.log.Warn("checkpoint unusable; replaying the whole log", zap.String("code", "CHECKPOINT_UNUSABLE"), zap.Error(err))
 	})
@@ -140,6 +141,9 @@ func (s *Standby) stop(err error) {
 	s.errMu.Lock()
 	if s.err == nil {
 		s.err = err
+		if err != nil {
+			close(s.failed)
+		}
 		s.log.Error("the standby stopped following", zap.String("code", "STANDBY_FAILED"), zap.Error(err))
 	}
 	s.errMu.Unlock()

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/transport/bench"
+	"github.com/tetherhq/tether/transport/cli"
 	"github.com/tetherhq/tether/transport/client"
 )
 
 func runBench(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg bench.Config
-	serverVar(fs, &cfg.Server)
+	cli.ServerVar(fs, &cfg.Server)
 	fs.StringVar(&cfg.Token, "token", "", "API key to submit with (none under --auth none)")
 	fs.StringVar(&cfg.EnrollToken, "enroll-token", "", "enroll token for the workers, with --workers uses (none under --auth none)")
 	fs.StringVar(&cfg.MetricsToken, "metrics-token", "", "reads /metrics under --auth token (the server's --metrics-token, or its admin token); without it the server's figures are left out")
@@ -27,26 +28,26 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.Workers, "workers", 50, "workers, each its own WebSocket connection with capacity 1")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "paced mode: submits per second (with --duration)")
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "paced mode: how long to submit")
-	var ca caCert
-	ca.register(fs)
+	var ca cli.CACert
+	ca.Register(fs)
 	peer := fs.String("nats-peer", "", "instead of a tether server, run the NATS JetStream work-queue peer of the same shape on these NATS servers (nats://host:4222[,host:4222...]): every submit and completion an acked publish")
 	peerReplicas := fs.Int("nats-replicas", 1, "with --nats-peer: the replicas of the peer's streams")
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of a table (a progress bar is drawn on stderr when it is a terminal)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	switch {
 	case cfg.Producers < 1 || cfg.Workers < 1:
-		return badFlagf(fs, "--producers and --workers are 1 or more")
+		return cli.BadFlagf(fs, "--producers and --workers are 1 or more")
 	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0 || *fill < 0:
-		return badFlagf(fs, "--jobs, --fill, --rate and --duration are not negative")
+		return cli.BadFlagf(fs, "--jobs, --fill, --rate and --duration are not negative")
 	case *fill > 0 && cfg.Rate > 0:
-		return badFlagf(fs, "--fill runs saturated; it does not go with --rate")
+		return cli.BadFlagf(fs, "--fill runs saturated; it does not go with --rate")
 	}
 	if *fill > 0 {
 		cfg.Jobs, cfg.History = *fill, true
 	}
-	cfg.TLS = ca.config
+	cfg.TLS = ca.TLS
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
 	if *peer != "" {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -286,16 +284,6 @@ func TestFlowCommands(t *testing.T) {
 	}
 }
 
-// A repeated submit whose flow has expired is said to be so, not shown as an empty file.
-func TestShowExpiredFlow(t *testing.T) {
-	hit := true
-	out := showFlow(&wire.Flow{ID: "01JFLOW", Name: "once", Status: wire.FlowExpired, IdempotentHit: &hit, Steps: map[string]wire.FlowStep{}})
-	mustContain(t, "an expired flow", out, "flow 01JFLOW  once  expired  (submitted before with this idempotency key)", "has left every view")
-	if strings.Contains(out, "file:") || strings.Contains(out, "STEP") {
-		t.Fatalf("an expired flow shown with what is not known of it:\n%s", out)
-	}
-}
-
 func TestScheduleCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
@@ -434,20 +422,5 @@ func TestJSONErrors(t *testing.T) {
 		if code != tc.code || dec.Decode(&e) != nil || dec.More() || e.Error.Code != tc.want || e.Error.Message == "" || e.Error.Details == nil {
 			t.Errorf("tether %v: exit %d, stderr %q, want exit %d and one error object with code %s (stdout %q)", tc.args, code, stderr, tc.code, tc.want, stdout)
 		}
-	}
-}
-
-// docs/errors.md lists the command line's own codes, every one and no other.
-func TestErrorsDocListsTheCommandLinesCodes(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/errors.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var listed []string
-	for _, m := range regexp.MustCompile("(?m)^\\| `(CLI_[A-Z_]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
-		listed = append(listed, m[1])
-	}
-	if !slices.Equal(listed, cliCodes) {
-		t.Fatalf("docs/errors.md lists %v; the command line's codes are %v", listed, cliCodes)
 	}
 }

@@ -103,7 +103,8 @@ func (n *clusterFlags) check(fs *flag.FlagSet) error {
 	return nil
 }
 
-// cluster is this server's part in a replicated log: the stream and the election.
+// cluster is this server's part in a replicated log: the stream, and the election's driver
+// (package election) on the wall clock and the stream's KV bucket.
 type cluster struct {
 	stream   *jetstream.Stream
 	election *jetstream.Election
@@ -115,9 +116,9 @@ type cluster struct {
 	// when the server stops.
 	deposed, closing chan struct{}
 	why              string
-	// holder is this server's part once it leads; nil before.
+	// driver is this server's part in the election once lead started it; nil before.
 	mu     sync.Mutex
-	holder *election.Holder
+	driver *election.Driver
 	// successor is the URL of the server that holds the key after this one, once seen.
 	successor atomic.Pointer[string]
 }
@@ -148,81 +149,60 @@ func (n *clusterFlags) join(ctx context.Context, advertise string, settings map[
 // than a quarter of the TTL is a leader too slow to keep its key anyway.
 func checkTimeout(ttl time.Duration) time.Duration { return max(ttl/4, 100*time.Millisecond) }
 
+// wallClock is the election's clock in the server.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                      { return time.Now() }
+func (wallClock) AfterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
+
+// bucket is the election's bucket in the server: each action a request of its own, answered on
+// a goroutine of its own.
+type bucket struct{ e *jetstream.Election }
+
+func (b bucket) Do(a election.Action, done func(election.Outcome)) {
+	go func() { done(b.e.Do(context.Background(), a)) }()
+}
+
 // lead follows the stream as a hot standby until this server wins the election, then opens the
-// broker as the stream's writer.
+// broker as the stream's writer (broker.Lead), answering for the cluster as it goes.
 func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Server) (*broker.Broker, error) {
 	cfg.Upstream = c.stream
-	sb, err := broker.OpenStandby(cfg)
-	if err != nil {
-		return nil, err
-	}
-	candidate := election.NewCandidate(c.election.Me().Value())
-	var leaderURL atomic.Pointer[string]
-	api.SetStandby(func() transport.Standby {
-		st := transport.Standby{HeadSeq: sb.Head().Seq}
-		if url := leaderURL.Load(); url != nil {
-			st.Leader = *url
-		}
-		return st
+	var standby *broker.Standby
+	var won time.Time
+	b, _, err := broker.Lead(ctx, cfg, broker.Candidacy{
+		Election: election.Config{
+			TTL: c.election.TTL(), Value: c.election.Me().Value(), Clock: wallClock{}, Bucket: bucket{c.election},
+			Check:   func(claim []byte, done func(election.Outcome)) { go func() { done(c.stillLeads(ctx, claim)) }() },
+			Deposed: c.depose,
+			Unrenewed: func() {
+				c.log.Warn("the election's bucket did not answer; asking the stream", zap.String("code", "LEAD_NOT_RENEWED"))
+			},
+		},
+		Standing: func(sb *broker.Standby, d *election.Driver) {
+			standby = sb
+			c.mu.Lock()
+			c.driver = d
+			c.mu.Unlock()
+			c.log.Info("standby: following the stream", zap.String("stream", c.stream.Name()), zap.Uint64("head_seq", sb.Head().Seq))
+			api.SetStandby(func() transport.Standby {
+				st := transport.Standby{HeadSeq: sb.Head().Seq}
+				if l, err := jetstream.ParseLeader(d.Leader()); err == nil {
+					st.Leader = l.URL
+				}
+				return st
+			})
+		},
+		Leading: func() {
+			won = time.Now()
+			c.log.Info("won the election; catching up and fencing the stream", zap.Uint64("standby_seq", standby.Head().Seq))
+			api.SetLeading(transport.Leading{Claim: c.election.Me(), Healthy: c.healthy})
+		},
 	})
-	c.log.Info("standby: following the stream", zap.String("stream", c.stream.Name()), zap.Uint64("head_seq", sb.Head().Seq))
-	tick := time.NewTicker(election.Every)
-	defer tick.Stop()
-	var rev uint64
-	for {
-		if err := sb.Err(); err != nil {
-			_ = sb.Close()
-			return nil, err
-		}
-		var won bool
-		if rev, won = c.campaign(ctx, candidate); won {
-			break
-		}
-		if l, err := jetstream.ParseLeader(candidate.Leader()); err == nil {
-			leaderURL.Store(&l.URL)
-		}
-		select {
-		case <-ctx.Done():
-			_ = sb.Close()
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-	}
-	won := time.Now()
-	c.log.Info("won the election; catching up and fencing the stream", zap.Uint64("standby_seq", sb.Head().Seq))
-	holder := election.NewHolder(won, c.election.TTL(), c.election.Me().Value(), rev)
-	c.mu.Lock()
-	c.holder = holder
-	c.mu.Unlock()
-	// Renewal starts the moment the election is won, before the broker opens, so a slow open
-	// does not lose the lead just won.
-	go c.renew()
-	api.SetLeading(transport.Leading{Claim: c.election.Me(), Healthy: c.healthy})
-	b, err := sb.Lead(ctx)
 	if err != nil {
 		return nil, err
 	}
 	c.log.Info("leading the stream", zap.Uint64("head_seq", b.Head().Seq), zap.Duration("took", time.Since(won)))
 	return b, nil
-}
-
-// campaign runs one round of a standby's part: it reports whether this server won the key, and
-// at which revision.
-func (c *cluster) campaign(ctx context.Context, candidate *election.Candidate) (uint64, bool) {
-	for a := candidate.Tick(); ; {
-		var o election.Outcome
-		switch a.Kind {
-		case election.None:
-			return 0, false
-		case election.Lead:
-			return a.Rev, true
-		case election.Check:
-			o = c.stillLeads(ctx, a.Value)
-		default:
-			o = c.election.Do(ctx, a)
-		}
-		a = candidate.Done(o)
-	}
 }
 
 // stillLeads asks the server whose claim the key last held whether it still leads: its /readyz
@@ -254,72 +234,43 @@ func (c *cluster) stillLeads(ctx context.Context, claim []byte) election.Outcome
 // healthy says whether NATS still answers this leader (its /readyz).
 func (c *cluster) healthy() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.holder != nil && !c.holder.Healthy(time.Now()) {
+	d := c.driver
+	c.mu.Unlock()
+	if d != nil && !d.Healthy() {
 		return errors.New("NATS has not answered it for half the leader TTL")
 	}
 	return nil
 }
 
-// renew keeps the lead from the moment it is won until the server has stopped (close), clean
-// shutdown included, so that no standby fences a leader still closing. It stops leading only
-// when package election says so: another server holds the key, or nothing of NATS answered for
-// a whole TTL. Its appends would be refused anyway once another leader fenced the stream.
-func (c *cluster) renew() {
-	c.mu.Lock()
-	every := c.holder.Every()
-	c.mu.Unlock()
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-c.closing:
-			return
-		case <-tick.C:
-		}
-		c.mu.Lock()
-		a := c.holder.Tick(time.Now())
-		c.mu.Unlock()
-		for a.Kind != election.None && a.Kind != election.Stop {
-			o := c.election.Do(context.Background(), a)
-			c.mu.Lock()
-			a = c.holder.Done(time.Now(), o)
-			c.mu.Unlock()
-			if o.Kind == election.Unanswered && a.Kind != election.None {
-				c.log.Warn("the election's bucket did not answer; asking the stream", zap.String("code", "LEAD_NOT_RENEWED"))
-			}
-			if l, err := jetstream.ParseLeader(o.Value); a.Kind == election.Stop && o.Kind == election.Found && err == nil {
-				c.successor.Store(&l.URL)
-			}
-		}
-		if a.Kind == election.Stop {
-			c.log.Error("no longer leading; stopping", zap.String("code", "LEAD_LOST"), zap.String("reason", a.Reason))
-			c.why = a.Reason
-			// Closing the connection fails the appends in flight at once, so the requests
-			// waiting for them get their answer instead of a publish timeout.
-			c.stream.Close()
-			close(c.deposed)
-			return
-		}
+// depose stops a leader that the election (another server holds the key, or nothing of NATS
+// answered for a whole TTL) or the stream (it refused an append) says no longer leads.
+func (c *cluster) depose(reason string, last election.Outcome) {
+	if l, err := jetstream.ParseLeader(last.Value); last.Kind == election.Found && err == nil {
+		c.successor.Store(&l.URL)
 	}
+	c.log.Error("no longer leading; stopping", zap.String("code", "LEAD_LOST"), zap.String("reason", reason))
+	c.why = reason
+	// Closing the connection fails the appends in flight at once, so the requests waiting for
+	// them get their answer instead of a publish timeout.
+	c.stream.Close()
+	close(c.deposed)
 }
 
-// close resigns the lead, if held, so a standby takes over at once, and closes the connection.
+// close stops the election and resigns the lead, if held, so a standby takes over at once, and
+// closes the connection. The lead is kept until then, clean shutdown included, so that no
+// standby fences a leader still closing.
 func (c *cluster) close() {
 	close(c.closing)
 	c.mu.Lock()
-	holder := c.holder
+	d := c.driver
 	c.mu.Unlock()
-	select {
-	case <-c.deposed:
-		holder = nil // the key is another's, or NATS is out of reach
-	default:
-	}
-	if holder != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := c.election.Resign(ctx, holder.Rev()); err != nil {
-			c.log.Warn("could not resign the lead; a standby takes over when it expires", zap.Error(err))
+	if d != nil {
+		if rev, held := d.Close(); held {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if err := c.election.Resign(ctx, rev); err != nil {
+				c.log.Warn("could not resign the lead; a standby takes over when it expires", zap.Error(err))
+			}
 		}
 	}
 	c.stream.Close()

@@ -24,6 +24,7 @@ import (
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/cli"
 	"github.com/tetherhq/tether/transport/flowfile"
 )
 
@@ -57,114 +58,157 @@ const (
 	retainMax = 10 * 365 * 24 * time.Hour
 )
 
+// serverConfig is the server's command line, every flag checked: what serve runs with.
+type serverConfig struct {
+	data, addr                string
+	auth                      transport.AuthMode
+	adminToken, metricsToken  string
+	metricsAddr, pprofAddr    string
+	maxConns, maxDead, procs  int
+	flowBytes                 int
+	tlsCert, tlsKey           string
+	tokenTTL, retain          time.Duration
+	retainDead                time.Duration
+	archiveAfter, archiveKeep time.Duration
+	archiveDir                string
+	cluster                   clusterFlags
+	log                       cli.LogFlags
+}
+
 func runServer(args []string) error {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	data := fs.String("data", "tether-data", "data directory (created if missing)")
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	auth := fs.String("auth", "none", "none (loopback only: every client is tenant \"default\") or token (API keys, enroll tokens, an admin token)")
-	adminToken := fs.String("admin-token", "", "the admin token under --auth token; if empty, one is made and kept in DATA/admin-token (mode 0600)")
-	metricsToken := fs.String("metrics-token", "", "under --auth token, a token that reads /metrics (the admin token does too)")
-	metricsAddr := fs.String("metrics-addr", "", "also serve /metrics with no credential on this (loopback) address, for a local scraper; empty: off")
-	maxConns := fs.Int("max-conns", 10_000, "the most connections served at once; more wait to be accepted")
-	pprofAddr := fs.String("pprof-addr", "", "serve Go's /debug/pprof on this (loopback) address; empty: off")
-	tlsCert := fs.String("tls-cert", "", "serve HTTPS and WSS with this certificate (PEM; a chain, leaf first); a changed file is picked up without a restart")
-	tlsKey := fs.String("tls-key", "", "the private key (PEM) of --tls-cert")
-	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP under --auth token on a non-loopback address: only behind a proxy that terminates TLS")
-	tokenTTL := fs.Duration("worker-token-ttl", broker.WorkerTokenTTLDefault, "how long a worker token lasts; connected workers renew theirs at half of it")
-	retain := fs.Duration("retain", 7*24*time.Hour, "how long a succeeded or cancelled job, or an ended flow, stays queryable (a job's result_ttl_seconds overrides it); 0: until deleted")
-	retainDead := fs.Duration("retain-dead", 7*24*time.Hour, "how long a dead-lettered job stays, for an operator to re-drive it; 0: until purged")
-	maxDead := fs.Int("max-dead", 100_000, "the most dead letters a tenant keeps; past it the oldest go first; 0: no cap")
-	archiveAfter := fs.Duration("archive-after", 24*time.Hour, "how old a record must be before it moves from the hot log into a sealed archive segment (it must also be covered by a checkpoint); 0: never")
-	archiveDir := fs.String("archive-dir", "", "where archive segments go; empty: DATA/archive")
-	archiveKeep := fs.Duration("archive-keep", 0, "delete archive segments whose last record is older than this; 0: keep them for ever")
-	flowBytes := fs.Int("flow-bytes-max", flowfile.BytesMaxDefault, "the largest flow file POST /v1/flows takes, in bytes")
-	var nf clusterFlags
-	nf.register(fs)
-	procs := fs.Int("procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
-	var lf logFlags
-	lf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	cfg, err := parseServerConfig(args, os.LookupEnv)
+	if err != nil {
 		return err
 	}
-	log, err := lf.logger()
+	return serve(cfg)
+}
+
+// parseServerConfig reads the server's flags and their TETHER_* twins (from lookupEnv, as
+// os.LookupEnv: a twin set to "" is given, as on the command line) and checks every one of
+// them, and every combination, so that a mistake is refused (a usage error, exit 2) before
+// anything is made on disk. It reads the files --tls-cert and --tls-key name, and writes
+// nothing.
+func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (serverConfig, error) {
+	var c serverConfig
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.StringVar(&c.data, "data", "tether-data", "data directory (created if missing)")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address")
+	auth := fs.String("auth", "none", "none (loopback only: every client is tenant \"default\") or token (API keys, enroll tokens, an admin token)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "the admin token under --auth token; if empty, one is made and kept in DATA/admin-token (mode 0600)")
+	fs.StringVar(&c.metricsToken, "metrics-token", "", "under --auth token, a token that reads /metrics (the admin token does too)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve /metrics with no credential on this (loopback) address, for a local scraper; empty: off")
+	fs.IntVar(&c.maxConns, "max-conns", 10_000, "the most connections served at once; more wait to be accepted")
+	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this (loopback) address; empty: off")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS and WSS with this certificate (PEM; a chain, leaf first); a changed file is picked up without a restart")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "the private key (PEM) of --tls-cert")
+	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP under --auth token on a non-loopback address: only behind a proxy that terminates TLS")
+	fs.DurationVar(&c.tokenTTL, "worker-token-ttl", broker.WorkerTokenTTLDefault, "how long a worker token lasts; connected workers renew theirs at half of it")
+	fs.DurationVar(&c.retain, "retain", 7*24*time.Hour, "how long a succeeded or cancelled job, or an ended flow, stays queryable (a job's result_ttl_seconds overrides it); 0: until deleted")
+	fs.DurationVar(&c.retainDead, "retain-dead", 7*24*time.Hour, "how long a dead-lettered job stays, for an operator to re-drive it; 0: until purged")
+	fs.IntVar(&c.maxDead, "max-dead", 100_000, "the most dead letters a tenant keeps; past it the oldest go first; 0: no cap")
+	fs.DurationVar(&c.archiveAfter, "archive-after", 24*time.Hour, "how old a record must be before it moves from the hot log into a sealed archive segment (it must also be covered by a checkpoint); 0: never")
+	fs.StringVar(&c.archiveDir, "archive-dir", "", "where archive segments go; empty: DATA/archive")
+	fs.DurationVar(&c.archiveKeep, "archive-keep", 0, "delete archive segments whose last record is older than this; 0: keep them for ever")
+	fs.IntVar(&c.flowBytes, "flow-bytes-max", flowfile.BytesMaxDefault, "the largest flow file POST /v1/flows takes, in bytes")
+	c.cluster.register(fs)
+	fs.IntVar(&c.procs, "procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
+	c.log.Register(fs)
+	if err := cli.ParseFlagsEnv(fs, args, lookupEnv); err != nil {
+		return c, err
+	}
+	if err := c.log.Check(); err != nil {
+		return c, err
+	}
+	c.auth = transport.AuthMode(*auth)
+	switch {
+	case c.procs < 0:
+		return c, cli.BadFlagf(fs, "--procs %d: want 0 (the default) or more", c.procs)
+	case c.auth != transport.AuthNone && c.auth != transport.AuthToken:
+		return c, cli.BadFlagf(fs, "--auth %q: want none or token", *auth)
+	case c.auth == transport.AuthNone && !loopback(c.addr):
+		return c, cli.BadFlagf(fs, "--auth none serves loopback addresses only, not %q; use --auth token", c.addr)
+	case !hostPort(c.addr):
+		return c, cli.BadFlagf(fs, "--addr %q: want host:port", c.addr)
+	case c.adminToken != "" && len(c.adminToken) < transport.AdminTokenLenMin:
+		return c, cli.BadFlagf(fs, "--admin-token is %d characters; it needs at least %d", len(c.adminToken), transport.AdminTokenLenMin)
+	case c.metricsToken != "" && len(c.metricsToken) < transport.AdminTokenLenMin:
+		return c, cli.BadFlagf(fs, "--metrics-token is %d characters; it needs at least %d", len(c.metricsToken), transport.AdminTokenLenMin)
+	case c.metricsAddr != "" && !loopback(c.metricsAddr):
+		return c, cli.BadFlagf(fs, "--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", c.metricsAddr)
+	case c.pprofAddr != "" && !loopback(c.pprofAddr):
+		return c, cli.BadFlagf(fs, "--pprof-addr %q: profiles are served on loopback addresses only", c.pprofAddr)
+	case c.maxConns < 1:
+		return c, cli.BadFlagf(fs, "--max-conns %d: want 1 or more", c.maxConns)
+	case c.data == "":
+		return c, cli.BadFlagf(fs, "--data is empty")
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return c, cli.BadFlagf(fs, "--tls-cert and --tls-key go together")
+	case c.auth == transport.AuthToken && !loopback(c.addr) && c.tlsCert == "" && !*insecureHTTP:
+		return c, cli.BadFlagf(fs, "--auth token on %s, a non-loopback address, would send API keys and tokens in clear text: give --tls-cert and --tls-key, or --insecure-http behind a proxy that terminates TLS", c.addr)
+	case c.tokenTTL < workerTokenTTLMin || c.tokenTTL > workerTokenTTLMax:
+		return c, cli.BadFlagf(fs, "--worker-token-ttl %s: want %s..%s", c.tokenTTL, workerTokenTTLMin, workerTokenTTLMax)
+	case c.retain != 0 && (c.retain < retainMin || c.retain > retainMax):
+		return c, cli.BadFlagf(fs, "--retain %s: want 0 (keep until deleted) or %s..%s", c.retain, retainMin, retainMax)
+	case c.retainDead != 0 && (c.retainDead < retainMin || c.retainDead > retainMax):
+		return c, cli.BadFlagf(fs, "--retain-dead %s: want 0 (keep until purged) or %s..%s", c.retainDead, retainMin, retainMax)
+	case c.archiveAfter != 0 && (c.archiveAfter < retainMin || c.archiveAfter > retainMax):
+		return c, cli.BadFlagf(fs, "--archive-after %s: want 0 (never) or %s..%s", c.archiveAfter, retainMin, retainMax)
+	case c.archiveKeep != 0 && (c.archiveKeep < retainMin || c.archiveKeep > retainMax):
+		return c, cli.BadFlagf(fs, "--archive-keep %s: want 0 (for ever) or %s..%s", c.archiveKeep, retainMin, retainMax)
+	case c.maxDead < 0:
+		return c, cli.BadFlagf(fs, "--max-dead %d: want 0 (no cap) or more", c.maxDead)
+	case c.flowBytes < 1:
+		return c, cli.BadFlagf(fs, "--flow-bytes-max %d: a flow file may hold at least 1 byte", c.flowBytes)
+	}
+	if err := c.cluster.check(fs); err != nil {
+		return c, err
+	}
+	if c.tlsCert != "" {
+		// Loaded to be checked (readable, a pair, in date); serve loads it again with its logger.
+		if _, err := transport.NewCertReloader(c.tlsCert, c.tlsKey, time.Now, nil); err != nil {
+			return c, cli.BadFlag(fs, err)
+		}
+	}
+	return c, nil
+}
+
+// serve runs the server that c describes until a signal stops it, the log fails, or it loses
+// the lead of a replicated log.
+func serve(c serverConfig) error {
+	log, err := c.log.Logger()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	if *procs < 0 {
-		return badFlagf(fs, "--procs %d: want 0 (the default) or more", *procs)
-	}
-	if n := serverProcs(*procs); n > 0 {
+	if n := serverProcs(c.procs); n > 0 {
 		goruntime.GOMAXPROCS(n)
 	}
-
-	// Everything a flag can get wrong is refused before anything is made on disk.
-	mode := transport.AuthMode(*auth)
-	switch {
-	case mode != transport.AuthNone && mode != transport.AuthToken:
-		return badFlagf(fs, "--auth %q: want none or token", *auth)
-	case mode == transport.AuthNone && !loopback(*addr):
-		return badFlagf(fs, "--auth none serves loopback addresses only, not %q; use --auth token", *addr)
-	case *adminToken != "" && len(*adminToken) < transport.AdminTokenLenMin:
-		return badFlagf(fs, "--admin-token is %d characters; it needs at least %d", len(*adminToken), transport.AdminTokenLenMin)
-	case *metricsToken != "" && len(*metricsToken) < transport.AdminTokenLenMin:
-		return badFlagf(fs, "--metrics-token is %d characters; it needs at least %d", len(*metricsToken), transport.AdminTokenLenMin)
-	case *metricsAddr != "" && !loopback(*metricsAddr):
-		return badFlagf(fs, "--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", *metricsAddr)
-	case *data == "":
-		return badFlagf(fs, "--data is empty")
-	case (*tlsCert == "") != (*tlsKey == ""):
-		return badFlagf(fs, "--tls-cert and --tls-key go together")
-	case mode == transport.AuthToken && !loopback(*addr) && *tlsCert == "" && !*insecureHTTP:
-		return badFlagf(fs, "--auth token on %s, a non-loopback address, would send API keys and tokens in clear text: give --tls-cert and --tls-key, or --insecure-http behind a proxy that terminates TLS", *addr)
-	case *tokenTTL < workerTokenTTLMin || *tokenTTL > workerTokenTTLMax:
-		return badFlagf(fs, "--worker-token-ttl %s: want %s..%s", *tokenTTL, workerTokenTTLMin, workerTokenTTLMax)
-	case *retain != 0 && (*retain < retainMin || *retain > retainMax):
-		return badFlagf(fs, "--retain %s: want 0 (keep until deleted) or %s..%s", *retain, retainMin, retainMax)
-	case *retainDead != 0 && (*retainDead < retainMin || *retainDead > retainMax):
-		return badFlagf(fs, "--retain-dead %s: want 0 (keep until purged) or %s..%s", *retainDead, retainMin, retainMax)
-	case *archiveAfter != 0 && (*archiveAfter < retainMin || *archiveAfter > retainMax):
-		return badFlagf(fs, "--archive-after %s: want 0 (never) or %s..%s", *archiveAfter, retainMin, retainMax)
-	case *archiveKeep != 0 && (*archiveKeep < retainMin || *archiveKeep > retainMax):
-		return badFlagf(fs, "--archive-keep %s: want 0 (for ever) or %s..%s", *archiveKeep, retainMin, retainMax)
-	case *maxDead < 0:
-		return badFlagf(fs, "--max-dead %d: want 0 (no cap) or more", *maxDead)
-	}
 	var certs *transport.CertReloader
-	if *tlsCert != "" {
-		if certs, err = transport.NewCertReloader(*tlsCert, *tlsKey, time.Now, log); err != nil {
-			return badFlag(fs, err)
+	if c.tlsCert != "" {
+		if certs, err = transport.NewCertReloader(c.tlsCert, c.tlsKey, time.Now, log); err != nil {
+			return err
 		}
 	}
-	if err := os.MkdirAll(*data, 0o755); err != nil {
+	if err := os.MkdirAll(c.data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	if mode == transport.AuthToken && *adminToken == "" {
-		path := filepath.Join(*data, adminTokenName)
-		if *adminToken, err = adminTokenFile(path); err != nil {
+	if c.auth == transport.AuthToken && c.adminToken == "" {
+		path := filepath.Join(c.data, adminTokenName)
+		if c.adminToken, err = adminTokenFile(path); err != nil {
 			return fmt.Errorf("the admin token: %w", err)
 		}
 		log.Info("the admin token is in a file", zap.String("path", path))
 	}
-	if *flowBytes < 1 {
-		return badFlagf(fs, "--flow-bytes-max %d: a flow file may hold at least 1 byte", *flowBytes)
-	}
-	if err := nf.check(fs); err != nil {
-		return err
-	}
-	api, err := transport.NewServer(transport.Config{Auth: mode, AdminToken: *adminToken, MetricsToken: *metricsToken, Logger: log, FlowBytesMax: *flowBytes})
+	api, err := transport.NewServer(transport.Config{Auth: c.auth, AdminToken: c.adminToken, MetricsToken: c.metricsToken, Logger: log, FlowBytesMax: c.flowBytes})
 	if err != nil {
 		return err
 	}
-	if *pprofAddr != "" {
-		if !loopback(*pprofAddr) {
-			return badFlagf(fs, "--pprof-addr %q: profiles are served on loopback addresses only", *pprofAddr)
-		}
+	if c.pprofAddr != "" {
 		go func() {
-			log.Warn("pprof stopped", zap.String("code", "PPROF_STOPPED"), zap.Error(http.ListenAndServe(*pprofAddr, pprofMux())))
+			log.Warn("pprof stopped", zap.String("code", "PPROF_STOPPED"), zap.Error(http.ListenAndServe(c.pprofAddr, pprofMux())))
 		}()
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
@@ -175,15 +219,15 @@ func runServer(args []string) error {
 	}
 	served := make(chan error, 1)
 	go func() {
-		limited := transport.LimitListener(ln, *maxConns)
+		limited := transport.LimitListener(ln, c.maxConns)
 		if scheme == "https" {
 			served <- srv.ServeTLS(limited, "", "")
 			return
 		}
 		served <- srv.Serve(limited)
 	}()
-	if *metricsAddr != "" {
-		mln, err := net.Listen("tcp", *metricsAddr)
+	if c.metricsAddr != "" {
+		mln, err := net.Listen("tcp", c.metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
@@ -192,7 +236,7 @@ func runServer(args []string) error {
 		go func() { _ = msrv.Serve(mln) }()
 		log.Info("serving /metrics without a credential", zap.String("metrics_addr", mln.Addr().String()))
 	}
-	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()), zap.String("auth", *auth),
+	log.Info("listening; /readyz answers 503 until recovery is done", zap.String("addr", ln.Addr().String()), zap.String("auth", string(c.auth)),
 		zap.String("dashboard", scheme+"://"+ln.Addr().String()+"/"),
 		zap.Int("procs", goruntime.GOMAXPROCS(0)))
 
@@ -200,16 +244,16 @@ func runServer(args []string) error {
 	defer cancel()
 	var replicated *cluster
 	deposed := make(chan struct{})
-	if nf.log != "" {
+	if nf := c.cluster; nf.log != "" {
 		advertise := nf.advertise
 		if advertise == "" {
 			advertise = scheme + "://" + ln.Addr().String()
 		}
 		settings := clusterSettings{
-			"auth": *auth, "admin_token": secretDigest("admin", *adminToken), "metrics_token": secretDigest("metrics", *metricsToken),
-			"leader_ttl": nf.leaderTTL.String(), "worker_token_ttl": tokenTTL.String(), "flow_bytes_max": strconv.Itoa(*flowBytes),
-			"retain": retain.String(), "retain_dead": retainDead.String(), "max_dead": strconv.Itoa(*maxDead),
-			"archive_after": archiveAfter.String(), "archive_keep": archiveKeep.String(),
+			"auth": string(c.auth), "admin_token": secretDigest("admin", c.adminToken), "metrics_token": secretDigest("metrics", c.metricsToken),
+			"leader_ttl": nf.leaderTTL.String(), "worker_token_ttl": c.tokenTTL.String(), "flow_bytes_max": strconv.Itoa(c.flowBytes),
+			"retain": c.retain.String(), "retain_dead": c.retainDead.String(), "max_dead": strconv.Itoa(c.maxDead),
+			"archive_after": c.archiveAfter.String(), "archive_keep": c.archiveKeep.String(),
 		}
 		if replicated, err = nf.join(stop, advertise, settings.metadata(), log); err != nil {
 			return err
@@ -226,9 +270,9 @@ func runServer(args []string) error {
 	}
 	recovered := make(chan opened, 1)
 	go func() {
-		cfg := broker.Config{Dir: *data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: *tokenTTL,
-			Retention: projections.Retention{Done: *retain, Dead: *retainDead, MaxDead: *maxDead},
-			Archive:   broker.ArchiveConfig{Dir: *archiveDir, After: *archiveAfter, Keep: *archiveKeep}}
+		cfg := broker.Config{Dir: c.data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: c.tokenTTL,
+			Retention: projections.Retention{Done: c.retain, Dead: c.retainDead, MaxDead: c.maxDead},
+			Archive:   broker.ArchiveConfig{Dir: c.archiveDir, After: c.archiveAfter, Keep: c.archiveKeep}}
 		var b *broker.Broker
 		var err error
 		if replicated != nil {
@@ -251,7 +295,7 @@ func runServer(args []string) error {
 			core, failed = o.b, o.b.Failed()
 			api.Attach(core)
 			head := core.Head()
-			log.Info("ready", zap.String("data", *data), zap.Uint64("head_seq", head.Seq), zap.Stringer("head_hash", head.Hash))
+			log.Info("ready", zap.String("data", c.data), zap.Uint64("head_seq", head.Seq), zap.Stringer("head_hash", head.Hash))
 		case err := <-served:
 			runErr = err
 		case <-stop.Done():
@@ -306,6 +350,12 @@ func pprofMux() *http.ServeMux {
 	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return m
+}
+
+// hostPort reports whether addr is a host:port that net.Listen can take.
+func hostPort(addr string) bool {
+	_, _, err := net.SplitHostPort(addr)
+	return err == nil
 }
 
 // loopback reports whether addr listens on a loopback interface only.

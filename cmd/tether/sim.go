@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/sim"
+	"github.com/tetherhq/tether/transport/cli"
 )
 
 func runSim(args []string) error {
@@ -24,11 +25,11 @@ func runSim(args []string) error {
 	twice := fs.Bool("check-determinism", false, "run every seed twice in this process and fail if the traces differ")
 	trace := fs.Bool("trace", false, "print every step of a single seed")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "seeds run at once with --seeds")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *steps < 0 || *parallel < 1 {
-		return badFlagf(fs, "--steps is 0 or more, --parallel 1 or more")
+		return cli.BadFlagf(fs, "--steps is 0 or more, --parallel 1 or more")
 	}
 	faults, err := sim.ParseFaults(*off)
 	if err != nil {
@@ -84,7 +85,7 @@ func runSim(args []string) error {
 			continue
 		}
 		failed++
-		report(r)
+		reportViolation(r)
 		if *shrink {
 			small, err := sim.Shrink(r, run)
 			if err != nil {
@@ -114,7 +115,7 @@ func runSim(args []string) error {
 	return nil
 }
 
-func report(r *sim.Result) {
+func reportViolation(r *sim.Result) {
 	v := r.Violation
 	fmt.Printf("FAIL seed %d: %s\n", r.Config.Seed, v.Error())
 	for _, line := range v.Tail {

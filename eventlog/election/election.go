@@ -1,21 +1,3 @@
-// Package election decides which server writes a replicated event log (DESIGN §10), and when a
-// leader stops: the decisions alone, without a clock, a network or a bucket, so that the server
-// (cmd/tether, on the wall clock and a JetStream KV bucket) and the simulator (on its virtual
-// clock and its model of the bucket) run the same rules.
-//
-// The election only decides who tries to lead. Safety is the log's fence (eventlog, "One
-// writer"): a server that wrongly believes it leads has every append refused. So the rules here
-// are about liveness, and they lean one way: a healthy leader is never given up. A leader keeps
-// its lead through a lost answer, through a bucket that does not answer, and through JetStream
-// electing leaders of its own (a NATS node lost), for as long as its NATS server answers it. It
-// stops only when another server holds the key, when its NATS server has not answered for a
-// whole TTL (it is cut off, and a standby takes over), or when JetStream has answered nothing
-// for Patience. A standby takes the key only when it is free, and, if it knows who led last,
-// only once that leader does not say it still leads.
-//
-// The key holds a Holder's value, which names the server and the moment it took the lead, so a
-// leader that reads the key back tells its own renewal (whose answer was lost) from another
-// server's claim.
 package election
 
 import (
@@ -81,6 +63,8 @@ const (
 	ReasonCutOff = "NATS did not answer for a whole TTL"
 	// ReasonUnanswered: JetStream answered nothing for Patience.
 	ReasonUnanswered = "JetStream answered nothing for 15 s"
+	// ReasonFenced: the stream refused an append: another server fenced it (Driver.StreamRefused).
+	ReasonFenced = "the stream refused an append: another server fenced it"
 )
 
 // Patience is how long a leader whose NATS server answers waits for JetStream to answer again:

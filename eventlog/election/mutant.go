@@ -7,4 +7,8 @@ var (
 	// server held the key, without reading it: a leader whose renewal landed and whose answer
 	// was lost then stops, and nobody else holds the key.
 	mutantStopOnRefusedRenewal bool
+	// mutantStopOnUnansweredRenewal makes the Driver give the lead up, as cut off, when one
+	// renewal goes unanswered, without asking the stream: a leader whose renewal or its answer
+	// was lost, or whose bucket elects a raft leader, then stops while NATS answers it.
+	mutantStopOnUnansweredRenewal bool
 )

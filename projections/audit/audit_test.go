@@ -597,7 +597,7 @@ func TestHistoryOfAFlowAndASchedule(t *testing.T) {
 		eventlog.ScheduleCreated{ScheduleID: "S", Tenant: "acme", Name: "n", Cron: "30 2 * * *", Timezone: "UTC", Job: eventlog.JobTemplate{Queue: "q", Type: "t"}},
 		eventlog.ScheduleSkipped{ScheduleID: "S", From: at, To: at.Add(24 * time.Hour), Reason: eventlog.SkippedTickMissed, Ticks: 2},
 	} {
-		ev, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
+		ev, err := eventlog.NewEvent(p.Stream(), p)
 		if err != nil {
 			t.Fatal(err)
 		}

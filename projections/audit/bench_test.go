@@ -26,7 +26,7 @@ func buildBenchLog(b *testing.B, dir string, n int) {
 		b.Fatal(err)
 	}
 	ev := func(p eventlog.Payload) eventlog.Event {
-		e, err := eventlog.NewEvent(eventlog.StreamOf(p), p)
+		e, err := eventlog.NewEvent(p.Stream(), p)
 		if err != nil {
 			b.Fatal(err)
 		}

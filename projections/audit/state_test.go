@@ -134,7 +134,7 @@ func TestStateAtEverySeqEqualsTheLiveProjections(t *testing.T) {
 	defer l.Close()
 	types := map[string]bool{}
 	for _, r := range world.Log {
-		e, err := eventlog.NewEvent(eventlog.StreamOf(r.Payload), r.Payload)
+		e, err := eventlog.NewEvent(r.Payload.Stream(), r.Payload)
 		if err != nil {
 			t.Fatal(err)
 		}

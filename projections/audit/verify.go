@@ -29,8 +29,8 @@ func OpenWithArchive(dir, archiveDir string) (*eventlog.Log, error) {
 	return eventlog.Open(dir, eventlog.Options{ReadOnly: true, ArchiveDir: archiveDir})
 }
 
-// Progress is told how many records of how many a long walk has done, every few
-// thousand records and once at the end. A nil Progress is told nothing.
+// ProgressFunc is told how many records of how many a long walk has done, every few
+// thousand records and once at the end. A nil ProgressFunc is told nothing.
 type ProgressFunc func(done, total uint64)
 
 const progressEvery = 16 << 10

@@ -2,7 +2,8 @@
 // event streams, quotas, keys), and Worker, which runs a handler for every job a server
 // leases to it over WebSocket, falling back to HTTP long-polling where WebSocket is refused
 // while plain HTTP works, and stops cleanly, giving back what it could not finish. Command is
-// the handler behind `tether worker`: a program run per job.
+// the handler behind `tether worker`: a program run per job. Registration is a worker that
+// registers once and keeps its token across restarts (in a state file, or a --token-file).
 //
 // Everything it sends and receives is a type of package wire; it does not link the broker.
 package client
@@ -24,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetherhq/tether/transport/client/policy"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -48,12 +50,7 @@ func (e *Error) Error() string {
 // Retryable reports whether the same request may succeed later unchanged, with backoff: the
 // code's Retry in the table of codes (docs/errors.md), or, for an answer with no tether code (a
 // proxy's), a 5xx or 429 status.
-func (e *Error) Retryable() bool {
-	if c, ok := wire.LookupCode(e.Code); ok {
-		return c.Retry
-	}
-	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
-}
+func (e *Error) Retryable() bool { return policy.Retryable(e.Code, e.Status) }
 
 // Client talks to a tether server with one credential: an API key for a submitter, an enroll
 // token to register a worker, the admin token for admin calls (none under --auth none).

@@ -14,8 +14,18 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/transport/client/policy"
 	"github.com/tetherhq/tether/transport/wire"
 )
+
+// The reasons the worker releases a job with are the catalogue's, which the server writes.
+func TestReleaseReasonsAreTheCatalogues(t *testing.T) {
+	if ReleaseWorkerStopping != eventlog.ReleasedWorkerStopping || ReleaseStartFailed != eventlog.ReleasedStartFailed {
+		t.Fatalf("release reasons %q, %q; the catalogue's %q, %q", ReleaseWorkerStopping, ReleaseStartFailed,
+			eventlog.ReleasedWorkerStopping, eventlog.ReleasedStartFailed)
+	}
+}
 
 // Only WebSocket refused by something that answers HTTP counts towards falling back to
 // long-polling; a server that is away, restarting, not ready, closing a frame too big, or
@@ -48,28 +58,22 @@ func TestWhatCountsAsWebSocketRefused(t *testing.T) {
 	}
 }
 
-// A completion refused for what it is becomes a failure that names the reason; one refused for
-// the lease (gone, another's) does not, since there is nothing left to fail.
+// A completion refused for what it is becomes a failure that names the reason and carries the
+// server's message (the rule itself is policy's, tested there).
 func TestRefusedResultBecomesAFailure(t *testing.T) {
 	j := &Job{ID: "j", LeaseID: "l"}
-	for _, tc := range []struct {
-		code, want string
-		retryable  bool
-	}{
-		{"PAYLOAD_TOO_LARGE", "output_too_large", false},
-		{"INVALID_ARGUMENT", "output_refused", false},
-		{"INVALID_JSON", "output_refused", false},
-		{"SIGNATURE_INVALID", "signature_invalid", true},
-	} {
-		f, ok := refusedResult(j, &Error{Status: 400, Code: tc.code, Message: "why"})
-		if !ok || f.Type != wire.FrameFail || f.ErrorCode != tc.want || *f.Retryable != tc.retryable || f.Message != "why" {
-			t.Errorf("%s: %+v %v", tc.code, f, ok)
-		}
+	err := fmt.Errorf("sending: %w", &Error{Status: 400, Code: "SIGNATURE_INVALID", Message: "why"})
+	var s policy.Sends
+	d := s.After(answerOf(err), wire.FrameComplete, time.Now(), time.Now())
+	if d.Step != policy.SendFailure {
+		t.Fatalf("a refused signature: %+v, want SendFailure", d)
 	}
-	for _, err := range []error{&Error{Status: 409, Code: "LEASE_MISMATCH"}, &Error{Status: 404, Code: "JOB_NOT_FOUND"}, errLinkDown, nil} {
-		if _, ok := refusedResult(j, err); ok {
-			t.Errorf("%v became a failure", err)
-		}
+	f := refusalFrame(j, d.Failure, err)
+	if f.Type != wire.FrameFail || f.ErrorCode != "signature_invalid" || !*f.Retryable || f.Message != "why" || f.JobID != "j" || f.LeaseID != "l" {
+		t.Errorf("%+v", f)
+	}
+	if a := answerOf(errLinkDown); !a.NoAnswer {
+		t.Errorf("a link that went down is %+v, not no answer", a)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/eventlog/fastjson"
+	"github.com/tetherhq/tether/transport/client/policy"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -74,10 +75,18 @@ func (f *Failure) Error() string { return f.Code + ": " + f.Message }
 // Backoff says the fault is the worker's: it takes no new job for a while, longer each time in
 // a row, so that a broken worker does not take the whole queue through its hands.
 type Release struct {
-	Reason  string // a short code: "start_failed"
+	Reason  string // a short code: ReleaseStartFailed
 	Message string
 	Backoff bool
 }
+
+// The reasons this worker gives a job back with, which the server writes to its log as they
+// come: eventlog.ReleasedWorkerStopping and eventlog.ReleasedStartFailed, restated here so that
+// a worker does not link the server's log (TestReleaseReasonsAreTheCatalogues holds them equal).
+const (
+	ReleaseWorkerStopping = "worker_stopping"
+	ReleaseStartFailed    = "start_failed"
+)
 
 func (r *Release) Error() string { return r.Reason + ": " + r.Message }
 
@@ -148,8 +157,6 @@ const (
 	heartbeatDefault = 10 * time.Second
 	// pauseMax caps how long a worker whose jobs cannot start waits before it takes another.
 	pauseMax = 5 * time.Minute
-	// leaseTTLDefault is a lease's TTL when its assignment does not say (the server's default).
-	leaseTTLDefault = 30 * time.Second
 	// lastSendWait is how long the one more send of a result after its lease may have expired
 	// waits for a connection.
 	lastSendWait = 30 * time.Second
@@ -306,11 +313,7 @@ func isTetherCode(code string) bool { return code != "" && !strings.HasPrefix(co
 // backoff is the delay before attempt n (from 1): exponential from min, capped at max, with
 // jitter over its upper half so that many workers do not come back in step.
 func backoff(n int, lo, hi time.Duration) time.Duration {
-	d := hi
-	if n < 30 {
-		d = min(hi, lo<<(n-1))
-	}
-	return d/2 + rand.N(d/2+1)
+	return policy.Backoff(n, lo, hi, func(d time.Duration) time.Duration { return rand.N(d + 1) })
 }
 
 // httpWorks reports whether the server answers plain HTTP.
@@ -380,16 +383,14 @@ type task struct {
 	heard    atomic.Int64
 	// kept is set once its result is in ResultsDir: a restart sends it if this run does not.
 	kept atomic.Bool
-	// tries counts the sends of the result; last is set once its lease may have expired,
-	// for the one more send after that. The reporting path alone touches them, one send at a
-	// time.
-	tries int
-	last  bool
+	// sends is what the reporting path knows of the result's sends (policy.Sends); it alone
+	// touches them, one send at a time.
+	sends policy.Sends
 }
 
 // mayBeValid is until when the task's lease may still be valid, as far as the worker knows.
 func (t *task) mayBeValid() time.Time {
-	return time.Unix(0, t.heard.Load()).Add(2 * t.leaseTTL)
+	return policy.MayBeValid(time.Unix(0, t.heard.Load()), t.leaseTTL)
 }
 
 // link is one connection to the server: WebSocket or long-poll.
@@ -556,12 +557,9 @@ func (r *runner) start(a wire.Frame) {
 		job.LeaseExpiresAt = *a.LeaseExpiresAt
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &task{job: job, ctx: ctx, cancel: cancel, heartbeat: seconds(a.HeartbeatSeconds), leaseTTL: leaseTTLDefault}
 	now := time.Now()
+	t := &task{job: job, ctx: ctx, cancel: cancel, heartbeat: seconds(a.HeartbeatSeconds), leaseTTL: policy.LeaseTTL(a.LeaseExpiresAt, now)}
 	t.heard.Store(now.UnixNano())
-	if a.LeaseExpiresAt != nil && a.LeaseExpiresAt.After(now) {
-		t.leaseTTL = a.LeaseExpiresAt.Sub(now)
-	}
 	r.mu.Lock()
 	if _, dup := r.tasks[a.LeaseID]; dup {
 		r.mu.Unlock()
@@ -646,7 +644,7 @@ func (r *runner) report(t *task, out any, herr error) {
 		r.pauses = 0
 		r.mu.Unlock()
 	case why == "stopping":
-		f.Type, f.Reason, f.Message = wire.FrameRelease, "worker_stopping", "the worker stopped before the job finished"
+		f.Type, f.Reason, f.Message = wire.FrameRelease, ReleaseWorkerStopping, "the worker stopped before the job finished"
 	case rel != nil:
 		f.Type, f.Reason, f.Message = wire.FrameRelease, rel.Reason, rel.Message
 		if rel.Backoff {
@@ -760,17 +758,32 @@ func (r *runner) keep(t *task, f wire.Frame) {
 }
 
 // finish ends a task whose result the server answered, err saying what it refused (nil:
-// taken), or why the answer never came. A result the server did not take for a reason that may
-// pass (it was unavailable, a standby, restarting; the connection went away) is sent again,
-// with backoff, for as long as the lease may be valid, and once more after that: a finished
-// job is not run again for want of its result. A completion the server refuses for what it is
-// (too large, not valid, a signature that does not verify) would be refused again however
-// often it were sent: the job is failed instead, naming the reason, rather than left to its
-// lease's expiry.
+// taken), or why the answer never came, by the SDK's rules for kept results (policy.Sends): a
+// result the server did not take for a reason that may pass is sent again, with backoff, for as
+// long as the lease may be valid, and once more after that, so that a finished job is not run
+// again for want of its result; a completion the server refused for what it is becomes the
+// failure that names the reason, rather than being left to its lease's expiry.
 func (r *runner) finish(t *task, f wire.Frame, err error) {
 	j := t.job
-	if err != nil && mayPass(err) && r.again(t, f, err) {
+	a := answerOf(err)
+	if a.MayPass() {
+		select {
+		case <-r.ended: // Run returned: what is on disk goes at the next start
+			return
+		default:
+		}
+	}
+	d := t.sends.After(a, f.Type, time.Now(), t.mayBeValid())
+	switch d.Step {
+	case policy.SendAgain:
+		wait := backoff(d.Tries, policy.ResendMin, policy.ResendMax)
+		r.log.Warn("the server did not take the job's result; sending it again", zap.String("job_id", j.ID),
+			zap.String("report", f.Type), zap.Error(err), zap.Duration("in", wait), zap.Int("tries", d.Tries))
+		time.AfterFunc(wait, func() { r.reportAndWait(t, f) })
 		return
+	case policy.GiveUp:
+		r.log.Error("the server did not take the job's result before its lease surely expired; the job runs again elsewhere",
+			zap.String("code", "RESULT_DROPPED"), zap.String("job_id", j.ID), zap.String("lease_id", j.LeaseID), zap.Error(err))
 	}
 	if err != nil {
 		r.log.Warn("the server did not take the job's result",
@@ -778,9 +791,9 @@ func (r *runner) finish(t *task, f wire.Frame, err error) {
 	} else if ce := r.log.Check(zap.DebugLevel, "reported"); ce != nil {
 		ce.Write(zap.String("job_id", j.ID), zap.String("lease_id", j.LeaseID), zap.String("report", f.Type))
 	}
-	fail, refused := refusedResult(j, err)
-	refused = refused && f.Type == wire.FrameComplete
-	if refused {
+	var fail wire.Frame
+	if d.Step == policy.SendFailure {
+		fail = refusalFrame(j, d.Failure, err)
 		r.keep(t, fail)
 	} else if r.results != nil {
 		if err := r.results.remove(j.LeaseID); err != nil {
@@ -791,65 +804,32 @@ func (r *runner) finish(t *task, f wire.Frame, err error) {
 	if r.w.OnResult != nil {
 		r.w.OnResult(j, f.Type, err)
 	}
-	if refused {
+	if d.Step == policy.SendFailure {
 		go r.reportAndWait(t, fail)
 		return
 	}
 	r.forget(t)
 }
 
-// mayPass reports whether a result the server did not take may be taken if sent again: no
-// answer came, or the server said it could not take it now (unavailable, a standby,
-// restarting), not that it refuses it.
-func mayPass(err error) bool {
+// answerOf is what came of a send that returned err: a refusal (an *Error, whose code and
+// status policy judges), or no answer at all.
+func answerOf(err error) policy.Answer {
 	var e *Error
-	if errors.As(err, &e) {
-		return e.Retryable()
+	switch {
+	case err == nil:
+		return policy.Answer{}
+	case errors.As(err, &e):
+		return policy.Answer{Code: e.Code, Status: e.Status}
 	}
-	return true
+	return policy.Answer{NoAnswer: true}
 }
 
-// again sends a result the server did not take once more, after a backoff, if its lease may
-// still be valid or it has not had its one more send since; it reports whether it will.
-func (r *runner) again(t *task, f wire.Frame, err error) bool {
-	select {
-	case <-r.ended: // Run returned: what is on disk goes at the next start
-		return true
-	default:
-	}
-	if t.last {
-		r.log.Error("the server did not take the job's result before its lease surely expired; the job runs again elsewhere",
-			zap.String("code", "RESULT_DROPPED"), zap.String("job_id", t.job.ID), zap.String("lease_id", t.job.LeaseID), zap.Error(err))
-		return false
-	}
-	t.last = time.Now().After(t.mayBeValid())
-	t.tries++
-	d := backoff(t.tries, backoffMin, 10*time.Second)
-	r.log.Warn("the server did not take the job's result; sending it again", zap.String("job_id", t.job.ID),
-		zap.String("report", f.Type), zap.Error(err), zap.Duration("in", d), zap.Int("tries", t.tries))
-	time.AfterFunc(d, func() { r.reportAndWait(t, f) })
-	return true
-}
-
-// refusedResult is the failure to report for a completion the server refused for good.
-func refusedResult(j *Job, err error) (wire.Frame, bool) {
+// refusalFrame is the failure that replaces a completion the server refused for good (err, whose
+// message it carries).
+func refusalFrame(j *Job, r policy.Refusal, err error) wire.Frame {
 	var e *Error
-	if !errors.As(err, &e) {
-		return wire.Frame{}, false
-	}
-	var fl *Failure
-	switch e.Code {
-	case "PAYLOAD_TOO_LARGE":
-		fl = &Failure{Code: "output_too_large", Message: e.Message}
-	case "INVALID_ARGUMENT", wire.CodeInvalidJSON:
-		fl = &Failure{Code: "output_refused", Message: e.Message}
-	case "SIGNATURE_INVALID":
-		// The worker's key, not the job, is at fault: another worker may run it.
-		fl = &Failure{Code: "signature_invalid", Message: e.Message, Retryable: true}
-	default:
-		return wire.Frame{}, false
-	}
-	return failFrame(j, fl, false), true
+	errors.As(err, &e)
+	return failFrame(j, &Failure{Code: r.Code, Message: e.Message, Retryable: r.Retryable}, false)
 }
 
 // forget removes an ended task.
@@ -975,13 +955,13 @@ func (r *runner) heard(when time.Time, leases, unknown []string) {
 func (r *runner) heartbeatEvery(base time.Duration) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	every := base
-	for _, t := range r.tasks {
-		if t.heartbeat > 0 {
-			every = min(every, t.heartbeat)
+	return policy.HeartbeatEvery(base, func(yield func(time.Duration) bool) {
+		for _, t := range r.tasks {
+			if !yield(t.heartbeat) {
+				return
+			}
 		}
-	}
-	return every
+	})
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

@@ -9,7 +9,9 @@ import (
 // strings and numbers, on which encoding/json spends most of its time in reflection: decoding
 // them was 13 % of the load generator's CPU. This codec handles them through fastjson, whose
 // contract leaves everything else to encoding/json; FuzzDecodeMatchesUnmarshal and
-// FuzzEncodeMatchesMarshal check that no frame comes out differently for the path it took.
+// FuzzEncodeMatchesMarshal check that no frame comes out differently for the path it took, and
+// TestEveryFieldIsCoded that no field of wire.Frame lacks a case here unless the test names it
+// as left to encoding/json.
 
 // decodeFast decodes data into f, which must be zero, if data is a JSON object whose keys are
 // the frame's field names exactly and whose values fastjson reads. It reports false, with f in

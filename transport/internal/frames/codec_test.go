@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/eventlog/schematest"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -35,33 +37,54 @@ func hotFrames() []wire.Frame {
 	}
 }
 
-// Every field of a frame the fast encoder writes comes out as encoding/json writes it: a field
-// added to wire.Frame and forgotten here would be dropped silently, and this fails.
-func TestFastEncoderWritesEveryField(t *testing.T) {
-	v := reflect.ValueOf(&wire.Frame{}).Elem()
-	at := time.Date(2026, 11, 22, 1, 2, 3, 0, time.UTC)
-	samples := map[reflect.Type]any{
-		reflect.TypeOf(""): "x", reflect.TypeOf(0): 7, reflect.TypeOf(0.0): 2.5, reflect.TypeOf([]string{}): []string{"a"},
-		reflect.TypeOf(json.RawMessage{}): json.RawMessage(`{"a":1}`), reflect.TypeOf(new(bool)): new(true),
-		reflect.TypeOf(new(time.Time)): &at, reflect.TypeOf(new(float64)): new(0.0), reflect.TypeOf(new(wire.Receipt)): &wire.Receipt{Seq: 1, Hash: "h"},
-		reflect.TypeOf(new(wire.ErrorDetail)): &wire.ErrorDetail{Code: "C", Message: "m", Details: map[string]any{}},
+// The fields whose frames each fast path leaves to encoding/json, as codec.go says: the rare
+// frames' fields (a welcome's or a renewal's token, an error) both ways, and lists one way.
+var (
+	encodedSlowly = map[string]bool{"Error": true, "WorkerToken": true, "TokenExpiresAt": true, "TokenRenewSeconds": true}
+	decodedSlowly = map[string]bool{"Error": true, "WorkerToken": true, "TokenExpiresAt": true, "TokenRenewSeconds": true,
+		"Leases": true, "Cancel": true, "Unknown": true}
+)
+
+// Every field of a frame is written by the fast encoder as json.Marshal writes it, and read by
+// the fast decoder as json.Unmarshal reads it, each field alone and all at once; a field added
+// to wire.Frame without a case in codec.go fails here, naming it, unless it is one the codec
+// leaves to encoding/json. (schematest says why this is a reflection test.)
+func TestEveryFieldIsCoded(t *testing.T) {
+	rt := reflect.TypeFor[wire.Frame]()
+	check := func(what string, v reflect.Value, encodeSlowly, decodeSlowly bool) {
+		t.Helper()
+		f := v.Interface().(*wire.Frame)
+		want, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := appendFast(nil, f); ok && !bytes.Equal(got, want) {
+			t.Errorf("a frame with %s set: the fast encoder wrote %s\njson.Marshal writes %s", what, got, want)
+		} else if !ok && !encodeSlowly {
+			t.Errorf("a frame with %s set: the fast encoder leaves it to encoding/json (codec.go's appendFast lacks it)", what)
+		}
+		var fast, viaJSON wire.Frame
+		if err := json.Unmarshal(want, &viaJSON); err != nil {
+			t.Fatal(err)
+		}
+		if ok := decodeFast(want, &fast); ok && !reflect.DeepEqual(fast, viaJSON) {
+			t.Errorf("a frame with %s set: %s\nthe fast decoder read %+v\njson.Unmarshal reads %+v", what, want, fast, viaJSON)
+		} else if !ok && !decodeSlowly {
+			t.Errorf("a frame with %s set: %s\nthe fast decoder leaves it to encoding/json (codec.go's decodeFast lacks it)", what, want)
+		}
 	}
-	for i := range v.NumField() {
-		name := v.Type().Field(i).Name
-		sample, ok := samples[v.Field(i).Type()]
-		if !ok {
-			t.Fatalf("field %s is of a type this test has no sample of: %s", name, v.Field(i).Type())
+	// Every field but the rare ones at once takes both fast paths.
+	fields := schematest.Fields(rt)
+	common := reflect.New(rt)
+	for _, f := range fields {
+		if top, _, _ := strings.Cut(f.Path, "."); !encodedSlowly[top] && !decodedSlowly[top] {
+			schematest.Set(common.Elem(), f)
 		}
-		var f wire.Frame
-		reflect.ValueOf(&f).Elem().Field(i).Set(reflect.ValueOf(sample))
-		got, ok := appendFast(nil, &f)
-		if !ok {
-			continue // left to encoding/json: nothing lost
-		}
-		want, _ := json.Marshal(f)
-		if !bytes.Equal(got, want) {
-			t.Fatalf("field %s: fast %s, want %s", name, got, want)
-		}
+	}
+	check("every field but the rare ones and the lists", common, false, false)
+	for _, f := range fields {
+		top, _, _ := strings.Cut(f.Path, ".")
+		check(f.Path+" ("+f.JSON+")", schematest.New(rt, f), encodedSlowly[top], decodedSlowly[top])
 	}
 }
 
@@ -92,12 +115,13 @@ func TestHotFramesTakeTheFastPath(t *testing.T) {
 	}
 }
 
-// Whatever the fast decoder takes, it decodes as json.Unmarshal does; what it does not take,
-// Decode leaves to json.Unmarshal.
-func FuzzDecodeMatchesUnmarshal(f *testing.F) {
+// decodeSeeds are FuzzDecodeMatchesUnmarshal's seeds: the hot frames and edge cases, which
+// between them set every field of a frame.
+func decodeSeeds() [][]byte {
+	var out [][]byte
 	for _, fr := range hotFrames() {
 		b, _ := json.Marshal(fr)
-		f.Add(b)
+		out = append(out, b)
 	}
 	for _, s := range []string{
 		`{}`, ` { "type" : "ack" , "ok" : true } `, `{"type":"a","type":"b"}`, `{"Type":"x"}`, `{"n":01}`, `{"n":1.0}`,
@@ -109,8 +133,19 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 		`{"heartbeat_seconds":1e400}`, `{"heartbeat_seconds":.5}`, `{"heartbeat_seconds":1.}`, `{"heartbeat_seconds":2E-3}`, `{"reason":"r"}`,
 		`{"public_key":"k"}`, `{"error":{"code":"X","message":"m","details":{}}}`, `{"receipt":{"seq":-1,"hash":"h"}}`,
 		`{"receipt":{"seq":1},"receipt":{"hash":"h"}}`, `{"ok":true,"ok":false}`, `{"receipt":{"seq":-0}}`, `{"receipt":{"seq":0}}`,
+		`{"type":"welcome","worker_id":"w","heartbeat_seconds":10,"lease_ttl_seconds":30,"worker_token":"t","token_expires_at":"2026-11-29T01:02:03Z","token_renew_seconds":86400}`,
+		`{"type":"ack","ref":"3","ok":false,"error":{"code":"LEASE_MISMATCH","message":"m","details":{"a":1},"request_id":"r"}}`,
 	} {
-		f.Add([]byte(s))
+		out = append(out, []byte(s))
+	}
+	return out
+}
+
+// Whatever the fast decoder takes, it decodes as json.Unmarshal does; what it does not take,
+// Decode leaves to json.Unmarshal.
+func FuzzDecodeMatchesUnmarshal(f *testing.F) {
+	for _, b := range decodeSeeds() {
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var fast, slow wire.Frame
@@ -130,20 +165,79 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 	})
 }
 
+// frameArgs are FuzzEncodeMatchesMarshal's arguments, from which fuzzFrame builds a frame.
+type frameArgs struct {
+	typ, s       string
+	n            int64
+	raw          []byte
+	b            bool
+	unix, offset int64
+	rare         uint8
+}
+
+// encodeSeeds are FuzzEncodeMatchesMarshal's seeds.
+var encodeSeeds = []frameArgs{
+	{"assign", "01KAR7", 1, []byte(`{"a":1}`), true, 1763772000123456789, 0, 0},
+	{"ack", "<&>", -3, []byte(`[1,2]`), false, -62135596800, 3600, 0xff},
+	{"ack", "a", -3, []byte(`[1, 2]`), false, 0, 0, 1},
+	{"ack", "a", -3, []byte(`"<"`), false, 0, 0, 2},
+	{"ack", "a", -3, []byte(`{"a":`), false, 0, 0, 4},
+	{"x\"y", "é", 0, []byte(`"\u2028"`), true, 253402300800, 86400, 8},
+	{"", "", 1 << 40, []byte(``), false, 0, -7, 0},
+}
+
+// fuzzFrame builds a frame with every field set from the fuzzer's arguments; rare's low four
+// bits say which of the rare frames' fields (which the fast encoder leaves to encoding/json) it
+// also sets.
+func fuzzFrame(a frameArgs) wire.Frame {
+	typ, s, n, raw, b, unix, offset, rare := a.typ, a.s, a.n, a.raw, a.b, a.unix, a.offset, a.rare
+	at := time.Unix(0, unix).In(time.FixedZone("z", int(offset%(48*3600))))
+	fr := wire.Frame{Type: typ, Ref: s, Capacity: int(n % 64), N: int(n), Leases: []string{s}, JobID: s, LeaseID: typ,
+		EventType: typ, Data: raw, Seq: int(n), Nonce: s, Output: raw, OutputHash: typ, Signature: s, ErrorCode: typ,
+		Message: s, Retryable: &b, Reason: s, WorkerID: typ, HeartbeatSeconds: float64(n) / 3,
+		LeaseTTLSeconds: math.Float64frombits(uint64(unix)), PublicKey: s, Queue: typ, JobType: s, Payload: raw,
+		Attempt: int(n), LeaseExpiresAt: &at, OK: &b, Cancel: []string{typ}, Unknown: []string{s}, Number: int(offset),
+		Receipt: &wire.Receipt{Seq: uint64(n), Hash: s}}
+	if rare&1 != 0 {
+		fr.Error = &wire.ErrorDetail{Code: typ, Message: s, Details: map[string]any{s: n}, RequestID: typ}
+	}
+	if rare&2 != 0 {
+		fr.WorkerToken = s
+	}
+	if rare&4 != 0 {
+		fr.TokenExpiresAt = &at
+	}
+	if rare&8 != 0 {
+		renew := float64(offset) / 7
+		fr.TokenRenewSeconds = &renew
+	}
+	return fr
+}
+
+// The fuzzer's frames, from its seeds on, set every field of a frame.
+func TestFuzzFrameSetsEveryField(t *testing.T) {
+	var frames []wire.Frame
+	for _, a := range encodeSeeds {
+		frames = append(frames, fuzzFrame(a))
+	}
+	schematest.CheckSet(t, "fuzzFrame", frames)
+	var decoded []wire.Frame
+	for _, b := range decodeSeeds() {
+		var f wire.Frame
+		if json.Unmarshal(b, &f) == nil {
+			decoded = append(decoded, f)
+		}
+	}
+	schematest.CheckSet(t, "FuzzDecodeMatchesUnmarshal's seeds", decoded)
+}
+
 // Whatever the fast encoder writes is what json.Marshal writes.
 func FuzzEncodeMatchesMarshal(f *testing.F) {
-	f.Add("assign", "01KAR7", int64(1), []byte(`{"a":1}`), true, int64(1763772000123456789), int64(0))
-	f.Add("ack", "<&>", int64(-3), []byte(`[1,2]`), false, int64(-62135596800), int64(3600))
-	f.Add("ack", "a", int64(-3), []byte(`[1, 2]`), false, int64(0), int64(0))
-	f.Add("ack", "a", int64(-3), []byte(`"<"`), false, int64(0), int64(0))
-	f.Add("ack", "a", int64(-3), []byte(`{"a":`), false, int64(0), int64(0))
-	f.Add("x\"y", "é", int64(0), []byte(`"\u2028"`), true, int64(253402300800), int64(86400))
-	f.Add("", "", int64(1<<40), []byte(``), false, int64(0), int64(-7))
-	f.Fuzz(func(t *testing.T, typ, s string, n int64, raw []byte, b bool, unix, offset int64) {
-		at := time.Unix(0, unix).In(time.FixedZone("z", int(offset%(48*3600))))
-		fr := wire.Frame{Type: typ, Ref: s, N: int(n), JobID: s, Payload: raw, Output: raw, Retryable: &b, LeaseExpiresAt: &at,
-			Leases: []string{s}, Receipt: &wire.Receipt{Seq: uint64(n), Hash: s}, Attempt: int(n), Reason: s,
-			HeartbeatSeconds: float64(n) / 3, LeaseTTLSeconds: math.Float64frombits(uint64(unix))}
+	for _, a := range encodeSeeds {
+		f.Add(a.typ, a.s, a.n, a.raw, a.b, a.unix, a.offset, a.rare)
+	}
+	f.Fuzz(func(t *testing.T, typ, s string, n int64, raw []byte, b bool, unix, offset int64, rare uint8) {
+		fr := fuzzFrame(frameArgs{typ, s, n, raw, b, unix, offset, rare})
 		got, ok := appendFast(nil, &fr)
 		if !ok {
 			return

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"cmp"
@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/signal"
@@ -21,93 +20,9 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-// clientFlags are the flags of every command that talks to a server.
-type clientFlags struct {
-	server, token string
-	json          bool
-	ca            caCert
-	retryFor      time.Duration
-}
-
-func (c *clientFlags) register(fs *flag.FlagSet, tokenHelp string) {
-	serverVar(fs, &c.server)
-	fs.StringVar(&c.token, "token", "", tokenHelp)
-	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
-	fs.DurationVar(&c.retryFor, "retry-for", 15*time.Second, "how long a request that is safe to repeat (a read, a submit with --idempotency-key, a cancel) is tried again while no server takes it: a server restarting, or a replicated log's failover; 0: not at all")
-	c.ca.register(fs)
-}
-
-func (c *clientFlags) client() *client.Client {
-	cl := client.New(c.server, c.token, c.ca.httpClient())
-	cl.RetryFor = max(c.retryFor, 0)
-	return cl
-}
-
-// print writes v as JSON with --json, else the text human returns.
-func (c *clientFlags) print(v any, human func() string) error {
-	if c.json {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	}
-	_, err := fmt.Fprint(os.Stdout, human())
-	return err
-}
-
-// parseArgs parses flags wherever they appear among the positional arguments (`get ID --json`)
-// and returns the positional ones; want is how many are required (-1: any).
-func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]string, error) {
-	var pos []string
-	for {
-		if err := parse(fs, args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-	if err := parseFlags(fs, nil); err != nil { // the environment twins
-		return nil, err
-	}
-	if want >= 0 && len(pos) != want {
-		return nil, badFlagf(fs, "usage: %s", usage)
-	}
-	return pos, nil
-}
-
-// subcommands runs the subcommand args[0] of a command group.
-func subcommands(group string, cmds []command, args []string) error {
-	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "usage: tether %s <command> [flags]\n\ncommands:\n", group)
-		for _, c := range cmds {
-			fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
-		}
-	}
-	switch {
-	case len(args) == 0:
-		return &usageError{command: group, err: errors.New("no command given"), usage: usage}
-	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
-		usage(os.Stdout)
-		return errHelpShown
-	}
-	for _, c := range cmds {
-		if c.name == args[0] {
-			return c.run(args[1:])
-		}
-	}
-	return &usageError{command: group, err: fmt.Errorf("unknown command %q", args[0]), usage: usage}
-}
-
-type command struct {
-	name, summary string
-	run           func(args []string) error
-}
-
-func runJob(args []string) error {
-	return subcommands("job", []command{
+// Job runs tether job SUBCOMMAND: submit, get, ls, cancel, retry and the rest, on one server.
+func Job(args []string) error {
+	return Subcommands("job", []Command{
 		{"submit", "submit a job", jobSubmit},
 		{"get", "show a job", byID("job get", "tether job get JOB_ID", (*client.Client).Get, describe)},
 		{"ls", "list jobs", jobList},
@@ -123,8 +38,9 @@ func runJob(args []string) error {
 
 const apiKeyHelp = "API key (none under --auth none)"
 
-func runQueue(args []string) error {
-	return subcommands("queue", []command{
+// Queue runs tether queue SUBCOMMAND: ls, pause, resume.
+func Queue(args []string) error {
+	return Subcommands("queue", []Command{
 		{"ls", "list queues: depth, leased, scheduled, dead, paused", queueList},
 		{"pause", "stop a queue assigning jobs (it still takes submits)", queuePause(true)},
 		{"resume", "let a paused queue assign jobs again", queuePause(false)},
@@ -133,16 +49,16 @@ func runQueue(args []string) error {
 
 func queueList(args []string) error {
 	fs := flag.NewFlagSet("queue ls", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
-	if _, err := parseArgs(fs, args, 0, "tether queue ls"); err != nil {
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
+	if _, err := ParseArgs(fs, args, 0, "tether queue ls"); err != nil {
 		return err
 	}
-	qs, err := cf.client().Queues(context.Background())
+	qs, err := cf.Client().Queues(context.Background())
 	if err != nil {
 		return err
 	}
-	return cf.print(qs, func() string {
+	return cf.Print(qs, func() string {
 		var b strings.Builder
 		w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "QUEUE\tDEPTH\tLEASED\tSCHEDULED\tDEAD\tSTATE")
@@ -162,18 +78,18 @@ func queuePause(paused bool) func([]string) error {
 	action := map[bool]string{true: "pause", false: "resume"}[paused]
 	return func(args []string) error {
 		fs := flag.NewFlagSet("queue "+action, flag.ContinueOnError)
-		var cf clientFlags
-		cf.register(fs, apiKeyHelp+", or the admin token with --tenant")
+		var cf ClientFlags
+		cf.Register(fs, apiKeyHelp+", or the admin token with --tenant")
 		tenant := fs.String("tenant", "", "the tenant whose queue it is, with the admin token as --token")
-		pos, err := parseArgs(fs, args, 1, "tether queue "+action+" QUEUE [--tenant T]")
+		pos, err := ParseArgs(fs, args, 1, "tether queue "+action+" QUEUE [--tenant T]")
 		if err != nil {
 			return err
 		}
-		q, err := cf.client().PauseQueue(context.Background(), *tenant, pos[0], paused)
+		q, err := cf.Client().PauseQueue(context.Background(), *tenant, pos[0], paused)
 		if err != nil {
 			return err
 		}
-		return cf.print(q, func() string {
+		return cf.Print(q, func() string {
 			if q.Paused {
 				return fmt.Sprintf("queue %s paused since %s: it takes submits and assigns nothing\n", q.Queue, q.PausedSince.Format(time.RFC3339))
 			}
@@ -182,28 +98,15 @@ func queuePause(paused bool) func([]string) error {
 	}
 }
 
-// labelFlags collects --label k=v.
-type labelFlags map[string]string
-
-func (l labelFlags) String() string { return "" }
-func (l labelFlags) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("a label is key=value, not %q", v)
-	}
-	l[k] = val
-	return nil
-}
-
 func jobSubmit(args []string) error {
 	fs := flag.NewFlagSet("job submit", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
 	job := jobFlags(fs)
 	delay := fs.Duration("delay", 0, "run no earlier than this from now")
 	key := fs.String("idempotency-key", "", "a key that makes resubmitting safe for 24 h")
 	quiet := fs.Bool("quiet", false, "print only the job id (for scripts: JOB=$(tether job submit ... --quiet))")
-	if _, err := parseArgs(fs, args, 0, "tether job submit --queue Q --type T --payload JSON"); err != nil {
+	if _, err := ParseArgs(fs, args, 0, "tether job submit --queue Q --type T --payload JSON"); err != nil {
 		return err
 	}
 	req, err := job()
@@ -211,7 +114,7 @@ func jobSubmit(args []string) error {
 		return err
 	}
 	req.DelaySeconds, req.IdempotencyKey = delay.Seconds(), *key
-	j, err := cf.client().Submit(context.Background(), req)
+	j, err := cf.Client().Submit(context.Background(), req)
 	if err != nil {
 		return err
 	}
@@ -219,7 +122,7 @@ func jobSubmit(args []string) error {
 		_, err := fmt.Println(j.ID)
 		return err
 	}
-	return cf.print(j, func() string {
+	return cf.Print(j, func() string {
 		hit := ""
 		if j.IdempotentHit != nil && *j.IdempotentHit {
 			hit = " (the job this idempotency key already made)"
@@ -252,41 +155,11 @@ func jobFlags(fs *flag.FlagSet) func() (wire.SubmitRequest, error) {
 				return req, err
 			}
 			if !json.Valid(raw) {
-				return req, badFlagf(fs, "--payload is not valid JSON")
+				return req, BadFlagf(fs, "--payload is not valid JSON")
 			}
 			req.Payload = raw
 		}
 		return req, nil
-	}
-}
-
-// readArg returns s, or the contents of a file for @FILE, or stdin for @-.
-func readArg(s string) ([]byte, error) {
-	switch {
-	case s == "@-":
-		return io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
-	case strings.HasPrefix(s, "@"):
-		return os.ReadFile(s[1:])
-	}
-	return []byte(s), nil
-}
-
-// byID is a command that takes one id, asks the server with call, and prints the answer with
-// show (or as JSON).
-func byID[T any](name, usage string, call func(*client.Client, context.Context, string) (T, error), show func(T) string) func([]string) error {
-	return func(args []string) error {
-		fs := flag.NewFlagSet(name, flag.ContinueOnError)
-		var cf clientFlags
-		cf.register(fs, apiKeyHelp)
-		pos, err := parseArgs(fs, args, 1, usage)
-		if err != nil {
-			return err
-		}
-		v, err := call(cf.client(), context.Background(), pos[0])
-		if err != nil {
-			return err
-		}
-		return cf.print(v, func() string { return show(v) })
 	}
 }
 
@@ -331,8 +204,8 @@ func describe(j *wire.Job) string {
 
 func jobList(args []string) error {
 	fs := flag.NewFlagSet("job ls", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
 	var o client.ListOptions
 	fs.StringVar(&o.Status, "status", "", "only jobs with this status")
 	fs.StringVar(&o.Queue, "queue", "", "only jobs of this queue")
@@ -341,17 +214,17 @@ func jobList(args []string) error {
 	fs.BoolVar(&o.Newest, "newest", false, "newest jobs first")
 	fs.StringVar(&o.Cursor, "cursor", "", "the next_cursor of the previous page")
 	fs.IntVar(&o.Limit, "limit", 50, "jobs per page, 1..1000")
-	if _, err := parseArgs(fs, args, 0, "tether job ls [--status S] [--queue Q] [--label K=V] [--newest]"); err != nil {
+	if _, err := ParseArgs(fs, args, 0, "tether job ls [--status S] [--queue Q] [--label K=V] [--newest]"); err != nil {
 		return err
 	}
 	if o.Limit < 1 || o.Limit > 1000 {
-		return badFlagf(fs, "--limit %d: want 1..1000", o.Limit)
+		return BadFlagf(fs, "--limit %d: want 1..1000", o.Limit)
 	}
-	l, err := cf.client().List(context.Background(), o)
+	l, err := cf.Client().List(context.Background(), o)
 	if err != nil {
 		return err
 	}
-	return cf.print(l, func() string {
+	return cf.Print(l, func() string {
 		var b strings.Builder
 		w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tSTATUS\tQUEUE\tTYPE\tATTEMPT\tUPDATED")
@@ -369,13 +242,13 @@ func jobList(args []string) error {
 func jobAction(action string) func([]string) error {
 	return func(args []string) error {
 		fs := flag.NewFlagSet("job "+action, flag.ContinueOnError)
-		var cf clientFlags
-		cf.register(fs, apiKeyHelp)
-		pos, err := parseArgs(fs, args, 1, "tether job "+action+" JOB_ID")
+		var cf ClientFlags
+		cf.Register(fs, apiKeyHelp)
+		pos, err := ParseArgs(fs, args, 1, "tether job "+action+" JOB_ID")
 		if err != nil {
 			return err
 		}
-		c := cf.client()
+		c := cf.Client()
 		do := c.Cancel
 		if action == "retry" {
 			do = c.Retry
@@ -384,7 +257,7 @@ func jobAction(action string) func([]string) error {
 		if err != nil {
 			return err
 		}
-		return cf.print(j, func() string { return describe(j) })
+		return cf.Print(j, func() string { return describe(j) })
 	}
 }
 
@@ -393,8 +266,8 @@ func jobAction(action string) func([]string) error {
 func jobBulk(action string) func([]string) error {
 	return func(args []string) error {
 		fs := flag.NewFlagSet("job "+action+"-all", flag.ContinueOnError)
-		var cf clientFlags
-		cf.register(fs, apiKeyHelp)
+		var cf ClientFlags
+		cf.Register(fs, apiKeyHelp)
 		var req wire.BulkRequest
 		fs.StringVar(&req.Queue, "queue", "", "only jobs of this queue")
 		fs.StringVar(&req.Type, "type", "", "only jobs of this type")
@@ -404,21 +277,21 @@ func jobBulk(action string) func([]string) error {
 		}
 		before := fs.String("created-before", "", "only jobs created before this time (RFC 3339) or this long ago (a duration: 1h)")
 		all := fs.Bool("all", false, "act on every job the other flags leave in, even with no filter given")
-		if _, err := parseArgs(fs, args, 0, "tether job "+action+"-all [--queue Q] [--type T] [--label K=V] [--created-before T] [--all]"); err != nil {
+		if _, err := ParseArgs(fs, args, 0, "tether job "+action+"-all [--queue Q] [--type T] [--label K=V] [--created-before T] [--all]"); err != nil {
 			return err
 		}
 		if *before != "" {
 			t, err := pastTime(*before)
 			if err != nil {
-				return badFlagf(fs, "--created-before %q: %v", *before, err)
+				return BadFlagf(fs, "--created-before %q: %v", *before, err)
 			}
 			req.CreatedBefore = &t
 		}
 		if req.Queue == "" && req.Type == "" && req.Label == "" && req.Status == "" && req.CreatedBefore == nil && !*all {
-			return badFlagf(fs, "no filter given: name one, or pass --all to %s every job", map[string]string{"cancel": "cancel", "retry": "re-drive"}[action])
+			return BadFlagf(fs, "no filter given: name one, or pass --all to %s every job", map[string]string{"cancel": "cancel", "retry": "re-drive"}[action])
 		}
 		req.All = *all // the server, too, acts on no filter only when told
-		c := cf.client()
+		c := cf.Client()
 		req.Cursor = projections.CursorFirst // so that a cursor that does not move shows as one
 		var done, requested, matched int
 		skipped := map[string]int{}
@@ -454,7 +327,7 @@ func jobBulk(action string) func([]string) error {
 		} else {
 			out["redriven"] = done
 		}
-		return cf.print(out, func() string {
+		return cf.Print(out, func() string {
 			var b strings.Builder
 			if action == "cancel" {
 				fmt.Fprintf(&b, "%d jobs cancelled, %d leased jobs asked to stop", done, requested)
@@ -492,37 +365,37 @@ func pastTime(s string) (time.Time, error) {
 
 func jobDelete(args []string) error {
 	fs := flag.NewFlagSet("job delete", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
-	pos, err := parseArgs(fs, args, 1, "tether job delete JOB_ID")
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
+	pos, err := ParseArgs(fs, args, 1, "tether job delete JOB_ID")
 	if err != nil {
 		return err
 	}
-	d, err := cf.client().Delete(context.Background(), pos[0])
+	d, err := cf.Client().Delete(context.Background(), pos[0])
 	if err != nil {
 		return err
 	}
-	return cf.print(d, func() string {
+	return cf.Print(d, func() string {
 		return fmt.Sprintf("%s deleted\nreceipt seq=%d hash=%s\n", d.ID, d.Receipt.Seq, d.Receipt.Hash)
 	})
 }
 
 func jobPurge(args []string) error {
 	fs := flag.NewFlagSet("job purge", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
 	queue := fs.String("queue", "", "only this queue's dead letters (default: every queue)")
 	olderThan := fs.Duration("older-than", 0, "only dead letters that died at least this long ago (required; 0s takes them all)")
-	if _, err := parseArgs(fs, args, 0, "tether job purge --older-than 24h [--queue Q]"); err != nil {
+	if _, err := ParseArgs(fs, args, 0, "tether job purge --older-than 24h [--queue Q]"); err != nil {
 		return err
 	}
 	if !setFlags(fs)["older-than"] {
-		return badFlagf(fs, "--older-than is required: how old a dead letter must be to go (0s: all of them)")
+		return BadFlagf(fs, "--older-than is required: how old a dead letter must be to go (0s: all of them)")
 	}
 	if *olderThan < 0 {
-		return badFlagf(fs, "--older-than %s must not be negative", *olderThan)
+		return BadFlagf(fs, "--older-than %s must not be negative", *olderThan)
 	}
-	c := cf.client()
+	c := cf.Client()
 	total := 0
 	var last *wire.PurgeResponse
 	for { // a call takes at most 1,000
@@ -537,22 +410,22 @@ func jobPurge(args []string) error {
 		}
 	}
 	last.Purged = total
-	return cf.print(last, func() string { return fmt.Sprintf("%d dead letters purged\n", total) })
+	return cf.Print(last, func() string { return fmt.Sprintf("%d dead letters purged\n", total) })
 }
 
 func jobWatch(args []string) error {
 	fs := flag.NewFlagSet("job watch", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
 	after := fs.Int("after", 0, "start after this event number")
-	pos, err := parseArgs(fs, args, 1, "tether job watch JOB_ID")
+	pos, err := ParseArgs(fs, args, 1, "tether job watch JOB_ID")
 	if err != nil {
 		return err
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
 	enc := json.NewEncoder(os.Stdout)
-	status, err := cf.client().Watch(ctx, pos[0], *after, func(e wire.Event) error {
+	status, err := cf.Client().Watch(ctx, pos[0], *after, func(e wire.Event) error {
 		if cf.json {
 			return enc.Encode(e)
 		}
@@ -563,7 +436,7 @@ func jobWatch(args []string) error {
 }
 
 // watchEnded says how a watch ended, and fails unless what it watched succeeded.
-func watchEnded(cf clientFlags, what, status string, err error) error {
+func watchEnded(cf ClientFlags, what, status string, err error) error {
 	if err != nil {
 		return err
 	}
@@ -599,8 +472,9 @@ func summarize(e wire.Event) string {
 	return s
 }
 
-func runAdmin(args []string) error {
-	return subcommands("admin", []command{
+// Admin runs tether admin SUBCOMMAND: apikey, enroll-token, quota.
+func Admin(args []string) error {
+	return Subcommands("admin", []Command{
 		{"apikey", "create or revoke an API key: apikey create --tenant T | apikey revoke ID", adminAPIKey},
 		{"enroll-token", "make a token that registers workers: --tenant T --uses N --ttl D", adminEnrollToken},
 		{"quota", "set a tenant's limits: --tenant T --max-active N --max-running N", adminQuota},
@@ -611,20 +485,20 @@ const adminTokenHelp = "the admin token (none under --auth none)"
 
 func adminAPIKey(args []string) error {
 	fs := flag.NewFlagSet("admin apikey", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, adminTokenHelp)
+	var cf ClientFlags
+	cf.Register(fs, adminTokenHelp)
 	tenant := fs.String("tenant", "", "tenant of the new key")
 	quiet := fs.Bool("quiet", false, "print only the new key (for scripts: KEY=$(tether admin apikey create ... --quiet))")
-	pos, err := parseArgs(fs, args, -1, "")
+	pos, err := ParseArgs(fs, args, -1, "")
 	if err != nil {
 		return err
 	}
 	switch {
 	case len(pos) == 1 && pos[0] == "create":
 		if *tenant == "" {
-			return badFlagf(fs, "--tenant is required")
+			return BadFlagf(fs, "--tenant is required")
 		}
-		k, err := cf.client().CreateAPIKey(context.Background(), *tenant)
+		k, err := cf.Client().CreateAPIKey(context.Background(), *tenant)
 		if err != nil {
 			return err
 		}
@@ -632,38 +506,38 @@ func adminAPIKey(args []string) error {
 			_, err := fmt.Println(k.Key)
 			return err
 		}
-		return cf.print(k, func() string {
+		return cf.Print(k, func() string {
 			return fmt.Sprintf("api key %s for tenant %s (shown only now):\n%s\n", k.ID, k.Tenant, k.Key)
 		})
 	case len(pos) == 2 && pos[0] == "revoke":
-		if err := cf.client().RevokeAPIKey(context.Background(), pos[1]); err != nil {
+		if err := cf.Client().RevokeAPIKey(context.Background(), pos[1]); err != nil {
 			return err
 		}
-		return cf.print(map[string]string{"revoked": pos[1]}, func() string { return "revoked " + pos[1] + "\n" })
+		return cf.Print(map[string]string{"revoked": pos[1]}, func() string { return "revoked " + pos[1] + "\n" })
 	}
-	return badFlagf(fs, "usage: tether admin apikey create --tenant T | tether admin apikey revoke KEY_ID")
+	return BadFlagf(fs, "usage: tether admin apikey create --tenant T | tether admin apikey revoke KEY_ID")
 }
 
 func adminEnrollToken(args []string) error {
 	fs := flag.NewFlagSet("admin enroll-token", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, adminTokenHelp)
+	var cf ClientFlags
+	cf.Register(fs, adminTokenHelp)
 	tenant := fs.String("tenant", "", "tenant the workers join")
 	uses := fs.Int("uses", 1, "how many workers may register with it")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long it lasts")
 	quiet := fs.Bool("quiet", false, "print only the new token (for scripts: ENROLL=$(tether admin enroll-token ... --quiet))")
-	if _, err := parseArgs(fs, args, 0, "tether admin enroll-token --tenant T [--uses N] [--ttl D]"); err != nil {
+	if _, err := ParseArgs(fs, args, 0, "tether admin enroll-token --tenant T [--uses N] [--ttl D]"); err != nil {
 		return err
 	}
 	switch {
 	case *tenant == "":
-		return badFlagf(fs, "--tenant is required")
+		return BadFlagf(fs, "--tenant is required")
 	case *uses < 1:
-		return badFlagf(fs, "--uses %d: a token must let at least one worker register", *uses)
+		return BadFlagf(fs, "--uses %d: a token must let at least one worker register", *uses)
 	case *ttl <= 0:
-		return badFlagf(fs, "--ttl %s: want a positive duration", *ttl)
+		return BadFlagf(fs, "--ttl %s: want a positive duration", *ttl)
 	}
-	t, err := cf.client().CreateEnrollToken(context.Background(), *tenant, *uses, *ttl)
+	t, err := cf.Client().CreateEnrollToken(context.Background(), *tenant, *uses, *ttl)
 	if err != nil {
 		return err
 	}
@@ -671,20 +545,20 @@ func adminEnrollToken(args []string) error {
 		_, err := fmt.Println(t.Token)
 		return err
 	}
-	return cf.print(t, func() string {
+	return cf.Print(t, func() string {
 		return fmt.Sprintf("enroll token for tenant %s, %d use(s), until %s (shown only now):\n%s\n", t.Tenant, t.Uses, t.ExpiresAt.Format(time.RFC3339), t.Token)
 	})
 }
 
 func adminQuota(args []string) error {
 	fs := flag.NewFlagSet("admin quota", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, adminTokenHelp)
+	var cf ClientFlags
+	cf.Register(fs, adminTokenHelp)
 	tenant := fs.String("tenant", "", "tenant (required)")
 	maxActive := fs.Int("max-active", 0, "non-terminal jobs plus reservations (0: unlimited); left out: unchanged")
 	maxRunning := fs.Int("max-running", 0, "leased jobs at once (0: unlimited); left out: unchanged")
 	const usage = "tether admin quota --tenant T [--max-active N] [--max-running N]"
-	if _, err := parseArgs(fs, args, 0, usage); err != nil {
+	if _, err := ParseArgs(fs, args, 0, usage); err != nil {
 		return err
 	}
 	given := setFlags(fs)
@@ -697,24 +571,17 @@ func adminQuota(args []string) error {
 	}
 	switch {
 	case *tenant == "":
-		return badFlagf(fs, "--tenant is required; usage: %s", usage)
+		return BadFlagf(fs, "--tenant is required; usage: %s", usage)
 	case active == nil && running == nil:
-		return badFlagf(fs, "nothing to change: give --max-active, --max-running or both; usage: %s", usage)
+		return BadFlagf(fs, "nothing to change: give --max-active, --max-running or both; usage: %s", usage)
 	case *maxActive < 0 || *maxRunning < 0:
-		return badFlagf(fs, "--max-active and --max-running are 0 (unlimited) or more")
+		return BadFlagf(fs, "--max-active and --max-running are 0 (unlimited) or more")
 	}
-	q, err := cf.client().SetQuota(context.Background(), *tenant, active, running)
+	q, err := cf.Client().SetQuota(context.Background(), *tenant, active, running)
 	if err != nil {
 		return err
 	}
-	return cf.print(q, func() string {
+	return cf.Print(q, func() string {
 		return fmt.Sprintf("tenant %s: max_active %d, max_running %d (0: unlimited); active %d, running %d\n", q.Tenant, q.MaxActive, q.MaxRunning, q.Active, q.Running)
 	})
-}
-
-// setFlags names the flags given on the command line or through their environment twins.
-func setFlags(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -14,14 +14,15 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-func runSchedule(args []string) error {
+// Schedule runs tether schedule SUBCOMMAND: create, get, ls, pause, resume, delete.
+func Schedule(args []string) error {
 	pause := func(c *client.Client, ctx context.Context, id string) (*wire.Schedule, error) {
 		return c.PauseSchedule(ctx, id, true)
 	}
 	resume := func(c *client.Client, ctx context.Context, id string) (*wire.Schedule, error) {
 		return c.PauseSchedule(ctx, id, false)
 	}
-	return subcommands("schedule", []command{
+	return Subcommands("schedule", []Command{
 		{"create", "create a schedule: create --name N --cron EXPR [--timezone TZ] --queue Q --type T ...", scheduleCreate},
 		{"get", "show a schedule", byID("schedule get", "tether schedule get SCHEDULE_ID|NAME", byIDOrName((*client.Client).Schedule), showSchedule)},
 		{"ls", "list the schedules, by name", scheduleList},
@@ -57,30 +58,30 @@ func byIDOrName[T any](call func(*client.Client, context.Context, string) (T, er
 
 func scheduleCreate(args []string) error {
 	fs := flag.NewFlagSet("schedule create", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
 	name := fs.String("name", "", "the schedule's name, unique in the tenant (creating it again with the same definition is a no-op)")
 	cron := fs.String("cron", "", `five fields "min hour day month weekday", or @hourly, @daily, @weekly, @monthly, @every 90s`)
 	timezone := fs.String("timezone", "UTC", "the IANA time zone the cron is read in, e.g. Europe/Paris")
 	overlap := fs.String("overlap", "skip", "skip: no firing while the last one's job is live; allow: fire anyway")
 	catchUp := fs.String("catch-up", "one", "ticks missed while the server was down: one fires once for the newest; none skips them")
 	job := jobFlags(fs)
-	if _, err := parseArgs(fs, args, 0, `tether schedule create --name N --cron "0 3 * * *" --queue Q --type T`); err != nil {
+	if _, err := ParseArgs(fs, args, 0, `tether schedule create --name N --cron "0 3 * * *" --queue Q --type T`); err != nil {
 		return err
 	}
 	if *name == "" || *cron == "" {
-		return badFlagf(fs, "--name and --cron are required")
+		return BadFlagf(fs, "--name and --cron are required")
 	}
 	req, err := job()
 	if err != nil {
 		return err
 	}
-	s, err := cf.client().CreateSchedule(context.Background(), wire.ScheduleRequest{Name: *name, Cron: *cron, Timezone: *timezone,
+	s, err := cf.Client().CreateSchedule(context.Background(), wire.ScheduleRequest{Name: *name, Cron: *cron, Timezone: *timezone,
 		Job: req, Overlap: *overlap, CatchUp: *catchUp})
 	if err != nil {
 		return err
 	}
-	return cf.print(s, func() string { return showSchedule(s) })
+	return cf.Print(s, func() string { return showSchedule(s) })
 }
 
 // showSchedule prints a schedule.
@@ -125,16 +126,16 @@ func timeOrDash(t *time.Time) string {
 
 func scheduleList(args []string) error {
 	fs := flag.NewFlagSet("schedule ls", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
-	if _, err := parseArgs(fs, args, 0, "tether schedule ls"); err != nil {
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
+	if _, err := ParseArgs(fs, args, 0, "tether schedule ls"); err != nil {
 		return err
 	}
-	list, err := cf.client().Schedules(context.Background())
+	list, err := cf.Client().Schedules(context.Background())
 	if err != nil {
 		return err
 	}
-	return cf.print(list, func() string {
+	return cf.Print(list, func() string {
 		var b strings.Builder
 		w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tNAME\tCRON\tTIMEZONE\tSTATUS\tNEXT\tFIRED")

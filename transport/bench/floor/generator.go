@@ -1,4 +1,4 @@
-package main
+package floor
 
 import (
 	"bufio"
@@ -17,12 +17,13 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// shape is one run's shape, as in `tether bench`.
-type shape struct {
+// Shape is one run's shape, as in `tether bench`.
+type Shape struct {
 	Jobs, Producers, Workers int
 }
 
-type result struct {
+// Result is what a run measured.
+type Result struct {
 	JobsPerSecond float64
 	Records       int
 	Syncs         int
@@ -30,7 +31,7 @@ type result struct {
 	GeneratorCPU  time.Duration
 }
 
-func (r result) eventsPerSync() float64 {
+func (r Result) eventsPerSync() float64 {
 	if r.Syncs == 0 {
 		return 0
 	}
@@ -40,9 +41,9 @@ func (r result) eventsPerSync() float64 {
 const submitBody = `{"queue":"bench-0123456789ab","type":"noop","payload":{"sent":1763772000000000000}}`
 
 // generate connects the workers, then runs the producers until every completion is acked.
-func generate(addr string, s shape) (result, error) {
+func generate(addr string, s Shape) (Result, error) {
 	if s.Jobs < 1 || s.Producers < 1 || s.Workers < 1 {
-		return result{}, errors.New("jobs, producers and workers must each be at least 1")
+		return Result{}, errors.New("jobs, producers and workers must each be at least 1")
 	}
 	var acked atomic.Int64
 	allAcked := make(chan struct{})
@@ -55,7 +56,7 @@ func generate(addr string, s shape) (result, error) {
 	for range s.Workers {
 		c, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws", nil)
 		if err != nil {
-			return result{}, err
+			return Result{}, err
 		}
 		conns = append(conns, c)
 		go runWorker(c, func() {
@@ -67,7 +68,7 @@ func generate(addr string, s shape) (result, error) {
 
 	before, err := fetchStats(addr)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	cpu0, start := processCPU(), time.Now()
 	var next atomic.Int64
@@ -79,16 +80,16 @@ func generate(addr string, s shape) (result, error) {
 	}
 	for range s.Producers {
 		if err := <-errs; err != nil {
-			return result{}, err
+			return Result{}, err
 		}
 	}
 	<-allAcked
 	elapsed, generatorCPU := time.Since(start), processCPU()-cpu0
 	after, err := fetchStats(addr)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
-	return result{
+	return Result{
 		JobsPerSecond: float64(s.Jobs) / elapsed.Seconds(),
 		Records:       after.Records - before.Records,
 		Syncs:         after.Syncs - before.Syncs,

@@ -1,4 +1,4 @@
-package main
+package floor
 
 import (
 	"encoding/json"
@@ -90,7 +90,7 @@ func (l *groupLog) loop() {
 				buf = append(buf, record...)
 			}
 			if l.off+int64(len(buf)) > prefill {
-				l.off = 0 // the shape, not the size, is measured: wrap within the prefilled region
+				l.off = 0 // the Shape, not the size, is measured: wrap within the prefilled region
 			}
 			if _, err := l.file.WriteAt(buf, l.off); err != nil {
 				panic(err) // as tether stops on a failed write
@@ -175,7 +175,7 @@ func (d *dispatcher) lease(w *worker) {
 	d.log.append(func() { go w.send(assignFrame) })
 }
 
-// handler serves the shape: POST /v1/jobs, GET /ws and GET /stats.
+// handler serves the Shape: POST /v1/jobs, GET /ws and GET /stats.
 func handler(l *groupLog) http.Handler {
 	d := &dispatcher{log: l}
 	var upgrader websocket.Upgrader
@@ -216,8 +216,9 @@ func handler(l *groupLog) http.Handler {
 	return mux
 }
 
-// serveChild listens on a loopback port, prints its address and serves until killed.
-func serveChild(path string, fsync bool) error {
+// Serve is the server Run starts in a child process: it listens on a loopback port, prints its
+// address on stdout and serves until killed, with its records in the file at path.
+func Serve(path string, fsync bool) error {
 	l, err := openGroupLog(path, fsync)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package floor
 
 import (
 	"net"
@@ -23,7 +23,7 @@ func TestFloorRunsTheShape(t *testing.T) {
 		go srv.Serve(ln)
 
 		const jobs = 300
-		res, err := generate(ln.Addr().String(), shape{Jobs: jobs, Producers: 4, Workers: 3})
+		res, err := generate(ln.Addr().String(), Shape{Jobs: jobs, Producers: 4, Workers: 3})
 		srv.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -38,7 +38,7 @@ func TestFloorRunsTheShape(t *testing.T) {
 }
 
 func TestFloorRefusesAnEmptyShape(t *testing.T) {
-	if _, err := generate("127.0.0.1:1", shape{Jobs: 0, Producers: 1, Workers: 1}); err == nil {
+	if _, err := generate("127.0.0.1:1", Shape{Jobs: 0, Producers: 1, Workers: 1}); err == nil {
 		t.Fatal("a run of no jobs was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"cmp"
@@ -19,8 +19,9 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-func runFlow(args []string) error {
-	return subcommands("flow", []command{
+// Flow runs tether flow SUBCOMMAND: submit, get, ls, watch, cancel.
+func Flow(args []string) error {
+	return Subcommands("flow", []Command{
 		{"submit", "submit a flow file: submit FILE --name N (FILE - reads stdin)", flowSubmit},
 		{"get", "show a flow and its steps", byID("flow get", "tether flow get FLOW_ID", (*client.Client).Flow, showFlow)},
 		{"ls", "list flows, newest first", flowList},
@@ -31,12 +32,12 @@ func runFlow(args []string) error {
 
 func flowSubmit(args []string) error {
 	fs := flag.NewFlagSet("flow submit", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
 	name := fs.String("name", "", "the flow's name (default: flow.name in the file)")
 	key := fs.String("idempotency-key", "", "submit at most once under this key (24 h)")
 	watch := fs.Bool("watch", false, "stream the flow's events until it ends")
-	pos, err := parseArgs(fs, args, 1, "tether flow submit FILE [--name N]")
+	pos, err := ParseArgs(fs, args, 1, "tether flow submit FILE [--name N]")
 	if err != nil {
 		return err
 	}
@@ -49,11 +50,11 @@ func flowSubmit(args []string) error {
 	if err != nil {
 		return err
 	}
-	f, err := cf.client().SubmitFlow(context.Background(), *name, data, *key)
+	f, err := cf.Client().SubmitFlow(context.Background(), *name, data, *key)
 	if err != nil {
 		return err
 	}
-	if err := cf.print(f, func() string { return showFlow(f) }); err != nil || !*watch {
+	if err := cf.Print(f, func() string { return showFlow(f) }); err != nil || !*watch {
 		return err
 	}
 	if f.Status == wire.FlowExpired {
@@ -127,19 +128,19 @@ func orDash(s string) string {
 
 func flowList(args []string) error {
 	fs := flag.NewFlagSet("flow ls", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
 	status := fs.String("status", "", "only flows of this status: running, succeeded, failed, cancelled")
 	limit := fs.Int("limit", 50, "at most this many")
 	cursor := fs.String("cursor", "", "the next_cursor of the previous page")
-	if _, err := parseArgs(fs, args, 0, "tether flow ls [--status S]"); err != nil {
+	if _, err := ParseArgs(fs, args, 0, "tether flow ls [--status S]"); err != nil {
 		return err
 	}
-	list, err := cf.client().Flows(context.Background(), *status, *cursor, *limit)
+	list, err := cf.Client().Flows(context.Background(), *status, *cursor, *limit)
 	if err != nil {
 		return err
 	}
-	return cf.print(list, func() string {
+	return cf.Print(list, func() string {
 		var b strings.Builder
 		w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tNAME\tSTATUS\tSTEPS\tCREATED")
@@ -162,10 +163,10 @@ func flowList(args []string) error {
 
 func flowWatch(args []string) error {
 	fs := flag.NewFlagSet("flow watch", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, apiKeyHelp)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp)
 	after := fs.Int("after", 0, "start after this event number")
-	pos, err := parseArgs(fs, args, 1, "tether flow watch FLOW_ID")
+	pos, err := ParseArgs(fs, args, 1, "tether flow watch FLOW_ID")
 	if err != nil {
 		return err
 	}
@@ -173,10 +174,10 @@ func flowWatch(args []string) error {
 }
 
 // watchFlow prints a flow's events until it ends; it fails unless the flow succeeded.
-func watchFlow(cf clientFlags, id string, after int) error {
+func watchFlow(cf ClientFlags, id string, after int) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	c := cf.client()
+	c := cf.Client()
 	f, err := c.Flow(ctx, id)
 	if err != nil {
 		return err

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"flag"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/transport/wire"
+)
+
+// A flag on the command line beats its TETHER_* twin, which beats the default.
+func TestParseFlagsEnvironmentTwins(t *testing.T) {
+	t.Setenv("TETHER_DATA", "/from/env")
+	t.Setenv("TETHER_LOG_LEVEL", "debug")
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	data := fs.String("data", "default-data", "")
+	addr := fs.String("addr", "default-addr", "")
+	level := fs.String("log-level", "info", "")
+	if err := ParseFlags(fs, []string{"--data", "/from/flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if *data != "/from/flag" || *level != "debug" || *addr != "default-addr" {
+		t.Fatalf("data=%q log-level=%q addr=%q; want the flag, the env twin, the default", *data, *level, *addr)
+	}
+}
+
+func TestParseFlagsRejectsBadEnvironment(t *testing.T) {
+	t.Setenv("TETHER_WORKERS", "many")
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Int("workers", 1, "")
+	if err := ParseFlags(fs, nil); err == nil {
+		t.Fatal("TETHER_WORKERS=many accepted for an int flag")
+	}
+}
+
+func TestLoggerFlags(t *testing.T) {
+	for _, tc := range []struct {
+		format, level string
+		ok            bool
+	}{
+		{"json", "info", true},
+		{"text", "debug", true},
+		{"auto", "warn", true},
+		{"xml", "info", false},
+		{"json", "loud", false},
+	} {
+		_, err := (&LogFlags{format: tc.format, level: tc.level}).Logger()
+		if (err == nil) != tc.ok {
+			t.Errorf("--log-format=%s --log-level=%s: err=%v, want ok=%v", tc.format, tc.level, err, tc.ok)
+		}
+	}
+}
+
+// No flag may read the TETHER_JOB_* variables a worker gives each job's program: a flag named
+// job-* is refused as soon as its command parses.
+func TestNoFlagReadsTheJobsVariables(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("job-id", "", "")
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a flag in the jobs' namespace was accepted")
+		}
+	}()
+	_ = ParseFlags(fs, []string{"--help"})
+}
+
+// A repeated submit whose flow has expired is said to be so, not shown as an empty file.
+func TestShowExpiredFlow(t *testing.T) {
+	hit := true
+	out := showFlow(&wire.Flow{ID: "01JFLOW", Name: "once", Status: wire.FlowExpired, IdempotentHit: &hit, Steps: map[string]wire.FlowStep{}})
+	for _, want := range []string{"flow 01JFLOW  once  expired  (submitted before with this idempotency key)", "has left every view"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("an expired flow: want %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "file:") || strings.Contains(out, "STEP") {
+		t.Fatalf("an expired flow shown with what is not known of it:\n%s", out)
+	}
+}
+
+// docs/errors.md lists the command line's own codes, every one and no other.
+func TestErrorsDocListsTheCommandLinesCodes(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/errors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `(CLI_[A-Z_]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		listed = append(listed, m[1])
+	}
+	if !slices.Equal(listed, cliCodes) {
+		t.Fatalf("docs/errors.md lists %v; the command line's codes are %v", listed, cliCodes)
+	}
+}
