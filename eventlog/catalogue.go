@@ -713,8 +713,3 @@ func unmarshalPayload(typ string, data []byte) (Payload, error) {
 	}
 	return v.Elem().Interface().(Payload), nil
 }
-
-// StreamOf names the stream a payload belongs to.
-//
-// Deprecated: use p.Stream(); StreamOf stays for the branches that still call it.
-func StreamOf(p Payload) string { return p.Stream() }
