@@ -50,13 +50,19 @@ func runWorker(args []string) error {
 	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600) and the results the server has not taken yet")
 	var lf cli.LogFlags
 	lf.Register(fs)
-	if err := cli.ParseFlags(fs, args); err != nil {
+	const usage = "tether worker [flags] -- COMMAND [ARGS]"
+	argv, err := cli.ParseCommand(fs, args, usage)
+	if err != nil {
 		return err
 	}
-	argv := fs.Args()
+	if err := lf.Check(); err != nil {
+		return cli.BadFlag(fs, err)
+	}
 	switch {
 	case len(argv) == 0:
-		return cli.BadFlagf(fs, "no command given; usage: tether worker [flags] -- COMMAND [ARGS]")
+		return cli.BadFlagf(fs, "no command given; usage: %s", usage)
+	case len(splitList(*queue)) == 0:
+		return cli.BadFlagf(fs, "--queue %q names no queue", *queue)
 	case *capacity < 1 || *capacity > 1000:
 		return cli.BadFlagf(fs, "--capacity %d: want 1..1000", *capacity)
 	case *timeout < 0, *grace < 0, *killGrace < 0:
@@ -73,7 +79,7 @@ func runWorker(args []string) error {
 	}
 	command := client.Command{Args: argv, Timeout: *timeout, KillGrace: *killGrace, FatalExitCodes: codes, Stderr: os.Stderr, Env: env}
 	if err := command.Check(); err != nil {
-		return err // a typo here would give every job back, one after another
+		return cli.BadFlag(fs, err) // a typo here would give every job back, one after another
 	}
 	var key ed25519.PrivateKey
 	if *keyFile != "" {

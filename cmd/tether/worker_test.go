@@ -58,19 +58,22 @@ func TestWorkerWithAMissingCommandRefusesToStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	workerRefuses(t, s, []string{"--queue", "typo", "--", "/path/that/does/not/exist"}, "/path/that/does/not/exist", "cannot be run")
+	workerRefuses(t, s, 2, []string{"--queue", "typo", "--", "/path/that/does/not/exist"}, "/path/that/does/not/exist", "cannot be run")
 	if got, _ := c.Get(context.Background(), j.ID); got.Status != "queued" || got.Attempt != 0 {
 		t.Fatalf("the job after the worker refused: %s attempt %d", got.Status, got.Attempt)
 	}
 }
 
-// workerRefuses runs `tether worker --server s` with args, which must exit 1 saying each of
-// want, and leave no worker registered.
-func workerRefuses(t *testing.T, s *server, args []string, want ...string) {
+// workerRefuses runs `tether worker --server s` with args, which must exit with code (2: a
+// command-line mistake, with the usage) saying each of want, and leave no worker registered.
+func workerRefuses(t *testing.T, s *server, code int, args []string, want ...string) {
 	t.Helper()
-	_, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, append([]string{"worker", "--server", s.url}, args...)...)
-	if code != 1 {
-		t.Fatalf("exit %d:\n%s", code, stderr)
+	_, stderr, got := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, append([]string{"worker", "--server", s.url}, args...)...)
+	if got != code {
+		t.Fatalf("exit %d, want %d:\n%s", got, code, stderr)
+	}
+	if code == 2 {
+		want = append(want, "usage")
 	}
 	mustContain(t, "stderr", stderr, want...)
 	if ws, _ := client.New(s.url, "", nil).Workers(context.Background()); len(ws.Workers) != 0 {
@@ -326,7 +329,7 @@ func TestWorkerTokenFileThatCannotBeWrittenRefusesToStart(t *testing.T) {
 		t.Skip("no /proc")
 	}
 	s := startServer(t, t.TempDir())
-	workerRefuses(t, s, []string{"--queue", "q", "--token-file", "/proc/self/tether-token", "--", "cat"}, "/proc/self/tether-token", "cannot be written")
+	workerRefuses(t, s, 1, []string{"--queue", "q", "--token-file", "/proc/self/tether-token", "--", "cat"}, "/proc/self/tether-token", "cannot be written")
 }
 
 // Two workers given one --token-file would share one worker id, and the server lets one

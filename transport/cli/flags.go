@@ -82,11 +82,35 @@ func ParseFlags(fs *flag.FlagSet, args []string) error {
 	return ParseFlagsEnv(fs, args, os.LookupEnv)
 }
 
-// ParseFlagsEnv is ParseFlags with the environment read through lookupEnv.
+// ParseFlagsEnv is ParseFlags with the environment read through lookupEnv. A command that
+// takes flags only refuses any other word: Go's flag package stops at the first one, and the
+// flags after it would be dropped without a word.
 func ParseFlagsEnv(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return BadFlagf(fs, "unexpected argument %q: tether %s takes flags only", fs.Arg(0), fs.Name())
+	}
+	return parseEnv(fs, lookupEnv)
+}
+
+// ParseCommand is ParseFlags for a command that runs another program: it returns what comes
+// after "--", and refuses a word before it, which would otherwise be taken for the program with
+// every flag after it as the program's arguments.
+func ParseCommand(fs *flag.FlagSet, args []string, usage string) ([]string, error) {
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	rest := fs.Args()
+	if consumed := args[:len(args)-len(rest)]; len(rest) > 0 && (len(consumed) == 0 || consumed[len(consumed)-1] != "--") {
+		return nil, BadFlagf(fs, "unexpected argument %q: the command goes after --; usage: %s", rest[0], usage)
+	}
+	return rest, parseEnv(fs, os.LookupEnv)
+}
+
+// parseEnv fills every flag not given on the command line from its environment twin.
+func parseEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
