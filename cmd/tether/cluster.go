@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,8 +87,18 @@ func (n *clusterFlags) register(fs *flag.FlagSet) {
 }
 
 func (n *clusterFlags) check(fs *flag.FlagSet) error {
-	if n.reconfigure && n.log == "" {
-		return badFlagf(fs, "--cluster-reconfigure goes with --log nats://...")
+	if n.log == "" {
+		// Given without a replicated log, these would be taken and do nothing.
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "cluster-reconfigure", "nats-replicas", "leader-ttl", "advertise":
+				given = append(given, "--"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return badFlagf(fs, "%s goes with --log nats://...", strings.Join(given, " and "))
+		}
 	}
 	if err := n.natsConn.check(fs); err != nil || n.log == "" {
 		return err
@@ -97,7 +108,7 @@ func (n *clusterFlags) check(fs *flag.FlagSet) error {
 		return badFlagf(fs, "--nats-replicas %d: want 1..5", n.replicas)
 	case n.leaderTTL < leaderTTLMin || n.leaderTTL > leaderTTLMax:
 		return badFlagf(fs, "--leader-ttl %s: want %s..%s", n.leaderTTL, leaderTTLMin, leaderTTLMax)
-	case n.advertise != "" && !strings.HasPrefix(n.advertise, "http://") && !strings.HasPrefix(n.advertise, "https://"):
+	case n.advertise != "" && !httpURL(n.advertise):
 		return badFlagf(fs, "--advertise %q: want an http:// or https:// URL", n.advertise)
 	}
 	return nil
@@ -315,4 +326,10 @@ func secretDigest(what, token string) string {
 	}
 	sum := sha256.Sum256([]byte("tether " + what + " token\x00" + token))
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// httpURL reports whether s is an http:// or https:// URL with a host.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }

@@ -111,28 +111,40 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	fs.DurationVar(&c.archiveKeep, "archive-keep", 0, "delete archive segments whose last record is older than this; 0: keep them for ever")
 	fs.IntVar(&c.flowBytes, "flow-bytes-max", flowfile.BytesMaxDefault, "the largest flow file POST /v1/flows takes, in bytes")
 	c.cluster.register(fs)
-	fs.IntVar(&c.procs, "procs", 0, "Go processors to run on (GOMAXPROCS); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set")
+	fs.IntVar(&c.procs, "procs", 0, fmt.Sprintf("Go processors to run on (GOMAXPROCS), at most %d (256 or 4 per CPU, whichever is more); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set", procsMax()))
 	c.log.Register(fs)
 	if err := cli.ParseFlagsEnv(fs, args, lookupEnv); err != nil {
 		return c, err
 	}
 	if err := c.log.Check(); err != nil {
-		return c, err
+		return c, cli.BadFlag(fs, err)
 	}
 	c.auth = transport.AuthMode(*auth)
 	switch {
-	case c.procs < 0:
-		return c, cli.BadFlagf(fs, "--procs %d: want 0 (the default) or more", c.procs)
+	case c.procs < 0 || c.procs > procsMax():
+		return c, cli.BadFlagf(fs, "--procs %d: want 0 (the default) to %d (256 or 4 per CPU, whichever is more)", c.procs, procsMax())
 	case c.auth != transport.AuthNone && c.auth != transport.AuthToken:
 		return c, cli.BadFlagf(fs, "--auth %q: want none or token", *auth)
+	case !hostPort(c.addr):
+		return c, cli.BadFlagf(fs, "--addr %q: want host:port, the port 0..65535", c.addr)
+	case c.metricsAddr != "" && !hostPort(c.metricsAddr):
+		return c, cli.BadFlagf(fs, "--metrics-addr %q: want host:port, the port 0..65535", c.metricsAddr)
+	case c.pprofAddr != "" && !hostPort(c.pprofAddr):
+		return c, cli.BadFlagf(fs, "--pprof-addr %q: want host:port, the port 0..65535", c.pprofAddr)
+	case sameAddr(c.addr, c.metricsAddr):
+		return c, cli.BadFlagf(fs, "--metrics-addr %q is --addr too; give it an address of its own", c.metricsAddr)
+	case sameAddr(c.addr, c.pprofAddr):
+		return c, cli.BadFlagf(fs, "--pprof-addr %q is --addr too; give it an address of its own", c.pprofAddr)
+	case sameAddr(c.metricsAddr, c.pprofAddr):
+		return c, cli.BadFlagf(fs, "--metrics-addr %q is --pprof-addr too; give each an address of its own", c.metricsAddr)
 	case c.auth == transport.AuthNone && !loopback(c.addr):
 		return c, cli.BadFlagf(fs, "--auth none serves loopback addresses only, not %q; use --auth token", c.addr)
-	case !hostPort(c.addr):
-		return c, cli.BadFlagf(fs, "--addr %q: want host:port", c.addr)
 	case c.adminToken != "" && len(c.adminToken) < transport.AdminTokenLenMin:
 		return c, cli.BadFlagf(fs, "--admin-token is %d characters; it needs at least %d", len(c.adminToken), transport.AdminTokenLenMin)
 	case c.metricsToken != "" && len(c.metricsToken) < transport.AdminTokenLenMin:
 		return c, cli.BadFlagf(fs, "--metrics-token is %d characters; it needs at least %d", len(c.metricsToken), transport.AdminTokenLenMin)
+	case c.metricsToken != "" && c.metricsToken == c.adminToken:
+		return c, cli.BadFlagf(fs, "--metrics-token is the admin token: a scraper would hold the admin's rights; give it a token of its own (the admin token reads /metrics anyway)")
 	case c.metricsAddr != "" && !loopback(c.metricsAddr):
 		return c, cli.BadFlagf(fs, "--metrics-addr %q: /metrics without a credential is served on loopback addresses only; elsewhere scrape the main address with --metrics-token", c.metricsAddr)
 	case c.pprofAddr != "" && !loopback(c.pprofAddr):
@@ -143,6 +155,8 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 		return c, cli.BadFlagf(fs, "--data is empty")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return c, cli.BadFlagf(fs, "--tls-cert and --tls-key go together")
+	case c.tlsCert != "" && *insecureHTTP:
+		return c, cli.BadFlagf(fs, "--insecure-http serves plain HTTP, --tls-cert HTTPS: give one or the other")
 	case c.auth == transport.AuthToken && !loopback(c.addr) && c.tlsCert == "" && !*insecureHTTP:
 		return c, cli.BadFlagf(fs, "--auth token on %s, a non-loopback address, would send API keys and tokens in clear text: give --tls-cert and --tls-key, or --insecure-http behind a proxy that terminates TLS", c.addr)
 	case c.tokenTTL < workerTokenTTLMin || c.tokenTTL > workerTokenTTLMax:
@@ -163,6 +177,14 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	if err := c.cluster.check(fs); err != nil {
 		return c, err
 	}
+	if fi, err := os.Stat(c.data); err == nil && !fi.IsDir() {
+		return c, cli.BadFlagf(fs, "--data %s is a file, not a directory", c.data)
+	}
+	if c.archiveDir != "" {
+		if fi, err := os.Stat(c.archiveDir); err == nil && !fi.IsDir() {
+			return c, cli.BadFlagf(fs, "--archive-dir %s is a file, not a directory", c.archiveDir)
+		}
+	}
 	if c.tlsCert != "" {
 		// Loaded to be checked (readable, a pair, in date); serve loads it again with its logger.
 		if _, err := transport.NewCertReloader(c.tlsCert, c.tlsKey, time.Now, nil); err != nil {
@@ -173,8 +195,10 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 }
 
 // serve runs the server that c describes until a signal stops it, the log fails, or it loses
-// the lead of a replicated log.
-func serve(c serverConfig) error {
+// the lead of a replicated log. It listens before it makes anything on disk, and a start that
+// fails before recovery begins (the replicated log unreachable, say) takes away the data dir
+// it made.
+func serve(c serverConfig) (err error) {
 	log, err := c.log.Logger()
 	if err != nil {
 		return err
@@ -188,6 +212,28 @@ func serve(c serverConfig) error {
 		if certs, err = transport.NewCertReloader(c.tlsCert, c.tlsKey, time.Now, log); err != nil {
 			return err
 		}
+	}
+	// Listen first: an address in use fails the start with nothing made on disk.
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	var mln net.Listener
+	if c.metricsAddr != "" {
+		if mln, err = net.Listen("tcp", c.metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		defer mln.Close()
+	}
+	_, statErr := os.Stat(c.data)
+	recovering := false
+	if errors.Is(statErr, os.ErrNotExist) {
+		defer func() {
+			if err != nil && !recovering {
+				_ = os.RemoveAll(c.data) // made here, for a start that failed before using it
+			}
+		}()
 	}
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -208,10 +254,6 @@ func serve(c serverConfig) error {
 			log.Warn("pprof stopped", zap.String("code", "PPROF_STOPPED"), zap.Error(http.ListenAndServe(c.pprofAddr, pprofMux())))
 		}()
 	}
-	ln, err := net.Listen("tcp", c.addr)
-	if err != nil {
-		return err
-	}
 	srv := transport.NewHTTPServer(api, log)
 	scheme := "http"
 	if certs != nil {
@@ -226,11 +268,7 @@ func serve(c serverConfig) error {
 		}
 		served <- srv.Serve(limited)
 	}()
-	if c.metricsAddr != "" {
-		mln, err := net.Listen("tcp", c.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
+	if mln != nil {
 		msrv := transport.NewHTTPServer(api.MetricsHandler(), log)
 		defer msrv.Close()
 		go func() { _ = msrv.Serve(mln) }()
@@ -269,6 +307,7 @@ func serve(c serverConfig) error {
 		err error
 	}
 	recovered := make(chan opened, 1)
+	recovering = true
 	go func() {
 		cfg := broker.Config{Dir: c.data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: c.tokenTTL,
 			Retention: projections.Retention{Done: c.retain, Dead: c.retainDead, MaxDead: c.maxDead},
@@ -352,10 +391,36 @@ func pprofMux() *http.ServeMux {
 	return m
 }
 
-// hostPort reports whether addr is a host:port that net.Listen can take.
+// hostPort reports whether addr is a host:port that net.Listen can take, the port a number
+// 0..65535.
 func hostPort(addr string) bool {
-	_, _, err := net.SplitHostPort(addr)
-	return err == nil
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n <= 65535
+}
+
+// sameAddr reports whether two listen addresses, both given, are the same one, which the second
+// listen would find taken; port 0 picks a free port each time.
+func sameAddr(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return strings.EqualFold(ha, hb) || wildcard(ha) || wildcard(hb)
+}
+
+// procsMax is the most --procs takes: 256, or 4 per CPU on a larger machine. Past a few per CPU
+// the Ps only add threads that contend; 100,000 made a server that never became ready.
+func procsMax() int {
+	return max(256, 4*goruntime.NumCPU())
 }
 
 // loopback reports whether addr listens on a loopback interface only.

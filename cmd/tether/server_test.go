@@ -22,7 +22,12 @@ func TestParseServerConfigRefuses(t *testing.T) {
 	transporttest.WriteCert(t, good, good+".key", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
 	transporttest.WriteCert(t, expired, expired+".key", time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	transporttest.WriteCert(t, notYet, notYet+".key", time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC))
+	aFile := filepath.Join(certs, "a-file")
+	if err := os.WriteFile(aFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	const nats = "nats://127.0.0.1:4222/TETHER"
+	const token = "0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct {
 		args  []string
 		env   map[string]string
@@ -33,9 +38,32 @@ func TestParseServerConfigRefuses(t *testing.T) {
 		{args: []string{"--addr"}, want: "flag needs an argument: -addr", usage: true},
 		{args: []string{"--max-conns", "many"}, want: "invalid value", usage: true},
 		{env: map[string]string{"TETHER_MAX_DEAD": "lots"}, want: `TETHER_MAX_DEAD="lots"`, usage: true},
-		{args: []string{"--log-level", "loud"}, want: "--log-level"},
-		{env: map[string]string{"TETHER_LOG_FORMAT": "xml"}, want: `--log-format "xml": want json, text or auto`},
-		{args: []string{"--procs", "-1"}, want: "--procs -1: want 0 (the default) or more", usage: true},
+		{args: []string{"stray"}, want: `unexpected argument "stray": tether server takes flags only`, usage: true},
+		{args: []string{"stray", "--auth", "token"}, want: `unexpected argument "stray"`, usage: true},
+		{args: []string{"--addr", "127.0.0.1:0", "stray"}, want: `unexpected argument "stray"`, usage: true},
+		{args: []string{"--log-level", "loud"}, want: "--log-level", usage: true},
+		{args: []string{"--log-level", "verbose"}, want: "--log-level", usage: true},
+		{env: map[string]string{"TETHER_LOG_LEVEL": "loud"}, want: "--log-level", usage: true},
+		{args: []string{"--log-format", "xml"}, want: `--log-format "xml": want json, text or auto`, usage: true},
+		{env: map[string]string{"TETHER_LOG_FORMAT": "xml"}, want: `--log-format "xml": want json, text or auto`, usage: true},
+		{args: []string{"--procs", "-1"}, want: "--procs -1: want 0 (the default) to", usage: true},
+		{args: []string{"--procs", "100000"}, want: "--procs 100000: want 0 (the default) to", usage: true},
+		{args: []string{"--addr", "127.0.0.1:99999"}, want: `--addr "127.0.0.1:99999": want host:port, the port 0..65535`, usage: true},
+		{args: []string{"--addr", "bogus"}, want: `--addr "bogus": want host:port`, usage: true},
+		{args: []string{"--metrics-addr", "127.0.0.1:70000"}, want: `--metrics-addr "127.0.0.1:70000": want host:port`, usage: true},
+		{args: []string{"--pprof-addr", "localhost"}, want: `--pprof-addr "localhost": want host:port`, usage: true},
+		{args: []string{"--addr", "127.0.0.1:8080", "--metrics-addr", "127.0.0.1:8080"}, want: `--metrics-addr "127.0.0.1:8080" is --addr too`, usage: true},
+		{args: []string{"--addr", "127.0.0.1:8080", "--pprof-addr", "127.0.0.1:8080"}, want: `--pprof-addr "127.0.0.1:8080" is --addr too`, usage: true},
+		{args: []string{"--metrics-addr", "127.0.0.1:9090", "--pprof-addr", "127.0.0.1:9090"}, want: `--metrics-addr "127.0.0.1:9090" is --pprof-addr too`, usage: true},
+		{args: []string{"--archive-dir", aFile}, want: "--archive-dir " + aFile + " is a file, not a directory", usage: true},
+		{args: []string{"--auth", "token", "--admin-token", token, "--metrics-token", token}, want: "--metrics-token is the admin token", usage: true},
+		{args: []string{"--auth", "token", "--addr", "0.0.0.0:0", "--insecure-http", "--tls-cert", good, "--tls-key", good + ".key"}, want: "--insecure-http serves plain HTTP, --tls-cert HTTPS", usage: true},
+		{args: []string{"--leader-ttl", "5s"}, want: "--leader-ttl goes with --log nats://...", usage: true},
+		{args: []string{"--nats-replicas", "1"}, want: "--nats-replicas goes with --log nats://...", usage: true},
+		{args: []string{"--advertise", "https://a.example:8443"}, want: "--advertise goes with --log nats://...", usage: true},
+		{env: map[string]string{"TETHER_LEADER_TTL": "5s"}, want: "--leader-ttl goes with --log nats://...", usage: true},
+		{args: []string{"--log", nats, "--advertise", "notaurl"}, want: `--advertise "notaurl": want an http:// or https:// URL`, usage: true},
+		{args: []string{"--log", nats, "--advertise", "http://"}, want: `--advertise "http://": want an http:// or https:// URL`, usage: true},
 		{args: []string{"--auth", "tokens"}, want: `--auth "tokens": want none or token`, usage: true},
 		{env: map[string]string{"TETHER_AUTH": "tokens"}, want: `--auth "tokens"`, usage: true},
 		{args: []string{"--auth", "none", "--addr", "0.0.0.0:0"}, want: "--auth none serves loopback addresses only", usage: true},
