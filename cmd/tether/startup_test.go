@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -173,5 +175,31 @@ func stop(t *testing.T, s *server) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the server did not stop within 30 s of SIGTERM")
+	}
+}
+
+// An address in use is found before anything is made on disk: the start fails (exit 1, only
+// the bind can tell) and leaves no data dir and no admin token behind.
+func TestServerPortInUseMakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, args := range [][]string{
+		{"--addr", taken.Addr().String()},
+		{"--addr", "127.0.0.1:0", "--metrics-addr", taken.Addr().String()},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		_, stderr, code := tether(t, nil, append([]string{"server", "--data", data, "--auth", "token", "--log-format", "json"}, args...)...)
+		if code != 1 || !strings.Contains(stderr, "address already in use") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+		if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%v: the data dir was made: %v", args, err)
+		}
 	}
 }
