@@ -159,7 +159,7 @@ type QueueStats struct {
 	// OldestAge is how long the oldest ready job has waited since it was created.
 	OldestAge time.Duration `json:"oldest_age"`
 	// PausedSince is when the queue was paused; zero while it assigns jobs.
-	PausedSince time.Time `json:"paused_since"`
+	PausedSince time.Time `json:"paused_since,omitzero"`
 }
 
 // Queues returns the stats of every queue a tenant has used, by name: every queue that holds a

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -70,13 +71,17 @@ func (r *replayFlags) openStream() (*eventlog.Log, error) {
 	return eventlog.Open(dir, eventlog.Options{Upstream: stream, ArchiveDir: r.archive})
 }
 
-// open opens the data dir read-only, saying plainly when a server holds it.
-func (r *replayFlags) open() (*eventlog.Log, error) {
+// open opens the data dir read-only, saying plainly when a server holds it. fs is the command's
+// flags, for a mistake in them: a usage error.
+func (r *replayFlags) open(fs *flag.FlagSet) (*eventlog.Log, error) {
+	if err := r.nats.check(fs); err != nil {
+		return nil, err
+	}
 	if r.nats.log != "" {
 		return r.openStream()
 	}
 	if r.data == "" {
-		return nil, errors.New("--data is required")
+		return nil, cli.BadFlagf(fs, "--data is required (or --log nats://...)")
 	}
 	l, err := audit.OpenWithArchive(r.data, r.archive)
 	switch {
@@ -113,7 +118,7 @@ func replayVerify(args []string) error {
 	if rf.data == "" && rf.archive != "" {
 		return verifySegments(ctx, &rf)
 	}
-	l, err := rf.open()
+	l, err := rf.open(fs)
 	if err != nil {
 		return err
 	}
@@ -164,7 +169,7 @@ func replayHistory(args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := rf.open()
+	l, err := rf.open(fs)
 	if err != nil {
 		return err
 	}
@@ -212,14 +217,19 @@ func replayState(args []string) error {
 	if _, err := cli.ParseArgs(fs, args, 0, "tether replay state --data DIR --at SEQ|RFC3339 [--json]"); err != nil {
 		return err
 	}
-	l, err := rf.open()
+	seq, when, err := parseAt(fs, *at)
+	if err != nil {
+		return err
+	}
+	l, err := rf.open(fs)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	seq, err := seqOf(l, *at)
-	if err != nil {
-		return err
+	if !when.IsZero() {
+		if seq, err = audit.SeqAt(l, when); err != nil {
+			return err
+		}
 	}
 	ctx, stop := interrupted()
 	defer stop()
@@ -234,32 +244,32 @@ func replayState(args []string) error {
 	return rf.print(st, func() string { return report.State(st) })
 }
 
-// seqOf reads --at: a seq, or a time.
-func seqOf(l *eventlog.Log, at string) (uint64, error) {
+// parseAt reads --at: a seq, or else a time.
+func parseAt(fs *flag.FlagSet, at string) (uint64, time.Time, error) {
 	if at == "" {
-		return 0, errors.New("--at is required: a seq, or an RFC 3339 time")
+		return 0, time.Time{}, cli.BadFlagf(fs, "--at is required: a seq, or an RFC 3339 time")
 	}
 	if seq, err := strconv.ParseUint(at, 10, 64); err == nil {
-		return seq, nil
+		return seq, time.Time{}, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, at)
-	if err != nil {
-		return 0, fmt.Errorf("--at %q is neither a seq nor an RFC 3339 time", at)
+	if err != nil || t.IsZero() {
+		return 0, time.Time{}, cli.BadFlagf(fs, "--at %q is neither a seq nor an RFC 3339 time", at)
 	}
-	return audit.SeqAt(l, t)
+	return 0, t, nil
 }
 
 func replayExport(args []string) error {
 	fs := flag.NewFlagSet("replay export", flag.ContinueOnError)
 	var rf replayFlags
-	rf.registerLog(fs)
+	rf.register(fs)
 	from := fs.Uint64("from", 0, "the first seq (0: the oldest record here, 1 unless the oldest segments were deleted)")
 	to := fs.Uint64("to", 0, "the last seq (0: the head)")
 	out := fs.String("out", "-", "the file to write (-: standard output)")
-	if _, err := cli.ParseArgs(fs, args, 0, "tether replay export --data DIR [--from SEQ] [--to SEQ] [--out FILE]"); err != nil {
+	if _, err := cli.ParseArgs(fs, args, 0, "tether replay export --data DIR [--from SEQ] [--to SEQ] [--out FILE] [--json]"); err != nil {
 		return err
 	}
-	l, err := rf.open()
+	l, err := rf.open(fs)
 	if err != nil {
 		return err
 	}
@@ -285,12 +295,25 @@ func replayExport(args []string) error {
 	if *out == "-" {
 		progress, clear = nil, func() {} // the records go to the terminal too
 	}
-	_, err = audit.Export(ctx, l, w, *from, *to, progress)
+	n, err := audit.Export(ctx, l, w, *from, *to, progress)
 	clear()
 	if f, ok := w.(*os.File); ok && f != os.Stdout && err == nil {
 		err = f.Sync()
 	}
-	return err
+	if err != nil || *out == "-" || !rf.json {
+		return err // on standard output the records are what was asked for, JSON already
+	}
+	last := *to
+	if last == 0 {
+		last = l.Head().Seq
+	}
+	written := struct {
+		File    string `json:"file"`
+		Records uint64 `json:"records"`
+		From    uint64 `json:"from"`
+		To      uint64 `json:"to"`
+	}{*out, n, *from, last}
+	return rf.print(written, nil)
 }
 
 func replayReceipt(args []string) error {
@@ -305,7 +328,10 @@ func replayReceipt(args []string) error {
 	if *seq == 0 || *hash == "" {
 		return cli.BadFlagf(fs, "--seq and --hash are required")
 	}
-	l, err := rf.open()
+	if b, err := hex.DecodeString(*hash); err != nil || len(b) != 32 {
+		return cli.BadFlagf(fs, "--hash %q: want the receipt's hash, 64 hex digits", *hash)
+	}
+	l, err := rf.open(fs)
 	if err != nil {
 		return err
 	}

@@ -113,3 +113,55 @@ func TestReplayStateShowsFlowsAndSchedules(t *testing.T) {
 		t.Fatalf("the state at the end: %s", out)
 	}
 }
+
+// A replay command line that is wrong is a usage error (exit 2; CLI_USAGE under --json), found
+// before the log is read; `state --json` leaves out what never was and lists nothing as [];
+// `export --json` says what it wrote.
+func TestReplayMistakesAndJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	dir := t.TempDir()
+	b, err := broker.Open(broker.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Submit(context.Background(), "default", "", actors.JobSpec{Queue: "q", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"verify"}, "--data is required"},
+		{[]string{"state", "--data", dir, "--at", "garbage"}, `--at "garbage" is neither a seq nor an RFC 3339 time`},
+		{[]string{"state", "--data", dir}, "--at is required"},
+		{[]string{"receipt", "--data", dir, "--seq", "1", "--hash", "deadbeef"}, `--hash "deadbeef": want the receipt's hash, 64 hex digits`},
+		{[]string{"history", "--data", dir, "--nats-creds", "x.creds", "job"}, "the --nats-* flags go with --log nats://..."},
+	} {
+		args := append([]string{"replay"}, tc.args...)
+		if _, stderr, code := tether(t, nil, args...); code != 2 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "usage") {
+			t.Errorf("tether %v: exit %d, stderr %q, want %q", args, code, stderr, tc.want)
+		}
+		args = append(args, "--json")
+		if _, stderr, code := tether(t, nil, args...); code != 2 || !strings.Contains(stderr, `"CLI_USAGE"`) {
+			t.Errorf("tether %v: exit %d, stderr %q, want CLI_USAGE", args, code, stderr)
+		}
+	}
+	out, stderr, code := tether(t, nil, "replay", "state", "--data", dir, "--at", "1", "--json")
+	if code != 0 || strings.Contains(out, "paused_since") || !strings.Contains(out, `"leases": []`) || strings.Contains(out, "null") {
+		t.Errorf("replay state --json: exit %d, stdout %s, stderr %s", code, out, stderr)
+	}
+	file := t.TempDir() + "/export.jsonl"
+	out, stderr, code = tether(t, nil, "replay", "export", "--data", dir, "--out", file, "--json")
+	var written struct {
+		File              string
+		Records, From, To uint64
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &written) != nil || written.File != file || written.Records != 1 || written.From != 1 || written.To != 1 {
+		t.Errorf("replay export --json: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}

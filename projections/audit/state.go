@@ -234,7 +234,9 @@ type WorkerState struct {
 // Summarize reads a Set as it stood at head. Scheduled jobs whose run_at had passed at head's
 // time count as queued, as they did for clients then.
 func Summarize(set *projections.Set, head eventlog.Head) State {
-	st := State{Seq: head.Seq, Hash: head.Hash.String(), Time: head.Time, Jobs: set.StatusCounts(head.Time)}
+	// Lists that hold nothing are [] in JSON, not null.
+	st := State{Seq: head.Seq, Hash: head.Hash.String(), Time: head.Time, Jobs: set.StatusCounts(head.Time),
+		Tenants: []TenantState{}, Leases: []LeaseState{}, Workers: []WorkerState{}, LiveFlows: []FlowState{}, Schedules: []ScheduleState{}}
 	for _, name := range set.TenantNames() {
 		t := set.Tenant(name)
 		st.Tenants = append(st.Tenants, TenantState{
