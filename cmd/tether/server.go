@@ -25,6 +25,7 @@ import (
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/cli"
+	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/flowfile"
 )
 
@@ -238,12 +239,16 @@ func serve(c serverConfig) (err error) {
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	if c.auth == transport.AuthToken && c.adminToken == "" {
-		path := filepath.Join(c.data, adminTokenName)
+	if path := filepath.Join(c.data, adminTokenName); c.auth == transport.AuthToken && c.adminToken == "" {
 		if c.adminToken, err = adminTokenFile(path); err != nil {
 			return fmt.Errorf("the admin token: %w", err)
 		}
 		log.Info("the admin token is in a file", zap.String("path", path))
+	} else if c.auth == transport.AuthToken {
+		if staleAdminTokenFile(path, c.adminToken) {
+			log.Warn("the admin token in the file is not the one in use: --admin-token is; delete the file, or write the token in use to it",
+				zap.String("code", "ADMIN_TOKEN_FILE_STALE"), zap.String("path", path))
+		}
 	}
 	api, err := transport.NewServer(transport.Config{Auth: c.auth, AdminToken: c.adminToken, MetricsToken: c.metricsToken, Logger: log, FlowBytesMax: c.flowBytes})
 	if err != nil {
@@ -442,24 +447,53 @@ const adminTokenName = "admin-token"
 
 // adminTokenFile reads the admin token kept at path, or makes one and keeps it there.
 func adminTokenFile(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		t := strings.TrimSpace(string(b))
-		if len(t) >= transport.AdminTokenLenMin {
-			return t, nil
-		}
-		if t != "" {
-			return "", fmt.Errorf("%s holds a token of %d characters; it needs at least %d", path, len(t), transport.AdminTokenLenMin)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
+	t, err := readAdminToken(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
 		return "", err
+	case len(t) < transport.AdminTokenLenMin:
+		return "", fmt.Errorf("%s holds a token of %d characters; it needs at least %d: delete the file for a new token (clients that use the old one need the new), or write one of %d or more characters to it",
+			path, len(t), transport.AdminTokenLenMin, transport.AdminTokenLenMin)
+	default:
+		return t, nil
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", err
 	}
 	token := "ta_" + base64.RawURLEncoding.EncodeToString(raw[:])
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+	if err := client.WriteFileAtomic(path, []byte(token+"\n")); err != nil { // mode 0600
 		return "", err
 	}
 	return token, nil
+}
+
+// staleAdminTokenFile reports whether path keeps an admin token other than inUse, the one
+// --admin-token gives: whoever reads the file would take it for the admin token.
+func staleAdminTokenFile(path, inUse string) bool {
+	b, err := os.ReadFile(path)
+	kept := strings.TrimSpace(string(b))
+	return err == nil && kept != "" && kept != inUse
+}
+
+// readAdminToken reads the admin token kept at path, refusing a file that is not a regular
+// file or that others than its owner may read.
+func readAdminToken(path string) (string, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case err != nil:
+		return "", err
+	case fi.Mode()&os.ModeSymlink != 0:
+		return "", fmt.Errorf("%s is a symbolic link; the admin token is kept in a regular file: replace the link with the file", path)
+	case !fi.Mode().IsRegular():
+		return "", fmt.Errorf("%s is not a regular file", path)
+	case fi.Mode().Perm()&0o077 != 0:
+		return "", fmt.Errorf("%s may be read by others than its owner (mode %04o): chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
 }

@@ -145,3 +145,45 @@ func TestParseServerConfigTakes(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 }
+
+// The admin-token file is made whole (mode 0600) and read back; one that is empty or short, a
+// symbolic link, or readable by others is refused with how to fix it; one that --admin-token
+// overrides is found stale.
+func TestAdminTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, adminTokenName)
+	made, err := adminTokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the file: %v %v", fi, err)
+	}
+	if again, err := adminTokenFile(path); err != nil || again != made {
+		t.Fatalf("read back %q %v, want %q", again, err, made)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("left behind: %v", entries)
+	}
+	if !staleAdminTokenFile(path, "another-token-of-enough-characters") || staleAdminTokenFile(path, made) || staleAdminTokenFile(filepath.Join(dir, "none"), made) {
+		t.Fatal("staleAdminTokenFile")
+	}
+	for _, tc := range []struct {
+		name string
+		make func(path string) error
+		want string
+	}{
+		{"empty", func(p string) error { return os.WriteFile(p, nil, 0o600) }, "holds a token of 0 characters"},
+		{"short", func(p string) error { return os.WriteFile(p, []byte("short\n"), 0o600) }, "delete the file for a new token"},
+		{"world-readable", func(p string) error { return errors.Join(os.WriteFile(p, []byte(made), 0o600), os.Chmod(p, 0o644)) }, "chmod 600 " + filepath.Join(dir, "world-readable")},
+		{"symlink", func(p string) error { return os.Symlink(path, p) }, "is a symbolic link"},
+	} {
+		p := filepath.Join(dir, tc.name)
+		if err := tc.make(p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adminTokenFile(p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
