@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -111,7 +112,11 @@ func runWorker(args []string) error {
 	reg := client.Registration{Server: server, HTTPClient: ca.HTTPClient(), Name: *name, Queues: splitList(*queue), Capacity: *capacity, Key: key, StateDir: *stateDir, Logger: log}
 	w := client.Worker{Server: server, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
 		Grace: *grace, Hurry: hurry, Handler: command.Handler(), TLSConfig: ca.TLS}
-	return reg.Run(ctx, w, *token, *tokenFile)
+	err = reg.Run(ctx, w, *token, *tokenFile)
+	if refused := (*client.Error)(nil); *token == "" && errors.As(err, &refused) && refused.Code == "UNAUTHENTICATED" {
+		return fmt.Errorf("%w; give an enroll token: --token ENROLL_TOKEN (see tether admin enroll-token)", err)
+	}
+	return err
 }
 
 func defaultStateDir() string {

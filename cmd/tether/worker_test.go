@@ -145,6 +145,11 @@ func TestWorkerRestartReusesItsRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := client.New(s.url, key.Key, nil)
+	// With no token and none kept, the worker says what to give.
+	_, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "q", "--", "cat")
+	if code != 1 || !strings.Contains(stderr, "UNAUTHENTICATED") || !strings.Contains(stderr, "give an enroll token: --token ENROLL_TOKEN (see tether admin enroll-token)") {
+		t.Fatalf("a worker with no token: exit %d, stderr %q", code, stderr)
+	}
 	state := t.TempDir()
 	var ids []string
 	for range 3 {

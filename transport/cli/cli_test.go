@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -96,5 +97,38 @@ func TestErrorsDocListsTheCommandLinesCodes(t *testing.T) {
 	}
 	if !slices.Equal(listed, cliCodes) {
 		t.Fatalf("docs/errors.md lists %v; the command line's codes are %v", listed, cliCodes)
+	}
+}
+
+// A label given twice is refused, a usage error, not the last one taken silently.
+func TestLabelGivenTwice(t *testing.T) {
+	fs := flag.NewFlagSet("job submit", flag.ContinueOnError)
+	labels := labelFlags{}
+	fs.Var(labels, "label", "")
+	err := ParseFlagsEnv(fs, []string{"--label", "a=b", "--label", "a=c"}, func(string) (string, bool) { return "", false })
+	var ue *UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), `label "a" is given twice ("b" and "c")`) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// A command of flags only refuses a word among them, and a command that runs another takes it
+// only after --: Go's flag package stops at the word and would drop the flags after it.
+func TestStrayWordRefused(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	newFS := func() *flag.FlagSet {
+		fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+		fs.Int("seed", 1, "")
+		return fs
+	}
+	var ue *UsageError
+	if err := ParseFlagsEnv(newFS(), []string{"--seed", "2", "stray", "--seed", "7"}, none); !errors.As(err, &ue) || !strings.Contains(err.Error(), `unexpected argument "stray"`) {
+		t.Fatalf("flags only: %v", err)
+	}
+	if _, err := ParseCommand(newFS(), []string{"stray", "--", "cat"}, "U"); !errors.As(err, &ue) || !strings.Contains(err.Error(), `unexpected argument "stray": the command goes after --`) {
+		t.Fatalf("a command before --: %v", err)
+	}
+	if argv, err := ParseCommand(newFS(), []string{"--seed", "2", "--", "cat", "--seed"}, "U"); err != nil || !slices.Equal(argv, []string{"cat", "--seed"}) {
+		t.Fatalf("a command after --: %v %v", argv, err)
 	}
 }

@@ -330,6 +330,9 @@ func (l labelFlags) Set(v string) error {
 	if !ok || k == "" {
 		return fmt.Errorf("a label is key=value, not %q", v)
 	}
+	if was, dup := l[k]; dup {
+		return fmt.Errorf("label %q is given twice (%q and %q); a job has one value per label", k, was, val)
+	}
 	l[k] = val
 	return nil
 }

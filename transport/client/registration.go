@@ -262,10 +262,10 @@ func (g *Registration) Token(ctx context.Context, enrollToken string) (string, e
 		case json.Unmarshal(b, &st) != nil || st.WorkerToken == "":
 			g.logger().Warn("the worker's state file is unreadable; registering anew", zap.String("path", path))
 		case !slices.Equal(st.Queues, g.Queues) || st.Capacity != g.Capacity || st.PublicKey != g.publicKey():
-			g.logger().Info("queues, capacity or key differ from the stored Registration; registering anew", zap.String("path", path),
+			g.logger().Info("queues, capacity or key differ from the stored registration; registering anew", zap.String("path", path),
 				zap.String("worker_id", st.WorkerID))
 		default:
-			g.logger().Info("using the stored Registration", zap.String("worker_id", st.WorkerID), zap.String("path", path))
+			g.logger().Info("using the stored registration", zap.String("worker_id", st.WorkerID), zap.String("path", path))
 			return st.WorkerToken, nil
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
