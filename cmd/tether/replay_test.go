@@ -15,26 +15,33 @@ import (
 	"github.com/tetherhq/tether/transport/flowfile"
 )
 
-// Every replay subcommand runs on a stopped server's data dir; a wrong receipt and a dir a
-// server holds are refused with a plain message.
-func TestReplayCommands(t *testing.T) {
-	dir := t.TempDir()
+// oneJobDir is a stopped server's data dir that holds one submitted job: its id, and the
+// submit's receipt.
+func oneJobDir(t *testing.T) (dir, jobID string, receipt actors.Receipt) {
+	dir = t.TempDir()
 	b, err := broker.Open(broker.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, receipt, err := b.Submit(context.Background(), "default", "", actors.JobSpec{Queue: "q", Type: "t"})
+	res, r, err := b.Submit(context.Background(), "default", "", actors.JobSpec{Queue: "q", Type: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return dir, res[0].Job.ID, r
+}
+
+// Every replay subcommand runs on a stopped server's data dir; a wrong receipt and a dir a
+// server holds are refused with a plain message.
+func TestReplayCommands(t *testing.T) {
+	dir, jobID, receipt := oneJobDir(t)
 	export := t.TempDir() + "/export.jsonl"
 	for _, args := range [][]string{
 		{"verify", "--data", dir},
 		{"verify", "--data", dir, "--json"},
-		{"history", "--data", dir, res[0].Job.ID},
+		{"history", "--data", dir, jobID},
 		{"state", "--data", dir, "--at", "1"},
 		{"state", "--data", dir, "--at", "2030-01-01T00:00:00Z", "--json"},
 		{"export", "--data", dir, "--out", export},
@@ -121,17 +128,7 @@ func TestReplayMistakesAndJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
 	}
-	dir := t.TempDir()
-	b, err := broker.Open(broker.Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := b.Submit(context.Background(), "default", "", actors.JobSpec{Queue: "q", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir, _, _ := oneJobDir(t)
 	for _, tc := range []struct {
 		args []string
 		want string
