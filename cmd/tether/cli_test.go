@@ -94,7 +94,7 @@ func TestFlagErrorsAndHelp(t *testing.T) {
 		// A stray word is refused, not taken to end the flags, dropping those after it.
 		{"sim", "--steps", "10", "stray", "--seed", "7"}, {"bench", "stray", "--jobs", "1"}, {"server", "--data", "d", "stray", "--auth", "token"},
 		{"worker", "--queue", "q", "stray", "--", "cat"}, {"worker", "--queue", "q", "cat"},
-		{"worker", "--queue", "", "--", "cat"}, {"worker", "--queue", "q", "--", "/nonexistent/cmd"}, {"worker", "--log-level", "loud", "--", "cat"},
+		{"worker", "--queue", "", "--", "cat"}, {"worker", "register", "--queue", " , "}, {"worker", "--queue", "q", "--", "/nonexistent/cmd"}, {"worker", "--log-level", "loud", "--", "cat"},
 	} {
 		stdout, stderr, code := tether(t, nil, args...)
 		if code != 2 || !strings.Contains(stderr, "usage") || stdout != "" {

@@ -173,6 +173,9 @@ func workerRegister(args []string) error {
 	if _, err := cli.ParseArgs(fs, args, 0, "tether worker register --token ENROLL_TOKEN --queue Q"); err != nil {
 		return err
 	}
+	if len(splitList(*queue)) == 0 {
+		return cli.BadFlagf(fs, "--queue %q names no queue", *queue)
+	}
 	var key ed25519.PrivateKey
 	if *keyFile != "" {
 		var err error
