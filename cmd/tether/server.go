@@ -227,19 +227,26 @@ func serve(c serverConfig) (err error) {
 		}
 		defer mln.Close()
 	}
-	_, statErr := os.Stat(c.data)
+	// What this start makes before recovery begins, it takes away if it fails before then.
 	recovering := false
-	if errors.Is(statErr, os.ErrNotExist) {
+	tokenPath := filepath.Join(c.data, adminTokenName)
+	if _, statErr := os.Stat(c.data); errors.Is(statErr, os.ErrNotExist) {
 		defer func() {
 			if err != nil && !recovering {
-				_ = os.RemoveAll(c.data) // made here, for a start that failed before using it
+				_ = os.RemoveAll(c.data)
+			}
+		}()
+	} else if _, statErr := os.Lstat(tokenPath); errors.Is(statErr, os.ErrNotExist) {
+		defer func() {
+			if err != nil && !recovering {
+				_ = os.Remove(tokenPath)
 			}
 		}()
 	}
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	if path := filepath.Join(c.data, adminTokenName); c.auth == transport.AuthToken && c.adminToken == "" {
+	if path := tokenPath; c.auth == transport.AuthToken && c.adminToken == "" {
 		if c.adminToken, err = adminTokenFile(path); err != nil {
 			return fmt.Errorf("the admin token: %w", err)
 		}

@@ -180,7 +180,7 @@ func stop(t *testing.T, s *server) {
 
 // An address in use is found before anything is made on disk: the start fails (exit 1, only
 // the bind can tell) and leaves no data dir and no admin token behind.
-func TestServerPortInUseMakesNothing(t *testing.T) {
+func TestServerStartThatFailsLeavesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
 	}
@@ -200,6 +200,23 @@ func TestServerPortInUseMakesNothing(t *testing.T) {
 		}
 		if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%v: the data dir was made: %v", args, err)
+		}
+	}
+	// NATS unreachable is found after the data dir is made: the start takes away what it made,
+	// the dir if it was new, else the admin token it wrote there.
+	unreachable := "nats://" + taken.Addr().String() + "/S" // a TCP port that speaks no NATS
+	existing := t.TempDir()
+	for _, data := range []string{filepath.Join(t.TempDir(), "data"), existing} {
+		_, stderr, code := tether(t, nil, "server", "--data", data, "--auth", "token", "--addr", "127.0.0.1:0", "--log", unreachable, "--log-format", "json")
+		if code != 1 || !strings.Contains(stderr, "NATS") {
+			t.Errorf("%s: exit %d, stderr %q", data, code, stderr)
+		}
+		if data == existing {
+			if entries, err := os.ReadDir(data); err != nil || len(entries) != 0 {
+				t.Errorf("left in the data dir: %v %v", entries, err)
+			}
+		} else if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the data dir was left: %v", err)
 		}
 	}
 }
