@@ -240,6 +240,9 @@ func (s *Sim) final() {
 		v = s.srv
 	} else {
 		v.crash("final check")
+		if v.damageArchive(true); s.violation != nil {
+			return
+		}
 		v.start()
 	}
 	if s.violation != nil {

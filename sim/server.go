@@ -125,7 +125,7 @@ func newServer(s *Sim) *server {
 func (v *server) start() {
 	s := v.s
 	if v.node == nil {
-		v.damageArchive()
+		v.damageArchive(false)
 		if s.violation != nil {
 			return
 		}
