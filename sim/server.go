@@ -738,7 +738,7 @@ func (v *server) committed(batch []*persist, r eventlog.Receipt) bool {
 		}
 		first = last + 1
 	}
-	if v.checkpoint == nil && s.sched.IntN(40) == 0 {
+	if v.checkpoint == nil && s.sched.IntN(10) == 0 {
 		v.beginCheckpoint()
 	}
 	// Now and then the live projections must equal a full replay: once they hold every record
@@ -770,12 +770,14 @@ func (v *server) saveCheckpoint() {
 
 // beginCheckpoint begins a checkpoint, as the broker does now and then, and saves it a while
 // later, while commits go on, as the broker's checkpoint goroutine does: unless the server
-// crashes first, and the recovery starts from the checkpoint before.
+// crashes first, and the recovery starts from the checkpoint before. It begins after one
+// commit in ten and takes up to a second, so that jobs change under a flush in flight (expire,
+// are deleted, redriven) in most seeds, not a few.
 func (v *server) beginCheckpoint() {
 	s := v.s
 	cp := v.rt.BeginCheckpoint()
 	v.checkpoint = cp
-	v.after(time.Duration(s.sched.IntN(400))*time.Millisecond, "checkpoint saved", func() {
+	v.after(time.Duration(s.sched.IntN(1000))*time.Millisecond, "checkpoint saved", func() {
 		if v.checkpoint != cp {
 			return
 		}
