@@ -22,6 +22,7 @@ import (
 	"github.com/tetherhq/tether/eventlog/election"
 	"github.com/tetherhq/tether/eventlog/jetstream"
 	"github.com/tetherhq/tether/transport"
+	"github.com/tetherhq/tether/transport/cli"
 )
 
 // natsConn says how to reach a JetStream stream: its URL and the credentials NATS clients take.
@@ -44,15 +45,15 @@ func (n *natsConn) register(fs *flag.FlagSet, logUsage string) {
 func (n *natsConn) check(fs *flag.FlagSet) error {
 	if n.log == "" {
 		if n.creds != "" || n.nkey != "" || n.tlsCA != "" || n.tlsCert != "" || n.tlsKey != "" {
-			return badFlagf(fs, "the --nats-* flags go with --log nats://...")
+			return cli.BadFlagf(fs, "the --nats-* flags go with --log nats://...")
 		}
 		return nil
 	}
 	if _, _, err := jetstream.ParseURL(n.log); err != nil {
-		return badFlagf(fs, "--log %v", err)
+		return cli.BadFlagf(fs, "--log %v", err)
 	}
 	if (n.tlsCert == "") != (n.tlsKey == "") {
-		return badFlagf(fs, "--nats-tls-cert and --nats-tls-key go together")
+		return cli.BadFlagf(fs, "--nats-tls-cert and --nats-tls-key go together")
 	}
 	return nil
 }
@@ -97,7 +98,7 @@ func (n *clusterFlags) check(fs *flag.FlagSet) error {
 			}
 		})
 		if len(given) > 0 {
-			return badFlagf(fs, "%s goes with --log nats://...", strings.Join(given, " and "))
+			return cli.BadFlagf(fs, "%s goes with --log nats://...", strings.Join(given, " and "))
 		}
 	}
 	if err := n.natsConn.check(fs); err != nil || n.log == "" {
@@ -105,11 +106,11 @@ func (n *clusterFlags) check(fs *flag.FlagSet) error {
 	}
 	switch {
 	case n.replicas < 1 || n.replicas > 5:
-		return badFlagf(fs, "--nats-replicas %d: want 1..5", n.replicas)
+		return cli.BadFlagf(fs, "--nats-replicas %d: want 1..5", n.replicas)
 	case n.leaderTTL < leaderTTLMin || n.leaderTTL > leaderTTLMax:
-		return badFlagf(fs, "--leader-ttl %s: want %s..%s", n.leaderTTL, leaderTTLMin, leaderTTLMax)
+		return cli.BadFlagf(fs, "--leader-ttl %s: want %s..%s", n.leaderTTL, leaderTTLMin, leaderTTLMax)
 	case n.advertise != "" && !httpURL(n.advertise):
-		return badFlagf(fs, "--advertise %q: want an http:// or https:// URL", n.advertise)
+		return cli.BadFlagf(fs, "--advertise %q: want an http:// or https:// URL", n.advertise)
 	}
 	return nil
 }

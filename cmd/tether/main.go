@@ -27,6 +27,3 @@ var commands = []cli.Command{
 func main() {
 	os.Exit(cli.Run(commands, os.Args[1:], os.Stdout, os.Stderr))
 }
-
-// badFlagf is cli.BadFlagf, by the name the flag checks here use.
-var badFlagf = cli.BadFlagf
