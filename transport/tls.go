@@ -56,6 +56,14 @@ func NewCertReloader(certFile, keyFile string, now func() time.Time, log *zap.Lo
 	return r, nil
 }
 
+// UseLog makes log the reloader's logger, and warns on it if the certificate expires soon: a
+// reloader made to check the flags, before the server had a logger, warns where operators look.
+// It is called before the reloader serves.
+func (r *CertReloader) UseLog(log *zap.Logger) {
+	r.log, r.warned = log, time.Time{} // a warning given before went to no logger
+	r.warnIfExpiring(r.now())
+}
+
 func (r *CertReloader) load(now time.Time) error {
 	certPEM, err := os.ReadFile(r.certFile)
 	if err != nil {

@@ -263,6 +263,18 @@ func TestCertificateDates(t *testing.T) {
 			t.Fatalf("a rotation to a pair valid %s..%s served serial %d", validity[0], validity[1], s)
 		}
 	}
+	// A reloader made before the server has a logger (to check the flags) warns of a near expiry
+	// on the logger it is handed later, though it found the expiry near with none.
+	soon := func() time.Time { return notAfter.Add(-time.Hour) }
+	early, err := transport.NewCertReloader(certFile, keyFile, soon, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core2, logs2 := observer.New(zap.InfoLevel)
+	if early.UseLog(zap.New(core2)); logs2.FilterField(zap.String("code", "TLS_CERT_EXPIRING")).Len() != 1 {
+		t.Fatalf("a reloader handed its logger after it was made did not warn of an expiry an hour away: %v", logs2.All())
+	}
+
 	if n := logs.FilterField(zap.String("code", "TLS_CERT_RELOAD_FAILED")).FilterMessageSnippet("last good").Len(); n != 2 {
 		t.Fatalf("%d warnings of a refused rotation, want 2: %v", n, logs.All())
 	}

@@ -68,6 +68,7 @@ type serverConfig struct {
 	maxConns, maxDead, procs  int
 	flowBytes                 int
 	tlsCert, tlsKey           string
+	certs                     *transport.CertReloader // --tls-cert and --tls-key, loaded and checked
 	tokenTTL, retain          time.Duration
 	retainDead                time.Duration
 	archiveAfter, archiveKeep time.Duration
@@ -187,10 +188,12 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 		}
 	}
 	if c.tlsCert != "" {
-		// Loaded to be checked (readable, a pair, in date); serve loads it again with its logger.
-		if _, err := transport.NewCertReloader(c.tlsCert, c.tlsKey, time.Now, nil); err != nil {
+		// Loaded here to be checked (readable, a pair, in date), once: serve hands it its logger.
+		certs, err := transport.NewCertReloader(c.tlsCert, c.tlsKey, time.Now, nil)
+		if err != nil {
 			return c, cli.BadFlag(fs, err)
 		}
+		c.certs = certs
 	}
 	return c, nil
 }
@@ -208,11 +211,8 @@ func serve(c serverConfig) (err error) {
 	if n := serverProcs(c.procs); n > 0 {
 		goruntime.GOMAXPROCS(n)
 	}
-	var certs *transport.CertReloader
-	if c.tlsCert != "" {
-		if certs, err = transport.NewCertReloader(c.tlsCert, c.tlsKey, time.Now, log); err != nil {
-			return err
-		}
+	if c.certs != nil {
+		c.certs.UseLog(log)
 	}
 	// Listen first: an address in use fails the start with nothing made on disk.
 	ln, err := net.Listen("tcp", c.addr)
@@ -268,8 +268,8 @@ func serve(c serverConfig) (err error) {
 	}
 	srv := transport.NewHTTPServer(api, log)
 	scheme := "http"
-	if certs != nil {
-		srv.TLSConfig, scheme = certs.TLSConfig(), "https"
+	if c.certs != nil {
+		srv.TLSConfig, scheme = c.certs.TLSConfig(), "https"
 	}
 	served := make(chan error, 1)
 	go func() {
