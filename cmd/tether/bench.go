@@ -23,24 +23,33 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.EnrollToken, "enroll-token", "", "enroll token for the workers, with --workers uses (none under --auth none)")
 	fs.StringVar(&cfg.MetricsToken, "metrics-token", "", "reads /metrics under --auth token (the server's --metrics-token, or its admin token); without it the server's figures are left out")
 	fs.IntVar(&cfg.Jobs, "jobs", 20000, "saturated mode: jobs to run")
+	fs.IntVar(&cfg.BurnDown, "burn-down", 0, "burn-down mode: submit this many jobs in batches before any worker connects, then time the workers' drain")
 	fill := fs.Int("fill", 0, "history mode: run this many jobs (saturated), then time the list pages and queue stats a dashboard reads and report the server's memory and log size")
 	fs.IntVar(&cfg.Producers, "producers", 8, "producers, each submitting one job per request and waiting for the answer")
-	fs.IntVar(&cfg.Workers, "workers", 50, "workers, each its own WebSocket connection with capacity 1")
+	fs.IntVar(&cfg.Workers, "workers", 50, "workers, each its own WebSocket connection")
+	fs.IntVar(&cfg.Capacity, "capacity", 1, "with --burn-down: jobs each worker runs at once (the other modes run 1)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "paced mode: submits per second (with --duration)")
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "paced mode: how long to submit")
 	var ca cli.CACert
 	ca.Register(fs)
 	peer := fs.String("nats-peer", "", "instead of a tether server, run the NATS JetStream work-queue peer of the same shape on these NATS servers (nats://host:4222[,host:4222...]): every submit and completion an acked publish")
 	peerReplicas := fs.Int("nats-replicas", 1, "with --nats-peer: the replicas of the peer's streams")
+	riverPeer := fs.String("river-peer", "", "with --burn-down: instead of a tether server, run the same burn-down on River over this PostgreSQL (postgres://...; fsync and synchronous_commit on), its queue running --workers times --capacity jobs at once")
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of a table (a progress bar is drawn on stderr when it is a terminal)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case cfg.Producers < 1 || cfg.Workers < 1:
-		return cli.BadFlagf(fs, "--producers and --workers are 1 or more")
-	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0 || *fill < 0:
-		return cli.BadFlagf(fs, "--jobs, --fill, --rate and --duration are not negative")
+	case cfg.Producers < 1 || cfg.Workers < 1 || cfg.Capacity < 1:
+		return cli.BadFlagf(fs, "--producers, --workers and --capacity are 1 or more")
+	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0 || *fill < 0 || cfg.BurnDown < 0:
+		return cli.BadFlagf(fs, "--jobs, --fill, --burn-down, --rate and --duration are not negative")
+	case cfg.BurnDown > 0 && (*fill > 0 || cfg.Rate > 0 || *peer != ""):
+		return cli.BadFlagf(fs, "--burn-down does not go with --fill, --rate or --nats-peer")
+	case *riverPeer != "" && cfg.BurnDown == 0:
+		return cli.BadFlagf(fs, "--river-peer runs a burn-down: give --burn-down N")
+	case cfg.Capacity > 1 && cfg.BurnDown == 0:
+		return cli.BadFlagf(fs, "--capacity goes with --burn-down")
 	case *fill > 0 && cfg.Rate > 0:
 		return cli.BadFlagf(fs, "--fill runs saturated; it does not go with --rate")
 	}
@@ -50,6 +59,13 @@ func runBench(args []string) error {
 	cfg.TLS = ca.TLS
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
+	if *riverPeer != "" {
+		res, err := bench.RunRiver(ctx, bench.RiverConfig{URL: *riverPeer, Jobs: cfg.BurnDown, Producers: cfg.Producers, Concurrency: cfg.Workers * cfg.Capacity})
+		if err != nil {
+			return err
+		}
+		return printResult(res, *asJSON)
+	}
 	if *peer != "" {
 		res, err := bench.RunPeer(ctx, bench.PeerConfig{URL: *peer, Replicas: *peerReplicas, Jobs: cfg.Jobs, Producers: cfg.Producers, Workers: cfg.Workers})
 		if err != nil {
@@ -78,7 +94,11 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	return printResult(res, *asJSON)
+}
+
+func printResult(res bench.Result, asJSON bool) error {
+	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)

@@ -45,7 +45,11 @@ func TestCommandLineMistakes(t *testing.T) {
 		{[]string{"job", "ls", "--server", "ftp://example.com"}, "is not a server URL"},
 		{[]string{"job", "ls", "--server", "htp:/127.0.0.1:8080"}, "is not a server URL"},
 		{[]string{"job", "ls", "--server", "http://a:8080,htp:/b:8080"}, "is not a server URL"},
-		{[]string{"bench", srv, "--workers", "0"}, "--producers and --workers"},
+		{[]string{"bench", srv, "--workers", "0"}, "--producers, --workers and --capacity"},
+		{[]string{"bench", srv, "--burn-down", "10", "--capacity", "0"}, "--producers, --workers and --capacity"},
+		{[]string{"bench", srv, "--burn-down", "10", "--rate", "5"}, "--burn-down does not go with"},
+		{[]string{"bench", srv, "--river-peer", "postgres://nowhere/db"}, "--river-peer runs a burn-down"},
+		{[]string{"bench", srv, "--capacity", "2"}, "--capacity goes with --burn-down"},
 	} {
 		stdout, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "usage") {

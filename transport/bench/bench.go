@@ -36,8 +36,14 @@ type Config struct {
 	// Without it such a server's event, fsync and CPU figures are left out.
 	MetricsToken string
 	Jobs         int // saturated mode: how many jobs
-	Producers    int
-	Workers      int
+	// BurnDown > 0 selects burn-down mode: BurnDown jobs submitted in batches before any worker
+	// connects, then drained by the workers.
+	BurnDown  int
+	Producers int
+	Workers   int
+	// Capacity is the jobs each worker runs at once in burn-down mode (0: 1); the other modes
+	// run capacity 1.
+	Capacity int
 	// Rate > 0 selects paced mode: Rate submits per second for Duration, each on schedule
 	// whether or not earlier ones were answered.
 	Rate     float64
@@ -53,18 +59,25 @@ type Config struct {
 
 // Result is what a run measured.
 type Result struct {
-	Mode           string        `json:"mode"`
-	Jobs           int           `json:"jobs"`
-	Producers      int           `json:"producers"`
-	Workers        int           `json:"workers"`
-	Elapsed        time.Duration `json:"elapsed_ns"`
-	JobsPerSecond  float64       `json:"jobs_per_second"`
-	Submit         Latency       `json:"submit_latency"`          // request → answer (durable)
-	SubmitToStart  Latency       `json:"submit_to_start_latency"` // request sent → handler called
-	Errors         int           `json:"errors"`                  // results not taken as a completion; a failed submit ends the run instead
-	Events         float64       `json:"events"`
-	Fsyncs         float64       `json:"fsyncs"`
-	EventsPerFsync float64       `json:"events_per_fsync"`
+	Mode          string        `json:"mode"`
+	Jobs          int           `json:"jobs"`
+	Producers     int           `json:"producers"`
+	Workers       int           `json:"workers"`
+	Capacity      int           `json:"capacity"` // jobs each worker runs at once
+	Elapsed       time.Duration `json:"elapsed_ns"`
+	JobsPerSecond float64       `json:"jobs_per_second"` // burn-down mode: the drain's rate
+	// Burn-down mode: how long the batched submits took, and their rate; the batch size.
+	Insert          time.Duration `json:"insert_ns,omitempty"`
+	InsertPerSecond float64       `json:"insert_jobs_per_second,omitempty"`
+	Batch           int           `json:"batch,omitempty"`
+	// Database is the River peer's PostgreSQL, as its settings say.
+	Database       *Database `json:"database,omitempty"`
+	Submit         Latency   `json:"submit_latency"`          // request → answer (durable); burn-down mode: of a batch
+	SubmitToStart  Latency   `json:"submit_to_start_latency"` // request sent → handler called
+	Errors         int       `json:"errors"`                  // results not taken as a completion; a failed submit ends the run instead
+	Events         float64   `json:"events"`
+	Fsyncs         float64   `json:"fsyncs"`
+	EventsPerFsync float64   `json:"events_per_fsync"`
 	// ServerMetrics says the server's /metrics could be read: without it (--auth token and no
 	// metrics token) Events, Fsyncs and ServerCPUPerJob are unknown, not zero.
 	ServerMetrics bool `json:"server_metrics"`
@@ -107,7 +120,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	paced := cfg.Rate > 0
 	total := cfg.Jobs
-	if paced {
+	switch {
+	case cfg.BurnDown > 0 && paced:
+		return Result{}, errors.New("bench: a burn-down is not paced")
+	case cfg.BurnDown > 0:
+		total = cfg.BurnDown
+	case paced:
 		total = int(cfg.Rate * cfg.Duration.Seconds())
 	}
 	if total <= 0 {
@@ -124,12 +142,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if _, err := newProducer(cfg.Server, cfg.Token, cfg.TLS); err != nil {
 		return Result{}, err
 	}
-	var tag [6]byte
-	_, _ = rand.Read(tag[:])
-	queue := "bench-" + hex.EncodeToString(tag[:]) // a queue of its own: old jobs do not count
-
+	queue := newQueue()
 	if err := healthy(ctx, hc, cfg.Server); err != nil { // a server that is there, before workers register
 		return Result{}, err
+	}
+	if cfg.BurnDown > 0 {
+		return burnDown(ctx, cfg, hc, queue)
 	}
 	// Workers: one registration and one WebSocket each, capacity 1, no-op jobs.
 	var (
@@ -139,56 +157,36 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		failed  atomic.Int64
 		all     = make(chan struct{})
 	)
-	finish := func() {
+	handler := func(_ context.Context, j *client.Job) (any, error) {
+		var p payload
+		if json.Unmarshal(j.Payload, &p) == nil && p.Sent > 0 {
+			d := time.Since(time.Unix(0, p.Sent))
+			startMu.Lock()
+			starts = append(starts, d)
+			startMu.Unlock()
+		}
+		return nil, nil
+	}
+	onResult := func(_ *client.Job, report string, err error) {
+		if err != nil || report != "complete" {
+			failed.Add(1)
+		}
 		if n := done.Add(1); n == int64(total) {
 			close(all)
 		}
 	}
-	wctx, stopWorkers := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { // every way out stops the workers, then waits for them
-		stopWorkers()
-		wg.Wait()
-	}()
-	connected := make(chan struct{}, cfg.Workers)
-	stopped := make(chan error, cfg.Workers) // a worker that gave up (its token refused, say)
-	enroll := client.New(cfg.Server, cfg.EnrollToken, hc)
-	for i := range cfg.Workers {
-		reg, err := enroll.RegisterWorker(ctx, wire.RegisterRequest{Name: fmt.Sprintf("bench-%d", i), Queues: []string{queue}, Capacity: 1})
-		if err != nil {
-			return Result{}, fmt.Errorf("bench: registering worker %d: %w", i, err)
-		}
-		w := &client.Worker{Server: cfg.Server, Token: reg.WorkerToken, Capacity: 1, Transport: "websocket", HTTPClient: hc, TLSConfig: cfg.TLS,
-			OnConnect: func(string) { connected <- struct{}{} },
-			Handler: func(_ context.Context, j *client.Job) (any, error) {
-				var p payload
-				if json.Unmarshal(j.Payload, &p) == nil && p.Sent > 0 {
-					d := time.Since(time.Unix(0, p.Sent))
-					startMu.Lock()
-					starts = append(starts, d)
-					startMu.Unlock()
-				}
-				return nil, nil
-			},
-			OnResult: func(_ *client.Job, report string, err error) {
-				if err != nil || report != "complete" {
-					failed.Add(1)
-				}
-				finish()
-			},
-		}
-		wg.Go(func() {
-			if err := w.Run(wctx); err != nil {
-				stopped <- err
-			}
-		})
+	regs, err := register(ctx, cfg, hc, queue, 1)
+	if err != nil {
+		return Result{}, err
 	}
+	ws := startWorkers(ctx, cfg, hc, regs, 1, handler, onResult)
+	defer ws.stop() // every way out stops the workers, then waits for them
 	connectBy := time.NewTimer(connectWait)
 	defer connectBy.Stop()
 	for range cfg.Workers {
 		select {
-		case <-connected:
-		case err := <-stopped:
+		case <-ws.connected:
+		case err := <-ws.stopped:
 			return Result{}, fmt.Errorf("bench: a worker stopped before it connected: %w", err)
 		case <-ctx.Done():
 			return Result{}, ctx.Err()
@@ -280,59 +278,92 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}()
 		}
 	}
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-wait:
-	for {
-		select {
-		case <-all:
-			break wait
-		case <-tick.C:
-			if cfg.Progress != nil {
-				cfg.Progress(int(done.Load()), total)
-			}
-		case <-runCtx.Done():
-			return Result{}, context.Cause(runCtx)
-		}
+	if err := waitAll(runCtx, cfg, all, &done, total, nil); err != nil {
+		return Result{}, err
 	}
 	elapsed := time.Since(began)
 	producers.Wait()
-	if cfg.Progress != nil {
-		cfg.Progress(total, total)
-	}
-	cpuAfter, _ := proc.CPU()
-	after, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
+	after, cpuAfter, err := endRun(ctx, cfg, hc, total, before, ws)
 	if err != nil {
 		return Result{}, err
 	}
-	stopWorkers()
-	if restarted(before, after) {
-		return Result{}, errors.New("bench: the server restarted during the run (its process_start_time_seconds changed): the figures would mix two processes, so there are none")
-	}
-	res := Result{Mode: "saturated", Queue: queue, Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Elapsed: elapsed,
+	res := Result{Mode: "saturated", Queue: queue, Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Capacity: 1, Elapsed: elapsed,
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
-		Errors: int(failed.Load()), ServerMetrics: after != nil,
-		Events: after["tether_log_events_total"] - before["tether_log_events_total"],
-		Fsyncs: after["tether_log_fsync_seconds_count"] - before["tether_log_fsync_seconds_count"]}
+		Errors: int(failed.Load())}
 	if paced {
 		res.Mode = "paced"
 	}
-	if res.Fsyncs > 0 {
-		res.EventsPerFsync = res.Events / res.Fsyncs
-	}
-	perJob := func(d time.Duration) time.Duration { return d / time.Duration(total) }
-	if cpuKnown {
-		res.GeneratorCPUPerJob = perJob(cpuAfter - cpuBefore)
-	}
-	if s, ok := after["process_cpu_seconds_total"]; ok {
-		res.ServerCPUPerJob = perJob(time.Duration((s - before["process_cpu_seconds_total"]) * float64(time.Second)))
-	}
+	res.measured(before, after, cpuAfter-cpuBefore, cpuKnown)
 	if cfg.History && !paced {
 		if res.History, err = measureHistory(ctx, hc, cfg, queue); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+// waitAll waits for all to close, drawing the progress of done out of total, or for ctx to end
+// (its cause) or a worker to stop (stopped: nil if a run goes on without it), whichever is first.
+func waitAll(ctx context.Context, cfg Config, all <-chan struct{}, done *atomic.Int64, total int, stopped <-chan error) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-all:
+			return nil
+		case err := <-stopped:
+			return fmt.Errorf("bench: a worker stopped: %w", err)
+		case <-tick.C:
+			if cfg.Progress != nil {
+				cfg.Progress(int(done.Load()), total)
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// endRun ends a run once its last completion is in: the last progress, the generator's CPU and
+// the server's figures, then the workers stopped. A server that restarted meanwhile fails it.
+func endRun(ctx context.Context, cfg Config, hc *http.Client, total int, before map[string]float64, ws *workers) (map[string]float64, time.Duration, error) {
+	if cfg.Progress != nil {
+		cfg.Progress(total, total)
+	}
+	cpu, _ := proc.CPU()
+	after, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
+	if err != nil {
+		return nil, 0, err
+	}
+	ws.stop()
+	if restarted(before, after) {
+		return nil, 0, errors.New("bench: the server restarted during the run (its process_start_time_seconds changed): the figures would mix two processes, so there are none")
+	}
+	return after, cpu, nil
+}
+
+// measured fills in what the server's /metrics (before and after the run) and the generator's
+// own CPU (cpu, if known) say, per job of the run.
+func (r *Result) measured(before, after map[string]float64, cpu time.Duration, cpuKnown bool) {
+	r.ServerMetrics = after != nil
+	r.Events = after["tether_log_events_total"] - before["tether_log_events_total"]
+	r.Fsyncs = after["tether_log_fsync_seconds_count"] - before["tether_log_fsync_seconds_count"]
+	if r.Fsyncs > 0 {
+		r.EventsPerFsync = r.Events / r.Fsyncs
+	}
+	perJob := func(d time.Duration) time.Duration { return d / time.Duration(r.Jobs) }
+	if cpuKnown {
+		r.GeneratorCPUPerJob = perJob(cpu)
+	}
+	if s, ok := after["process_cpu_seconds_total"]; ok {
+		r.ServerCPUPerJob = perJob(time.Duration((s - before["process_cpu_seconds_total"]) * float64(time.Second)))
+	}
+}
+
+// newQueue names a run's own queue: jobs of earlier runs do not count.
+func newQueue() string {
+	var tag [6]byte
+	_, _ = rand.Read(tag[:])
+	return "bench-" + hex.EncodeToString(tag[:])
 }
 
 // connectWait bounds how long the workers have to connect before a run gives up.

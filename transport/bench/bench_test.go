@@ -260,3 +260,42 @@ func TestARestartAfterTheSubmitsFailsTheRun(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A burn-down submits every job in batches before a worker connects, then drains them all:
+// the server's own queue stats say each one succeeded and none is left.
+func TestBurnDownRunsEveryJob(t *testing.T) {
+	url, key, enroll := server(t)
+	ctx := runCtx(t)
+	const jobs = 2500 // three batches, the last one short
+	res, err := bench.Run(ctx, bench.Config{Server: url, Token: key, EnrollToken: enroll, MetricsToken: metricsToken,
+		BurnDown: jobs, Producers: 2, Workers: 3, Capacity: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != "burn-down" || res.Jobs != jobs || res.Errors != 0 || res.JobsPerSecond <= 0 || res.InsertPerSecond <= 0 ||
+		res.Capacity != 20 || res.Batch != bench.BatchJobs || res.Submit.P50 <= 0 {
+		t.Fatalf("%+v", res)
+	}
+	// The drain is measured alone: a lease and a completion a job at least, no submits.
+	if res.Events < 2*jobs || res.Events >= 3*jobs || res.Fsyncs <= 0 {
+		t.Fatalf("events over the drain: %+v", res)
+	}
+	qs, err := client.New(url, key, nil).Queues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs.Queues {
+		if q.Name != res.Queue {
+			continue
+		}
+		succeeded := 0
+		for _, n := range q.SucceededPerMinute {
+			succeeded += n
+		}
+		if succeeded != jobs || q.Depth != 0 || q.Leased != 0 || q.Dead != 0 {
+			t.Fatalf("queue %+v: %d succeeded", q, succeeded)
+		}
+		return
+	}
+	t.Fatalf("no queue %s in %+v", res.Queue, qs.Queues)
+}

@@ -12,11 +12,35 @@ import (
 // percentiles of both measures, and what group commit achieved.
 func (r Result) WriteTable(w io.Writer) error {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(w, "%s run: %d jobs, %d producers, %d workers, %.2f s\n\n", r.Mode, r.Jobs, r.Producers, r.Workers, r.Elapsed.Seconds())
+	burnDown := r.InsertPerSecond > 0
+	if !burnDown {
+		fmt.Fprintf(w, "%s run: %d jobs, %d producers, %d workers, %.2f s\n\n", r.Mode, r.Jobs, r.Producers, r.Workers, r.Elapsed.Seconds())
+	} else {
+		workers := fmt.Sprintf("%d workers of capacity %d", r.Workers, r.Capacity)
+		if r.Database != nil {
+			workers = fmt.Sprintf("one client working %d jobs at once", r.Capacity)
+		}
+		fmt.Fprintf(w, "%s run: %d jobs in batches of %d, %d producers, %s, drained in %.2f s\n", r.Mode, r.Jobs, r.Batch, r.Producers, workers, r.Elapsed.Seconds())
+		if d := r.Database; d != nil {
+			fmt.Fprintf(w, "PostgreSQL %s, fsync %s, synchronous_commit %s\n", d.Version, d.Fsync, d.SynchronousCommit)
+		}
+		fmt.Fprintln(w)
+	}
 	summary := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(summary, "throughput\t%.0f jobs/s\t(until every completion was acknowledged)\n", r.JobsPerSecond)
+	if burnDown {
+		drain := "from the first connect until every completion was acknowledged"
+		if r.Database != nil {
+			drain = "from the client's start until it reported every completion committed"
+		}
+		fmt.Fprintf(summary, "insert\t%.0f jobs/s\t(%.2f s, before any worker connected)\n", r.InsertPerSecond, r.Insert.Seconds())
+		fmt.Fprintf(summary, "burn-down\t%.0f jobs/s\t(%s)\n", r.JobsPerSecond, drain)
+	} else {
+		fmt.Fprintf(summary, "throughput\t%.0f jobs/s\t(until every completion was acknowledged)\n", r.JobsPerSecond)
+	}
 	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 	switch {
+	case r.Database != nil:
+		fmt.Fprintf(summary, "CPU per job\t%s\t(PostgreSQL, if on this machine; River's client and workers %s; user + system)\n", us(r.ServerCPUPerJob), us(r.GeneratorCPUPerJob))
 	case !r.ServerMetrics:
 		fmt.Fprintf(summary, "events per fsync\tn/a\t(the server's /metrics needs --metrics-token)\n")
 		if r.GeneratorCPUPerJob > 0 {
@@ -35,10 +59,15 @@ func (r Result) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w)
 	latency := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(latency, "latency\tp50\tp90\tp99\tmax\t\n")
-	for _, row := range []struct {
+	type row struct {
 		name string
 		l    Latency
-	}{{"submit (durable answer)", r.Submit}, {"submit → start", r.SubmitToStart}} {
+	}
+	rows := []row{{"submit (durable answer)", r.Submit}, {"submit → start", r.SubmitToStart}}
+	if burnDown { // the jobs wait for the workers by design
+		rows = []row{{"batch submit (durable answer)", r.Submit}}
+	}
+	for _, row := range rows {
 		fmt.Fprintf(latency, "%s\t%s\t%s\t%s\t%s\t\n", row.name, ms(row.l.P50), ms(row.l.P90), ms(row.l.P99), ms(row.l.Max))
 	}
 	if h := r.History; h != nil {

@@ -40,6 +40,39 @@ func TestWriteTable(t *testing.T) {
 	}
 }
 
+// A burn-down's table gives both rates and the batches' latency, and no submit → start, which
+// the jobs spend waiting for the workers by design; the River peer's names its database.
+func TestWriteTableBurnDown(t *testing.T) {
+	t.Parallel()
+	tether := Result{Mode: "burn-down", ServerMetrics: true, Jobs: 100000, Producers: 8, Workers: 10, Capacity: 100, Batch: 1000,
+		Elapsed: 10 * time.Second, JobsPerSecond: 10000, Insert: 2 * time.Second, InsertPerSecond: 50000,
+		Submit: Latency{P50: 90 * time.Millisecond, P99: 120 * time.Millisecond, Max: 130 * time.Millisecond}, ServerCPUPerJob: 95 * time.Microsecond}
+	river := tether
+	river.Mode, river.Workers, river.ServerMetrics = "River burn-down", 1, false
+	river.Database = &Database{Version: "15.18", Fsync: "on", SynchronousCommit: "on"}
+	for _, tc := range []struct {
+		r    Result
+		want []string
+	}{
+		{tether, []string{"10 workers of capacity 100", "batches of 1000", "50000 jobs/s", "10000 jobs/s", "from the first connect", "95 µs", "batch submit (durable answer)", "90.00 ms"}},
+		{river, []string{"one client working 100 jobs at once", "fsync on, synchronous_commit on", "10000 jobs/s", "PostgreSQL, if on this machine", "95 µs"}},
+	} {
+		var buf bytes.Buffer
+		if err := tc.r.WriteTable(&buf); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		for _, want := range tc.want {
+			if !strings.Contains(out, want) {
+				t.Errorf("the table lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "submit → start") {
+			t.Errorf("a burn-down's table has submit → start:\n%s", out)
+		}
+	}
+}
+
 func TestProgressBar(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
