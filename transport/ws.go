@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -55,23 +57,45 @@ func (s *Server) connect(r *request) error {
 	if !websocket.IsWebSocketUpgrade(r.Request) {
 		return errorf(wire.CodeBadHandshake, "this endpoint speaks WebSocket; use POST /v1/worker/lease to long-poll")
 	}
-	conn, err := upgrader.Upgrade(r.w, r.Request, http.Header{RequestIDHeader: {r.Header.Get(RequestIDHeader)}})
+	hw := &corkingWriter{ResponseWriter: r.w}
+	conn, err := upgrader.Upgrade(hw, r.Request, http.Header{RequestIDHeader: {r.Header.Get(RequestIDHeader)}})
 	if err != nil {
 		return nil // the upgrader answered
 	}
 	s.conns.Add(1)
 	defer s.conns.Done()
-	c := &wsConn{s: s, b: r.b, conn: conn, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, token: bearer(r.Request), live: r.b.Liveness(r.by.worker.ID), log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
+	c := &wsConn{s: s, b: r.b, conn: conn, cork: hw.cork, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, token: bearer(r.Request), live: r.b.Liveness(r.by.worker.ID), log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
 		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax),
 		reader: frames.Reader{Check: func(data []byte) error { return checkJSON(data, "a frame") }}}
 	c.serve()
 	return nil
 }
 
+// corkingWriter hands the upgrader the hijacked connection under a cork, through which the
+// connection's writer sends every frame queued at once in one write(2).
+type corkingWriter struct {
+	http.ResponseWriter
+	cork *frames.Cork
+}
+
+func (w *corkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("the response cannot be hijacked")
+	}
+	nc, brw, err := h.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.cork = &frames.Cork{Conn: nc}
+	return w.cork, brw, nil
+}
+
 type wsConn struct {
 	s         *Server
 	b         Core
 	conn      *websocket.Conn
+	cork      *frames.Cork // under conn: the writer's flushes
 	worker    string
 	publicKey string
 	token     string // the worker token in force: the one it connected with, or its renewal
@@ -89,6 +113,15 @@ type wsConn struct {
 
 	reader  frames.Reader  // the reader's
 	encoder frames.Encoder // the writer's
+	batch   []wire.Frame   // the writer's: the outbox it took
+	sent    []sentAssign   // the writer's: the assignments in the flush it is making
+}
+
+// sentAssign is an assignment in a flush, and the offset in the flush at which its frame ends:
+// it reached the worker's socket only if the flush wrote that far.
+type sentAssign struct {
+	a   actors.Assignment
+	end int
 }
 
 func (c *wsConn) serve() {
@@ -163,41 +196,14 @@ func (c *wsConn) push(f wire.Frame) {
 func (c *wsConn) writeLoop() {
 	ping := time.NewTicker(PingInterval)
 	defer ping.Stop()
-	var batch []wire.Frame
 	for {
 		select {
 		case <-c.wake:
-			c.mu.Lock()
-			batch = append(batch[:0], c.outbox...)
-			clear(c.outbox)
-			c.outbox = c.outbox[:0]
-			c.mu.Unlock()
-			for _, f := range batch {
-				if !c.write(f) {
-					return
-				}
-			}
-		case f, ok := <-c.sess.Frames:
-			if !ok {
+			if !c.flush(nil, true) {
 				return
 			}
-			switch m := f.(type) {
-			case actors.Assignment:
-				written, ok := c.writeFrame(protocol.AssignFrame(m))
-				if !written {
-					c.b.ReturnUndelivered(m)
-				}
-				if !ok {
-					return
-				}
-			case actors.CancelNotice:
-				if !c.write(protocol.CancelFrame(m)) {
-					return
-				}
-			case actors.SessionEnded:
-				code, text := closeCodeOf(m.Reason)
-				c.closeWith(code, text)
-				_ = c.conn.Close() // the reader sees it and ends
+		case f, ok := <-c.sess.Frames:
+			if !c.flush(f, ok) {
 				return
 			}
 		case <-ping.C:
@@ -208,6 +214,128 @@ func (c *wsConn) writeLoop() {
 			return
 		}
 	}
+}
+
+// flushBytesMax bounds one flush: past it, the frames still queued go in the next write.
+const flushBytesMax = 256 << 10
+
+// flush writes every frame queued for the connection, first (a frame from the session, if
+// not nil; open false if the session's channel was found closed) and what the outbox and the
+// session hold, in one write(2) per flushBytesMax, and reports whether the connection still
+// works. It never waits for more frames: it writes as soon as the queues are empty. An
+// assignment whose frame the write did not wholly send goes back to the queue.
+func (c *wsConn) flush(first any, open bool) bool {
+	for {
+		c.cork.Cork()
+		c.sent = c.sent[:0]
+		more, end, ok := c.gather(first, open)
+		first = nil
+		n, err := c.cork.Uncork(time.Now().Add(frameWriteWait))
+		if i := c.unsent(n); i < len(c.sent) {
+			back := make([]actors.Assignment, 0, len(c.sent)-i)
+			for _, s := range c.sent[i:] {
+				back = append(back, s.a)
+			}
+			c.b.ReturnUndelivered(back...)
+		}
+		clear(c.sent) // keeps no payload alive
+		if err != nil || !ok {
+			_ = c.conn.Close()
+			return false
+		}
+		if end != nil {
+			code, text := closeCodeOf(end.Reason)
+			c.closeWith(code, text)
+			_ = c.conn.Close() // the reader sees it and ends
+			return false
+		}
+		if !open {
+			return false
+		}
+		if !more {
+			return true
+		}
+	}
+}
+
+// unsent is the index of the first assignment of the flush that a write of n bytes did not
+// wholly send.
+func (c *wsConn) unsent(n int) int {
+	for i, s := range c.sent {
+		if s.end > n {
+			return i
+		}
+	}
+	return len(c.sent)
+}
+
+// gather writes the frames queued for the connection into the cork, first, if not nil, then
+// the outbox's and the session's, until both are empty (more false) or the flush is full. It
+// stops at the session's end, and returns it; ok is false if the connection failed.
+func (c *wsConn) gather(first any, open bool) (more bool, end *actors.SessionEnded, ok bool) {
+	if first != nil {
+		if end, ok = c.writeSession(first); end != nil || !ok {
+			return false, end, ok
+		}
+	}
+	for open {
+		took := false
+		c.mu.Lock()
+		c.batch = append(c.batch[:0], c.outbox...)
+		clear(c.outbox)
+		c.outbox = c.outbox[:0]
+		c.mu.Unlock()
+		for i, f := range c.batch {
+			if !c.write(f) {
+				clear(c.batch)
+				return false, nil, false
+			}
+			c.batch[i] = wire.Frame{}
+			took = true
+		}
+	session:
+		for c.cork.Held() < flushBytesMax {
+			select {
+			case f, isOpen := <-c.sess.Frames:
+				if !isOpen {
+					return false, nil, true
+				}
+				if end, ok = c.writeSession(f); end != nil || !ok {
+					return false, end, ok
+				}
+				took = true
+			default:
+				break session
+			}
+		}
+		if !took {
+			return false, nil, true
+		}
+		if c.cork.Held() >= flushBytesMax {
+			return true, nil, true
+		}
+	}
+	return false, nil, true
+}
+
+// writeSession writes one frame from the session into the cork; end is the session's end, which
+// is not written here (its close frame follows the flush).
+func (c *wsConn) writeSession(f any) (end *actors.SessionEnded, ok bool) {
+	switch m := f.(type) {
+	case actors.Assignment:
+		written, ok := c.writeFrame(protocol.AssignFrame(m))
+		if written {
+			c.sent = append(c.sent, sentAssign{a: m, end: c.cork.Held()})
+		} else {
+			c.b.ReturnUndelivered(m)
+		}
+		return nil, ok
+	case actors.CancelNotice:
+		return nil, c.write(protocol.CancelFrame(m))
+	case actors.SessionEnded:
+		return &m, true
+	}
+	return nil, true
 }
 
 // sessionCloses is the close code and text of a worker's WebSocket for each reason its session
@@ -231,8 +359,9 @@ func closeCodeOf(reason string) (int, string) {
 	return websocket.CloseNormalClosure, "the session ended: " + clip(reason)
 }
 
-// write writes one frame and reports whether the connection still works; written says
-// whether the frame went out (a frame that cannot be encoded is logged and skipped).
+// write writes one frame into the flush under way and reports whether the connection still
+// works; written says whether the frame went into it (a frame that cannot be encoded is logged
+// and skipped). The flush's Uncork sends it.
 func (c *wsConn) write(f wire.Frame) bool {
 	_, ok := c.writeFrame(f)
 	return ok
@@ -245,7 +374,6 @@ func (c *wsConn) writeFrame(f wire.Frame) (written, ok bool) {
 			zap.String("job_id", f.JobID), zap.Error(err))
 		return false, true
 	}
-	_ = c.conn.SetWriteDeadline(time.Now().Add(frameWriteWait))
 	if err := c.conn.WriteMessage(websocket.TextMessage, data); err != nil {
 		_ = c.conn.Close()
 		return false, false
