@@ -22,40 +22,141 @@ import (
 
 type wsLink struct {
 	conn    *websocket.Conn
-	cork    *corkConn // under conn: frames sent together leave in one write
+	cork    *frames.Cork // under conn: frames sent together leave in one write
 	reader  frames.Reader
-	wmu     sync.Mutex // guards writes to conn, and encoder
+	wmu     sync.Mutex // guards writes to conn, and encoder; taken before qmu
 	encoder frames.Encoder
-	mu      sync.Mutex
-	pending map[string]ackFunc // by ref; nil once the link is down
-	ref     atomic.Uint64
+	qmu     sync.Mutex
+	queue   []outgoing // frames posted and not yet taken by a flush, guarded by qmu
+	spare   []outgoing // a buffer for the queue once a flush is done with it, guarded by qmu
+	// flushing says that a goroutine is writing the queue (and takes what is posted meanwhile),
+	// guarded by qmu. INVARIANT: while the queue is not empty, flushing is true.
+	flushing bool
+	mu       sync.Mutex
+	pending  map[string]ackFunc // by ref; nil once the link is down
+	ref      atomic.Uint64
 }
 
 // ackFunc receives the server's ack to a request, or errLinkDown if the link went away first.
 type ackFunc func(ack wire.Frame, err error)
 
-// send writes f, and a grant of credit if credit > 0, in one write to the connection.
-func (l *wsLink) send(f wire.Frame, credit int) error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	_ = l.conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
-	l.cork.cork()
-	err := l.write(f)
-	if err == nil && credit > 0 {
-		err = l.write(wire.Frame{Type: wire.FrameCredit, N: credit})
-	}
-	if uerr := l.cork.uncork(); err == nil {
-		err = uerr
-	}
-	return err
+// outgoing is a frame posted for the link (none if its Type is empty) with the credit to grant
+// with it, and what to tell if it could not be written.
+type outgoing struct {
+	f      wire.Frame
+	credit int
+	failed func(error) // nil: nobody waits to know
+	err    error       // why it could not be written
 }
 
-func (l *wsLink) write(f wire.Frame) error {
+// creditMax is the most credit one frame grants (the server's actors.CapacityMax): the credit a
+// flush merges is split past it.
+const creditMax = 1000
+
+// flushRoundsMax is how many flushes in a row one poster writes for the others before it hands
+// the role on to a goroutine of its own and goes back to its job.
+const flushRoundsMax = 4
+
+// post sends f (if its Type is set) and a grant of credit (if credit > 0) with whatever else is
+// posted meanwhile, in one write: the first poster writes the queue until it is empty, and the
+// others leave their frames to it and go on, so that the results of jobs that finish together
+// leave in one write(2), their credit merged in one frame after them. It never waits for more:
+// a frame posted to an idle link is written at once. failed, if not nil, is told if the frame
+// could not be written (on the goroutine that wrote it, holding no lock of the link's).
+func (l *wsLink) post(f wire.Frame, credit int, failed func(error)) {
+	l.qmu.Lock()
+	l.queue = append(l.queue, outgoing{f: f, credit: credit, failed: failed})
+	if l.flushing {
+		l.qmu.Unlock()
+		return
+	}
+	l.flushing = true
+	l.qmu.Unlock()
+	l.flushQueue()
+}
+
+// flushQueue writes the queue until it is empty, for at most flushRoundsMax writes, then hands
+// the rest on. It takes the queue once the connection is free to write, so that what is posted
+// while a write is under way goes in the next one.
+func (l *wsLink) flushQueue() {
+	for range flushRoundsMax {
+		l.wmu.Lock()
+		l.qmu.Lock()
+		batch := l.queue
+		l.queue, l.spare = l.spare[:0], nil
+		if len(batch) == 0 {
+			l.flushing = false
+			l.spare = batch
+			l.qmu.Unlock()
+			l.wmu.Unlock()
+			return
+		}
+		l.qmu.Unlock()
+		l.write(batch)
+		l.wmu.Unlock()
+		for _, o := range batch {
+			if o.err != nil && o.failed != nil {
+				o.failed(o.err)
+			}
+		}
+		clear(batch) // keeps no output alive
+		l.qmu.Lock()
+		l.spare = batch[:0]
+		l.qmu.Unlock()
+	}
+	go l.flushQueue()
+}
+
+// write writes batch, then the credit it grants, in one write to the connection, and sets the
+// error of each frame that could not be written. The caller holds wmu.
+func (l *wsLink) write(batch []outgoing) {
+	_ = l.conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	l.cork.Cork()
+	credit := 0
+	var err error // the connection's: it fails every frame of the batch
+	for i := range batch {
+		o := &batch[i]
+		credit += o.credit
+		if o.f.Type == "" || err != nil {
+			continue
+		}
+		if o.err = l.writeFrame(o.f); !errors.Is(o.err, errUnencodable) {
+			err = o.err
+		}
+	}
+	for credit > 0 && err == nil {
+		n := min(credit, creditMax)
+		err = l.writeFrame(wire.Frame{Type: wire.FrameCredit, N: n})
+		credit -= n
+	}
+	if _, uerr := l.cork.Uncork(time.Now().Add(handshakeTimeout)); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		for i := range batch {
+			batch[i].err = err
+		}
+	}
+}
+
+// errUnencodable is a frame that could not be encoded: it fails alone, and the link goes on.
+var errUnencodable = errors.New("tether: a frame could not be encoded")
+
+func (l *wsLink) writeFrame(f wire.Frame) error {
 	data, err := l.encoder.Encode(f)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errUnencodable, err)
 	}
 	return l.conn.WriteMessage(websocket.TextMessage, data)
+}
+
+// send writes f alone, now, and returns the error: the hello, before anything is posted.
+func (l *wsLink) send(f wire.Frame) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	batch := []outgoing{{f: f}}
+	l.write(batch)
+	return batch[0].err
 }
 
 // requestAsync sends f with a new ref, and a grant of credit if credit > 0, and calls done
@@ -73,11 +174,11 @@ func (l *wsLink) requestAsync(f wire.Frame, credit int, done ackFunc) string {
 		done(wire.Frame{}, errLinkDown)
 		return f.Ref
 	}
-	if err := l.send(f, credit); err != nil {
+	l.post(f, credit, func(err error) {
 		if done := l.take(f.Ref); done != nil {
 			done(wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err))
 		}
-	}
+	})
 	return f.Ref
 }
 
@@ -97,7 +198,7 @@ func (l *wsLink) request(ctx context.Context, f wire.Frame, credit int) (wire.Fr
 	}
 }
 
-func (l *wsLink) credit(n int) { _ = l.send(wire.Frame{Type: wire.FrameCredit, N: n}, 0) }
+func (l *wsLink) credit(n int) { l.post(wire.Frame{}, n, nil) }
 
 func (l *wsLink) drop() { _ = l.conn.Close() }
 
@@ -187,14 +288,14 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 			r.api.failoverErr(server, err)
 		}
 	}()
-	var cork *corkConn
+	var cork *frames.Cork
 	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment, TLSClientConfig: r.w.TLSConfig,
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			cork = &corkConn{Conn: c}
+			cork = &frames.Cork{Conn: c}
 			return cork, nil
 		}}
 	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + r.api.tokenNow()}})
@@ -212,7 +313,7 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	defer conn.Close()
 	conn.SetReadLimit(64 << 20)
 	l := &wsLink{conn: conn, cork: cork, pending: map[string]ackFunc{}}
-	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}, 0); err != nil {
+	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}); err != nil {
 		return false, err
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
