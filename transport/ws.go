@@ -223,7 +223,10 @@ const flushBytesMax = 256 << 10
 // not nil; open false if the session's channel was found closed) and what the outbox and the
 // session hold, in one write(2) per flushBytesMax, and reports whether the connection still
 // works. It never waits for more frames: it writes as soon as the queues are empty. An
-// assignment whose frame the write did not wholly send goes back to the queue.
+// assignment whose frame the write did not wholly send goes back to the queue. A frame that
+// cannot go in (the connection failed, or the reader sent a close frame, after which gorilla
+// takes no data frame) ends the flush, which still sends what it holds, a close frame among
+// it, and then closes the connection.
 func (c *wsConn) flush(first any, open bool) bool {
 	for {
 		c.cork.Cork()
@@ -375,8 +378,7 @@ func (c *wsConn) writeFrame(f wire.Frame) (written, ok bool) {
 		return false, true
 	}
 	if err := c.conn.WriteMessage(websocket.TextMessage, data); err != nil {
-		_ = c.conn.Close()
-		return false, false
+		return false, false // the flush sends what it holds (a close frame, say), then closes
 	}
 	return true, true
 }

@@ -382,3 +382,29 @@ func TestPongsDuringFlushesStayWhole(t *testing.T) {
 		t.Errorf("%d assignments arrived, want %d", assigns, batches*perBatch)
 	}
 }
+
+// A close frame the reader writes into a flush leaves with the frames before it, none after it:
+// an assignment behind it goes back to the queue, and the worker reads the close code.
+func TestCloseInAFlushLeavesLast(t *testing.T) {
+	p := newFlushPair(t)
+	p.c.cork.Cork()
+	p.c.write(protocol.Ack("before", nil))
+	p.c.closeWith(websocket.CloseMessageTooBig, "a frame is larger than the limit") // the reader's
+	p.frames <- assignment(1, 10)
+	if p.c.flush(nil, true) {
+		t.Fatal("a flush after a close frame reported the connection working")
+	}
+	got := p.readFrames(t, 1)
+	if got[0].Ref != "before" {
+		t.Errorf("the worker read %+v, want the ack before the close", got[0])
+	}
+	var f wire.Frame
+	var r frames.Reader
+	var ce *websocket.CloseError
+	if err := r.Read(p.client, &f); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
+		t.Errorf("after the ack the worker read %v, want the close frame", err)
+	}
+	if len(p.core.back) != 1 || p.core.back[0].JobID != "job-1" {
+		t.Errorf("went back to the queue: %+v, want job-1", p.core.back)
+	}
+}
