@@ -201,7 +201,7 @@ func (s *Server) checkSite(r *http.Request) *apiError {
 // .localhost, which browsers resolve to loopback themselves) or a loopback address. No Host at
 // all (HTTP/1.0) is no browser's request.
 func loopbackHost(hostport string) bool {
-	if hostport == "" {
+	if hostport == "" || loopbackLiteral(hostport) {
 		return true
 	}
 	host := hostport
@@ -214,6 +214,21 @@ func loopbackHost(hostport string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackLiteral reports, without allocating, whether a Host header is one of the loopback
+// names clients send most (localhost, 127.0.0.1, [::1]), with or without a port; loopbackHost
+// decides the rest.
+func loopbackLiteral(hostport string) bool {
+	host := hostport
+	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && hostport != "[::1]" {
+		port := hostport[i+1:]
+		if port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
+			return false
+		}
+		host = hostport[:i]
+	}
+	return host == "localhost" || host == "127.0.0.1" || host == "[::1]"
 }
 
 // sameOrigin reports whether an Origin header names the site a request was sent to.
@@ -242,6 +257,10 @@ func credentialInQuery(q url.Values) bool {
 	return q.Has("token") || q.Has("api_key") || q.Has("access_token")
 }
 
+// apiKeyHeader is X-API-Key in the canonical form net/http stores it under, which Get then
+// finds without canonicalizing it again.
+const apiKeyHeader = "X-Api-Key"
+
 // bearer returns the credential a request carries: Authorization: Bearer, or X-API-Key.
 func bearer(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
@@ -250,7 +269,7 @@ func bearer(r *http.Request) string {
 		}
 		return ""
 	}
-	return strings.TrimSpace(r.Header.Get("X-API-Key"))
+	return strings.TrimSpace(r.Header.Get(apiKeyHeader))
 }
 
 var errNoCredential = errorf(actors.CodeUnauthenticated, "this endpoint needs a credential: Authorization: Bearer <token>")
@@ -381,10 +400,47 @@ func jsonBody(r *http.Request) error {
 func (r *request) decode(limit int64, v any) error {
 	buf := getBody() // read whole, for checkJSON and codec.go
 	defer putBody(buf)
-	if _, err := buf.ReadFrom(http.MaxBytesReader(r.w, r.Body, limit)); err != nil {
+	if err := readBody(r.w, r.Request, limit, buf); err != nil {
 		return jsonError(err)
 	}
 	return decodeBody(buf.Bytes(), v)
+}
+
+// decodeSubmit is decode for a submit's body, without the allocation of a req that escapes
+// through decode's v: only a body that decodeSubmitFast leaves to the strict decoder costs one.
+func (r *request) decodeSubmit(limit int64, req *wire.SubmitRequest) error {
+	buf := getBody()
+	defer putBody(buf)
+	if err := readBody(r.w, r.Request, limit, buf); err != nil {
+		return jsonError(err)
+	}
+	body := buf.Bytes()
+	if err := checkJSON(body, "the body"); err != nil {
+		return err
+	}
+	if decodeSubmitFast(body, req) {
+		return nil
+	}
+	strict := new(wire.SubmitRequest)
+	err := decodeStrict(bytes.NewReader(body), strict)
+	*req = *strict
+	return err
+}
+
+// readBody reads a request's whole body into buf, refusing one over limit bytes. A body whose
+// declared length is within limit is read to its end into room made for it at once, and
+// closed, so that net/http has nothing to drain after the handler; any other goes through
+// http.MaxBytesReader, which also has the connection closed after a body over the limit.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes.Buffer) error {
+	if n := r.ContentLength; n >= 0 && n <= limit {
+		buf.Grow(int(n) + bytes.MinRead) // ReadFrom's last read, which finds the end, needs MinRead of room
+		if _, err := buf.ReadFrom(r.Body); err != nil {
+			return err
+		}
+		return r.Body.Close()
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	return err
 }
 
 // decodeBody checks a whole body and decodes it into v, through codec.go where it can.
@@ -392,11 +448,11 @@ func decodeBody(body []byte, v any) error {
 	if err := checkJSON(body, "the body"); err != nil {
 		return err
 	}
-	if req, ok := v.(*wire.SubmitRequest); ok {
-		if decodeSubmitFast(body, req) {
+	if req, ok := v.(*wire.BatchRequest); ok {
+		if decodeBatchFast(body, req) {
 			return nil
 		}
-		*req = wire.SubmitRequest{}
+		*req = wire.BatchRequest{}
 	}
 	return decodeStrict(bytes.NewReader(body), v)
 }

@@ -69,19 +69,25 @@ func submitSeeds() [][]byte {
 
 // Whatever the fast decoder takes, it decodes as the strict decoder does.
 func FuzzSubmitDecodeMatchesStrict(f *testing.F) {
-	for _, b := range submitSeeds() {
+	fuzzMatchesStrict(f, submitSeeds(), decodeSubmitFast)
+}
+
+// fuzzMatchesStrict fuzzes a fast decoder from seeds: whatever it takes, it decodes as the
+// strict decoder does.
+func fuzzMatchesStrict[T any](f *testing.F, seeds [][]byte, fast func([]byte, *T) bool) {
+	for _, b := range seeds {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var fast, strict wire.SubmitRequest
-		if !decodeSubmitFast(body, &fast) {
+		var quick, strict T
+		if !fast(body, &quick) {
 			return
 		}
 		if err := decodeStrict(bytes.NewReader(body), &strict); err != nil {
 			t.Fatalf("%q: the fast decoder took what the strict one refuses: %v", body, err)
 		}
-		if !reflect.DeepEqual(fast, strict) {
-			t.Fatalf("%q: fast %+v, strict %+v", body, fast, strict)
+		if !reflect.DeepEqual(quick, strict) {
+			t.Fatalf("%q: fast %+v, strict %+v", body, quick, strict)
 		}
 	})
 }
@@ -157,17 +163,25 @@ func TestFuzzersSetEveryField(t *testing.T) {
 
 // Whatever the fast encoder writes is what a json.Encoder writes.
 func FuzzJobEncodeMatchesEncoder(f *testing.F) {
+	fuzzEncodeMatches(f, func(j wire.Job) (any, []byte, bool) {
+		got, ok := appendJob(nil, &j)
+		return j, got, ok
+	})
+}
+
+// fuzzEncodeMatches fuzzes a fast encoder of what encode makes of a job from the fuzzer's
+// arguments: whatever it writes is what a json.Encoder writes of the value encode returns.
+func fuzzEncodeMatches(f *testing.F, encode func(j wire.Job) (v any, got []byte, ok bool)) {
 	for _, a := range jobSeeds {
 		f.Add(a.s, a.s2, a.raw, a.lk, a.lv, a.unix, a.offset, a.b, a.seq, a.rare)
 	}
 	f.Fuzz(func(t *testing.T, s, s2 string, raw []byte, lk, lv string, unix, offset int64, b bool, seq uint64, rare uint8) {
-		j := fuzzJob(jobArgs{s, s2, raw, lk, lv, unix, offset, b, seq, rare})
-		got, ok := appendJob(nil, &j)
+		v, got, ok := encode(fuzzJob(jobArgs{s, s2, raw, lk, lv, unix, offset, b, seq, rare}))
 		if !ok {
 			return
 		}
 		var want bytes.Buffer
-		if err := json.NewEncoder(&want).Encode(j); err != nil {
+		if err := json.NewEncoder(&want).Encode(v); err != nil {
 			t.Fatalf("the fast encoder wrote %s where encoding/json fails: %v", got, err)
 		}
 		if !bytes.Equal(got, want.Bytes()) {
@@ -263,10 +277,102 @@ func BenchmarkDecodeSubmit(b *testing.B) {
 			for b.Loop() {
 				body.Reset(data)
 				var req wire.SubmitRequest
-				if err := r.decode(1<<20, &req); err != nil {
+				if err := r.decodeSubmit(1<<20, &req); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
+	}
+}
+
+// batchSeeds are FuzzBatchDecodeMatchesStrict's seeds.
+func batchSeeds() [][]byte {
+	out := [][]byte{[]byte(`{"jobs":[]}`), []byte(`{"jobs":null}`), []byte(`{}`), []byte(`{"jobs":[null]}`), []byte(`{"jobs":[{}]}`),
+		[]byte(`{"jobs":[{"queue":"a"},{"queue":"b","extra":1}]}`), []byte(`{"jobs":[{"queue":"a"}],"jobs":[]}`), []byte(`{"Jobs":[{"queue":"a"}]}`),
+		[]byte(`{"jobs":[{"queue":"a"}] , "x":1}`), []byte(`{"jobs":[{"queue":"a"}]}[]`), []byte(`{"jobs":{"queue":"a"}}`), []byte(` { "jobs" : [ {"queue":"a"} , {} ] } `)}
+	for _, s := range submitSeeds() {
+		out = append(out, append(append([]byte(`{"jobs":[`), s...), `,{"queue":"q"}]}`...))
+	}
+	return out
+}
+
+// Whatever the fast batch decoder takes, it decodes as the strict decoder does.
+func FuzzBatchDecodeMatchesStrict(f *testing.F) { fuzzMatchesStrict(f, batchSeeds(), decodeBatchFast) }
+
+// The bench's batch and the answer to it take the fast paths, and a batch of the shapes the
+// fuzzer's job resources take is written as encoding/json writes it, or left to it.
+func TestBatchAndItsAnswerTakeTheFastPath(t *testing.T) {
+	body := []byte(`{"jobs":[{"queue":"q","type":"noop","payload":{"n":1}},{"queue":"q","type":"noop","payload":{"n":2},"priority":3}]}`)
+	var fast, strict wire.BatchRequest
+	if !decodeBatchFast(body, &fast) {
+		t.Fatal("the bench's batch was not decoded fast")
+	}
+	if err := decodeStrict(bytes.NewReader(body), &strict); err != nil || !reflect.DeepEqual(fast, strict) {
+		t.Fatalf("fast %+v, strict %+v %v", fast, strict, err)
+	}
+	var jobs []wire.Job
+	for _, a := range jobSeeds {
+		jobs = append(jobs, fuzzJob(a))
+	}
+	taken := 0
+	for _, out := range []wire.BatchResponse{{}, {Jobs: []wire.Job{}}, {Jobs: jobs[:1], Receipt: &wire.Receipt{Seq: 9, Hash: "cd"}},
+		{Jobs: jobs, Receipt: &wire.Receipt{Seq: 1, Hash: "ab"}}, {Jobs: jobs[2:]}} {
+		got, ok := appendBatch(nil, &out)
+		if !ok {
+			continue
+		}
+		taken++
+		if want := encoded(t, out); !bytes.Equal(got, want) {
+			t.Fatalf("fast %s\nwant %s", got, want)
+		}
+	}
+	if taken < 3 {
+		t.Fatalf("only %d of 5 batch answers took the fast path", taken)
+	}
+}
+
+// Whatever the fast encoder writes for a batch's answer is what a json.Encoder writes.
+func FuzzBatchEncodeMatchesEncoder(f *testing.F) {
+	fuzzEncodeMatches(f, func(j wire.Job) (any, []byte, bool) {
+		out := wire.BatchResponse{Jobs: []wire.Job{j, j}}
+		if j.Receipt != nil {
+			out.Receipt = j.Receipt
+		}
+		got, ok := appendBatch(nil, &out)
+		return out, got, ok
+	})
+}
+
+// A job with more labels than writeLabels sorts on its stack is written as encoding/json
+// writes it.
+func TestManyLabelsAreSorted(t *testing.T) {
+	j := fuzzJob(jobSeeds[0])
+	j.Labels = map[string]string{}
+	for i := range labelsSortedMax + 5 {
+		j.Labels[fmt.Sprintf("k%02d", (i*7)%(labelsSortedMax+5))] = fmt.Sprint(i)
+	}
+	got, ok := appendJob(nil, &j)
+	if !ok {
+		t.Fatal("a job with many labels was not encoded fast")
+	}
+	if want := encoded(t, j); !bytes.Equal(got, want) {
+		t.Fatalf("fast %s\nwant %s", got, want)
+	}
+}
+
+// loopbackLiteral, the allocation-free shortcut, says loopback only of what loopbackHost's
+// parse says it of.
+func TestLoopbackLiteral(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "localhost:8080": true, "127.0.0.1": true, "127.0.0.1:18400": true, "[::1]": true, "[::1]:80": true,
+		"localhost:": false, "localhost:x": false, "127.0.0.2": false, "example.com:80": false, "127.0.0.1:123456": false,
+		"::1": false, "LOCALHOST": false, "127.0.0.1.example.com": false, "localhost:80:80": false,
+	} {
+		if got := loopbackLiteral(host); got != want {
+			t.Errorf("loopbackLiteral(%q) = %v, want %v", host, got, want)
+		}
+		if loopbackLiteral(host) && !loopbackHost(host) {
+			t.Errorf("loopbackLiteral takes %q, which loopbackHost refuses", host)
+		}
 	}
 }

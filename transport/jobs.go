@@ -15,6 +15,11 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
+// noLabels is the labels of every job resource without any: an empty object on the wire, where
+// encoding/json writes null for a nil map. Nothing writes into a resource's labels (they are the
+// projection's own map when the job has any).
+var noLabels = map[string]string{}
+
 // jobResource renders a job snapshot as the job resource, as it stands at now.
 func jobResource(j *projections.Job, now time.Time) wire.Job {
 	out := wire.Job{
@@ -25,7 +30,7 @@ func jobResource(j *projections.Job, now time.Time) wire.Job {
 		FlowID: j.FlowID, FlowStep: j.FlowStep, ScheduleID: j.ScheduleID,
 	}
 	if out.Labels == nil {
-		out.Labels = map[string]string{}
+		out.Labels = noLabels
 	}
 	if !j.RunAt.IsZero() {
 		at := j.RunAt
@@ -80,9 +85,15 @@ func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
 	return spec, nil
 }
 
+// submitted holds what a submit's answer points at besides the job.
+type submitted struct {
+	receipt wire.Receipt
+	hit     bool
+}
+
 func (s *Server) submit(r *request) error {
 	var req wire.SubmitRequest
-	if err := r.decode(int64(actors.DefaultPayloadBytesMax+envelopeBytes), &req); err != nil {
+	if err := r.decodeSubmit(int64(actors.DefaultPayloadBytesMax+envelopeBytes), &req); err != nil {
 		return err
 	}
 	spec, err := specOf(req, r.Header.Get(IdempotencyKeyHeader))
@@ -94,13 +105,14 @@ func (s *Server) submit(r *request) error {
 		return err
 	}
 	job := jobResource(res[0].Job, s.clock())
-	hit := res[0].IdempotentHit
-	job.Receipt, job.IdempotentHit = new(receipt(rc)), &hit
+	x := &submitted{receipt(rc), res[0].IdempotentHit} // one allocation for both
+	job.Receipt, job.IdempotentHit = &x.receipt, &x.hit
 	status := http.StatusCreated
-	if hit {
+	if x.hit {
 		status = http.StatusOK
 	}
-	return r.reply(status, job)
+	writeJob(r.w, status, &job)
+	return nil
 }
 
 func (s *Server) submitBatch(r *request) error {
@@ -127,12 +139,13 @@ func (s *Server) submitBatch(r *request) error {
 	}
 	now := s.clock()
 	out := wire.BatchResponse{Jobs: make([]wire.Job, len(res)), Receipt: new(receipt(rc))}
+	hits := make([]bool, len(res))
 	for i, sr := range res {
 		out.Jobs[i] = jobResource(sr.Job, now)
-		hit := sr.IdempotentHit
-		out.Jobs[i].IdempotentHit = &hit
+		hits[i] = sr.IdempotentHit
+		out.Jobs[i].IdempotentHit = &hits[i]
 	}
-	return r.reply(http.StatusCreated, out)
+	return r.reply(http.StatusCreated, &out)
 }
 
 func (s *Server) getJob(r *request) error {

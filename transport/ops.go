@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -36,24 +35,4 @@ func OpsHandler(r Readiness) http.Handler {
 		writeJSON(w, http.StatusOK, r.Status())
 	})
 	return mux
-}
-
-// writeJSONFlushed writes v and flushes it to the connection, and says whether that failed: an
-// answer that carries leases must be known to have left, or the leases go back.
-func writeJSONFlushed(w http.ResponseWriter, status int, v any) error {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		return err
-	}
-	return http.NewResponseController(w).Flush()
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	if j, ok := v.(wire.Job); ok && writeJob(w, &j) { // the answer to every submit (codec.go)
-		return
-	}
-	_ = json.NewEncoder(w).Encode(v)
 }

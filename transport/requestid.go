@@ -29,14 +29,19 @@ func newRequestIDs() *requestIDs {
 }
 
 // assign gives the exchange its id: the client's when it is sane, a new one otherwise. The
-// request's own header then holds the id in force, for the log lines written about it.
+// request's own header then holds the id in force, for the log lines written about it. Both
+// headers share one slice of values, which net/http only reads.
 func (ids *requestIDs) assign(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get(RequestIDHeader)
-	if !saneRequestID(id) {
-		id = ids.prefix + strconv.FormatUint(ids.n.Add(1), 10)
-		r.Header.Set(RequestIDHeader, id)
+	v := r.Header[RequestIDHeader]
+	if len(v) == 0 || !saneRequestID(v[0]) {
+		var b [64]byte
+		id := string(strconv.AppendUint(append(b[:0], ids.prefix...), ids.n.Add(1), 10))
+		v = []string{id}
+		r.Header[RequestIDHeader] = v
+	} else if len(v) > 1 {
+		v = v[:1:1] // the answer names the first; an append to either header copies
 	}
-	w.Header().Set(RequestIDHeader, id)
+	w.Header()[RequestIDHeader] = v
 }
 
 // saneRequestID takes what a tracing proxy or client library sends (UUIDs, ULIDs, hex, W3C

@@ -28,7 +28,8 @@ import (
 // keep-alive and sends its next request once the answer to the last is read. An op is one
 // job, so ns/op and allocs/op (which count every goroutine of the process: the handler, the
 // broker's actors and the log's group commit) are per job whether it came alone or in a batch.
-// cpu-ns/job is the process's user and system CPU per job. The client reads answers without
+// cpu-ns/job is the process's user and system CPU per job, fsyncs/job the log's group commits
+// per job. The client reads answers without
 // allocating, so what is counted is the server's.
 func BenchmarkSubmit(b *testing.B) {
 	for _, c := range []struct {
@@ -55,7 +56,7 @@ func BenchmarkSubmit(b *testing.B) {
 			}
 			var next atomic.Int64 // jobs handed out
 			var wg sync.WaitGroup
-			before := cpuTime()
+			before, syncs := cpuTime(), br.LogStats().Syncs
 			b.ReportAllocs()
 			b.ResetTimer()
 			for _, s := range conns {
@@ -78,6 +79,7 @@ func BenchmarkSubmit(b *testing.B) {
 			wg.Wait()
 			b.StopTimer()
 			b.ReportMetric(float64(cpuTime()-before)/float64(b.N), "cpu-ns/job")
+			b.ReportMetric(float64(br.LogStats().Syncs-syncs)/float64(b.N), "fsyncs/job")
 		})
 	}
 }
@@ -184,4 +186,62 @@ func readAnswer(r *bufio.Reader, buf []byte) (status int, body []byte, chunked b
 	buf = slices.Grow(buf, length)[:start+length]
 	_, err = io.ReadFull(r, buf[start:])
 	return status, buf, false, err
+}
+
+// TestSubmitAnswersPipelined sends requests back to back on one connection before reading any
+// answer, as a pipelining client does: every answer comes, in order, each with its
+// Content-Length and the job it made.
+func TestSubmitAnswersPipelined(t *testing.T) {
+	h := start(t, transport.AuthNone)
+	u, _ := url.Parse(h.url)
+	s, err := dialSubmitter(u.Host, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.conn.Close()
+	var all []byte
+	const n = 5
+	for range n {
+		all = append(all, s.request(1)...)
+	}
+	batch, err := dialSubmitter(u.Host, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.conn.Close()
+	if _, err := s.conn.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for i := range n {
+		status, body, chunked, err := readAnswer(s.r, nil)
+		if err != nil || status != 201 || chunked || !bytes.HasPrefix(body, []byte(`{"id":"`)) || !bytes.HasSuffix(body, []byte("}\n")) {
+			t.Fatalf("answer %d: %d %v %s", i, status, err, body)
+		}
+		ids[string(body[7:33])] = true
+	}
+	if len(ids) != n {
+		t.Fatalf("%d answers named %d jobs", n, len(ids))
+	}
+	if _, err := batch.conn.Write(append(batch.request(40), batch.request(2)...)); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{40, 2} {
+		status, body, chunked, err := readAnswer(batch.r, nil)
+		if err != nil || status != 201 || chunked || bytes.Count(body, []byte(`"status":"queued"`)) != want {
+			t.Fatalf("batch %d: %d %v %s", i, status, err, body)
+		}
+	}
+	// A job whose answer is larger than net/http's buffer, and an error, come whole too.
+	big := `{"queue":"q","type":"t","payload":"` + strings.Repeat("x", 8<<10) + `"}`
+	for _, c := range []struct {
+		body   string
+		status int
+	}{{big, 201}, {`{"queue":"q","type":"t","extra":"` + strings.Repeat("x", 8<<10) + `"}`, 400}} {
+		fmt.Fprintf(s.conn, "POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(c.body), c.body)
+		status, body, chunked, err := readAnswer(s.r, nil)
+		if err != nil || status != c.status || chunked || len(body) < 100 || body[len(body)-1] != '\n' {
+			t.Fatalf("%d %v chunked %v: %.200s", status, err, chunked, body)
+		}
+	}
 }
