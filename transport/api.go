@@ -428,12 +428,13 @@ func (r *request) decodeSubmit(limit int64, req *wire.SubmitRequest) error {
 }
 
 // readBody reads a request's whole body into buf, refusing one over limit bytes. A body whose
-// declared length is within limit is read to its end into room made for it at once, and
-// closed, so that net/http has nothing to drain after the handler; any other goes through
+// declared length is within limit is read to its end, into room made for it at once (up to
+// keepMax: a client that only declares a large body does not get the server to allocate it),
+// and closed, so that net/http has nothing to drain after the handler; any other goes through
 // http.MaxBytesReader, which also has the connection closed after a body over the limit.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes.Buffer) error {
 	if n := r.ContentLength; n >= 0 && n <= limit {
-		buf.Grow(int(n) + bytes.MinRead) // ReadFrom's last read, which finds the end, needs MinRead of room
+		buf.Grow(int(min(n, keepMax)) + bytes.MinRead) // ReadFrom's last read, which finds the end, needs MinRead of room
 		if _, err := buf.ReadFrom(r.Body); err != nil {
 			return err
 		}
