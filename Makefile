@@ -48,13 +48,15 @@ bench: ## run the benchmarks (BenchmarkAppend: durable appends, fsync on the loc
 chaos: ## the replicated log under faults, long: real NATS and tether processes; 20 leader kills, 20 pauses, NATS nodes lost (make test runs a short one)
 	$(GO) test ./cmd/tether -run '^TestChaos$$' -chaos.full -v -count=1 -timeout 60m
 
-fuzz: ## fuzz the record and payload decoders, the frame and job codecs and the JSON check for FUZZTIME each
+fuzz: ## fuzz the record and payload decoders, the frame, job and batch codecs and the JSON check for FUZZTIME each
 	$(GO) test ./eventlog -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./eventlog -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/internal/frames -run '^$$' -fuzz '^FuzzDecodeMatchesUnmarshal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/internal/frames -run '^$$' -fuzz '^FuzzEncodeMatchesMarshal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzSubmitDecodeMatchesStrict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzJobEncodeMatchesEncoder$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport -run '^$$' -fuzz '^FuzzBatchDecodeMatchesStrict$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport -run '^$$' -fuzz '^FuzzBatchEncodeMatchesEncoder$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./eventlog/fastjson -run '^$$' -fuzz '^FuzzCheckMatchesTokens$$' -fuzztime $(FUZZTIME)
 
 sim: ## run the simulator over seeds SIMSEEDS with faults, and over 1..200 without, each twice to check determinism
