@@ -55,7 +55,9 @@
 //  1. A behaviour decides, folds its events into its own state at once, and persists them; it
 //     never waits for its own appends (pipelining, DESIGN §2).
 //  2. Nothing that depends on an event leaves the behaviour before the event is durable: replies,
-//     assignments, notices to other actors are sent when Persisted arrives. One exception, safe
+//     assignments, notices to other actors are sent when Persisted arrives, or, for a decision
+//     whose one consequence is a message (a lease and its assignment), relayed by the runtime
+//     once the events are durable (Env.Relay). One exception, safe
 //     because the log is a prefix: a job actor tells the dispatcher a lease is ending as soon as
 //     it has handed the end to the log (leaseEnding), and the dispatcher leases the freed slot at
 //     once. That lease is appended after the end, so no durable prefix holds both, and its

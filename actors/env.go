@@ -41,6 +41,12 @@ type Env interface {
 	// failed, Persisted.Err is set and the server is stopping. Persists of one actor complete in
 	// the order they were made.
 	Persist(events []eventlog.Payload, then any)
+	// Relay is Persist for a decision whose one consequence, once it is durable, is a message:
+	// when the events are durable and applied, the runtime sends msg to `to` as from this
+	// actor, with no Persisted and no turn of the actor in between (the job's lease and its
+	// assignment: one delivery less per job). If the log failed, nothing is sent. Relays
+	// complete in order with the actor's persists.
+	Relay(events []eventlog.Payload, to Ref, msg any)
 	// Send delivers msg to an actor, spawning a job actor on first use of its Ref.
 	Send(to Ref, msg any)
 	// Forward delivers msg as if sender had sent it, so the receiver's replies reach sender.

@@ -236,21 +236,28 @@ func (a *Job) start(env Env, m startLease) {
 		Nonce: hex.EncodeToString(nonce[:]), Attempt: a.job.Attempt + 1,
 		ExpiresAt: env.Now().Add(a.job.LeaseTTL).UTC(),
 	}
-	a.decide(env, []eventlog.Payload{ev}, leaseGranted{})
-	a.armTimer(env)
+	a.job.Fold(0, env.Now(), ev)
+	// Lease and assignment in one step: the runtime sends the assignment to the worker's session
+	// once job.leased is durable, with no Persisted back here first. The relay is not the
+	// pipeline's to count: nothing the job answers waits for it (a worker's command on the lease
+	// comes only after the assignment), and a later persist completes after it anyway.
 	if mutantLeaseBeforeFsync {
-		a.assign(env)
+		a.pipe.persist(env, []eventlog.Payload{ev}, leaseGranted{})
+		env.Send(SessionRef(ev.SessionID), a.assignment())
+	} else {
+		env.Relay([]eventlog.Payload{ev}, SessionRef(ev.SessionID), a.assignment())
 	}
+	a.armTimer(env)
 }
 
-// assign sends the current lease to the worker's session.
-func (a *Job) assign(env Env) {
+// assignment is the current lease as the worker's session gets it.
+func (a *Job) assignment() Assignment {
 	l := a.job.Lease
-	env.Send(SessionRef(l.SessionID), Assignment{
+	return Assignment{
 		JobID: a.id, LeaseID: l.LeaseID, Nonce: l.Nonce, Queue: a.job.Queue, JobType: a.job.Type,
 		Payload: a.job.Payload, Attempt: l.Attempt, LeaseExpiresAt: l.ExpiresAt,
 		HeartbeatInterval: HeartbeatIntervalFor(a.job.LeaseTTL),
-	})
+	}
 }
 
 func (a *Job) armTimer(env Env) {
@@ -489,10 +496,7 @@ func (a *Job) persisted(env Env, m Persisted) {
 	defer a.pipe.settled()
 	err := unavailable(m.Err)
 	switch t := m.Then.(type) {
-	case leaseGranted:
-		if err == nil && a.job.Lease != nil && !mutantLeaseBeforeFsync {
-			a.assign(env)
-		}
+	case leaseGranted: // mutant_lease_before_fsync's: the assignment left already
 	case progressDone:
 		env.Send(t.reply, ProgressAck{Number: t.number, Receipt: receiptOf(m.Receipt), Err: err})
 	case cancelRequestDone:

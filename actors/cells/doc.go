@@ -12,7 +12,9 @@
 //     goes on with its next message. Persists complete in the order they were made.
 //  2. When the committer reports them durable, the runtime applies them to the projections, in
 //     log order, and only then schedules Persisted to the cell that made them: an actor that
-//     hears its events are durable can read them back, and so can anyone it tells.
+//     hears its events are durable can read them back, and so can anyone it tells. A relay
+//     (Cell.Relay) sends its message instead, as from the cell, at the same point and under
+//     the same rule; a failed commit sends nothing.
 //  3. A Persisted or a timer meant for an earlier incarnation of a cell is dropped: the
 //     restarted behaviour rebuilt its state from projections that hold those events. A restart
 //     (Restart) first waits until every persist issued before it is applied.

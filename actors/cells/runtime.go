@@ -444,14 +444,25 @@ func (c *Cell) persist(events []eventlog.Payload, then any) {
 	c.rt.issue(p)
 }
 
+func (c *Cell) relay(events []eventlog.Payload, to actors.Ref, msg any) {
+	p := persisting{events: events, cell: c, relayTo: to, relay: msg}
+	if mutantPersistedBeforeDurable {
+		c.rt.Send(to, msg, c.ref)
+		p.cell, p.relay, p.done = nil, nil, func(eventlog.Receipt, error) {}
+	}
+	c.rt.issue(p)
+}
+
 // persisting is one persist on its way: what it commits and whom to tell.
 type persisting struct {
 	events []eventlog.Payload
-	// A cell's persist tells the cell (Persisted{Then: then}, to the incarnation that made it);
-	// Runtime.Persist calls done.
+	// A cell's persist tells the cell (Persisted{Then: then}, to the incarnation that made it),
+	// or, for a relay, sends relay to relayTo from the cell; Runtime.Persist calls done.
 	cell        *Cell
 	incarnation uint64
 	then        any
+	relayTo     actors.Ref
+	relay       any
 	done        func(eventlog.Receipt, error)
 }
 
@@ -487,9 +498,14 @@ func (rt *Runtime) committed(p persisting, r eventlog.Receipt, err error) {
 		}
 	}
 	if ok {
-		if p.cell != nil {
+		switch {
+		case p.relay != nil:
+			if err == nil {
+				rt.Send(p.relayTo, p.relay, p.cell.ref)
+			}
+		case p.cell != nil:
 			rt.cfg.Scheduler.Schedule(p.cell, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: p.then, Receipt: r, Err: err}, incarnation: p.incarnation})
-		} else {
+		default:
 			p.done(r, err)
 		}
 	}
@@ -600,6 +616,10 @@ func (c *Cell) Sender() actors.Ref { return c.sender }
 // Persist hands events to the committer; Persisted{Then: then} comes back once they are durable
 // and applied.
 func (c *Cell) Persist(events []eventlog.Payload, then any) { c.persist(events, then) }
+
+// Relay hands events to the committer; msg goes to `to`, from this cell, once they are durable
+// and applied.
+func (c *Cell) Relay(events []eventlog.Payload, to actors.Ref, msg any) { c.relay(events, to, msg) }
 
 // Send delivers msg to an actor, from this cell.
 func (c *Cell) Send(to actors.Ref, msg any) { c.rt.Send(to, msg, c.ref) }
