@@ -116,6 +116,12 @@ type (
 	stopSelf struct{}
 	breakIt  struct{}
 	ring     struct{}
+	// relayQuota persists a quota of n and relays seeQuota to the probe named to.
+	relayQuota struct {
+		n  int
+		to string
+	}
+	seeQuota struct{ of string }
 )
 
 func (p *probe) Recover(actors.Env) { p.recovers++ }
@@ -128,6 +134,12 @@ func (p *probe) Receive(env actors.Env, msg any) {
 		var seen int
 		env.Read(func(s *projections.Set) { seen = s.Tenant(p.name).MaxActive })
 		p.d.out = append(p.d.out, fmt.Sprintf("%s persisted %v err=%v projections=%d", p.name, m.Then, m.Err, seen))
+	case relayQuota:
+		env.Relay([]eventlog.Payload{eventlog.TenantQuotaSet{Tenant: p.name, MaxActive: m.n}}, actors.TenantRef(m.to), seeQuota{p.name})
+	case seeQuota:
+		var seen int
+		env.Read(func(s *projections.Set) { seen = s.Tenant(m.of).MaxActive })
+		p.d.out = append(p.d.out, fmt.Sprintf("%s sees %s's quota %d, from %s", p.name, m.of, seen, env.Sender().ID))
 	case arm:
 		p.timer = env.After(m.d, ring{})
 	case cancel:
@@ -178,6 +190,25 @@ func TestOrderingRules(t *testing.T) {
 			d.run()
 		},
 		want: []string{"a persisted {1} err=<nil> projections=2", "a persisted {2} err=<nil> projections=2"},
+	}, {
+		name: "a relay sends its message once durable, with the events applied, as from its maker",
+		script: func(d *driver) {
+			d.rt.Send(a, relayQuota{n: 5, to: "b"}, actors.Ref{})
+			d.run()
+			d.out = append(d.out, "synced")
+			d.sync(nil)
+			d.run()
+		},
+		want: []string{"synced", "b sees a's quota 5, from a"},
+	}, {
+		name: "a relay whose commit fails sends nothing",
+		script: func(d *driver) {
+			d.rt.Send(a, relayQuota{n: 6, to: "b"}, actors.Ref{})
+			d.run()
+			d.sync(errors.New("fsync failed"))
+			d.run()
+		},
+		want: nil,
 	}, {
 		name: "a failed commit applies nothing and says so",
 		script: func(d *driver) {
