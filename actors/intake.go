@@ -50,7 +50,8 @@ type redriveSettled struct{ jobID string }
 type submitDone struct {
 	reply    Ref
 	jobs     []SubmittedJob
-	waiting  []Waiting // with SubmitSeq holding the event's index in the append until durable
+	events   []eventlog.Payload // the append, read once durable for the snapshots
+	waiting  []Waiting          // with SubmitSeq holding the event's index in the append until durable
 	keys     []string
 	consumed []string // reservations
 	newJobs  int
@@ -248,6 +249,7 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 		}
 	}
 	in.pendingJobs += newJobs
+	done.events = events
 	t.pipe.persist(env, events, done)
 	if mutantAckBeforeFsync {
 		env.Send(reply, Submitted{Jobs: out})
@@ -268,7 +270,29 @@ func (in *intake) submitted(env Env, d submitDone, m Persisted) {
 	}
 	enqueue(env, d.waiting, m.Receipt)
 	if !mutantAckBeforeFsync {
+		snapshots(d.jobs, d.events, m.Receipt)
 		env.Send(d.reply, Submitted{Jobs: d.jobs, Receipt: receiptOf(m.Receipt)})
+	}
+}
+
+// snapshots sets each new job's Snapshot from the durable append that submitted it: its
+// job.submitted, and the job.scheduled that follows it for a job that waits.
+func snapshots(jobs []SubmittedJob, events []eventlog.Payload, r eventlog.Receipt) {
+	next := 0 // jobs[next:] are not yet matched to their events; hits have none
+	var last *projections.Job
+	for i, p := range events {
+		seq := r.First + uint64(i)
+		switch e := p.(type) {
+		case eventlog.JobSubmitted:
+			for jobs[next].IdempotentHit {
+				next++
+			}
+			last = projections.NewJob(seq, r.Time, e)
+			jobs[next].Snapshot = last
+			next++
+		case eventlog.JobScheduled:
+			last.Fold(seq, r.Time, e)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package actors
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/tetherhq/tether/projections"
 )
 
 // Commands from the facade and the replies they get. Every reply carries Err (a *Rejection) or
@@ -28,6 +30,10 @@ type Submitted struct {
 type SubmittedJob struct {
 	ID            string
 	IdempotentHit bool
+	// Snapshot is the job as its submit made it, durable at the reply's receipt, for the
+	// caller to answer with (no read of the projections); nil for an idempotent hit, which is
+	// read from them.
+	Snapshot *projections.Job
 }
 
 // Reserve asks a tenant to hold one max_active slot for TTL (0: ReservationTTLDefault).

@@ -415,8 +415,9 @@ func (s *script) fields(v reflect.Value, skip string) string {
 // idOf names what the ID field of a reply type holds.
 var idOf = map[string]string{"SubmittedJob": "JobID", "Reserved": "ReservationID", "ScheduleMade": "ScheduleID", "Created": "KeyID"}
 
-// quiet fields are left out: hashes and digests that say nothing a reader checks.
-var quiet = map[string]bool{"RequestHash": true, "SpecHash": true, "Hash": true, "YAMLSHA256": true}
+// quiet fields are left out: hashes and digests that say nothing a reader checks, and a
+// submit's job snapshots, which repeat its job.submitted.
+var quiet = map[string]bool{"RequestHash": true, "SpecHash": true, "Hash": true, "YAMLSHA256": true, "Snapshot": true}
 
 func (s *script) value(field string, v reflect.Value) string {
 	switch x := v.Interface().(type) {

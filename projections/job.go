@@ -163,6 +163,20 @@ func (j *Job) Clone() *Job {
 	return &c
 }
 
+// NewJob is the job that a job.submitted at seq, written at at, creates; Fold applies the
+// events of its stream after it. The projections make their job with it, and the tenant the
+// snapshot a submit answers with, so the two cannot disagree.
+func NewJob(seq uint64, at time.Time, e eventlog.JobSubmitted) *Job {
+	return &Job{
+		ID: e.JobID, Tenant: e.Tenant, Queue: e.Queue, Type: e.Type, Payload: e.Payload,
+		Priority: e.Priority, Labels: e.Labels, Status: StatusQueued, MaxAttempts: e.MaxAttempts,
+		LeaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, CreatedAt: at, UpdatedAt: at,
+		IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, SubmitSeq: seq, LastSeq: seq,
+		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond, FlowID: e.FlowID, FlowStep: e.FlowStep,
+		ScheduleID: e.ScheduleID,
+	}
+}
+
 // Fold applies one event of the job's stream (other than job.submitted, which creates the job)
 // to the snapshot. The job behaviour folds the events it decides into its own copy with it, so
 // the actor and the projection cannot disagree on what an event means.

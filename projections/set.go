@@ -364,14 +364,7 @@ func (s *Set) counter(queue string) *Counters {
 }
 
 func (s *Set) submitted(seq uint64, at time.Time, e eventlog.JobSubmitted) {
-	j := &Job{
-		ID: e.JobID, Tenant: e.Tenant, Queue: e.Queue, Type: e.Type, Payload: e.Payload,
-		Priority: e.Priority, Labels: e.Labels, Status: StatusQueued, MaxAttempts: e.MaxAttempts,
-		LeaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, CreatedAt: at, UpdatedAt: at,
-		IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, SubmitSeq: seq, LastSeq: seq,
-		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond, FlowID: e.FlowID, FlowStep: e.FlowStep,
-		ScheduleID: e.ScheduleID,
-	}
+	j := NewJob(seq, at, e)
 	s.jobs[j.ID] = j
 	s.index.add(j)
 	s.wait(j)

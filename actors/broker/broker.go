@@ -205,7 +205,7 @@ func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: runtimeClock{b.clock, b.cfg.AfterFunc}, Set: set,
 		Make:      b.make,
 		Committed: b.committed,
-		External:  func(to actors.Ref, msg any) { to.External.(*sink).deliver(msg) },
+		External:  func(to actors.Ref, msg any) { to.External.(sink).deliver(msg) },
 		Logger:    func(ref actors.Ref) *zap.Logger { return b.kindLogs[ref.Kind].With(refField(ref)) },
 		Refused: func(seq uint64, p eventlog.Payload, err error) {
 			b.log.Fatal("projections rejected a durable event; the fold and the behaviours disagree",

@@ -6,7 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,20 +21,31 @@ func (b *Broker) call(ctx context.Context, to actors.Ref, msg any) (any, error) 
 	if to.Kind == actors.RefTenant && !actors.ValidTenant(to.ID) {
 		return nil, &actors.Rejection{Code: actors.CodeInvalidArgument, Message: "a tenant name is 1..64 of [A-Za-z0-9_.-]"}
 	}
-	return b.callVia(ctx, b.sendTo(to), msg)
+	return b.callVia(ctx, route{to: to}, msg)
 }
 
-// callVia is call with the delivery left to deliver.
-func (b *Broker) callVia(ctx context.Context, deliver func(msg any, sender actors.Ref), msg any) (any, error) {
-	type reply struct {
-		m   any
-		err error
-	}
-	replies := make(chan reply, 1) // ask answers once
-	b.askVia(deliver, msg, func(m any, err error) { replies <- reply{m, err} })
+// waiter is the sink of a call: it keeps the first reply for the caller, who waits on it.
+type waiter chan any
+
+func (w waiter) deliver(m any) {
 	select {
-	case r := <-replies:
-		return r.m, r.err
+	case w <- m:
+	default: // a second reply; a call takes one
+	}
+}
+
+// callVia is call by a route. A call costs its waiter, the one allocation of its own.
+func (b *Broker) callVia(ctx context.Context, r route, msg any) (any, error) {
+	select {
+	case <-b.closing:
+		return nil, ErrClosed
+	default:
+	}
+	w := make(waiter, 1)
+	b.deliver(r, msg, actors.Ref{Kind: actors.RefExternal, External: w})
+	select {
+	case m := <-w:
+		return m, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-b.elog.Failed():
@@ -89,17 +100,27 @@ func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...a
 		return nil, actors.Receipt{}, firstErr(err, r.Err)
 	}
 	out := make([]SubmitResult, len(r.Jobs))
-	now := b.clock()
-	b.rt.Read(func(set *projections.Set) {
-		for i, j := range r.Jobs {
-			job, ok := set.Job(j.ID)
-			if !ok || b.cfg.Retention.Expired(job, now) {
-				// An idempotent hit on a job that has left the views: the key outlives it.
-				job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
+	read := false // a job with no snapshot: an idempotent hit
+	for i, j := range r.Jobs {
+		out[i] = SubmitResult{Job: j.Snapshot, IdempotentHit: j.IdempotentHit}
+		read = read || j.Snapshot == nil
+	}
+	if read {
+		now := b.clock()
+		b.rt.Read(func(set *projections.Set) {
+			for i, j := range r.Jobs {
+				if out[i].Job != nil {
+					continue
+				}
+				job, ok := set.Job(j.ID)
+				if !ok || b.cfg.Retention.Expired(job, now) {
+					// An idempotent hit on a job that has left the views: the key outlives it.
+					job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
+				}
+				out[i].Job = job
 			}
-			out[i] = SubmitResult{Job: job, IdempotentHit: j.IdempotentHit}
-		}
-	})
+		})
+	}
 	return out, b.fill(r.Receipt), nil
 }
 
@@ -375,7 +396,7 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	frames := make(chan any, framesMax)
 	ref := actors.SessionRef(id)
 	var closed bool // only the session actor's goroutine delivers, one frame at a time
-	out := &sink{deliver: func(m any) {
+	out := &connSink{send: func(m any) {
 		if closed {
 			return
 		}
@@ -473,7 +494,7 @@ func (b *Broker) ReturnUndelivered(assignments ...actors.Assignment) {
 // Event appends an event (a log line, progress, any worker type) to a leased job and returns
 // its number in the job's stream.
 func (b *Broker) Event(ctx context.Context, p actors.Progress) (int, actors.Receipt, error) {
-	r, err := replyOf[actors.ProgressAck](b.callVia(ctx, b.toJob(p.JobID), p))
+	r, err := replyOf[actors.ProgressAck](b.callVia(ctx, toJob(p.JobID), p))
 	if err != nil || r.Err != nil {
 		return 0, actors.Receipt{}, firstErr(err, r.Err)
 	}
@@ -493,7 +514,7 @@ func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error
 // Report sends a worker's result on a job, actors.Complete, actors.Fail or actors.ReleaseLease
 // (which gives the job back with no attempt spent), and returns its receipt.
 func (b *Broker) Report(ctx context.Context, op any) (actors.Receipt, error) {
-	return b.settle(replyOf[actors.Done](b.callVia(ctx, b.toJob(jobIDOf(op)), op)))
+	return b.settle(replyOf[actors.Done](b.callVia(ctx, toJob(jobIDOf(op)), op)))
 }
 
 // jobIDOf names the job a worker operation is on.
@@ -511,22 +532,29 @@ func jobIDOf(op any) string {
 	return ""
 }
 
-// toJob delivers a worker's operation on a job. A job in flight has an actor, which checks the
+// route is how a message reaches its actor: the actor at to, or, for a worker's operation on a
+// job (job set), the job's actor if one is running, else the dispatcher.
+type route struct {
+	to  actors.Ref
+	job bool
+}
+
+// toJob routes a worker's operation on a job. A job in flight has an actor, which checks the
 // lease itself and hands what no lease of its covers to the dispatcher, so the operation goes
 // to it straight: that spares the dispatcher, which every job's lease passes through, a
 // message per result. A job with no actor running goes by the dispatcher, so that operations
 // on jobs not in flight start no actors.
-func (b *Broker) toJob(jobID string) func(msg any, sender actors.Ref) {
-	return func(msg any, sender actors.Ref) {
-		if !b.rt.SendIfBound(actors.JobRef(jobID), msg, sender) {
-			b.rt.Send(actors.DispatcherRef(), msg, sender)
-		}
-	}
-}
+func toJob(jobID string) route { return route{to: actors.JobRef(jobID), job: true} }
 
-// sendTo delivers to the actor at to.
-func (b *Broker) sendTo(to actors.Ref) func(msg any, sender actors.Ref) {
-	return func(msg any, sender actors.Ref) { b.rt.Send(to, msg, sender) }
+// deliver sends msg by r, as sender.
+func (b *Broker) deliver(r route, msg any, sender actors.Ref) {
+	if r.job && b.rt.SendIfBound(r.to, msg, sender) {
+		return
+	}
+	if r.job {
+		r.to = actors.DispatcherRef()
+	}
+	b.rt.Send(r.to, msg, sender)
 }
 
 // WorkerOp sends a worker operation (actors.Progress, actors.Complete, actors.Fail or
@@ -534,7 +562,7 @@ func (b *Broker) sendTo(to actors.Ref) func(msg any, sender actors.Ref) {
 // only) and the receipt, on an actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
 // order sent, which a connection that goes on reading needs (an event before its completion).
 func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
-	b.askVia(b.toJob(jobIDOf(op)), op, func(r any, err error) {
+	b.askVia(toJob(jobIDOf(op)), op, func(r any, err error) {
 		switch r := r.(type) {
 		case actors.ProgressAck:
 			done(r.Number, r.Receipt, firstErr(err, r.Err))
@@ -552,20 +580,30 @@ func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err e
 // ask sends msg to an actor now and calls done with the one reply, or with ErrClosed if the
 // broker is closing. done runs on the replying actor's goroutine.
 func (b *Broker) ask(to actors.Ref, msg any, done func(any, error)) {
-	b.askVia(b.sendTo(to), msg, done)
+	b.askVia(route{to: to}, msg, done)
 }
 
-// askVia is ask with the delivery left to deliver.
-func (b *Broker) askVia(deliver func(msg any, sender actors.Ref), msg any, done func(any, error)) {
+// asked is the sink of an ask: it calls done with the first reply.
+type asked struct {
+	done     func(any, error)
+	answered atomic.Bool
+}
+
+func (a *asked) deliver(m any) {
+	if a.answered.CompareAndSwap(false, true) {
+		a.done(m, nil)
+	}
+}
+
+// askVia is ask by a route.
+func (b *Broker) askVia(r route, msg any, done func(any, error)) {
 	select {
 	case <-b.closing:
 		done(nil, ErrClosed)
 		return
 	default:
 	}
-	var once sync.Once
-	s := &sink{deliver: func(m any) { once.Do(func() { done(m, nil) }) }}
-	deliver(msg, actors.Ref{Kind: actors.RefExternal, External: s})
+	b.deliver(r, msg, actors.Ref{Kind: actors.RefExternal, External: &asked{done: done}})
 }
 
 // Changed returns a channel that is closed once the projections next change. Watchers (an

@@ -33,7 +33,13 @@ func (ping) IgnoreDeadLetterLogging()       {}
 func (*quietMail) IgnoreDeadLetterLogging() {}
 
 // sink is the handle of a RefExternal: a caller waiting for a reply, or a worker's connection.
-type sink struct{ deliver func(any) }
+// Every one is a pointer, so a Ref that holds it stays comparable.
+type sink interface{ deliver(any) }
+
+// connSink is the sink of a worker's connection.
+type connSink struct{ send func(any) }
+
+func (f *connSink) deliver(m any) { f.send(m) }
 
 // host runs one cell as a protoactor actor: protoactor is the cell runtime's scheduler (a
 // mailbox and a turn on the pool per cell) and its supervisor. The same host survives restarts

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -367,5 +368,38 @@ func TestResultsGoStraightToTheJobsActor(t *testing.T) {
 	again, err := b.Complete(ctx(t), actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce})
 	if err != nil || again.Seq != rc.Seq {
 		t.Fatalf("a repeated completion: %+v, %v; the first had %+v", again, err, rc)
+	}
+}
+
+// TestSubmitAnswersWithTheDurableJob checks that the job a submit answers with, which the
+// tenant makes from the append (no read of the projections), is the job the projections hold
+// once the submit is durable: queued, delayed, labelled, and an idempotent hit in one batch.
+func TestSubmitAnswersWithTheDurableJob(t *testing.T) {
+	t.Parallel()
+	b := open(t, broker.Config{})
+	defer b.Close()
+	specs := []actors.JobSpec{
+		{Queue: "q", Type: "plain", Payload: json.RawMessage(`{"n":1}`), Priority: 3},
+		{Queue: "q", Type: "later", Delay: time.Hour, Labels: map[string]string{"team": "x"}, IdempotencyKey: "k1"},
+		{Queue: "q", Type: "later", Delay: time.Hour, Labels: map[string]string{"team": "x"}, IdempotencyKey: "k1"},
+	}
+	res, rc, err := b.Submit(ctx(t), "acme", "", specs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 3 || !res[2].IdempotentHit || res[2].Job.ID != res[1].Job.ID {
+		t.Fatalf("results %+v", res)
+	}
+	if res[1].Job.Status != projections.StatusScheduled || res[1].Job.LastSeq != rc.Seq {
+		t.Fatalf("the delayed job is %s at seq %d; want scheduled at the receipt's seq %d", res[1].Job.Status, res[1].Job.LastSeq, rc.Seq)
+	}
+	for i, r := range res {
+		j, ok := b.Get("acme", r.Job.ID)
+		if !ok {
+			t.Fatalf("job %d is not in the views", i)
+		}
+		if !reflect.DeepEqual(r.Job, j) {
+			t.Fatalf("job %d answered\n%+v\nthe projections hold\n%+v", i, r.Job, j)
+		}
 	}
 }
