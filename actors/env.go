@@ -47,6 +47,10 @@ type Env interface {
 	// assignment: one delivery less per job). If the log failed, nothing is sent. Relays
 	// complete in order with the actor's persists.
 	Relay(events []eventlog.Payload, to Ref, msg any)
+	// DropRelays keeps the messages of this actor's relays made so far from being sent, if
+	// they have not been: a decision since made them wrong (a lease that ended before it was
+	// durable). Their events are committed all the same.
+	DropRelays()
 	// Send delivers msg to an actor, spawning a job actor on first use of its Ref.
 	Send(to Ref, msg any)
 	// Forward delivers msg as if sender had sent it, so the receiver's replies reach sender.

@@ -485,6 +485,7 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 		}
 	}
 	env.Cancel(a.timer)
+	env.DropRelays() // a lease that ends before it is durable is never assigned
 	a.ending = true
 	a.decide(env, events, leaseEndDone{reply: reply, leaseID: l.LeaseID, requeue: requeue})
 	// Sent after the events went to the log, so whatever the dispatcher leases next is appended

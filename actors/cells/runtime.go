@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -159,6 +160,9 @@ type Cell struct {
 	log         *zap.Logger
 	timers      map[actors.TimerID]Timer
 	timerSeq    actors.TimerID
+	// relayEpoch counts DropRelays: a relay made before the last one sends nothing. It is
+	// written on the cell's turn and read on the committer's goroutine.
+	relayEpoch atomic.Uint64
 }
 
 // Ref names the cell.
@@ -445,7 +449,7 @@ func (c *Cell) persist(events []eventlog.Payload, then any) {
 }
 
 func (c *Cell) relay(events []eventlog.Payload, to actors.Ref, msg any) {
-	p := persisting{events: events, cell: c, relayTo: to, relay: msg}
+	p := persisting{events: events, cell: c, relayTo: to, relay: msg, relayEpoch: c.relayEpoch.Load()}
 	if mutantPersistedBeforeDurable {
 		c.rt.Send(to, msg, c.ref)
 		p.cell, p.relay, p.done = nil, nil, func(eventlog.Receipt, error) {}
@@ -463,6 +467,7 @@ type persisting struct {
 	then        any
 	relayTo     actors.Ref
 	relay       any
+	relayEpoch  uint64 // the cell's relayEpoch when the relay was made
 	done        func(eventlog.Receipt, error)
 }
 
@@ -500,7 +505,7 @@ func (rt *Runtime) committed(p persisting, r eventlog.Receipt, err error) {
 	if ok {
 		switch {
 		case p.relay != nil:
-			if err == nil {
+			if err == nil && p.cell.relayEpoch.Load() == p.relayEpoch {
 				rt.Send(p.relayTo, p.relay, p.cell.ref)
 			}
 		case p.cell != nil:
@@ -620,6 +625,9 @@ func (c *Cell) Persist(events []eventlog.Payload, then any) { c.persist(events, 
 // Relay hands events to the committer; msg goes to `to`, from this cell, once they are durable
 // and applied.
 func (c *Cell) Relay(events []eventlog.Payload, to actors.Ref, msg any) { c.relay(events, to, msg) }
+
+// DropRelays keeps the cell's relays made so far from sending their messages.
+func (c *Cell) DropRelays() { c.relayEpoch.Add(1) }
 
 // Send delivers msg to an actor, from this cell.
 func (c *Cell) Send(to actors.Ref, msg any) { c.rt.Send(to, msg, c.ref) }

@@ -121,7 +121,8 @@ type (
 		n  int
 		to string
 	}
-	seeQuota struct{ of string }
+	seeQuota   struct{ of string }
+	dropRelays struct{}
 )
 
 func (p *probe) Recover(actors.Env) { p.recovers++ }
@@ -136,6 +137,8 @@ func (p *probe) Receive(env actors.Env, msg any) {
 		p.d.out = append(p.d.out, fmt.Sprintf("%s persisted %v err=%v projections=%d", p.name, m.Then, m.Err, seen))
 	case relayQuota:
 		env.Relay([]eventlog.Payload{eventlog.TenantQuotaSet{Tenant: p.name, MaxActive: m.n}}, actors.TenantRef(m.to), seeQuota{p.name})
+	case dropRelays:
+		env.DropRelays()
 	case seeQuota:
 		var seen int
 		env.Read(func(s *projections.Set) { seen = s.Tenant(m.of).MaxActive })
@@ -204,6 +207,17 @@ func TestOrderingRules(t *testing.T) {
 			d.run()
 		},
 		want: []string{"synced", "b sees a's quota 5, from a"},
+	}, {
+		name: "a relay dropped before it is durable commits its events and sends nothing; a later one sends",
+		script: func(d *driver) {
+			d.rt.Send(a, relayQuota{n: 5, to: "b"}, actors.Ref{})
+			d.rt.Send(a, dropRelays{}, actors.Ref{})
+			d.rt.Send(a, relayQuota{n: 6, to: "c"}, actors.Ref{})
+			d.run()
+			d.sync(nil)
+			d.run()
+		},
+		want: []string{"c sees a's quota 6, from a"},
 	}, {
 		name: "a failed commit applies nothing and says so",
 		script: func(d *driver) {
