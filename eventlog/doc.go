@@ -59,6 +59,30 @@
 // INVARIANT: records are written to Pebble's WAL in seq order, so what survives a crash is a
 // prefix of the log.
 //
+// # Tables
+//
+// The keys are laid out for a log that is written once and read rarely (layout.go). Pebble cuts
+// every table it writes at the end of a span: ckpt/, log/ and meta/ are one span each, idx/
+// one per kind of stream (idx/job/, idx/worker/, ...), view/ one per first byte of a view key.
+// Each span is appended at one end or a few (log/ at the head, idx/job/ and view/j at the
+// newest jobs), so a flushed table overlaps only the last tables of its span below it, and a
+// compaction leaves the rest of the log where it is.
+//
+// Values of 256 bytes or more (records, view values) are separated: a flush writes them to a
+// blob file beside its table, one blob file per table and so per span, and the table keeps a
+// handle. Compactions move keys and handles; a record's bytes are compressed once (zstd, in the
+// blob file) and rewritten only when Pebble rewrites a blob file that is spread too thin or
+// mostly garbage. Archiving a run of records drops their tables' handles and, with them, whole
+// blob files. Checkpoints and meta/ keep their values in their tables: a checkpoint is replaced
+// at every save.
+//
+// None of this changes what a crash keeps. Every batch still goes whole into Pebble's WAL,
+// with the records in it, and the rules below are about the WAL alone; a flush syncs its
+// tables and blob files before the MANIFEST names them, and the WAL it replaces is removed
+// only after that. Blob files need Pebble's format FormatValueSeparation: a store is opened
+// for writing at FormatNewest (which is that), so an older store is ratcheted up at its first
+// writable open; a read-only open reads it at the format it has.
+//
 // # Ordering rules
 //
 //  1. Nothing is acknowledged before it is fsynced: Append returns, and AppendAsync's callback

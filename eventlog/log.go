@@ -253,6 +253,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		popts.Levels[i].Compression = func() *sstable.CompressionProfile { return hotLogCompression }
 		popts.Levels[i].BlockSize = hotLogBlockSize
 	}
+	popts.Experimental.SpanPolicyFunc = keySpan // tables cut at spans (layout.go)
+	popts.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy { return hotLogValueSeparation }
 	if !opts.ReadOnly {
 		// New stores get this Pebble's newest on-disk format. A read-only open must not ask
 		// for it: ratcheting an older store's format is a write.
