@@ -40,6 +40,14 @@ func BenchmarkLifecycle(b *testing.B) {
 	const submitters, workers = 64, 64
 	var completed atomic.Int64
 	all := make(chan struct{})
+	// An error ends the run at once: a job that is never completed would leave it waiting on
+	// all for ever, a hang that says nothing of why.
+	failed := make(chan struct{})
+	var failOnce sync.Once
+	fail := func(err error) {
+		b.Error(err)
+		failOnce.Do(func() { close(failed) })
+	}
 	var wg sync.WaitGroup
 	for range workers {
 		s := worker(b, br, 1)
@@ -54,7 +62,7 @@ func BenchmarkLifecycle(b *testing.B) {
 				}
 				br.WorkerOp(actors.Complete{WorkerID: s.WorkerID, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce}, func(_ int, _ actors.Receipt, err error) {
 					if err != nil {
-						b.Error(err)
+						fail(err)
 						return
 					}
 					if completed.Add(1) == int64(b.N) {
@@ -78,14 +86,17 @@ func BenchmarkLifecycle(b *testing.B) {
 			defer subs.Done()
 			for next.Add(1) <= int64(b.N) {
 				if _, _, err := br.Submit(ctx, "acme", "", actors.JobSpec{Queue: "q", Type: "noop", Payload: payload}); err != nil {
-					b.Error(err)
+					fail(err)
 					return
 				}
 			}
 		}()
 	}
 	subs.Wait()
-	<-all
+	select {
+	case <-all:
+	case <-failed:
+	}
 	b.StopTimer()
 	elapsed := time.Since(start)
 	st := br.LogStats()
