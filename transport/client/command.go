@@ -19,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -300,6 +302,12 @@ func readCapped(r io.Reader, limit int) capped {
 // (exited closed), until it has been empty for drainIdle: what the program wrote is read, and
 // a child that outlived it holding the pipe open does not hold the job. A reader ending that
 // way reports io.EOF.
+//
+// A deadline ends only a wait on an empty pipe, never bytes already in it: Go checks a
+// deadline before it tries the read, so a reader that was not scheduled for drainIdle after
+// the deadline was set (a loaded machine) would otherwise find it passed and drop what the
+// program printed, and the job would succeed with no output. So a read the deadline ended
+// looks at what the pipe holds (FIONREAD) and, if anything, reads it with no deadline.
 type drainReader struct {
 	f      *os.File
 	exited <-chan struct{}
@@ -311,11 +319,27 @@ func (d *drainReader) Read(p []byte) (int, error) {
 		_ = d.f.SetReadDeadline(time.Now().Add(drainIdle))
 	default:
 	}
-	n, err := d.f.Read(p)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		err = io.EOF
+	for {
+		n, err := d.f.Read(p)
+		if !errors.Is(err, os.ErrDeadlineExceeded) || n > 0 {
+			return n, err
+		}
+		if buffered(d.f) == 0 {
+			return 0, io.EOF
+		}
+		_ = d.f.SetReadDeadline(time.Time{}) // the bytes are there: the read will not wait
 	}
-	return n, err
+}
+
+// buffered is how many bytes a pipe holds unread, 0 if that cannot be told.
+func buffered(f *os.File) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), fionread) })
+	return n
 }
 
 // streamStderr sends each stderr line as a "log" event, in order, and yields the last lines

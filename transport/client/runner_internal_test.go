@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,5 +173,29 @@ func TestJobEnv(t *testing.T) {
 	}
 	if err := (Command{Args: []string{"true"}, Env: []string{"CUDA_VISIBLE_DEVICES=0,1"}}).Check(); err != nil {
 		t.Error(err)
+	}
+}
+
+// A deadline that passed before the reader came to read (a loaded machine: the reader was not
+// scheduled for drainIdle after the program exited) ends only a wait, never bytes already in
+// the pipe; the job used to succeed with output "" then.
+func TestDrainKeepsBytesPastTheDeadline(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := w.Write([]byte(`{"i":7}`)); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// As after the program's exit: the deadline is set, and has passed by the time the reader,
+	// which looked at exited before it was closed, gets to read.
+	if err := r.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(&drainReader{f: r, exited: make(chan struct{})})
+	if err != nil || string(got) != `{"i":7}` {
+		t.Fatalf("read %q, %v; want the bytes the program wrote", got, err)
 	}
 }
