@@ -15,6 +15,10 @@ import (
 	"github.com/tetherhq/tether/transport/client"
 )
 
+// benchJobsMax caps a run's jobs: the bench keeps a latency for each, and a typo of a few
+// digits more must be refused, not fail allocating.
+const benchJobsMax = 100_000_000
+
 func runBench(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg bench.Config
@@ -39,11 +43,19 @@ func runBench(args []string) error {
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case cfg.Producers < 1 || cfg.Workers < 1 || cfg.Capacity < 1:
 		return cli.BadFlagf(fs, "--producers, --workers and --capacity are 1 or more")
 	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0 || *fill < 0 || cfg.BurnDown < 0:
 		return cli.BadFlagf(fs, "--jobs, --fill, --burn-down, --rate and --duration are not negative")
+	case max(cfg.Jobs, *fill, cfg.BurnDown) > benchJobsMax:
+		return cli.BadFlagf(fs, "--jobs, --fill and --burn-down are at most %d: a run keeps a latency for every job", benchJobsMax)
+	case set["burn-down"] && cfg.BurnDown == 0:
+		return cli.BadFlagf(fs, "--burn-down 0 drains nothing: give it the jobs to submit")
+	case cfg.BurnDown > 0 && set["jobs"]:
+		return cli.BadFlagf(fs, "--burn-down N is the jobs to run; it does not go with --jobs")
 	case cfg.BurnDown > 0 && (*fill > 0 || cfg.Rate > 0 || *peer != ""):
 		return cli.BadFlagf(fs, "--burn-down does not go with --fill, --rate or --nats-peer")
 	case *riverPeer != "" && cfg.BurnDown == 0:

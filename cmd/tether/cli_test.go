@@ -50,6 +50,10 @@ func TestCommandLineMistakes(t *testing.T) {
 		{[]string{"bench", srv, "--burn-down", "10", "--rate", "5"}, "--burn-down does not go with"},
 		{[]string{"bench", srv, "--river-peer", "postgres://nowhere/db"}, "--river-peer runs a burn-down"},
 		{[]string{"bench", srv, "--capacity", "2"}, "--capacity goes with --burn-down"},
+		{[]string{"bench", srv, "--burn-down", "9000000000000000000"}, "at most 100000000"},
+		{[]string{"bench", srv, "--jobs", "100000001"}, "at most 100000000"},
+		{[]string{"bench", srv, "--burn-down", "0"}, "--burn-down 0 drains nothing"},
+		{[]string{"bench", srv, "--burn-down", "10", "--jobs", "50"}, "does not go with --jobs"},
 	} {
 		stdout, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "usage") {
