@@ -154,9 +154,12 @@ func (s *Server) apiWith(kind authKind, body func(*http.Request) error, h func(*
 		if err == nil {
 			err = h(&request{Request: r, w: w, b: b, by: p})
 		}
-		if err != nil && r.Context().Err() != nil {
-			// The client went away (a worker's abandoned heartbeat, a closed tab): nobody to
-			// answer, and nothing wrong with the server.
+		if err != nil && r.Context().Err() != nil && toAPIError(err).status >= 500 {
+			// The client went away (a worker's abandoned heartbeat, a closed tab), and the call
+			// ended for that: nothing wrong with the server, and nobody to answer. A refusal of
+			// the request itself (a body cut short: a client that closed its side after it)
+			// is still answered, as it would be otherwise: a client that reads on must never
+			// take net/http's empty 200 for a success.
 			if ce := s.log.Check(zap.DebugLevel, "the client went away before the answer"); ce != nil {
 				ce.Write(requestFields(r, p, zap.String("error", err.Error()))...)
 			}

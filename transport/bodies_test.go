@@ -1,8 +1,13 @@
 package transport_test
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -142,6 +147,35 @@ func TestFramesThatDoNotReadBackCloseTheSession(t *testing.T) {
 		var ce *websocket.CloseError
 		if !errors.As(err, &ce) || ce.Code != websocket.CloseInvalidFramePayloadData || !strings.HasPrefix(ce.Text, "a frame ") {
 			t.Fatalf("hello %.80q: %v, want a close with 1007", hello, err)
+		}
+	}
+}
+
+// A body shorter than its Content-Length, from a client that then closed its side (it has
+// nothing more to send, and reads on), is refused with an error: net/http cancels the
+// request's context when it reads the end of the connection, and the server used to take
+// that for a client gone and write nothing, which net/http sends as an empty 200.
+func TestABodyCutShortIsRefused(t *testing.T) {
+	h := start(t, transport.AuthNone)
+	u, _ := url.Parse(h.url)
+	for _, declared := range []int{100, 1 << 40} {
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := `{"queue":"q","type":"t"}`
+		fmt.Fprintf(conn, "POST /v1/jobs HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", u.Host, declared, body)
+		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("Content-Length %d: %v", declared, err)
+		}
+		answer, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(answer), `"code":"INVALID_JSON"`) {
+			t.Errorf("Content-Length %d, %d bytes sent: %d %s, want 400 INVALID_JSON", declared, len(body), resp.StatusCode, answer)
 		}
 	}
 }
