@@ -6,6 +6,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -50,6 +51,10 @@ type Config struct {
 	Duration time.Duration
 	// Progress, if set, is called with the jobs completed so far about ten times a second.
 	Progress func(done, total int)
+	// Stall ends a run in which no job finished for this long (0: StallDefault): a server
+	// that died and stays down fails the run rather than hold it for ever, the workers
+	// reconnecting in silence.
+	Stall time.Duration
 	// TLS, if set, is the TLS configuration for an https server (a private CA's RootCAs).
 	TLS *tls.Config
 	// History, after a saturated run (tether bench --fill N), times the reads of a server that
@@ -302,20 +307,33 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, nil
 }
 
+// StallDefault is Config.Stall's default: longer than a lease's default TTL and the backoff of
+// a retry, so that a lost lease or a server's restart does not end a run.
+const StallDefault = 2 * time.Minute
+
 // waitAll waits for all to close, drawing the progress of done out of total, or for ctx to end
-// (its cause) or a worker to stop (stopped: nil if a run goes on without it), whichever is first.
+// (its cause) or a worker to stop (stopped: nil if a run goes on without it), whichever is first;
+// a run in which no job finished for cfg.Stall fails.
 func waitAll(ctx context.Context, cfg Config, all <-chan struct{}, done *atomic.Int64, total int, stopped <-chan error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	stall := cmp.Or(cfg.Stall, StallDefault)
+	last, moved := done.Load(), time.Now()
 	for {
 		select {
 		case <-all:
 			return nil
 		case err := <-stopped:
 			return fmt.Errorf("bench: a worker stopped: %w", err)
-		case <-tick.C:
+		case now := <-tick.C:
+			n := done.Load()
 			if cfg.Progress != nil {
-				cfg.Progress(int(done.Load()), total)
+				cfg.Progress(int(n), total)
+			}
+			if n != last {
+				last, moved = n, now
+			} else if now.Sub(moved) >= stall {
+				return fmt.Errorf("bench: no job finished for %s (%d of %d done): is the server up?", stall, n, total)
 			}
 		case <-ctx.Done():
 			return context.Cause(ctx)

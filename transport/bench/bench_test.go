@@ -299,3 +299,14 @@ func TestBurnDownRunsEveryJob(t *testing.T) {
 	}
 	t.Fatalf("no queue %s in %+v", res.Queue, qs.Queues)
 }
+
+// A run in which no job finishes for Config.Stall fails, saying so: a server that died and
+// stays down used to hold a run for ever, its workers reconnecting in silence.
+func TestARunThatStallsFails(t *testing.T) {
+	var done atomic.Int64
+	done.Store(7)
+	err := bench.WaitAll(runCtx(t), bench.Config{Stall: 300 * time.Millisecond}, make(chan struct{}), &done, 10, nil)
+	if err == nil || !strings.Contains(err.Error(), "no job finished for 300ms (7 of 10 done)") {
+		t.Fatalf("err = %v, want the stall named", err)
+	}
+}
