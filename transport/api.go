@@ -154,7 +154,12 @@ func (s *Server) apiWith(kind authKind, body func(*http.Request) error, h func(*
 		if err == nil {
 			err = h(&request{Request: r, w: w, b: b, by: p})
 		}
-		if err != nil && r.Context().Err() != nil && toAPIError(err).status >= 500 {
+		if err == nil {
+			return
+		}
+		e := toAPIError(err)
+		switch {
+		case e.status >= 500 && r.Context().Err() != nil:
 			// The client went away (a worker's abandoned heartbeat, a closed tab), and the call
 			// ended for that: nothing wrong with the server, and nobody to answer. A refusal of
 			// the request itself (a body cut short: a client that closed its side after it)
@@ -164,16 +169,14 @@ func (s *Server) apiWith(kind authKind, body func(*http.Request) error, h func(*
 				ce.Write(requestFields(r, p, zap.String("error", err.Error()))...)
 			}
 			return
-		}
-		if err != nil {
-			e := toAPIError(err)
-			if e.status >= 500 {
-				s.log.Error("request failed", requestFields(r, p, zap.String("code", e.code), zap.String("error", e.message))...)
-			} else if ce := s.log.Check(zap.DebugLevel, "request refused"); ce != nil {
+		case e.status >= 500:
+			s.log.Error("request failed", requestFields(r, p, zap.String("code", e.code), zap.String("error", e.message))...)
+		default:
+			if ce := s.log.Check(zap.DebugLevel, "request refused"); ce != nil {
 				ce.Write(requestFields(r, p, zap.Int("status", e.status), zap.String("code", e.code), zap.String("error", e.message))...)
 			}
-			writeError(w, e)
 		}
+		writeError(w, e)
 	})
 }
 
