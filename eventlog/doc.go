@@ -83,6 +83,11 @@
 // for writing at FormatNewest (which is that), so an older store is ratcheted up at its first
 // writable open; a read-only open reads it at the format it has.
 //
+// No compaction runs while Open runs (compactions.go): pebble.Open flushes what it replays from
+// the WAL and then waits for every compaction running, so after a crash under load it used to
+// finish the interrupted compaction of the base level before the log could be read. The
+// compactions start once Open has returned; what they do, and what a crash keeps, is unchanged.
+//
 // # Ordering rules
 //
 //  1. Nothing is acknowledged before it is fsynced: Append returns, and AppendAsync's callback

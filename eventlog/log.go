@@ -254,6 +254,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		popts.Levels[i].BlockSize = hotLogBlockSize
 	}
 	popts.Experimental.SpanPolicyFunc = keySpan // tables cut at spans (layout.go)
+	gate := newCompactionGate()                 // shut while Open runs (compactions.go)
+	popts.Experimental.CompactionScheduler = gate
 	popts.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy { return hotLogValueSeparation }
 	if !opts.ReadOnly {
 		// New stores get this Pebble's newest on-disk format. A read-only open must not ask
@@ -266,6 +268,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
 	l.db = db
+	gate.release()
 	if err := l.initFormat(); err != nil {
 		_ = db.Close()
 		l.unlock()
