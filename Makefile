@@ -51,6 +51,7 @@ chaos: ## the replicated log under faults, long: real NATS and tether processes;
 fuzz: ## fuzz the record and payload decoders, the frame, job and batch codecs and the JSON check for FUZZTIME each
 	$(GO) test ./eventlog -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./eventlog -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./eventlog -run '^$$' -fuzz '^FuzzEncodeMatchesMarshal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/internal/frames -run '^$$' -fuzz '^FuzzDecodeMatchesUnmarshal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/internal/frames -run '^$$' -fuzz '^FuzzEncodeMatchesMarshal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzSubmitDecodeMatchesStrict$$' -fuzztime $(FUZZTIME)

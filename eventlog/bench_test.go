@@ -2,11 +2,13 @@ package eventlog_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/eventlog"
 )
@@ -144,6 +146,37 @@ func BenchmarkDecode(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := eventlog.Decode(c.typ, data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNewEvent: the events of every job, encoded by NewEvent (encode.go, no reflection)
+// and by json.Marshal, side by side.
+func BenchmarkNewEvent(b *testing.B) {
+	at := time.Date(2026, 11, 26, 11, 0, 0, 123_000_000, time.UTC)
+	for _, p := range []eventlog.Payload{
+		eventlog.JobSubmitted{JobID: "01KB0Y3X2Q7S9V1W3Y5Z7A9C1E", Tenant: "default", Queue: "bench", Type: "noop",
+			Payload: json.RawMessage(`{"n":1234,"name":"resize"}`), MaxAttempts: 3, LeaseTTLMillis: 30000},
+		eventlog.JobLeased{JobID: "01KB0Y3X2Q7S9V1W3Y5Z7A9C1E", LeaseID: "01KB0Y3X2RZ4K8M2P6R0T4W8Y2", WorkerID: "01KB0Y1AAAAAAAAAAAAAAAAAAA",
+			SessionID: "01KB0Y1BBBBBBBBBBBBBBBBBBB", Nonce: "9f86d081884c7d659a2feaa0c55ad015", Attempt: 1, ExpiresAt: at},
+		eventlog.JobSucceeded{JobID: "01KB0Y3X2Q7S9V1W3Y5Z7A9C1E", LeaseID: "01KB0Y3X2RZ4K8M2P6R0T4W8Y2", Attempt: 1,
+			Output: json.RawMessage(`{"ok":true}`), OutputHash: "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"},
+	} {
+		b.Run(p.EventType()+"/NewEvent", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := eventlog.NewEvent("job/x", p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(p.EventType()+"/json.Marshal", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := json.Marshal(p); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -685,9 +685,12 @@ func Catalogue() []Payload {
 
 // NewEvent encodes a payload as an event of the given stream.
 func NewEvent(stream string, p Payload) (Event, error) {
-	data, err := json.Marshal(p)
-	if err != nil {
-		return Event{}, fmt.Errorf("eventlog: encode %s: %w", p.EventType(), err)
+	data, ok := appendPayload(nil, p)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(p); err != nil {
+			return Event{}, fmt.Errorf("eventlog: encode %s: %w", p.EventType(), err)
+		}
 	}
 	return Event{Stream: stream, Type: p.EventType(), Data: data, encoded: true}, nil
 }

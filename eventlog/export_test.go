@@ -26,3 +26,6 @@ func (l *Log) TableBounds() ([][2][]byte, error) {
 	}
 	return out, nil
 }
+
+// AppendPayload is NewEvent's encoder without reflection.
+var AppendPayload = appendPayload

@@ -2,6 +2,7 @@ package eventlog_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
@@ -43,6 +44,33 @@ func FuzzDecodePayload(f *testing.F) {
 		want, werr := eventlog.UnmarshalPayload(typ, data)
 		if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s %q:\nDecode = %#v, %v\nencoding/json = %#v, %v", typ, data, got, err, want, werr)
+		}
+	})
+}
+
+// FuzzEncodeMatchesMarshal: whatever the encoder without reflection writes is what json.Marshal
+// writes for the same event.
+func FuzzEncodeMatchesMarshal(f *testing.F) {
+	f.Add("job.submitted", []byte(`{"job_id":"x","payload":{"a":[1,2]},"labels":{"b":"1","a":"2"},"result_ttl_ms":5}`))
+	f.Add("job.submitted", []byte(`{"job_id":"x<","payload":{"a": "<b>"},"priority":-2}`))
+	f.Add("job.leased", []byte(`{"job_id":"x","lease_id":"l","nonce":"n","attempt":1,"expires_at":"2026-11-24T09:47:22.655+01:30"}`))
+	f.Add("job.succeeded", []byte(`{"job_id":"x","output":"\u2028","output_hash":"ab","signature":"s"}`))
+	f.Add("job.succeeded", []byte(`{"job_id":"\u00e9","output":[1e400]}`))
+	f.Fuzz(func(t *testing.T, typ string, data []byte) {
+		p, err := eventlog.UnmarshalPayload(typ, data)
+		if err != nil {
+			return
+		}
+		got, ok := eventlog.AppendPayload(nil, p)
+		if !ok {
+			return
+		}
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatalf("appendPayload wrote %s where json.Marshal fails: %v", got, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("appendPayload %s\njson.Marshal  %s", got, want)
 		}
 	})
 }

@@ -42,3 +42,36 @@ func TestEveryFieldDecodes(t *testing.T) {
 		}
 	}
 }
+
+// Every field of the events the encoder without reflection takes (encode.go's appendPayload)
+// encodes as json.Marshal encodes it: a field added to one of them without a line there fails
+// here, naming it.
+func TestEveryFieldEncodes(t *testing.T) {
+	t.Parallel()
+	taken := 0
+	for _, p := range eventlog.Catalogue() {
+		typ, rt := p.EventType(), reflect.TypeOf(p)
+		if _, fast := eventlog.AppendPayload(nil, p); !fast {
+			continue
+		}
+		taken++
+		check := func(what string, v reflect.Value) {
+			t.Helper()
+			want, err := json.Marshal(v.Interface())
+			if err != nil {
+				t.Fatalf("%s with %s: %v", typ, what, err)
+			}
+			got, ok := eventlog.AppendPayload(nil, reflect.Indirect(v).Interface().(eventlog.Payload))
+			if !ok || string(got) != string(want) {
+				t.Errorf("%s with %s set:\nappendPayload %s (taken: %v)\njson.Marshal  %s", typ, what, got, ok, want)
+			}
+		}
+		check("every field", schematest.Full(rt))
+		for _, f := range schematest.Fields(rt) {
+			check(f.Path+" ("+f.JSON+")", schematest.New(rt, f))
+		}
+	}
+	if taken != 3 {
+		t.Fatalf("appendPayload takes %d event types, want 3 (job.submitted, job.leased, job.succeeded)", taken)
+	}
+}

@@ -28,13 +28,7 @@ func appendJob(dst []byte, j *Job) ([]byte, bool) {
 	w.Str("type", j.Type, true)
 	w.Raw("payload", j.Payload, true)
 	w.Int("priority", j.Priority, true)
-	if len(j.Labels) > 0 {
-		w.Object("labels", func(w *fastjson.Writer) {
-			for _, k := range sortedKeys(j.Labels) {
-				w.Str(k, j.Labels[k], true)
-			}
-		})
-	}
+	w.StringMap("labels", j.Labels)
 	w.Str("status", string(j.Status), true)
 	w.Int("attempt", j.Attempt, true)
 	w.Int("max_attempts", j.MaxAttempts, true)

@@ -15,6 +15,7 @@ package fastjson
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -406,14 +407,25 @@ func (w *Writer) Key(k string) {
 // too); otherwise it gives up.
 func (w *Writer) Quote(s string) {
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+		if !quotesAsIs[s[i]] {
 			w.OK = false
 			return
 		}
 	}
 	w.B = append(append(append(w.B, '"'), s...), '"')
 }
+
+// quotesAsIs says which bytes json.Marshal writes in a string as they are: printable ASCII but
+// '"', '\\', '<', '>' and '&'. A table, because Quote runs over every id of every event.
+var quotesAsIs = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = true
+	}
+	for _, c := range `"\<>&` {
+		t[c] = false
+	}
+	return t
+}()
 
 // Str writes a string member; an empty one only if always.
 func (w *Writer) Str(k, v string, always bool) {
@@ -484,6 +496,24 @@ func (w *Writer) Object(k string, fill func(*Writer)) {
 	var ok bool
 	w.B, ok = inner.Close()
 	w.OK = w.OK && ok
+}
+
+// StringMap writes a map of strings as an object with its keys sorted, as json.Marshal does; an
+// empty one not at all (omitempty).
+func (w *Writer) StringMap(k string, m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for key := range m {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	w.Object(k, func(w *Writer) {
+		for _, key := range keys {
+			w.Str(key, m[key], true)
+		}
+	})
 }
 
 // Bool writes a boolean member.
