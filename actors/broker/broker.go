@@ -78,6 +78,9 @@ type Broker struct {
 	system *actor.ActorSystem
 	pool   *pool
 	props  map[actors.RefKind]*actor.Props
+	// parked are job hosts whose cell stopped, kept for the next jobs (host.retire).
+	parkedMu sync.Mutex
+	parked   []*host
 
 	live liveness
 

@@ -14,13 +14,20 @@ import (
 	"github.com/tetherhq/tether/eventlog"
 )
 
-// mail carries a delivery of the cell runtime into a protoactor mailbox. Every delivery is one,
-// so they are pooled: a delivery boxed by value would cost an allocation each (fifteen a job).
-// The host returns a mail to the pool once it has copied the delivery out; one lost to a dead
-// letter is left to the collector.
-type mail struct{ d cells.Delivery }
+// mail carries a delivery of the cell runtime into a protoactor mailbox, with the cell it is
+// for: a job's host outlives the job (it is recycled), so a delivery late for the last job it
+// ran must not reach the next. Every delivery is one, so they are pooled: a delivery boxed by
+// value would cost an allocation each (fifteen a job). The host returns a mail to the pool once
+// it has copied the delivery out; one lost to a dead letter is left to the collector.
+type mail struct {
+	c *cells.Cell
+	d cells.Delivery
+}
 
 var mailPool = sync.Pool{New: func() any { return new(mail) }}
+
+// bindMail hands a parked host its next cell, which recovers on it before its first message.
+type bindMail mail
 
 // quietMail is a delivery that a stopped cell drops anyway (a Persisted, a timer), so one that
 // finds the actor gone is not worth a dead-letter log line; nor is a ping, which Close sends to
@@ -41,12 +48,20 @@ type connSink struct{ send func(any) }
 
 func (f *connSink) deliver(m any) { f.send(m) }
 
-// host runs one cell as a protoactor actor: protoactor is the cell runtime's scheduler (a
-// mailbox and a turn on the pool per cell) and its supervisor. The same host survives restarts
-// (its producer returns it), and the runtime counts the cell's incarnations.
+// host runs one cell at a time as a protoactor actor: protoactor is the cell runtime's
+// scheduler (a mailbox and a turn on the pool per cell) and its supervisor. The same host
+// survives restarts (its producer returns it), and the runtime counts the cell's incarnations.
+//
+// A job's cell lives for one lease or less, so its host is not stopped when the cell stops: it
+// is parked (Broker.parkHost) and the next job's cell is bound to it (bindMail). Spawning and
+// stopping an actor per job was a twentieth of the server's CPU in a burn-down. A host that
+// was ever restarted is not parked: its supervisor counts failures per actor, and they were
+// not the next job's.
 type host struct {
 	b *Broker
-	c *cells.Cell
+	// c is the cell the host runs, nil while parked; only the host's own turns touch it.
+	c         *cells.Cell
+	restarted bool
 	// pid is the actor's, stored by Start once Spawn returns and by the actor itself when it
 	// starts, whichever comes first: a cell's own persists (from Recover on) may complete before
 	// Spawn has returned.
@@ -57,8 +72,10 @@ type host struct {
 func (h *host) Receive(ctx actor.Context) {
 	defer func() {
 		if r := recover(); r != nil {
-			h.c.Log().Error("behaviour panicked; its supervisor restarts it",
-				zap.String("code", "ACTOR_PANIC"), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+			if h.c != nil {
+				h.c.Log().Error("behaviour panicked; its supervisor restarts it",
+					zap.String("code", "ACTOR_PANIC"), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+			}
 			panic(r)
 		}
 	}()
@@ -66,28 +83,85 @@ func (h *host) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		h.pid.Store(ctx.Self())
-		rt.Handle(h.c, cells.Wake()) // recover before the first message
+		if h.c != nil {
+			rt.Handle(h.c, cells.Wake()) // recover before the first message
+		}
 	case *actor.Restarting:
-		rt.Restart(h.c, nil)
+		h.restarted = true
+		if h.c != nil {
+			rt.Restart(h.c, nil)
+		}
 	case *actor.Stopped:
-		rt.Forget(h.c)
+		if h.c != nil {
+			rt.Forget(h.c)
+		}
 	case *mail:
 		h.handle(ctx, m)
 	case *quietMail:
 		h.handle(ctx, (*mail)(m))
+	case *bindMail:
+		h.c = m.c
+		h.handle(ctx, (*mail)(m)) // a Wake: the cell recovers
 	case ping:
 		ctx.Respond(ping{})
 	}
 }
 
+// handle runs a delivery on its cell: the host's, or a cell the host ran before, which has
+// stopped and drops it.
 func (h *host) handle(ctx actor.Context, m *mail) {
-	d := m.d
+	c, d := m.c, m.d
 	*m = mail{}
 	mailPool.Put(m)
-	h.b.rt.Handle(h.c, d)
-	if h.c.Stopped() {
+	h.b.rt.Handle(c, d)
+	if c == h.c && c.Stopped() {
+		h.retire(ctx)
+	}
+}
+
+// retire ends the host's run of its cell, which has stopped: a job's host is parked for the
+// next job, any other stops.
+func (h *host) retire(ctx actor.Context) {
+	c := h.c
+	if c.Ref().Kind != actors.RefJob || h.restarted {
+		ctx.Stop(ctx.Self()) // Stopped forgets the cell
+		return
+	}
+	h.b.rt.Forget(c)
+	h.c = nil
+	if !h.b.parkHost(h) {
 		ctx.Stop(ctx.Self())
 	}
+}
+
+// hostsParkedMax bounds the parked job hosts: about the jobs in flight at a busy moment; more
+// hosts than that stop when their job ends.
+const hostsParkedMax = 4096
+
+// parkHost keeps a job's host whose cell stopped for the next job's cell; false if enough are
+// parked already.
+func (b *Broker) parkHost(h *host) bool {
+	b.parkedMu.Lock()
+	defer b.parkedMu.Unlock()
+	if len(b.parked) >= hostsParkedMax {
+		return false
+	}
+	b.parked = append(b.parked, h)
+	return true
+}
+
+// unparkHost returns a parked job host, or nil.
+func (b *Broker) unparkHost() *host {
+	b.parkedMu.Lock()
+	defer b.parkedMu.Unlock()
+	n := len(b.parked)
+	if n == 0 {
+		return nil
+	}
+	h := b.parked[n-1]
+	b.parked[n-1] = nil
+	b.parked = b.parked[:n-1]
+	return h
 }
 
 // scheduler is the Broker as the cell runtime's Scheduler: one protoactor actor per cell,
@@ -95,6 +169,15 @@ func (h *host) handle(ctx actor.Context, m *mail) {
 type scheduler Broker
 
 func (s *scheduler) Start(c *cells.Cell) {
+	if c.Ref().Kind == actors.RefJob {
+		if h := (*Broker)(s).unparkHost(); h != nil {
+			c.Home = h
+			m := mailPool.Get().(*mail)
+			m.c, m.d = c, cells.Wake()
+			s.system.Root.Send(h.pid.Load(), (*bindMail)(m))
+			return
+		}
+	}
 	props := *s.props[c.Ref().Kind]
 	h := &host{b: (*Broker)(s), c: c}
 	c.Home = h
@@ -106,7 +189,7 @@ func pidOf(c *cells.Cell) *actor.PID { return c.Home.(*host).pid.Load() }
 
 func (s *scheduler) Schedule(c *cells.Cell, d cells.Delivery) {
 	m := mailPool.Get().(*mail)
-	m.d = d
+	m.c, m.d = c, d
 	if d.Droppable() {
 		s.system.Root.Send(pidOf(c), (*quietMail)(m))
 		return
