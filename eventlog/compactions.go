@@ -18,6 +18,9 @@ import (
 // level before the server could even read its checkpoint (1.2-1.5 s to /readyz on a copy of
 // one such data dir, 0.18-0.23 s with the gate). The compactions wait for the gate instead and
 // run once the log is open, alongside the server's work, as they would have a moment later.
+//
+// The policy is written out here because Pebble's ConcurrencyLimitScheduler cannot be wrapped:
+// its constructor with the periodic granter is unexported, and the exported one is for tests.
 type compactionGate struct {
 	mu       sync.Mutex
 	db       pebble.DBForCompaction
