@@ -18,22 +18,31 @@ import (
 // itself.
 //
 // Matching: sessions with credit take turns, one job per turn; each takes the best ready job of
-// its tenant across its queues (higher priority, then older); a tenant at max_running gets
-// nothing until a lease ends. The dispatcher picks the lease id, so it knows which lease a
+// its tenant across its queues (higher priority, then older, with concurrency keys taking
+// turns: keys.go); a tenant at max_running gets nothing until a lease ends, nor a key at its
+// max_running_per_key. The dispatcher picks the lease id, so it knows which lease a
 // job's actor reports on.
 type Dispatcher struct {
 	// rebuiltAt is the seq the dispatcher's state was rebuilt at; notices of events at or
 	// before it are already part of that state.
 	rebuiltAt  uint64
 	waiting    map[string]*entry
-	ready      map[string]*entryHeap // by tenant + "\x00" + queue
+	ready      map[string]*groupHeap // by tenant + "\x00" + queue
 	scheduled  *entryHeap
 	leased     map[string]leaseRef // by job id
 	sessions   map[string]*slot
 	hungry     []*slot // sessions that can take a job (credit, and room), in turn order
-	readyCount int     // entries in the ready heaps: no ready job, no matching to do
+	readyCount int     // jobs in the ready heaps that may be leased: none, no matching to do
 	running    map[string]int
 	maxRunning map[string]int
+	// Concurrency keys (keys.go), by keyOf: their leases whose end is not decided, and their
+	// groups in the ready heaps. keyDefault is a tenant's max_running_per_key, keyOwn a
+	// queue's own (by readyKey).
+	keyRunning map[string]int
+	keyGroups  map[string][]*group
+	keyDefault map[string]int
+	keyOwn     map[string]int
+	leases     uint64 // leases made since the dispatcher started: the keys' turns
 	redriving  map[string]bool
 	// paused holds the ready heaps (readyKey) of paused queues, which lease nothing. A pause
 	// counts from when the dispatcher decides it, before it is durable.
@@ -58,11 +67,12 @@ type Waiting struct {
 	Priority  int
 	SubmitSeq uint64
 	RunAt     time.Time
+	Key       string // its concurrency key, if any
 }
 
 // waitingOf describes a job the projections hold for the dispatcher, waiting until runAt.
 func waitingOf(j *projections.Job, runAt time.Time) Waiting {
-	return Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: runAt}
+	return Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: runAt, Key: j.ConcurrencyKey}
 }
 
 // Notices to the dispatcher. Seq is the seq of the event a notice announces.
@@ -155,6 +165,7 @@ type entry struct {
 // until its assignment arrives.
 type leaseRef struct {
 	leaseID, sessionID, tenant, workerID string
+	key                                  string // keyOf the job's concurrency key
 	polledBy                             string
 	ending                               bool
 }
@@ -198,21 +209,25 @@ func NewDispatcher(r projections.Retention) *Dispatcher { return &Dispatcher{ret
 func (d *Dispatcher) Recover(env Env) {
 	*d = Dispatcher{
 		retention: d.retention, expiring: map[string]bool{},
-		waiting: map[string]*entry{}, ready: map[string]*entryHeap{}, scheduled: &entryHeap{less: dueFirst}, leased: map[string]leaseRef{},
+		waiting: map[string]*entry{}, ready: map[string]*groupHeap{}, scheduled: &entryHeap{less: dueFirst}, leased: map[string]leaseRef{},
 		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
 		redriving: map[string]bool{}, paused: map[string]bool{},
+		keyRunning: map[string]int{}, keyGroups: map[string][]*group{}, keyDefault: map[string]int{}, keyOwn: map[string]int{},
 	}
 	now := env.Now()
 	env.Read(func(s *projections.Set) {
 		d.rebuiltAt = s.Seq()
-		for _, j := range s.AllWaiting() {
-			d.add(waitingOf(j, j.RunAt), now)
-		}
 		for _, name := range s.TenantNames() {
 			t := s.Tenant(name)
 			d.maxRunning[name] = t.MaxRunning
 			for q := range t.Paused {
 				d.paused[readyKey(name, q)] = true
+			}
+			if t.MaxRunningPerKey > 0 {
+				d.keyDefault[name] = t.MaxRunningPerKey
+			}
+			for q, n := range t.QueueKeyLimits {
+				d.keyOwn[readyKey(name, q)] = n
 			}
 		}
 		byWorker := map[string]*slot{}
@@ -222,13 +237,19 @@ func (d *Dispatcher) Recover(env Env) {
 			d.sessions[sl.id], byWorker[w.ID] = sl, sl
 		}
 		for _, j := range s.Leases() {
-			lr := leaseRef{leaseID: j.Lease.LeaseID, sessionID: j.Lease.SessionID, tenant: j.Tenant, workerID: j.Lease.WorkerID}
+			lr := leaseRef{leaseID: j.Lease.LeaseID, sessionID: j.Lease.SessionID, tenant: j.Tenant, workerID: j.Lease.WorkerID,
+				key: keyOf(j.Tenant, j.ConcurrencyKey)}
 			if sl := byWorker[lr.workerID]; sl != nil { // a lease adopted by the worker's newer session
 				lr.sessionID = sl.id
 				sl.held++
 			}
 			d.leased[j.ID] = lr
 			d.running[j.Tenant]++
+			d.keyLeases(lr.key, 1)
+		}
+		// After the limits and the leases: a job's key group is placed as they say.
+		for _, j := range s.AllWaiting() {
+			d.add(waitingOf(j, j.RunAt), now)
 		}
 		for _, w := range s.OpenSessions() {
 			sl := byWorker[w.ID]
@@ -364,6 +385,9 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 	case PauseQueue:
 		d.pauseQueue(env, m)
 		return !m.Paused // a resume may free the queue's jobs
+	case SetKeyLimit:
+		d.setKeyLimit(env, m)
+		return true // a raised limit frees its keys' jobs
 	case retentionSweep:
 		d.sweepRetention(env)
 		return false
@@ -635,6 +659,7 @@ func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
 // free gives a lease's slot back to its session and its tenant's running count.
 func (d *Dispatcher) free(lr leaseRef) {
 	d.running[lr.tenant]--
+	d.keyLeases(lr.key, -1)
 	if s := d.sessions[lr.sessionID]; s != nil {
 		s.held--
 		d.wake(s)
@@ -654,18 +679,7 @@ func (d *Dispatcher) add(w Waiting, now time.Time) {
 		d.scheduled.push(e)
 		return
 	}
-	d.readyHeap(e).push(e)
-	d.readyCount++
-}
-
-func (d *Dispatcher) readyHeap(e *entry) *entryHeap {
-	k := readyKey(e.Tenant, e.Queue)
-	h := d.ready[k]
-	if h == nil {
-		h = &entryHeap{less: dispatchFirst}
-		d.ready[k] = h
-	}
-	return h
+	d.pushReady(e)
 }
 
 func (d *Dispatcher) remove(id string) {
@@ -674,10 +688,11 @@ func (d *Dispatcher) remove(id string) {
 		return
 	}
 	delete(d.waiting, id)
-	if e.heap != d.scheduled {
-		d.readyCount--
+	if e.heap == d.scheduled {
+		heap.Remove(e.heap, e.index)
+		return
 	}
-	heap.Remove(e.heap, e.index)
+	d.removeReady(e)
 }
 
 // dispatch moves due jobs to their ready heaps, hands out jobs while any session with credit
@@ -686,8 +701,7 @@ func (d *Dispatcher) dispatch(env Env) {
 	now := env.Now()
 	for e := d.scheduled.top(); e != nil && !e.RunAt.After(now); e = d.scheduled.top() {
 		heap.Pop(d.scheduled)
-		d.readyHeap(e).push(e)
-		d.readyCount++
+		d.pushReady(e)
 	}
 	for progressed := true; progressed && d.readyCount > 0; {
 		progressed = false
@@ -728,7 +742,7 @@ func (d *Dispatcher) dispatch(env Env) {
 func (d *Dispatcher) best(s *slot) *entry {
 	if mutantMapOrder {
 		for _, e := range d.waiting {
-			if k := readyKey(e.Tenant, e.Queue); e.heap != d.scheduled && slices.Contains(s.readyKeys, k) && !d.paused[k] {
+			if k := readyKey(e.Tenant, e.Queue); e.heap != d.scheduled && e.heap.group.index >= 0 && slices.Contains(s.readyKeys, k) && !d.paused[k] {
 				return e
 			}
 		}
@@ -760,8 +774,12 @@ func (d *Dispatcher) arrived(env Env, s *slot) {
 }
 
 func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
+	d.leases++
+	if e.heap.group != nil {
+		e.heap.group.served = d.leases // its key's turn is over (keys.go)
+	}
 	d.remove(e.ID)
-	lr := leaseRef{leaseID: NewID(env), sessionID: s.id, tenant: s.tenant, workerID: s.workerID}
+	lr := leaseRef{leaseID: NewID(env), sessionID: s.id, tenant: s.tenant, workerID: s.workerID, key: keyOf(e.Tenant, e.Key)}
 	if s.polled {
 		lr.polledBy = s.id
 		s.inFlight++
@@ -770,6 +788,7 @@ func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
 	s.credit--
 	s.held++
 	d.running[s.tenant]++
+	d.keyLeases(lr.key, 1)
 	env.Send(JobRef(e.ID), startLease{JobID: e.ID, LeaseID: lr.leaseID, SessionID: s.id, WorkerID: s.workerID})
 }
 
@@ -787,10 +806,11 @@ func dueFirst(a, b *entry) bool {
 }
 
 // entryHeap is a heap of entries that keeps each entry's place in it, so a cancelled job can be
-// taken out of the middle.
+// taken out of the middle. group is the key group it is the jobs of; nil for the scheduled heap.
 type entryHeap struct {
 	entries []*entry
 	less    func(a, b *entry) bool
+	group   *group
 }
 
 func (h *entryHeap) Len() int           { return len(h.entries) }

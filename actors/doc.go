@@ -33,7 +33,9 @@
 //     in their heap, and none is leased from the dispatcher's decision to pause until its
 //     resume). It
 //     matches ready jobs to sessions with credit (their tenant's jobs only, by priority then age,
-//     honouring run_at and max_running), picks the lease id, and routes job commands to the
+//     concurrency keys taking turns, honouring run_at, max_running and each key's
+//     max_running_per_key, which it decides and records: keys.go), picks the lease id, and
+//     routes job commands to the
 //     job's actor while a lease is held. (The runtime sends a worker's progress, completion and
 //     failure to a job's actor straight when one is running; the actor hands what no lease of
 //     its covers to the dispatcher.)

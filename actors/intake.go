@@ -225,13 +225,14 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 		if spec.Delay > 0 {
 			runAt, reason = now.Add(spec.Delay), eventlog.ScheduledDelay
 		}
-		done.waiting = append(done.waiting, Waiting{ID: id, Tenant: t.name, Queue: spec.Queue, Priority: spec.Priority, SubmitSeq: uint64(len(events))})
+		done.waiting = append(done.waiting, Waiting{ID: id, Tenant: t.name, Queue: spec.Queue, Priority: spec.Priority, Key: spec.ConcurrencyKey,
+			SubmitSeq: uint64(len(events))})
 		events = append(events, eventlog.JobSubmitted{
 			JobID: id, Tenant: t.name, Queue: spec.Queue, Type: spec.Type, Payload: spec.Payload,
 			Priority: spec.Priority, Labels: spec.Labels, MaxAttempts: spec.MaxAttempts,
 			LeaseTTLMillis: spec.LeaseTTL.Milliseconds(), IdempotencyKey: spec.IdempotencyKey,
 			RequestHash: hashes[i], ReservationID: spec.ReservationID, APIKeyID: m.APIKeyID,
-			ResultTTLMillis: spec.ResultTTL.Milliseconds(),
+			ResultTTLMillis: spec.ResultTTL.Milliseconds(), ConcurrencyKey: spec.ConcurrencyKey,
 		})
 		if runAt.After(now) {
 			done.waiting[len(done.waiting)-1].RunAt = runAt

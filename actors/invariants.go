@@ -3,6 +3,8 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/tetherhq/tether/projections"
 )
@@ -22,13 +24,16 @@ func (d *Dispatcher) CheckInvariants() error {
 		return fmt.Errorf("scheduled heap: %w", err)
 	}
 	ready := 0
-	for k, h := range d.ready {
-		if err := h.check(); err != nil {
+	for k, q := range d.ready {
+		n, err := d.checkQueue(q)
+		if err != nil {
 			return fmt.Errorf("ready heap %q: %w", k, err)
 		}
-		ready += h.Len()
+		ready += n
+		for _, g := range q.byKey {
+			inHeaps += g.jobs.Len()
+		}
 	}
-	inHeaps += ready
 	if inHeaps != len(d.waiting) {
 		return fmt.Errorf("%d jobs waiting but %d in the heaps", len(d.waiting), inHeaps)
 	}
@@ -49,9 +54,19 @@ func (d *Dispatcher) CheckInvariants() error {
 			return fmt.Errorf("job %s is expiring but waiting, leased or being re-driven", id)
 		}
 	}
-	// INVARIANT: readyCount counts the entries of the ready heaps.
+	// INVARIANT: readyCount counts the jobs of the groups in the ready heaps.
 	if ready != d.readyCount {
 		return fmt.Errorf("readyCount %d, ready heaps hold %d", d.readyCount, ready)
+	}
+	// INVARIANT: a key's lease count is its leases whose end has not been decided.
+	keyed := map[string]int{}
+	for _, lr := range d.leased {
+		if !lr.ending && lr.key != "" {
+			keyed[lr.key]++
+		}
+	}
+	if !maps.Equal(keyed, d.keyRunning) {
+		return fmt.Errorf("key lease counts %v, leases %v", d.keyRunning, keyed)
 	}
 	// INVARIANT: a tenant's running count and a session's held count are its leases whose end
 	// has not been decided.
@@ -101,6 +116,42 @@ func (d *Dispatcher) CheckInvariants() error {
 		return fmt.Errorf("%d sessions marked hungry, %d in the turn order", hungry, len(d.hungry))
 	}
 	return nil
+}
+
+// checkQueue verifies a queue's groups: each is in its key's list, in the queue's heap where it
+// says, exactly when it has jobs and its key is under its limit, and the heap is ordered. It
+// returns how many jobs the groups in the heap hold.
+func (d *Dispatcher) checkQueue(q *groupHeap) (int, error) {
+	ready := 0
+	for k, g := range q.byKey {
+		if err := g.jobs.check(); err != nil {
+			return 0, fmt.Errorf("group %q: %w", k, err)
+		}
+		switch {
+		case g.key != k || g.queue != q || g.jobs.group != g:
+			return 0, fmt.Errorf("group %q is filed as %q", g.key, k)
+		case g.jobs.Len() == 0:
+			return 0, fmt.Errorf("group %q is empty", k)
+		case k != "" && !slices.Contains(d.keyGroups[k], g):
+			return 0, fmt.Errorf("group %q is not among its key's", k)
+		case (g.index >= 0) == d.heldBack(g):
+			return 0, fmt.Errorf("group %q: in the heap %v, held back %v", k, g.index >= 0, d.heldBack(g))
+		case g.index >= 0 && (g.index >= len(q.groups) || q.groups[g.index] != g):
+			return 0, fmt.Errorf("group %q is not where it says", k)
+		}
+		if g.index >= 0 {
+			ready += g.jobs.Len()
+		}
+	}
+	for i, g := range q.groups {
+		if q.byKey[g.key] != g {
+			return 0, fmt.Errorf("group %q at %d is not filed", g.key, i)
+		}
+		if p := (i - 1) / 2; i > 0 && q.Less(i, p) {
+			return 0, fmt.Errorf("group %q at %d comes before its parent", g.key, i)
+		}
+	}
+	return ready, nil
 }
 
 // check verifies that each entry knows its place and that the heap is ordered.

@@ -186,6 +186,17 @@ type PauseQueue struct {
 	APIKeyID string
 }
 
+// SetKeyLimit sets how many leases one concurrency key of the tenant may hold at once in Queue,
+// or with Queue empty in every queue without a limit of its own; 0 is unlimited, and nil clears
+// the limit (a queue follows the tenant's again). Done answers, once it is durable
+// (eventlog.TenantKeyLimitSet).
+type SetKeyLimit struct {
+	Tenant           string
+	Queue            string
+	MaxRunningPerKey *int
+	APIKeyID         string
+}
+
 // Done answers a command that returns nothing but its receipt.
 type Done struct {
 	Receipt Receipt

@@ -31,6 +31,8 @@ var (
 	mutantDeleteLive bool
 	// mutantIgnorePause leases jobs from paused queues.
 	mutantIgnorePause bool
+	// mutantKeyLimitOffByOne lets a concurrency key hold one lease more than its limit.
+	mutantKeyLimitOffByOne bool
 	// mutantStartOnLease starts a flow's step once each step it needs is leased or succeeded.
 	mutantStartOnLease bool
 	// mutantForgetDecidedTicks takes a schedule's ticks from its creation on, forgetting those

@@ -210,6 +210,15 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 		return disp, actors.PurgeDead{Tenant: tenant, Queue: s.strArg(d, "queue", ""), Before: s.w.Clock.Add(-s.durArg(d, "before", 0))}, "client"
 	case "pause", "resume":
 		return disp, actors.PauseQueue{Tenant: tenant, Queue: s.pos(d, 0), Paused: cmd == "pause"}, "client"
+	case "keylimit": // keylimit [QUEUE] [n=N]: no n clears
+		m := actors.SetKeyLimit{Tenant: tenant}
+		if len(d.CmdArgs) > 0 && d.CmdArgs[0].Vals == nil {
+			m.Queue = d.CmdArgs[0].Key
+		}
+		if d.HasArg("n") {
+			m.MaxRunningPerKey = new(s.intArg(d, "n", 0))
+		}
+		return disp, m, "client"
 	case "quota":
 		q := actors.SetQuota{Tenant: tenant}
 		if d.HasArg("max-active") {
@@ -366,7 +375,8 @@ func (s *script) show(d *datadriven.TestData) string {
 		return s.format(s.w.Set.Counters()[s.pos(d, 1)]) + "\n"
 	case "tenant":
 		tn := s.w.Set.Tenant(tenant)
-		return fmt.Sprintf("active=%d reservations=%d\n", tn.Active, len(tn.Reservations))
+		return fmt.Sprintf("active=%d reservations=%d max_running_per_key=%d queue_key_limits=%v\n", tn.Active, len(tn.Reservations),
+			tn.MaxRunningPerKey, tn.QueueKeyLimits)
 	}
 	return ""
 }
@@ -581,7 +591,7 @@ func (s *script) leases(d *datadriven.TestData) []string {
 
 func (s *script) jobSpec(line string) actors.JobSpec {
 	spec := actors.JobSpec{Queue: "q", Type: "t"}
-	texts := map[string]*string{"queue": &spec.Queue, "type": &spec.Type, "key": &spec.IdempotencyKey}
+	texts := map[string]*string{"queue": &spec.Queue, "type": &spec.Type, "key": &spec.IdempotencyKey, "ckey": &spec.ConcurrencyKey}
 	numbers := map[string]*int{"priority": &spec.Priority, "attempts": &spec.MaxAttempts}
 	durations := map[string]*time.Duration{"delay": &spec.Delay, "ttl": &spec.LeaseTTL, "result-ttl": &spec.ResultTTL}
 	for k, v := range keyValues(line) {

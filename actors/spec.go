@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // JobSpec is one job as a client submits it.
@@ -30,6 +32,9 @@ type JobSpec struct {
 	// ResultTTL, if set, is how long the job stays queryable once it succeeded or was
 	// cancelled, instead of the server's retention (projections.Retention).
 	ResultTTL time.Duration `json:"result_ttl,omitempty"`
+	// ConcurrencyKey, if set, caps the job's leases with every other job of its tenant that
+	// has the key, at its queue's max_running_per_key (or the tenant's).
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Limits and defaults of intake. Names put the qualifier last (leaseTTLMax), as the rest of
@@ -52,14 +57,18 @@ const (
 	LabelKeyLenMax         = 64
 	LabelValueLenMax       = 256
 	IdempotencyKeyLenMax   = 256
-	BatchJobsMax           = 1000
-	ReservationTTLDefault  = 300 * time.Second
-	ReservationTTLMax      = 24 * time.Hour
-	ReservationsMax        = 10_000 // active reservations per tenant
-	ProgressDataBytesMax   = 64 << 10
-	OutputBytesMax         = 1 << 20
-	ErrorMessageLenMax     = 4096
-	EventTypeLenMax        = 64
+	ConcurrencyKeyLenMax   = 128
+	// MaxRunningPerKeyMax bounds a key limit: past the capacity of any worker fleet it would
+	// mean unlimited, which 0 says.
+	MaxRunningPerKeyMax   = 1_000_000
+	BatchJobsMax          = 1000
+	ReservationTTLDefault = 300 * time.Second
+	ReservationTTLMax     = 24 * time.Hour
+	ReservationsMax       = 10_000 // active reservations per tenant
+	ProgressDataBytesMax  = 64 << 10
+	OutputBytesMax        = 1 << 20
+	ErrorMessageLenMax    = 4096
+	EventTypeLenMax       = 64
 )
 
 // Limits that an operator may change.
@@ -99,6 +108,8 @@ func (s *JobSpec) normalize(l Limits) *Rejection {
 		return reject(CodeInvalidArgument, "idempotency key is %d bytes; the limit is %d", len(s.IdempotencyKey), IdempotencyKeyLenMax)
 	case len(s.ReservationID) > 64:
 		return reject(CodeInvalidArgument, "reservation_id is too long")
+	case !validKey(s.ConcurrencyKey):
+		return reject(CodeInvalidArgument, "concurrency_key must be at most %d bytes of UTF-8 without control characters", ConcurrencyKeyLenMax)
 	}
 	if r := checkLabels(s.Labels); r != nil {
 		return r
@@ -142,7 +153,23 @@ func ValidTenant(name string) bool {
 // later.
 func (s *JobSpec) template() eventlog.JobTemplate {
 	return eventlog.JobTemplate{Queue: s.Queue, Type: s.Type, Payload: s.Payload, Priority: s.Priority, MaxAttempts: s.MaxAttempts,
-		LeaseTTLMillis: s.LeaseTTL.Milliseconds(), Labels: s.Labels, ResultTTLMillis: s.ResultTTL.Milliseconds()}
+		LeaseTTLMillis: s.LeaseTTL.Milliseconds(), Labels: s.Labels, ResultTTLMillis: s.ResultTTL.Milliseconds(),
+		ConcurrencyKey: s.ConcurrencyKey}
+}
+
+// validKey reports whether s can be a concurrency key: empty (none), or at most
+// ConcurrencyKeyLenMax bytes of UTF-8 without control characters. A key is a customer's id, a
+// token's name, a GPU model: anything printable.
+func validKey(s string) bool {
+	if len(s) > ConcurrencyKeyLenMax || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // requestHash identifies a submit for idempotency: equal specs, whitespace in the payload

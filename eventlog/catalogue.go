@@ -68,6 +68,9 @@ type JobSubmitted struct {
 	FlowStep string `json:"flow_step,omitempty"`
 	// ScheduleID names the schedule that fired the job, if one did.
 	ScheduleID string `json:"schedule_id,omitempty"`
+	// ConcurrencyKey, if set, is the key whose leases the dispatcher caps at the queue's (or the
+	// tenant's) max_running_per_key (TenantKeyLimitSet).
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // JobScheduled records that the job waits until RunAt before it can be leased (a delayed submit).
@@ -275,6 +278,7 @@ type JobTemplate struct {
 	LeaseTTLMillis  int64             `json:"lease_ttl_ms"`
 	Labels          map[string]string `json:"labels,omitempty"`
 	ResultTTLMillis int64             `json:"result_ttl_ms,omitempty"`
+	ConcurrencyKey  string            `json:"concurrency_key,omitempty"`
 }
 
 // FlowStep is one step of a flow: the job it becomes once every step it needs has succeeded.
@@ -555,6 +559,19 @@ type QueueResumed struct {
 	APIKeyID string `json:"api_key_id,omitempty"`
 }
 
+// TenantKeyLimitSet records how many leases one concurrency key of the tenant may hold at once:
+// in Queue's jobs, or with Queue empty in every queue without a limit of its own (the
+// tenant's default). Nil clears it: the queue follows the default again, or, for the default,
+// keys are not limited. Zero also means unlimited, for a queue over a default. The dispatcher
+// decides it and acts on it at once; leases on their way when it lowered the limit still
+// arrive.
+type TenantKeyLimitSet struct {
+	Tenant           string `json:"tenant"`
+	Queue            string `json:"queue,omitempty"`
+	MaxRunningPerKey *int   `json:"max_running_per_key"`
+	APIKeyID         string `json:"api_key_id,omitempty"` // who set it; empty for the admin
+}
+
 // EnrollTokenCreated records a token that lets Uses workers register for the tenant until ExpiresAt.
 type EnrollTokenCreated struct {
 	Tenant    string    `json:"tenant"`
@@ -602,6 +619,7 @@ func (EnrollTokenCreated) EventType() string   { return "tenant.enroll_token_cre
 func (EnrollTokenUsed) EventType() string      { return "tenant.enroll_token_used" }
 func (QueuePaused) EventType() string          { return "tenant.queue_paused" }
 func (QueueResumed) EventType() string         { return "tenant.queue_resumed" }
+func (TenantKeyLimitSet) EventType() string    { return "tenant.key_limit_set" }
 func (FlowSubmitted) EventType() string        { return "flow.submitted" }
 func (FlowStepSkipped) EventType() string      { return "flow.step_skipped" }
 func (FlowEnded) EventType() string            { return "flow.ended" }
@@ -646,6 +664,7 @@ func (e EnrollTokenCreated) Stream() string   { return TenantStream(e.Tenant) }
 func (e EnrollTokenUsed) Stream() string      { return TenantStream(e.Tenant) }
 func (e QueuePaused) Stream() string          { return TenantStream(e.Tenant) }
 func (e QueueResumed) Stream() string         { return TenantStream(e.Tenant) }
+func (e TenantKeyLimitSet) Stream() string    { return TenantStream(e.Tenant) }
 func (e FlowSubmitted) Stream() string        { return FlowStream(e.FlowID) }
 func (e FlowStepSkipped) Stream() string      { return FlowStream(e.FlowID) }
 func (e FlowEnded) Stream() string            { return FlowStream(e.FlowID) }
@@ -676,7 +695,7 @@ func Catalogue() []Payload {
 		WorkerSessionEnded{},
 		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
 		ReservationExpired{}, APIKeyCreated{}, APIKeyRevoked{}, EnrollTokenCreated{},
-		EnrollTokenUsed{}, QueuePaused{}, QueueResumed{},
+		EnrollTokenUsed{}, QueuePaused{}, QueueResumed{}, TenantKeyLimitSet{},
 		FlowSubmitted{}, FlowStepSkipped{}, FlowEnded{}, FlowExpired{},
 		ScheduleCreated{}, ScheduleFired{}, ScheduleSkipped{}, SchedulePaused{}, ScheduleResumed{},
 		ScheduleDeleted{},

@@ -81,7 +81,7 @@ func TestCatalogueIsComplete(t *testing.T) {
 		"worker.registered", "worker.token_rotated", "worker.revoked", "worker.session_started", "worker.session_ended",
 		"tenant.quota_set", "tenant.reservation_made", "tenant.reservation_consumed", "tenant.reservation_released",
 		"tenant.reservation_expired", "tenant.api_key_created", "tenant.api_key_revoked",
-		"tenant.enroll_token_created", "tenant.enroll_token_used", "tenant.queue_paused", "tenant.queue_resumed",
+		"tenant.enroll_token_created", "tenant.enroll_token_used", "tenant.queue_paused", "tenant.queue_resumed", "tenant.key_limit_set",
 		"flow.submitted", "flow.step_skipped", "flow.ended", "flow.expired",
 		"schedule.created", "schedule.fired", "schedule.skipped", "schedule.paused", "schedule.resumed", "schedule.deleted",
 	} {

@@ -52,6 +52,8 @@ func scanPayload(typ string, data []byte) (Payload, bool) {
 				return s.String(&e.FlowStep)
 			case "schedule_id":
 				return s.String(&e.ScheduleID)
+			case "concurrency_key":
+				return s.String(&e.ConcurrencyKey)
 			}
 			return false
 		})

@@ -36,6 +36,7 @@ func appendPayload(dst []byte, p Payload) ([]byte, bool) {
 		w.Str("flow_id", e.FlowID, false)
 		w.Str("flow_step", e.FlowStep, false)
 		w.Str("schedule_id", e.ScheduleID, false)
+		w.Str("concurrency_key", e.ConcurrencyKey, false)
 	case JobLeased:
 		w = fastjson.NewWriter(slices.Grow(dst, 320))
 		w.Str("job_id", e.JobID, true)

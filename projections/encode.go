@@ -84,6 +84,7 @@ func appendJob(dst []byte, j *Job) ([]byte, bool) {
 	w.Str("flow_id", j.FlowID, false)
 	w.Str("flow_step", j.FlowStep, false)
 	w.Str("schedule_id", j.ScheduleID, false)
+	w.Str("concurrency_key", j.ConcurrencyKey, false)
 	w.Uint("submit_seq", j.SubmitSeq)
 	w.Uint("last_seq", j.LastSeq)
 	w.Int("worker_seq", j.WorkerSeq, false)
@@ -245,6 +246,8 @@ func scanJob(b []byte) (*Job, bool) {
 			return s.String(&j.FlowStep)
 		case "schedule_id":
 			return s.String(&j.ScheduleID)
+		case "concurrency_key":
+			return s.String(&j.ConcurrencyKey)
 		case "submit_seq":
 			return s.Uint64(&j.SubmitSeq)
 		case "last_seq":

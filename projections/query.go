@@ -160,10 +160,14 @@ type QueueStats struct {
 	OldestAge time.Duration `json:"oldest_age"`
 	// PausedSince is when the queue was paused; zero while it assigns jobs.
 	PausedSince time.Time `json:"paused_since,omitzero"`
+	// MaxRunningPerKey is the leases one concurrency key may hold at once in the queue, its own
+	// limit or the tenant's default (0: unlimited); OwnKeyLimit says it is the queue's own.
+	MaxRunningPerKey int  `json:"max_running_per_key"`
+	OwnKeyLimit      bool `json:"own_key_limit,omitempty"`
 }
 
 // Queues returns the stats of every queue a tenant has used, by name: every queue that holds a
-// job, finished one within the throughput window, or is paused.
+// job, finished one within the throughput window, is paused or has a key limit of its own.
 func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
 	byName := map[string]*QueueStats{}
 	stats := func(q string) *QueueStats {
@@ -204,6 +208,12 @@ func (s *Set) Queues(tenant string, now time.Time) []QueueStats {
 	if t := s.tenants[tenant]; t != nil {
 		for q, p := range t.Paused {
 			stats(q).PausedSince = p.Since
+		}
+		for q := range t.QueueKeyLimits {
+			stats(q).OwnKeyLimit = true
+		}
+		for _, q := range byName {
+			q.MaxRunningPerKey = t.KeyLimit(q.Queue)
 		}
 	}
 	out := make([]QueueStats, 0, len(byName))
@@ -263,6 +273,7 @@ func (s *Set) Tenant(name string) Tenant {
 	c := *t
 	c.Reservations = maps.Clone(t.Reservations)
 	c.Paused = maps.Clone(t.Paused)
+	c.QueueKeyLimits = maps.Clone(t.QueueKeyLimits)
 	return c
 }
 

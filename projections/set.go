@@ -86,6 +86,20 @@ type Tenant struct {
 	Reservations map[string]time.Time `json:"reservations"` // id → expiry, active ones only
 	// Paused holds the tenant's paused queues: each assigns nothing until it is resumed.
 	Paused map[string]PausedQueue `json:"paused,omitempty"`
+	// MaxRunningPerKey is how many leases one concurrency key may hold at once in a queue
+	// without a limit of its own (0: unlimited); QueueKeyLimits holds the queues' own limits
+	// (0 there: unlimited in that queue).
+	MaxRunningPerKey int            `json:"max_running_per_key,omitempty"`
+	QueueKeyLimits   map[string]int `json:"queue_key_limits,omitempty"`
+}
+
+// KeyLimit is how many leases one concurrency key may hold at once in the tenant's queue
+// (0: unlimited).
+func (t *Tenant) KeyLimit(queue string) int {
+	if n, ok := t.QueueKeyLimits[queue]; ok {
+		return n
+	}
+	return t.MaxRunningPerKey
 }
 
 // PausedQueue is a paused queue: since when, and the seq of the pause.
@@ -267,6 +281,25 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 			t.Paused = map[string]PausedQueue{}
 		}
 		t.Paused[e.Queue] = PausedQueue{Since: at, Seq: seq}
+		return nil
+	case eventlog.TenantKeyLimitSet:
+		t := s.tenant(e.Tenant)
+		switch {
+		case e.Queue == "":
+			t.MaxRunningPerKey = 0
+			if e.MaxRunningPerKey != nil {
+				t.MaxRunningPerKey = *e.MaxRunningPerKey
+			}
+		case e.MaxRunningPerKey == nil:
+			if delete(t.QueueKeyLimits, e.Queue); len(t.QueueKeyLimits) == 0 {
+				t.QueueKeyLimits = nil
+			}
+		default:
+			if t.QueueKeyLimits == nil {
+				t.QueueKeyLimits = map[string]int{}
+			}
+			t.QueueKeyLimits[e.Queue] = *e.MaxRunningPerKey
+		}
 		return nil
 	case eventlog.QueueResumed:
 		t := s.tenant(e.Tenant)

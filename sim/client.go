@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/tetherhq/tether/actors"
@@ -45,6 +46,10 @@ func (c *client) act() {
 	}
 	if s.queueRand.IntN(100) < 3 {
 		c.pauseQueue()
+		return
+	}
+	if s.keyRand.IntN(100) < 2 {
+		c.setKeyLimit()
 		return
 	}
 	switch r := s.flowRand.IntN(100); {
@@ -101,6 +106,9 @@ func (c *client) spec() actors.JobSpec {
 	}
 	if r.IntN(2) == 0 {
 		sp.IdempotencyKey = fmt.Sprintf("%s-%d", c.name, c.n)
+	}
+	if kr := c.s.keyRand; kr.IntN(2) == 0 {
+		sp.ConcurrencyKey = fmt.Sprintf("k%d", kr.IntN(3))
 	}
 	return sp
 }
@@ -214,6 +222,26 @@ func (c *client) pauseQueue() {
 			s.probe(ProbeQueuePaused)
 		}
 	}, nil)
+}
+
+// setKeyLimit sets or clears the key limit of one of its queues or its tenant's default, as
+// `tether queue limits` and `tether admin quota --max-running-per-key` do.
+func (c *client) setKeyLimit() {
+	s := c.s
+	m := keyLimit(s.keyRand, c.tenant)
+	s.call(c.name, "key limit", toRef(actors.DispatcherRef()), m, func(any) {}, nil)
+}
+
+// keyLimit draws a key limit for the tenant: its default or a queue's, 0 to 2 or cleared.
+func keyLimit(r *rand.Rand, tenant string) actors.SetKeyLimit {
+	m := actors.SetKeyLimit{Tenant: tenant}
+	if q := r.IntN(3); q > 0 {
+		m.Queue = fmt.Sprintf("q%d", q-1)
+	}
+	if n := r.IntN(4); n < 3 {
+		m.MaxRunningPerKey = new(n)
+	}
+	return m
 }
 
 func (c *client) reserve() {

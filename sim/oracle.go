@@ -27,6 +27,28 @@ type oracle struct {
 	flows     map[string]*oflow
 	schedules map[string]*osched
 	lastTime  time.Time
+	// keys holds the jobs that held a lease of each concurrency key (tenant + "\x00" + key)
+	// when last looked at; keyLimits each tenant's limits (queue "" the default) and when the
+	// last change of them was decided.
+	keys      map[string]map[string]bool
+	keyLimits map[string]*okeyLimits
+}
+
+type okeyLimits struct {
+	byQueue map[string]int
+	changed decision
+}
+
+// keyLimit is max_running_per_key in a tenant's queue by the log so far (0: unlimited).
+func (o *oracle) keyLimit(tenant, queue string) int {
+	l := o.keyLimits[tenant]
+	if l == nil {
+		return 0
+	}
+	if n, ok := l.byQueue[queue]; ok {
+		return n
+	}
+	return l.byQueue[""]
 }
 
 // decision is when a behaviour decided a record: the server clock and the clock-jump count
@@ -52,6 +74,7 @@ func (d decision) after(e decision) bool {
 type ojob struct {
 	id, tenant      string
 	queue           string
+	key             string // its concurrency key
 	leaseTTL        time.Duration
 	status          projections.Status
 	lease           *olease
@@ -96,7 +119,7 @@ const IdempotencyTTL = 24 * time.Hour
 func newOracle(s *Sim) *oracle {
 	return &oracle{s: s, jobs: map[string]*ojob{}, tenants: map[string]*otenant{}, workers: map[string]oworker{},
 		reservations: map[string]string{}, idem: map[string]idemUse{}, paused: map[string]decision{}, flows: map[string]*oflow{},
-		schedules: map[string]*osched{}}
+		schedules: map[string]*osched{}, keys: map[string]map[string]bool{}, keyLimits: map[string]*okeyLimits{}}
 }
 
 func (o *oracle) tenant(name string) *otenant {
@@ -123,7 +146,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 			o.fail("transitions", "job %s submitted twice (seq %d)", e.JobID, seq)
 			return
 		}
-		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, queue: e.Queue, status: projections.StatusQueued, maxAttempts: e.MaxAttempts,
+		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, queue: e.Queue, key: e.ConcurrencyKey, status: projections.StatusQueued, maxAttempts: e.MaxAttempts,
 			leaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, resultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond}
 		t := o.tenant(e.Tenant)
 		t.active++
@@ -264,6 +287,19 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		o.paused[e.Tenant+"/"+e.Queue] = decision{decidedAt, clock}
 	case eventlog.QueueResumed:
 		delete(o.paused, e.Tenant+"/"+e.Queue)
+	case eventlog.TenantKeyLimitSet:
+		l := o.keyLimits[e.Tenant]
+		if l == nil {
+			l = &okeyLimits{byQueue: map[string]int{}}
+			o.keyLimits[e.Tenant] = l
+		}
+		switch {
+		case e.MaxRunningPerKey != nil:
+			l.byQueue[e.Queue] = *e.MaxRunningPerKey
+		default:
+			delete(l.byQueue, e.Queue)
+		}
+		l.changed = decision{decidedAt, clock}
 	case eventlog.ReservationMade:
 		if _, ok := o.reservations[e.ReservationID]; ok {
 			o.fail("reservations", "reservation %s made twice (seq %d)", e.ReservationID, seq)
@@ -448,8 +484,38 @@ func (o *oracle) leased(seq uint64, e eventlog.JobLeased, decidedAt time.Time, c
 	case !j.runAt.IsZero() && clock >= 0 && clock == j.runAtClock && decidedAt.Before(j.runAt):
 		o.fail("backoff", "job %s leased at %s, before its run_at %s (seq %d)", e.JobID, decidedAt, j.runAt, seq)
 	}
+	o.keyLeased(seq, j, decision{decidedAt, clock})
 	j.lease = &olease{id: e.LeaseID, worker: e.WorkerID, nonce: e.Nonce}
 	j.attempt, j.status = e.Attempt, projections.StatusLeased
+}
+
+// keyLeased checks a lease of a job with a concurrency key against its queue's limit: the
+// key's other leases must be fewer, unless the limit changed at the instant the lease was
+// decided or after (a lease on its way when the dispatcher lowered the limit still arrives).
+func (o *oracle) keyLeased(seq uint64, j *ojob, d decision) {
+	if j.key == "" {
+		return
+	}
+	k := j.tenant + "\x00" + j.key
+	holders := o.keys[k]
+	if holders == nil {
+		holders = map[string]bool{}
+		o.keys[k] = holders
+	}
+	for id := range holders {
+		if h := o.jobs[id]; h == nil || h.lease == nil {
+			delete(holders, id)
+		}
+	}
+	limit := o.keyLimit(j.tenant, j.queue)
+	if l := o.keyLimits[j.tenant]; limit > 0 && len(holders) >= limit && d.after(l.changed) {
+		o.fail("key_limit", "job %s of key %q was leased in queue %s while the key held %d leases, its limit %d (seq %d)",
+			j.id, j.key, j.queue, len(holders), limit, seq)
+	}
+	if limit > 0 && len(holders)+1 == limit {
+		o.s.probe(ProbeKeyLimitReached)
+	}
+	holders[j.id] = true
 }
 
 // terminal folds the end of a job, in the record stamped at on the clock-jump count clock.

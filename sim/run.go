@@ -35,6 +35,9 @@ func (s *Sim) setup() error {
 		if r.IntN(2) == 0 {
 			s.srv.request("admin", actors.TenantRef(tenant), actors.SetQuota{Tenant: tenant, MaxActive: new(5 + r.IntN(20)), MaxRunning: new(r.IntN(3))}, func(any) {})
 		}
+		if s.keyRand.IntN(2) == 0 { // most keys run under a limit: one or two leases each
+			s.srv.request("admin", actors.DispatcherRef(), actors.SetKeyLimit{Tenant: tenant, MaxRunningPerKey: new(1 + s.keyRand.IntN(2))}, func(any) {})
+		}
 		for n := range 1 + r.IntN(3) {
 			queues := []string{"q0", "q1"}[:1+r.IntN(2)]
 			if n == 0 {

@@ -109,6 +109,7 @@ const (
 	ProbeLeaderPaused
 	ProbeTakeover
 	ProbeArchiveDamaged
+	ProbeKeyLimitReached
 	probeCount
 )
 
@@ -118,7 +119,8 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed",
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
 	"flow_expired", "schedule_fired", "schedule_fired_late",
-	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover", "archive_damaged"}
+	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover", "archive_damaged",
+	"key_limit_reached"}
 
 func (p Probe) String() string { return probeNames[p] }
 
@@ -261,6 +263,8 @@ type Sim struct {
 	// queueRand draws the clients' queue pauses and resumes; flowRand their flows.
 	queueRand *rand.Rand
 	flowRand  *rand.Rand
+	// keyRand draws the jobs' concurrency keys and the clients' key limits.
+	keyRand *rand.Rand
 
 	result    Result
 	violation *Violation
@@ -302,6 +306,7 @@ func newSim(cfg Config) *Sim {
 	s.retentionRand = r
 	s.queueRand = stream(cfg.Seed, "queues")
 	s.flowRand = stream(cfg.Seed, "flows")
+	s.keyRand = stream(cfg.Seed, "keys")
 	s.retention = projections.Retention{
 		Done: time.Duration(10+r.IntN(110)) * time.Second, Dead: time.Duration(20+r.IntN(280)) * time.Second, MaxDead: 1 + r.IntN(4),
 	}

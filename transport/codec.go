@@ -74,6 +74,8 @@ func submitField(s *fastjson.Scanner, key []byte, req *wire.SubmitRequest) bool 
 		return s.String(&req.IdempotencyKey)
 	case "reservation_id":
 		return s.String(&req.ReservationID)
+	case "concurrency_key":
+		return s.String(&req.ConcurrencyKey)
 	}
 	return false
 }
@@ -159,6 +161,7 @@ func writeJobMembers(w *fastjson.Writer, j *wire.Job) {
 	w.Str("flow_id", j.FlowID, false)
 	w.Str("flow_step", j.FlowStep, false)
 	w.Str("schedule_id", j.ScheduleID, false)
+	w.Str("concurrency_key", j.ConcurrencyKey, false)
 	writeReceipt(w, j.Receipt)
 	w.BoolPtr("idempotent_hit", j.IdempotentHit)
 }

@@ -54,7 +54,7 @@ func encoded(t *testing.T, v any) []byte {
 func submitSeeds() [][]byte {
 	var out [][]byte
 	for _, s := range []string{
-		`{"queue":"q","type":"t","payload":{"a":[1,"x"]},"priority":-2,"max_attempts":5,"idempotency_key":"k","reservation_id":"r"}`,
+		`{"queue":"q","type":"t","payload":{"a":[1,"x"]},"priority":-2,"max_attempts":5,"idempotency_key":"k","reservation_id":"r","concurrency_key":"customer 7"}`,
 		`{"queue":"q","run_at":"2026-11-22T01:02:03.5Z"}`, `{"queue":"q","run_at":"2026-13-22T01:02:03Z"}`, `{"Queue":"q"}`,
 		`{"queue":"q","extra":1}`, `{"queue":"q"} {}`, `{"queue":"q","labels":{"a":"b"}}`, `{"delay_seconds":1.5}`,
 		`{"payload":null}`, `{"priority":1e3}`, `{"queue":"\u00e9"}`, `{"queue":null}`, `{}`, ` {"queue" : "q" } `,
@@ -119,7 +119,7 @@ func fuzzJob(a jobArgs) wire.Job {
 	j := wire.Job{ID: a.s, Tenant: a.s2, Queue: a.s, Type: a.s2, Payload: a.raw, Output: a.raw, Priority: int(a.unix % 100), Status: a.s,
 		Attempt: int(a.offset), MaxAttempts: int(a.seq % 10), CancelRequested: a.b, OutputHash: a.s2, DeadReason: a.s,
 		CreatedAt: at, UpdatedAt: at.Add(time.Second), EventsTruncated: !a.b, IdempotentHit: &a.b,
-		FlowID: a.s2, FlowStep: a.s, ScheduleID: a.s2}
+		FlowID: a.s2, FlowStep: a.s, ScheduleID: a.s2, ConcurrencyKey: a.s}
 	if a.lk != "" {
 		j.Labels = map[string]string{a.lk: a.lv, a.lk + "2": a.lv}
 	}

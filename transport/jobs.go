@@ -27,7 +27,7 @@ func jobResource(j *projections.Job, now time.Time) wire.Job {
 		Labels: j.Labels, Status: string(j.StatusAt(now)), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		CancelRequested: j.CancelRequested, Output: j.Output, OutputHash: j.OutputHash, DeadReason: j.DeadReason,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EventsTruncated: j.EventsTruncated,
-		FlowID: j.FlowID, FlowStep: j.FlowStep, ScheduleID: j.ScheduleID,
+		FlowID: j.FlowID, FlowStep: j.FlowStep, ScheduleID: j.ScheduleID, ConcurrencyKey: j.ConcurrencyKey,
 	}
 	if out.Labels == nil {
 		out.Labels = noLabels
@@ -77,7 +77,7 @@ func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
 	spec := actors.JobSpec{
 		Queue: req.Queue, Type: req.Type, Payload: req.Payload, Priority: req.Priority, Delay: delay,
 		MaxAttempts: req.MaxAttempts, LeaseTTL: leaseTTL, Labels: req.Labels,
-		IdempotencyKey: key, ReservationID: req.ReservationID, ResultTTL: resultTTL,
+		IdempotencyKey: key, ReservationID: req.ReservationID, ResultTTL: resultTTL, ConcurrencyKey: req.ConcurrencyKey,
 	}
 	if req.RunAt != nil {
 		spec.RunAt = *req.RunAt
@@ -436,7 +436,7 @@ func (s *Server) quota(r *request) error { return r.reply(http.StatusOK, quotaOf
 func quotaOf(b Core, tenant string) wire.Quota {
 	q := b.Quota(tenant)
 	return wire.Quota{Tenant: tenant, MaxActive: q.MaxActive, MaxRunning: q.MaxRunning, Active: q.Active, Running: q.Running,
-		Reservations: len(q.Reservations)}
+		Reservations: len(q.Reservations), MaxRunningPerKey: q.MaxRunningPerKey}
 }
 
 func (s *Server) queues(r *request) error {
@@ -456,6 +456,7 @@ func (s *Server) queues(r *request) error {
 		if !q.PausedSince.IsZero() {
 			w.Paused, w.PausedSince = true, new(q.PausedSince)
 		}
+		w.MaxRunningPerKey, w.OwnKeyLimit = q.MaxRunningPerKey, q.OwnKeyLimit
 		for m, c := range throughput[i] {
 			w.SucceededPerMinute[m], w.FailedPerMinute[m] = c.Succeeded, c.Failed
 		}
@@ -464,16 +465,28 @@ func (s *Server) queues(r *request) error {
 	return r.reply(http.StatusOK, out)
 }
 
+// queueTenant is the tenant whose queue a request names: the caller's, or on the admin's route
+// /v1/admin/tenants/{tenant}/queues/{name} the path's.
+func queueTenant(r *request) (string, error) {
+	t := r.PathValue("tenant")
+	if t == "" {
+		return r.by.tenant, nil
+	}
+	if !actors.ValidTenant(t) {
+		return "", errorf(actors.CodeInvalidArgument, "tenant %q is not a valid tenant name", clip(t))
+	}
+	return t, nil
+}
+
 // pauseQueue serves POST /v1/queues/{name}/pause and /resume, and their admin twins under
 // /v1/admin/tenants/{tenant}/queues/{name}.
 func (s *Server) pauseQueue(paused bool) func(*request) error {
 	return func(r *request) error {
-		tenant, queue := r.by.tenant, r.PathValue("name")
-		if t := r.PathValue("tenant"); t != "" { // the admin's route
-			if tenant = t; !actors.ValidTenant(tenant) {
-				return errorf(actors.CodeInvalidArgument, "tenant %q is not a valid tenant name", clip(tenant))
-			}
+		tenant, err := queueTenant(r)
+		if err != nil {
+			return err
 		}
+		queue := r.PathValue("name")
 		rc, err := r.b.PauseQueue(r.Context(), tenant, r.by.apiKeyID, queue, paused)
 		if err != nil {
 			return err
@@ -488,6 +501,32 @@ func (s *Server) pauseQueue(paused bool) func(*request) error {
 			out.Receipt = new(receipt(rc))
 		}
 		return r.reply(http.StatusOK, out)
+	}
+}
+
+// queueLimits serves PUT and DELETE /v1/queues/{name}/limits, and their admin twins under
+// /v1/admin/tenants/{tenant}/queues/{name}: the queue's own max_running_per_key, set or
+// cleared (the tenant's applies again).
+func (s *Server) queueLimits(clear bool) func(*request) error {
+	return func(r *request) error {
+		tenant, err := queueTenant(r)
+		if err != nil {
+			return err
+		}
+		queue := r.PathValue("name")
+		var req wire.QueueLimitsRequest
+		if !clear {
+			if err := r.decode(SmallBodyBytesMax, &req); err != nil {
+				return err
+			}
+		}
+		rc, err := r.b.SetKeyLimit(r.Context(), tenant, r.by.apiKeyID, queue, req.MaxRunningPerKey)
+		if err != nil {
+			return err
+		}
+		t := r.b.Quota(tenant)
+		_, own := t.QueueKeyLimits[queue]
+		return r.reply(http.StatusOK, wire.QueueLimits{Queue: queue, MaxRunningPerKey: t.KeyLimit(queue), OwnKeyLimit: own, Receipt: new(receipt(rc))})
 	}
 }
 
@@ -609,9 +648,20 @@ func (s *Server) setQuota(r *request) error {
 		return err
 	}
 	tenant := r.PathValue("tenant")
-	rc, err := r.b.SetQuota(r.Context(), tenant, req.MaxActive, req.MaxRunning) // a limit left out keeps its value
-	if err != nil {
-		return err
+	if !actors.ValidTenant(tenant) {
+		return errorf(actors.CodeInvalidArgument, "tenant %q is not a valid tenant name", clip(tenant))
+	}
+	var rc actors.Receipt
+	var err error
+	if req.MaxActive != nil || req.MaxRunning != nil || req.MaxRunningPerKey == nil {
+		if rc, err = r.b.SetQuota(r.Context(), tenant, req.MaxActive, req.MaxRunning); err != nil { // a limit left out keeps its value
+			return err
+		}
+	}
+	if req.MaxRunningPerKey != nil {
+		if rc, err = r.b.SetKeyLimit(r.Context(), tenant, "", "", req.MaxRunningPerKey); err != nil {
+			return err
+		}
 	}
 	out := quotaOf(r.b, tenant)
 	out.Receipt = new(receipt(rc))

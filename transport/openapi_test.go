@@ -133,6 +133,10 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	check("POST", "/v1/schedules/"+sched.ID+"/resume", "", "")
 	check("DELETE", "/v1/schedules/"+sched.ID, "", "")
 	check("GET", "/v1/schedules/"+sched.ID, "", "") // 404
+	check("PUT", "/v1/queues/q/limits", "", `{"max_running_per_key":2}`)
+	check("GET", "/v1/queues", "", "")
+	check("DELETE", "/v1/queues/q/limits", "", "")
+	check("POST", "/v1/jobs", "", `{"queue":"q","type":"t","concurrency_key":"c"}`)
 }
 
 func decode(t *testing.T, resp *http.Response, v any) {

@@ -57,7 +57,8 @@ func wireSchedule(c *projections.Schedule, now time.Time) wire.Schedule {
 		ID: c.ID, Tenant: c.Tenant, Name: c.Name, Cron: c.Cron, Timezone: c.Timezone, Overlap: c.Overlap, CatchUp: c.CatchUp,
 		Status: "active", Fired: c.Fired, Skipped: c.Skipped, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
 		Job: wire.ScheduleJob{Queue: j.Queue, Type: j.Type, Payload: j.Payload, Priority: j.Priority, MaxAttempts: j.MaxAttempts,
-			LeaseTTLSeconds: float64(j.LeaseTTLMillis) / 1000, Labels: j.Labels, ResultTTLSeconds: float64(j.ResultTTLMillis) / 1000},
+			LeaseTTLSeconds: float64(j.LeaseTTLMillis) / 1000, Labels: j.Labels, ResultTTLSeconds: float64(j.ResultTTLMillis) / 1000,
+			ConcurrencyKey: j.ConcurrencyKey},
 	}
 	if out.Job.Labels == nil {
 		out.Job.Labels = map[string]string{}

@@ -288,6 +288,8 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/queues", s.api(authClient, s.queues))
 	m.Handle("POST /v1/queues/{name}/pause", s.api(authClient, s.pauseQueue(true)))
 	m.Handle("POST /v1/queues/{name}/resume", s.api(authClient, s.pauseQueue(false)))
+	m.Handle("PUT /v1/queues/{name}/limits", s.api(authClient, s.queueLimits(false)))
+	m.Handle("DELETE /v1/queues/{name}/limits", s.api(authClient, s.queueLimits(true)))
 	m.Handle("GET /v1/workers", s.api(authClient, s.workers))
 	m.Handle("POST /v1/flows", s.apiWith(authClient, flowBody, s.submitFlow))
 	m.Handle("GET /v1/flows", s.api(authClient, s.listFlows))
@@ -319,6 +321,8 @@ func (s *Server) routes() {
 	m.Handle("PATCH /v1/admin/tenants/{tenant}/quota", s.api(authAdmin, s.setQuota))
 	m.Handle("POST /v1/admin/tenants/{tenant}/queues/{name}/pause", s.api(authAdmin, s.pauseQueue(true)))
 	m.Handle("POST /v1/admin/tenants/{tenant}/queues/{name}/resume", s.api(authAdmin, s.pauseQueue(false)))
+	m.Handle("PUT /v1/admin/tenants/{tenant}/queues/{name}/limits", s.api(authAdmin, s.queueLimits(false)))
+	m.Handle("DELETE /v1/admin/tenants/{tenant}/queues/{name}/limits", s.api(authAdmin, s.queueLimits(true)))
 	s.mux = m
 }
 

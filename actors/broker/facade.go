@@ -262,6 +262,12 @@ func (b *Broker) Release(ctx context.Context, tenant, id string) (actors.Receipt
 	return b.done(ctx, actors.TenantRef(tenant), actors.Release{Tenant: tenant, ID: id})
 }
 
+// SetKeyLimit sets max_running_per_key in a tenant's queue, or with queue empty the tenant's
+// default; nil clears it (0 is unlimited). apiKeyID names who set it (empty for the admin).
+func (b *Broker) SetKeyLimit(ctx context.Context, tenant, apiKeyID, queue string, maxRunningPerKey *int) (actors.Receipt, error) {
+	return b.done(ctx, actors.DispatcherRef(), actors.SetKeyLimit{Tenant: tenant, Queue: queue, MaxRunningPerKey: maxRunningPerKey, APIKeyID: apiKeyID})
+}
+
 // SetQuota sets a tenant's max_active and max_running (0: unlimited); a nil limit keeps its
 // current value.
 func (b *Broker) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (actors.Receipt, error) {

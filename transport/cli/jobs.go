@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,6 +45,7 @@ func Queue(args []string) error {
 		{"ls", "list queues: depth, leased, scheduled, dead, paused", queueList},
 		{"pause", "stop a queue assigning jobs (it still takes submits)", queuePause(true)},
 		{"resume", "let a paused queue assign jobs again", queuePause(false)},
+		{"limits", "set or clear a queue's own max_running_per_key (leases one concurrency key may hold at once)", queueLimits},
 	}, args)
 }
 
@@ -61,13 +63,20 @@ func queueList(args []string) error {
 	return cf.Print(qs, func() string {
 		var b strings.Builder
 		w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "QUEUE\tDEPTH\tLEASED\tSCHEDULED\tDEAD\tSTATE")
+		fmt.Fprintln(w, "QUEUE\tDEPTH\tLEASED\tSCHEDULED\tDEAD\tPER KEY\tSTATE")
 		for _, q := range qs.Queues {
 			state := "active"
 			if q.Paused {
 				state = "paused since " + q.PausedSince.Format(time.RFC3339)
 			}
-			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\n", q.Name, q.Depth, q.Leased, q.Scheduled, q.Dead, state)
+			perKey := "-" // unlimited
+			if q.MaxRunningPerKey > 0 {
+				perKey = strconv.Itoa(q.MaxRunningPerKey)
+			}
+			if q.OwnKeyLimit {
+				perKey += " (own)"
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Name, q.Depth, q.Leased, q.Scheduled, q.Dead, perKey, state)
 		}
 		_ = w.Flush()
 		return b.String()
@@ -96,6 +105,41 @@ func queuePause(paused bool) func([]string) error {
 			return fmt.Sprintf("queue %s assigns jobs\n", q.Queue)
 		})
 	}
+}
+
+func queueLimits(args []string) error {
+	fs := flag.NewFlagSet("queue limits", flag.ContinueOnError)
+	var cf ClientFlags
+	cf.Register(fs, apiKeyHelp+", or the admin token with --tenant")
+	tenant := fs.String("tenant", "", "the tenant whose queue it is, with the admin token as --token")
+	perKey := fs.Int("max-running-per-key", 0, "leases one concurrency key may hold at once in the queue (0: unlimited)")
+	clearOwn := fs.Bool("clear", false, "clear the queue's own limit: the tenant's applies")
+	const usage = "tether queue limits QUEUE (--max-running-per-key N | --clear) [--tenant T]"
+	pos, err := ParseArgs(fs, args, 1, usage)
+	if err != nil {
+		return err
+	}
+	given := setFlags(fs)
+	var n *int
+	switch {
+	case given["max-running-per-key"] == *clearOwn:
+		return BadFlagf(fs, "give --max-running-per-key N or --clear, one of them; usage: %s", usage)
+	case *perKey < 0:
+		return BadFlagf(fs, "--max-running-per-key is 0 (unlimited) or more")
+	case !*clearOwn:
+		n = perKey
+	}
+	q, err := cf.Client().SetQueueLimits(context.Background(), *tenant, pos[0], n)
+	if err != nil {
+		return err
+	}
+	return cf.Print(q, func() string {
+		from := "the tenant's"
+		if q.OwnKeyLimit {
+			from = "its own"
+		}
+		return fmt.Sprintf("queue %s: max_running_per_key %d (0: unlimited), %s\n", q.Queue, q.MaxRunningPerKey, from)
+	})
 }
 
 func jobSubmit(args []string) error {
@@ -141,11 +185,12 @@ func jobFlags(fs *flag.FlagSet) func() (wire.SubmitRequest, error) {
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead-lettered (0: server default, 5)")
 	leaseTTL := fs.Duration("lease-ttl", 0, "lease time-to-live (0: server default, 30s)")
 	resultTTL := fs.Duration("result-ttl", 0, "how long the job stays once it succeeded or was cancelled (0: the server's --retain)")
+	concurrencyKey := fs.String("concurrency-key", "", "a key (a customer, a token) whose jobs hold at most the queue's max_running_per_key leases at once")
 	labels := labelFlags{}
 	fs.Var(labels, "label", "key=value label (repeatable)")
 	return func() (wire.SubmitRequest, error) {
 		req := wire.SubmitRequest{Queue: *queue, Type: *typ, Priority: *priority, MaxAttempts: *maxAttempts,
-			LeaseTTLSeconds: leaseTTL.Seconds(), ResultTTLSeconds: resultTTL.Seconds()}
+			LeaseTTLSeconds: leaseTTL.Seconds(), ResultTTLSeconds: resultTTL.Seconds(), ConcurrencyKey: *concurrencyKey}
 		if len(labels) > 0 {
 			req.Labels = labels
 		}
@@ -557,31 +602,36 @@ func adminQuota(args []string) error {
 	tenant := fs.String("tenant", "", "tenant (required)")
 	maxActive := fs.Int("max-active", 0, "non-terminal jobs plus reservations (0: unlimited); left out: unchanged")
 	maxRunning := fs.Int("max-running", 0, "leased jobs at once (0: unlimited); left out: unchanged")
-	const usage = "tether admin quota --tenant T [--max-active N] [--max-running N]"
+	maxPerKey := fs.Int("max-running-per-key", 0, "leases one concurrency key may hold at once in a queue without its own limit (0: unlimited); left out: unchanged")
+	const usage = "tether admin quota --tenant T [--max-active N] [--max-running N] [--max-running-per-key N]"
 	if _, err := ParseArgs(fs, args, 0, usage); err != nil {
 		return err
 	}
 	given := setFlags(fs)
-	var active, running *int
+	var req wire.QuotaRequest
 	if given["max-active"] {
-		active = maxActive
+		req.MaxActive = maxActive
 	}
 	if given["max-running"] {
-		running = maxRunning
+		req.MaxRunning = maxRunning
+	}
+	if given["max-running-per-key"] {
+		req.MaxRunningPerKey = maxPerKey
 	}
 	switch {
 	case *tenant == "":
 		return BadFlagf(fs, "--tenant is required; usage: %s", usage)
-	case active == nil && running == nil:
-		return BadFlagf(fs, "nothing to change: give --max-active, --max-running or both; usage: %s", usage)
-	case *maxActive < 0 || *maxRunning < 0:
-		return BadFlagf(fs, "--max-active and --max-running are 0 (unlimited) or more")
+	case req == wire.QuotaRequest{}:
+		return BadFlagf(fs, "nothing to change: give --max-active, --max-running, --max-running-per-key or some of them; usage: %s", usage)
+	case *maxActive < 0 || *maxRunning < 0 || *maxPerKey < 0:
+		return BadFlagf(fs, "--max-active, --max-running and --max-running-per-key are 0 (unlimited) or more")
 	}
-	q, err := cf.Client().SetQuota(context.Background(), *tenant, active, running)
+	q, err := cf.Client().SetLimits(context.Background(), *tenant, req)
 	if err != nil {
 		return err
 	}
 	return cf.Print(q, func() string {
-		return fmt.Sprintf("tenant %s: max_active %d, max_running %d (0: unlimited); active %d, running %d\n", q.Tenant, q.MaxActive, q.MaxRunning, q.Active, q.Running)
+		return fmt.Sprintf("tenant %s: max_active %d, max_running %d, max_running_per_key %d (0: unlimited); active %d, running %d\n",
+			q.Tenant, q.MaxActive, q.MaxRunning, q.MaxRunningPerKey, q.Active, q.Running)
 	})
 }

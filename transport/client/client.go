@@ -611,8 +611,33 @@ func (c *Client) CreateEnrollToken(ctx context.Context, tenant string, uses int,
 
 // SetQuota sets a tenant's limits (admin): 0 is unlimited, nil keeps the current value.
 func (c *Client) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (*wire.Quota, error) {
+	return c.SetLimits(ctx, tenant, wire.QuotaRequest{MaxActive: maxActive, MaxRunning: maxRunning})
+}
+
+// SetLimits sets what req names of a tenant's quota and limits (admin), its default
+// max_running_per_key among them: 0 is unlimited, nil keeps the current value.
+func (c *Client) SetLimits(ctx context.Context, tenant string, req wire.QuotaRequest) (*wire.Quota, error) {
 	var out wire.Quota
-	_, err := c.do(ctx, http.MethodPatch, "/v1/admin/tenants/"+url.PathEscape(tenant)+"/quota", wire.QuotaRequest{MaxActive: maxActive, MaxRunning: maxRunning}, &out)
+	_, err := c.do(ctx, http.MethodPatch, "/v1/admin/tenants/"+url.PathEscape(tenant)+"/quota", req, &out)
+	return &out, err
+}
+
+// SetQueueLimits sets a queue's own max_running_per_key, the leases one concurrency key may
+// hold at once in it (0: unlimited), or with nil clears it, so the tenant's applies. With an
+// admin token, tenant names whose queue; with an API key it must be empty. Setting a limit is
+// safe to repeat.
+func (c *Client) SetQueueLimits(ctx context.Context, tenant, queue string, maxRunningPerKey *int) (*wire.QueueLimits, error) {
+	path := "/v1/queues/" + url.PathEscape(queue) + "/limits"
+	if tenant != "" {
+		path = "/v1/admin/tenants/" + url.PathEscape(tenant) + path[len("/v1"):]
+	}
+	var out wire.QueueLimits
+	var err error
+	if maxRunningPerKey == nil {
+		_, err = c.do(ctx, http.MethodDelete, path, nil, &out)
+	} else {
+		_, err = c.do(ctx, http.MethodPut, path, wire.QueueLimitsRequest{MaxRunningPerKey: maxRunningPerKey}, &out)
+	}
 	return &out, err
 }
 

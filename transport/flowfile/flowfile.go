@@ -158,6 +158,7 @@ type stepFields struct {
 	maxAttempts       int
 	leaseTTL          float64
 	labels            map[string]string
+	concurrencyKey    string
 	needs             []string
 	continueOnFailure bool
 }
@@ -187,6 +188,8 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 			return scalar(v, p, &s.maxAttempts)
 		case "lease_ttl_seconds":
 			return scalar(v, p, &s.leaseTTL)
+		case "concurrency_key":
+			return scalar(v, p, &s.concurrencyKey)
 		case "labels":
 			l := map[string]string{}
 			err := fields(v, p, func(name string, _, value *yaml.Node) error {
@@ -205,7 +208,7 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 			return nil
 		}
 		if !step {
-			return at(k, p, "unknown key %q; defaults take queue, type, priority, max_attempts, lease_ttl_seconds and labels", key)
+			return at(k, p, "unknown key %q; defaults take queue, type, priority, max_attempts, lease_ttl_seconds, labels and concurrency_key", key)
 		}
 		switch key {
 		case "payload":
@@ -238,7 +241,7 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 		case "continue_on_failure":
 			return scalar(v, p, &s.continueOnFailure)
 		}
-		return at(k, p, "unknown key %q; a step takes queue, type, payload, priority, max_attempts, lease_ttl_seconds, labels, needs and continue_on_failure", key)
+		return at(k, p, "unknown key %q; a step takes queue, type, payload, priority, max_attempts, lease_ttl_seconds, labels, concurrency_key, needs and continue_on_failure", key)
 	})
 }
 
@@ -256,7 +259,7 @@ func (s stepFields) spec(name string) (actors.FlowStepSpec, error) {
 		Name: name,
 		Job: actors.JobSpec{
 			Queue: s.queue, Type: typ, Payload: s.payload, Priority: s.priority, MaxAttempts: s.maxAttempts,
-			LeaseTTL: time.Duration(s.leaseTTL * float64(time.Second)), Labels: s.labels,
+			LeaseTTL: time.Duration(s.leaseTTL * float64(time.Second)), Labels: s.labels, ConcurrencyKey: s.concurrencyKey,
 		},
 		Needs: s.needs, ContinueOnFailure: s.continueOnFailure,
 	}, nil

@@ -82,11 +82,13 @@ type Job struct {
 	EventsTruncated bool       `json:"events_truncated"`
 	// FlowID and FlowStep name the flow step the job runs; ScheduleID the schedule that fired
 	// it. Absent when it is neither.
-	FlowID        string   `json:"flow_id,omitempty"`
-	FlowStep      string   `json:"flow_step,omitempty"`
-	ScheduleID    string   `json:"schedule_id,omitempty"`
-	Receipt       *Receipt `json:"receipt,omitempty"`
-	IdempotentHit *bool    `json:"idempotent_hit,omitempty"`
+	FlowID     string `json:"flow_id,omitempty"`
+	FlowStep   string `json:"flow_step,omitempty"`
+	ScheduleID string `json:"schedule_id,omitempty"`
+	// ConcurrencyKey is the key whose leases its queue's max_running_per_key caps, if any.
+	ConcurrencyKey string   `json:"concurrency_key,omitempty"`
+	Receipt        *Receipt `json:"receipt,omitempty"`
+	IdempotentHit  *bool    `json:"idempotent_hit,omitempty"`
 }
 
 // SubmitRequest is the body of POST /v1/jobs and one element of a batch.
@@ -105,6 +107,9 @@ type SubmitRequest struct {
 	// ResultTTLSeconds, if set, is how long the job stays once it succeeded or was cancelled,
 	// instead of the server's --retain.
 	ResultTTLSeconds float64 `json:"result_ttl_seconds,omitempty"`
+	// ConcurrencyKey, if set, caps the leases of the tenant's jobs with this key at the queue's
+	// max_running_per_key.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Deleted answers DELETE /v1/jobs/{id}.
@@ -183,20 +188,39 @@ type Reservation struct {
 // Quota is a tenant's limits and usage (GET /v1/quota, and the answer to setting them); zero
 // limits are unlimited.
 type Quota struct {
-	Tenant       string   `json:"tenant"`
-	MaxActive    int      `json:"max_active"`
-	MaxRunning   int      `json:"max_running"`
-	Active       int      `json:"active"`
-	Running      int      `json:"running"`
-	Reservations int      `json:"reservations"`
-	Receipt      *Receipt `json:"receipt,omitempty"` // when the limits were just set
+	Tenant       string `json:"tenant"`
+	MaxActive    int    `json:"max_active"`
+	MaxRunning   int    `json:"max_running"`
+	Active       int    `json:"active"`
+	Running      int    `json:"running"`
+	Reservations int    `json:"reservations"`
+	// MaxRunningPerKey is how many leases one concurrency key may hold at once in a queue
+	// without a limit of its own (0: unlimited).
+	MaxRunningPerKey int      `json:"max_running_per_key"`
+	Receipt          *Receipt `json:"receipt,omitempty"` // when the limits were just set
 }
 
 // QuotaRequest is the body of PUT or PATCH /v1/admin/tenants/{tenant}/quota. A limit left
 // out (or null) keeps its current value; 0 is unlimited.
 type QuotaRequest struct {
-	MaxActive  *int `json:"max_active,omitempty"`
-	MaxRunning *int `json:"max_running,omitempty"`
+	MaxActive        *int `json:"max_active,omitempty"`
+	MaxRunning       *int `json:"max_running,omitempty"`
+	MaxRunningPerKey *int `json:"max_running_per_key,omitempty"`
+}
+
+// QueueLimitsRequest is the body of PUT /v1/queues/{name}/limits: the queue's own limits. A
+// limit left out (or null) is not the queue's own: the tenant's applies.
+type QueueLimitsRequest struct {
+	MaxRunningPerKey *int `json:"max_running_per_key"`
+}
+
+// QueueLimits answers PUT and DELETE /v1/queues/{name}/limits: the limits in force in the
+// queue, and whether they are its own or the tenant's.
+type QueueLimits struct {
+	Queue            string   `json:"queue"`
+	MaxRunningPerKey int      `json:"max_running_per_key"` // 0: unlimited
+	OwnKeyLimit      bool     `json:"own_key_limit"`
+	Receipt          *Receipt `json:"receipt,omitempty"`
 }
 
 // Queue is one queue's counts (GET /v1/queues).
@@ -210,6 +234,10 @@ type Queue struct {
 	// Paused says the queue assigns nothing (it still takes submits), since PausedSince.
 	Paused      bool       `json:"paused"`
 	PausedSince *time.Time `json:"paused_since,omitempty"`
+	// MaxRunningPerKey is how many leases one concurrency key may hold at once in the queue (0:
+	// unlimited): its own limit if OwnKeyLimit, else the tenant's.
+	MaxRunningPerKey int  `json:"max_running_per_key"`
+	OwnKeyLimit      bool `json:"own_key_limit"`
 	// SucceededPerMinute and FailedPerMinute count the finished attempts of each of the last
 	// 60 minutes, oldest first, the current minute last.
 	SucceededPerMinute []int `json:"succeeded_per_minute"`
@@ -405,6 +433,7 @@ type ScheduleJob struct {
 	LeaseTTLSeconds  float64           `json:"lease_ttl_seconds"`
 	Labels           map[string]string `json:"labels"`
 	ResultTTLSeconds float64           `json:"result_ttl_seconds,omitempty"`
+	ConcurrencyKey   string            `json:"concurrency_key,omitempty"`
 }
 
 // ScheduleFire is a schedule's last firing: the job it submitted, and when.
