@@ -34,6 +34,8 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.Capacity, "capacity", 1, "with --burn-down: jobs each worker runs at once (the other modes run 1)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "paced mode: submits per second (with --duration)")
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "paced mode: how long to submit")
+	fs.IntVar(&cfg.ConcurrencyKeys, "concurrency-keys", 0, "spread the jobs over this many concurrency keys, in turn (0: none)")
+	fs.IntVar(&cfg.MaxRunningPerKey, "max-running-per-key", 1, "with --concurrency-keys: the run's queue's max_running_per_key (0: unlimited)")
 	var ca cli.CACert
 	ca.Register(fs)
 	peer := fs.String("nats-peer", "", "instead of a tether server, run the NATS JetStream work-queue peer of the same shape on these NATS servers (nats://host:4222[,host:4222...]): every submit and completion an acked publish")
@@ -64,6 +66,12 @@ func runBench(args []string) error {
 		return cli.BadFlagf(fs, "--capacity goes with --burn-down")
 	case *fill > 0 && cfg.Rate > 0:
 		return cli.BadFlagf(fs, "--fill runs saturated; it does not go with --rate")
+	case cfg.ConcurrencyKeys < 0 || cfg.MaxRunningPerKey < 0:
+		return cli.BadFlagf(fs, "--concurrency-keys and --max-running-per-key are not negative")
+	case set["max-running-per-key"] && cfg.ConcurrencyKeys == 0:
+		return cli.BadFlagf(fs, "--max-running-per-key goes with --concurrency-keys")
+	case cfg.ConcurrencyKeys > 0 && (*riverPeer != "" || *peer != ""):
+		return cli.BadFlagf(fs, "--concurrency-keys is tether's: it does not go with --river-peer or --nats-peer")
 	}
 	if *fill > 0 {
 		cfg.Jobs, cfg.History = *fill, true

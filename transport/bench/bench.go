@@ -60,17 +60,43 @@ type Config struct {
 	// History, after a saturated run (tether bench --fill N), times the reads of a server that
 	// now holds a history: Result.History.
 	History bool
+	// ConcurrencyKeys > 0 spreads the jobs over that many concurrency keys, in turn, and
+	// MaxRunningPerKey is then the run's queue's max_running_per_key (0: unlimited).
+	ConcurrencyKeys  int
+	MaxRunningPerKey int
+}
+
+// keyOf is the concurrency key of the run's ith job: none, or one of cfg.ConcurrencyKeys in turn.
+func (cfg *Config) keyOf(i int64) string {
+	if cfg.ConcurrencyKeys <= 0 {
+		return ""
+	}
+	return "k" + strconv.FormatInt(i%int64(cfg.ConcurrencyKeys), 10)
+}
+
+// limitKeys sets the run's queue's max_running_per_key when the run spreads its jobs over keys.
+func limitKeys(ctx context.Context, cfg Config, hc *http.Client, queue string) error {
+	if cfg.ConcurrencyKeys <= 0 {
+		return nil
+	}
+	if _, err := client.New(cfg.Server, cfg.Token, hc).SetQueueLimits(ctx, "", queue, new(cfg.MaxRunningPerKey)); err != nil {
+		return fmt.Errorf("bench: setting the queue's max_running_per_key: %w", err)
+	}
+	return nil
 }
 
 // Result is what a run measured.
 type Result struct {
-	Mode          string        `json:"mode"`
-	Jobs          int           `json:"jobs"`
-	Producers     int           `json:"producers"`
-	Workers       int           `json:"workers"`
-	Capacity      int           `json:"capacity"` // jobs each worker runs at once
-	Elapsed       time.Duration `json:"elapsed_ns"`
-	JobsPerSecond float64       `json:"jobs_per_second"` // burn-down mode: the drain's rate
+	Mode      string `json:"mode"`
+	Jobs      int    `json:"jobs"`
+	Producers int    `json:"producers"`
+	Workers   int    `json:"workers"`
+	Capacity  int    `json:"capacity"` // jobs each worker runs at once
+	// ConcurrencyKeys and MaxRunningPerKey are the run's keys and their limit (Config's).
+	ConcurrencyKeys  int           `json:"concurrency_keys,omitempty"`
+	MaxRunningPerKey int           `json:"max_running_per_key,omitempty"`
+	Elapsed          time.Duration `json:"elapsed_ns"`
+	JobsPerSecond    float64       `json:"jobs_per_second"` // burn-down mode: the drain's rate
 	// Burn-down mode: how long the batched submits took, and their rate; the batch size.
 	Insert          time.Duration `json:"insert_ns,omitempty"`
 	InsertPerSecond float64       `json:"insert_jobs_per_second,omitempty"`
@@ -151,6 +177,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := healthy(ctx, hc, cfg.Server); err != nil { // a server that is there, before workers register
 		return Result{}, err
 	}
+	if err := limitKeys(ctx, cfg, hc, queue); err != nil {
+		return Result{}, err
+	}
 	if cfg.BurnDown > 0 {
 		return burnDown(ctx, cfg, hc, queue)
 	}
@@ -208,6 +237,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		submitMu  sync.Mutex
 		submits   = make([]time.Duration, 0, total)
 		next      atomic.Int64
+		keyed     atomic.Int64 // submits made: the next one's key
 		producers sync.WaitGroup
 	)
 	submitOne := func(p *producer, scheduled time.Time) {
@@ -216,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			scheduled = sent
 		}
 		body, _ := json.Marshal(payload{Sent: scheduled.UnixNano()})
-		err := p.submit(runCtx, wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body})
+		err := p.submit(runCtx, wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body, ConcurrencyKey: cfg.keyOf(keyed.Add(1))})
 		d := time.Since(sent)
 		if err != nil {
 			if runCtx.Err() == nil {
@@ -293,6 +323,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Mode: "saturated", Queue: queue, Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Capacity: 1, Elapsed: elapsed,
+		ConcurrencyKeys: cfg.ConcurrencyKeys, MaxRunningPerKey: cfg.MaxRunningPerKey,
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
 		Errors: int(failed.Load())}
 	if paced {

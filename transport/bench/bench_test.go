@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/internal/proc"
 	"github.com/tetherhq/tether/transport/transporttest"
+	"github.com/tetherhq/tether/transport/wire"
 )
 
 const metricsToken = "metrics-token-for-the-bench-test"
@@ -63,6 +65,44 @@ func TestSaturatedRunsEveryJob(t *testing.T) {
 	}
 	if _, ok := proc.CPU(); ok && (res.ServerCPUPerJob <= 0 || res.GeneratorCPUPerJob <= 0) {
 		t.Fatalf("no CPU per job: %+v", res)
+	}
+}
+
+// With --concurrency-keys the jobs go out under the keys in turn, and the run's queue has the
+// limit asked for: every job runs, each key's jobs under it.
+func TestKeyedRunsEveryJobUnderItsKeys(t *testing.T) {
+	url, key, enroll := server(t)
+	for _, mode := range []bench.Config{{Jobs: 60}, {BurnDown: 60, Capacity: 5}} {
+		cfg := mode
+		cfg.Server, cfg.Token, cfg.EnrollToken, cfg.Producers, cfg.Workers = url, key, enroll, 2, 3
+		cfg.ConcurrencyKeys, cfg.MaxRunningPerKey = 4, 1
+		res, err := bench.Run(runCtx(t), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Jobs != 60 || res.Errors != 0 || res.ConcurrencyKeys != 4 || res.MaxRunningPerKey != 1 {
+			t.Fatalf("%s: %+v", res.Mode, res)
+		}
+		c := client.New(url, key, nil)
+		qs, err := c.Queues(runCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(qs.Queues, func(q wire.Queue) bool { return q.Name == res.Queue })
+		if i < 0 || qs.Queues[i].MaxRunningPerKey != 1 || !qs.Queues[i].OwnKeyLimit {
+			t.Fatalf("%s: the run's queue %s: %+v", res.Mode, res.Queue, qs.Queues)
+		}
+		keys := map[string]int{}
+		page, err := c.List(runCtx(t), client.ListOptions{Queue: res.Queue, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page.Jobs {
+			keys[j.ConcurrencyKey]++
+		}
+		if len(page.Jobs) != 60 || len(keys) != 4 || keys["k0"] != 15 {
+			t.Fatalf("%s: %d jobs over keys %v, want 60 over k0..k3", res.Mode, len(page.Jobs), keys)
+		}
 	}
 }
 

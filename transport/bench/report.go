@@ -26,6 +26,9 @@ func (r Result) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
+	if r.ConcurrencyKeys > 0 {
+		fmt.Fprintf(w, "jobs spread over %d concurrency keys, max_running_per_key %d (0: unlimited)\n\n", r.ConcurrencyKeys, r.MaxRunningPerKey)
+	}
 	summary := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if burnDown {
 		drain := "from the first connect until every completion was acknowledged"
