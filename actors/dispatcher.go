@@ -382,6 +382,9 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 	case PurgeDead:
 		d.purgeDead(env, m)
 		return false
+	case Explain:
+		env.Send(env.Sender(), d.explain(env, m))
+		return false
 	case PauseQueue:
 		d.pauseQueue(env, m)
 		return !m.Paused // a resume may free the queue's jobs
@@ -713,7 +716,7 @@ func (d *Dispatcher) dispatch(env Env) {
 				d.hungry = slices.Delete(d.hungry, i, i+1)
 				continue
 			}
-			if limit := d.maxRunning[s.tenant]; limit > 0 && d.running[s.tenant] >= limit {
+			if d.tenantFull(s.tenant) {
 				i++
 				continue
 			}

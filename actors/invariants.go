@@ -58,6 +58,17 @@ func (d *Dispatcher) CheckInvariants() error {
 	if ready != d.readyCount {
 		return fmt.Errorf("readyCount %d, ready heaps hold %d", d.readyCount, ready)
 	}
+	// INVARIANT: explain agrees with matching: a ready job explained as next in line, with a
+	// session that has room for it, would have been leased by the dispatch that just ran.
+	for id, e := range d.waiting {
+		if e.heap == d.scheduled {
+			continue
+		}
+		var x Explanation
+		if d.explainWaiting(e, &x); x.Code == ExplainBehind && d.ahead(e) == 0 {
+			return fmt.Errorf("job %s is explained as next in line of queue %s with a session free to take it, but was not leased", id, e.Queue)
+		}
+	}
 	// INVARIANT: a key's lease count is its leases whose end has not been decided.
 	keyed := map[string]int{}
 	for _, lr := range d.leased {

@@ -46,9 +46,12 @@ type groupHeap struct {
 	byKey  map[string]*group
 }
 
-func (q *groupHeap) Len() int { return len(q.groups) }
-func (q *groupHeap) Less(i, j int) bool {
-	g, h := q.groups[i], q.groups[j]
+func (q *groupHeap) Len() int           { return len(q.groups) }
+func (q *groupHeap) Less(i, j int) bool { return groupFirst(q.groups[i], q.groups[j]) }
+
+// groupFirst orders a queue's groups by their best jobs: higher priority first, then the key
+// served least recently, then the older job.
+func groupFirst(g, h *group) bool {
 	a, b := g.jobs.top(), h.jobs.top()
 	if a.Priority != b.Priority || g.served == h.served {
 		return dispatchFirst(a, b)

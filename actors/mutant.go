@@ -33,6 +33,8 @@ var (
 	mutantIgnorePause bool
 	// mutantKeyLimitOffByOne lets a concurrency key hold one lease more than its limit.
 	mutantKeyLimitOffByOne bool
+	// mutantExplainIgnoresKeys explains a job its key holds back as if its key were free.
+	mutantExplainIgnoresKeys bool
 	// mutantStartOnLease starts a flow's step once each step it needs is leased or succeeded.
 	mutantStartOnLease bool
 	// mutantForgetDecidedTicks takes a schedule's ticks from its creation on, forgetting those

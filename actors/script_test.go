@@ -210,6 +210,8 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 		return disp, actors.PurgeDead{Tenant: tenant, Queue: s.strArg(d, "queue", ""), Before: s.w.Clock.Add(-s.durArg(d, "before", 0))}, "client"
 	case "pause", "resume":
 		return disp, actors.PauseQueue{Tenant: tenant, Queue: s.pos(d, 0), Paused: cmd == "pause"}, "client"
+	case "explain":
+		return disp, actors.Explain{Tenant: tenant, JobID: s.id(s.pos(d, 0))}, "client"
 	case "keylimit": // keylimit [QUEUE] [n=N]: no n clears
 		m := actors.SetKeyLimit{Tenant: tenant}
 		if len(d.CmdArgs) > 0 && d.CmdArgs[0].Vals == nil {

@@ -24,11 +24,7 @@ import (
 func TestConcurrencyKeys(t *testing.T) {
 	t.Parallel()
 	h := start(t, transport.AuthToken)
-	apiKey, err := h.admin.CreateAPIKey(ctx(t), "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	acme := client.New(h.url, apiKey.Key, nil)
+	acme, apiKey := h.tenantKey("acme")
 	if q, err := h.admin.SetLimits(ctx(t), "acme", wire.QuotaRequest{MaxRunningPerKey: new(1)}); err != nil || q.MaxRunningPerKey != 1 {
 		t.Fatalf("default limit: %+v %v", q, err)
 	}
@@ -85,7 +81,7 @@ func TestConcurrencyKeys(t *testing.T) {
 	}
 	// Mistakes.
 	for _, body := range []string{`{"max_running_per_key":-1}`, `{"max_running_per_key":1000001}`, `{"max_running_per_key":"2"}`, `{"max":1}`} {
-		if status, out := h.raw("PUT", "/v1/queues/q/limits", apiKey.Key, []byte(body)); status != http.StatusBadRequest || codeOf(out) != "INVALID_ARGUMENT" {
+		if status, out := h.raw("PUT", "/v1/queues/q/limits", apiKey, []byte(body)); status != http.StatusBadRequest || codeOf(out) != "INVALID_ARGUMENT" {
 			t.Errorf("PUT limits %s: %d %v", body, status, out)
 		}
 	}
@@ -102,6 +98,16 @@ func TestConcurrencyKeys(t *testing.T) {
 	if j, err := acme.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t", ConcurrencyKey: strings.Repeat("é", 64)}); err != nil || j.ConcurrencyKey != strings.Repeat("é", 64) {
 		t.Fatalf("a key of 128 bytes: %+v %v", j, err)
 	}
+}
+
+// tenantKey makes an API key for a tenant and returns a client that uses it, and the key.
+func (h *harness) tenantKey(name string) (*client.Client, string) {
+	h.t.Helper()
+	k, err := h.admin.CreateAPIKey(ctx(h.t), name)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return client.New(h.url, k.Key, nil), k.Key
 }
 
 // A concurrency key of 1 runs its jobs strictly one at a time, however many workers have room:

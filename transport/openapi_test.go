@@ -137,6 +137,8 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	check("GET", "/v1/queues", "", "")
 	check("DELETE", "/v1/queues/q/limits", "", "")
 	check("POST", "/v1/jobs", "", `{"queue":"q","type":"t","concurrency_key":"c"}`)
+	check("GET", "/v1/jobs/"+job.ID+"/explain", "", "")
+	check("GET", "/v1/jobs/01NOSUCHJOB00000000000000/explain", "", "")
 }
 
 func decode(t *testing.T, resp *http.Response, v any) {

@@ -282,6 +282,7 @@ func (s *Server) routes() {
 	m.Handle("DELETE /v1/jobs/{id}", s.api(authClient, s.deleteJob))
 	m.Handle("POST /v1/dead-letters/purge", s.api(authClient, s.purgeDead))
 	m.Handle("GET /v1/jobs/{id}/events", s.api(authClient, s.jobEvents))
+	m.Handle("GET /v1/jobs/{id}/explain", s.api(authClient, s.explainJob))
 	m.Handle("POST /v1/reservations", s.api(authClient, s.reserve))
 	m.Handle("POST /v1/reservations/{id}/release", s.api(authClient, s.release))
 	m.Handle("GET /v1/quota", s.api(authClient, s.quota))

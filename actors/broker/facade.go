@@ -262,6 +262,22 @@ func (b *Broker) Release(ctx context.Context, tenant, id string) (actors.Receipt
 	return b.done(ctx, actors.TenantRef(tenant), actors.Release{Tenant: tenant, ID: id})
 }
 
+// Explain says why a tenant's job is not running, whom it runs on, or how it ended, as the
+// dispatcher sees it (actors.Explanation). For a leased job, ExpiresAt is the expiry as the
+// worker's last heartbeat left it, and lastSeen when the worker was last heard from (zero if
+// not since the start).
+func (b *Broker) Explain(ctx context.Context, tenant, jobID string) (x actors.Explanation, lastSeen time.Time, err error) {
+	x, err = callFor[actors.Explanation](ctx, b, actors.DispatcherRef(), actors.Explain{Tenant: tenant, JobID: jobID})
+	if err != nil || x.Err != nil {
+		return actors.Explanation{}, time.Time{}, firstErr(err, x.Err)
+	}
+	if x.Code == actors.ExplainLeased {
+		x.ExpiresAt = b.LeaseExpiresAt(x.WorkerID, x.LeaseID, x.LeaseTTL, x.ExpiresAt)
+		lastSeen = b.LastSeen(x.WorkerID)
+	}
+	return x, lastSeen, nil
+}
+
 // SetKeyLimit sets max_running_per_key in a tenant's queue, or with queue empty the tenant's
 // default; nil clears it (0 is unlimited). apiKeyID names who set it (empty for the admin).
 func (b *Broker) SetKeyLimit(ctx context.Context, tenant, apiKeyID, queue string, maxRunningPerKey *int) (actors.Receipt, error) {

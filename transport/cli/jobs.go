@@ -26,6 +26,8 @@ func Job(args []string) error {
 	return Subcommands("job", []Command{
 		{"submit", "submit a job", jobSubmit},
 		{"get", "show a job", byID("job get", "tether job get JOB_ID", (*client.Client).Get, describe)},
+		{"explain", "say why a job is not running, whom it runs on, or how it ended", byID("job explain", "tether job explain JOB_ID", (*client.Client).Explain,
+			func(x *wire.Explanation) string { return fmt.Sprintf("%s: %s\n", x.Code, x.Message) })},
 		{"ls", "list jobs", jobList},
 		{"cancel", "cancel a job", jobAction("cancel")},
 		{"retry", "re-drive a dead-lettered job", jobAction("retry")},

@@ -337,6 +337,14 @@ func (c *Client) Get(ctx context.Context, id string) (*wire.Job, error) {
 	return &j, err
 }
 
+// Explain asks why a job is not running, whom it runs on, or how it ended: the dispatcher's own
+// reason, as a stable code with its details (GET /v1/jobs/{id}/explain).
+func (c *Client) Explain(ctx context.Context, id string) (*wire.Explanation, error) {
+	var x wire.Explanation
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/explain", nil, &x)
+	return &x, err
+}
+
 // ListOptions filter and page GET /v1/jobs; empty fields match everything.
 type ListOptions struct {
 	Status, Queue, Type, Cursor string

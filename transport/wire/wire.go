@@ -50,6 +50,43 @@ type JobError struct {
 	Message string `json:"message"`
 }
 
+// Explanation answers GET /v1/jobs/{id}/explain: why the job is not running (a waiting job),
+// whom it runs on (a leased one), or how it ended, from the dispatcher's own state. Code is
+// stable; Details holds what the code names, and Message says it in words.
+type Explanation struct {
+	JobID   string             `json:"job_id"`
+	Status  string             `json:"status"`
+	Code    string             `json:"code"`
+	Message string             `json:"message"`
+	Details ExplanationDetails `json:"details"`
+}
+
+// ExplanationDetails are the facts behind an explanation; each code sets its own.
+type ExplanationDetails struct {
+	Queue            string     `json:"queue,omitempty"`
+	RunAt            *time.Time `json:"run_at,omitempty"`       // scheduled, retry_backoff
+	PausedSince      *time.Time `json:"paused_since,omitempty"` // queue_paused
+	MaxRunning       int        `json:"max_running,omitempty"`  // tenant_quota
+	Running          int        `json:"running,omitempty"`
+	ConcurrencyKey   string     `json:"concurrency_key,omitempty"` // concurrency_key
+	MaxRunningPerKey int        `json:"max_running_per_key,omitempty"`
+	HeldBy           []string   `json:"held_by,omitempty"`  // the jobs that hold the key's leases
+	Sessions         *int       `json:"sessions,omitempty"` // workers_busy: sessions serving the queue
+	Capacity         *int       `json:"capacity,omitempty"`
+	Leased           *int       `json:"leased,omitempty"`
+	LastWorker       string     `json:"last_worker,omitempty"` // no_worker_for_queue
+	LastSeen         *time.Time `json:"last_seen,omitempty"`
+	Ahead            *int       `json:"ahead,omitempty"` // behind_n, workers_busy: jobs of its queue that go first
+	WorkerID         string     `json:"worker_id,omitempty"`
+	LeaseID          string     `json:"lease_id,omitempty"` // leased
+	StartedAt        *time.Time `json:"started_at,omitempty"`
+	LeaseExpiresAt   *time.Time `json:"lease_expires_at,omitempty"`
+	LastHeartbeat    *time.Time `json:"last_heartbeat,omitempty"`
+	DeadReason       string     `json:"dead_reason,omitempty"` // finished
+	Error            *JobError  `json:"error,omitempty"`
+	FinishedAt       *time.Time `json:"finished_at,omitempty"`
+}
+
 // Job is the job resource.
 type Job struct {
 	ID              string            `json:"id"`
