@@ -68,11 +68,13 @@ type Waiting struct {
 	SubmitSeq uint64
 	RunAt     time.Time
 	Key       string // its concurrency key, if any
+	Retry     bool   // it waits after a failed attempt (explain's retry_backoff)
 }
 
 // waitingOf describes a job the projections hold for the dispatcher, waiting until runAt.
 func waitingOf(j *projections.Job, runAt time.Time) Waiting {
-	return Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: runAt, Key: j.ConcurrencyKey}
+	return Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: runAt, Key: j.ConcurrencyKey,
+		Retry: j.Attempt > 0}
 }
 
 // Notices to the dispatcher. Seq is the seq of the event a notice announces.
@@ -193,9 +195,12 @@ func newSlot(id, workerID, tenant string, queues []string, capacity int) *slot {
 
 func readyKey(tenant, queue string) string { return tenant + "\x00" + queue }
 
+// canTake reports whether the session has credit and room for a job.
+func (s *slot) canTake() bool { return !s.gone && s.credit > 0 && s.held < s.capacity }
+
 // wake puts a session in the turn order if it can take a job.
 func (d *Dispatcher) wake(s *slot) {
-	if s != nil && !s.hungry && !s.gone && s.credit > 0 && s.held < s.capacity {
+	if s != nil && !s.hungry && s.canTake() {
 		s.hungry = true
 		d.hungry = append(d.hungry, s)
 	}
@@ -384,6 +389,9 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 		return false
 	case Explain:
 		env.Send(env.Sender(), d.explain(env, m))
+		return false
+	case WaitingReasons:
+		env.Send(env.Sender(), d.waitingCounts())
 		return false
 	case PauseQueue:
 		d.pauseQueue(env, m)
@@ -710,7 +718,7 @@ func (d *Dispatcher) dispatch(env Env) {
 		progressed = false
 		for i := 0; i < len(d.hungry) && d.readyCount > 0; {
 			s := d.hungry[i]
-			if s.gone || s.credit <= 0 || s.held >= s.capacity {
+			if !s.canTake() {
 				// Out of turn until credit comes or a lease ends (wake).
 				s.hungry = false
 				d.hungry = slices.Delete(d.hungry, i, i+1)

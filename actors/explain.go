@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -81,7 +82,7 @@ func (d *Dispatcher) explain(env Env, m Explain) Explanation {
 		x.Code = ExplainSettling
 	case e.heap == d.scheduled:
 		x.Code, x.RunAt = ExplainScheduled, e.RunAt
-		if j.Attempt > 0 {
+		if e.Retry {
 			x.Code = ExplainRetryBackoff
 		}
 	default:
@@ -106,46 +107,135 @@ func (d *Dispatcher) explain(env Env, m Explain) Explanation {
 	return x
 }
 
-// explainWaiting says why a ready job waits, testing what dispatch tests in its order: the
-// queue's pause, the tenant's max_running, the key's limit, the sessions that could take it,
-// and then its place in line.
+// explainWaiting says why a ready job waits (waitingReason), with the details of the reason.
 func (d *Dispatcher) explainWaiting(e *entry, x *Explanation) {
-	k := readyKey(e.Tenant, e.Queue)
 	g := e.heap.group
-	switch {
-	case d.paused[k]:
-		x.Code = ExplainQueuePaused
-		return
-	case d.tenantFull(e.Tenant):
-		x.Code, x.MaxRunning, x.Running = ExplainTenantQuota, d.maxRunning[e.Tenant], d.running[e.Tenant]
-		return
-	case g.index < 0 && !mutantExplainIgnoresKeys:
-		x.Code, x.Key, x.KeyLimit = ExplainKeyLimit, e.Key, d.keyLimit(e.Tenant, e.Queue)
+	var served queueSessions
+	x.Code = d.waitingReason(g, func(k string) queueSessions {
+		served = d.sessionsOf(k)
+		return served
+	})
+	switch x.Code {
+	case ExplainTenantQuota:
+		x.MaxRunning, x.Running = d.maxRunning[e.Tenant], d.running[e.Tenant]
+	case ExplainKeyLimit:
+		x.Key, x.KeyLimit = e.Key, d.keyLimit(e.Tenant, e.Queue)
 		for _, id := range slices.Sorted(maps.Keys(d.leased)) {
 			if lr := d.leased[id]; lr.key == g.key && !lr.ending {
 				x.KeyHolders = append(x.KeyHolders, id)
 			}
 		}
-		return
+	case ExplainWorkersBusy, ExplainBehind:
+		x.Sessions, x.Capacity, x.Held, x.Ahead = served.sessions, served.capacity, served.held, d.ahead(e)
 	}
-	for _, s := range d.sessions {
-		if slices.Contains(s.readyKeys, k) {
-			x.Sessions++
-			x.Capacity += s.capacity
-			x.Held += s.held
-			if s.credit > 0 && s.held < s.capacity {
-				x.Code = ExplainBehind
+}
+
+// waitingReason is why the ready jobs of group g wait, testing what dispatch tests, in its
+// order: the queue's pause, the tenant's max_running, the key's limit, and then the sessions
+// that serve the queue (sessions, asked only then): none, none with room and credit, or some,
+// in which case the jobs wait their turn.
+func (d *Dispatcher) waitingReason(g *group, sessions func(readyKey string) queueSessions) string {
+	k := readyKey(g.tenant, g.qname)
+	switch {
+	case d.paused[k]:
+		return ExplainQueuePaused
+	case d.tenantFull(g.tenant):
+		return ExplainTenantQuota
+	case g.index < 0 && !mutantExplainIgnoresKeys:
+		return ExplainKeyLimit
+	}
+	switch s := sessions(k); {
+	case s.sessions == 0:
+		return ExplainNoWorker
+	case !s.free:
+		return ExplainWorkersBusy
+	}
+	return ExplainBehind
+}
+
+// queueSessions sums up the sessions that serve a queue: how many, their capacity and leases,
+// and whether any is free: in the turn order with room and credit, as dispatch takes them. (A
+// session whose leases its worker's newer connection adopted may have room and credit and yet
+// not be in the turn order: it is on its way out, and dispatch offers it nothing.)
+type queueSessions struct {
+	sessions, capacity, held int
+	free                     bool
+}
+
+func (s *queueSessions) add(sl *slot) {
+	s.sessions++
+	s.capacity += sl.capacity
+	s.held += sl.held
+	s.free = s.free || sl.hungry && sl.canTake()
+}
+
+// sessionsOf sums up the sessions that serve the ready heap k.
+func (d *Dispatcher) sessionsOf(k string) queueSessions {
+	var out queueSessions
+	for _, sl := range d.sessions {
+		if slices.Contains(sl.readyKeys, k) {
+			out.add(sl)
+		}
+	}
+	return out
+}
+
+// WaitingReasons asks the dispatcher how many jobs wait for each reason explain would give
+// (WaitingCounts answers): what /metrics shows as tether_jobs_waiting.
+type WaitingReasons struct{}
+
+// WaitingCounts answers WaitingReasons: the waiting jobs by tenant, queue and reason (in that
+// order), and each tenant's concurrency keys held back at their limit in some queue.
+type WaitingCounts struct {
+	Jobs        []WaitingCount
+	KeysAtLimit map[string]int
+}
+
+// WaitingCount is how many jobs of a tenant's queue wait for one reason.
+type WaitingCount struct {
+	Tenant, Queue, Reason string
+	Jobs                  int
+}
+
+// waitingCounts counts the waiting jobs by reason: the scheduled ones one by one (a delay or a
+// retry), the ready ones a group at a time, with the reason waitingReason gives its jobs, so
+// the cost is in the groups and the scheduled jobs, not in the jobs ready.
+func (d *Dispatcher) waitingCounts() WaitingCounts {
+	type at struct{ tenant, queue, reason string }
+	counts := map[at]int{}
+	for _, e := range d.scheduled.entries {
+		reason := ExplainScheduled
+		if e.Retry {
+			reason = ExplainRetryBackoff
+		}
+		counts[at{e.Tenant, e.Queue, reason}]++
+	}
+	served := map[string]queueSessions{}
+	for _, sl := range d.sessions {
+		for _, k := range sl.readyKeys {
+			s := served[k]
+			s.add(sl)
+			served[k] = s
+		}
+	}
+	out := WaitingCounts{KeysAtLimit: map[string]int{}}
+	held := map[string]bool{}
+	for _, q := range d.ready {
+		for _, g := range q.byKey {
+			reason := d.waitingReason(g, func(k string) queueSessions { return served[k] })
+			counts[at{g.tenant, g.qname, reason}] += g.jobs.Len()
+			if reason == ExplainKeyLimit && !held[g.key] {
+				held[g.key] = true
+				out.KeysAtLimit[g.tenant]++
 			}
 		}
 	}
-	switch {
-	case x.Sessions == 0:
-		x.Code = ExplainNoWorker
-	case x.Code != ExplainBehind:
-		x.Code, x.Ahead = ExplainWorkersBusy, d.ahead(e)
-	default:
-		x.Ahead = d.ahead(e)
+	for _, k := range slices.SortedFunc(maps.Keys(counts), func(a, b at) int {
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.queue, b.queue), cmp.Compare(a.reason, b.reason))
+	}) {
+		out.Jobs = append(out.Jobs, WaitingCount{Tenant: k.tenant, Queue: k.queue, Reason: k.reason, Jobs: counts[k]})
 	}
+	return out
 }
 
 // tenantFull reports whether the tenant holds as many leases as its max_running allows.

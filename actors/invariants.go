@@ -60,14 +60,30 @@ func (d *Dispatcher) CheckInvariants() error {
 	}
 	// INVARIANT: explain agrees with matching: a ready job explained as next in line, with a
 	// session that has room for it, would have been leased by the dispatch that just ran.
+	// And the counts /metrics shows are the jobs' explanations summed.
+	explained := map[WaitingCount]int{}
 	for id, e := range d.waiting {
+		w := WaitingCount{Tenant: e.Tenant, Queue: e.Queue, Reason: ExplainScheduled}
 		if e.heap == d.scheduled {
+			if e.Retry {
+				w.Reason = ExplainRetryBackoff
+			}
+			explained[w]++
 			continue
 		}
 		var x Explanation
 		if d.explainWaiting(e, &x); x.Code == ExplainBehind && d.ahead(e) == 0 {
 			return fmt.Errorf("job %s is explained as next in line of queue %s with a session free to take it, but was not leased", id, e.Queue)
 		}
+		w.Reason = x.Code
+		explained[w]++
+	}
+	counted := map[WaitingCount]int{}
+	for _, c := range d.waitingCounts().Jobs {
+		counted[WaitingCount{Tenant: c.Tenant, Queue: c.Queue, Reason: c.Reason}] = c.Jobs
+	}
+	if !maps.Equal(explained, counted) {
+		return fmt.Errorf("waiting jobs by reason %v, explained one by one %v", counted, explained)
 	}
 	// INVARIANT: a key's lease count is its leases whose end has not been decided.
 	keyed := map[string]int{}

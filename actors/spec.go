@@ -108,8 +108,10 @@ func (s *JobSpec) normalize(l Limits) *Rejection {
 		return reject(CodeInvalidArgument, "idempotency key is %d bytes; the limit is %d", len(s.IdempotencyKey), IdempotencyKeyLenMax)
 	case len(s.ReservationID) > 64:
 		return reject(CodeInvalidArgument, "reservation_id is too long")
+	case len(s.ConcurrencyKey) > ConcurrencyKeyLenMax:
+		return reject(CodeInvalidArgument, "concurrency_key is %d bytes; the limit is %d", len(s.ConcurrencyKey), ConcurrencyKeyLenMax)
 	case !validKey(s.ConcurrencyKey):
-		return reject(CodeInvalidArgument, "concurrency_key must be at most %d bytes of UTF-8 without control characters", ConcurrencyKeyLenMax)
+		return reject(CodeInvalidArgument, "concurrency_key must be UTF-8 without control characters")
 	}
 	if r := checkLabels(s.Labels); r != nil {
 		return r
@@ -157,11 +159,10 @@ func (s *JobSpec) template() eventlog.JobTemplate {
 		ConcurrencyKey: s.ConcurrencyKey}
 }
 
-// validKey reports whether s can be a concurrency key: empty (none), or at most
-// ConcurrencyKeyLenMax bytes of UTF-8 without control characters. A key is a customer's id, a
-// token's name, a GPU model: anything printable.
+// validKey reports whether s can be a concurrency key: UTF-8 without control characters. A
+// key is a customer's id, a token's name, a GPU model: anything printable.
 func validKey(s string) bool {
-	if len(s) > ConcurrencyKeyLenMax || !utf8.ValidString(s) {
+	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {

@@ -3,6 +3,7 @@ package projections
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -46,5 +47,37 @@ func TestWriteCheckpointIsTheStructsJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(p.EventType())
+	}
+}
+
+// A checkpoint is written from cloneLive's copy while the Set moves on, so the copy must share
+// no map or slice of a tenant with the Set: a key limit set after the copy once leaked into a
+// checkpoint that `replay verify` then found differing from the log. Every map and slice field
+// of Tenant is checked, so one added without a clone fails here.
+func TestCloneLiveSharesNoTenantState(t *testing.T) {
+	at := time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
+	s := New()
+	for i, p := range []eventlog.Payload{
+		eventlog.ReservationMade{Tenant: "acme", ReservationID: "r", ExpiresAt: at.Add(time.Hour)},
+		eventlog.QueuePaused{Tenant: "acme", Queue: "q"},
+		eventlog.TenantKeyLimitSet{Tenant: "acme", Queue: "q", MaxRunningPerKey: new(1)},
+	} {
+		if err := s.Apply(uint64(i+1), at, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := s.cloneLive()
+	orig, copied := reflect.ValueOf(*s.tenants["acme"]), reflect.ValueOf(*c.tenants["acme"])
+	for i := range orig.NumField() {
+		f := orig.Type().Field(i)
+		switch f.Type.Kind() {
+		case reflect.Map, reflect.Slice, reflect.Pointer:
+			if orig.Field(i).IsNil() {
+				t.Fatalf("the test sets no %s: give it one", f.Name)
+			}
+			if orig.Field(i).UnsafePointer() == copied.Field(i).UnsafePointer() {
+				t.Errorf("cloneLive shares Tenant.%s with the Set", f.Name)
+			}
+		}
 	}
 }

@@ -836,6 +836,7 @@ func (s *Set) cloneLive() *Set {
 		ct := *t
 		ct.Reservations = maps.Clone(t.Reservations)
 		ct.Paused = maps.Clone(t.Paused)
+		ct.QueueKeyLimits = maps.Clone(t.QueueKeyLimits)
 		c.tenants[name] = &ct
 	}
 	for q, n := range s.counters {

@@ -62,6 +62,7 @@ type Core interface {
 	SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (actors.Receipt, error)
 	SetKeyLimit(ctx context.Context, tenant, apiKeyID, queue string, maxRunningPerKey *int) (actors.Receipt, error)
 	Explain(ctx context.Context, tenant, jobID string) (actors.Explanation, time.Time, error)
+	WaitingReasons(ctx context.Context) (actors.WaitingCounts, error)
 	CreateAPIKey(ctx context.Context, tenant string) (broker.NewAPIKey, error)
 	RevokeAPIKey(ctx context.Context, id string) (actors.Receipt, error)
 	CreateEnrollToken(ctx context.Context, tenant string, uses int, ttl time.Duration) (broker.NewEnrollToken, error)

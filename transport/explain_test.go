@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,11 @@ func TestExplainSaysWhyAJobWaits(t *testing.T) {
 	if x := explain(second.ID, "concurrency_key"); x.Details.ConcurrencyKey != "c" || x.Details.MaxRunningPerKey != 1 ||
 		len(x.Details.HeldBy) != 1 || x.Details.HeldBy[0] != first.ID {
 		t.Fatalf("concurrency_key: %+v", x.Details)
+	}
+	if m := h.metrics(); !strings.Contains(m, `tether_jobs_waiting{tenant="acme",queue="q",reason="concurrency_key"} 1`) ||
+		!strings.Contains(m, `tether_jobs_waiting{tenant="acme",queue="q",reason="scheduled"} 1`) ||
+		!strings.Contains(m, `tether_concurrency_keys_at_limit{tenant="acme"} 1`) {
+		t.Fatalf("/metrics does not count the waiting jobs by their reasons:\n%s", m)
 	}
 	// The tenant's max_running comes before the key.
 	if _, err := h.admin.SetQuota(ctx(t), "acme", nil, new(1)); err != nil {

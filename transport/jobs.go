@@ -651,6 +651,12 @@ func (s *Server) setQuota(r *request) error {
 	if !actors.ValidTenant(tenant) {
 		return errorf(actors.CodeInvalidArgument, "tenant %q is not a valid tenant name", clip(tenant))
 	}
+	// A quota and a key limit are two decisions (the tenant's and the dispatcher's), applied in
+	// that order, each durable before the answer; what either would refuse is refused before
+	// both, so a refusal changes nothing, and the request is safe to repeat.
+	if n := req.MaxRunningPerKey; n != nil && (*n < 0 || *n > actors.MaxRunningPerKeyMax) {
+		return errorf(actors.CodeInvalidArgument, "max_running_per_key %d is outside 0..%d (0: unlimited)", *n, actors.MaxRunningPerKeyMax)
+	}
 	var rc actors.Receipt
 	var err error
 	if req.MaxActive != nil || req.MaxRunning != nil || req.MaxRunningPerKey == nil {

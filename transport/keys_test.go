@@ -91,6 +91,12 @@ func TestConcurrencyKeys(t *testing.T) {
 	wantErr(t, err, http.StatusForbidden, "PERMISSION_DENIED")
 	_, err = h.admin.SetLimits(ctx(t), "acme", wire.QuotaRequest{MaxRunningPerKey: new(-1)})
 	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+	// A refused key limit leaves the quota it came with unchanged too.
+	_, err = h.admin.SetLimits(ctx(t), "acme", wire.QuotaRequest{MaxRunning: new(5), MaxRunningPerKey: new(2_000_000)})
+	wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")
+	if q, err := acme.Quota(ctx(t)); err != nil || q.MaxRunning != 0 || q.MaxRunningPerKey != 1 {
+		t.Fatalf("after a refused PATCH: %+v %v", q, err)
+	}
 	for _, key := range []string{strings.Repeat("k", 129), "tab\there", "nul\x00"} {
 		_, err := acme.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t", ConcurrencyKey: key})
 		wantErr(t, err, http.StatusBadRequest, "INVALID_ARGUMENT")

@@ -134,6 +134,20 @@ func (s *Server) serveMetrics(r *request) error {
 		e.family(m.name, m.kind, m.help)
 		e.sample(m.name, m.v)
 	}
+	// Why jobs wait, from the dispatcher (what GET /v1/jobs/{id}/explain says of each), apart
+	// from the projections' lock: a moment later than the figures above.
+	waiting, err := r.b.WaitingReasons(r.Context())
+	if err != nil {
+		return err
+	}
+	e.family("tether_jobs_waiting", "gauge", "Jobs not running, by tenant, queue and the reason GET /v1/jobs/{id}/explain gives (scheduled, retry_backoff, queue_paused, tenant_quota, concurrency_key, no_worker_for_queue, workers_busy, behind_n).")
+	for _, w := range waiting.Jobs {
+		e.sample("tether_jobs_waiting", float64(w.Jobs), "tenant", w.Tenant, "queue", w.Queue, "reason", w.Reason)
+	}
+	e.family("tether_concurrency_keys_at_limit", "gauge", "Concurrency keys that hold as many leases as a queue of theirs allows and have jobs waiting there, by tenant.")
+	for _, t := range slices.Sorted(maps.Keys(waiting.KeysAtLimit)) {
+		e.sample("tether_concurrency_keys_at_limit", float64(waiting.KeysAtLimit[t]), "tenant", t)
+	}
 	ckptSeq, ckptCovers := r.b.Checkpoint()
 	e.family("tether_checkpoint_seq", "gauge", "Seq up to which the newest projection checkpoint covers the log; 0 before the first.")
 	e.sample("tether_checkpoint_seq", float64(ckptSeq))
@@ -160,7 +174,7 @@ func (s *Server) serveMetrics(r *request) error {
 	e.family("go_memstats_sys_bytes", "gauge", "Number of bytes obtained from system.")
 	e.sample("go_memstats_sys_bytes", float64(mem.Sys))
 	r.w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_, err := r.w.Write(e.buf.Bytes())
+	_, err = r.w.Write(e.buf.Bytes())
 	return err
 }
 

@@ -278,6 +278,12 @@ func (b *Broker) Explain(ctx context.Context, tenant, jobID string) (x actors.Ex
 	return x, lastSeen, nil
 }
 
+// WaitingReasons counts the waiting jobs by the reason Explain would give each
+// (actors.WaitingCounts).
+func (b *Broker) WaitingReasons(ctx context.Context) (actors.WaitingCounts, error) {
+	return callFor[actors.WaitingCounts](ctx, b, actors.DispatcherRef(), actors.WaitingReasons{})
+}
+
 // SetKeyLimit sets max_running_per_key in a tenant's queue, or with queue empty the tenant's
 // default; nil clears it (0 is unlimited). apiKeyID names who set it (empty for the admin).
 func (b *Broker) SetKeyLimit(ctx context.Context, tenant, apiKeyID, queue string, maxRunningPerKey *int) (actors.Receipt, error) {

@@ -221,6 +221,7 @@ func describe(j *wire.Job) string {
 	row("id", j.ID)
 	row("status", j.Status)
 	row("queue/type", j.Queue+"/"+j.Type)
+	row("concurrency key", j.ConcurrencyKey)
 	row("attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
 	if j.Lease != nil {
 		row("lease", fmt.Sprintf("%s (worker %s, until %s)", j.Lease.LeaseID, j.Lease.WorkerID, j.Lease.ExpiresAt.Format(time.RFC3339)))
