@@ -28,7 +28,7 @@ const (
 	ExplainSettling      = "settling"            // its last change is on its way to the dispatcher
 	ExplainLeased        = "leased"              // WorkerID, LeaseID, StartedAt, ExpiresAt
 	ExplainFinished      = "finished"            // Status, DeadReason, Error, FinishedAt
-	explainAheadCountMax = 100_000               // Ahead stops counting here
+	explainAheadLooksMax = 100_000               // ahead looks at most at so many jobs of a queue
 )
 
 // Explanation is the dispatcher's answer to Explain: Code, and the fields it names.
@@ -39,19 +39,20 @@ type Explanation struct {
 	Code   string
 	Queue  string
 
-	RunAt       time.Time
-	PausedSince time.Time
-	MaxRunning  int
-	Running     int
-	Key         string
-	KeyLimit    int
-	KeyHolders  []string // the jobs that hold the key's leases
-	Sessions    int      // sessions serving the queue
-	Capacity    int      // their capacity
-	Held        int      // the leases they hold
-	LastWorker  string   // no_worker_for_queue: the worker of the queue last seen, if any
-	LastSeen    time.Time
-	Ahead       int // behind_n, workers_busy: jobs of its queue before it, at most explainAheadCountMax
+	RunAt        time.Time
+	PausedSince  time.Time
+	MaxRunning   int
+	Running      int
+	Key          string
+	KeyLimit     int
+	KeyHolders   []string // the jobs that hold the key's leases
+	Sessions     int      // sessions serving the queue
+	Capacity     int      // their capacity
+	Held         int      // the leases they hold
+	LastWorker   string   // no_worker_for_queue: the worker of the queue last seen, if any
+	LastSeen     time.Time
+	Ahead        int  // behind_n, workers_busy: jobs of its queue before it
+	AheadAtLeast bool // Ahead counts only the first explainAheadLooksMax jobs of a longer queue
 
 	WorkerID, LeaseID    string
 	StartedAt, ExpiresAt time.Time
@@ -126,7 +127,8 @@ func (d *Dispatcher) explainWaiting(e *entry, x *Explanation) {
 			}
 		}
 	case ExplainWorkersBusy, ExplainBehind:
-		x.Sessions, x.Capacity, x.Held, x.Ahead = served.sessions, served.capacity, served.held, d.ahead(e)
+		x.Sessions, x.Capacity, x.Held = served.sessions, served.capacity, served.held
+		x.Ahead, x.AheadAtLeast = d.ahead(e)
 	}
 }
 
@@ -247,22 +249,24 @@ func (d *Dispatcher) tenantFull(tenant string) bool {
 // ahead counts the ready jobs of e's queue that may be leased now and go before it: in its own
 // key's group those before it; in the others those of a higher priority, and, for each key
 // whose turn comes before its own at its priority, one. It is 0 exactly when e is the queue's
-// next job.
-func (d *Dispatcher) ahead(e *entry) int {
+// next job. A heap is not sorted, so this reads the queue: it stops after explainAheadLooksMax
+// jobs, so that an explain of a job in a queue of millions holds the dispatcher up for a few
+// milliseconds at most, and then reports a lower bound (atLeast).
+func (d *Dispatcher) ahead(e *entry) (n int, atLeast bool) {
 	g := e.heap.group
-	n := 0
+	looked := 0
 	for _, h := range g.queue.groups {
 		if h != g && h.jobs.top().Priority == e.Priority && groupFirst(h, g) {
 			n++
 		}
 		for _, x := range h.jobs.entries {
-			switch {
-			case n >= explainAheadCountMax:
-				return n
-			case h == g && x != e && dispatchFirst(x, e), h != g && x.Priority > e.Priority:
+			if looked++; looked > explainAheadLooksMax {
+				return n, true
+			}
+			if h == g && x != e && dispatchFirst(x, e) || h != g && x.Priority > e.Priority {
 				n++
 			}
 		}
 	}
-	return n
+	return n, false
 }

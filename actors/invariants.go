@@ -72,7 +72,7 @@ func (d *Dispatcher) CheckInvariants() error {
 			continue
 		}
 		var x Explanation
-		if d.explainWaiting(e, &x); x.Code == ExplainBehind && d.ahead(e) == 0 {
+		if d.explainWaiting(e, &x); x.Code == ExplainBehind && x.Ahead == 0 {
 			return fmt.Errorf("job %s is explained as next in line of queue %s with a session free to take it, but was not leased", id, e.Queue)
 		}
 		w.Reason = x.Code

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,14 @@ func (s *Server) explainJob(r *request) error {
 		return err
 	}
 	return r.reply(http.StatusOK, explanationOf(x, lastSeen, s.clock()))
+}
+
+// aheadText is how many jobs go first: a count, or "at least" one.
+func aheadText(x actors.Explanation) string {
+	if x.AheadAtLeast {
+		return "at least " + strconv.Itoa(x.Ahead)
+	}
+	return strconv.Itoa(x.Ahead)
 }
 
 func explanationOf(x actors.Explanation, lastSeen, now time.Time) wire.Explanation {
@@ -66,12 +75,12 @@ func explanationOf(x actors.Explanation, lastSeen, now time.Time) wire.Explanati
 			out.Message += fmt.Sprintf("; worker %s, which does, was last seen %s", x.LastWorker, in(x.LastSeen))
 		}
 	case actors.ExplainWorkersBusy:
-		d.Sessions, d.Capacity, d.Leased, d.Ahead = new(x.Sessions), new(x.Capacity), new(x.Held), new(x.Ahead)
-		out.Message = fmt.Sprintf("the %d connected workers of queue %s have no room or credit (%d leases held of capacity %d); %d jobs of the queue go before it",
-			x.Sessions, x.Queue, x.Held, x.Capacity, x.Ahead)
+		d.Sessions, d.Capacity, d.Leased, d.Ahead, d.AheadAtLeast = new(x.Sessions), new(x.Capacity), new(x.Held), new(x.Ahead), x.AheadAtLeast
+		out.Message = fmt.Sprintf("the %d connected workers of queue %s have no room or credit (%d leases held of capacity %d); %s jobs of the queue go before it",
+			x.Sessions, x.Queue, x.Held, x.Capacity, aheadText(x))
 	case actors.ExplainBehind:
-		d.Ahead = new(x.Ahead)
-		out.Message = fmt.Sprintf("%d jobs of queue %s go before it (priority, then keys in turn, then age); a worker has room", x.Ahead, x.Queue)
+		d.Ahead, d.AheadAtLeast = new(x.Ahead), x.AheadAtLeast
+		out.Message = fmt.Sprintf("%s jobs of queue %s go before it (priority, then keys in turn, then age); a worker has room", aheadText(x), x.Queue)
 	case actors.ExplainSettling:
 		out.Message = "its last change is on its way to the dispatcher; ask again in a moment"
 	case actors.ExplainLeased:

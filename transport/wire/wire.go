@@ -76,7 +76,8 @@ type ExplanationDetails struct {
 	Leased           *int       `json:"leased,omitempty"`
 	LastWorker       string     `json:"last_worker,omitempty"` // no_worker_for_queue
 	LastSeen         *time.Time `json:"last_seen,omitempty"`
-	Ahead            *int       `json:"ahead,omitempty"` // behind_n, workers_busy: jobs of its queue that go first
+	Ahead            *int       `json:"ahead,omitempty"`          // behind_n, workers_busy: jobs of its queue that go first
+	AheadAtLeast     bool       `json:"ahead_at_least,omitempty"` // ahead counts the first 100,000 jobs of a longer queue only
 	WorkerID         string     `json:"worker_id,omitempty"`
 	LeaseID          string     `json:"lease_id,omitempty"` // leased
 	StartedAt        *time.Time `json:"started_at,omitempty"`
