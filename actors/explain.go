@@ -45,18 +45,27 @@ type Explanation struct {
 	Running      int
 	Key          string
 	KeyLimit     int
-	KeyHolders   []string // the jobs that hold the key's leases
-	Sessions     int      // sessions serving the queue
-	Capacity     int      // their capacity
-	Held         int      // the leases they hold
-	LastWorker   string   // no_worker_for_queue: the worker of the queue last seen, if any
-	LastSeen     time.Time
-	Ahead        int  // behind_n, workers_busy: jobs of its queue before it
-	AheadAtLeast bool // Ahead counts only the first explainAheadLooksMax jobs of a longer queue
+	KeyHolders   []string  // the jobs that hold the key's leases
+	Sessions     int       // sessions serving the queue
+	Capacity     int       // their capacity
+	Held         int       // the leases they hold
+	LastWorker   string    // no_worker_for_queue: the worker of the queue last seen, if any
+	LastSeen     time.Time // no_worker_for_queue, leased: when the worker was last heard from
+	Ahead        int       // behind_n, workers_busy: jobs of its queue before it
+	AheadAtLeast bool      // Ahead is a lower bound: other keys take turns, or the queue is longer than explainAheadLooksMax
 
 	WorkerID, LeaseID    string
 	StartedAt, ExpiresAt time.Time
 	LeaseTTL             time.Duration
+	// WorkerConnected says the lease's worker has a session open; CancelRequested that a cancel
+	// waits for the worker to stop the job.
+	WorkerConnected, CancelRequested bool
+	// Attempt is the job's last attempt (retry_backoff, leased).
+	Attempt int
+	// LastHeartbeat is when the worker's last heartbeat extended the lease, and LastSeen (for a
+	// lease, too) when the worker was last heard from. Heartbeats are not events: the runtime
+	// fills both from what it heard since it started (broker.Liveness), not the dispatcher.
+	LastHeartbeat time.Time
 
 	DeadReason string
 	Error      *projections.JobError
@@ -70,21 +79,27 @@ func (d *Dispatcher) explain(env Env, m Explain) Explanation {
 	if j == nil {
 		return Explanation{Err: reject(CodeJobNotFound, "no job %q", clip(m.JobID))}
 	}
-	x := Explanation{JobID: j.ID, Status: j.Status, Queue: j.Queue}
+	x := Explanation{JobID: j.ID, Status: j.StatusAt(env.Now()), Queue: j.Queue, Attempt: j.Attempt}
 	lr, leased := d.leased[j.ID]
 	e := d.waiting[j.ID]
 	switch {
 	case j.Status.Terminal():
 		x.Code, x.DeadReason, x.Error, x.FinishedAt = ExplainFinished, j.DeadReason, j.Error, j.FinishedAt
+		if x.Status == projections.StatusSucceeded {
+			x.Error = nil
+		}
 	case leased && j.Lease != nil && j.Lease.LeaseID == lr.leaseID:
 		x.Code, x.WorkerID, x.LeaseID = ExplainLeased, lr.workerID, lr.leaseID
-		x.StartedAt, x.ExpiresAt, x.LeaseTTL = j.StartedAt, j.Lease.ExpiresAt, j.LeaseTTL
+		x.StartedAt, x.ExpiresAt, x.LeaseTTL, x.CancelRequested = j.StartedAt, j.Lease.ExpiresAt, j.LeaseTTL, j.CancelRequested
+		if s := d.sessions[lr.sessionID]; s != nil && !s.gone {
+			x.WorkerConnected = true
+		}
 	case e == nil:
 		x.Code = ExplainSettling
 	case e.heap == d.scheduled:
 		x.Code, x.RunAt = ExplainScheduled, e.RunAt
 		if e.Retry {
-			x.Code = ExplainRetryBackoff
+			x.Code, x.Error = ExplainRetryBackoff, j.Error
 		}
 	default:
 		d.explainWaiting(e, &x)
@@ -129,6 +144,8 @@ func (d *Dispatcher) explainWaiting(e *entry, x *Explanation) {
 	case ExplainWorkersBusy, ExplainBehind:
 		x.Sessions, x.Capacity, x.Held = served.sessions, served.capacity, served.held
 		x.Ahead, x.AheadAtLeast = d.ahead(e)
+		// With other keys at its priority the keys' turns interleave: more may go first.
+		x.AheadAtLeast = x.AheadAtLeast || len(g.queue.groups) > 1
 	}
 }
 
@@ -226,7 +243,7 @@ func (d *Dispatcher) waitingCounts() WaitingCounts {
 		for _, g := range q.byKey {
 			reason := d.waitingReason(g, func(k string) queueSessions { return served[k] })
 			counts[at{g.tenant, g.qname, reason}] += g.jobs.Len()
-			if reason == ExplainKeyLimit && !held[g.key] {
+			if d.heldBack(g) && !held[g.key] { // at its limit, whatever else holds its jobs
 				held[g.key] = true
 				out.KeysAtLimit[g.tenant]++
 			}

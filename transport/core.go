@@ -61,7 +61,7 @@ type Core interface {
 	// Admin commands.
 	SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (actors.Receipt, error)
 	SetKeyLimit(ctx context.Context, tenant, apiKeyID, queue string, maxRunningPerKey *int) (actors.Receipt, error)
-	Explain(ctx context.Context, tenant, jobID string) (actors.Explanation, time.Time, error)
+	Explain(ctx context.Context, tenant, jobID string) (actors.Explanation, error)
 	WaitingReasons(ctx context.Context) (actors.WaitingCounts, error)
 	CreateAPIKey(ctx context.Context, tenant string) (broker.NewAPIKey, error)
 	RevokeAPIKey(ctx context.Context, id string) (actors.Receipt, error)

@@ -16,7 +16,7 @@ import (
 // not running?" (actors.Explanation), with its details and a sentence that says them.
 func (s *Server) explainJob(r *request) error {
 	id := r.PathValue("id")
-	x, lastSeen, err := r.b.Explain(r.Context(), r.by.tenant, id)
+	x, err := r.b.Explain(r.Context(), r.by.tenant, id)
 	var refused *actors.Rejection
 	if errors.As(err, &refused) && refused.Code == actors.CodeJobNotFound {
 		return notFound(r.b, r.by.tenant, id)
@@ -24,18 +24,47 @@ func (s *Server) explainJob(r *request) error {
 	if err != nil {
 		return err
 	}
-	return r.reply(http.StatusOK, explanationOf(x, lastSeen, s.clock()))
+	return r.reply(http.StatusOK, explanationOf(x, s.clock()))
 }
 
 // aheadText is how many jobs go first: a count, or "at least" one.
 func aheadText(x actors.Explanation) string {
 	if x.AheadAtLeast {
-		return "at least " + strconv.Itoa(x.Ahead)
+		return "at least " + plural(x.Ahead, "job")
 	}
-	return strconv.Itoa(x.Ahead)
+	return plural(x.Ahead, "job")
 }
 
-func explanationOf(x actors.Explanation, lastSeen, now time.Time) wire.Explanation {
+// plural is "1 job", "2 jobs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// when says t against now in words: "at T (in 3s)", "at T (2m0s ago)", days past two days.
+func when(t, now time.Time) string {
+	d := t.Sub(now)
+	rel := "in "
+	if d < 0 {
+		d, rel = -d, ""
+	}
+	var span string
+	if d > 48*time.Hour {
+		span = strconv.FormatFloat(d.Hours()/24, 'f', 1, 64) + " days"
+	} else {
+		span = d.Round(time.Millisecond).String()
+	}
+	if rel == "" {
+		span += " ago"
+	} else {
+		span = rel + span
+	}
+	return fmt.Sprintf("at %s (%s)", t.UTC().Format(time.RFC3339), span)
+}
+
+func explanationOf(x actors.Explanation, now time.Time) wire.Explanation {
 	out := wire.Explanation{JobID: x.JobID, Status: string(x.Status), Code: x.Code}
 	d := &out.Details
 	d.Queue = x.Queue
@@ -45,56 +74,75 @@ func explanationOf(x actors.Explanation, lastSeen, now time.Time) wire.Explanati
 		}
 		return new(t.UTC())
 	}
-	in := func(t time.Time) string { // "in 3s", "3s ago", for the message
-		if t.After(now) {
-			return "in " + t.Sub(now).Round(time.Millisecond).String()
-		}
-		return now.Sub(t).Round(time.Millisecond).String() + " ago"
-	}
 	switch x.Code {
 	case actors.ExplainScheduled:
 		d.RunAt = at(x.RunAt)
-		out.Message = fmt.Sprintf("it is scheduled to run at %s (%s)", x.RunAt.UTC().Format(time.RFC3339Nano), in(x.RunAt))
+		out.Message = "it is scheduled to run " + when(x.RunAt, now)
 	case actors.ExplainRetryBackoff:
-		d.RunAt = at(x.RunAt)
-		out.Message = fmt.Sprintf("its last attempt failed; it waits out its backoff until %s (%s)", x.RunAt.UTC().Format(time.RFC3339Nano), in(x.RunAt))
+		d.RunAt, d.Attempt = at(x.RunAt), x.Attempt
+		out.Message = fmt.Sprintf("attempt %d failed; it waits out its backoff until it runs again %s", x.Attempt, when(x.RunAt, now))
+		if x.Error != nil {
+			d.Error = &wire.JobError{Code: x.Error.Code, Message: x.Error.Message}
+			out.Message += " (last error " + x.Error.Code + ")"
+		}
 	case actors.ExplainQueuePaused:
 		d.PausedSince = at(x.PausedSince)
-		out.Message = fmt.Sprintf("queue %s is paused (since %s): it takes submits and assigns nothing until it is resumed", x.Queue, x.PausedSince.UTC().Format(time.RFC3339))
+		out.Message = fmt.Sprintf("queue %s is paused: it takes submits and assigns nothing until it is resumed", x.Queue)
 	case actors.ExplainTenantQuota:
 		d.MaxRunning, d.Running = x.MaxRunning, x.Running
-		out.Message = fmt.Sprintf("the tenant runs %d jobs, its max_running; the next lease that ends makes room", x.Running)
+		out.Message = fmt.Sprintf("the tenant runs %s, and its max_running is %d: it goes once %s", plural(x.Running, "job"), x.MaxRunning,
+			ending(x.Running-x.MaxRunning+1))
 	case actors.ExplainKeyLimit:
 		d.ConcurrencyKey, d.MaxRunningPerKey, d.HeldBy = x.Key, x.KeyLimit, x.KeyHolders
-		out.Message = fmt.Sprintf("its concurrency key %q holds %d leases, the limit of queue %s (jobs %s); it goes when one of them ends",
-			x.Key, len(x.KeyHolders), x.Queue, strings.Join(x.KeyHolders, ", "))
+		out.Message = fmt.Sprintf("its concurrency key %q holds %s (jobs %s), and its max_running_per_key in queue %s is %d: it goes once %s",
+			x.Key, plural(len(x.KeyHolders), "lease"), strings.Join(x.KeyHolders, ", "), x.Queue, x.KeyLimit, ending(len(x.KeyHolders)-x.KeyLimit+1))
 	case actors.ExplainNoWorker:
 		d.LastWorker, d.LastSeen = x.LastWorker, at(x.LastSeen)
 		out.Message = fmt.Sprintf("no connected worker serves queue %s", x.Queue)
 		if x.LastWorker != "" {
-			out.Message += fmt.Sprintf("; worker %s, which does, was last seen %s", x.LastWorker, in(x.LastSeen))
+			out.Message += fmt.Sprintf("; worker %s, which does, was last heard from %s", x.LastWorker, when(x.LastSeen, now))
 		}
 	case actors.ExplainWorkersBusy:
 		d.Sessions, d.Capacity, d.Leased, d.Ahead, d.AheadAtLeast = new(x.Sessions), new(x.Capacity), new(x.Held), new(x.Ahead), x.AheadAtLeast
-		out.Message = fmt.Sprintf("the %d connected workers of queue %s have no room or credit (%d leases held of capacity %d); %s jobs of the queue go before it",
-			x.Sessions, x.Queue, x.Held, x.Capacity, aheadText(x))
+		out.Message = fmt.Sprintf("the %s serving queue %s have no room or no credit (%s held of a capacity of %d); %s of the queue go before it",
+			plural(x.Sessions, "worker connection"), x.Queue, plural(x.Held, "lease"), x.Capacity, aheadText(x))
 	case actors.ExplainBehind:
 		d.Ahead, d.AheadAtLeast = new(x.Ahead), x.AheadAtLeast
-		out.Message = fmt.Sprintf("%s jobs of queue %s go before it (priority, then keys in turn, then age); a worker has room", aheadText(x), x.Queue)
+		out.Message = fmt.Sprintf("%s of queue %s go before it (priority, then keys in turn, then age); a worker has room", aheadText(x), x.Queue)
 	case actors.ExplainSettling:
 		out.Message = "its last change is on its way to the dispatcher; ask again in a moment"
 	case actors.ExplainLeased:
-		d.WorkerID, d.LeaseID, d.StartedAt, d.LeaseExpiresAt, d.LastHeartbeat = x.WorkerID, x.LeaseID, at(x.StartedAt), at(x.ExpiresAt), at(lastSeen)
-		out.Message = fmt.Sprintf("it runs on worker %s since %s; its lease expires %s", x.WorkerID, x.StartedAt.UTC().Format(time.RFC3339), in(x.ExpiresAt))
+		d.WorkerID, d.LeaseID, d.StartedAt, d.LeaseExpiresAt = x.WorkerID, x.LeaseID, at(x.StartedAt), at(x.ExpiresAt)
+		d.LastHeartbeat, d.LastSeen, d.Attempt = at(x.LastHeartbeat), at(x.LastSeen), x.Attempt
+		d.WorkerConnected, d.CancelRequested = new(x.WorkerConnected), x.CancelRequested
+		if x.WorkerConnected {
+			out.Message = fmt.Sprintf("it runs on worker %s since %s; its lease expires %s", x.WorkerID, x.StartedAt.UTC().Format(time.RFC3339), when(x.ExpiresAt, now))
+		} else {
+			out.Message = fmt.Sprintf("its worker %s is not connected; unless it comes back, the job goes back to its queue when its lease expires %s",
+				x.WorkerID, when(x.ExpiresAt, now))
+		}
+		if x.CancelRequested {
+			out.Message += "; a cancel waits for the worker to stop it"
+		}
 	case actors.ExplainFinished:
 		d.DeadReason, d.FinishedAt = x.DeadReason, at(x.FinishedAt)
-		if x.Error != nil {
-			d.Error = &wire.JobError{Code: x.Error.Code, Message: x.Error.Message}
-		}
-		out.Message = fmt.Sprintf("it %s at %s", x.Status, x.FinishedAt.UTC().Format(time.RFC3339))
+		out.Message = fmt.Sprintf("it %s at %s", map[string]string{"succeeded": "succeeded", "failed": "failed", "cancelled": "was cancelled"}[string(x.Status)],
+			x.FinishedAt.UTC().Format(time.RFC3339))
 		if x.DeadReason != "" {
 			out.Message += " (" + x.DeadReason + ")"
 		}
+		if x.Error != nil {
+			d.Error = &wire.JobError{Code: x.Error.Code, Message: x.Error.Message}
+			out.Message += ": " + x.Error.Code
+		}
 	}
 	return out
+}
+
+// ending says how many leases must end: "one of them ends", "3 of them end".
+func ending(n int) string {
+	if n <= 1 {
+		return "one of them ends"
+	}
+	return strconv.Itoa(n) + " of them end"
 }

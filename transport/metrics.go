@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"maps"
 	goruntime "runtime"
@@ -10,10 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/internal/proc"
 )
+
+// waitingReasons are the reasons tether_jobs_waiting counts a waiting job under.
+var waitingReasons = []string{actors.ExplainScheduled, actors.ExplainRetryBackoff, actors.ExplainQueuePaused, actors.ExplainTenantQuota,
+	actors.ExplainKeyLimit, actors.ExplainNoWorker, actors.ExplainWorkersBusy, actors.ExplainBehind}
 
 // serveMetrics writes the Prometheus text exposition (format 0.0.4) of the projections and the
 // log. Every value is read under one lock of the projections, so the figures agree.
@@ -24,6 +30,8 @@ var processStart = time.Now()
 func (s *Server) serveMetrics(r *request) error {
 	var e exposition
 	now := s.clock()
+	var tenants []string                // every tenant with an event
+	queueNames := map[string][]string{} // each one's queues, as /v1/queues lists them
 	r.b.Read(func(set *projections.Set) {
 		counters := set.Counters()
 		queues := slices.Sorted(maps.Keys(counters))
@@ -61,9 +69,12 @@ func (s *Server) serveMetrics(r *request) error {
 			}},
 		}
 		stats := map[string][]projections.QueueStats{}
-		tenants := set.TenantNames()
+		tenants = set.TenantNames()
 		for _, t := range tenants {
 			stats[t] = set.Queues(t, now)
+			for _, q := range stats[t] {
+				queueNames[t] = append(queueNames[t], q.Queue)
+			}
 		}
 		for _, g := range gauges {
 			e.family(g.name, "gauge", g.help)
@@ -140,12 +151,28 @@ func (s *Server) serveMetrics(r *request) error {
 	if err != nil {
 		return err
 	}
+	// Every reason of every queue /v1/queues lists gets a sample, 0 included, so that a series
+	// goes to 0 rather than away.
 	e.family("tether_jobs_waiting", "gauge", "Jobs not running, by tenant, queue and the reason GET /v1/jobs/{id}/explain gives (scheduled, retry_backoff, queue_paused, tenant_quota, concurrency_key, no_worker_for_queue, workers_busy, behind_n).")
+	type at struct{ tenant, queue, reason string }
+	byReason := map[at]int{}
 	for _, w := range waiting.Jobs {
-		e.sample("tether_jobs_waiting", float64(w.Jobs), "tenant", w.Tenant, "queue", w.Queue, "reason", w.Reason)
+		byReason[at{w.Tenant, w.Queue, w.Reason}] = w.Jobs
+	}
+	for _, t := range tenants {
+		for _, q := range queueNames[t] {
+			for _, reason := range waitingReasons {
+				byReason[at{t, q, reason}] += 0
+			}
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(byReason), func(a, b at) int {
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.queue, b.queue), cmp.Compare(a.reason, b.reason))
+	}) {
+		e.sample("tether_jobs_waiting", float64(byReason[k]), "tenant", k.tenant, "queue", k.queue, "reason", k.reason)
 	}
 	e.family("tether_concurrency_keys_at_limit", "gauge", "Concurrency keys that hold as many leases as a queue of theirs allows and have jobs waiting there, by tenant.")
-	for _, t := range slices.Sorted(maps.Keys(waiting.KeysAtLimit)) {
+	for _, t := range tenants {
 		e.sample("tether_concurrency_keys_at_limit", float64(waiting.KeysAtLimit[t]), "tenant", t)
 	}
 	ckptSeq, ckptCovers := r.b.Checkpoint()

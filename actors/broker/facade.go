@@ -263,19 +263,27 @@ func (b *Broker) Release(ctx context.Context, tenant, id string) (actors.Receipt
 }
 
 // Explain says why a tenant's job is not running, whom it runs on, or how it ended, as the
-// dispatcher sees it (actors.Explanation). For a leased job, ExpiresAt is the expiry as the
-// worker's last heartbeat left it, and lastSeen when the worker was last heard from (zero if
-// not since the start).
-func (b *Broker) Explain(ctx context.Context, tenant, jobID string) (x actors.Explanation, lastSeen time.Time, err error) {
-	x, err = callFor[actors.Explanation](ctx, b, actors.DispatcherRef(), actors.Explain{Tenant: tenant, JobID: jobID})
+// dispatcher sees it (actors.Explanation), with what only the runtime hears: for a leased job
+// the expiry and the heartbeat as the worker's last heartbeat left them, and when a worker was
+// last heard from (the log's last session start or end if not since the start).
+func (b *Broker) Explain(ctx context.Context, tenant, jobID string) (actors.Explanation, error) {
+	x, err := callFor[actors.Explanation](ctx, b, actors.DispatcherRef(), actors.Explain{Tenant: tenant, JobID: jobID})
 	if err != nil || x.Err != nil {
-		return actors.Explanation{}, time.Time{}, firstErr(err, x.Err)
+		return actors.Explanation{}, firstErr(err, x.Err)
 	}
-	if x.Code == actors.ExplainLeased {
+	switch x.Code {
+	case actors.ExplainLeased:
 		x.ExpiresAt = b.LeaseExpiresAt(x.WorkerID, x.LeaseID, x.LeaseTTL, x.ExpiresAt)
-		lastSeen = b.LastSeen(x.WorkerID)
+		x.LastSeen = b.LastSeen(x.WorkerID)
+		if l := b.heard(x.WorkerID); l != nil {
+			x.LastHeartbeat, _ = l.Heartbeat(x.LeaseID)
+		}
+	case actors.ExplainNoWorker:
+		if t := b.LastSeen(x.LastWorker); x.LastWorker != "" && !t.IsZero() {
+			x.LastSeen = t // heard from since the start: the last sign of life, not the session's logged end
+		}
 	}
-	return x, lastSeen, nil
+	return x, nil
 }
 
 // WaitingReasons counts the waiting jobs by the reason Explain would give each

@@ -359,6 +359,9 @@ func byID[T any](name, usage string, call func(*client.Client, context.Context, 
 		if err != nil {
 			return err
 		}
+		if strings.TrimSpace(pos[0]) == "" {
+			return BadFlagf(fs, "the id is empty; usage: %s", usage)
+		}
 		v, err := call(cf.Client(), context.Background(), pos[0])
 		if err != nil {
 			return err

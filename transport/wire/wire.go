@@ -74,15 +74,18 @@ type ExplanationDetails struct {
 	Sessions         *int       `json:"sessions,omitempty"` // workers_busy: sessions serving the queue
 	Capacity         *int       `json:"capacity,omitempty"`
 	Leased           *int       `json:"leased,omitempty"`
-	LastWorker       string     `json:"last_worker,omitempty"` // no_worker_for_queue
-	LastSeen         *time.Time `json:"last_seen,omitempty"`
+	LastWorker       string     `json:"last_worker,omitempty"`    // no_worker_for_queue
+	LastSeen         *time.Time `json:"last_seen,omitempty"`      // when the worker was last heard from
 	Ahead            *int       `json:"ahead,omitempty"`          // behind_n, workers_busy: jobs of its queue that go first
 	AheadAtLeast     bool       `json:"ahead_at_least,omitempty"` // ahead counts the first 100,000 jobs of a longer queue only
 	WorkerID         string     `json:"worker_id,omitempty"`
 	LeaseID          string     `json:"lease_id,omitempty"` // leased
 	StartedAt        *time.Time `json:"started_at,omitempty"`
 	LeaseExpiresAt   *time.Time `json:"lease_expires_at,omitempty"`
-	LastHeartbeat    *time.Time `json:"last_heartbeat,omitempty"`
+	LastHeartbeat    *time.Time `json:"last_heartbeat,omitempty"` // of this lease; none before the first
+	WorkerConnected  *bool      `json:"worker_connected,omitempty"`
+	CancelRequested  bool       `json:"cancel_requested,omitempty"`
+	Attempt          int        `json:"attempt,omitempty"`     // leased, retry_backoff
 	DeadReason       string     `json:"dead_reason,omitempty"` // finished
 	Error            *JobError  `json:"error,omitempty"`
 	FinishedAt       *time.Time `json:"finished_at,omitempty"`
