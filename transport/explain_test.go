@@ -102,6 +102,9 @@ func TestExplainSaysWhyAJobWaits(t *testing.T) {
 	if x := explain(first.ID, "finished"); x.Status != "succeeded" || x.Details.FinishedAt == nil {
 		t.Fatalf("finished: %+v", x)
 	}
+	if x := explain(second.ID, "leased"); !*x.Details.WorkerConnected || x.Details.Attempt != 1 {
+		t.Fatalf("leased: %+v", x.Details)
+	}
 	// Two jobs waiting for a worker with room say their places in line: priority first.
 	if _, err := h.admin.SetQuota(ctx(t), "acme", nil, new(0)); err != nil {
 		t.Fatal(err)
@@ -115,6 +118,22 @@ func TestExplainSaysWhyAJobWaits(t *testing.T) {
 		t.Fatalf("the second in line: %+v", x.Details)
 	}
 
+	// Its worker gone, the job is still under its lease, and the answer says the worker is not
+	// connected. The session ends on the server's own goroutines: ask until it has.
+	w.conn.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		x := explain(second.ID, "leased")
+		if !*x.Details.WorkerConnected {
+			if !strings.Contains(x.Message, "not connected") {
+				t.Fatalf("a lease of a worker gone: %s", x.Message)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the closed connection's session did not end")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	for _, id := range []string{"01NOSUCHJOB00000000000000", later.ID} {
 		other := h.tenant("globex")
 		_, err := other.Explain(ctx(t), id)
