@@ -43,7 +43,10 @@ type Dispatcher struct {
 	keyDefault map[string]int
 	keyOwn     map[string]int
 	leases     uint64 // leases made since the dispatcher started: the keys' turns
-	redriving  map[string]bool
+	// scheduledBy counts the scheduled heap's jobs by tenant, queue and explain's reason, kept
+	// as they come and go, so that /metrics does not read every scheduled job.
+	scheduledBy map[WaitingCount]int
+	redriving   map[string]bool
 	// paused holds the ready heaps (readyKey) of paused queues, which lease nothing. A pause
 	// counts from when the dispatcher decides it, before it is durable.
 	paused map[string]bool
@@ -218,6 +221,7 @@ func (d *Dispatcher) Recover(env Env) {
 		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
 		redriving: map[string]bool{}, paused: map[string]bool{},
 		keyRunning: map[string]int{}, keyGroups: map[string][]*group{}, keyDefault: map[string]int{}, keyOwn: map[string]int{},
+		scheduledBy: map[WaitingCount]int{},
 	}
 	now := env.Now()
 	env.Read(func(s *projections.Set) {
@@ -688,9 +692,21 @@ func (d *Dispatcher) add(w Waiting, now time.Time) {
 	d.waiting[w.ID] = e
 	if w.RunAt.After(now) {
 		d.scheduled.push(e)
+		d.countScheduled(e, 1)
 		return
 	}
 	d.pushReady(e)
+}
+
+// countScheduled counts a scheduled job in (delta 1) or out (-1) of scheduledBy.
+func (d *Dispatcher) countScheduled(e *entry, delta int) {
+	k := WaitingCount{Tenant: e.Tenant, Queue: e.Queue, Reason: ExplainScheduled}
+	if e.Retry {
+		k.Reason = ExplainRetryBackoff
+	}
+	if d.scheduledBy[k] += delta; d.scheduledBy[k] == 0 {
+		delete(d.scheduledBy, k)
+	}
 }
 
 func (d *Dispatcher) remove(id string) {
@@ -701,6 +717,7 @@ func (d *Dispatcher) remove(id string) {
 	delete(d.waiting, id)
 	if e.heap == d.scheduled {
 		heap.Remove(e.heap, e.index)
+		d.countScheduled(e, -1)
 		return
 	}
 	d.removeReady(e)
@@ -712,6 +729,7 @@ func (d *Dispatcher) dispatch(env Env) {
 	now := env.Now()
 	for e := d.scheduled.top(); e != nil && !e.RunAt.After(now); e = d.scheduled.top() {
 		heap.Pop(d.scheduled)
+		d.countScheduled(e, -1)
 		d.pushReady(e)
 	}
 	for progressed := true; progressed && d.readyCount > 0; {

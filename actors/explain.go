@@ -85,9 +85,6 @@ func (d *Dispatcher) explain(env Env, m Explain) Explanation {
 	switch {
 	case j.Status.Terminal():
 		x.Code, x.DeadReason, x.Error, x.FinishedAt = ExplainFinished, j.DeadReason, j.Error, j.FinishedAt
-		if x.Status == projections.StatusSucceeded {
-			x.Error = nil
-		}
 	case leased && j.Lease != nil && j.Lease.LeaseID == lr.leaseID:
 		x.Code, x.WorkerID, x.LeaseID = ExplainLeased, lr.workerID, lr.leaseID
 		x.StartedAt, x.ExpiresAt, x.LeaseTTL, x.CancelRequested = j.StartedAt, j.Lease.ExpiresAt, j.LeaseTTL, j.CancelRequested
@@ -216,19 +213,11 @@ type WaitingCount struct {
 	Jobs                  int
 }
 
-// waitingCounts counts the waiting jobs by reason: the scheduled ones one by one (a delay or a
-// retry), the ready ones a group at a time, with the reason waitingReason gives its jobs, so
-// the cost is in the groups and the scheduled jobs, not in the jobs ready.
+// waitingCounts counts the waiting jobs by reason: the scheduled ones as scheduledBy keeps them
+// (a delay or a retry), the ready ones a group at a time, with the reason waitingReason gives
+// its jobs, so the cost is in the groups, not in the jobs.
 func (d *Dispatcher) waitingCounts() WaitingCounts {
-	type at struct{ tenant, queue, reason string }
-	counts := map[at]int{}
-	for _, e := range d.scheduled.entries {
-		reason := ExplainScheduled
-		if e.Retry {
-			reason = ExplainRetryBackoff
-		}
-		counts[at{e.Tenant, e.Queue, reason}]++
-	}
+	counts := maps.Clone(d.scheduledBy)
 	served := map[string]queueSessions{}
 	for _, sl := range d.sessions {
 		for _, k := range sl.readyKeys {
@@ -242,17 +231,18 @@ func (d *Dispatcher) waitingCounts() WaitingCounts {
 	for _, q := range d.ready {
 		for _, g := range q.byKey {
 			reason := d.waitingReason(g, func(k string) queueSessions { return served[k] })
-			counts[at{g.tenant, g.qname, reason}] += g.jobs.Len()
+			counts[WaitingCount{Tenant: g.tenant, Queue: g.qname, Reason: reason}] += g.jobs.Len()
 			if d.heldBack(g) && !held[g.key] { // at its limit, whatever else holds its jobs
 				held[g.key] = true
 				out.KeysAtLimit[g.tenant]++
 			}
 		}
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(counts), func(a, b at) int {
-		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.queue, b.queue), cmp.Compare(a.reason, b.reason))
+	for _, k := range slices.SortedFunc(maps.Keys(counts), func(a, b WaitingCount) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Reason, b.Reason))
 	}) {
-		out.Jobs = append(out.Jobs, WaitingCount{Tenant: k.tenant, Queue: k.queue, Reason: k.reason, Jobs: counts[k]})
+		k.Jobs = counts[k]
+		out.Jobs = append(out.Jobs, k)
 	}
 	return out
 }

@@ -200,8 +200,8 @@ func (d *Dispatcher) setKeyLimit(env Env, m SetKeyLimit) {
 	case m.Queue != "" && !validName(m.Queue, QueueLenMax, false):
 		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "queue %q must be 1..%d of [A-Za-z0-9_-]", clip(m.Queue), QueueLenMax)})
 		return
-	case m.MaxRunningPerKey != nil && (*m.MaxRunningPerKey < 0 || *m.MaxRunningPerKey > MaxRunningPerKeyMax):
-		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "max_running_per_key %d is outside 0..%d (0: unlimited)", *m.MaxRunningPerKey, MaxRunningPerKeyMax)})
+	case CheckKeyLimit(m.MaxRunningPerKey) != nil:
+		env.Send(env.Sender(), Done{Err: CheckKeyLimit(m.MaxRunningPerKey)})
 		return
 	}
 	d.applyKeyLimit(m.Tenant, m.Queue, m.MaxRunningPerKey)
@@ -211,6 +211,14 @@ func (d *Dispatcher) setKeyLimit(env Env, m SetKeyLimit) {
 	}
 	d.pipe.persist(env, []eventlog.Payload{eventlog.TenantKeyLimitSet{Tenant: m.Tenant, Queue: m.Queue, MaxRunningPerKey: n, APIKeyID: m.APIKeyID}},
 		replyDone{env.Sender()})
+}
+
+// CheckKeyLimit refuses a max_running_per_key out of range; nil (clear it) is in range.
+func CheckKeyLimit(n *int) *Rejection {
+	if n != nil && (*n < 0 || *n > MaxRunningPerKeyMax) {
+		return reject(CodeInvalidArgument, "max_running_per_key %d is outside 0..%d (0: unlimited)", *n, MaxRunningPerKeyMax)
+	}
+	return nil
 }
 
 // applyKeyLimit sets a limit (nil clears it) and places every group of the tenant's keys anew.

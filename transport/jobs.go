@@ -654,8 +654,8 @@ func (s *Server) setQuota(r *request) error {
 	// A quota and a key limit are two decisions (the tenant's and the dispatcher's), applied in
 	// that order, each durable before the answer; what either would refuse is refused before
 	// both, so a refusal changes nothing, and the request is safe to repeat.
-	if n := req.MaxRunningPerKey; n != nil && (*n < 0 || *n > actors.MaxRunningPerKeyMax) {
-		return errorf(actors.CodeInvalidArgument, "max_running_per_key %d is outside 0..%d (0: unlimited)", *n, actors.MaxRunningPerKeyMax)
+	if r := actors.CheckKeyLimit(req.MaxRunningPerKey); r != nil {
+		return r
 	}
 	var rc actors.Receipt
 	var err error
