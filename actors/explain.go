@@ -262,7 +262,9 @@ func (d *Dispatcher) tenantFull(tenant string) bool {
 func (d *Dispatcher) ahead(e *entry) (n int, atLeast bool) {
 	g := e.heap.group
 	looked := 0
-	for _, h := range g.queue.groups {
+	// Its own key's group first: the count that grows with the queue is exact before the others.
+	groups := append([]*group{g}, slices.DeleteFunc(slices.Clone(g.queue.groups), func(h *group) bool { return h == g })...)
+	for _, h := range groups {
 		if h != g && h.jobs.top().Priority == e.Priority && groupFirst(h, g) {
 			n++
 		}

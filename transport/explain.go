@@ -104,8 +104,12 @@ func explanationOf(x actors.Explanation, now time.Time) wire.Explanation {
 		}
 	case actors.ExplainWorkersBusy:
 		d.Sessions, d.Capacity, d.Leased, d.Ahead, d.AheadAtLeast = new(x.Sessions), new(x.Capacity), new(x.Held), new(x.Ahead), x.AheadAtLeast
-		out.Message = fmt.Sprintf("the %s serving queue %s have no room or no credit (%s held of a capacity of %d); %s of the queue go before it",
-			plural(x.Sessions, "worker connection"), x.Queue, plural(x.Held, "lease"), x.Capacity, aheadText(x))
+		have := "have"
+		if x.Sessions == 1 {
+			have = "has"
+		}
+		out.Message = fmt.Sprintf("the %s serving queue %s %s no room or no credit (%s held of a capacity of %d); %s of the queue go before it",
+			plural(x.Sessions, "worker connection"), x.Queue, have, plural(x.Held, "lease"), x.Capacity, aheadText(x))
 	case actors.ExplainBehind:
 		d.Ahead, d.AheadAtLeast = new(x.Ahead), x.AheadAtLeast
 		out.Message = fmt.Sprintf("%s of queue %s go before it (priority, then keys in turn, then age); a worker has room", aheadText(x), x.Queue)
