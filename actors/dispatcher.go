@@ -43,6 +43,14 @@ type Dispatcher struct {
 	keyDefault map[string]int
 	keyOwn     map[string]int
 	leases     uint64 // leases made since the dispatcher started: the keys' turns
+	// Rate limits (rates.go): by rateKey, and their buckets by bucketKey (when each is full
+	// again); rateWait holds the groups waiting for a token, the soonest due first.
+	rateDefs     map[string]rateDef
+	buckets      map[string]time.Time
+	bucketsSweep int
+	rateWait     rateHeap
+	// now is the dispatcher's clock when it took the message it is handling.
+	now time.Time
 	// scheduledBy counts the scheduled heap's jobs by tenant, queue and explain's reason, kept
 	// as they come and go, so that /metrics does not read every scheduled job.
 	scheduledBy map[WaitingCount]int
@@ -71,13 +79,15 @@ type Waiting struct {
 	SubmitSeq uint64
 	RunAt     time.Time
 	Key       string // its concurrency key, if any
-	Retry     bool   // it waits after a failed attempt (explain's retry_backoff)
+	// RateLimits are the tenant's rate limits its lease takes a token from (rates.go).
+	RateLimits []eventlog.RateLimitUse
+	Retry      bool // it waits after a failed attempt (explain's retry_backoff)
 }
 
 // waitingOf describes a job the projections hold for the dispatcher, waiting until runAt.
 func waitingOf(j *projections.Job, runAt time.Time) Waiting {
 	return Waiting{ID: j.ID, Tenant: j.Tenant, Queue: j.Queue, Priority: j.Priority, SubmitSeq: j.SubmitSeq, RunAt: runAt, Key: j.ConcurrencyKey,
-		Retry: j.Attempt > 0}
+		RateLimits: j.RateLimits, Retry: j.Attempt > 0}
 }
 
 // Notices to the dispatcher. Seq is the seq of the event a notice announces.
@@ -142,8 +152,11 @@ type (
 	extend struct{ WorkerID, JobID, LeaseID string }
 	// redriveJob: a re-drive the tenant admitted against its quota.
 	redriveJob struct{ Redrive }
-	// startLease asks a job's actor to lease the job.
-	startLease struct{ JobID, LeaseID, SessionID, WorkerID string }
+	// startLease asks a job's actor to lease the job, with the tokens the lease took.
+	startLease struct {
+		JobID, LeaseID, SessionID, WorkerID string
+		RateGrants                          []eventlog.RateGrant
+	}
 	// revokeLease asks a job's actor to give up a revoked worker's lease at once.
 	revokeLease struct{ WorkerID string }
 	// withdrawCredit: a long poll ended; its session's credit is gone. The dispatcher answers
@@ -221,9 +234,10 @@ func (d *Dispatcher) Recover(env Env) {
 		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
 		redriving: map[string]bool{}, paused: map[string]bool{},
 		keyRunning: map[string]int{}, keyGroups: map[string][]*group{}, keyDefault: map[string]int{}, keyOwn: map[string]int{},
-		scheduledBy: map[WaitingCount]int{},
+		scheduledBy: map[WaitingCount]int{}, rateDefs: map[string]rateDef{}, buckets: map[string]time.Time{}, bucketsSweep: bucketsSweepMin,
 	}
 	now := env.Now()
+	d.now = now
 	env.Read(func(s *projections.Set) {
 		d.rebuiltAt = s.Seq()
 		for _, name := range s.TenantNames() {
@@ -238,6 +252,7 @@ func (d *Dispatcher) Recover(env Env) {
 			for q, n := range t.QueueKeyLimits {
 				d.keyOwn[readyKey(name, q)] = n
 			}
+			d.recoverRates(&t)
 		}
 		byWorker := map[string]*slot{}
 		for _, w := range s.OpenSessions() {
@@ -275,7 +290,9 @@ func (d *Dispatcher) Recover(env Env) {
 // Receive implements Behaviour: handle takes the message, and dispatch looks for leases to make
 // only if it may have brought a ready job and a session's credit together.
 func (d *Dispatcher) Receive(env Env, msg any) {
-	if d.handle(env, msg) {
+	d.now = env.Now()
+	woke := d.wakeRated(d.now) // before anything reads the groups: none waits for a token due
+	if d.handle(env, msg) || woke {
 		d.dispatch(env)
 	}
 }
@@ -397,12 +414,21 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 	case WaitingReasons:
 		env.Send(env.Sender(), d.waitingCounts())
 		return false
+	case RateLimits:
+		env.Send(env.Sender(), RateLimitStates{Limits: d.rateStates(m.Tenant, d.now)})
+		return false
 	case PauseQueue:
 		d.pauseQueue(env, m)
 		return !m.Paused // a resume may free the queue's jobs
 	case SetKeyLimit:
 		d.setKeyLimit(env, m)
 		return true // a raised limit frees its keys' jobs
+	case SetRateLimit:
+		d.setRateLimit(env, m)
+		return true // a faster limit frees its jobs sooner
+	case DeleteRateLimit:
+		d.deleteRateLimit(env, m)
+		return true
 	case retentionSweep:
 		d.sweepRetention(env)
 		return false
@@ -726,7 +752,7 @@ func (d *Dispatcher) remove(id string) {
 // dispatch moves due jobs to their ready heaps, hands out jobs while any session with credit
 // can take one, and sets the timer for the next scheduled job.
 func (d *Dispatcher) dispatch(env Env) {
-	now := env.Now()
+	now := d.now
 	for e := d.scheduled.top(); e != nil && !e.RunAt.After(now); e = d.scheduled.top() {
 		heap.Pop(d.scheduled)
 		d.countScheduled(e, -1)
@@ -746,7 +772,7 @@ func (d *Dispatcher) dispatch(env Env) {
 				i++
 				continue
 			}
-			e := d.best(s)
+			e := d.best(s, now)
 			if e == nil {
 				i++
 				continue
@@ -756,8 +782,14 @@ func (d *Dispatcher) dispatch(env Env) {
 			i++
 		}
 	}
+	next := time.Time{}
 	if e := d.scheduled.top(); e != nil {
-		next := e.RunAt
+		next = e.RunAt
+	}
+	if len(d.rateWait.groups) > 0 && (next.IsZero() || d.rateWait.groups[0].due.Before(next)) {
+		next = d.rateWait.groups[0].due
+	}
+	if !next.IsZero() {
 		if d.tickAt.IsZero() || next.Before(d.tickAt) {
 			if d.tick != 0 {
 				env.Cancel(d.tick)
@@ -767,8 +799,9 @@ func (d *Dispatcher) dispatch(env Env) {
 	}
 }
 
-// best returns the session's tenant's best ready job over the session's queues.
-func (d *Dispatcher) best(s *slot) *entry {
+// best returns the session's tenant's best ready job over the session's queues. A queue's best
+// group whose rate limits have no token at now is held back until they do, and the next looked at.
+func (d *Dispatcher) best(s *slot, now time.Time) *entry {
 	if mutantMapOrder {
 		for _, e := range d.waiting {
 			if k := readyKey(e.Tenant, e.Queue); e.heap != d.scheduled && e.heap.group.index >= 0 && slices.Contains(s.readyKeys, k) && !d.paused[k] {
@@ -782,7 +815,16 @@ func (d *Dispatcher) best(s *slot) *entry {
 		if d.paused[k] && !mutantIgnorePause {
 			continue
 		}
-		if top := d.ready[k].top(); top != nil && (best == nil || dispatchFirst(top, best)) {
+		top := d.ready[k].top()
+		for top != nil && len(top.heap.group.rates) > 0 {
+			due, _ := d.rateDue(top.heap.group)
+			if !due.After(now) {
+				break
+			}
+			d.holdForRate(top.heap.group, due)
+			top = d.ready[k].top()
+		}
+		if top != nil && (best == nil || dispatchFirst(top, best)) {
 			best = top
 		}
 	}
@@ -818,7 +860,8 @@ func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
 	s.held++
 	d.running[s.tenant]++
 	d.keyLeases(lr.key, 1)
-	env.Send(JobRef(e.ID), startLease{JobID: e.ID, LeaseID: lr.leaseID, SessionID: s.id, WorkerID: s.workerID})
+	grants := d.takeTokens(e.Tenant, e.RateLimits, d.now)
+	env.Send(JobRef(e.ID), startLease{JobID: e.ID, LeaseID: lr.leaseID, SessionID: s.id, WorkerID: s.workerID, RateGrants: grants})
 }
 
 // dispatchFirst orders ready jobs: higher priority first, then older.

@@ -22,6 +22,7 @@ const (
 	ExplainQueuePaused   = "queue_paused"        // PausedSince
 	ExplainTenantQuota   = "tenant_quota"        // Running of MaxRunning
 	ExplainKeyLimit      = "concurrency_key"     // Key, KeyLimit, KeyHolders
+	ExplainRateLimited   = "rate_limited"        // RateLimit, RateKey, Rate, Burst, TokenAt
 	ExplainNoWorker      = "no_worker_for_queue" // LastWorker, LastSeen: no session serves the queue
 	ExplainWorkersBusy   = "workers_busy"        // Sessions, Capacity, Held: none has room or credit; Ahead
 	ExplainBehind        = "behind_n"            // Ahead: jobs of its queue that go first
@@ -39,20 +40,25 @@ type Explanation struct {
 	Code   string
 	Queue  string
 
-	RunAt        time.Time
-	PausedSince  time.Time
-	MaxRunning   int
-	Running      int
-	Key          string
-	KeyLimit     int
-	KeyHolders   []string  // the jobs that hold the key's leases
-	Sessions     int       // sessions serving the queue
-	Capacity     int       // their capacity
-	Held         int       // the leases they hold
-	LastWorker   string    // no_worker_for_queue: the worker of the queue last seen, if any
-	LastSeen     time.Time // no_worker_for_queue, leased: when the worker was last heard from
-	Ahead        int       // behind_n, workers_busy: jobs of its queue before it
-	AheadAtLeast bool      // Ahead is a lower bound: other keys take turns, or the queue is longer than explainAheadLooksMax
+	RunAt       time.Time
+	PausedSince time.Time
+	MaxRunning  int
+	Running     int
+	Key         string
+	KeyLimit    int
+	KeyHolders  []string // the jobs that hold the key's leases
+	// rate_limited: the limit whose token comes last, its key, and when the token is due.
+	RateLimit, RateKey string
+	Rate               float64
+	Burst              int
+	TokenAt            time.Time
+	Sessions           int       // sessions serving the queue
+	Capacity           int       // their capacity
+	Held               int       // the leases they hold
+	LastWorker         string    // no_worker_for_queue: the worker of the queue last seen, if any
+	LastSeen           time.Time // no_worker_for_queue, leased: when the worker was last heard from
+	Ahead              int       // behind_n, workers_busy: jobs of its queue before it
+	AheadAtLeast       bool      // Ahead is a lower bound: other keys take turns, or the queue is longer than explainAheadLooksMax
 
 	WorkerID, LeaseID    string
 	StartedAt, ExpiresAt time.Time
@@ -138,6 +144,10 @@ func (d *Dispatcher) explainWaiting(e *entry, x *Explanation) {
 				x.KeyHolders = append(x.KeyHolders, id)
 			}
 		}
+	case ExplainRateLimited:
+		due, u := d.rateDue(g)
+		_, def, _ := d.tokenAt(g.tenant, u)
+		x.RateLimit, x.RateKey, x.Rate, x.Burst, x.TokenAt = u.Name, u.Key, def.rate, def.burst, due
 	case ExplainWorkersBusy, ExplainBehind:
 		x.Sessions, x.Capacity, x.Held = served.sessions, served.capacity, served.held
 		x.Ahead, x.AheadAtLeast = d.ahead(e)
@@ -147,9 +157,10 @@ func (d *Dispatcher) explainWaiting(e *entry, x *Explanation) {
 }
 
 // waitingReason is why the ready jobs of group g wait, testing what dispatch tests, in its
-// order: the queue's pause, the tenant's max_running, the key's limit, and then the sessions
-// that serve the queue (sessions, asked only then): none, none with room and credit, or some,
-// in which case the jobs wait their turn.
+// order: the queue's pause, the tenant's max_running, the key's limit, the rate limits' tokens
+// (due after now, whether or not dispatch has seen it yet), and then the sessions that serve
+// the queue (sessions, asked only then): none, none with room and credit, or some, in which
+// case the jobs wait their turn.
 func (d *Dispatcher) waitingReason(g *group, sessions func(readyKey string) queueSessions) string {
 	k := readyKey(g.tenant, g.qname)
 	switch {
@@ -157,8 +168,11 @@ func (d *Dispatcher) waitingReason(g *group, sessions func(readyKey string) queu
 		return ExplainQueuePaused
 	case d.tenantFull(g.tenant):
 		return ExplainTenantQuota
-	case g.index < 0 && !mutantExplainIgnoresKeys:
+	case d.heldBack(g) && !mutantExplainIgnoresKeys:
 		return ExplainKeyLimit
+	}
+	if due, _ := d.rateDue(g); due.After(d.now) {
+		return ExplainRateLimited
 	}
 	switch s := sessions(k); {
 	case s.sessions == 0:

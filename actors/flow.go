@@ -243,6 +243,12 @@ func (fl *flows) submit(t *Tenant, env Env, m SubmitFlow) {
 		return
 	}
 	steps, r := flowSteps(m.Steps, t.limits)
+	for i := 0; r == nil && i < len(steps); i++ {
+		if r = undefinedRateLimit(env, t.name, steps[i].RateLimits); r != nil {
+			r.Message = "step " + steps[i].Name + ": " + r.Message
+			r.Details["step"] = steps[i].Name
+		}
+	}
 	if r != nil {
 		env.Send(reply, FlowAccepted{Err: r})
 		return

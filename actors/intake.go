@@ -148,7 +148,11 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 	newJobs := 0
 	for i := range m.Jobs {
 		spec := &m.Jobs[i]
-		if r := spec.normalize(t.limits); r != nil {
+		r := spec.normalize(t.limits)
+		if r == nil {
+			r = undefinedRateLimit(env, t.name, spec.RateLimits)
+		}
+		if r != nil {
 			if len(m.Jobs) > 1 {
 				r.Details = map[string]any{"index": i}
 			}
@@ -226,13 +230,14 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 			runAt, reason = now.Add(spec.Delay), eventlog.ScheduledDelay
 		}
 		done.waiting = append(done.waiting, Waiting{ID: id, Tenant: t.name, Queue: spec.Queue, Priority: spec.Priority, Key: spec.ConcurrencyKey,
-			SubmitSeq: uint64(len(events))})
+			RateLimits: spec.RateLimits, SubmitSeq: uint64(len(events))})
 		events = append(events, eventlog.JobSubmitted{
 			JobID: id, Tenant: t.name, Queue: spec.Queue, Type: spec.Type, Payload: spec.Payload,
 			Priority: spec.Priority, Labels: spec.Labels, MaxAttempts: spec.MaxAttempts,
 			LeaseTTLMillis: spec.LeaseTTL.Milliseconds(), IdempotencyKey: spec.IdempotencyKey,
 			RequestHash: hashes[i], ReservationID: spec.ReservationID, APIKeyID: m.APIKeyID,
 			ResultTTLMillis: spec.ResultTTL.Milliseconds(), ConcurrencyKey: spec.ConcurrencyKey,
+			RateLimits: spec.RateLimits,
 		})
 		if runAt.After(now) {
 			done.waiting[len(done.waiting)-1].RunAt = runAt

@@ -155,14 +155,18 @@ func (d *Dispatcher) checkQueue(q *groupHeap) (int, error) {
 			return 0, fmt.Errorf("group %q: %w", k, err)
 		}
 		switch {
-		case g.key != k || g.queue != q || g.jobs.group != g:
-			return 0, fmt.Errorf("group %q is filed as %q", g.key, k)
+		case g.id != k || g.queue != q || g.jobs.group != g:
+			return 0, fmt.Errorf("group %q is filed as %q", g.id, k)
 		case g.jobs.Len() == 0:
 			return 0, fmt.Errorf("group %q is empty", k)
-		case k != "" && !slices.Contains(d.keyGroups[k], g):
+		case g.key != "" && !slices.Contains(d.keyGroups[g.key], g):
 			return 0, fmt.Errorf("group %q is not among its key's", k)
-		case (g.index >= 0) == d.heldBack(g):
-			return 0, fmt.Errorf("group %q: in the heap %v, held back %v", k, g.index >= 0, d.heldBack(g))
+		case (g.index >= 0) == (d.heldBack(g) || g.rateIndex >= 0):
+			return 0, fmt.Errorf("group %q: in the heap %v, held back %v, waiting for a token %v", k, g.index >= 0, d.heldBack(g), g.rateIndex >= 0)
+		case g.rateIndex >= 0 && (g.rateIndex >= len(d.rateWait.groups) || d.rateWait.groups[g.rateIndex] != g):
+			return 0, fmt.Errorf("group %q is not where it says in the groups waiting for a token", k)
+		case g.rateIndex >= 0 && !g.due.After(d.now):
+			return 0, fmt.Errorf("group %q waits for a token due at %s, at %s", k, g.due, d.now)
 		case g.index >= 0 && (g.index >= len(q.groups) || q.groups[g.index] != g):
 			return 0, fmt.Errorf("group %q is not where it says", k)
 		}
@@ -171,8 +175,8 @@ func (d *Dispatcher) checkQueue(q *groupHeap) (int, error) {
 		}
 	}
 	for i, g := range q.groups {
-		if q.byKey[g.key] != g {
-			return 0, fmt.Errorf("group %q at %d is not filed", g.key, i)
+		if q.byKey[g.id] != g {
+			return 0, fmt.Errorf("group %q at %d is not filed", g.id, i)
 		}
 		if p := (i - 1) / 2; i > 0 && q.Less(i, p) {
 			return 0, fmt.Errorf("group %q at %d comes before its parent", g.key, i)

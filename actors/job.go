@@ -234,7 +234,7 @@ func (a *Job) start(env Env, m startLease) {
 	ev := eventlog.JobLeased{
 		JobID: a.id, LeaseID: m.LeaseID, WorkerID: m.WorkerID, SessionID: m.SessionID,
 		Nonce: hex.EncodeToString(nonce[:]), Attempt: a.job.Attempt + 1,
-		ExpiresAt: env.Now().Add(a.job.LeaseTTL).UTC(),
+		ExpiresAt: env.Now().Add(a.job.LeaseTTL).UTC(), RateGrants: m.RateGrants,
 	}
 	a.job.Fold(0, env.Now(), ev)
 	// Lease and assignment in one step: the runtime sends the assignment to the worker's session

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tetherhq/tether/eventlog"
 )
@@ -30,14 +31,20 @@ import (
 // jobs waiting then delays another key's one job by at most a round of the keys, not by its
 // million; priorities still come first, and jobs without a key are one group among the keys.
 
-// group is the ready jobs of one queue that share a concurrency key.
+// group is the ready jobs of one queue that share a concurrency key and rate limits.
 type group struct {
 	jobs          entryHeap
 	queue         *groupHeap
 	tenant, qname string
+	id            string // its name in queue.byKey: key, and its rate limits' (groupID)
 	key           string // keyOf(tenant, concurrency key); "" for the jobs without one
 	index         int    // in queue.groups; -1 while it is out of it (held back, or empty)
 	served        uint64 // the dispatcher's lease count when it last gave one of its jobs
+	// rates are the rate limits its jobs take tokens from (rates.go); while one has no token,
+	// the group waits in the dispatcher's rateWait (rateIndex >= 0) until due.
+	rates     []eventlog.RateLimitUse
+	rateIndex int
+	due       time.Time
 }
 
 // groupHeap is one queue's ready jobs: its groups, best job first.
@@ -122,11 +129,12 @@ func (d *Dispatcher) pushReady(e *entry) {
 		d.ready[qk] = q
 	}
 	k := keyOf(e.Tenant, e.Key)
-	g := q.byKey[k]
+	id := groupID(k, e.RateLimits)
+	g := q.byKey[id]
 	if g == nil {
-		g = &group{queue: q, tenant: e.Tenant, qname: e.Queue, key: k, index: -1}
+		g = &group{queue: q, tenant: e.Tenant, qname: e.Queue, id: id, key: k, index: -1, rates: e.RateLimits, rateIndex: -1}
 		g.jobs = entryHeap{less: dispatchFirst, group: g}
-		q.byKey[k] = g
+		q.byKey[id] = g
 		if k != "" {
 			d.keyGroups[k] = append(d.keyGroups[k], g)
 		}
@@ -148,10 +156,10 @@ func (d *Dispatcher) removeReady(e *entry) {
 	d.place(g)
 }
 
-// place puts g in its queue's heap, or takes it out, as its jobs and its key's leases say, and
-// forgets it once it is empty.
+// place puts g in its queue's heap, or takes it out, as its jobs, its key's leases and its
+// rate limits' tokens say, and forgets it once it is empty.
 func (d *Dispatcher) place(g *group) {
-	in, want := g.index >= 0, g.jobs.Len() > 0 && !d.heldBack(g)
+	in, want := g.index >= 0, g.jobs.Len() > 0 && !d.heldBack(g) && g.rateIndex < 0
 	switch {
 	case want && in:
 		heap.Fix(g.queue, g.index)
@@ -165,7 +173,10 @@ func (d *Dispatcher) place(g *group) {
 	if g.jobs.Len() > 0 {
 		return
 	}
-	delete(g.queue.byKey, g.key)
+	if g.rateIndex >= 0 {
+		heap.Remove(&d.rateWait, g.rateIndex)
+	}
+	delete(g.queue.byKey, g.id)
 	if g.key != "" {
 		gs := d.keyGroups[g.key]
 		if i := slices.Index(gs, g); i >= 0 {

@@ -35,6 +35,9 @@ var (
 	mutantKeyLimitOffByOne bool
 	// mutantExplainIgnoresKeys explains a job its key holds back as if its key were free.
 	mutantExplainIgnoresKeys bool
+	// mutantBucketRefillsTwice charges a lease half a token: a rate limit's bucket refills
+	// twice as fast as its rate.
+	mutantBucketRefillsTwice bool
 	// mutantStartOnLease starts a flow's step once each step it needs is leased or succeeded.
 	mutantStartOnLease bool
 	// mutantForgetDecidedTicks takes a schedule's ticks from its creation on, forgetting those

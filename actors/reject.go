@@ -39,6 +39,7 @@ const (
 	CodeInvalidSchedule      Code = "INVALID_SCHEDULE"
 	CodeScheduleNotFound     Code = "SCHEDULE_NOT_FOUND"
 	CodeScheduleExists       Code = "SCHEDULE_EXISTS"
+	CodeRateLimitNotFound    Code = "RATE_LIMIT_NOT_FOUND"
 )
 
 // Rejection is a refused command: a value, not a failure of the broker.

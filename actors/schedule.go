@@ -366,6 +366,9 @@ func (sc *schedules) reset() {
 
 func (sc *schedules) create(t *Tenant, env Env, m CreateSchedule, reply Ref) {
 	ev, r := scheduleEvent(t, m, env.Now())
+	if r == nil {
+		r = undefinedRateLimit(env, t.name, ev.Job.RateLimits)
+	}
 	if r != nil {
 		env.Send(reply, ScheduleMade{Err: r})
 		return

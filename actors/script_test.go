@@ -221,6 +221,15 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 			m.MaxRunningPerKey = new(s.intArg(d, "n", 0))
 		}
 		return disp, m, "client"
+	case "ratelimit": // ratelimit NAME rate=R burst=B, or ratelimit NAME delete
+		if d.HasArg("delete") {
+			return disp, actors.DeleteRateLimit{Tenant: tenant, Name: s.pos(d, 0)}, "client"
+		}
+		rate, err := strconv.ParseFloat(s.strArg(d, "rate", "1"), 64)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		return disp, actors.SetRateLimit{Tenant: tenant, Name: s.pos(d, 0), Rate: rate, Burst: s.intArg(d, "burst", 1)}, "client"
 	case "quota":
 		q := actors.SetQuota{Tenant: tenant}
 		if d.HasArg("max-active") {
@@ -377,8 +386,16 @@ func (s *script) show(d *datadriven.TestData) string {
 		return s.format(s.w.Set.Counters()[s.pos(d, 1)]) + "\n"
 	case "tenant":
 		tn := s.w.Set.Tenant(tenant)
-		return fmt.Sprintf("active=%d reservations=%d max_running_per_key=%d queue_key_limits=%v\n", tn.Active, len(tn.Reservations),
+		out := fmt.Sprintf("active=%d reservations=%d max_running_per_key=%d queue_key_limits=%v\n", tn.Active, len(tn.Reservations),
 			tn.MaxRunningPerKey, tn.QueueKeyLimits)
+		for _, name := range slices.Sorted(maps.Keys(tn.RateLimits)) {
+			l := tn.RateLimits[name]
+			out += fmt.Sprintf("rate limit %s: rate=%v burst=%d\n", name, l.Rate, l.Burst)
+		}
+		for _, b := range slices.Sorted(maps.Keys(tn.RateBuckets)) {
+			out += fmt.Sprintf("bucket %s: full at %s\n", b, tn.RateBuckets[b].Format("15:04:05.000"))
+		}
+		return out
 	}
 	return ""
 }
@@ -610,6 +627,11 @@ func (s *script) jobSpec(line string) actors.JobSpec {
 			spec.RunAt = t0.Add(s.dur(v))
 		case k == "res":
 			spec.ReservationID = s.id(v)
+		case k == "rates": // rates=NAME[:KEY],...
+			for _, r := range strings.Split(v, ",") {
+				name, key, _ := strings.Cut(r, ":")
+				spec.RateLimits = append(spec.RateLimits, eventlog.RateLimitUse{Name: name, Key: key})
+			}
 		default:
 			s.t.Fatalf("job spec: unknown key %q", k)
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
 	"maps"
 	"slices"
 	"strings"
@@ -35,6 +36,9 @@ type JobSpec struct {
 	// ConcurrencyKey, if set, caps the job's leases with every other job of its tenant that
 	// has the key, at its queue's max_running_per_key (or the tenant's).
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// RateLimits names the tenant's rate limits each lease of the job takes a token from
+	// (SetRateLimit): at most RateLimitsPerJobMax, each named once per key.
+	RateLimits []eventlog.RateLimitUse `json:"rate_limits,omitempty"`
 }
 
 // Limits and defaults of intake. Names put the qualifier last (leaseTTLMax), as the rest of
@@ -60,7 +64,15 @@ const (
 	ConcurrencyKeyLenMax   = 128
 	// MaxRunningPerKeyMax bounds a key limit: past the capacity of any worker fleet it would
 	// mean unlimited, which 0 says.
-	MaxRunningPerKeyMax   = 1_000_000
+	MaxRunningPerKeyMax = 1_000_000
+	// Rate limits: a tenant's, and those one job takes tokens from. A rate is tokens a second;
+	// RateMin is one token a day, so a bucket's interval fits the dispatcher's clock exactly.
+	RateLimitNameLenMax   = 64
+	RateLimitsMax         = 1000
+	RateLimitsPerJobMax   = 8
+	RateMin               = 1.0 / 86400
+	RateMax               = 1_000_000
+	BurstMax              = 1_000_000
 	BatchJobsMax          = 1000
 	ReservationTTLDefault = 300 * time.Second
 	ReservationTTLMax     = 24 * time.Hour
@@ -116,6 +128,9 @@ func (s *JobSpec) normalize(l Limits) *Rejection {
 	if r := checkLabels(s.Labels); r != nil {
 		return r
 	}
+	if r := checkRateLimitUses(s.RateLimits); r != nil {
+		return r
+	}
 	if len(bytes.TrimSpace(s.Payload)) == 0 {
 		s.Payload = json.RawMessage("null")
 	}
@@ -156,7 +171,49 @@ func ValidTenant(name string) bool {
 func (s *JobSpec) template() eventlog.JobTemplate {
 	return eventlog.JobTemplate{Queue: s.Queue, Type: s.Type, Payload: s.Payload, Priority: s.Priority, MaxAttempts: s.MaxAttempts,
 		LeaseTTLMillis: s.LeaseTTL.Milliseconds(), Labels: s.Labels, ResultTTLMillis: s.ResultTTL.Milliseconds(),
-		ConcurrencyKey: s.ConcurrencyKey}
+		ConcurrencyKey: s.ConcurrencyKey, RateLimits: s.RateLimits}
+}
+
+// checkRateLimitUses refuses a job's rate limits that are malformed: too many, a bad name or
+// key, or one bucket named twice (the job would take two of its tokens).
+func checkRateLimitUses(uses []eventlog.RateLimitUse) *Rejection {
+	if len(uses) > RateLimitsPerJobMax {
+		return reject(CodeInvalidArgument, "%d rate_limits; a job takes at most %d", len(uses), RateLimitsPerJobMax)
+	}
+	for i, u := range uses {
+		switch {
+		case !validName(u.Name, RateLimitNameLenMax, false):
+			return reject(CodeInvalidArgument, "rate limit name %q must be 1..%d of [A-Za-z0-9_-]", clip(u.Name), RateLimitNameLenMax)
+		case len(u.Key) > ConcurrencyKeyLenMax || !validKey(u.Key):
+			return reject(CodeInvalidArgument, "rate limit %s: key must be at most %d bytes of UTF-8 without control characters", u.Name, ConcurrencyKeyLenMax)
+		case slices.Contains(uses[:i], u):
+			return reject(CodeInvalidArgument, "rate limit %s is named twice with key %q", u.Name, u.Key)
+		}
+	}
+	return nil
+}
+
+// undefinedRateLimit refuses rate limits the tenant has not defined: a name misspelt would
+// otherwise limit nothing. A limit deleted later lifts itself from the jobs that name it.
+func undefinedRateLimit(env Env, tenant string, uses []eventlog.RateLimitUse) *Rejection {
+	if len(uses) == 0 {
+		return nil
+	}
+	var missing string
+	env.Read(func(s *projections.Set) {
+		defined := s.Tenant(tenant).RateLimits
+		for _, u := range uses {
+			if _, ok := defined[u.Name]; !ok && missing == "" {
+				missing = u.Name
+			}
+		}
+	})
+	if missing == "" {
+		return nil
+	}
+	r := reject(CodeRateLimitNotFound, "tenant %s has no rate limit %q; set it first (PUT /v1/rate-limits/%s)", tenant, missing, missing)
+	r.Details = map[string]any{"rate_limit": missing}
+	return r
 }
 
 // validKey reports whether s can be a concurrency key: UTF-8 without control characters. A

@@ -173,9 +173,9 @@ func (t *Tenant) templateJob(env Env, tpl eventlog.JobTemplate, payload json.Raw
 	return eventlog.JobSubmitted{
 			JobID: id, Tenant: t.name, Queue: tpl.Queue, Type: tpl.Type, Payload: payload, Priority: tpl.Priority,
 			Labels: tpl.Labels, MaxAttempts: tpl.MaxAttempts, LeaseTTLMillis: tpl.LeaseTTLMillis, ResultTTLMillis: tpl.ResultTTLMillis,
-			ConcurrencyKey: tpl.ConcurrencyKey,
+			ConcurrencyKey: tpl.ConcurrencyKey, RateLimits: tpl.RateLimits,
 		},
-		Waiting{ID: id, Tenant: t.name, Queue: tpl.Queue, Priority: tpl.Priority, Key: tpl.ConcurrencyKey}
+		Waiting{ID: id, Tenant: t.name, Queue: tpl.Queue, Priority: tpl.Priority, Key: tpl.ConcurrencyKey, RateLimits: tpl.RateLimits}
 }
 
 // enqueue hands the dispatcher the jobs an append submitted, once it is durable; each one's

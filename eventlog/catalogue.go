@@ -71,6 +71,16 @@ type JobSubmitted struct {
 	// ConcurrencyKey, if set, is the key whose leases the dispatcher caps at the queue's (or the
 	// tenant's) max_running_per_key (TenantKeyLimitSet).
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// RateLimits names the tenant's rate limits each lease of the job takes a token from
+	// (TenantRateLimitSet).
+	RateLimits []RateLimitUse `json:"rate_limits,omitempty"`
+}
+
+// RateLimitUse names a rate limit a job takes a token from when it is leased: the tenant's
+// limit Name, in its bucket for Key (one bucket per key; "" is the limit's own bucket).
+type RateLimitUse struct {
+	Name string `json:"name"`
+	Key  string `json:"key,omitempty"`
 }
 
 // JobScheduled records that the job waits until RunAt before it can be leased (a delayed submit).
@@ -96,6 +106,16 @@ type JobLeased struct {
 	Nonce     string    `json:"nonce"`
 	Attempt   int       `json:"attempt"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// RateGrants are the tokens the lease took from the job's rate limits' buckets.
+	RateGrants []RateGrant `json:"rate_grants,omitempty"`
+}
+
+// RateGrant is a token a lease took from a bucket of a rate limit (RateLimitUse): FullAt is
+// when the bucket is full again, which is all of its state.
+type RateGrant struct {
+	Name   string    `json:"name"`
+	Key    string    `json:"key,omitempty"`
+	FullAt time.Time `json:"full_at"`
 }
 
 // JobLeaseExtended records that a lease's expiry moved without a heartbeat being logged: the fresh grace every
@@ -279,6 +299,7 @@ type JobTemplate struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	ResultTTLMillis int64             `json:"result_ttl_ms,omitempty"`
 	ConcurrencyKey  string            `json:"concurrency_key,omitempty"`
+	RateLimits      []RateLimitUse    `json:"rate_limits,omitempty"`
 }
 
 // FlowStep is one step of a flow: the job it becomes once every step it needs has succeeded.
@@ -572,6 +593,26 @@ type TenantKeyLimitSet struct {
 	APIKeyID         string `json:"api_key_id,omitempty"` // who set it; empty for the admin
 }
 
+// TenantRateLimitSet records a rate limit of the tenant, new or changed: a token bucket that
+// holds at most Burst tokens and gains Rate tokens a second, on the dispatcher's clock, one
+// bucket per key the tenant's jobs name it with (RateLimitUse). The dispatcher decides it and
+// acts on it at once; buckets keep the tokens they have, up to the new Burst.
+type TenantRateLimitSet struct {
+	Tenant   string  `json:"tenant"`
+	Name     string  `json:"name"`
+	Rate     float64 `json:"rate"`
+	Burst    int     `json:"burst"`
+	APIKeyID string  `json:"api_key_id,omitempty"` // who set it; empty for the admin
+}
+
+// TenantRateLimitDeleted records that a rate limit is gone: the jobs that name it are no
+// longer held back by it.
+type TenantRateLimitDeleted struct {
+	Tenant   string `json:"tenant"`
+	Name     string `json:"name"`
+	APIKeyID string `json:"api_key_id,omitempty"`
+}
+
 // EnrollTokenCreated records a token that lets Uses workers register for the tenant until ExpiresAt.
 type EnrollTokenCreated struct {
 	Tenant    string    `json:"tenant"`
@@ -588,93 +629,97 @@ type EnrollTokenUsed struct {
 	WorkerID string `json:"worker_id"`
 }
 
-func (JobSubmitted) EventType() string         { return "job.submitted" }
-func (JobScheduled) EventType() string         { return "job.scheduled" }
-func (JobLeased) EventType() string            { return "job.leased" }
-func (JobLeaseExtended) EventType() string     { return "job.lease_extended" }
-func (JobProgress) EventType() string          { return "job.progress" }
-func (JobSucceeded) EventType() string         { return "job.succeeded" }
-func (JobFailed) EventType() string            { return "job.failed" }
-func (JobRetryScheduled) EventType() string    { return "job.retry_scheduled" }
-func (JobLeaseExpired) EventType() string      { return "job.lease_expired" }
-func (JobLeaseReleased) EventType() string     { return "job.lease_released" }
-func (JobDeadLettered) EventType() string      { return "job.dead_lettered" }
-func (JobCancelRequested) EventType() string   { return "job.cancel_requested" }
-func (JobCancelled) EventType() string         { return "job.cancelled" }
-func (JobRedriven) EventType() string          { return "job.redriven" }
-func (JobExpired) EventType() string           { return "job.expired" }
-func (WorkerRegistered) EventType() string     { return "worker.registered" }
-func (WorkerTokenRotated) EventType() string   { return "worker.token_rotated" }
-func (WorkerRevoked) EventType() string        { return "worker.revoked" }
-func (WorkerSessionStarted) EventType() string { return "worker.session_started" }
-func (WorkerSessionEnded) EventType() string   { return "worker.session_ended" }
-func (TenantQuotaSet) EventType() string       { return "tenant.quota_set" }
-func (ReservationMade) EventType() string      { return "tenant.reservation_made" }
-func (ReservationConsumed) EventType() string  { return "tenant.reservation_consumed" }
-func (ReservationReleased) EventType() string  { return "tenant.reservation_released" }
-func (ReservationExpired) EventType() string   { return "tenant.reservation_expired" }
-func (APIKeyCreated) EventType() string        { return "tenant.api_key_created" }
-func (APIKeyRevoked) EventType() string        { return "tenant.api_key_revoked" }
-func (EnrollTokenCreated) EventType() string   { return "tenant.enroll_token_created" }
-func (EnrollTokenUsed) EventType() string      { return "tenant.enroll_token_used" }
-func (QueuePaused) EventType() string          { return "tenant.queue_paused" }
-func (QueueResumed) EventType() string         { return "tenant.queue_resumed" }
-func (TenantKeyLimitSet) EventType() string    { return "tenant.key_limit_set" }
-func (FlowSubmitted) EventType() string        { return "flow.submitted" }
-func (FlowStepSkipped) EventType() string      { return "flow.step_skipped" }
-func (FlowEnded) EventType() string            { return "flow.ended" }
-func (FlowExpired) EventType() string          { return "flow.expired" }
-func (ScheduleCreated) EventType() string      { return "schedule.created" }
-func (ScheduleFired) EventType() string        { return "schedule.fired" }
-func (ScheduleSkipped) EventType() string      { return "schedule.skipped" }
-func (SchedulePaused) EventType() string       { return "schedule.paused" }
-func (ScheduleResumed) EventType() string      { return "schedule.resumed" }
-func (ScheduleDeleted) EventType() string      { return "schedule.deleted" }
+func (JobSubmitted) EventType() string           { return "job.submitted" }
+func (JobScheduled) EventType() string           { return "job.scheduled" }
+func (JobLeased) EventType() string              { return "job.leased" }
+func (JobLeaseExtended) EventType() string       { return "job.lease_extended" }
+func (JobProgress) EventType() string            { return "job.progress" }
+func (JobSucceeded) EventType() string           { return "job.succeeded" }
+func (JobFailed) EventType() string              { return "job.failed" }
+func (JobRetryScheduled) EventType() string      { return "job.retry_scheduled" }
+func (JobLeaseExpired) EventType() string        { return "job.lease_expired" }
+func (JobLeaseReleased) EventType() string       { return "job.lease_released" }
+func (JobDeadLettered) EventType() string        { return "job.dead_lettered" }
+func (JobCancelRequested) EventType() string     { return "job.cancel_requested" }
+func (JobCancelled) EventType() string           { return "job.cancelled" }
+func (JobRedriven) EventType() string            { return "job.redriven" }
+func (JobExpired) EventType() string             { return "job.expired" }
+func (WorkerRegistered) EventType() string       { return "worker.registered" }
+func (WorkerTokenRotated) EventType() string     { return "worker.token_rotated" }
+func (WorkerRevoked) EventType() string          { return "worker.revoked" }
+func (WorkerSessionStarted) EventType() string   { return "worker.session_started" }
+func (WorkerSessionEnded) EventType() string     { return "worker.session_ended" }
+func (TenantQuotaSet) EventType() string         { return "tenant.quota_set" }
+func (ReservationMade) EventType() string        { return "tenant.reservation_made" }
+func (ReservationConsumed) EventType() string    { return "tenant.reservation_consumed" }
+func (ReservationReleased) EventType() string    { return "tenant.reservation_released" }
+func (ReservationExpired) EventType() string     { return "tenant.reservation_expired" }
+func (APIKeyCreated) EventType() string          { return "tenant.api_key_created" }
+func (APIKeyRevoked) EventType() string          { return "tenant.api_key_revoked" }
+func (EnrollTokenCreated) EventType() string     { return "tenant.enroll_token_created" }
+func (EnrollTokenUsed) EventType() string        { return "tenant.enroll_token_used" }
+func (QueuePaused) EventType() string            { return "tenant.queue_paused" }
+func (QueueResumed) EventType() string           { return "tenant.queue_resumed" }
+func (TenantKeyLimitSet) EventType() string      { return "tenant.key_limit_set" }
+func (TenantRateLimitSet) EventType() string     { return "tenant.rate_limit_set" }
+func (TenantRateLimitDeleted) EventType() string { return "tenant.rate_limit_deleted" }
+func (FlowSubmitted) EventType() string          { return "flow.submitted" }
+func (FlowStepSkipped) EventType() string        { return "flow.step_skipped" }
+func (FlowEnded) EventType() string              { return "flow.ended" }
+func (FlowExpired) EventType() string            { return "flow.expired" }
+func (ScheduleCreated) EventType() string        { return "schedule.created" }
+func (ScheduleFired) EventType() string          { return "schedule.fired" }
+func (ScheduleSkipped) EventType() string        { return "schedule.skipped" }
+func (SchedulePaused) EventType() string         { return "schedule.paused" }
+func (ScheduleResumed) EventType() string        { return "schedule.resumed" }
+func (ScheduleDeleted) EventType() string        { return "schedule.deleted" }
 
 // Each payload names its stream from its own fields: the entity it changes.
 
-func (e JobSubmitted) Stream() string         { return JobStream(e.JobID) }
-func (e JobScheduled) Stream() string         { return JobStream(e.JobID) }
-func (e JobLeased) Stream() string            { return JobStream(e.JobID) }
-func (e JobLeaseExtended) Stream() string     { return JobStream(e.JobID) }
-func (e JobProgress) Stream() string          { return JobStream(e.JobID) }
-func (e JobSucceeded) Stream() string         { return JobStream(e.JobID) }
-func (e JobFailed) Stream() string            { return JobStream(e.JobID) }
-func (e JobRetryScheduled) Stream() string    { return JobStream(e.JobID) }
-func (e JobLeaseExpired) Stream() string      { return JobStream(e.JobID) }
-func (e JobLeaseReleased) Stream() string     { return JobStream(e.JobID) }
-func (e JobDeadLettered) Stream() string      { return JobStream(e.JobID) }
-func (e JobCancelRequested) Stream() string   { return JobStream(e.JobID) }
-func (e JobCancelled) Stream() string         { return JobStream(e.JobID) }
-func (e JobRedriven) Stream() string          { return JobStream(e.JobID) }
-func (e JobExpired) Stream() string           { return JobStream(e.JobID) }
-func (e WorkerRegistered) Stream() string     { return WorkerStream(e.WorkerID) }
-func (e WorkerTokenRotated) Stream() string   { return WorkerStream(e.WorkerID) }
-func (e WorkerRevoked) Stream() string        { return WorkerStream(e.WorkerID) }
-func (e WorkerSessionStarted) Stream() string { return WorkerStream(e.WorkerID) }
-func (e WorkerSessionEnded) Stream() string   { return WorkerStream(e.WorkerID) }
-func (e TenantQuotaSet) Stream() string       { return TenantStream(e.Tenant) }
-func (e ReservationMade) Stream() string      { return TenantStream(e.Tenant) }
-func (e ReservationConsumed) Stream() string  { return TenantStream(e.Tenant) }
-func (e ReservationReleased) Stream() string  { return TenantStream(e.Tenant) }
-func (e ReservationExpired) Stream() string   { return TenantStream(e.Tenant) }
-func (e APIKeyCreated) Stream() string        { return TenantStream(e.Tenant) }
-func (e APIKeyRevoked) Stream() string        { return TenantStream(e.Tenant) }
-func (e EnrollTokenCreated) Stream() string   { return TenantStream(e.Tenant) }
-func (e EnrollTokenUsed) Stream() string      { return TenantStream(e.Tenant) }
-func (e QueuePaused) Stream() string          { return TenantStream(e.Tenant) }
-func (e QueueResumed) Stream() string         { return TenantStream(e.Tenant) }
-func (e TenantKeyLimitSet) Stream() string    { return TenantStream(e.Tenant) }
-func (e FlowSubmitted) Stream() string        { return FlowStream(e.FlowID) }
-func (e FlowStepSkipped) Stream() string      { return FlowStream(e.FlowID) }
-func (e FlowEnded) Stream() string            { return FlowStream(e.FlowID) }
-func (e FlowExpired) Stream() string          { return FlowStream(e.FlowID) }
-func (e ScheduleCreated) Stream() string      { return ScheduleStream(e.ScheduleID) }
-func (e ScheduleFired) Stream() string        { return ScheduleStream(e.ScheduleID) }
-func (e ScheduleSkipped) Stream() string      { return ScheduleStream(e.ScheduleID) }
-func (e SchedulePaused) Stream() string       { return ScheduleStream(e.ScheduleID) }
-func (e ScheduleResumed) Stream() string      { return ScheduleStream(e.ScheduleID) }
-func (e ScheduleDeleted) Stream() string      { return ScheduleStream(e.ScheduleID) }
+func (e JobSubmitted) Stream() string           { return JobStream(e.JobID) }
+func (e JobScheduled) Stream() string           { return JobStream(e.JobID) }
+func (e JobLeased) Stream() string              { return JobStream(e.JobID) }
+func (e JobLeaseExtended) Stream() string       { return JobStream(e.JobID) }
+func (e JobProgress) Stream() string            { return JobStream(e.JobID) }
+func (e JobSucceeded) Stream() string           { return JobStream(e.JobID) }
+func (e JobFailed) Stream() string              { return JobStream(e.JobID) }
+func (e JobRetryScheduled) Stream() string      { return JobStream(e.JobID) }
+func (e JobLeaseExpired) Stream() string        { return JobStream(e.JobID) }
+func (e JobLeaseReleased) Stream() string       { return JobStream(e.JobID) }
+func (e JobDeadLettered) Stream() string        { return JobStream(e.JobID) }
+func (e JobCancelRequested) Stream() string     { return JobStream(e.JobID) }
+func (e JobCancelled) Stream() string           { return JobStream(e.JobID) }
+func (e JobRedriven) Stream() string            { return JobStream(e.JobID) }
+func (e JobExpired) Stream() string             { return JobStream(e.JobID) }
+func (e WorkerRegistered) Stream() string       { return WorkerStream(e.WorkerID) }
+func (e WorkerTokenRotated) Stream() string     { return WorkerStream(e.WorkerID) }
+func (e WorkerRevoked) Stream() string          { return WorkerStream(e.WorkerID) }
+func (e WorkerSessionStarted) Stream() string   { return WorkerStream(e.WorkerID) }
+func (e WorkerSessionEnded) Stream() string     { return WorkerStream(e.WorkerID) }
+func (e TenantQuotaSet) Stream() string         { return TenantStream(e.Tenant) }
+func (e ReservationMade) Stream() string        { return TenantStream(e.Tenant) }
+func (e ReservationConsumed) Stream() string    { return TenantStream(e.Tenant) }
+func (e ReservationReleased) Stream() string    { return TenantStream(e.Tenant) }
+func (e ReservationExpired) Stream() string     { return TenantStream(e.Tenant) }
+func (e APIKeyCreated) Stream() string          { return TenantStream(e.Tenant) }
+func (e APIKeyRevoked) Stream() string          { return TenantStream(e.Tenant) }
+func (e EnrollTokenCreated) Stream() string     { return TenantStream(e.Tenant) }
+func (e EnrollTokenUsed) Stream() string        { return TenantStream(e.Tenant) }
+func (e QueuePaused) Stream() string            { return TenantStream(e.Tenant) }
+func (e QueueResumed) Stream() string           { return TenantStream(e.Tenant) }
+func (e TenantKeyLimitSet) Stream() string      { return TenantStream(e.Tenant) }
+func (e TenantRateLimitSet) Stream() string     { return TenantStream(e.Tenant) }
+func (e TenantRateLimitDeleted) Stream() string { return TenantStream(e.Tenant) }
+func (e FlowSubmitted) Stream() string          { return FlowStream(e.FlowID) }
+func (e FlowStepSkipped) Stream() string        { return FlowStream(e.FlowID) }
+func (e FlowEnded) Stream() string              { return FlowStream(e.FlowID) }
+func (e FlowExpired) Stream() string            { return FlowStream(e.FlowID) }
+func (e ScheduleCreated) Stream() string        { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleFired) Stream() string          { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleSkipped) Stream() string        { return ScheduleStream(e.ScheduleID) }
+func (e SchedulePaused) Stream() string         { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleResumed) Stream() string        { return ScheduleStream(e.ScheduleID) }
+func (e ScheduleDeleted) Stream() string        { return ScheduleStream(e.ScheduleID) }
 
 // catalogue maps each event type to its payload's Go type.
 var catalogue = func() map[string]reflect.Type {
@@ -696,6 +741,7 @@ func Catalogue() []Payload {
 		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
 		ReservationExpired{}, APIKeyCreated{}, APIKeyRevoked{}, EnrollTokenCreated{},
 		EnrollTokenUsed{}, QueuePaused{}, QueueResumed{}, TenantKeyLimitSet{},
+		TenantRateLimitSet{}, TenantRateLimitDeleted{},
 		FlowSubmitted{}, FlowStepSkipped{}, FlowEnded{}, FlowExpired{},
 		ScheduleCreated{}, ScheduleFired{}, ScheduleSkipped{}, SchedulePaused{}, ScheduleResumed{},
 		ScheduleDeleted{},

@@ -54,6 +54,8 @@ func scanPayload(typ string, data []byte) (Payload, bool) {
 				return s.String(&e.ScheduleID)
 			case "concurrency_key":
 				return s.String(&e.ConcurrencyKey)
+			case "rate_limits":
+				return ScanRateLimits(&s, &e.RateLimits)
 			}
 			return false
 		})
@@ -76,6 +78,23 @@ func scanPayload(typ string, data []byte) (Payload, bool) {
 				return s.Int(&e.Attempt)
 			case "expires_at":
 				return s.TimeValue(&e.ExpiresAt)
+			case "rate_grants":
+				e.RateGrants = []RateGrant{}
+				return s.Array(func() bool {
+					e.RateGrants = append(e.RateGrants, RateGrant{})
+					g := &e.RateGrants[len(e.RateGrants)-1]
+					return s.Object(false, func(k []byte) bool {
+						switch string(k) {
+						case "name":
+							return s.String(&g.Name)
+						case "key":
+							return s.String(&g.Key)
+						case "full_at":
+							return s.TimeValue(&g.FullAt)
+						}
+						return false
+					})
+				})
 			}
 			return false
 		})
@@ -122,4 +141,23 @@ func int64Into(s *fastjson.Scanner, dst *int64) bool {
 	v, ok := s.Int64()
 	*dst = v
 	return ok
+}
+
+// ScanRateLimits reads a job's rate limits as encoding/json does; it reports false on a null,
+// which is left to encoding/json.
+func ScanRateLimits(s *fastjson.Scanner, dst *[]RateLimitUse) bool {
+	*dst = []RateLimitUse{}
+	return s.Array(func() bool {
+		*dst = append(*dst, RateLimitUse{})
+		p := &(*dst)[len(*dst)-1]
+		return s.Object(false, func(k []byte) bool {
+			switch string(k) {
+			case "name":
+				return s.String(&p.Name)
+			case "key":
+				return s.String(&p.Key)
+			}
+			return false
+		})
+	})
 }

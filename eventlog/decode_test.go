@@ -45,10 +45,17 @@ func TestDecodeIsUnmarshal(t *testing.T) {
 			if r.IntN(3) == 0 {
 				e.Labels = map[string]string{word(): word(), word(): word()}
 			}
+			for range r.IntN(3) {
+				e.RateLimits = append(e.RateLimits, eventlog.RateLimitUse{Name: word(), Key: word()})
+			}
 			return e
 		case 1:
-			return eventlog.JobLeased{JobID: word(), LeaseID: word(), WorkerID: word(), SessionID: word(), Nonce: word(),
+			e := eventlog.JobLeased{JobID: word(), LeaseID: word(), WorkerID: word(), SessionID: word(), Nonce: word(),
 				Attempt: r.IntN(10), ExpiresAt: at()}
+			for range r.IntN(3) {
+				e.RateGrants = append(e.RateGrants, eventlog.RateGrant{Name: word(), Key: word(), FullAt: at()})
+			}
+			return e
 		case 2:
 			e := eventlog.JobSucceeded{JobID: word(), LeaseID: word(), Attempt: r.IntN(10), OutputHash: word(), Signature: word()}
 			if r.IntN(2) == 0 {

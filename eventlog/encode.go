@@ -37,6 +37,7 @@ func appendPayload(dst []byte, p Payload) ([]byte, bool) {
 		w.Str("flow_step", e.FlowStep, false)
 		w.Str("schedule_id", e.ScheduleID, false)
 		w.Str("concurrency_key", e.ConcurrencyKey, false)
+		WriteRateLimits(&w, e.RateLimits)
 	case JobLeased:
 		w = fastjson.NewWriter(slices.Grow(dst, 320))
 		w.Str("job_id", e.JobID, true)
@@ -46,6 +47,13 @@ func appendPayload(dst []byte, p Payload) ([]byte, bool) {
 		w.Str("nonce", e.Nonce, true)
 		w.Int("attempt", e.Attempt, true)
 		w.Time("expires_at", e.ExpiresAt)
+		if len(e.RateGrants) > 0 {
+			w.Array("rate_grants", len(e.RateGrants), func(w *fastjson.Writer, i int) {
+				w.Str("name", e.RateGrants[i].Name, true)
+				w.Str("key", e.RateGrants[i].Key, false)
+				w.Time("full_at", e.RateGrants[i].FullAt)
+			})
+		}
 	case JobSucceeded:
 		w = fastjson.NewWriter(slices.Grow(dst, 256+len(e.Output)+len(e.Signature)))
 		w.Str("job_id", e.JobID, true)
@@ -58,4 +66,15 @@ func appendPayload(dst []byte, p Payload) ([]byte, bool) {
 		return nil, false
 	}
 	return w.Close()
+}
+
+// WriteRateLimits writes a job's rate limits as json.Marshal does (omitempty).
+func WriteRateLimits(w *fastjson.Writer, uses []RateLimitUse) {
+	if len(uses) == 0 {
+		return
+	}
+	w.Array("rate_limits", len(uses), func(w *fastjson.Writer, i int) {
+		w.Str("name", uses[i].Name, true)
+		w.Str("key", uses[i].Key, false)
+	})
 }

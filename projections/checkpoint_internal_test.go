@@ -61,6 +61,10 @@ func TestCloneLiveSharesNoTenantState(t *testing.T) {
 		eventlog.ReservationMade{Tenant: "acme", ReservationID: "r", ExpiresAt: at.Add(time.Hour)},
 		eventlog.QueuePaused{Tenant: "acme", Queue: "q"},
 		eventlog.TenantKeyLimitSet{Tenant: "acme", Queue: "q", MaxRunningPerKey: new(1)},
+		eventlog.TenantRateLimitSet{Tenant: "acme", Name: "api", Rate: 5, Burst: 5},
+		eventlog.JobSubmitted{JobID: "j", Tenant: "acme", Queue: "q", Type: "t", MaxAttempts: 1, RateLimits: []eventlog.RateLimitUse{{Name: "api"}}},
+		eventlog.JobLeased{JobID: "j", LeaseID: "l", WorkerID: "w", Attempt: 1, ExpiresAt: at.Add(time.Minute),
+			RateGrants: []eventlog.RateGrant{{Name: "api", FullAt: at.Add(time.Second)}}},
 	} {
 		if err := s.Apply(uint64(i+1), at, p); err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package projections
 import (
 	"encoding/json"
 
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/eventlog/fastjson"
 )
 
@@ -85,6 +86,7 @@ func appendJob(dst []byte, j *Job) ([]byte, bool) {
 	w.Str("flow_step", j.FlowStep, false)
 	w.Str("schedule_id", j.ScheduleID, false)
 	w.Str("concurrency_key", j.ConcurrencyKey, false)
+	eventlog.WriteRateLimits(&w, j.RateLimits)
 	w.Uint("submit_seq", j.SubmitSeq)
 	w.Uint("last_seq", j.LastSeq)
 	w.Int("worker_seq", j.WorkerSeq, false)
@@ -248,6 +250,8 @@ func scanJob(b []byte) (*Job, bool) {
 			return s.String(&j.ScheduleID)
 		case "concurrency_key":
 			return s.String(&j.ConcurrencyKey)
+		case "rate_limits":
+			return eventlog.ScanRateLimits(&s, &j.RateLimits)
 		case "submit_seq":
 			return s.Uint64(&j.SubmitSeq)
 		case "last_seq":

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/eventlog"
 )
 
 // randomJob draws a job with every field set or not, strings that need escaping now and then,
@@ -63,6 +65,9 @@ func randomJob(r *rand.Rand) *Job {
 	}
 	if r.IntN(2) == 0 {
 		j.Error = &JobError{Code: str(), Message: str()}
+	}
+	for range r.IntN(3) {
+		j.RateLimits = append(j.RateLimits, eventlog.RateLimitUse{Name: str(), Key: str()})
 	}
 	for range r.IntN(3) {
 		j.Progress = append(j.Progress, Progress{Number: r.IntN(9), Seq: r.Uint64(), Time: at(), Kind: str(), Data: raw(), WorkerSeq: r.IntN(2)})

@@ -119,6 +119,9 @@ type Job struct {
 	ScheduleID string `json:"schedule_id,omitempty"`
 	// ConcurrencyKey is the key whose leases the dispatcher caps (eventlog.TenantKeyLimitSet).
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// RateLimits are the tenant's rate limits each lease of the job takes a token from
+	// (eventlog.TenantRateLimitSet). Never changed once set: clones share it.
+	RateLimits []eventlog.RateLimitUse `json:"rate_limits,omitempty"`
 	// SubmitSeq orders jobs of equal priority by age; LastSeq is the seq of the job's last event.
 	SubmitSeq uint64 `json:"submit_seq"`
 	LastSeq   uint64 `json:"last_seq"`
@@ -175,7 +178,7 @@ func NewJob(seq uint64, at time.Time, e eventlog.JobSubmitted) *Job {
 		LeaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, CreatedAt: at, UpdatedAt: at,
 		IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, SubmitSeq: seq, LastSeq: seq,
 		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond, FlowID: e.FlowID, FlowStep: e.FlowStep,
-		ScheduleID: e.ScheduleID, ConcurrencyKey: e.ConcurrencyKey,
+		ScheduleID: e.ScheduleID, ConcurrencyKey: e.ConcurrencyKey, RateLimits: e.RateLimits,
 	}
 }
 

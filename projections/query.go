@@ -274,6 +274,8 @@ func (s *Set) Tenant(name string) Tenant {
 	c.Reservations = maps.Clone(t.Reservations)
 	c.Paused = maps.Clone(t.Paused)
 	c.QueueKeyLimits = maps.Clone(t.QueueKeyLimits)
+	c.RateLimits = maps.Clone(t.RateLimits)
+	c.RateBuckets = maps.Clone(t.RateBuckets)
 	return c
 }
 

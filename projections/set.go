@@ -91,6 +91,40 @@ type Tenant struct {
 	// (0 there: unlimited in that queue).
 	MaxRunningPerKey int            `json:"max_running_per_key,omitempty"`
 	QueueKeyLimits   map[string]int `json:"queue_key_limits,omitempty"`
+	// RateLimits holds the tenant's rate limits by name. RateBuckets holds their buckets that
+	// were not full when last used, by name + "/" + key: when each is full again (the last
+	// eventlog.RateGrant); they are swept when their number passes RateBucketsSweep.
+	RateLimits       map[string]RateLimit `json:"rate_limits,omitempty"`
+	RateBuckets      map[string]time.Time `json:"rate_buckets,omitempty"`
+	RateBucketsSweep int                  `json:"rate_buckets_sweep,omitempty"`
+}
+
+// takeTokens folds the tokens a lease took, at at, and forgets the buckets full by then once
+// their number has doubled since the last sweep.
+func (t *Tenant) takeTokens(at time.Time, grants []eventlog.RateGrant) {
+	if t.RateBuckets == nil {
+		t.RateBuckets = map[string]time.Time{}
+	}
+	for _, g := range grants {
+		// The latest instant: leases taken in one order may reach the log in another.
+		if b := g.Name + "/" + g.Key; g.FullAt.After(t.RateBuckets[b]) {
+			t.RateBuckets[b] = g.FullAt
+		}
+	}
+	if len(t.RateBuckets) > max(t.RateBucketsSweep, rateBucketsSweepMin) {
+		maps.DeleteFunc(t.RateBuckets, func(_ string, full time.Time) bool { return !full.After(at) })
+		t.RateBucketsSweep = 2 * len(t.RateBuckets)
+	}
+}
+
+const rateBucketsSweepMin = 1024
+
+// RateLimit is a token bucket of a tenant's (eventlog.TenantRateLimitSet): Rate tokens a
+// second, at most Burst held; Seq is the event that set it.
+type RateLimit struct {
+	Rate  float64 `json:"rate"`
+	Burst int     `json:"burst"`
+	Seq   uint64  `json:"seq"`
 }
 
 // KeyLimit is how many leases one concurrency key may hold at once in the tenant's queue
@@ -301,6 +335,20 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 			t.QueueKeyLimits[e.Queue] = *e.MaxRunningPerKey
 		}
 		return nil
+	case eventlog.TenantRateLimitSet:
+		t := s.tenant(e.Tenant)
+		if t.RateLimits == nil {
+			t.RateLimits = map[string]RateLimit{}
+		}
+		t.RateLimits[e.Name] = RateLimit{Rate: e.Rate, Burst: e.Burst, Seq: seq}
+		return nil
+	case eventlog.TenantRateLimitDeleted:
+		t := s.tenant(e.Tenant)
+		if delete(t.RateLimits, e.Name); len(t.RateLimits) == 0 {
+			t.RateLimits = nil
+		}
+		maps.DeleteFunc(t.RateBuckets, func(b string, _ time.Time) bool { return strings.HasPrefix(b, e.Name+"/") })
+		return nil
 	case eventlog.QueueResumed:
 		t := s.tenant(e.Tenant)
 		if delete(t.Paused, e.Queue); len(t.Paused) == 0 {
@@ -463,6 +511,9 @@ func (s *Set) applyJob(seq uint64, at time.Time, j *Job, p eventlog.Payload) {
 	}
 	if wasTerminal || terminal {
 		s.markDirty(j.ID)
+	}
+	if e, ok := p.(eventlog.JobLeased); ok && len(e.RateGrants) > 0 {
+		t.takeTokens(at, e.RateGrants)
 	}
 	if leased := j.Lease != nil; leased != wasLeased {
 		if leased {
@@ -837,6 +888,8 @@ func (s *Set) cloneLive() *Set {
 		ct.Reservations = maps.Clone(t.Reservations)
 		ct.Paused = maps.Clone(t.Paused)
 		ct.QueueKeyLimits = maps.Clone(t.QueueKeyLimits)
+		ct.RateLimits = maps.Clone(t.RateLimits)
+		ct.RateBuckets = maps.Clone(t.RateBuckets)
 		c.tenants[name] = &ct
 	}
 	for q, n := range s.counters {

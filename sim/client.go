@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -50,6 +51,10 @@ func (c *client) act() {
 	}
 	if s.keyRand.IntN(100) < 2 {
 		c.setKeyLimit()
+		return
+	}
+	if s.rateRand.IntN(100) < 1 {
+		c.setRateLimit()
 		return
 	}
 	switch r := s.flowRand.IntN(100); {
@@ -109,6 +114,13 @@ func (c *client) spec() actors.JobSpec {
 	}
 	if kr := c.s.keyRand; kr.IntN(2) == 0 {
 		sp.ConcurrencyKey = fmt.Sprintf("k%d", kr.IntN(3))
+	}
+	// Half the jobs take tokens: from r0 (with a key or without), some from r1 as well.
+	if rr := c.s.rateRand; rr.IntN(2) == 0 {
+		sp.RateLimits = []eventlog.RateLimitUse{{Name: "r0", Key: []string{"", "a", "b"}[rr.IntN(3)]}}
+		if rr.IntN(4) == 0 {
+			sp.RateLimits = append(sp.RateLimits, eventlog.RateLimitUse{Name: "r1"})
+		}
 	}
 	return sp
 }
@@ -230,6 +242,23 @@ func (c *client) setKeyLimit() {
 	s := c.s
 	m := keyLimit(s.keyRand, c.tenant)
 	s.call(c.name, "key limit", toRef(actors.DispatcherRef()), m, func(any) {}, nil)
+}
+
+// setRateLimit changes one of its tenant's rate limits, or deletes it, as `tether ratelimit`
+// does. Jobs that name a deleted limit are refused until it is set again.
+func (c *client) setRateLimit() {
+	s := c.s
+	var m any = rateLimit(s.rateRand, c.tenant)
+	if s.rateRand.IntN(4) == 0 {
+		m = actors.DeleteRateLimit{Tenant: c.tenant, Name: fmt.Sprintf("r%d", s.rateRand.IntN(2))}
+	}
+	s.call(c.name, "rate limit", toRef(actors.DispatcherRef()), m, func(any) {}, nil)
+}
+
+// rateLimit draws a rate limit of the tenant: r0 or r1, from one token every 5 s to 5 a
+// second, with a burst of 1 to 3.
+func rateLimit(r *rand.Rand, tenant string) actors.SetRateLimit {
+	return actors.SetRateLimit{Tenant: tenant, Name: fmt.Sprintf("r%d", r.IntN(2)), Rate: []float64{0.2, 1, 2.5, 5}[r.IntN(4)], Burst: 1 + r.IntN(3)}
 }
 
 // keyLimit draws a key limit for the tenant: its default or a queue's, 0 to 2 or cleared.

@@ -3,7 +3,9 @@ package sim
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/actors"
@@ -28,11 +30,25 @@ type oracle struct {
 	schedules map[string]*osched
 	lastTime  time.Time
 	// keys holds the jobs that held a lease of each concurrency key (tenant + "\x00" + key)
-	// when last looked at; keyLimits each tenant's limits (queue "" the default) and when the
-	// last change of them was decided.
-	keys      map[string]map[string]bool
+	// when last looked at, and when each lease was decided; keyLimits each tenant's limits
+	// (queue "" the default) and when the last change of them was decided.
+	keys      map[string]map[string]decision
 	keyLimits map[string]*okeyLimits
+	// rates holds the tenants' rate limits (tenant + "\x00" + name) as the log defines them, and
+	// grants the recent leases that took a token from each bucket (the limit's key + "/" + key).
+	rates  map[string]*orate
+	grants map[string][]decision
 }
+
+// orate is a rate limit, and when its last change was decided.
+type orate struct {
+	burst    int
+	interval time.Duration
+	changed  decision
+}
+
+// rateGrantsKept bounds the grants kept per bucket; the simulator's bursts are at most 3.
+const rateGrantsKept = 32
 
 type okeyLimits struct {
 	byQueue map[string]int
@@ -75,6 +91,7 @@ type ojob struct {
 	id, tenant      string
 	queue           string
 	key             string // its concurrency key
+	rates           []eventlog.RateLimitUse
 	leaseTTL        time.Duration
 	status          projections.Status
 	lease           *olease
@@ -119,7 +136,8 @@ const IdempotencyTTL = 24 * time.Hour
 func newOracle(s *Sim) *oracle {
 	return &oracle{s: s, jobs: map[string]*ojob{}, tenants: map[string]*otenant{}, workers: map[string]oworker{},
 		reservations: map[string]string{}, idem: map[string]idemUse{}, paused: map[string]decision{}, flows: map[string]*oflow{},
-		schedules: map[string]*osched{}, keys: map[string]map[string]bool{}, keyLimits: map[string]*okeyLimits{}}
+		schedules: map[string]*osched{}, keys: map[string]map[string]decision{}, keyLimits: map[string]*okeyLimits{},
+		rates: map[string]*orate{}, grants: map[string][]decision{}}
 }
 
 func (o *oracle) tenant(name string) *otenant {
@@ -146,7 +164,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 			o.fail("transitions", "job %s submitted twice (seq %d)", e.JobID, seq)
 			return
 		}
-		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, queue: e.Queue, key: e.ConcurrencyKey, status: projections.StatusQueued, maxAttempts: e.MaxAttempts,
+		o.jobs[e.JobID] = &ojob{id: e.JobID, tenant: e.Tenant, queue: e.Queue, key: e.ConcurrencyKey, rates: e.RateLimits, status: projections.StatusQueued, maxAttempts: e.MaxAttempts,
 			leaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, resultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond}
 		t := o.tenant(e.Tenant)
 		t.active++
@@ -287,6 +305,14 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		o.paused[e.Tenant+"/"+e.Queue] = decision{decidedAt, clock}
 	case eventlog.QueueResumed:
 		delete(o.paused, e.Tenant+"/"+e.Queue)
+	case eventlog.TenantRateLimitSet:
+		k := e.Tenant + "\x00" + e.Name
+		o.rates[k] = &orate{burst: e.Burst, interval: actors.RateInterval(e.Rate), changed: decision{decidedAt, clock}}
+		o.forgetGrants(k)
+	case eventlog.TenantRateLimitDeleted:
+		k := e.Tenant + "\x00" + e.Name
+		delete(o.rates, k)
+		o.forgetGrants(k)
 	case eventlog.TenantKeyLimitSet:
 		l := o.keyLimits[e.Tenant]
 		if l == nil {
@@ -485,6 +511,7 @@ func (o *oracle) leased(seq uint64, e eventlog.JobLeased, decidedAt time.Time, c
 		o.fail("backoff", "job %s leased at %s, before its run_at %s (seq %d)", e.JobID, decidedAt, j.runAt, seq)
 	}
 	o.keyLeased(seq, j, decision{decidedAt, clock})
+	o.rateLeased(seq, j, decision{decidedAt, clock})
 	j.lease = &olease{id: e.LeaseID, worker: e.WorkerID, nonce: e.Nonce}
 	j.attempt, j.status = e.Attempt, projections.StatusLeased
 }
@@ -492,6 +519,9 @@ func (o *oracle) leased(seq uint64, e eventlog.JobLeased, decidedAt time.Time, c
 // keyLeased checks a lease of a job with a concurrency key against its queue's limit: the
 // key's other leases must be fewer, unless the limit changed at the instant the lease was
 // decided or after (a lease on its way when the dispatcher lowered the limit still arrives).
+// Leases the dispatcher decided at one instant may reach the log in any order (each job's
+// actor appends its own): they pass if some order of them passes, which is the order of their
+// queues' limits, the lowest first.
 func (o *oracle) keyLeased(seq uint64, j *ojob, d decision) {
 	if j.key == "" {
 		return
@@ -499,7 +529,7 @@ func (o *oracle) keyLeased(seq uint64, j *ojob, d decision) {
 	k := j.tenant + "\x00" + j.key
 	holders := o.keys[k]
 	if holders == nil {
-		holders = map[string]bool{}
+		holders = map[string]decision{}
 		o.keys[k] = holders
 	}
 	for id := range holders {
@@ -508,14 +538,83 @@ func (o *oracle) keyLeased(seq uint64, j *ojob, d decision) {
 		}
 	}
 	limit := o.keyLimit(j.tenant, j.queue)
-	if l := o.keyLimits[j.tenant]; limit > 0 && len(holders) >= limit && d.after(l.changed) {
-		o.fail("key_limit", "job %s of key %q was leased in queue %s while the key held %d leases, its limit %d (seq %d)",
-			j.id, j.key, j.queue, len(holders), limit, seq)
+	if l := o.keyLimits[j.tenant]; limit > 0 && d.after(l.changed) {
+		before, same := 0, []int{limit}
+		for id, h := range holders {
+			if h.clock >= 0 && h == d {
+				n := o.keyLimit(j.tenant, o.jobs[id].queue)
+				if n == 0 {
+					n = math.MaxInt // unlimited: last
+				}
+				same = append(same, n)
+			} else {
+				before++
+			}
+		}
+		slices.Sort(same)
+		for i, n := range same {
+			if before+i >= n {
+				o.fail("key_limit", "job %s of key %q was leased in queue %s while the key held %d leases, its limit %d (seq %d)",
+					j.id, j.key, j.queue, len(holders), limit, seq)
+				break
+			}
+		}
 	}
 	if limit > 0 && len(holders)+1 == limit {
 		o.s.probe(ProbeKeyLimitReached)
 	}
-	holders[j.id] = true
+	holders[j.id] = d
+}
+
+// rateLeased checks a lease of a job against each rate limit the job names: over any span of
+// time t (on one clock: across a jump the buckets follow the clock), a bucket gives at most
+// burst + t/interval tokens. Leases decided before the limit last changed are not counted:
+// the bucket started over then.
+func (o *oracle) rateLeased(seq uint64, j *ojob, d decision) {
+	for _, u := range j.rates {
+		k := j.tenant + "\x00" + u.Name
+		l := o.rates[k]
+		if l == nil || d.clock < 0 || !d.after(l.changed) {
+			continue
+		}
+		b := k + "/" + u.Key
+		gs := append(o.grants[b], d)
+		for _, g := range gs { // each span that ends with this lease
+			if g.clock != d.clock || d.at.Before(g.at) {
+				continue
+			}
+			n := 0
+			for _, h := range gs {
+				if h.clock == d.clock && !h.at.Before(g.at) && !h.at.After(d.at) {
+					n++
+				}
+			}
+			span := d.at.Sub(g.at)
+			if allowed := l.burst + int(span/l.interval); n > allowed {
+				o.fail("rate_limit", "job %s of tenant %s took a token of rate limit %s (key %q) at %s: %d tokens in %s, more than burst %d plus one per %s allows (seq %d)",
+					j.id, j.tenant, u.Name, u.Key, d.at, n, span, l.burst, l.interval, seq)
+				return
+			}
+		}
+		if len(gs) >= l.burst {
+			if last := gs[len(gs)-l.burst]; last.clock == d.clock && d.at.Sub(last.at) < l.interval {
+				o.s.probe(ProbeRateLimitFull) // the bucket was emptied
+			}
+		}
+		if len(gs) > rateGrantsKept {
+			gs = gs[len(gs)-rateGrantsKept:]
+		}
+		o.grants[b] = gs
+	}
+}
+
+// forgetGrants forgets the grants of a rate limit's buckets: it changed or went.
+func (o *oracle) forgetGrants(limit string) {
+	for b := range o.grants {
+		if strings.HasPrefix(b, limit+"/") {
+			delete(o.grants, b)
+		}
+	}
 }
 
 // terminal folds the end of a job, in the record stamped at on the clock-jump count clock.

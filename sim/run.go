@@ -35,6 +35,11 @@ func (s *Sim) setup() error {
 		if r.IntN(2) == 0 {
 			s.srv.request("admin", actors.TenantRef(tenant), actors.SetQuota{Tenant: tenant, MaxActive: new(5 + r.IntN(20)), MaxRunning: new(r.IntN(3))}, func(any) {})
 		}
+		for name := range 2 { // both rate limits, so that jobs naming them are accepted
+			m := rateLimit(s.rateRand, tenant)
+			m.Name = fmt.Sprintf("r%d", name)
+			s.srv.request("admin", actors.DispatcherRef(), m, func(any) {})
+		}
 		if s.keyRand.IntN(2) == 0 { // most keys run under a limit: one or two leases each
 			s.srv.request("admin", actors.DispatcherRef(), actors.SetKeyLimit{Tenant: tenant, MaxRunningPerKey: new(1 + s.keyRand.IntN(2))}, func(any) {})
 		}

@@ -110,6 +110,7 @@ const (
 	ProbeTakeover
 	ProbeArchiveDamaged
 	ProbeKeyLimitReached
+	ProbeRateLimitFull
 	probeCount
 )
 
@@ -120,7 +121,7 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
 	"flow_expired", "schedule_fired", "schedule_fired_late",
 	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover", "archive_damaged",
-	"key_limit_reached"}
+	"key_limit_reached", "rate_limit_full"}
 
 func (p Probe) String() string { return probeNames[p] }
 
@@ -265,6 +266,8 @@ type Sim struct {
 	flowRand  *rand.Rand
 	// keyRand draws the jobs' concurrency keys and the clients' key limits.
 	keyRand *rand.Rand
+	// rateRand draws the tenants' rate limits and the jobs that name them.
+	rateRand *rand.Rand
 
 	result    Result
 	violation *Violation
@@ -307,6 +310,7 @@ func newSim(cfg Config) *Sim {
 	s.queueRand = stream(cfg.Seed, "queues")
 	s.flowRand = stream(cfg.Seed, "flows")
 	s.keyRand = stream(cfg.Seed, "keys")
+	s.rateRand = stream(cfg.Seed, "rates")
 	s.retention = projections.Retention{
 		Done: time.Duration(10+r.IntN(110)) * time.Second, Dead: time.Duration(20+r.IntN(280)) * time.Second, MaxDead: 1 + r.IntN(4),
 	}

@@ -76,6 +76,24 @@ func submitField(s *fastjson.Scanner, key []byte, req *wire.SubmitRequest) bool 
 		return s.String(&req.ReservationID)
 	case "concurrency_key":
 		return s.String(&req.ConcurrencyKey)
+	case "rate_limits":
+		if req.RateLimits != nil {
+			return false // given twice: the strict decoder refuses it
+		}
+		req.RateLimits = []wire.RateLimitUse{}
+		return s.Array(func() bool {
+			req.RateLimits = append(req.RateLimits, wire.RateLimitUse{})
+			u := &req.RateLimits[len(req.RateLimits)-1]
+			return s.Object(false, func(k []byte) bool {
+				switch string(k) {
+				case "name":
+					return s.String(&u.Name)
+				case "key":
+					return s.String(&u.Key)
+				}
+				return false
+			})
+		})
 	}
 	return false
 }
@@ -162,6 +180,12 @@ func writeJobMembers(w *fastjson.Writer, j *wire.Job) {
 	w.Str("flow_step", j.FlowStep, false)
 	w.Str("schedule_id", j.ScheduleID, false)
 	w.Str("concurrency_key", j.ConcurrencyKey, false)
+	if len(j.RateLimits) > 0 {
+		w.Array("rate_limits", len(j.RateLimits), func(w *fastjson.Writer, i int) {
+			w.Str("name", j.RateLimits[i].Name, true)
+			w.Str("key", j.RateLimits[i].Key, false)
+		})
+	}
 	writeReceipt(w, j.Receipt)
 	w.BoolPtr("idempotent_hit", j.IdempotentHit)
 }

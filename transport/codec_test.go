@@ -55,6 +55,8 @@ func submitSeeds() [][]byte {
 	var out [][]byte
 	for _, s := range []string{
 		`{"queue":"q","type":"t","payload":{"a":[1,"x"]},"priority":-2,"max_attempts":5,"idempotency_key":"k","reservation_id":"r","concurrency_key":"customer 7"}`,
+		`{"queue":"q","rate_limits":[{"name":"api","key":"team 1"},{"name":"gpu"}]}`, `{"rate_limits":null}`, `{"rate_limits":[{"name":"a","x":1}]}`,
+		`{"rate_limits":[],"rate_limits":[{"name":"b"}]}`,
 		`{"queue":"q","run_at":"2026-11-22T01:02:03.5Z"}`, `{"queue":"q","run_at":"2026-13-22T01:02:03Z"}`, `{"Queue":"q"}`,
 		`{"queue":"q","extra":1}`, `{"queue":"q"} {}`, `{"queue":"q","labels":{"a":"b"}}`, `{"delay_seconds":1.5}`,
 		`{"payload":null}`, `{"priority":1e3}`, `{"queue":"\u00e9"}`, `{"queue":null}`, `{}`, ` {"queue" : "q" } `,
@@ -122,6 +124,7 @@ func fuzzJob(a jobArgs) wire.Job {
 		FlowID: a.s2, FlowStep: a.s, ScheduleID: a.s2, ConcurrencyKey: a.s}
 	if a.lk != "" {
 		j.Labels = map[string]string{a.lk: a.lv, a.lk + "2": a.lv}
+		j.RateLimits = []wire.RateLimitUse{{Name: a.lk, Key: a.lv}, {Name: a.lv}}
 	}
 	if a.b {
 		j.RunAt, j.Lease, j.Receipt = &at, &wire.Lease{LeaseID: a.s, WorkerID: a.s2, ExpiresAt: at}, &wire.Receipt{Seq: a.seq, Hash: a.s2}

@@ -96,6 +96,14 @@ func explanationOf(x actors.Explanation, now time.Time) wire.Explanation {
 		d.ConcurrencyKey, d.MaxRunningPerKey, d.HeldBy = x.Key, x.KeyLimit, x.KeyHolders
 		out.Message = fmt.Sprintf("its concurrency key %q holds %s (jobs %s), and its max_running_per_key in queue %s is %d: it goes once %s",
 			x.Key, plural(len(x.KeyHolders), "lease"), strings.Join(x.KeyHolders, ", "), x.Queue, x.KeyLimit, ending(len(x.KeyHolders)-x.KeyLimit+1))
+	case actors.ExplainRateLimited:
+		d.RateLimit, d.RateLimitKey, d.Rate, d.Burst, d.TokenAt = x.RateLimit, x.RateKey, x.Rate, x.Burst, at(x.TokenAt)
+		bucket := "its bucket"
+		if x.RateKey != "" {
+			bucket = fmt.Sprintf("its bucket for key %q", x.RateKey)
+		}
+		out.Message = fmt.Sprintf("rate limit %s (%v a second, burst %d) has no token in %s: the next is due %s", x.RateLimit,
+			x.Rate, x.Burst, bucket, when(x.TokenAt, now))
 	case actors.ExplainNoWorker:
 		d.LastWorker, d.LastSeen = x.LastWorker, at(x.LastSeen)
 		out.Message = fmt.Sprintf("no connected worker serves queue %s", x.Queue)

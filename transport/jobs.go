@@ -28,6 +28,7 @@ func jobResource(j *projections.Job, now time.Time) wire.Job {
 		CancelRequested: j.CancelRequested, Output: j.Output, OutputHash: j.OutputHash, DeadReason: j.DeadReason,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EventsTruncated: j.EventsTruncated,
 		FlowID: j.FlowID, FlowStep: j.FlowStep, ScheduleID: j.ScheduleID, ConcurrencyKey: j.ConcurrencyKey,
+		RateLimits: wireRateLimits(j.RateLimits),
 	}
 	if out.Labels == nil {
 		out.Labels = noLabels
@@ -78,6 +79,7 @@ func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
 		Queue: req.Queue, Type: req.Type, Payload: req.Payload, Priority: req.Priority, Delay: delay,
 		MaxAttempts: req.MaxAttempts, LeaseTTL: leaseTTL, Labels: req.Labels,
 		IdempotencyKey: key, ReservationID: req.ReservationID, ResultTTL: resultTTL, ConcurrencyKey: req.ConcurrencyKey,
+		RateLimits: rateLimitUses(req.RateLimits),
 	}
 	if req.RunAt != nil {
 		spec.RunAt = *req.RunAt

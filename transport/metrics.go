@@ -19,7 +19,7 @@ import (
 
 // waitingReasons are the reasons tether_jobs_waiting counts a waiting job under.
 var waitingReasons = []string{actors.ExplainScheduled, actors.ExplainRetryBackoff, actors.ExplainQueuePaused, actors.ExplainTenantQuota,
-	actors.ExplainKeyLimit, actors.ExplainNoWorker, actors.ExplainWorkersBusy, actors.ExplainBehind}
+	actors.ExplainKeyLimit, actors.ExplainRateLimited, actors.ExplainNoWorker, actors.ExplainWorkersBusy, actors.ExplainBehind}
 
 // serveMetrics writes the Prometheus text exposition (format 0.0.4) of the projections and the
 // log. Every value is read under one lock of the projections, so the figures agree.
@@ -153,7 +153,7 @@ func (s *Server) serveMetrics(r *request) error {
 	}
 	// Every reason of every queue /v1/queues lists gets a sample, 0 included, so that a series
 	// goes to 0 rather than away.
-	e.family("tether_jobs_waiting", "gauge", "Jobs not running, by tenant, queue and the reason GET /v1/jobs/{id}/explain gives (scheduled, retry_backoff, queue_paused, tenant_quota, concurrency_key, no_worker_for_queue, workers_busy, behind_n).")
+	e.family("tether_jobs_waiting", "gauge", "Jobs not running, by tenant, queue and the reason GET /v1/jobs/{id}/explain gives (scheduled, retry_backoff, queue_paused, tenant_quota, concurrency_key, rate_limited, no_worker_for_queue, workers_busy, behind_n).")
 	type at struct{ tenant, queue, reason string }
 	byReason := map[at]int{}
 	for _, w := range waiting.Jobs {
@@ -174,6 +174,22 @@ func (s *Server) serveMetrics(r *request) error {
 	e.family("tether_concurrency_keys_at_limit", "gauge", "Concurrency keys that hold as many leases as a queue of theirs allows and have jobs waiting there, by tenant.")
 	for _, t := range tenants {
 		e.sample("tether_concurrency_keys_at_limit", float64(waiting.KeysAtLimit[t]), "tenant", t)
+	}
+	limits, err := r.b.RateLimits(r.Context(), "")
+	if err != nil {
+		return err
+	}
+	e.family("tether_rate_limit_tokens", "gauge", "Tokens in each rate limit's bucket without a key, now (burst when full), by tenant and limit.")
+	for _, l := range limits {
+		e.sample("tether_rate_limit_tokens", l.Tokens, "tenant", l.Tenant, "limit", l.Name)
+	}
+	e.family("tether_rate_limit_buckets_below_full", "gauge", "Buckets of each rate limit (one per key jobs name it with) that are not full, by tenant and limit.")
+	for _, l := range limits {
+		e.sample("tether_rate_limit_buckets_below_full", float64(l.Buckets), "tenant", l.Tenant, "limit", l.Name)
+	}
+	e.family("tether_rate_limit_rate", "gauge", "Tokens a second each rate limit's buckets gain, by tenant and limit.")
+	for _, l := range limits {
+		e.sample("tether_rate_limit_rate", l.Rate, "tenant", l.Tenant, "limit", l.Name)
 	}
 	ckptSeq, ckptCovers := r.b.Checkpoint()
 	e.family("tether_checkpoint_seq", "gauge", "Seq up to which the newest projection checkpoint covers the log; 0 before the first.")

@@ -58,7 +58,7 @@ func wireSchedule(c *projections.Schedule, now time.Time) wire.Schedule {
 		Status: "active", Fired: c.Fired, Skipped: c.Skipped, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
 		Job: wire.ScheduleJob{Queue: j.Queue, Type: j.Type, Payload: j.Payload, Priority: j.Priority, MaxAttempts: j.MaxAttempts,
 			LeaseTTLSeconds: float64(j.LeaseTTLMillis) / 1000, Labels: j.Labels, ResultTTLSeconds: float64(j.ResultTTLMillis) / 1000,
-			ConcurrencyKey: j.ConcurrencyKey},
+			ConcurrencyKey: j.ConcurrencyKey, RateLimits: wireRateLimits(j.RateLimits)},
 	}
 	if out.Job.Labels == nil {
 		out.Job.Labels = map[string]string{}

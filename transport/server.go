@@ -292,6 +292,10 @@ func (s *Server) routes() {
 	m.Handle("PUT /v1/queues/{name}/limits", s.api(authClient, s.queueLimits(false)))
 	m.Handle("DELETE /v1/queues/{name}/limits", s.api(authClient, s.queueLimits(true)))
 	m.Handle("GET /v1/workers", s.api(authClient, s.workers))
+	m.Handle("GET /v1/rate-limits", s.api(authClient, s.rateLimits))
+	m.Handle("GET /v1/rate-limits/{name}", s.api(authClient, s.getRateLimit))
+	m.Handle("PUT /v1/rate-limits/{name}", s.api(authClient, s.setRateLimit))
+	m.Handle("DELETE /v1/rate-limits/{name}", s.api(authClient, s.deleteRateLimit))
 	m.Handle("POST /v1/flows", s.apiWith(authClient, flowBody, s.submitFlow))
 	m.Handle("GET /v1/flows", s.api(authClient, s.listFlows))
 	m.Handle("GET /v1/flows/{id}", s.api(authClient, s.getFlow))
@@ -324,6 +328,10 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/admin/tenants/{tenant}/queues/{name}/resume", s.api(authAdmin, s.pauseQueue(false)))
 	m.Handle("PUT /v1/admin/tenants/{tenant}/queues/{name}/limits", s.api(authAdmin, s.queueLimits(false)))
 	m.Handle("DELETE /v1/admin/tenants/{tenant}/queues/{name}/limits", s.api(authAdmin, s.queueLimits(true)))
+	m.Handle("GET /v1/admin/tenants/{tenant}/rate-limits", s.api(authAdmin, s.rateLimits))
+	m.Handle("GET /v1/admin/tenants/{tenant}/rate-limits/{name}", s.api(authAdmin, s.getRateLimit))
+	m.Handle("PUT /v1/admin/tenants/{tenant}/rate-limits/{name}", s.api(authAdmin, s.setRateLimit))
+	m.Handle("DELETE /v1/admin/tenants/{tenant}/rate-limits/{name}", s.api(authAdmin, s.deleteRateLimit))
 	s.mux = m
 }
 

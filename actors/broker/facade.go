@@ -298,6 +298,23 @@ func (b *Broker) SetKeyLimit(ctx context.Context, tenant, apiKeyID, queue string
 	return b.done(ctx, actors.DispatcherRef(), actors.SetKeyLimit{Tenant: tenant, Queue: queue, MaxRunningPerKey: maxRunningPerKey, APIKeyID: apiKeyID})
 }
 
+// SetRateLimit sets one of a tenant's rate limits, new or changed (actors.SetRateLimit).
+func (b *Broker) SetRateLimit(ctx context.Context, tenant, apiKeyID, name string, rate float64, burst int) (actors.Receipt, error) {
+	return b.done(ctx, actors.DispatcherRef(), actors.SetRateLimit{Tenant: tenant, Name: name, Rate: rate, Burst: burst, APIKeyID: apiKeyID})
+}
+
+// DeleteRateLimit deletes one of a tenant's rate limits.
+func (b *Broker) DeleteRateLimit(ctx context.Context, tenant, apiKeyID, name string) (actors.Receipt, error) {
+	return b.done(ctx, actors.DispatcherRef(), actors.DeleteRateLimit{Tenant: tenant, Name: name, APIKeyID: apiKeyID})
+}
+
+// RateLimits returns the state of a tenant's rate limits (every tenant's if tenant is empty),
+// by tenant and name.
+func (b *Broker) RateLimits(ctx context.Context, tenant string) ([]actors.RateLimitState, error) {
+	r, err := callFor[actors.RateLimitStates](ctx, b, actors.DispatcherRef(), actors.RateLimits{Tenant: tenant})
+	return r.Limits, err
+}
+
 // SetQuota sets a tenant's max_active and max_running (0: unlimited); a nil limit keeps its
 // current value.
 func (b *Broker) SetQuota(ctx context.Context, tenant string, maxActive, maxRunning *int) (actors.Receipt, error) {

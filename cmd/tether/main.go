@@ -14,6 +14,7 @@ var commands = []cli.Command{
 	{Name: "worker", Summary: "run a command for every job (also: worker register, worker keygen)", Run: runWorker},
 	{Name: "job", Summary: "submit, get, ls, cancel, retry, watch jobs", Run: cli.Job},
 	{Name: "queue", Summary: "list queues; pause and resume one", Run: cli.Queue},
+	{Name: "ratelimit", Summary: "set, list and delete the tenant's rate limits (token buckets jobs take from)", Run: cli.RateLimit},
 	{Name: "flow", Summary: "submit, get, ls, watch, cancel flows (YAML DAGs of jobs)", Run: cli.Flow},
 	{Name: "schedule", Summary: "create, get, ls, pause, resume, delete cron schedules of jobs", Run: cli.Schedule},
 	{Name: "admin", Summary: "API keys, enroll tokens, quotas", Run: cli.Admin},

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/wire"
 )
 
 // ErrHelpShown is what a command returns after --help printed its usage: not a failure.
@@ -334,6 +335,19 @@ func (l labelFlags) Set(v string) error {
 		return fmt.Errorf("label %q is given twice (%q and %q); a job has one value per label", k, was, val)
 	}
 	l[k] = val
+	return nil
+}
+
+// rateLimitFlags are a job's --rate-limit NAME[:KEY] flags.
+type rateLimitFlags []wire.RateLimitUse
+
+func (r *rateLimitFlags) String() string { return "" }
+func (r *rateLimitFlags) Set(v string) error {
+	name, key, _ := strings.Cut(v, ":")
+	if name == "" {
+		return fmt.Errorf("a rate limit is NAME or NAME:KEY, not %q", v)
+	}
+	*r = append(*r, wire.RateLimitUse{Name: name, Key: key})
 	return nil
 }
 

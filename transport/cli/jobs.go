@@ -190,9 +190,11 @@ func jobFlags(fs *flag.FlagSet) func() (wire.SubmitRequest, error) {
 	concurrencyKey := fs.String("concurrency-key", "", "a key (a customer, a token) whose jobs hold at most the queue's max_running_per_key leases at once")
 	labels := labelFlags{}
 	fs.Var(labels, "label", "key=value label (repeatable)")
+	var rates rateLimitFlags
+	fs.Var(&rates, "rate-limit", "NAME or NAME:KEY: a rate limit of the tenant each lease takes a token from, in KEY's bucket (repeatable)")
 	return func() (wire.SubmitRequest, error) {
 		req := wire.SubmitRequest{Queue: *queue, Type: *typ, Priority: *priority, MaxAttempts: *maxAttempts,
-			LeaseTTLSeconds: leaseTTL.Seconds(), ResultTTLSeconds: resultTTL.Seconds(), ConcurrencyKey: *concurrencyKey}
+			LeaseTTLSeconds: leaseTTL.Seconds(), ResultTTLSeconds: resultTTL.Seconds(), ConcurrencyKey: *concurrencyKey, RateLimits: []wire.RateLimitUse(rates)}
 		if len(labels) > 0 {
 			req.Labels = labels
 		}
@@ -222,6 +224,13 @@ func describe(j *wire.Job) string {
 	row("status", j.Status)
 	row("queue/type", j.Queue+"/"+j.Type)
 	row("concurrency key", j.ConcurrencyKey)
+	for _, u := range j.RateLimits {
+		if u.Key != "" {
+			row("rate limit", u.Name+" (key "+u.Key+")")
+		} else {
+			row("rate limit", u.Name)
+		}
+	}
 	row("attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
 	if j.Lease != nil {
 		row("lease", fmt.Sprintf("%s (worker %s, until %s)", j.Lease.LeaseID, j.Lease.WorkerID, j.Lease.ExpiresAt.Format(time.RFC3339)))

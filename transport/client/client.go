@@ -649,6 +649,41 @@ func (c *Client) SetQueueLimits(ctx context.Context, tenant, queue string, maxRu
 	return &out, err
 }
 
+// rateLimitPath is a tenant's rate limits' path: its own with an API key, or with tenant set the
+// admin twin's (the admin token).
+func rateLimitPath(tenant, name string) string {
+	path := "/v1/rate-limits"
+	if name != "" {
+		path += "/" + url.PathEscape(name)
+	}
+	if tenant != "" {
+		path = "/v1/admin/tenants/" + url.PathEscape(tenant) + path[len("/v1"):]
+	}
+	return path
+}
+
+// SetRateLimit sets one of the tenant's rate limits, new or changed: rate tokens a second, at
+// most burst held (0: the server's default, the rate rounded up).
+func (c *Client) SetRateLimit(ctx context.Context, tenant, name string, rate float64, burst int) (*wire.RateLimit, error) {
+	var out wire.RateLimit
+	_, err := c.do(ctx, http.MethodPut, rateLimitPath(tenant, name), wire.RateLimitRequest{Rate: rate, Burst: burst}, &out)
+	return &out, err
+}
+
+// DeleteRateLimit deletes one of the tenant's rate limits.
+func (c *Client) DeleteRateLimit(ctx context.Context, tenant, name string) (*wire.RateLimitDeleted, error) {
+	var out wire.RateLimitDeleted
+	_, err := c.do(ctx, http.MethodDelete, rateLimitPath(tenant, name), nil, &out)
+	return &out, err
+}
+
+// RateLimits lists the tenant's rate limits.
+func (c *Client) RateLimits(ctx context.Context, tenant string) (*wire.RateLimitList, error) {
+	var out wire.RateLimitList
+	_, err := c.do(ctx, http.MethodGet, rateLimitPath(tenant, ""), nil, &out)
+	return &out, err
+}
+
 // rawBody is a request body sent as it is, not as JSON.
 type rawBody struct {
 	data        []byte

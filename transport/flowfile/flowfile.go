@@ -30,6 +30,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -159,6 +160,7 @@ type stepFields struct {
 	leaseTTL          float64
 	labels            map[string]string
 	concurrencyKey    string
+	rateLimits        []eventlog.RateLimitUse
 	needs             []string
 	continueOnFailure bool
 }
@@ -190,6 +192,8 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 			return scalar(v, p, &s.leaseTTL)
 		case "concurrency_key":
 			return scalar(v, p, &s.concurrencyKey)
+		case "rate_limits":
+			return rateLimits(v, p, &s.rateLimits)
 		case "labels":
 			l := map[string]string{}
 			err := fields(v, p, func(name string, _, value *yaml.Node) error {
@@ -208,7 +212,7 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 			return nil
 		}
 		if !step {
-			return at(k, p, "unknown key %q; defaults take queue, type, priority, max_attempts, lease_ttl_seconds, labels and concurrency_key", key)
+			return at(k, p, "unknown key %q; defaults take queue, type, priority, max_attempts, lease_ttl_seconds, labels, concurrency_key and rate_limits", key)
 		}
 		switch key {
 		case "payload":
@@ -241,7 +245,7 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 		case "continue_on_failure":
 			return scalar(v, p, &s.continueOnFailure)
 		}
-		return at(k, p, "unknown key %q; a step takes queue, type, payload, priority, max_attempts, lease_ttl_seconds, labels, concurrency_key, needs and continue_on_failure", key)
+		return at(k, p, "unknown key %q; a step takes queue, type, payload, priority, max_attempts, lease_ttl_seconds, labels, concurrency_key, rate_limits, needs and continue_on_failure", key)
 	})
 }
 
@@ -260,6 +264,7 @@ func (s stepFields) spec(name string) (actors.FlowStepSpec, error) {
 		Job: actors.JobSpec{
 			Queue: s.queue, Type: typ, Payload: s.payload, Priority: s.priority, MaxAttempts: s.maxAttempts,
 			LeaseTTL: time.Duration(s.leaseTTL * float64(time.Second)), Labels: s.labels, ConcurrencyKey: s.concurrencyKey,
+			RateLimits: s.rateLimits,
 		},
 		Needs: s.needs, ContinueOnFailure: s.continueOnFailure,
 	}, nil
@@ -388,4 +393,34 @@ func yamlError(err error) error {
 		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
 	}
 	return &Error{Line: line, Message: "not valid YAML: " + msg}
+}
+
+// rateLimits reads a step's rate limits: a list whose items name a limit ("api") or a limit
+// and its bucket's key ({name: api, key: team-1}).
+func rateLimits(v *yaml.Node, p string, dst *[]eventlog.RateLimitUse) error {
+	if v.Kind != yaml.SequenceNode {
+		return at(v, p, "rate_limits is a list of limits, as in rate_limits: [api, {name: gpu, key: a100}]")
+	}
+	out := []eventlog.RateLimitUse{}
+	for _, item := range v.Content {
+		var u eventlog.RateLimitUse
+		if item.Kind == yaml.ScalarNode {
+			if err := scalar(item, p, &u.Name); err != nil {
+				return err
+			}
+		} else if err := fields(item, p, func(key string, k, value *yaml.Node) error {
+			switch key {
+			case "name":
+				return scalar(value, p+".name", &u.Name)
+			case "key":
+				return scalar(value, p+".key", &u.Key)
+			}
+			return at(k, p, "unknown key %q; a rate limit takes name and key", key)
+		}); err != nil {
+			return err
+		}
+		out = append(out, u)
+	}
+	*dst = out
+	return nil
 }

@@ -2,6 +2,7 @@ package flowfile_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,27 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// A step's rate limits, named alone or with a key, and the defaults' for the steps without.
+func TestParseRateLimits(t *testing.T) {
+	f, err := flowfile.Parse([]byte(`
+flow:
+  defaults: {queue: q, rate_limits: [api]}
+  steps:
+    a: {}
+    b: {rate_limits: [{name: gpu, key: a100}, api]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range f.Steps {
+		got[s.Name] = fmt.Sprint(s.Job.RateLimits)
+	}
+	if got["a"] != "[{api }]" || got["b"] != "[{gpu a100} {api }]" {
+		t.Fatalf("rate limits: %v", got)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, c := range []struct{ name, file, path, want string }{
 		{"not yaml", "flow: [", "", "not valid YAML"},
@@ -60,6 +82,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate step", "flow:\n  steps:\n    a: {queue: q}\n    a: {queue: r}\n", "flow.steps.a", "given twice"},
 		{"needs not a list", "flow:\n  steps:\n    a: {queue: q, needs: b}\n", "flow.steps.a.needs", "list of step names"},
 		{"bad number", "flow:\n  steps:\n    a: {queue: q, priority: high}\n", "flow.steps.a.priority", "whole number"},
+		{"rate limits not a list", "flow:\n  steps:\n    a: {queue: q, rate_limits: api}\n", "flow.steps.a.rate_limits", "list of limits"},
+		{"rate limit key", "flow:\n  steps:\n    a: {queue: q, rate_limits: [{nam: api}]}\n", "flow.steps.a.rate_limits", `unknown key "nam"`},
 		// The JSON API's types exactly: no number cut to a whole one, no YAML 1.1 booleans or
 		// octals, no number or boolean taken for a string, nor a quoted one for a number.
 		{"fraction", "flow:\n  steps:\n    a: {queue: q, priority: 1.5}\n", "flow.steps.a.priority", "must be a whole number, not 1.5"},

@@ -84,6 +84,7 @@ var ErrorCodes = []ErrorCode{
 	{"FLOW_NOT_FOUND", http.StatusNotFound, noRetry, closeRequest, "No flow has this id, or it is another tenant's."},
 	{"JOB_NOT_FOUND", http.StatusNotFound, noRetry, closeRequest, "No job has this id, or it is another tenant's."},
 	{"WORKER_NOT_FOUND", http.StatusNotFound, noRetry, closeAuth, "No worker has this id, or it is another tenant's."},
+	{"RATE_LIMIT_NOT_FOUND", http.StatusNotFound, noRetry, closeRequest, "The tenant has no rate limit of this name (details name it): a job may only name limits set with PUT /v1/rate-limits/{name}."},
 	{"RESERVATION_NOT_FOUND", http.StatusNotFound, noRetry, closeRequest, "No active reservation has this id: unknown, another tenant's, consumed, released or expired."},
 	{"API_KEY_NOT_FOUND", http.StatusNotFound, noRetry, closeRequest, "No API key has this id."},
 	{CodeMethodNotAllowed, http.StatusMethodNotAllowed, noRetry, closeRequest, "The path exists, but not with this method."},

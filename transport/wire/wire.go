@@ -70,7 +70,12 @@ type ExplanationDetails struct {
 	Running          int        `json:"running,omitempty"`
 	ConcurrencyKey   string     `json:"concurrency_key,omitempty"` // concurrency_key
 	MaxRunningPerKey int        `json:"max_running_per_key,omitempty"`
-	HeldBy           []string   `json:"held_by,omitempty"`  // the jobs that hold the key's leases
+	HeldBy           []string   `json:"held_by,omitempty"`    // the jobs that hold the key's leases
+	RateLimit        string     `json:"rate_limit,omitempty"` // rate_limited: the limit whose token comes last
+	RateLimitKey     string     `json:"rate_limit_key,omitempty"`
+	Rate             float64    `json:"rate,omitempty"`
+	Burst            int        `json:"burst,omitempty"`
+	TokenAt          *time.Time `json:"token_at,omitempty"` // when that token is due
 	Sessions         *int       `json:"sessions,omitempty"` // workers_busy: sessions serving the queue
 	Capacity         *int       `json:"capacity,omitempty"`
 	Leased           *int       `json:"leased,omitempty"`
@@ -127,9 +132,11 @@ type Job struct {
 	FlowStep   string `json:"flow_step,omitempty"`
 	ScheduleID string `json:"schedule_id,omitempty"`
 	// ConcurrencyKey is the key whose leases its queue's max_running_per_key caps, if any.
-	ConcurrencyKey string   `json:"concurrency_key,omitempty"`
-	Receipt        *Receipt `json:"receipt,omitempty"`
-	IdempotentHit  *bool    `json:"idempotent_hit,omitempty"`
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// RateLimits are the tenant's rate limits each lease of the job takes a token from.
+	RateLimits    []RateLimitUse `json:"rate_limits,omitempty"`
+	Receipt       *Receipt       `json:"receipt,omitempty"`
+	IdempotentHit *bool          `json:"idempotent_hit,omitempty"`
 }
 
 // SubmitRequest is the body of POST /v1/jobs and one element of a batch.
@@ -151,6 +158,45 @@ type SubmitRequest struct {
 	// ConcurrencyKey, if set, caps the leases of the tenant's jobs with this key at the queue's
 	// max_running_per_key.
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// RateLimits names the tenant's rate limits each lease takes a token from.
+	RateLimits []RateLimitUse `json:"rate_limits,omitempty"`
+}
+
+// RateLimitUse names a tenant's rate limit a job takes a token from, in the bucket of Key (one
+// bucket per key; none: the limit's own).
+type RateLimitUse struct {
+	Name string `json:"name"`
+	Key  string `json:"key,omitempty"`
+}
+
+// RateLimitRequest is the body of PUT /v1/rate-limits/{name}: rate tokens a second, at most
+// burst held (default: the rate rounded up, at least 1).
+type RateLimitRequest struct {
+	Rate  float64 `json:"rate"`
+	Burst int     `json:"burst,omitempty"`
+}
+
+// RateLimit is a tenant's rate limit as it stands: Tokens in its bucket without a key, and
+// how many of its buckets are below full (BucketsBelowFull).
+type RateLimit struct {
+	Name             string   `json:"name"`
+	Rate             float64  `json:"rate"`
+	Burst            int      `json:"burst"`
+	Tokens           float64  `json:"tokens"`
+	BucketsBelowFull int      `json:"buckets_below_full"`
+	Receipt          *Receipt `json:"receipt,omitempty"`
+}
+
+// RateLimitDeleted answers DELETE /v1/rate-limits/{name}.
+type RateLimitDeleted struct {
+	Name    string   `json:"name"`
+	Deleted bool     `json:"deleted"`
+	Receipt *Receipt `json:"receipt,omitempty"`
+}
+
+// RateLimitList answers GET /v1/rate-limits.
+type RateLimitList struct {
+	RateLimits []RateLimit `json:"rate_limits"`
 }
 
 // Deleted answers DELETE /v1/jobs/{id}.
@@ -475,6 +521,7 @@ type ScheduleJob struct {
 	Labels           map[string]string `json:"labels"`
 	ResultTTLSeconds float64           `json:"result_ttl_seconds,omitempty"`
 	ConcurrencyKey   string            `json:"concurrency_key,omitempty"`
+	RateLimits       []RateLimitUse    `json:"rate_limits,omitempty"`
 }
 
 // ScheduleFire is a schedule's last firing: the job it submitted, and when.
