@@ -22,7 +22,7 @@ const (
 	ExplainQueuePaused   = "queue_paused"        // PausedSince
 	ExplainTenantQuota   = "tenant_quota"        // Running of MaxRunning
 	ExplainKeyLimit      = "concurrency_key"     // Key, KeyLimit, KeyHolders
-	ExplainRateLimited   = "rate_limited"        // RateLimit, RateKey, Rate, Burst, TokenAt
+	ExplainRateLimited   = "rate_limited"        // RateLimit, RateKey, Rate, Burst, TokenAt, Ahead
 	ExplainNoWorker      = "no_worker_for_queue" // LastWorker, LastSeen: no session serves the queue
 	ExplainWorkersBusy   = "workers_busy"        // Sessions, Capacity, Held: none has room or credit; Ahead
 	ExplainBehind        = "behind_n"            // Ahead: jobs of its queue that go first
@@ -47,7 +47,8 @@ type Explanation struct {
 	Key         string
 	KeyLimit    int
 	KeyHolders  []string // the jobs that hold the key's leases
-	// rate_limited: the limit whose token comes last, its key, and when the token is due.
+	// rate_limited: the limit whose token comes last, its key, and when the job's token is due
+	// at the earliest (Ahead jobs of its own go before it).
 	RateLimit, RateKey string
 	Rate               float64
 	Burst              int
@@ -145,9 +146,22 @@ func (d *Dispatcher) explainWaiting(e *entry, x *Explanation) {
 			}
 		}
 	case ExplainRateLimited:
+		// The bucket's next token goes to its group's first job; each job before this one
+		// takes one of those that follow, one an interval. Other groups that take from the
+		// bucket may take some too: TokenAt is the earliest.
 		due, u := d.rateDue(g)
 		_, def, _ := d.tokenAt(g.tenant, u)
-		x.RateLimit, x.RateKey, x.Rate, x.Burst, x.TokenAt = u.Name, u.Key, def.rate, def.burst, due
+		before := 0
+		for i, y := range g.jobs.entries {
+			if i >= explainAheadLooksMax {
+				break
+			}
+			if y != e && dispatchFirst(y, e) {
+				before++
+			}
+		}
+		x.RateLimit, x.RateKey, x.Rate, x.Burst = u.Name, u.Key, def.rate, def.burst
+		x.TokenAt, x.Ahead = due.Add(time.Duration(before)*def.interval), before
 	case ExplainWorkersBusy, ExplainBehind:
 		x.Sessions, x.Capacity, x.Held = served.sessions, served.capacity, served.held
 		x.Ahead, x.AheadAtLeast = d.ahead(e)

@@ -32,8 +32,8 @@ import (
 // none); buckets are swept when their number doubles.
 //
 // A limit the tenant deletes no longer holds anyone back; a job may only be submitted naming
-// limits the tenant has (undefinedRateLimit). Changing a limit keeps its buckets: their tokens
-// refill at the new rate, up to the new burst.
+// limits the tenant has (undefinedRateLimit). Changing a limit keeps the tokens its buckets
+// hold, up to the new burst, and they refill at the new rate from there.
 
 // rateDef is a tenant's rate limit as the dispatcher uses it.
 type rateDef struct {
@@ -43,13 +43,11 @@ type rateDef struct {
 }
 
 func newRateDef(rate float64, burst int) rateDef {
-	return rateDef{rate: rate, burst: burst, interval: RateInterval(rate)}
+	return rateDef{rate: rate, burst: burst, interval: projections.RateInterval(rate)}
 }
 
-// RateInterval is the time between two tokens of a limit of rate tokens a second, in whole
-// nanoseconds.
-func RateInterval(rate float64) time.Duration {
-	return max(time.Duration(math.Round(float64(time.Second)/rate)), 1)
+func (r rateDef) limit() projections.RateLimit {
+	return projections.RateLimit{Rate: r.rate, Burst: r.burst}
 }
 
 // rateKey names a tenant's rate limit in the dispatcher's maps.
@@ -216,11 +214,13 @@ func CheckRateLimit(name string, rate float64, burst int) *Rejection {
 	switch {
 	case !validName(name, RateLimitNameLenMax, false):
 		return reject(CodeInvalidArgument, "rate limit name %q must be 1..%d of [A-Za-z0-9_-]", clip(name), RateLimitNameLenMax)
-	case math.IsNaN(rate) || rate < RateMin || rate > RateMax:
+	case rate == 0:
+		return reject(CodeInvalidArgument, "rate is required: tokens a second, from 1/86400 (one a day) to %d", RateMax)
+	case math.IsNaN(rate) || rate < RateMin*(1-1e-9) || rate > RateMax: // a day's rate rounded to a few decimals is one a day
 		return reject(CodeInvalidArgument, "rate %v is outside 1/86400 (one a day)..%d tokens a second", rate, RateMax)
 	case burst < 1 || burst > BurstMax:
 		return reject(CodeInvalidArgument, "burst %d is outside 1..%d", burst, BurstMax)
-	case time.Duration(burst)*RateInterval(rate) > RateRefillMax:
+	case time.Duration(burst)*projections.RateInterval(rate) > RateRefillMax:
 		return reject(CodeInvalidArgument, "burst %d at rate %v takes more than %s to refill", burst, rate, RateRefillMax)
 	}
 	return nil
@@ -239,10 +239,22 @@ func (d *Dispatcher) setRateLimit(env Env, m SetRateLimit) {
 		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "tenant %s has %d rate limits, the most it may have", m.Tenant, RateLimitsMax)})
 		return
 	}
-	d.rateDefs[k] = newRateDef(m.Rate, m.Burst)
+	def := newRateDef(m.Rate, m.Burst)
+	if was, ok := d.rateDefs[k]; ok { // its buckets keep their tokens (projections.ConvertBucket)
+		for b, full := range d.buckets {
+			if strings.HasPrefix(b, k+"/") {
+				if full, ok = projections.ConvertBucket(full, d.now, was.limit(), def.limit()); ok {
+					d.buckets[b] = full
+				} else {
+					delete(d.buckets, b)
+				}
+			}
+		}
+	}
+	d.rateDefs[k] = def
 	d.releaseRated(m.Tenant)
-	d.pipe.persist(env, []eventlog.Payload{eventlog.TenantRateLimitSet{Tenant: m.Tenant, Name: m.Name, Rate: m.Rate, Burst: m.Burst, APIKeyID: m.APIKeyID}},
-		replyDone{env.Sender()})
+	d.pipe.persist(env, []eventlog.Payload{eventlog.TenantRateLimitSet{Tenant: m.Tenant, Name: m.Name, Rate: m.Rate, Burst: m.Burst,
+		At: d.now.UTC(), APIKeyID: m.APIKeyID}}, replyDone{env.Sender()})
 }
 
 func (d *Dispatcher) deleteRateLimit(env Env, m DeleteRateLimit) {

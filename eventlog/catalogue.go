@@ -596,13 +596,15 @@ type TenantKeyLimitSet struct {
 // TenantRateLimitSet records a rate limit of the tenant, new or changed: a token bucket that
 // holds at most Burst tokens and gains Rate tokens a second, on the dispatcher's clock, one
 // bucket per key the tenant's jobs name it with (RateLimitUse). The dispatcher decides it and
-// acts on it at once; buckets keep the tokens they have, up to the new Burst.
+// acts on it at once, at At on its clock: a changed limit's buckets keep the tokens they hold
+// then, up to the new Burst, and gain them at the new Rate from there.
 type TenantRateLimitSet struct {
-	Tenant   string  `json:"tenant"`
-	Name     string  `json:"name"`
-	Rate     float64 `json:"rate"`
-	Burst    int     `json:"burst"`
-	APIKeyID string  `json:"api_key_id,omitempty"` // who set it; empty for the admin
+	Tenant   string    `json:"tenant"`
+	Name     string    `json:"name"`
+	Rate     float64   `json:"rate"`
+	Burst    int       `json:"burst"`
+	At       time.Time `json:"at"`
+	APIKeyID string    `json:"api_key_id,omitempty"` // who set it; empty for the admin
 }
 
 // TenantRateLimitDeleted records that a rate limit is gone: the jobs that name it are no

@@ -340,7 +340,19 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		if t.RateLimits == nil {
 			t.RateLimits = map[string]RateLimit{}
 		}
-		t.RateLimits[e.Name] = RateLimit{Rate: e.Rate, Burst: e.Burst, Seq: seq}
+		l := RateLimit{Rate: e.Rate, Burst: e.Burst, Seq: seq}
+		if was, ok := t.RateLimits[e.Name]; ok {
+			for b, full := range t.RateBuckets {
+				if strings.HasPrefix(b, e.Name+"/") {
+					if full, ok = ConvertBucket(full, e.At, was, l); ok {
+						t.RateBuckets[b] = full
+					} else {
+						delete(t.RateBuckets, b)
+					}
+				}
+			}
+		}
+		t.RateLimits[e.Name] = l
 		return nil
 	case eventlog.TenantRateLimitDeleted:
 		t := s.tenant(e.Tenant)

@@ -307,7 +307,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		delete(o.paused, e.Tenant+"/"+e.Queue)
 	case eventlog.TenantRateLimitSet:
 		k := e.Tenant + "\x00" + e.Name
-		o.rates[k] = &orate{burst: e.Burst, interval: actors.RateInterval(e.Rate), changed: decision{decidedAt, clock}}
+		o.rates[k] = &orate{burst: e.Burst, interval: projections.RateInterval(e.Rate), changed: decision{decidedAt, clock}}
 		o.forgetGrants(k)
 	case eventlog.TenantRateLimitDeleted:
 		k := e.Tenant + "\x00" + e.Name

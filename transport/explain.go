@@ -97,13 +97,16 @@ func explanationOf(x actors.Explanation, now time.Time) wire.Explanation {
 		out.Message = fmt.Sprintf("its concurrency key %q holds %s (jobs %s), and its max_running_per_key in queue %s is %d: it goes once %s",
 			x.Key, plural(len(x.KeyHolders), "lease"), strings.Join(x.KeyHolders, ", "), x.Queue, x.KeyLimit, ending(len(x.KeyHolders)-x.KeyLimit+1))
 	case actors.ExplainRateLimited:
-		d.RateLimit, d.RateLimitKey, d.Rate, d.Burst, d.TokenAt = x.RateLimit, x.RateKey, x.Rate, x.Burst, at(x.TokenAt)
+		d.RateLimit, d.RateLimitKey, d.Rate, d.Burst, d.TokenAt, d.Ahead = x.RateLimit, x.RateKey, x.Rate, x.Burst, at(x.TokenAt), new(x.Ahead)
 		bucket := "its bucket"
 		if x.RateKey != "" {
 			bucket = fmt.Sprintf("its bucket for key %q", x.RateKey)
 		}
-		out.Message = fmt.Sprintf("rate limit %s (%v a second, burst %d) has no token in %s: the next is due %s", x.RateLimit,
-			x.Rate, x.Burst, bucket, when(x.TokenAt, now))
+		out.Message = fmt.Sprintf("rate limit %s (%v a second, burst %d) has no token in %s", x.RateLimit, x.Rate, x.Burst, bucket)
+		if x.Ahead > 0 {
+			out.Message += fmt.Sprintf(", and %s of the same limits go first", plural(x.Ahead, "job"))
+		}
+		out.Message += fmt.Sprintf(": its token is due %s at the earliest", when(x.TokenAt, now))
 	case actors.ExplainNoWorker:
 		d.LastWorker, d.LastSeen = x.LastWorker, at(x.LastSeen)
 		out.Message = fmt.Sprintf("no connected worker serves queue %s", x.Queue)

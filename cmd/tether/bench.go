@@ -36,6 +36,7 @@ func runBench(args []string) error {
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "paced mode: how long to submit")
 	fs.IntVar(&cfg.ConcurrencyKeys, "concurrency-keys", 0, "spread the jobs over this many concurrency keys, in turn (0: none)")
 	fs.IntVar(&cfg.MaxRunningPerKey, "max-running-per-key", 1, "with --concurrency-keys: the run's queue's max_running_per_key (0: unlimited)")
+	fs.Float64Var(&cfg.RateLimit, "rate-limit", 0, "every job takes a token of a rate limit of this many a second, burst the same (per concurrency key with --concurrency-keys; 0: none)")
 	var ca cli.CACert
 	ca.Register(fs)
 	peer := fs.String("nats-peer", "", "instead of a tether server, run the NATS JetStream work-queue peer of the same shape on these NATS servers (nats://host:4222[,host:4222...]): every submit and completion an acked publish")
@@ -72,6 +73,10 @@ func runBench(args []string) error {
 		return cli.BadFlagf(fs, "--max-running-per-key goes with --concurrency-keys")
 	case cfg.ConcurrencyKeys > 0 && (*riverPeer != "" || *peer != ""):
 		return cli.BadFlagf(fs, "--concurrency-keys is tether's: it does not go with --river-peer or --nats-peer")
+	case !(cfg.RateLimit >= 0) || cfg.RateLimit > 1e6:
+		return cli.BadFlagf(fs, "--rate-limit is 0 (none) to 1000000 a second")
+	case cfg.RateLimit > 0 && (*riverPeer != "" || *peer != ""):
+		return cli.BadFlagf(fs, "--rate-limit is tether's: it does not go with --river-peer or --nats-peer")
 	}
 	if *fill > 0 {
 		cfg.Jobs, cfg.History = *fill, true

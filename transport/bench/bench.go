@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -64,6 +65,21 @@ type Config struct {
 	// MaxRunningPerKey is then the run's queue's max_running_per_key (0: unlimited).
 	ConcurrencyKeys  int
 	MaxRunningPerKey int
+	// RateLimit > 0 makes every job take a token of a rate limit of that many a second (burst
+	// the same), from its concurrency key's bucket when the run has keys.
+	RateLimit float64
+}
+
+// benchRateLimit is the name of the run's rate limit.
+const benchRateLimit = "bench"
+
+// job is the run's ith job in queue, with payload body.
+func (cfg *Config) job(queue string, i int64, body []byte) wire.SubmitRequest {
+	req := wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body, ConcurrencyKey: cfg.keyOf(i)}
+	if cfg.RateLimit > 0 {
+		req.RateLimits = []wire.RateLimitUse{{Name: benchRateLimit, Key: req.ConcurrencyKey}}
+	}
+	return req
 }
 
 // keyOf is the concurrency key of the run's ith job: none, or one of cfg.ConcurrencyKeys in turn.
@@ -74,13 +90,19 @@ func (cfg *Config) keyOf(i int64) string {
 	return "k" + strconv.FormatInt(i%int64(cfg.ConcurrencyKeys), 10)
 }
 
-// limitKeys sets the run's queue's max_running_per_key when the run spreads its jobs over keys.
-func limitKeys(ctx context.Context, cfg Config, hc *http.Client, queue string) error {
-	if cfg.ConcurrencyKeys <= 0 {
-		return nil
+// setLimits sets the run's queue's max_running_per_key when the run spreads its jobs over keys,
+// and its rate limit when it has one.
+func setLimits(ctx context.Context, cfg Config, hc *http.Client, queue string) error {
+	c := client.New(cfg.Server, cfg.Token, hc)
+	if cfg.ConcurrencyKeys > 0 {
+		if _, err := c.SetQueueLimits(ctx, "", queue, new(cfg.MaxRunningPerKey)); err != nil {
+			return fmt.Errorf("bench: setting the queue's max_running_per_key: %w", err)
+		}
 	}
-	if _, err := client.New(cfg.Server, cfg.Token, hc).SetQueueLimits(ctx, "", queue, new(cfg.MaxRunningPerKey)); err != nil {
-		return fmt.Errorf("bench: setting the queue's max_running_per_key: %w", err)
+	if cfg.RateLimit > 0 {
+		if _, err := c.SetRateLimit(ctx, "", benchRateLimit, cfg.RateLimit, max(1, int(math.Ceil(cfg.RateLimit)))); err != nil {
+			return fmt.Errorf("bench: setting the rate limit: %w", err)
+		}
 	}
 	return nil
 }
@@ -95,6 +117,7 @@ type Result struct {
 	// ConcurrencyKeys and MaxRunningPerKey are the run's keys and their limit (Config's).
 	ConcurrencyKeys  int           `json:"concurrency_keys,omitempty"`
 	MaxRunningPerKey int           `json:"max_running_per_key,omitempty"`
+	RateLimit        float64       `json:"rate_limit,omitempty"` // tokens a second of the limit every job takes from`
 	Elapsed          time.Duration `json:"elapsed_ns"`
 	JobsPerSecond    float64       `json:"jobs_per_second"` // burn-down mode: the drain's rate
 	// Burn-down mode: how long the batched submits took, and their rate; the batch size.
@@ -177,7 +200,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := healthy(ctx, hc, cfg.Server); err != nil { // a server that is there, before workers register
 		return Result{}, err
 	}
-	if err := limitKeys(ctx, cfg, hc, queue); err != nil {
+	if err := setLimits(ctx, cfg, hc, queue); err != nil {
 		return Result{}, err
 	}
 	if cfg.BurnDown > 0 {
@@ -246,7 +269,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			scheduled = sent
 		}
 		body, _ := json.Marshal(payload{Sent: scheduled.UnixNano()})
-		err := p.submit(runCtx, wire.SubmitRequest{Queue: queue, Type: "noop", Payload: body, ConcurrencyKey: cfg.keyOf(keyed.Add(1))})
+		err := p.submit(runCtx, cfg.job(queue, keyed.Add(1), body))
 		d := time.Since(sent)
 		if err != nil {
 			if runCtx.Err() == nil {
@@ -323,7 +346,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Mode: "saturated", Queue: queue, Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Capacity: 1, Elapsed: elapsed,
-		ConcurrencyKeys: cfg.ConcurrencyKeys, MaxRunningPerKey: cfg.MaxRunningPerKey,
+		ConcurrencyKeys: cfg.ConcurrencyKeys, MaxRunningPerKey: cfg.MaxRunningPerKey, RateLimit: cfg.RateLimit,
 		JobsPerSecond: float64(total) / elapsed.Seconds(), Submit: latencyOf(submits), SubmitToStart: latencyOf(starts),
 		Errors: int(failed.Load())}
 	if paced {

@@ -69,18 +69,19 @@ func TestSaturatedRunsEveryJob(t *testing.T) {
 }
 
 // With --concurrency-keys the jobs go out under the keys in turn, and the run's queue has the
-// limit asked for: every job runs, each key's jobs under it.
+// limit asked for: every job runs, each key's jobs under it; with --rate-limit each job takes a
+// token of the run's limit from its key's bucket.
 func TestKeyedRunsEveryJobUnderItsKeys(t *testing.T) {
 	url, key, enroll := server(t)
 	for _, mode := range []bench.Config{{Jobs: 60}, {BurnDown: 60, Capacity: 5}} {
 		cfg := mode
 		cfg.Server, cfg.Token, cfg.EnrollToken, cfg.Producers, cfg.Workers = url, key, enroll, 2, 3
-		cfg.ConcurrencyKeys, cfg.MaxRunningPerKey = 4, 1
+		cfg.ConcurrencyKeys, cfg.MaxRunningPerKey, cfg.RateLimit = 4, 1, 1000
 		res, err := bench.Run(runCtx(t), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Jobs != 60 || res.Errors != 0 || res.ConcurrencyKeys != 4 || res.MaxRunningPerKey != 1 {
+		if res.Jobs != 60 || res.Errors != 0 || res.ConcurrencyKeys != 4 || res.MaxRunningPerKey != 1 || res.RateLimit != 1000 {
 			t.Fatalf("%s: %+v", res.Mode, res)
 		}
 		c := client.New(url, key, nil)
@@ -99,6 +100,9 @@ func TestKeyedRunsEveryJobUnderItsKeys(t *testing.T) {
 		}
 		for _, j := range page.Jobs {
 			keys[j.ConcurrencyKey]++
+			if len(j.RateLimits) != 1 || j.RateLimits[0] != (wire.RateLimitUse{Name: "bench", Key: j.ConcurrencyKey}) {
+				t.Fatalf("%s: job %s takes tokens from %+v, want the run's limit in its key's bucket", res.Mode, j.ID, j.RateLimits)
+			}
 		}
 		if len(page.Jobs) != 60 || len(keys) != 4 || keys["k0"] != 15 {
 			t.Fatalf("%s: %d jobs over keys %v, want 60 over k0..k3", res.Mode, len(page.Jobs), keys)

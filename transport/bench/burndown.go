@@ -33,7 +33,7 @@ func burnDown(ctx context.Context, cfg Config, hc *http.Client, queue string) (R
 	batches, insert, err := insertBatches(ctx, total, cfg.Producers, func(ctx context.Context, n int) error {
 		jobs := make([]wire.SubmitRequest, n)
 		for i := range jobs {
-			jobs[i] = wire.SubmitRequest{Queue: queue, Type: "noop", ConcurrencyKey: cfg.keyOf(keyed.Add(1))}
+			jobs[i] = cfg.job(queue, keyed.Add(1), nil)
 		}
 		resp, err := client.New(cfg.Server, cfg.Token, hc).SubmitBatch(ctx, jobs)
 		if err == nil && len(resp.Jobs) != n {
@@ -76,7 +76,7 @@ func burnDown(ctx context.Context, cfg Config, hc *http.Client, queue string) (R
 	}
 	elapsed := last.Sub(first)
 	res := Result{Mode: "burn-down", Queue: queue, Jobs: total, Producers: cfg.Producers, Workers: cfg.Workers, Capacity: capacity,
-		ConcurrencyKeys: cfg.ConcurrencyKeys, MaxRunningPerKey: cfg.MaxRunningPerKey,
+		ConcurrencyKeys: cfg.ConcurrencyKeys, MaxRunningPerKey: cfg.MaxRunningPerKey, RateLimit: cfg.RateLimit,
 		Elapsed: elapsed, JobsPerSecond: float64(total) / elapsed.Seconds(), Errors: int(failed.Load()),
 		Insert: insert, InsertPerSecond: float64(total) / insert.Seconds(), Batch: BatchJobs, Submit: latencyOf(batches)}
 	res.measured(before, after, cpuAfter-cpuBefore, cpuKnown)

@@ -26,6 +26,9 @@ func (r Result) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
+	if r.RateLimit > 0 {
+		fmt.Fprintf(w, "every job takes a token of a rate limit of %v a second\n", r.RateLimit)
+	}
 	if r.ConcurrencyKeys > 0 {
 		fmt.Fprintf(w, "jobs spread over %d concurrency keys, max_running_per_key %d (0: unlimited)\n\n", r.ConcurrencyKeys, r.MaxRunningPerKey)
 	}

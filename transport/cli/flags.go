@@ -343,8 +343,8 @@ type rateLimitFlags []wire.RateLimitUse
 
 func (r *rateLimitFlags) String() string { return "" }
 func (r *rateLimitFlags) Set(v string) error {
-	name, key, _ := strings.Cut(v, ":")
-	if name == "" {
+	name, key, colon := strings.Cut(v, ":")
+	if name == "" || colon && key == "" {
 		return fmt.Errorf("a rate limit is NAME or NAME:KEY, not %q", v)
 	}
 	*r = append(*r, wire.RateLimitUse{Name: name, Key: key})

@@ -225,11 +225,7 @@ func describe(j *wire.Job) string {
 	row("queue/type", j.Queue+"/"+j.Type)
 	row("concurrency key", j.ConcurrencyKey)
 	for _, u := range j.RateLimits {
-		if u.Key != "" {
-			row("rate limit", u.Name+" (key "+u.Key+")")
-		} else {
-			row("rate limit", u.Name)
-		}
+		row("rate limit", rateLimitText(u))
 	}
 	row("attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
 	if j.Lease != nil {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/tetherhq/tether/transport/wire"
 )
 
 // RateLimit runs tether ratelimit SUBCOMMAND: ls, set, rm.
@@ -60,7 +63,7 @@ func rateLimitSet(args []string) error {
 	if err != nil {
 		return err
 	}
-	if !setFlags(fs)["rate"] || *rate <= 0 {
+	if !setFlags(fs)["rate"] || !(*rate > 0) || math.IsInf(*rate, 0) {
 		return BadFlagf(fs, "give --rate, tokens a second above 0; usage: %s", usage)
 	}
 	if *burst < 0 {
@@ -90,4 +93,12 @@ func rateLimitDelete(args []string) error {
 		return err
 	}
 	return cf.Print(d, func() string { return fmt.Sprintf("rate limit %s deleted\n", d.Name) })
+}
+
+// rateLimitText shows a rate limit a job takes tokens from: its name, and its bucket's key.
+func rateLimitText(u wire.RateLimitUse) string {
+	if u.Key != "" {
+		return u.Name + " (key " + u.Key + ")"
+	}
+	return u.Name
 }

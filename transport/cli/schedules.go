@@ -96,6 +96,12 @@ func showSchedule(s *wire.Schedule) string {
 	row("schedule", s.ID+"  "+s.Name+"  "+status)
 	row("cron", fmt.Sprintf("%s  (%s)", s.Cron, s.Timezone))
 	row("job", fmt.Sprintf("queue %s, type %s, max_attempts %d, payload %s", s.Job.Queue, s.Job.Type, s.Job.MaxAttempts, orDash(string(s.Job.Payload))))
+	if s.Job.ConcurrencyKey != "" {
+		row("concurrency key", s.Job.ConcurrencyKey)
+	}
+	for _, u := range s.Job.RateLimits {
+		row("rate limit", rateLimitText(u))
+	}
 	row("policy", "overlap "+s.Overlap+", catch_up "+s.CatchUp)
 	row("next", timeOrDash(s.NextFireAt))
 	row("last tick", timeOrDash(s.LastTick))

@@ -77,6 +77,7 @@ func TestDashboardInChromium(t *testing.T) {
 	// it, reports progress, and (once let go) completes it.
 	browser.Go(url + "/#/jobs/" + job.ID)
 	browser.WaitFor("the submitted event", `document.querySelector("[data-test=timeline] [data-event='job.submitted']")`)
+	browser.WaitFor("why it waits: no worker yet", `document.querySelector("[data-test=explain] [data-code=no_worker_for_queue]")`)
 	release := make(chan struct{})
 	stopWorker := runWorker(t, url, ctx, release)
 	browser.WaitFor("the lease, live", `document.querySelector("[data-test=timeline] [data-event='job.leased']")`)
@@ -85,6 +86,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("progress shown as %q", progress)
 	}
 	browser.WaitFor("the job shown leased", `document.querySelector("[data-test=job] [data-status=leased]")`)
+	browser.WaitFor("explained as leased", `document.querySelector("[data-test=explain] [data-code=leased]")`)
 	close(release)
 	browser.WaitFor("the completion, live", `document.querySelector("[data-test=timeline] [data-event='job.succeeded']")`)
 	browser.WaitFor("the stream's end", `document.querySelector("[data-test=stream-state]").textContent === "finished"`)

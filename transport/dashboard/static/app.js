@@ -404,6 +404,8 @@ function pretty(raw) {
 
 function jobPage(id) {
   const facts = h("section", { class: "card", "data-test": "job" });
+  // Why it is not running (or whom it runs on): GET /v1/jobs/{id}/explain, the dispatcher's own reason.
+  const why = h("p", { class: "why", "data-test": "explain" });
   const actions = h("div", { class: "actions" });
   const streamState = h("span", { class: "stream-state", "data-test": "stream-state" }, "connecting…");
   const timeline = h("ol", { class: "timeline", "data-test": "timeline" });
@@ -411,7 +413,7 @@ function jobPage(id) {
   const output = h("pre", { "data-test": "output" });
   main().replaceChildren(
     h("h1", {}, "Job ", h("span", { class: "mono" }, id)),
-    facts, actions,
+    facts, why, actions,
     h("h2", {}, "Timeline", streamState), h("section", { class: "card" }, timeline),
     h("h2", {}, "Payload"), h("section", { class: "card" }, payload),
     h("h2", {}, "Output"), h("section", { class: "card" }, output));
@@ -436,7 +438,13 @@ function jobPage(id) {
   };
   const refresh = async () => {
     try {
-      show(await api(`/v1/jobs/${encodeURIComponent(id)}`));
+      const j = await api(`/v1/jobs/${encodeURIComponent(id)}`);
+      show(j);
+      if (["succeeded", "failed", "cancelled"].includes(j.status)) why.replaceChildren();
+      else {
+        const x = await api(`/v1/jobs/${encodeURIComponent(id)}/explain`);
+        why.replaceChildren(h("span", { class: "mono", "data-code": x.code }, x.code), " ", x.message);
+      }
     } catch (e) {
       if (e.status === 404 || e.status === 410) {
         facts.replaceChildren(h("div", { class: "empty" }, e.status === 410

@@ -1,0 +1,30 @@
+package projections
+
+import (
+	"math"
+	"time"
+)
+
+// RateInterval is the time between two tokens of a rate limit of rate tokens a second, in
+// whole nanoseconds: the dispatcher's buckets and the projections' count in it alike.
+func RateInterval(rate float64) time.Duration {
+	return max(time.Duration(math.Round(float64(time.Second)/rate)), 1)
+}
+
+// ConvertBucket carries a bucket across a change of its limit at at: it keeps the tokens it
+// holds (up to the new burst) and gains them at the new rate from there. A bucket is the
+// instant it is full again; ok is false when it is full at at (it is then forgotten). The
+// dispatcher and the fold of tenant.rate_limit_set both call it, at the instant the event
+// records, so a restart finds the bucket the dispatcher had.
+func ConvertBucket(full, at time.Time, from, to RateLimit) (time.Time, bool) {
+	if !full.After(at) {
+		return time.Time{}, false
+	}
+	owed := float64(full.Sub(at)) / float64(RateInterval(from.Rate)) // tokens short of full
+	tokens := float64(from.Burst) - owed
+	short := min(max(float64(to.Burst)-tokens, 0), float64(to.Burst))
+	if short == 0 {
+		return time.Time{}, false
+	}
+	return at.Add(time.Duration(math.Round(short * float64(RateInterval(to.Rate))))), true
+}
