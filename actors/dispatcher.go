@@ -758,6 +758,7 @@ func (d *Dispatcher) dispatch(env Env) {
 		d.countScheduled(e, -1)
 		d.pushReady(e)
 	}
+	served := "" // mutantStarveTenants: the one tenant this dispatch serves
 	for progressed := true; progressed && d.readyCount > 0; {
 		progressed = false
 		for i := 0; i < len(d.hungry) && d.readyCount > 0; {
@@ -768,7 +769,7 @@ func (d *Dispatcher) dispatch(env Env) {
 				d.hungry = slices.Delete(d.hungry, i, i+1)
 				continue
 			}
-			if d.tenantFull(s.tenant) {
+			if d.tenantFull(s.tenant) || mutantStarveTenants && served != "" && s.tenant != served {
 				i++
 				continue
 			}
@@ -778,7 +779,7 @@ func (d *Dispatcher) dispatch(env Env) {
 				continue
 			}
 			d.lease(env, s, e)
-			progressed = true
+			progressed, served = true, s.tenant
 			i++
 		}
 	}
@@ -846,8 +847,9 @@ func (d *Dispatcher) arrived(env Env, s *slot) {
 
 func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
 	d.leases++
-	if e.heap.group != nil {
-		e.heap.group.served = d.leases // its key's turn is over (keys.go)
+	g := e.heap.group
+	if g != nil {
+		g.served = d.leases // its key's turn is over (keys.go)
 	}
 	d.remove(e.ID)
 	lr := leaseRef{leaseID: NewID(env), sessionID: s.id, tenant: s.tenant, workerID: s.workerID, key: keyOf(e.Tenant, e.Key)}
@@ -860,7 +862,10 @@ func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
 	s.held++
 	d.running[s.tenant]++
 	d.keyLeases(lr.key, 1)
-	grants := d.takeTokens(e.Tenant, e.RateLimits, d.now)
+	var grants []eventlog.RateGrant
+	if g != nil && len(g.rates) > 0 {
+		grants = d.takeTokens(g, d.now)
+	}
 	env.Send(JobRef(e.ID), startLease{JobID: e.ID, LeaseID: lr.leaseID, SessionID: s.id, WorkerID: s.workerID, RateGrants: grants})
 }
 

@@ -85,6 +85,16 @@ func (d *Dispatcher) CheckInvariants() error {
 	if !maps.Equal(explained, counted) {
 		return fmt.Errorf("waiting jobs by reason %v, explained one by one %v", counted, explained)
 	}
+	// INVARIANT: a dispatch leaves no tenant behind: once it ends, no session in the turn
+	// order with credit and room has a job its tenant may lease, whichever tenants took the
+	// turns before it.
+	for _, s := range d.hungry {
+		if s.canTake() && !d.tenantFull(s.tenant) {
+			if e := d.leasable(s); e != nil {
+				return fmt.Errorf("session %s of tenant %s has credit and room, and job %s could go, but the dispatch ended", s.id, s.tenant, e.ID)
+			}
+		}
+	}
 	// INVARIANT: a key's lease count is its leases whose end has not been decided.
 	keyed := map[string]int{}
 	for _, lr := range d.leased {

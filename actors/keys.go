@@ -43,6 +43,8 @@ type group struct {
 	// rates are the rate limits its jobs take tokens from (rates.go); while one has no token,
 	// the group waits in the dispatcher's rateWait (rateIndex >= 0) until due.
 	rates     []eventlog.RateLimitUse
+	rateKeys  []string // rateKey and bucketKey of each of rates, made once
+	bucketKey []string
 	rateIndex int
 	due       time.Time
 }
@@ -133,6 +135,9 @@ func (d *Dispatcher) pushReady(e *entry) {
 	g := q.byKey[id]
 	if g == nil {
 		g = &group{queue: q, tenant: e.Tenant, qname: e.Queue, id: id, key: k, index: -1, rates: e.RateLimits, rateIndex: -1}
+		for _, u := range e.RateLimits {
+			g.rateKeys, g.bucketKey = append(g.rateKeys, rateKey(e.Tenant, u.Name)), append(g.bucketKey, bucketKey(e.Tenant, u))
+		}
 		g.jobs = entryHeap{less: dispatchFirst, group: g}
 		q.byKey[id] = g
 		if k != "" {

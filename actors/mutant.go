@@ -38,6 +38,9 @@ var (
 	// mutantBucketRefillsTwice charges a lease half a token: a rate limit's bucket refills
 	// twice as fast as its rate.
 	mutantBucketRefillsTwice bool
+	// mutantStarveTenants serves one tenant a dispatch: the others' sessions wait for the next
+	// message, though they have credit and ready jobs.
+	mutantStarveTenants bool
 	// mutantStartOnLease starts a flow's step once each step it needs is leased or succeeded.
 	mutantStartOnLease bool
 	// mutantForgetDecidedTicks takes a schedule's ticks from its creation on, forgetting those

@@ -201,9 +201,8 @@ func undefinedRateLimit(env Env, tenant string, uses []eventlog.RateLimitUse) *R
 	}
 	var missing string
 	env.Read(func(s *projections.Set) {
-		defined := s.Tenant(tenant).RateLimits
 		for _, u := range uses {
-			if _, ok := defined[u.Name]; !ok && missing == "" {
+			if _, ok := s.RateLimit(tenant, u.Name); !ok && missing == "" {
 				missing = u.Name
 			}
 		}

@@ -279,6 +279,17 @@ func (s *Set) Tenant(name string) Tenant {
 	return c
 }
 
+// RateLimit returns one of a tenant's rate limits, without copying the tenant (a submit that
+// names limits asks for each).
+func (s *Set) RateLimit(tenant, name string) (RateLimit, bool) {
+	t, ok := s.tenants[tenant]
+	if !ok {
+		return RateLimit{}, false
+	}
+	l, ok := t.RateLimits[name]
+	return l, ok
+}
+
 // Paused reports whether a tenant's queue is paused, and since when.
 func (s *Set) Paused(tenant, queue string) (PausedQueue, bool) {
 	if t := s.tenants[tenant]; t != nil {

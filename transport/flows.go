@@ -174,8 +174,18 @@ func wireFlow(f *projections.Flow) wire.Flow {
 		if needs == nil {
 			needs = []string{}
 		}
-		out.Steps[st.Name] = wire.FlowStep{JobID: state.JobID, Status: state.Status, Queue: st.Queue, Type: st.Type,
+		step := wire.FlowStep{JobID: state.JobID, Status: state.Status, Queue: st.Queue, Type: st.Type,
 			Needs: needs, ContinueOnFailure: st.ContinueOnFailure}
+		if state.Status == projections.StepWaiting {
+			for _, n := range st.Needs {
+				switch f.State[n].Status {
+				case string(projections.StatusSucceeded), string(projections.StatusFailed), string(projections.StatusCancelled), projections.StepSkipped:
+				default:
+					step.WaitingFor = append(step.WaitingFor, n)
+				}
+			}
+		}
+		out.Steps[st.Name] = step
 	}
 	return out
 }

@@ -51,8 +51,11 @@ func TestDiamondFlowThroughAWorker(t *testing.T) {
 		f.Receipt == nil || f.Receipt.Seq == 0 || f.IdempotentHit == nil || *f.IdempotentHit {
 		t.Fatalf("submit answered %+v", f)
 	}
-	if s := f.Steps["d"]; s.Status != "waiting" || s.JobID != "" || strings.Join(s.Needs, ",") != "b,c" {
+	if s := f.Steps["d"]; s.Status != "waiting" || s.JobID != "" || strings.Join(s.Needs, ",") != "b,c" || strings.Join(s.WaitingFor, ",") != "b,c" {
 		t.Fatalf("step d at submit: %+v", s)
+	}
+	if s := f.Steps["a"]; s.WaitingFor != nil {
+		t.Fatalf("step a, which needs nothing, waits for %v", s.WaitingFor)
 	}
 	reg := h.register("", nil, 4)
 	w := h.dial(reg.WorkerToken, 4)
@@ -73,6 +76,9 @@ func TestDiamondFlowThroughAWorker(t *testing.T) {
 		t.Fatalf("b and c got %s and %s", got["b"].Payload, got["c"].Payload)
 	}
 	w.complete(got["b"], `"B"`)
+	if f, err := c.Flow(ctx(t), f.ID); err != nil || strings.Join(f.Steps["d"].WaitingFor, ",") != "c" {
+		t.Fatalf("step d once b succeeded: %+v %v", f.Steps["d"], err)
+	}
 	w.complete(got["c"], `"C"`)
 	d := w.assignment()
 	if d.JobType != "d" || string(d.Payload) != `{"needs":{"b":"B","c":"C"}}` {

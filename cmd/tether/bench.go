@@ -37,6 +37,10 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.ConcurrencyKeys, "concurrency-keys", 0, "spread the jobs over this many concurrency keys, in turn (0: none)")
 	fs.IntVar(&cfg.MaxRunningPerKey, "max-running-per-key", 1, "with --concurrency-keys: the run's queue's max_running_per_key (0: unlimited)")
 	fs.Float64Var(&cfg.RateLimit, "rate-limit", 0, "every job takes a token of a rate limit of this many a second, burst the same (per concurrency key with --concurrency-keys; 0: none)")
+	tenants := fs.Int("tenants", 0, "with --skew: the tenants of a fairness run, one heavy and the rest light (2 or more)")
+	skew := fs.Bool("skew", false, "fairness run: the light tenants' submit→start latency alone, then beside a heavy tenant that saturates the server (needs --tenants and --admin-token, a server under --auth token)")
+	adminToken := fs.String("admin-token", "", "with --skew: the server's admin token, to make each tenant's API key and enroll token")
+	lightRate := fs.Float64("light-rate", 10, "with --skew: submits a second of each light tenant (for --duration, alone and then beside the heavy one)")
 	var ca cli.CACert
 	ca.Register(fs)
 	peer := fs.String("nats-peer", "", "instead of a tether server, run the NATS JetStream work-queue peer of the same shape on these NATS servers (nats://host:4222[,host:4222...]): every submit and completion an acked publish")
@@ -78,6 +82,16 @@ func runBench(args []string) error {
 	case cfg.RateLimit > 0 && (*riverPeer != "" || *peer != ""):
 		return cli.BadFlagf(fs, "--rate-limit is tether's: it does not go with --river-peer or --nats-peer")
 	}
+	switch {
+	case *skew && (*tenants < 2 || *adminToken == ""):
+		return cli.BadFlagf(fs, "--skew needs --tenants 2 or more and --admin-token")
+	case *skew && !(*lightRate > 0 && *lightRate <= 10000):
+		return cli.BadFlagf(fs, "--light-rate is above 0 and at most 10000 a second")
+	case *skew && (set["jobs"] || cfg.BurnDown > 0 || *fill > 0 || cfg.Rate > 0 || *peer != "" || *riverPeer != ""):
+		return cli.BadFlagf(fs, "--skew runs its own loads: it does not go with --jobs, --burn-down, --fill, --rate or a peer")
+	case !*skew && (set["tenants"] || set["admin-token"] || set["light-rate"]):
+		return cli.BadFlagf(fs, "--tenants, --admin-token and --light-rate go with --skew")
+	}
 	if *fill > 0 {
 		cfg.Jobs, cfg.History = *fill, true
 	}
@@ -101,6 +115,19 @@ func runBench(args []string) error {
 		}
 		fmt.Printf("NATS JetStream work-queue peer: %d jobs, R%d, %d producers, %d workers, %.2f s\n\nthroughput  %.0f jobs/s\n",
 			res.Jobs, res.Replicas, cfg.Producers, cfg.Workers, res.Elapsed.Seconds(), res.JobsPerSecond)
+		return nil
+	}
+	if *skew {
+		res, err := bench.Skew(ctx, bench.SkewConfig{Base: cfg, AdminToken: *adminToken, Tenants: *tenants, LightRate: *lightRate, Duration: cfg.Duration})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(res)
+		}
+		bench.PrintSkew(os.Stdout, res)
 		return nil
 	}
 	var bar *bench.ProgressBar

@@ -354,3 +354,24 @@ func TestARunThatStallsFails(t *testing.T) {
 		t.Fatalf("err = %v, want the stall named", err)
 	}
 }
+
+// A fairness run makes its tenants, runs the light ones alone and then beside the heavy one,
+// and reports both latencies and the heavy tenant's pace.
+func TestSkewMeasuresTheLightTenants(t *testing.T) {
+	url, _, _ := server(t)
+	res, err := bench.Skew(runCtx(t), bench.SkewConfig{
+		Base:       bench.Config{Server: url, MetricsToken: metricsToken, Producers: 2, Workers: 2},
+		AdminToken: "admin-token-for-the-bench-test", Tenants: 3, LightRate: 20, Duration: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Tenants != 3 || res.Alone.P99 <= 0 || res.Skewed.P99 <= 0 || res.HeavyJobs <= 0 || res.P99Ratio <= 0 {
+		t.Fatalf("%+v", res)
+	}
+	var b strings.Builder
+	bench.PrintSkew(&b, res)
+	if !strings.Contains(b.String(), "p99 beside / alone") {
+		t.Fatalf("table: %s", b.String())
+	}
+}

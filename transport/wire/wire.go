@@ -547,6 +547,9 @@ type FlowStep struct {
 	Type              string   `json:"type"`
 	Needs             []string `json:"needs"`
 	ContinueOnFailure bool     `json:"continue_on_failure,omitempty"`
+	// WaitingFor, on a waiting step (it has no job yet), names the steps it needs that have
+	// not finished: why it is not running, as explain says it of a job (waiting_for_needs).
+	WaitingFor []string `json:"waiting_for,omitempty"`
 }
 
 // FlowList is one page of GET /v1/flows, newest first; NextCursor is empty on the last page.

@@ -1,0 +1,5 @@
+//go:build mutant_starve_tenants
+
+package actors
+
+func init() { mutantStarveTenants = true }
