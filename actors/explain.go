@@ -161,7 +161,7 @@ func (d *Dispatcher) explainWaiting(e *entry, x *Explanation) {
 				before++
 			}
 		}
-		x.RateLimit, x.RateKey, x.Rate, x.Burst = u.Name, u.Key, def.rate, def.burst
+		x.RateLimit, x.RateKey, x.Rate, x.Burst = u.Name, u.Key, def.Rate, def.Burst
 		x.TokenAt, x.Ahead = due.Add(time.Duration(before)*def.interval), before
 	case ExplainWorkersBusy, ExplainBehind:
 		x.Sessions, x.Capacity, x.Held = served.sessions, served.capacity, served.held

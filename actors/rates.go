@@ -35,19 +35,15 @@ import (
 // limits the tenant has (undefinedRateLimit). Changing a limit keeps the tokens its buckets
 // hold, up to the new burst, and they refill at the new rate from there.
 
-// rateDef is a tenant's rate limit as the dispatcher uses it.
+// rateDef is a tenant's rate limit as the dispatcher uses it: the projections' (whose FullFrom
+// says where the buckets it has not seen stand), and the interval between two tokens.
 type rateDef struct {
-	rate     float64
-	burst    int
-	interval time.Duration // between two tokens: 1/rate
+	projections.RateLimit
+	interval time.Duration
 }
 
-func newRateDef(rate float64, burst int) rateDef {
-	return rateDef{rate: rate, burst: burst, interval: projections.RateInterval(rate)}
-}
-
-func (r rateDef) limit() projections.RateLimit {
-	return projections.RateLimit{Rate: r.rate, Burst: r.burst}
+func newRateDef(l projections.RateLimit) rateDef {
+	return rateDef{RateLimit: l, interval: projections.RateInterval(l.Rate)}
 }
 
 // rateKey names a tenant's rate limit in the dispatcher's maps.
@@ -78,11 +74,11 @@ func (d *Dispatcher) tokenAt(g *group, i int) (time.Time, rateDef, bool) {
 	if !ok {
 		return time.Time{}, def, false
 	}
-	full, ok := d.buckets[g.bucketKey[i]]
-	if !ok {
+	full := def.FullAt(d.buckets[g.bucketKey[i]])
+	if full.IsZero() {
 		return time.Time{}, def, true
 	}
-	return full.Add(-time.Duration(def.burst-1) * def.interval), def, true
+	return full.Add(-time.Duration(def.Burst-1) * def.interval), def, true
 }
 
 // rateDue is when every bucket g's jobs take a token from has one (not after now: they all
@@ -111,7 +107,7 @@ func (d *Dispatcher) takeTokens(g *group, now time.Time) []eventlog.RateGrant {
 		if mutantBucketRefillsTwice {
 			cost /= 2
 		}
-		full := later(d.buckets[b], now).Add(cost)
+		full := later(def.FullAt(d.buckets[b]), now).Add(cost)
 		d.buckets[b] = full
 		grants = append(grants, eventlog.RateGrant{Name: u.Name, Key: u.Key, FullAt: full.UTC()})
 	}
@@ -124,7 +120,9 @@ func (d *Dispatcher) takeTokens(g *group, now time.Time) []eventlog.RateGrant {
 // sweepBuckets forgets the buckets that are full at now, and sweeps again when twice as many
 // are left.
 func (d *Dispatcher) sweepBuckets(now time.Time) {
-	maps.DeleteFunc(d.buckets, func(_ string, full time.Time) bool { return !full.After(now) })
+	maps.DeleteFunc(d.buckets, func(b string, full time.Time) bool {
+		return !d.rateDefs[b[:strings.IndexByte(b, '/')]].FullAt(full).After(now) // names have no "/"
+	})
 	d.bucketsSweep = max(2*len(d.buckets), bucketsSweepMin)
 }
 
@@ -237,7 +235,7 @@ func CheckRateLimit(name string, rate float64, burst int) *Rejection {
 		return reject(CodeInvalidArgument, "rate limit name %q must be 1..%d of [A-Za-z0-9_-]", clip(name), RateLimitNameLenMax)
 	case rate == 0:
 		return reject(CodeInvalidArgument, "rate is required: tokens a second, from 1/86400 (one a day) to %d", RateMax)
-	case math.IsNaN(rate) || rate < RateMin*(1-1e-9) || rate > RateMax: // a day's rate rounded to a few decimals is one a day
+	case math.IsNaN(rate) || rate < RateMin*(1-1e-4) || rate > RateMax: // one a day, rounded to 5 digits, is one a day
 		return reject(CodeInvalidArgument, "rate %v is outside 1/86400 (one a day)..%d tokens a second", rate, RateMax)
 	case burst < 1 || burst > BurstMax:
 		return reject(CodeInvalidArgument, "burst %d is outside 1..%d", burst, BurstMax)
@@ -260,11 +258,12 @@ func (d *Dispatcher) setRateLimit(env Env, m SetRateLimit) {
 		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "tenant %s has %d rate limits, the most it may have", m.Tenant, RateLimitsMax)})
 		return
 	}
-	def := newRateDef(m.Rate, m.Burst)
+	def := newRateDef(projections.RateLimit{Rate: m.Rate, Burst: m.Burst})
 	if was, ok := d.rateDefs[k]; ok { // its buckets keep their tokens (projections.ConvertBucket)
+		def = newRateDef(was.ChangedTo(def.RateLimit, d.now))
 		for b, full := range d.buckets {
 			if strings.HasPrefix(b, k+"/") {
-				if full, ok = projections.ConvertBucket(full, d.now, was.limit(), def.limit()); ok {
+				if full, ok = projections.ConvertBucket(was.FullAt(full), d.now, was.RateLimit, def.RateLimit); ok {
 					d.buckets[b] = full
 				} else {
 					delete(d.buckets, b)
@@ -305,7 +304,7 @@ func (d *Dispatcher) rateLimitsOf(tenant string) int {
 // recoverRates reads the tenant's rate limits and buckets back from the projections.
 func (d *Dispatcher) recoverRates(t *projections.Tenant) {
 	for name, l := range t.RateLimits {
-		d.rateDefs[rateKey(t.Name, name)] = newRateDef(l.Rate, l.Burst)
+		d.rateDefs[rateKey(t.Name, name)] = newRateDef(l)
 	}
 	for b, full := range t.RateBuckets {
 		d.buckets[t.Name+"\x00"+b] = full
@@ -345,9 +344,9 @@ func (d *Dispatcher) rateStates(tenant string, now time.Time) []RateLimitState {
 		if tenant != "" && t != tenant {
 			continue
 		}
-		st := RateLimitState{Tenant: t, Name: name, Rate: def.rate, Burst: def.burst, Tokens: float64(def.burst), Buckets: byLimit[k]}
-		if full, ok := d.buckets[k+"/"]; ok && full.After(now) {
-			st.Tokens = max(0, float64(def.burst)-float64(full.Sub(now))/float64(def.interval))
+		st := RateLimitState{Tenant: t, Name: name, Rate: def.Rate, Burst: def.Burst, Tokens: float64(def.Burst), Buckets: byLimit[k]}
+		if full := def.FullAt(d.buckets[k+"/"]); full.After(now) {
+			st.Tokens = max(0, float64(def.Burst)-float64(full.Sub(now))/float64(def.interval))
 		}
 		out = append(out, st)
 	}

@@ -29,6 +29,8 @@ func TestConvertBucketKeepsTheTokens(t *testing.T) {
 		{"half a token, burst lowered", at.Add(95 * time.Second), lim(0.1, 10), lim(0.1, 1), 5 * time.Second},
 		{"9 of 10, burst lowered to 5", at.Add(time.Second), lim(1, 10), lim(1, 5), 0},
 		{"full", at, lim(1, 3), lim(5, 1), 0},
+		{"full, burst raised: it holds the old burst", at, lim(2, 2), lim(2, 20), 9 * time.Second},
+		{"full, rate raised (and with it a default burst)", at.Add(-time.Minute), lim(2, 2), lim(10, 10), 800 * time.Millisecond},
 		{"full long ago", at.Add(-time.Hour), lim(1, 3), lim(5, 1), 0},
 	} {
 		got, ok := projections.ConvertBucket(c.full, at, c.from, c.to)

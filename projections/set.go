@@ -112,7 +112,9 @@ func (t *Tenant) takeTokens(at time.Time, grants []eventlog.RateGrant) {
 		}
 	}
 	if len(t.RateBuckets) > max(t.RateBucketsSweep, rateBucketsSweepMin) {
-		maps.DeleteFunc(t.RateBuckets, func(_ string, full time.Time) bool { return !full.After(at) })
+		maps.DeleteFunc(t.RateBuckets, func(b string, full time.Time) bool {
+			return !t.RateLimits[b[:strings.IndexByte(b, '/')]].FullAt(full).After(at) // limit names have no "/"
+		})
 		t.RateBucketsSweep = 2 * len(t.RateBuckets)
 	}
 }
@@ -120,11 +122,13 @@ func (t *Tenant) takeTokens(at time.Time, grants []eventlog.RateGrant) {
 const rateBucketsSweepMin = 1024
 
 // RateLimit is a token bucket of a tenant's (eventlog.TenantRateLimitSet): Rate tokens a
-// second, at most Burst held; Seq is the event that set it.
+// second, at most Burst held; Seq is the event that set it. FullFrom, after a change that
+// raised the burst, is when its buckets not in RateBuckets are full (RateLimit.FullAt).
 type RateLimit struct {
-	Rate  float64 `json:"rate"`
-	Burst int     `json:"burst"`
-	Seq   uint64  `json:"seq"`
+	Rate     float64   `json:"rate"`
+	Burst    int       `json:"burst"`
+	Seq      uint64    `json:"seq"`
+	FullFrom time.Time `json:"full_from,omitzero"`
 }
 
 // KeyLimit is how many leases one concurrency key may hold at once in the tenant's queue
@@ -342,9 +346,11 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		}
 		l := RateLimit{Rate: e.Rate, Burst: e.Burst, Seq: seq}
 		if was, ok := t.RateLimits[e.Name]; ok {
+			l = was.ChangedTo(l, e.At)
+			l.Seq = seq
 			for b, full := range t.RateBuckets {
 				if strings.HasPrefix(b, e.Name+"/") {
-					if full, ok = ConvertBucket(full, e.At, was, l); ok {
+					if full, ok = ConvertBucket(was.FullAt(full), e.At, was, l); ok {
 						t.RateBuckets[b] = full
 					} else {
 						delete(t.RateBuckets, b)

@@ -87,8 +87,11 @@ func runBench(args []string) error {
 		return cli.BadFlagf(fs, "--skew needs --tenants 2 or more and --admin-token")
 	case *skew && !(*lightRate > 0 && *lightRate <= 10000):
 		return cli.BadFlagf(fs, "--light-rate is above 0 and at most 10000 a second")
-	case *skew && (set["jobs"] || cfg.BurnDown > 0 || *fill > 0 || cfg.Rate > 0 || *peer != "" || *riverPeer != ""):
-		return cli.BadFlagf(fs, "--skew runs its own loads: it does not go with --jobs, --burn-down, --fill, --rate or a peer")
+	case *skew && (set["jobs"] || cfg.BurnDown > 0 || *fill > 0 || cfg.Rate > 0 || *peer != "" || *riverPeer != "" ||
+		cfg.RateLimit > 0 || cfg.ConcurrencyKeys > 0):
+		return cli.BadFlagf(fs, "--skew runs its own loads: it does not go with --jobs, --burn-down, --fill, --rate, --rate-limit, --concurrency-keys or a peer")
+	case *skew && cfg.Duration <= 0:
+		return cli.BadFlagf(fs, "--skew needs a --duration above 0")
 	case !*skew && (set["tenants"] || set["admin-token"] || set["light-rate"]):
 		return cli.BadFlagf(fs, "--tenants, --admin-token and --light-rate go with --skew")
 	}

@@ -375,3 +375,18 @@ func TestSkewMeasuresTheLightTenants(t *testing.T) {
 		t.Fatalf("table: %s", b.String())
 	}
 }
+
+// Under --auth none every API key is tenant default's, so a skew run would measure one tenant
+// against itself: it is refused, not reported.
+func TestSkewRefusesAServerWithoutTenants(t *testing.T) {
+	b, err := broker.Open(broker.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := transporttest.Serve(t, b, transport.Config{Auth: transport.AuthNone, AdminToken: "admin-token-for-the-bench-test"})
+	_, err = bench.Skew(runCtx(t), bench.SkewConfig{Base: bench.Config{Server: url, Producers: 1, Workers: 1},
+		AdminToken: "admin-token-for-the-bench-test", Tenants: 2, LightRate: 5, Duration: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "--auth token") {
+		t.Fatalf("a skew run against --auth none: %v", err)
+	}
+}

@@ -71,6 +71,12 @@ func Skew(ctx context.Context, cfg SkewConfig) (SkewResult, error) {
 	if err != nil {
 		return SkewResult{}, err
 	}
+	// Under --auth none every key is tenant default's: there would be one tenant, not N.
+	if q, err := client.New(cfg.Base.Server, heavy.Token, nil).Quota(ctx); err != nil {
+		return SkewResult{}, err
+	} else if q.Tenant != "bench-heavy-"+tag {
+		return SkewResult{}, fmt.Errorf("bench: the server took the heavy tenant's API key as tenant %q: a skew run needs a server under --auth token, whose API keys each name a tenant", q.Tenant)
+	}
 	out := SkewResult{Tenants: cfg.Tenants, LightRate: cfg.LightRate}
 	if out.Alone, err = runLights(ctx, lights); err != nil {
 		return out, err

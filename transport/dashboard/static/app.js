@@ -436,15 +436,27 @@ function jobPage(id) {
     payload.textContent = pretty(j.payload);
     output.textContent = pretty(j.output);
   };
+  // The reason asks the dispatcher, so it is asked when the status changed or 2 s have passed,
+  // not at every event of a job that logs fast; a failed ask clears it rather than leave an
+  // old one.
+  let explained = { status: "", at: 0 };
+  const explainJob = async (j) => {
+    if (["succeeded", "failed", "cancelled"].includes(j.status)) { why.replaceChildren(); return; }
+    const now = Date.now();
+    if (j.status === explained.status && now - explained.at < 2000) return;
+    explained = { status: j.status, at: now };
+    try {
+      const x = await api(`/v1/jobs/${encodeURIComponent(id)}/explain`);
+      why.replaceChildren(h("span", { class: "mono", "data-code": x.code }, x.code), " ", x.message);
+    } catch (e) {
+      why.replaceChildren();
+    }
+  };
   const refresh = async () => {
     try {
       const j = await api(`/v1/jobs/${encodeURIComponent(id)}`);
       show(j);
-      if (["succeeded", "failed", "cancelled"].includes(j.status)) why.replaceChildren();
-      else {
-        const x = await api(`/v1/jobs/${encodeURIComponent(id)}/explain`);
-        why.replaceChildren(h("span", { class: "mono", "data-code": x.code }, x.code), " ", x.message);
-      }
+      explainJob(j);
     } catch (e) {
       if (e.status === 404 || e.status === 410) {
         facts.replaceChildren(h("div", { class: "empty" }, e.status === 410
