@@ -29,7 +29,8 @@ import (
 // records the instants it moved its buckets to (eventlog.RateGrant) and the projections keep
 // them, so a restarted dispatcher takes up every bucket where the log left it: a restart
 // neither refills a bucket nor empties one. A full bucket is forgotten (it is the same as
-// none); buckets are swept when their number doubles.
+// none, once past its limit's FullFrom: where a limit whose burst grew puts the buckets it has
+// not seen); buckets are swept when their number doubles.
 //
 // A limit the tenant deletes no longer holds anyone back; a job may only be submitted naming
 // limits the tenant has (undefinedRateLimit). Changing a limit keeps the tokens its buckets
