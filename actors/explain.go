@@ -149,12 +149,12 @@ func (d *Dispatcher) explainWaiting(e *entry, x *Explanation) {
 		// The bucket's next token goes to its group's first job; each job before this one
 		// takes one of those that follow, one an interval. Other groups that take from the
 		// bucket may take some too: TokenAt is the earliest.
-		due, i := d.rateDue(g)
-		_, def, _ := d.tokenAt(g, i)
-		u := g.rates[i]
+		due, last := d.rateDue(g)
+		_, def, _ := d.tokenAt(g, last)
+		u := g.rates[last]
 		before := 0
-		for i, y := range g.jobs.entries {
-			if i >= explainAheadLooksMax {
+		for looked, y := range g.jobs.entries {
+			if looked >= explainAheadLooksMax {
 				break
 			}
 			if y != e && dispatchFirst(y, e) {

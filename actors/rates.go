@@ -335,8 +335,9 @@ func (d *Dispatcher) rateStates(tenant string, now time.Time) []RateLimitState {
 	var out []RateLimitState
 	byLimit := map[string]int{}
 	for b, full := range d.buckets {
-		if full.After(now) && (tenant == "" || strings.HasPrefix(b, tenant+"\x00")) {
-			byLimit[b[:strings.IndexByte(b, '/')]]++ // tenants and limit names have no "/"
+		k := b[:strings.IndexByte(b, '/')] // tenants and limit names have no "/"
+		if d.rateDefs[k].FullAt(full).After(now) && (tenant == "" || strings.HasPrefix(b, tenant+"\x00")) {
+			byLimit[k]++
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(d.rateDefs)) {
