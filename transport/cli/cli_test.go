@@ -85,6 +85,19 @@ func TestShowExpiredFlow(t *testing.T) {
 	}
 }
 
+// A waiting step shows the steps it needs that have not finished.
+func TestShowFlowWaitingFor(t *testing.T) {
+	out := showFlow(&wire.Flow{ID: "01JFLOW", Name: "diamond", Status: "running", Steps: map[string]wire.FlowStep{
+		"a": {Status: "leased", JobID: "01JA"},
+		"b": {Status: "succeeded", JobID: "01JB"},
+		"c": {Status: "waiting", Needs: []string{"a", "b"}, WaitingFor: []string{"a"}},
+	}})
+	lines := strings.Split(out, "\n")
+	if !strings.Contains(lines[2], "WAITING FOR") || !slices.Equal(strings.Fields(lines[5]), []string{"c", "waiting", "-", "a,b", "a"}) {
+		t.Fatalf("flow get: want step c waiting for a in\n%s", out)
+	}
+}
+
 // docs/errors.md lists the command line's own codes, every one and no other.
 func TestErrorsDocListsTheCommandLinesCodes(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/errors.md")

@@ -79,10 +79,11 @@ func showFlow(f *wire.Flow) string {
 	}
 	fmt.Fprintf(&b, "\nfile: %d bytes, sha256 %s\n", f.YAMLBytes, f.YAMLSHA256)
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "STEP\tSTATUS\tJOB\tNEEDS")
+	fmt.Fprintln(w, "STEP\tSTATUS\tJOB\tNEEDS\tWAITING FOR")
 	for _, name := range stepOrder(f.Steps) {
 		s := f.Steps[name]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, s.Status, orDash(s.JobID), orDash(strings.Join(s.Needs, ",")))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", name, s.Status, orDash(s.JobID), orDash(strings.Join(s.Needs, ",")),
+			orDash(strings.Join(s.WaitingFor, ",")))
 	}
 	_ = w.Flush()
 	return b.String()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -166,13 +167,19 @@ func TestDashboardInChromium(t *testing.T) {
 		Edges  int               `json:"edges"`
 		Status map[string]string `json:"status"`
 		Order  bool              `json:"order"`
+		Waits  map[string]string `json:"waits"`
 	}
 	browser.Eval(&drawn, `const at = (s) => document.querySelector("[data-step=" + s + "]").transform.baseVal[0].matrix.e;
 		return {edges: document.querySelectorAll("[data-test=flow-graph] [data-edge]").length,
 		status: Object.fromEntries([...document.querySelectorAll("[data-step]")].map(n => [n.dataset.step, n.dataset.status])),
-		order: at("a") < at("b") && at("b") === at("c") && at("c") < at("d")}`)
+		order: at("a") < at("b") && at("b") === at("c") && at("c") < at("d"),
+		waits: Object.fromEntries([...document.querySelectorAll("[data-waiting-for]")].map(n => [n.dataset.step, n.dataset.waitingFor]))}`)
 	if drawn.Edges != 4 || !drawn.Order || drawn.Status["a"] != "queued" || drawn.Status["d"] != "waiting" {
 		t.Fatalf("the graph: %+v, want 4 edges, a before b and c before d, a queued and d waiting", drawn)
+	}
+	// A waiting step says which of the steps it needs have not finished.
+	if want := map[string]string{"b": "a", "c": "a", "d": "b, c"}; !maps.Equal(drawn.Waits, want) {
+		t.Fatalf("the waiting steps say they wait for %v, want %v", drawn.Waits, want)
 	}
 	browser.Click("[data-action=cancel-flow]")
 	browser.WaitFor("the steps shown cancelled and skipped", `document.querySelector("[data-step=a][data-status=cancelled]") && document.querySelector("[data-step=d][data-status=skipped]")`)

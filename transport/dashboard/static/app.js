@@ -597,11 +597,14 @@ function flowGraph(f) {
     const s = f.steps[name], p = at[name];
     const node = svg("g", { class: `node s-${s.status}`, "data-step": name, "data-status": s.status, transform: `translate(${p.x},${p.y})` });
     const title = svg("title", {});
-    title.textContent = `${name}: ${s.status}${s.job_id ? " (job " + s.job_id + ")" : ""}${s.continue_on_failure ? ", continue_on_failure" : ""}`;
+    const waiting = (s.waiting_for || []).join(", ");
+    title.textContent = `${name}: ${s.status}${s.job_id ? " (job " + s.job_id + ")" : ""}${s.continue_on_failure ? ", continue_on_failure" : ""}${waiting ? ", waiting for " + waiting : ""}`;
     const label = svg("text", { x: 10, y: 18, class: "name" });
     label.textContent = name.length > 18 ? name.slice(0, 17) + "…" : name;
     const status = svg("text", { x: 10, y: 35, class: "status" });
-    status.textContent = s.status;
+    const says = waiting ? `waits for ${waiting}` : s.status;
+    status.textContent = says.length > 22 ? says.slice(0, 21) + "…" : says;
+    if (waiting) node.setAttribute("data-waiting-for", waiting);
     node.append(title, svg("rect", { width: NODE_W, height: NODE_H, rx: 8 }), label, status);
     if (s.job_id) {
       const link = svg("a", { href: `#/jobs/${encodeURIComponent(s.job_id)}` });
