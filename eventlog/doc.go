@@ -54,8 +54,9 @@
 // INVARIANT: the floor is synced before the segment it names is removed.
 // INVARIANT: a record and its idx/ key are written in the same Pebble batch.
 // INVARIANT: a checkpoint's hash is the hash of the record at its seq.
-// INVARIANT: the view/ keys change only in the batch that saves a checkpoint (SaveCheckpoint),
-// so they always cover exactly the records that the newest checkpoint covers.
+// INVARIANT: the view/ keys change only in the one ingestion that saves a checkpoint
+// (SaveCheckpoint: the checkpoint's key and its view writes, as tables taken in together), so
+// they always cover exactly the records that the newest checkpoint covers.
 // INVARIANT: records are written to Pebble's WAL in seq order, so what survives a crash is a
 // prefix of the log.
 //

@@ -3,6 +3,7 @@ package eventlog_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -128,23 +129,57 @@ func TestStorageFaults(t *testing.T) {
 	}
 }
 
-// TestCheckpointSyncFault: a checkpoint whose fsync fails reports it and fails the log.
+// TestCheckpointSyncFault: a checkpoint whose fsync fails (its tables', or the manifest's that
+// takes them in) reports it and fails the log, and a restart finds the checkpoint before it.
 func TestCheckpointSyncFault(t *testing.T) {
 	t.Parallel()
-	fault := walFault(errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo)
-	l, err := eventlog.Open("/data/log", eventlog.Options{FS: errorfs.Wrap(vfs.NewMem(), fault)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	if _, err := l.Append(context.Background(), eventlogtest.Event("job/c", 1)); err != nil {
-		t.Fatal(err)
-	}
-	fault.On()
-	if err := l.SaveCheckpoint("queue", 1, []byte("x")); !errors.Is(err, eventlog.ErrFailed) {
-		t.Fatalf("checkpoint with a failing sync: %v, want ErrFailed", err)
-	}
-	if _, err := l.Append(context.Background(), eventlogtest.Event("job/c", 2)); !errors.Is(err, eventlog.ErrFailed) {
-		t.Fatalf("append after a failed checkpoint: %v, want ErrFailed", err)
+	for _, file := range []string{"checkpoint-ingest-", "MANIFEST-"} {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			fault := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if strings.Contains(op.Path, file) && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+					return errorfs.ErrInjected
+				}
+				return nil
+			})}
+			mem := vfs.NewCrashableMem()
+			l, err := eventlog.Open("/data/log", eventlog.Options{FS: errorfs.Wrap(mem, fault)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seq := range 2 {
+				if _, err := l.Append(context.Background(), eventlogtest.Event("job/c", seq)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.SaveCheckpoint("queue", 1, []byte("one"), eventlog.ViewWrite{Key: []byte("j1"), Value: []byte("a")}); err != nil {
+				t.Fatal(err)
+			}
+			fault.On()
+			if err := l.SaveCheckpoint("queue", 2, []byte("two"), eventlog.ViewWrite{Key: []byte("j1"), Delete: true}); !errors.Is(err, eventlog.ErrFailed) {
+				t.Fatalf("checkpoint with a failing sync: %v, want ErrFailed", err)
+			}
+			if _, err := l.Append(context.Background(), eventlogtest.Event("job/c", 3)); !errors.Is(err, eventlog.ErrFailed) {
+				t.Fatalf("append after a failed checkpoint: %v, want ErrFailed", err)
+			}
+			synced := mem.CrashClone(vfs.CrashCloneCfg{}) // what the disk holds if the machine stops now
+			_ = l.Close()
+			re, err := eventlog.Open("/data/log", eventlog.Options{FS: synced})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = re.Close() }()
+			c, err := re.LoadCheckpoint("queue")
+			if err != nil || c.Seq < 1 {
+				t.Fatalf("after the restart: checkpoint %+v, %v", c, err)
+			}
+			v, ok := re.Views().Get([]byte("j1"))
+			if got := c.Seq == 1 && ok && string(v) == "a" || c.Seq == 2 && !ok; !got {
+				t.Fatalf("after the restart: checkpoint at %d with view j1 = %q (%v): the table and the checkpoint disagree", c.Seq, v, ok)
+			}
+			if names, _ := synced.List("/data/log"); slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "checkpoint-ingest-") }) {
+				t.Fatalf("tables to ingest left beside the store after a restart: %v", names)
+			}
+		})
 	}
 }

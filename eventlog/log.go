@@ -129,9 +129,13 @@ func (o *Options) setDefaults() {
 // Log is the append-only, hash-chained event log. It is safe for concurrent use.
 type Log struct {
 	db    *pebble.DB
-	lock  *pebble.Lock // held from Open to Close when the store existed before Open
-	opts  Options
-	stats *logStats
+	dir   string
+	popts *pebble.Options // what SaveCheckpoint writes its tables with
+	// ingestTables numbers the tables SaveCheckpoint writes to ingest.
+	ingestTables atomic.Uint64
+	lock         *pebble.Lock // held from Open to Close when the store existed before Open
+	opts         Options
+	stats        *logStats
 
 	mu sync.Mutex
 	// work is signalled when pending gets a request or the log starts closing; space when
@@ -267,8 +271,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.unlock()
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
-	l.db = db
+	l.db, l.dir, l.popts = db, dir, popts
 	gate.release()
+	if !opts.ReadOnly {
+		l.removeIngestLeftovers()
+	}
 	if err := l.initFormat(); err != nil {
 		_ = db.Close()
 		l.unlock()

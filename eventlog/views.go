@@ -10,7 +10,8 @@ import (
 
 // A view table is the part of a projection that lives on disk instead of in memory: keys and
 // values under view/, whose meaning belongs to the projection. The log never writes it on its
-// own: a view table changes only in the batch that saves a checkpoint (SaveCheckpoint's writes),
+// own: a view table changes only when a checkpoint is saved, in the same atomic ingestion
+// (SaveCheckpoint's writes),
 // so the table and the checkpoint always cover the same records, and a crash leaves both as they
 // were or both as saved.
 

@@ -16,12 +16,12 @@
 // reservations, workers, idempotency keys, counters — and the jobs that finished since the last
 // checkpoint. The other finished jobs, and their list and retention indexes, are in a Store: on
 // a server, the table the log keeps beside its checkpoint (eventlog.Views), which only a
-// checkpoint writes, in the same batch:
+// checkpoint writes, in the same atomic change:
 //
 //	commit ──► Apply (memory) ──► BeginFlush (copy of the live state, the jobs that changed)
 //	                                  │ off the commit path
 //	                                  ▼
-//	               Encode ──► eventlog.SaveCheckpoint(live state + table writes, one batch)
+//	               Encode ──► eventlog.SaveCheckpoint(live state + table writes, one ingestion)
 //	                                  │
 //	                                  ▼
 //	               EndFlush: memory lets go of the finished jobs the table now holds

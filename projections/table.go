@@ -21,8 +21,8 @@ import (
 //
 // A Set holds in memory every live job (queued, scheduled, leased) and the finished jobs that
 // changed since the last flush. Every other finished job is in a Store, the table a server keeps
-// on disk beside the log (eventlog.Views), written only by a flush, in the batch that saves the
-// checkpoint of the same seq (eventlog.SaveCheckpoint). So memory, checkpoints and start-up cost
+// on disk beside the log (eventlog.Views), written only by a flush, in the atomic change that
+// saves the checkpoint of the same seq (eventlog.SaveCheckpoint). So memory, checkpoints and start-up cost
 // what is live, and a finished job costs a page of disk when it is read.
 //
 // Keys, in the Store and in memory alike (all integers big-endian; names never hold NUL):
