@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -359,8 +361,25 @@ func TestARunThatStallsFails(t *testing.T) {
 // and reports both latencies and the heavy tenant's pace.
 func TestSkewMeasuresTheLightTenants(t *testing.T) {
 	url, _, _ := server(t)
+	// A proxy in front of the server counts the run's API keys made and revoked.
+	target, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made, revoked atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/admin/api-keys":
+			made.Add(1)
+		case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/admin/api-keys/"):
+			revoked.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
 	res, err := bench.Skew(runCtx(t), bench.SkewConfig{
-		Base:       bench.Config{Server: url, MetricsToken: metricsToken, Producers: 2, Workers: 2},
+		Base:       bench.Config{Server: front.URL, MetricsToken: metricsToken, Producers: 2, Workers: 2},
 		AdminToken: "admin-token-for-the-bench-test", Tenants: 3, LightRate: 20, Duration: time.Second,
 	})
 	if err != nil {
@@ -373,6 +392,9 @@ func TestSkewMeasuresTheLightTenants(t *testing.T) {
 	bench.PrintSkew(&b, res)
 	if !strings.Contains(b.String(), "p99 beside / alone") {
 		t.Fatalf("table: %s", b.String())
+	}
+	if made.Load() != 3 || revoked.Load() != 3 {
+		t.Fatalf("the run made %d API keys and revoked %d; want its 3 made and revoked", made.Load(), revoked.Load())
 	}
 }
 

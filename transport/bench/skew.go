@@ -45,12 +45,23 @@ func Skew(ctx context.Context, cfg SkewConfig) (SkewResult, error) {
 	}
 	admin := client.New(cfg.Base.Server, cfg.AdminToken, nil)
 	tag := newQueue()[len("bench-"):]
+	// The run's API keys are revoked when it ends, however it ends: its tenants' jobs stay, as
+	// any run's do, but nothing can submit as them any more.
+	var keys []string
+	defer func() {
+		revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		for _, id := range keys {
+			_ = admin.RevokeAPIKey(revokeCtx, id)
+		}
+	}()
 	tenant := func(name string, workers int) (Config, error) {
 		c := cfg.Base
 		key, err := admin.CreateAPIKey(ctx, name)
 		if err != nil {
 			return c, fmt.Errorf("bench: an API key for tenant %s: %w", name, err)
 		}
+		keys = append(keys, key.ID)
 		tok, err := admin.CreateEnrollToken(ctx, name, workers, time.Hour)
 		if err != nil {
 			return c, fmt.Errorf("bench: an enroll token for tenant %s: %w", name, err)
