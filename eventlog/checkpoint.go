@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
 )
 
 // Checkpoint is an opaque projection snapshot tagged with the position in the chain it covers:
@@ -162,17 +163,23 @@ func (l *Log) writeIngestTables(keys []ingestKey) (paths []string, err error) {
 	return paths, finish()
 }
 
-// removeIngestLeftovers removes the tables to ingest that a crash left beside the store.
+// removeIngestLeftovers removes the tables to ingest that a crash left beside the store. One it
+// cannot remove is said, and new tables are numbered past it, so that it is in nobody's way.
 func (l *Log) removeIngestLeftovers() {
 	fs := l.popts.FS
 	names, _ := fs.List(l.dir)
-	var paths []string
 	for _, n := range names {
-		if strings.HasPrefix(n, ingestPrefix) {
-			paths = append(paths, fs.PathJoin(l.dir, n))
+		if !strings.HasPrefix(n, ingestPrefix) {
+			continue
+		}
+		if err := fs.RemoveAll(fs.PathJoin(l.dir, n)); err != nil {
+			l.opts.Logger.Warn("a table a crashed checkpoint left could not be removed", zap.String("file", n), zap.Error(err))
+			var at uint64
+			if _, err := fmt.Sscanf(n, ingestPrefix+"%d.sst", &at); err == nil && at > l.ingestTables.Load() {
+				l.ingestTables.Store(at)
+			}
 		}
 	}
-	removeFiles(fs, paths)
 }
 
 func removeFiles(fs vfs.FS, paths []string) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/eventlog/eventlogtest"
@@ -144,4 +145,53 @@ func BenchmarkAppendBesideCheckpoints(b *testing.B) {
 	b.ReportMetric(float64(all[len(all)*99/100])/1e6, "p99-ms")
 	b.ReportMetric(float64(all[len(all)-1])/1e6, "max-ms")
 	b.ReportMetric(float64(checkpoints.Load()), "checkpoints")
+}
+
+// A table a crashed checkpoint left that cannot be removed at the next open is in nobody's way:
+// the checkpoints after it write tables of other names.
+func TestCheckpointPastAStuckLeftover(t *testing.T) {
+	t.Parallel()
+	mem := vfs.NewMem()
+	if err := mem.MkdirAll("/data/log", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := eventlog.Open("/data/log", eventlog.Options{FS: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(context.Background(), eventlogtest.Event("job/c", 1)); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	// One leftover is a file, the other a directory whose removal fails (a directory no table
+	// can be created over, as an operator's mistake or a permission would leave).
+	f, err := mem.Create("/data/log/checkpoint-ingest-1.sst", vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if err := mem.MkdirAll("/data/log/checkpoint-ingest-2.sst/x", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stuck := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		// The directory can be neither removed nor created over (Pebble's memory filesystem
+		// would replace it; a disk's refuses).
+		if (op.Kind == errorfs.OpRemove || op.Kind == errorfs.OpRemoveAll || op.Kind == errorfs.OpCreate) && strings.HasSuffix(op.Path, "checkpoint-ingest-2.sst") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	re, err := eventlog.Open("/data/log", eventlog.Options{FS: errorfs.Wrap(mem, stuck)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = re.Close() }()
+	for seq := range 3 {
+		if err := re.SaveCheckpoint("queue", 1, []byte("state"), eventlog.ViewWrite{Key: fmt.Appendf(nil, "j%d", seq), Value: []byte("x")}); err != nil {
+			t.Fatalf("checkpoint %d beside a leftover that could not be removed: %v", seq, err)
+		}
+	}
+	if names, _ := mem.List("/data/log"); !slices.Contains(names, "checkpoint-ingest-2.sst") || slices.Contains(names, "checkpoint-ingest-1.sst") {
+		t.Fatalf("the leftovers after the open and three checkpoints: %v; want the stuck one alone", names)
+	}
 }
