@@ -811,21 +811,18 @@ func (d *Dispatcher) best(s *slot, now time.Time) *entry {
 		}
 		return nil
 	}
+	return d.bestOf(s, now, true)
+}
+
+// bestOf is the best of the tops of the session's queues (queueTop, which holds back the
+// groups whose tokens are not due when hold says so).
+func (d *Dispatcher) bestOf(s *slot, now time.Time, hold bool) *entry {
 	var best *entry
 	for _, k := range s.readyKeys {
-		if d.paused[k] && !mutantIgnorePause {
+		if d.paused[k] && !(hold && mutantIgnorePause) {
 			continue
 		}
-		top := d.ready[k].top()
-		for top != nil && len(top.heap.group.rates) > 0 {
-			due, _ := d.rateDue(top.heap.group)
-			if !due.After(now) {
-				break
-			}
-			d.holdForRate(top.heap.group, due)
-			top = d.ready[k].top()
-		}
-		if top != nil && (best == nil || dispatchFirst(top, best)) {
+		if top := d.queueTop(k, now, hold); top != nil && (best == nil || dispatchFirst(top, best)) {
 			best = top
 		}
 	}

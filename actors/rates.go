@@ -55,6 +55,9 @@ func bucketKey(tenant string, u eventlog.RateLimitUse) string {
 	return rateKey(tenant, u.Name) + "/" + u.Key
 }
 
+// limitOf is the rateKey of the limit a bucket (bucketKey) belongs to.
+func limitOf(bucket string) string { return bucket[:strings.IndexByte(bucket, '/')] }
+
 // groupID files a group in its queue: its key, and, if its jobs name rate limits, those.
 func groupID(key string, rates []eventlog.RateLimitUse) string {
 	if len(rates) == 0 {
@@ -122,7 +125,7 @@ func (d *Dispatcher) takeTokens(g *group, now time.Time) []eventlog.RateGrant {
 // are left.
 func (d *Dispatcher) sweepBuckets(now time.Time) {
 	maps.DeleteFunc(d.buckets, func(b string, full time.Time) bool {
-		return !d.rateDefs[b[:strings.IndexByte(b, '/')]].FullAt(full).After(now) // names have no "/"
+		return !d.rateDefs[limitOf(b)].FullAt(full).After(now)
 	})
 	d.bucketsSweep = max(2*len(d.buckets), bucketsSweepMin)
 }
@@ -137,23 +140,27 @@ func later(a, b time.Time) time.Time {
 }
 
 // leasable is the session's best ready job that dispatch would lease now, as best finds it but
-// without holding back the groups whose tokens are not due (a queue whose best group waits for
-// one counts as having none): for the invariants, which change nothing.
-func (d *Dispatcher) leasable(s *slot) *entry {
-	var best *entry
-	for _, k := range s.readyKeys {
-		top := d.ready[k].top()
-		if d.paused[k] || top == nil {
-			continue
+// without holding back the groups whose tokens are not due: for the invariants, which change
+// nothing.
+func (d *Dispatcher) leasable(s *slot) *entry { return d.bestOf(s, d.now, false) }
+
+// queueTop is queue k's best job whose rate limits have their tokens at now. With hold, the
+// groups on the way whose tokens are not due leave the heap for rateWait (holdForRate), and
+// the next group is looked at; without, a queue whose best group waits for a token has none.
+func (d *Dispatcher) queueTop(k string, now time.Time, hold bool) *entry {
+	top := d.ready[k].top()
+	for top != nil && len(top.heap.group.rates) > 0 {
+		due, _ := d.rateDue(top.heap.group)
+		if !due.After(now) {
+			break
 		}
-		if due, _ := d.rateDue(top.heap.group); due.After(d.now) {
-			continue
+		if !hold {
+			return nil
 		}
-		if best == nil || dispatchFirst(top, best) {
-			best = top
-		}
+		d.holdForRate(top.heap.group, due)
+		top = d.ready[k].top()
 	}
-	return best
+	return top
 }
 
 // holdForRate takes g out of its queue's heap until its tokens are due.
@@ -335,7 +342,7 @@ func (d *Dispatcher) rateStates(tenant string, now time.Time) []RateLimitState {
 	var out []RateLimitState
 	byLimit := map[string]int{}
 	for b, full := range d.buckets {
-		k := b[:strings.IndexByte(b, '/')] // tenants and limit names have no "/"
+		k := limitOf(b)
 		if d.rateDefs[k].FullAt(full).After(now) && (tenant == "" || strings.HasPrefix(b, tenant+"\x00")) {
 			byLimit[k]++
 		}

@@ -73,8 +73,15 @@ func (l *Log) SaveCheckpoint(name string, seq uint64, data []byte, writes ...Vie
 	copy(v[8:], hash[:])
 	copy(v[8+hashLen:], data)
 	keys := make([]ingestKey, 0, len(writes)+1)
+	size := 0
+	for _, w := range writes {
+		size += len(prefixView) + len(w.Key)
+	}
+	arena := make([]byte, 0, size) // the prefixed keys, carved from one buffer
 	for i, w := range writes {
-		keys = append(keys, ingestKey{key: append([]byte(prefixView), w.Key...), value: w.Value, del: w.Delete, order: i})
+		start := len(arena)
+		arena = append(append(arena, prefixView...), w.Key...)
+		keys = append(keys, ingestKey{key: arena[start:len(arena):len(arena)], value: w.Value, del: w.Delete, order: i})
 	}
 	keys = append(keys, ingestKey{key: ckptKey(name), value: v, order: len(writes)})
 	paths, err := l.writeIngestTables(keys)

@@ -28,9 +28,15 @@ type disk struct {
 	// succeed before one fails (a full disk, an I/O error).
 	archiveFailIn int
 	failOp        string // "write" or "sync": the next such WAL operation fails
-	hold          bool
-	arrived       chan struct{}
-	release       chan struct{}
+	// saveCrashIn, when not negative, is how many more operations on a checkpoint's tables
+	// succeed before the machine stops (saveCrash, what its disk then holds, unsynced writes
+	// lost) and the operation fails: a crash in the middle of a checkpoint's save.
+	saveCrashIn int
+	saveMem     *vfs.MemFS
+	saveCrash   *vfs.MemFS
+	hold        bool
+	arrived     chan struct{}
+	release     chan struct{}
 }
 
 // MaybeError implements errorfs.Injector.
@@ -44,6 +50,20 @@ func (d *disk) MaybeError(op errorfs.Op) error {
 		}
 		if d.archiveFailIn > 0 {
 			d.archiveFailIn--
+		}
+		return nil
+	}
+	if strings.Contains(op.Path, "checkpoint-ingest-") {
+		// Only the goroutine that saves a checkpoint touches its tables, so the operation the
+		// crash lands on is the same in every run.
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.saveCrashIn == 0 {
+			d.saveCrashIn, d.saveCrash = -1, d.saveMem.CrashClone(vfs.CrashCloneCfg{})
+			return errorfs.ErrInjected
+		}
+		if d.saveCrashIn > 0 {
+			d.saveCrashIn--
 		}
 		return nil
 	}
@@ -95,6 +115,23 @@ func (d *disk) failArchiveIn(n int) {
 	d.mu.Lock()
 	d.archiveFailIn = n
 	d.mu.Unlock()
+}
+
+// crashInSave arms a crash at the nth operation on a checkpoint's tables from now, the disk
+// being mem; savedCrash disarms it and returns the disk as the crash left it (nil: the save
+// had fewer operations, and ended).
+func (d *disk) crashInSave(mem *vfs.MemFS, n int) {
+	d.mu.Lock()
+	d.saveCrashIn, d.saveMem, d.saveCrash = n, mem, nil
+	d.mu.Unlock()
+}
+
+func (d *disk) savedCrash() *vfs.MemFS {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	crashed := d.saveCrash
+	d.saveCrashIn, d.saveMem, d.saveCrash = -1, nil, nil
+	return crashed
 }
 
 // failNext makes the next WAL operation of the kind fail.

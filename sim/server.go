@@ -130,7 +130,7 @@ func (v *server) start() {
 			return
 		}
 	}
-	v.disk = &disk{archiveFailIn: -1}
+	v.disk = &disk{archiveFailIn: -1, saveCrashIn: -1}
 	opts := eventlog.Options{FS: errorfs.Wrap(v.mem, v.disk), Clock: s.serverNow, ArchiveDir: archiveDir}
 	if v.node != nil {
 		v.link = newLink(v, s.nats)
@@ -358,6 +358,13 @@ func (v *server) crash(why string) {
 		return
 	}
 	v.replace(what, keep, rng, down)
+}
+
+// crashTo kills the process with its disk as crashed holds it (taken at the moment the machine
+// stopped, unsynced writes lost).
+func (v *server) crashTo(crashed *vfs.MemFS, why string) {
+	v.mem = crashed
+	v.crash(why)
 }
 
 // stop stops a process of a replicated log cleanly, for why: its disk stays as it is.
@@ -787,7 +794,16 @@ func (v *server) beginCheckpoint() {
 			return
 		}
 		v.checkpoint = nil
-		if err := cp.Save(v.log); err != nil {
+		if s.strikes(FaultCheckpoint, 0.1) {
+			v.disk.crashInSave(v.mem, s.faultRand[FaultCheckpoint].IntN(64))
+		}
+		err := cp.Save(v.log)
+		if crashed := v.disk.savedCrash(); crashed != nil {
+			s.probe(ProbeCrashInCheckpointSave)
+			v.crashTo(crashed, fmt.Sprintf("in the save of the checkpoint at seq %d", cp.Seq()))
+			return
+		}
+		if err != nil {
 			if v.log.Err() != nil { // a disk fault failed the log before: the server stops
 				return
 			}

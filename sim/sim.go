@@ -39,10 +39,14 @@ const (
 	// delivered late when the cut heals), the stream or the election's bucket answering nothing
 	// while it elects a raft leader, and lost requests and answers, the renewals' among them.
 	FaultLeader
+	// FaultCheckpoint: the machine stops in the middle of a checkpoint's save, at one of the
+	// operations on the tables it writes and Pebble takes in (their writes, syncs and closes,
+	// the reads and links of the ingestion).
+	FaultCheckpoint
 	faultClasses
 )
 
-var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock", "archive", "leader"}
+var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock", "archive", "leader", "checkpoint"}
 
 func (f Fault) String() string { return faultNames[f] }
 
@@ -92,6 +96,7 @@ const (
 	ProbeExpired
 	ProbeDeleted
 	ProbeCrashMidCheckpoint
+	ProbeCrashInCheckpointSave
 	ProbeStoredJobChanged
 	ProbeArchived
 	ProbeArchiveFault
@@ -117,7 +122,7 @@ const (
 var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_append_and_reply", "idempotent_resubmit_after_crash",
 	"quota_full", "lease_expired_worker_alive", "cancel_while_leased", "nonce_replay_rejected", "recovery_crash",
 	"bad_signature_rejected", "foreign_job_rejected", "unsynced_tail_survived", "redrive", "undelivered_assignment_returned",
-	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "stored_job_changed",
+	"clean_stop_released", "token_renewed", "job_expired", "job_deleted", "crash_mid_checkpoint", "crash_in_checkpoint_save", "stored_job_changed",
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
 	"flow_expired", "schedule_fired", "schedule_fired_late",
 	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover", "archive_damaged",

@@ -178,9 +178,7 @@ func wireFlow(f *projections.Flow) wire.Flow {
 			Needs: needs, ContinueOnFailure: st.ContinueOnFailure}
 		if state.Status == projections.StepWaiting {
 			for _, n := range st.Needs {
-				switch f.State[n].Status {
-				case string(projections.StatusSucceeded), string(projections.StatusFailed), string(projections.StatusCancelled), projections.StepSkipped:
-				default:
+				if s := f.State[n].Status; s != projections.StepSkipped && !projections.Status(s).Terminal() {
 					step.WaitingFor = append(step.WaitingFor, n)
 				}
 			}
