@@ -9,6 +9,12 @@
 // on this machine; tether's own figure is read against it. Run runs the server in a child
 // process, as `tether bench` runs against a separate `tether server`: the binary that calls Run
 // (cmd/benchfloor) calls Serve when it is started with --serve FILE.
+//
+// RunSkew runs the shape of `tether bench --skew`: light tenants at a paced rate, alone and
+// then beside a heavy tenant that saturates the machine, each tenant with its own workers, all
+// sharing the log. Its light p99 beside the heavy tenant, against alone, is what the target
+// of a fair broker is read against; ServerConfig.CPUPerJob makes the floor do a broker's CPU
+// work per job, so that it can be compared at the broker's own pace.
 package floor
 
 import (
@@ -24,24 +30,29 @@ import (
 
 // Run starts the server as a child process (this executable, with --serve), drives it with s,
 // and stops it. Its record file is in a temporary directory in dir.
-func Run(dir string, fsync bool, s Shape) (Result, error) {
+func Run(dir string, srv ServerConfig, s Shape) (Result, error) {
+	return withServer(dir, srv, func(addr string) (Result, error) { return generate(addr, s) })
+}
+
+// withServer runs the server as a child process while drive runs against its address.
+func withServer[R any](dir string, srv ServerConfig, drive func(addr string) (R, error)) (res R, err error) {
 	tmp, err := os.MkdirTemp(dir, "tether-floor-")
 	if err != nil {
-		return Result{}, err
+		return res, err
 	}
 	defer os.RemoveAll(tmp)
 	self, err := os.Executable()
 	if err != nil {
-		return Result{}, err
+		return res, err
 	}
-	child := exec.Command(self, "--serve", filepath.Join(tmp, "records"), fmt.Sprintf("--fsync=%v", fsync))
+	child := exec.Command(self, "--serve", filepath.Join(tmp, "records"), fmt.Sprintf("--fsync=%v", srv.Fsync), fmt.Sprintf("--cpu-per-job=%v", srv.CPUPerJob))
 	child.Stderr = os.Stderr
 	out, err := child.StdoutPipe()
 	if err != nil {
-		return Result{}, err
+		return res, err
 	}
 	if err := child.Start(); err != nil {
-		return Result{}, err
+		return res, err
 	}
 	defer func() {
 		_ = child.Process.Kill()
@@ -50,18 +61,26 @@ func Run(dir string, fsync bool, s Shape) (Result, error) {
 	// The child prints its address once it listens; until then there is nothing to dial.
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		return Result{}, fmt.Errorf("server did not start: %w", err)
+		return res, fmt.Errorf("server did not start: %w", err)
 	}
-	return generate(strings.TrimSpace(line), s)
+	return drive(strings.TrimSpace(line))
 }
 
 // Write prints r, a run of s, as a table.
-func (r Result) Write(w io.Writer, s Shape, fsync bool) {
-	fmt.Fprintf(w, "floor: %d jobs, %d producers, %d workers, fsync %v\n", s.Jobs, s.Producers, s.Workers, fsync)
+func (r Result) Write(w io.Writer, s Shape, srv ServerConfig) {
+	fmt.Fprintf(w, "floor: %d jobs, %d producers, %d workers, %s\n", s.Jobs, s.Producers, s.Workers, srv)
 	fmt.Fprintf(w, "throughput      %.0f jobs/s (until every completion was acknowledged)\n", r.JobsPerSecond)
 	fmt.Fprintf(w, "events/fsync    %.1f (%d events, %d fsyncs)\n", r.eventsPerSync(), r.Records, r.Syncs)
 	fmt.Fprintf(w, "cpu per job     server %.0f µs  generator %.0f µs (user + system)\n",
 		micros(r.ServerCPU, s.Jobs), micros(r.GeneratorCPU, s.Jobs))
+}
+
+func (c ServerConfig) String() string {
+	s := fmt.Sprintf("fsync %v", c.Fsync)
+	if c.CPUPerJob > 0 {
+		s += fmt.Sprintf(", %v of CPU work per job", c.CPUPerJob)
+	}
+	return s
 }
 
 func micros(d time.Duration, jobs int) float64 {

@@ -75,7 +75,7 @@ func generate(addr string, s Shape) (Result, error) {
 	errs := make(chan error, s.Producers)
 	for range s.Producers {
 		go func() {
-			errs <- produce(addr, func() bool { return next.Add(1) <= int64(s.Jobs) })
+			errs <- produce(addr, "/v1/jobs", func() bool { return next.Add(1) <= int64(s.Jobs) })
 		}()
 	}
 	for range s.Producers {
@@ -120,14 +120,14 @@ func runWorker(c *websocket.Conn, onAck func()) {
 	}
 }
 
-// produce submits on one connection, one request in flight, while more() says so.
-func produce(addr string, more func() bool) error {
+// produce submits to path on one connection, one request in flight, while more() says so.
+func produce(addr, path string, more func() bool) error {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	req := []byte("POST /v1/jobs HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: " +
+	req := []byte("POST " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: " +
 		strconv.Itoa(len(submitBody)) + "\r\n\r\n" + submitBody)
 	r := bufio.NewReader(c)
 	for more() {

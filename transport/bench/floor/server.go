@@ -1,13 +1,16 @@
 package floor
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -137,58 +140,107 @@ func (w *worker) send(frame []byte) {
 	_ = w.conn.WriteMessage(websocket.TextMessage, frame)
 }
 
-// dispatcher matches durable jobs to free workers; each match appends a lease record and
-// assigns once it is durable.
+// dispatcher matches one tenant's durable jobs to its free workers; each match appends a lease
+// record and assigns once it is durable. A job's stamp, when it has one (the light tenants' of
+// a skew run), goes back in its assign, so that the worker can measure submit→start.
 type dispatcher struct {
 	log   *groupLog
 	mu    sync.Mutex
-	ready int
+	ready []int64 // the stamps of the jobs waiting, oldest first
 	free  []*worker
 }
 
-func (d *dispatcher) jobReady() {
+func (d *dispatcher) jobReady(stamp int64) {
 	d.mu.Lock()
 	if len(d.free) == 0 {
-		d.ready++
+		d.ready = append(d.ready, stamp)
 		d.mu.Unlock()
 		return
 	}
 	w := d.free[len(d.free)-1]
 	d.free = d.free[:len(d.free)-1]
 	d.mu.Unlock()
-	d.lease(w)
+	d.lease(w, stamp)
 }
 
 func (d *dispatcher) workerFree(w *worker) {
 	d.mu.Lock()
-	if d.ready == 0 {
+	if len(d.ready) == 0 {
 		d.free = append(d.free, w)
 		d.mu.Unlock()
 		return
 	}
-	d.ready--
+	stamp := d.ready[0]
+	d.ready = d.ready[1:]
 	d.mu.Unlock()
-	d.lease(w)
+	d.lease(w, stamp)
 }
 
-func (d *dispatcher) lease(w *worker) {
-	d.log.append(func() { go w.send(assignFrame) })
+func (d *dispatcher) lease(w *worker, stamp int64) {
+	frame := assignFrame
+	if stamp != 0 {
+		frame = bytes.Replace(assignFrame, []byte(cannedSent), strconv.AppendInt(nil, stamp, 10), 1)
+	}
+	d.log.append(func() { go w.send(frame) })
 }
 
-// handler serves the Shape: POST /v1/jobs, GET /ws and GET /stats.
-func handler(l *groupLog) http.Handler {
-	d := &dispatcher{log: l}
+// cannedSent is the stamp in the canned frames.
+const cannedSent = "1763772000000000000"
+
+// stampOf is the "sent" stamp of a submit body when it differs from the canned one, else 0.
+func stampOf(body []byte) int64 {
+	_, rest, ok := bytes.Cut(body, []byte(`"sent":`))
+	if !ok {
+		return 0
+	}
+	end := bytes.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(rest)
+	}
+	if string(rest[:end]) == cannedSent {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(rest[:end]), 10, 64)
+	return n
+}
+
+// tenants holds a dispatcher per tenant (the t query parameter; none is the default tenant):
+// a tenant's jobs go only to its own workers, as in tether, and every tenant shares the log.
+type tenants struct {
+	log *groupLog
+	mu  sync.Mutex
+	by  map[string]*dispatcher
+}
+
+func (ts *tenants) of(r *http.Request) *dispatcher {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	name := r.URL.Query().Get("t")
+	d := ts.by[name]
+	if d == nil {
+		d = &dispatcher{log: ts.log}
+		ts.by[name] = d
+	}
+	return d
+}
+
+// handler serves the Shape: POST /v1/jobs, GET /ws and GET /stats. Each job's submit and its
+// completion each do cost.
+func handler(l *groupLog, cost work) http.Handler {
+	ts := &tenants{log: l, by: map[string]*dispatcher{}}
 	var upgrader websocket.Upgrader
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+		cost.do()
+		d, stamp := ts.of(r), stampOf(body)
 		durable := make(chan struct{})
 		l.append(func() { close(durable) })
 		<-durable
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(jobAnswer)
-		d.jobReady()
+		d.jobReady(stamp)
 	})
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
 		conn, err := upgrader.Upgrade(w, r, nil)
@@ -196,12 +248,13 @@ func handler(l *groupLog) http.Handler {
 			return
 		}
 		defer conn.Close()
-		wk := &worker{conn: conn}
+		wk, d := &worker{conn: conn}, ts.of(r)
 		d.workerFree(wk)
 		for {
 			if _, _, err := conn.ReadMessage(); err != nil { // a complete
 				return
 			}
+			cost.do()
 			l.append(func() {
 				go func() {
 					wk.send(ackFrame)
@@ -216,10 +269,17 @@ func handler(l *groupLog) http.Handler {
 	return mux
 }
 
+// ServerConfig is how the server runs: whether it fsyncs, and how much CPU it spends on each
+// job besides the shape's own (a stand-in for a broker's work: decoding, deciding, indexing).
+type ServerConfig struct {
+	Fsync     bool
+	CPUPerJob time.Duration
+}
+
 // Serve is the server Run starts in a child process: it listens on a loopback port, prints its
 // address on stdout and serves until killed, with its records in the file at path.
-func Serve(path string, fsync bool) error {
-	l, err := openGroupLog(path, fsync)
+func Serve(path string, cfg ServerConfig) error {
+	l, err := openGroupLog(path, cfg.Fsync)
 	if err != nil {
 		return err
 	}
@@ -228,7 +288,7 @@ func Serve(path string, fsync bool) error {
 		return err
 	}
 	fmt.Println(ln.Addr())
-	return http.Serve(ln, handler(l))
+	return http.Serve(ln, handler(l, newWork(cfg.CPUPerJob/2)))
 }
 
 func processCPU() time.Duration {
@@ -237,4 +297,36 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+}
+
+// work is a fixed amount of CPU work: a number of rounds of arithmetic, calibrated once, so that
+// it costs the same CPU however the process is scheduled (a loop that watched the clock would
+// do less work the more the machine is contended).
+type work struct{ rounds int }
+
+var workSink atomic.Uint64
+
+func newWork(d time.Duration) work {
+	if d <= 0 {
+		return work{}
+	}
+	const probe = 1 << 20
+	start := time.Now()
+	spin(probe)
+	perRound := float64(time.Since(start)) / probe
+	return work{rounds: int(float64(d) / perRound)}
+}
+
+func (w work) do() {
+	if w.rounds > 0 {
+		spin(w.rounds)
+	}
+}
+
+func spin(rounds int) {
+	x := uint64(rounds)
+	for range rounds {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	workSink.Add(x)
 }
