@@ -6,6 +6,8 @@ ADDR     ?= 127.0.0.1:8080
 # An execution count, not a duration: a duration races the fuzz coordinator's shutdown
 # (golang/go#75804, fixed in Go 1.27) and fails with "context deadline exceeded".
 FUZZTIME ?= 150000x
+# The Python the SDK's tests run on: Debian's, for which .ci/deps installs pytest and the extras.
+PYTHON   ?= /usr/bin/python3
 
 # The simulator's fixed seed range for CI, and the planted bugs it must catch: in the behaviours
 # (actors/mutant*.go), in the cell runtime that carries the ordering rules (actors/cells/mutant*.go),
@@ -29,9 +31,11 @@ run: ## start the server on the embedded data dir ./tether-data at 127.0.0.1:808
 deps: ## install the Debian packages tests drive: promtool, chromium, chromedriver (.ci/deps)
 	bash .ci/deps
 
-test: deps ## vet and run every test (conformance, crash, fault, fuzz-corpus, promtool and browser tests)
+test: deps ## vet and run every test (conformance, crash, fault, fuzz-corpus, promtool and browser tests; the Python SDK's)
 	$(GO) vet ./...
 	TETHER_REQUIRE_TOOLS=1 $(GO) test ./...
+	$(GO) build -o bin/tether ./cmd/tether
+	TETHER_BIN=$(CURDIR)/bin/tether $(PYTHON) -m pytest -q -p no:cacheprovider sdk/python/tests
 
 race: ## run every test under the race detector
 	$(GO) test -race ./...

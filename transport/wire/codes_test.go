@@ -16,7 +16,7 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/errors.md from the table")
+var update = flag.Bool("update", false, "rewrite docs/errors.md and the Python SDK's table of codes from the table")
 
 // Every code the behaviours can refuse with (a constant of type actors.Code, wherever in the
 // package it is declared) is in the table, so none reaches a client with a made-up status.
@@ -107,7 +107,6 @@ func TestErrorsDocIsTheTable(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "| `%s` | %d %s | %s | %d | %s |\n", c.Code, c.Status, http.StatusText(c.Status), retry, c.Close, c.Meaning)
 	}
-	const path = "../../docs/errors.md"
 	// The sections after the table, each under a heading of its own.
 	handWritten := func(doc []byte) []byte {
 		if i := bytes.Index(doc, []byte("\n\n## ")); i >= 0 {
@@ -115,11 +114,43 @@ func TestErrorsDocIsTheTable(t *testing.T) {
 		}
 		return nil
 	}
+	checkGenerated(t, "../../docs/errors.md", "ErrorsDoc", b.Bytes(), handWritten)
+}
+
+// The Python SDK (sdk/python) decides what to send again from the same table, kept in
+// tether/_codes.py; `go test ./transport/wire -run PythonCodes -update` rewrites it.
+func TestPythonCodesAreTheTable(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString("\"\"\"The server's error codes: (HTTP status, whether the same request may pass later).\n\n")
+	b.WriteString("Generated from wire.ErrorCodes (transport/wire/codes.go) by\n")
+	b.WriteString("`go test ./transport/wire -run PythonCodes -update`; a test fails when it differs.\n\"\"\"\n\n")
+	b.WriteString("CODES = {\n")
+	for _, c := range wire.ErrorCodes {
+		retry := "False"
+		if c.Retry {
+			retry = "True"
+		}
+		fmt.Fprintf(&b, "    %q: (%d, %s),\n", c.Code, c.Status, retry)
+	}
+	b.WriteString("}\n")
+	checkGenerated(t, "../../sdk/python/tether/_codes.py", "PythonCodes", b.Bytes(), nil)
+}
+
+// checkGenerated checks that the file at path begins with want (and holds nothing else but what
+// handWritten, if set, finds after it), and with -update writes it so, keeping that rest.
+func checkGenerated(t *testing.T, path, test string, want []byte, handWritten func([]byte) []byte) {
+	t.Helper()
+	rest := func(doc []byte) []byte {
+		if handWritten == nil {
+			return nil
+		}
+		return handWritten(doc)
+	}
 	if *update {
 		old, _ := os.ReadFile(path)
-		doc := b.Bytes()
-		if rest := handWritten(old); rest != nil {
-			doc = append(append(doc, '\n'), rest...)
+		doc := bytes.Clone(want)
+		if r := rest(old); r != nil {
+			doc = append(append(doc, '\n'), r...)
 		}
 		if err := os.WriteFile(path, doc, 0o644); err != nil {
 			t.Fatal(err)
@@ -129,10 +160,10 @@ func TestErrorsDocIsTheTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rest := handWritten(got); rest != nil {
-		got = got[:len(got)-len(rest)-1]
+	if r := rest(got); r != nil {
+		got = got[:len(got)-len(r)-1]
 	}
-	if !bytes.Equal(got, b.Bytes()) {
-		t.Fatalf("%s does not begin with the table; run go test ./transport/wire -run ErrorsDoc -update", path)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s is not generated from the table; run go test ./transport/wire -run %s -update", path, test)
 	}
 }

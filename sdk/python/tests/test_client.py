@@ -1,0 +1,187 @@
+"""Every client call against the real server."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tether import Client, TetherError
+
+from conftest import ADMIN_TOKEN
+
+
+def test_submit_get_list_cancel_delete(client):
+    job = client.submit("q1", "t1", {"n": 1}, priority=5, labels={"team": "a"}, max_attempts=2)
+    assert job["status"] == "queued" and job["priority"] == 5 and job["labels"] == {"team": "a"}
+    assert job["receipt"]["seq"] > 0 and job["idempotent_hit"] is False
+    assert client.get(job["id"])["payload"] == {"n": 1}
+
+    other = client.submit("q2", "t2", delay_seconds=3600)
+    assert other["status"] == "scheduled"
+    page = client.list(queue="q1")
+    assert [j["id"] for j in page["jobs"]] == [job["id"]]
+    assert {j["id"] for j in client.iter_jobs(limit=1)} == {job["id"], other["id"]}
+    assert [j["id"] for j in client.list(label="team=a")["jobs"]] == [job["id"]]
+
+    assert client.explain(job["id"])["code"] in ("no_worker_for_queue", "workers_busy")
+    assert client.cancel(job["id"])["status"] == "cancelled"
+    with pytest.raises(TetherError) as e:
+        client.cancel(job["id"])
+    assert e.value.code == "ALREADY_TERMINAL" and e.value.status == 409 and not e.value.retryable
+    assert client.delete(job["id"])
+    with pytest.raises(TetherError) as e:
+        client.get(job["id"])
+    assert e.value.code in ("JOB_EXPIRED", "JOB_NOT_FOUND")
+
+
+def test_batch_and_idempotency(client):
+    jobs = client.submit_batch([client.job_request("b", "t", {"i": i}) for i in range(3)])
+    assert [j["payload"]["i"] for j in jobs] == [0, 1, 2]
+
+    first = client.submit("b", "t", {"x": 1}, idempotency_key="k-1")
+    again = client.submit("b", "t", {"x": 1}, idempotency_key="k-1")
+    assert again["id"] == first["id"] and again["idempotent_hit"] is True
+    with pytest.raises(TetherError) as e:
+        client.submit("b", "t", {"x": 2}, idempotency_key="k-1")
+    assert e.value.code == "IDEMPOTENCY_KEY_REUSED" and e.value.status == 422
+
+
+def test_errors_carry_code_status_and_request_id(client):
+    with pytest.raises(TetherError) as e:
+        client.get("01NOSUCHJOB0000000000000000")
+    assert e.value.code == "JOB_NOT_FOUND" and e.value.status == 404 and e.value.request_id
+    with pytest.raises(TetherError) as e:
+        client.submit("", "t")
+    assert e.value.code == "INVALID_ARGUMENT" and e.value.status == 400
+    with pytest.raises(TetherError) as e:
+        client.retry(client.submit("q", "t")["id"])
+    assert e.value.code == "NOT_DEAD_LETTERED"
+
+
+def test_unreachable_server_is_retryable():
+    c = Client("http://127.0.0.1:9", timeout=2)
+    with pytest.raises(TetherError) as e:
+        c.quota()
+    assert e.value.code == "UNREACHABLE" and e.value.retryable
+
+
+def test_reservations_and_quota(client):
+    r = client.reserve(60)
+    assert r["id"] and client.quota()["reservations"] == 1
+    job = client.submit("q", "t", reservation_id=r["id"])
+    assert job["status"] == "queued"
+    assert client.quota()["reservations"] == 0
+    r2 = client.reserve()
+    client.release(r2["id"])
+    with pytest.raises(TetherError) as e:
+        client.release(r2["id"])
+    assert e.value.code == "RESERVATION_NOT_FOUND"
+    assert any(q["name"] == "q" for q in client.queues()["queues"])
+
+
+def test_watch_resumes_without_gap_or_repeat(client):
+    job = client.submit("w", "t")
+    client.cancel(job["id"])
+    events = list(client.watch(job["id"]))
+    assert [e["number"] for e in events] == list(range(1, len(events) + 1))
+    assert events[0]["type"] == "job.submitted" and events[-1]["type"] == "job.cancelled"
+    assert [e["number"] for e in client.watch(job["id"], after=1)] == [e["number"] for e in events[1:]]
+    assert client.wait(job["id"], timeout=10)["status"] == "cancelled"
+
+
+FLOW = """
+flow:
+  steps:
+    fetch: {type: fetch, queue: flowq}
+    train: {type: train, queue: flowq, needs: [fetch]}
+"""
+
+
+def test_flows(client, tmp_path):
+    f = client.submit_flow(FLOW, name="pipeline", idempotency_key="f-1")
+    assert f["name"] == "pipeline" and f["status"] in ("running", "pending")
+    assert client.submit_flow(FLOW, name="pipeline", idempotency_key="f-1")["id"] == f["id"]
+    path = tmp_path / "nightly.yaml"
+    path.write_text(FLOW)
+    g = client.submit_flow(str(path))
+    assert g["name"] == "nightly"
+    assert client.flow(f["id"])["id"] == f["id"]
+    assert {x["id"] for x in client.flows()["flows"]} >= {f["id"], g["id"]}
+    assert client.cancel_flow(f["id"])["status"] == "cancelled"
+    assert any(e["type"].startswith("flow.") for e in client.watch_flow(f["id"]))
+    with pytest.raises(TetherError) as e:
+        client.submit_flow("flow: {steps: {a: {type: x, queue: q, needs: [b]}}}", name="bad")
+    assert e.value.code == "INVALID_FLOW" and e.value.details == {"step": "a"}
+
+
+def test_schedules(client):
+    s = client.create_schedule("hourly", "0 * * * *", client.job_request("s", "tick"))
+    assert s["status"] == "active" and s["next_fire_at"]
+    assert client.schedule(s["id"])["name"] == "hourly"
+    assert [x["id"] for x in client.schedules()] == [s["id"]]
+    assert client.pause_schedule(s["id"])["status"] == "paused"
+    assert client.resume_schedule(s["id"])["status"] == "active"
+    client.delete_schedule(s["id"])
+    with pytest.raises(TetherError) as e:
+        client.schedule(s["id"])
+    assert e.value.code == "SCHEDULE_NOT_FOUND"
+    with pytest.raises(TetherError) as e:
+        client.create_schedule("bad", "not cron", client.job_request("s", "tick"))
+    assert e.value.code == "INVALID_SCHEDULE"
+
+
+def test_rate_limits(client):
+    client.set_rate_limit("api", 5, 10)
+    limits = client.rate_limits()
+    assert any(l["name"] == "api" for l in limits["rate_limits"])
+    job = client.submit("r", "t", rate_limits=["api", {"name": "api", "key": "token-1"}])
+    assert job["status"] == "queued"
+    client.delete_rate_limit("api")
+    with pytest.raises(TetherError) as e:
+        client.submit("r", "t", rate_limits=["api"])
+    assert e.value.code == "RATE_LIMIT_NOT_FOUND"
+
+
+def test_admin_and_tenants(auth_server):
+    admin = Client(auth_server.url, ADMIN_TOKEN)
+    key = admin.create_api_key("acme")
+    acme = Client(auth_server.url, key["api_key"])
+    assert acme.quota()["tenant"] == "acme"
+    admin.set_quota("acme", max_active=1)
+    acme.submit("q", "t")
+    with pytest.raises(TetherError) as e:
+        acme.submit("q", "t")
+    assert e.value.code == "QUOTA_EXCEEDED" and e.value.status == 429 and not e.value.retryable
+    token = admin.create_enroll_token("acme", uses=1)["enroll_token"]
+    reg = acme.register_worker("w1", ["q"], enroll_token=token)
+    assert reg["worker_token"] and reg["worker_id"]
+    with pytest.raises(TetherError) as e:
+        acme.register_worker("w2", ["q"], enroll_token=token)
+    assert e.value.code == "ENROLL_TOKEN_USED_UP"
+    acme.revoke_worker(reg["worker_id"])
+    admin.revoke_api_key(key["id"])
+    with pytest.raises(TetherError) as e:
+        acme.quota()
+    assert e.value.code in ("PERMISSION_DENIED", "UNAUTHENTICATED") and e.value.status in (401, 403)
+    with pytest.raises(TetherError) as e:
+        Client(auth_server.url).quota()
+    assert e.value.code == "UNAUTHENTICATED"
+
+
+def test_client_is_thread_safe(client):
+    ids, errors = [], []
+
+    def submit():
+        try:
+            for _ in range(20):
+                ids.append(client.submit("threads", "t")["id"])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(set(ids)) == 160

@@ -1,0 +1,241 @@
+"""The worker against the real server: real jobs, real processes, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from tether import Client, Failure, Signer, TetherError, Worker, output_hash
+from tether.errors import UNREACHABLE
+
+
+def worker_events(client, job_id):
+    """The events the worker appended to a job's stream: (event_type, data), in order."""
+    return [(e["data"]["event_type"], e["data"]["data"]) for e in client.events(job_id)["events"]
+            if e["type"] == "job.progress"]
+
+
+def run_in_thread(worker: Worker) -> threading.Thread:
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.fixture
+def make_worker(server):
+    started = []
+
+    def make(**kw) -> Worker:
+        kw.setdefault("queues", ["py"])
+        kw.setdefault("transport", "longpoll")
+        w = Worker(server.url, **kw)
+        started.append(w)
+        return w
+
+    yield make
+    for w in started:
+        w.stop()
+
+
+def test_worker_runs_a_job_with_progress_and_logs(client, make_worker):
+    w = make_worker(capacity=2)
+
+    @w.handler("greet")
+    def greet(ctx):
+        assert ctx.attempt == 1 and ctx.queue == "py" and ctx.lease_expires_at is not None
+        ctx.progress({"done": 1, "of": 2})
+        ctx.log("halfway")
+        ctx.progress({"done": 2, "of": 2})
+        return {"greeting": "hello " + ctx.payload["name"], "ünïcode": "\u2028"}
+
+    run_in_thread(w)
+    job = client.submit("py", "greet", {"name": "ada"})
+    done = client.wait(job["id"], timeout=30)
+    want = {"greeting": "hello ada", "ünïcode": "\u2028"}
+    assert done["status"] == "succeeded" and done["output"] == want
+    assert done["output_hash"] == output_hash(want)
+    assert worker_events(client, job["id"]) == [("progress", {"done": 1, "of": 2}), ("log", "halfway"),
+                                                ("progress", {"done": 2, "of": 2})]
+
+
+def test_progress_is_written_once_when_its_answer_is_lost(client, make_worker):
+    w = make_worker()
+    real = w._http.request
+    lost = []
+
+    def lose_first_event_answer(method, path, body=None, **kw):
+        answer = real(method, path, body, **kw)
+        if path.endswith("/events") and not lost:
+            lost.append(path)
+            raise TetherError(UNREACHABLE, "the answer was lost")  # after the server wrote it
+        return answer
+
+    w._http.request = lose_first_event_answer
+
+    @w.handler()
+    def run(ctx):
+        ctx.progress({"p": 1})
+        return None
+
+    run_in_thread(w)
+    job = client.submit("py", "any")
+    assert client.wait(job["id"], timeout=30)["status"] == "succeeded"
+    assert lost, "the answer was never lost"
+    assert worker_events(client, job["id"]) == [("progress", {"p": 1})]
+
+
+def test_cancel_reaches_the_handler(client, make_worker):
+    w = make_worker()
+    started = threading.Event()
+
+    @w.handler()
+    def slow(ctx):
+        started.set()
+        assert ctx.wait_cancelled(30), "the cancel never arrived"
+        assert ctx.cancel_reason == "cancelled"
+        ctx.check_cancelled()
+        return "not sent"
+
+    run_in_thread(w)
+    job = client.submit("py", "slow", lease_ttl_seconds=5)  # heartbeats every 1.7 s
+    assert started.wait(30)
+    assert client.cancel(job["id"])["cancel_requested"] is True
+    assert client.wait(job["id"], timeout=30)["status"] == "cancelled"
+
+
+def test_exceptions_fail_the_attempt(client, make_worker):
+    w = make_worker()
+
+    @w.handler("boom")
+    def boom(ctx):
+        raise ValueError("no such file")
+
+    @w.handler("bad")
+    def bad(ctx):
+        raise Failure("bad_input", "the payload is not an image", retryable=False)
+
+    @w.handler("huge")
+    def huge(ctx):
+        return "x" * (2 << 20)
+
+    run_in_thread(w)
+    boom_job = client.submit("py", "boom", max_attempts=1)
+    bad_job = client.submit("py", "bad", max_attempts=5)
+    huge_job = client.submit("py", "huge", max_attempts=5)
+    boom_done = client.wait(boom_job["id"], timeout=30)
+    assert boom_done["status"] == "failed" and boom_done["dead_reason"] == "max_attempts"
+    assert boom_done["error"]["code"] == "error" and "no such file" in boom_done["error"]["message"]
+    bad_done = client.wait(bad_job["id"], timeout=30)
+    assert bad_done["status"] == "failed" and bad_done["dead_reason"] == "non_retryable"
+    assert bad_done["error"] == {"code": "bad_input", "message": "the payload is not an image"}
+    huge_done = client.wait(huge_job["id"], timeout=30)
+    assert huge_done["error"]["code"] == "output_too_large" and huge_done["attempt"] == 1
+
+
+def test_signed_results(client, make_worker, server):
+    good = make_worker(signer=Signer.generate(), queues=["signed"])
+
+    @good.handler()
+    def ok(ctx):
+        return {"n": 1}
+
+    run_in_thread(good)
+    job = client.submit("signed", "t")
+    assert client.wait(job["id"], timeout=30)["status"] == "succeeded"
+    good.stop()
+
+    # A worker that signs with another key than the one it registered: every completion is
+    # refused as SIGNATURE_INVALID, and the attempt fails so (another worker may run it).
+    forger = make_worker(signer=Signer.generate(), queues=["forged"])
+    forger.register()
+    forger.signer = Signer.generate()
+
+    @forger.handler()
+    def forged(ctx):
+        return {"n": 2}
+
+    run_in_thread(forger)
+    job = client.submit("forged", "t", max_attempts=1)
+    done = client.wait(job["id"], timeout=30)
+    assert done["status"] == "failed" and done["error"]["code"] == "signature_invalid"
+    assert done["output"] is None
+
+
+WORKER_SCRIPT = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {sdk!r})
+    from tether import Worker
+    w = Worker({url!r}, queues=["term"], transport="longpoll", grace=0.5)
+
+    @w.handler()
+    def forever(ctx):
+        print("started", flush=True)
+        ctx.wait_cancelled()
+        ctx.check_cancelled()
+
+    w.run()
+    print("stopped", flush=True)
+""")
+
+
+def test_sigterm_gives_the_running_job_back(client, server, make_worker):
+    sdk = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT.format(sdk=sdk, url=server.url)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        job = client.submit("term", "t", max_attempts=1)
+        assert proc.stdout.readline().strip() == "started"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert proc.stdout.read().strip() == "stopped"
+    finally:
+        proc.kill()
+    after = client.get(job["id"])
+    # Given back untried: queued again, and max_attempts=1 is not spent.
+    assert after["status"] == "queued" and after["lease"] is None
+    second = make_worker(queues=["term"])
+    second.handle("t", lambda ctx: "ran again")
+    run_in_thread(second)
+    done = client.wait(job["id"], timeout=30)
+    assert done["status"] == "succeeded" and done["output"] == "ran again"
+
+
+def test_a_result_waits_out_a_server_restart(client, make_worker, server):
+    w = make_worker()
+    running, finish = threading.Event(), threading.Event()
+
+    @w.handler()
+    def job(ctx):
+        running.set()
+        finish.wait(60)
+        return {"after": "restart"}
+
+    run_in_thread(w)
+    j = client.submit("py", "t", lease_ttl_seconds=30)
+    assert running.wait(30)
+    server.stop(signal.SIGKILL)
+    finish.set()  # the result is sent while the server is down, and kept until it is back
+    server.start()
+    done = Client(server.url).wait(j["id"], timeout=60)
+    assert done["status"] == "succeeded" and done["output"] == {"after": "restart"}
+    assert done["attempt"] == 1
+
+
+def test_a_worker_without_a_handler_for_the_type_fails_the_attempt(client, make_worker):
+    w = make_worker()
+
+    @w.handler("known")
+    def known(ctx):
+        return 1
+
+    run_in_thread(w)
+    job = client.submit("py", "unknown", max_attempts=1)
+    done = client.wait(job["id"], timeout=30)
+    assert done["error"]["code"] == "no_handler"

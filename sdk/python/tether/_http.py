@@ -1,0 +1,154 @@
+"""One HTTP/1.1 connection per thread to one server, with tether's error answers turned into
+TetherError. The standard library only."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import threading
+import urllib.parse
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+from .errors import UNREACHABLE, TetherError
+
+USER_AGENT = "tether-python/0.1"
+
+#: Seconds a request waits for an answer beyond what it asks the server to wait (a long poll).
+REQUEST_TIMEOUT = 30.0
+
+
+class HTTP:
+    """Requests to one server. Thread-safe: each thread keeps its own keep-alive connection."""
+
+    def __init__(self, url: str, token: str = "", timeout: float = REQUEST_TIMEOUT,
+                 ssl_context: Optional[ssl.SSLContext] = None):
+        u = urllib.parse.urlsplit(url.rstrip("/"))
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"tether: the server URL must be http(s)://host[:port], got {url!r}")
+        self.url = f"{u.scheme}://{u.netloc}"
+        self._scheme, self._host, self._port = u.scheme, u.hostname, u.port
+        self._prefix = u.path
+        self.token = token
+        self.timeout = timeout
+        self._ssl = ssl_context
+        self._local = threading.local()
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            if self._scheme == "https":
+                c = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                                context=self._ssl or ssl.create_default_context())
+            else:
+                c = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            self._local.conn = c
+        c.timeout = timeout
+        if c.sock is not None:
+            c.sock.settimeout(timeout)
+        return c
+
+    def _drop(self) -> None:
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+            self._local.conn = None
+
+    def request(self, method: str, path: str, body: Any = None, *, raw: Optional[bytes] = None,
+                content_type: str = "application/json", headers: Optional[Dict[str, str]] = None,
+                timeout: Optional[float] = None, token: Optional[str] = None) -> Tuple[int, Any]:
+        """Sends one request and returns (status, decoded JSON answer or None)."""
+        data = raw
+        if data is None and body is not None:
+            data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+        h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if data is not None:
+            h["Content-Type"] = content_type
+        tok = self.token if token is None else token
+        if tok:
+            h["Authorization"] = "Bearer " + tok
+        if headers:
+            h.update(headers)
+        resp, payload = self._send(method, self._prefix + path, data, h, timeout or self.timeout)
+        status = resp.status
+        if status >= 400:
+            raise error_of(status, payload, resp.getheader("X-Request-Id") or "")
+        if status == 204 or not payload:
+            return status, None
+        try:
+            return status, json.loads(payload)
+        except ValueError as e:
+            raise TetherError("INVALID_ANSWER", f"{method} {path}: the answer is not JSON: {e}", status) from e
+
+    def _send(self, method: str, path: str, data: Optional[bytes], headers: Dict[str, str],
+              timeout: float) -> Tuple[http.client.HTTPResponse, bytes]:
+        # A kept-alive connection the server closed meanwhile fails at once: one more try on a
+        # fresh connection, which is safe because nothing was sent that the server could read.
+        for fresh in (False, True):
+            conn = self._connection(timeout)
+            reused = conn.sock is not None
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                payload = resp.read()
+                if resp.getheader("Connection", "").lower() == "close":
+                    self._drop()
+                return resp, payload
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                self._drop()
+                if reused and not fresh:
+                    continue
+                raise TetherError(UNREACHABLE, f"{method} {path}: {e}") from e
+            except (OSError, http.client.HTTPException) as e:
+                self._drop()
+                raise TetherError(UNREACHABLE, f"{method} {path}: {e}") from e
+        raise AssertionError("unreachable")
+
+    def stream(self, path: str, headers: Dict[str, str], timeout: float) -> Iterator[str]:
+        """GETs path on a connection of its own and yields the answer's lines (an SSE stream)."""
+        if self._scheme == "https":
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=self._ssl or ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        h = {"User-Agent": USER_AGENT}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        h.update(headers)
+        try:
+            try:
+                conn.request("GET", self._prefix + path, headers=h)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                raise TetherError(UNREACHABLE, f"GET {path}: {e}") from e
+            if resp.status >= 400:
+                raise error_of(resp.status, resp.read(), resp.getheader("X-Request-Id") or "")
+            while True:
+                try:
+                    line = resp.readline()
+                except (OSError, http.client.HTTPException) as e:
+                    raise TetherError(UNREACHABLE, f"GET {path}: {e}") from e
+                if not line:
+                    return
+                yield line.decode("utf-8").rstrip("\r\n")
+        finally:
+            conn.close()
+
+
+def error_of(status: int, payload: bytes, request_id: str) -> TetherError:
+    """The TetherError of an error answer: tether's code, or HTTP_<status> for another's."""
+    try:
+        e = json.loads(payload)["error"]
+        code = e["code"]
+        if not isinstance(code, str) or not code:
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        return TetherError(f"HTTP_{status}", payload.decode("utf-8", "replace").strip()[:2000], status,
+                           request_id=request_id)
+    return TetherError(code, e.get("message", ""), status, e.get("details") or {},
+                       e.get("request_id") or request_id)
+
+
+def quote(s: str) -> str:
+    """An id as one path segment."""
+    return urllib.parse.quote(s, safe="")

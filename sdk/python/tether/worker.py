@@ -1,0 +1,443 @@
+"""The worker: runs a handler for every job the server leases to it.
+
+Jobs arrive over WebSocket when the ``websockets`` package is installed and the server's
+WebSocket endpoint can be reached, and over HTTP long-polling otherwise (the standard library
+alone), as the Go runner chooses. The rules are the Go runner's:
+
+- a lease is heartbeated as often as its lease_ttl needs, and a job whose cancel the server
+  asks for sees ``ctx.cancelled``;
+- a result is kept until the server has it or refused it for good: an answer that may pass
+  (none, or a code the server's table marks retryable) sends it again with backoff while its
+  lease may still be valid, and once more after; a completion refused for what it is (too
+  large, not valid, a bad signature) is replaced by the failure that says so;
+- a clean stop (``stop()``, SIGTERM, Ctrl-C) takes no new job, lets the running ones finish
+  for ``grace`` seconds, then tells them to stop and gives their jobs back with no attempt
+  spent.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from . import signing
+from ._http import HTTP, quote
+from .errors import Cancelled, Failure, Release, TetherError, retryable
+
+log = logging.getLogger("tether.worker")
+
+Handler = Callable[["JobContext"], Any]
+
+#: How long a long poll asks the server to wait for a job.
+POLL_WAIT = 20.0
+#: A lease's TTL when its assignment does not say (the server's default).
+LEASE_TTL_DEFAULT = 30.0
+#: Bounds of the backoff before a result is sent again, and before reconnecting.
+RESEND_MIN, RESEND_MAX = 0.2, 10.0
+#: The largest output the server takes, in bytes of JSON.
+OUTPUT_BYTES_MAX = 1 << 20
+
+RELEASE_WORKER_STOPPING = "worker_stopping"
+
+# A completion refused for what it is: the failure that replaces it (code, retryable).
+_REFUSALS = {
+    "PAYLOAD_TOO_LARGE": ("output_too_large", False),
+    "INVALID_ARGUMENT": ("output_refused", False),
+    "INVALID_JSON": ("output_refused", False),
+    # The worker's key, not the job, is at fault: another worker may run it.
+    "SIGNATURE_INVALID": ("signature_invalid", True),
+}
+
+
+def backoff(n: int, lo: float, hi: float) -> float:
+    """The delay before try n (from 1): exponential from lo, capped at hi, jittered over its
+    upper half so that many workers do not come back in step."""
+    d = hi if n >= 30 else min(hi, lo * (1 << (n - 1)))
+    return d / 2 + random.uniform(0, d / 2)
+
+
+def _parse_time(s: Optional[str]) -> Optional[_dt.datetime]:
+    if not s:
+        return None
+    s = s.replace("Z", "+00:00")
+    if "." in s:  # Python < 3.11 takes at most 6 digits of a second
+        head, rest = s.split(".", 1)
+        digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
+        s = head + "." + digits[:6].ljust(6, "0") + rest[len(digits):]
+    return _dt.datetime.fromisoformat(s)
+
+
+class JobContext:
+    """A job leased to the worker, as its handler sees it."""
+
+    def __init__(self, worker: "Worker", a: Dict[str, Any]):
+        self._worker = worker
+        self.id: str = a["job_id"]
+        self.lease_id: str = a["lease_id"]
+        self.queue: str = a.get("queue", "")
+        self.type: str = a.get("job_type", "")
+        self.payload: Any = a.get("payload")
+        self.attempt: int = a.get("attempt", 0)
+        self.lease_expires_at: Optional[_dt.datetime] = _parse_time(a.get("lease_expires_at"))
+        self.traceparent: str = a.get("traceparent", "")
+        self._nonce: str = a.get("nonce", "")
+        now = time.monotonic()
+        ttl = LEASE_TTL_DEFAULT
+        if self.lease_expires_at is not None:
+            left = (self.lease_expires_at - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
+            if left > 0:
+                ttl = left
+        self._ttl = ttl
+        self._heard = now  # when the server last confirmed the lease
+        self._heartbeat = float(a.get("heartbeat_seconds") or 0)
+        self._events = 0
+        self._events_lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._why = ""  # "cancelled" (by the server), "lost" (the lease), "stopping" (the worker)
+
+    @property
+    def cancelled(self) -> bool:
+        """Set when the job should stop: the server asked to cancel it, its lease was lost, or
+        the worker is stopping and its grace is over. A handler checks it (or waits on
+        :meth:`wait_cancelled`) and returns or raises soon after."""
+        return self._cancel.is_set()
+
+    @property
+    def cancel_reason(self) -> str:
+        return self._why
+
+    def wait_cancelled(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the job should stop (see :attr:`cancelled`) or timeout; says which."""
+        return self._cancel.wait(timeout)
+
+    def check_cancelled(self) -> None:
+        """Raises :class:`tether.Cancelled` if the job should stop: the attempt then ends as
+        the server asked (a cancelled job is acknowledged, a stopping worker gives it back). A
+        handler that returns a value instead completes the job with it."""
+        if self._cancel.is_set():
+            raise Cancelled(self._why)
+
+    def _stop(self, why: str) -> None:
+        if not self._why:
+            self._why = why
+        self._cancel.set()
+
+    def event(self, event_type: str, data: Any = None) -> int:
+        """Appends an event to the job's stream, where clients watching it see it, and returns
+        its number there. An event sent again after a lost answer is written once."""
+        with self._events_lock:
+            self._events += 1
+            seq = self._events
+        body = {"lease_id": self.lease_id, "event_type": event_type, "data": data, "seq": seq}
+        tries = 0
+        while True:
+            try:
+                ack = self._worker._http.request("POST", f"/v1/worker/jobs/{quote(self.id)}/events", body)[1]
+                return int((ack or {}).get("number", 0))
+            except TetherError as e:
+                tries += 1
+                if not e.retryable or tries > 5 or self._why == "lost":
+                    raise
+                time.sleep(backoff(tries, RESEND_MIN, RESEND_MAX))
+
+    def progress(self, data: Any) -> int:
+        """Reports progress (any JSON value) as a ``progress`` event."""
+        return self.event("progress", data)
+
+    def log(self, line: str) -> int:
+        """Appends a log line as a ``log`` event."""
+        return self.event("log", str(line))
+
+
+class Worker:
+    """Runs handlers for the jobs of ``queues``, up to ``capacity`` at once.
+
+    Credentials, in order: ``token``; the token in ``token_file``; else the worker registers
+    (with ``enroll_token``, none under ``--auth none``) and keeps its token in ``token_file``
+    when given. ``signer`` (a :class:`tether.signing.Signer`) signs every completion and is
+    registered as the worker's public key. ``transport`` is ``auto``, ``websocket`` or
+    ``longpoll``.
+    """
+
+    def __init__(self, url: str = "", *, token: str = "", token_file: str = "",
+                 enroll_token: str = "", queues: Sequence[str] = ("default",), capacity: int = 1,
+                 name: str = "", signer: Optional[signing.Signer] = None, transport: str = "auto",
+                 grace: float = 10.0, labels: Optional[Dict[str, str]] = None):
+        if capacity < 1:
+            raise ValueError("tether: capacity must be at least 1")
+        if transport not in ("auto", "websocket", "longpoll"):
+            raise ValueError("tether: transport must be auto, websocket or longpoll")
+        url = url or os.environ.get("TETHER_SERVER", "http://127.0.0.1:8080")
+        self._http = HTTP(url)
+        self.queues = list(queues)
+        self.capacity = capacity
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.signer = signer
+        self.transport = transport
+        self.grace = grace
+        self.labels = labels
+        self._token_file = token_file
+        self._enroll_token = enroll_token or os.environ.get("TETHER_ENROLL_TOKEN", "")
+        self._http.token = token or os.environ.get("TETHER_WORKER_TOKEN", "") or self._read_token()
+        self.worker_id = ""
+        self._handlers: Dict[str, Handler] = {}
+        self._lock = threading.Condition()
+        self._active: Dict[str, JobContext] = {}  # by lease id
+        self._threads: List[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._poll_conn: Any = None
+
+    # Handlers.
+
+    def handler(self, job_type: str = "*") -> Callable[[Handler], Handler]:
+        """A decorator: ``@worker.handler("resize")`` runs the function for jobs of that type;
+        ``"*"`` for any type without a handler of its own."""
+        def register(fn: Handler) -> Handler:
+            self._handlers[job_type] = fn
+            return fn
+        return register
+
+    def handle(self, job_type: str, fn: Handler) -> None:
+        self._handlers[job_type] = fn
+
+    # Credentials.
+
+    def _read_token(self) -> str:
+        if self._token_file and os.path.exists(self._token_file):
+            with open(self._token_file) as f:
+                return f.read().strip()
+        return ""
+
+    def register(self) -> str:
+        """Registers the worker (with the enroll token) and returns its worker token."""
+        body: Dict[str, Any] = {"name": self.name, "queues": self.queues, "capacity": self.capacity}
+        if self.signer is not None:
+            body["public_key"] = self.signer.public_key
+        if self.labels:
+            body["labels"] = self.labels
+        reg = self._http.request("POST", "/v1/workers/register", body, token=self._enroll_token)[1]
+        self._http.token, self.worker_id = reg["worker_token"], reg["worker_id"]
+        if self._token_file:
+            fd = os.open(self._token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self._http.token + "\n")
+        return self._http.token
+
+    # Running.
+
+    def run(self) -> None:
+        """Takes and runs jobs until :meth:`stop` (or SIGTERM, or Ctrl-C in the main thread),
+        then stops cleanly. Raises TetherError when the server refuses the worker for good
+        (revoked, an expired token)."""
+        if not self._handlers:
+            raise ValueError("tether: the worker has no handler")
+        if not self._http.token:
+            self.register()
+        restore = self._catch_signals()
+        try:
+            self._poll_loop()
+        finally:
+            self._finish()
+            for sig, old in restore:
+                signal.signal(sig, old)
+
+    def stop(self) -> None:
+        """Stops taking jobs; run() returns once the running ones have finished or been given
+        back. Safe from any thread and from a signal handler."""
+        self._stopping.set()
+        conn = self._poll_conn
+        if conn is not None and conn.sock is not None:
+            try:  # a poll waiting for a job ends now; what it would have brought goes back
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self._lock:
+            self._lock.notify_all()
+
+    def _catch_signals(self) -> List[Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        restore = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            restore.append((sig, signal.signal(sig, lambda *_: self.stop())))
+        return restore
+
+    def _poll_loop(self) -> None:
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="tether-heartbeat", daemon=True)
+        heartbeat.start()
+        failures = 0
+        while not self._stopping.is_set():
+            with self._lock:
+                while len(self._active) >= self.capacity and not self._stopping.is_set():
+                    self._lock.wait()
+                free = self.capacity - len(self._active)
+            if self._stopping.is_set():
+                break
+            try:
+                self._poll_conn = self._http._connection(POLL_WAIT + 30)
+                status, answer = self._http.request("POST", "/v1/worker/lease",
+                                                    {"max": free, "wait_seconds": POLL_WAIT},
+                                                    timeout=POLL_WAIT + 30)
+                failures = 0
+            except TetherError as e:
+                if self._stopping.is_set():
+                    break
+                if not e.retryable:
+                    raise
+                failures += 1
+                log.warning("polling for jobs failed (%s); trying again", e)
+                self._stopping.wait(backoff(failures, 0.5, 30.0))
+                continue
+            finally:
+                self._poll_conn = None
+            for a in (answer or {}).get("assignments") or []:
+                self._start(a)
+
+    def _start(self, a: Dict[str, Any]) -> None:
+        ctx = JobContext(self, a)
+        with self._lock:
+            self._active[ctx.lease_id] = ctx
+        if self._stopping.is_set():  # arrived as the worker stops: give it back untried
+            self._report(ctx, self._release_body(ctx, "the worker stopped before the job started"), "release")
+            return
+        t = threading.Thread(target=self._run_job, args=(ctx,), name=f"tether-job-{ctx.id}", daemon=True)
+        with self._lock:
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+
+    def _run_job(self, ctx: JobContext) -> None:
+        fn = self._handlers.get(ctx.type) or self._handlers.get("*")
+        out: Any = None
+        err: Optional[BaseException] = None
+        if fn is None:
+            err = Failure("no_handler", f"this worker has no handler for job type {ctx.type!r}", retryable=True)
+        else:
+            try:
+                out = fn(ctx)
+            except BaseException as e:  # noqa: BLE001 - a handler's any failure fails the attempt
+                err = e
+        if ctx._why == "lost":
+            log.warning("the lease of job %s was lost; its result is dropped", ctx.id)
+            self._done(ctx)
+            return
+        if err is None:
+            body, kind = self._completion(ctx, out)
+        elif ctx._why == "stopping":
+            body, kind = self._release_body(ctx, "the worker stopped before the job finished"), "release"
+        elif isinstance(err, Release):
+            body, kind = {"lease_id": ctx.lease_id, "reason": err.reason, "message": err.message}, "release"
+        else:
+            body, kind = self._failure(ctx, err), "fail"
+        self._report(ctx, body, kind)
+
+    def _completion(self, ctx: JobContext, out: Any):
+        try:
+            canonical = signing.canonical_json(out)
+        except (TypeError, ValueError) as e:
+            return self._failure(ctx, Failure("bad_output", f"the output is not JSON: {e}")), "fail"
+        if len(canonical) > OUTPUT_BYTES_MAX:
+            return self._failure(ctx, Failure("output_too_large", f"the output is {len(canonical)} bytes of JSON; the limit is {OUTPUT_BYTES_MAX}", retryable=False)), "fail"
+        digest = signing.output_hash(out)
+        body = {"lease_id": ctx.lease_id, "nonce": ctx._nonce, "output": out, "output_hash": digest}
+        if self.signer is not None:
+            body["signature"] = self.signer.sign_completion(ctx.id, ctx.lease_id, ctx._nonce, digest)
+        return body, "complete"
+
+    def _failure(self, ctx: JobContext, err: BaseException) -> Dict[str, Any]:
+        if ctx._why == "cancelled":
+            code, message, again = "cancelled", "cancelled at the server's request", False
+        elif isinstance(err, Failure):
+            code, message, again = err.code, err.message, err.retryable
+        else:
+            code, message, again = "error", f"{type(err).__name__}: {err}", True
+        return {"lease_id": ctx.lease_id, "error_code": code, "message": message[:4000], "retryable": again}
+
+    @staticmethod
+    def _release_body(ctx: JobContext, message: str) -> Dict[str, Any]:
+        return {"lease_id": ctx.lease_id, "reason": RELEASE_WORKER_STOPPING, "message": message}
+
+    def _report(self, ctx: JobContext, body: Dict[str, Any], kind: str) -> None:
+        """Sends a result until the server has it or refused it for good (the Go runner's rules)."""
+        tries, last = 0, False
+        while True:
+            try:
+                self._http.request("POST", f"/v1/worker/jobs/{quote(ctx.id)}/{kind}", body)
+                break
+            except TetherError as e:
+                if retryable(e.code, e.status):
+                    if last:
+                        log.error("job %s: the result could not be sent before its lease expired; dropped (RESULT_DROPPED): %s", ctx.id, e)
+                        break
+                    last = time.monotonic() > ctx._heard + 2 * ctx._ttl
+                    tries += 1
+                    time.sleep(backoff(tries, RESEND_MIN, RESEND_MAX))
+                    continue
+                if kind == "complete" and e.code in _REFUSALS:
+                    code, again = _REFUSALS[e.code]
+                    body = {"lease_id": ctx.lease_id, "error_code": code, "message": e.message[:4000], "retryable": again}
+                    kind = "fail"
+                    continue
+                if e.code != "LEASE_MISMATCH":
+                    log.error("job %s: the server refused the result: %s", ctx.id, e)
+                break
+        self._done(ctx)
+
+    def _done(self, ctx: JobContext) -> None:
+        with self._lock:
+            self._active.pop(ctx.lease_id, None)
+            self._lock.notify_all()
+
+    def _heartbeat_loop(self) -> None:
+        interval = 10.0
+        while True:
+            with self._lock:
+                leases = list(self._active.values())
+                stopped = self._stopping.is_set() and not leases
+            if stopped:
+                return
+            wait = min([interval] + [c._heartbeat for c in leases if c._heartbeat > 0])
+            if not leases:
+                with self._lock:
+                    self._lock.wait(1.0)
+                continue
+            time.sleep(wait)
+            with self._lock:
+                leases = list(self._active.values())
+            if not leases:
+                continue
+            sent = time.monotonic()
+            try:
+                ans = self._http.request("POST", "/v1/worker/heartbeat",
+                                         {"leases": [c.lease_id for c in leases]})[1] or {}
+            except TetherError as e:
+                log.warning("heartbeat failed: %s", e)
+                continue
+            interval = float(ans.get("heartbeat_seconds") or interval)
+            cancel, unknown = set(ans.get("cancel") or []), set(ans.get("unknown") or [])
+            for c in leases:
+                if c.lease_id in unknown:
+                    c._stop("lost")
+                    continue
+                c._heard = sent
+                if c.lease_id in cancel:
+                    c._stop("cancelled")
+
+    def _finish(self) -> None:
+        """The clean stop: running jobs get ``grace`` seconds, then are told to stop; run()
+        returns once every result is sent."""
+        deadline = time.monotonic() + self.grace
+        with self._lock:
+            while self._active and time.monotonic() < deadline:
+                self._lock.wait(max(0.0, min(0.5, deadline - time.monotonic())))
+            for c in self._active.values():
+                c._stop("stopping")
+            while self._active:
+                self._lock.wait(0.5)
