@@ -170,3 +170,29 @@ func runBlockOnMakeRun(t *testing.T, name string) string {
 	}
 	return runBlock(t, cwd, []string{"TETHER_SERVER=http://" + addr, "XDG_STATE_HOME=" + t.TempDir()}, readmeBlock(t, name))
 }
+
+// The README's Python quick start works verbatim against `make run`, from the repository root,
+// with Debian's Python (which .ci/deps gives websockets and PyNaCl).
+func TestReadmePython(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs make, the binary and Python")
+	}
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		if os.Getenv("TETHER_REQUIRE_TOOLS") != "" {
+			t.Fatalf("no %s: %v", python, err)
+		}
+		t.Skip("no " + python)
+	}
+	root, _ := filepath.Abs("../..")
+	addr := freeAddr(t)
+	server := exec.Command("make", "run", "DATA="+t.TempDir(), "ADDR="+addr)
+	server.Dir = root
+	startReady(t, server)
+	// Debian's python3 first on PATH.
+	env := []string{"TETHER_SERVER=http://" + addr, "PATH=/usr/bin:" + os.Getenv("PATH")}
+	out := runBlock(t, root, env, readmeBlock(t, "python"))
+	t.Logf("python quick start output:\n%s", out)
+	mustContain(t, "the Python quick start's output", out, "job.progress {'step': 1, 'of': 3}", "job.progress {'step': 3, 'of': 3}",
+		"job.succeeded", "done: succeeded {'resized': 'cat.png', 'attempt': 1}")
+}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import os
 import signal
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -28,13 +31,18 @@ def run_in_thread(worker: Worker) -> threading.Thread:
     return t
 
 
+@pytest.fixture(params=["longpoll", "websocket"])
+def transport(request):
+    return request.param
+
+
 @pytest.fixture
-def make_worker(server):
+def make_worker(server, transport):
     started = []
 
     def make(**kw) -> Worker:
         kw.setdefault("queues", ["py"])
-        kw.setdefault("transport", "longpoll")
+        kw.setdefault("transport", transport)
         w = Worker(server.url, **kw)
         started.append(w)
         return w
@@ -63,21 +71,22 @@ def test_worker_runs_a_job_with_progress_and_logs(client, make_worker):
     assert done["output_hash"] == output_hash(want)
     assert worker_events(client, job["id"]) == [("progress", {"done": 1, "of": 2}), ("log", "halfway"),
                                                 ("progress", {"done": 2, "of": 2})]
+    assert w.connected_transport == w.transport
 
 
 def test_progress_is_written_once_when_its_answer_is_lost(client, make_worker):
     w = make_worker()
-    real = w._http.request
+    real = w._request
     lost = []
 
-    def lose_first_event_answer(method, path, body=None, **kw):
-        answer = real(method, path, body, **kw)
-        if path.endswith("/events") and not lost:
-            lost.append(path)
+    def lose_first_event_answer(kind, job_id, body):
+        answer = real(kind, job_id, body)
+        if kind == "event" and not lost:
+            lost.append(job_id)
             raise TetherError(UNREACHABLE, "the answer was lost")  # after the server wrote it
         return answer
 
-    w._http.request = lose_first_event_answer
+    w._request = lose_first_event_answer
 
     @w.handler()
     def run(ctx):
@@ -139,8 +148,9 @@ def test_exceptions_fail_the_attempt(client, make_worker):
     assert huge_done["error"]["code"] == "output_too_large" and huge_done["attempt"] == 1
 
 
-def test_signed_results(client, make_worker, server):
-    good = make_worker(signer=Signer.generate(), queues=["signed"])
+def test_signed_results(client, make_worker):
+    signer = Signer.generate()
+    good = make_worker(signer=signer, queues=["signed"])
 
     @good.handler()
     def ok(ctx):
@@ -149,30 +159,37 @@ def test_signed_results(client, make_worker, server):
     run_in_thread(good)
     job = client.submit("signed", "t")
     assert client.wait(job["id"], timeout=30)["status"] == "succeeded"
-    good.stop()
 
-    # A worker that signs with another key than the one it registered: every completion is
-    # refused as SIGNATURE_INVALID, and the attempt fails so (another worker may run it).
-    forger = make_worker(signer=Signer.generate(), queues=["forged"])
-    forger.register()
-    forger.signer = Signer.generate()
-
-    @forger.handler()
-    def forged(ctx):
-        return {"n": 2}
-
-    run_in_thread(forger)
-    job = client.submit("forged", "t", max_attempts=1)
+    # A tampered signature (made over another output) is refused by the server as
+    # SIGNATURE_INVALID, and the worker reports the attempt failed so: the job's output is not
+    # the one the signature covers, and another worker may run it.
+    real = signer.sign_completion
+    signer.sign_completion = lambda job_id, lease_id, nonce, _hash: real(job_id, lease_id, nonce, output_hash({"n": 666}))
+    job = client.submit("signed", "t", max_attempts=1)
     done = client.wait(job["id"], timeout=30)
     assert done["status"] == "failed" and done["error"]["code"] == "signature_invalid"
     assert done["output"] is None
+
+
+def test_a_worker_with_the_wrong_key_stops_at_once(server, make_worker):
+    forger = make_worker(signer=Signer.generate(), queues=["forged"])
+    forger.register()
+    forger.handle("t", lambda ctx: None)
+    forger.signer = Signer.generate()  # not the key it registered
+    with pytest.raises(TetherError) as e:
+        forger.run()
+    assert e.value.code == "WORKER_MISCONFIGURED" and "not the one whose public key it registered" in e.value.message
+    forger.signer = None
+    with pytest.raises(TetherError) as e:
+        forger.run()
+    assert e.value.code == "WORKER_MISCONFIGURED" and "give it the key" in e.value.message
 
 
 WORKER_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {sdk!r})
     from tether import Worker
-    w = Worker({url!r}, queues=["term"], transport="longpoll", grace=0.5)
+    w = Worker({url!r}, queues=["term"], transport={transport!r}, grace=0.5)
 
     @w.handler()
     def forever(ctx):
@@ -185,9 +202,10 @@ WORKER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_sigterm_gives_the_running_job_back(client, server, make_worker):
+def test_sigterm_gives_the_running_job_back(client, server, make_worker, transport):
     sdk = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT.format(sdk=sdk, url=server.url)],
+    script = WORKER_SCRIPT.format(sdk=sdk, url=server.url, transport=transport)
+    proc = subprocess.Popen([sys.executable, "-c", script],
                             stdout=subprocess.PIPE, text=True)
     try:
         job = client.submit("term", "t", max_attempts=1)
@@ -239,3 +257,70 @@ def test_a_worker_without_a_handler_for_the_type_fails_the_attempt(client, make_
     job = client.submit("py", "unknown", max_attempts=1)
     done = client.wait(job["id"], timeout=30)
     assert done["error"]["code"] == "no_handler"
+
+
+class _NoWebSocketProxy(http.server.ThreadingHTTPServer):
+    """A proxy that passes plain HTTP to the server and refuses every WebSocket upgrade, as a
+    proxy or firewall that blocks WebSocket does."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str):
+        self.upstream = urllib.parse.urlsplit(upstream)
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _proxy(self):
+        if self.headers.get("Upgrade", "").lower() == "websocket":
+            body = b"no WebSocket here"
+            self.send_response(400)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        up = self.server.upstream
+        data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        conn.request(self.command, self.path, body=data or None, headers=headers)
+        resp = conn.getresponse()
+        payload = resp.read()
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("content-length", "connection", "transfer-encoding"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        conn.close()
+
+    do_GET = do_POST = do_DELETE = _proxy
+
+
+def test_auto_falls_back_to_long_polling_where_websocket_is_blocked(client, server):
+    proxy = _NoWebSocketProxy(server.url)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        w = Worker(proxy.url, queues=["blocked"], transport="auto")
+        w.handle("t", lambda ctx: ctx.progress(1) and "through the proxy")
+        run_in_thread(w)
+        job = client.submit("blocked", "t")
+        done = client.wait(job["id"], timeout=30)
+        assert done["status"] == "succeeded" and done["output"] == "through the proxy"
+        assert w.connected_transport == "longpoll"
+        w.stop()
+
+        strict = Worker(proxy.url, queues=["blocked"], transport="websocket")
+        strict.handle("t", lambda ctx: None)
+        with pytest.raises(TetherError) as e:
+            strict.run()
+        assert e.value.code == "BAD_HANDSHAKE"
+    finally:
+        proxy.shutdown()

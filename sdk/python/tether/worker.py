@@ -17,6 +17,8 @@ alone), as the Go runner chooses. The rules are the Go runner's:
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import datetime as _dt
 import json
 import logging
@@ -28,9 +30,20 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import signing
-from ._http import HTTP, quote
-from .errors import Cancelled, Failure, Release, TetherError, retryable
+from . import _codes, signing
+from ._http import HTTP, error_of, quote
+from .errors import UNREACHABLE, Cancelled, Failure, Release, TetherError, retryable
+
+try:  # websockets >= 13: the new asyncio client
+    from websockets.asyncio.client import connect as _ws_connect
+    _WS_HEADERS = "additional_headers"
+except ImportError:  # pragma: no cover - depends on what is installed
+    try:  # websockets 10-12 (Debian bookworm has 10.4)
+        from websockets import connect as _ws_connect
+        _WS_HEADERS = "extra_headers"
+    except ImportError:
+        _ws_connect = None
+        _WS_HEADERS = ""
 
 log = logging.getLogger("tether.worker")
 
@@ -38,6 +51,8 @@ Handler = Callable[["JobContext"], Any]
 
 #: How long a long poll asks the server to wait for a job.
 POLL_WAIT = 20.0
+#: How long a fallback to long-polling lasts before WebSocket is tried again.
+LONG_POLL_FOR = 300.0
 #: A lease's TTL when its assignment does not say (the server's default).
 LEASE_TTL_DEFAULT = 30.0
 #: Bounds of the backoff before a result is sent again, and before reconnecting.
@@ -46,6 +61,9 @@ RESEND_MIN, RESEND_MAX = 0.2, 10.0
 OUTPUT_BYTES_MAX = 1 << 20
 
 RELEASE_WORKER_STOPPING = "worker_stopping"
+
+#: The code of a worker that cannot work as configured (a key that does not match its registration).
+MISCONFIGURED = "WORKER_MISCONFIGURED"
 
 # A completion refused for what it is: the failure that replaces it (code, retryable).
 _REFUSALS = {
@@ -140,8 +158,7 @@ class JobContext:
         tries = 0
         while True:
             try:
-                ack = self._worker._http.request("POST", f"/v1/worker/jobs/{quote(self.id)}/events", body)[1]
-                return int((ack or {}).get("number", 0))
+                return int(self._worker._request("event", self.id, body).get("number", 0))
             except TetherError as e:
                 tries += 1
                 if not e.retryable or tries > 5 or self._why == "lost":
@@ -191,9 +208,11 @@ class Worker:
         self._handlers: Dict[str, Handler] = {}
         self._lock = threading.Condition()
         self._active: Dict[str, JobContext] = {}  # by lease id
-        self._threads: List[threading.Thread] = []
         self._stopping = threading.Event()
         self._poll_conn: Any = None
+        self._ws: Optional[_WSLink] = None  # the WebSocket link while one is up
+        #: The transport jobs come over now: "websocket" or "longpoll" ("" before run()).
+        self.connected_transport = ""
 
     # Handlers.
 
@@ -241,9 +260,18 @@ class Worker:
             raise ValueError("tether: the worker has no handler")
         if not self._http.token:
             self.register()
+        if self.transport == "websocket" and _ws_connect is None:
+            raise ValueError("tether: transport websocket needs the websockets package (pip install websockets, or apt install python3-websockets)")
         restore = self._catch_signals()
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="tether-heartbeat", daemon=True)
+        heartbeat.start()
+        websocket = self.transport != "longpoll" and _ws_connect is not None
         try:
-            self._poll_loop()
+            while not self._stopping.is_set():
+                if websocket:
+                    self._ws_loop()  # returns when the handshake is refused: long-poll a while
+                if not self._stopping.is_set():
+                    self._poll_loop(time.monotonic() + LONG_POLL_FOR if websocket else None)
         finally:
             self._finish()
             for sig, old in restore:
@@ -259,6 +287,9 @@ class Worker:
                 conn.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        ws = self._ws
+        if ws is not None:
+            ws.close()
         with self._lock:
             self._lock.notify_all()
 
@@ -270,11 +301,19 @@ class Worker:
             restore.append((sig, signal.signal(sig, lambda *_: self.stop())))
         return restore
 
-    def _poll_loop(self) -> None:
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="tether-heartbeat", daemon=True)
-        heartbeat.start()
+    def _poll_loop(self, until: Optional[float]) -> None:
+        """Long-polls for jobs until the worker stops, or until ``until`` (monotonic)."""
+        # The first request is a heartbeat of the leases held: it checks the token and the
+        # key, and tells which leases a reconnect lost.
+        with self._lock:
+            leases = list(self._active.values())
+        sent = time.monotonic()
+        hello = self._http.request("POST", "/v1/worker/heartbeat", {"leases": [c.lease_id for c in leases]})[1] or {}
+        self._check_key(hello.get("public_key", ""))
+        self._heartbeat_answered(leases, hello, sent)
+        self.connected_transport = "longpoll"
         failures = 0
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and (until is None or time.monotonic() < until):
             with self._lock:
                 while len(self._active) >= self.capacity and not self._stopping.is_set():
                     self._lock.wait()
@@ -301,19 +340,94 @@ class Worker:
             for a in (answer or {}).get("assignments") or []:
                 self._start(a)
 
+    def _ws_loop(self) -> None:
+        """Runs WebSocket sessions until the worker stops. Returns at once to fall back to
+        long-polling when transport is auto and the server or a proxy refuses the WebSocket
+        handshake itself while plain HTTP works."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                connected = asyncio.run(self._ws_session())
+            except _HandshakeRefused as e:
+                if self.transport == "auto":
+                    log.warning("the WebSocket handshake was refused (%s); long-polling instead", e)
+                    return
+                raise TetherError("BAD_HANDSHAKE", str(e)) from e
+            except TetherError as e:
+                if not e.retryable:
+                    raise
+                connected = False
+                if not self._stopping.is_set():
+                    log.warning("the WebSocket session failed: %s", e)
+            except Exception as e:  # noqa: BLE001 - a link that broke; reconnect
+                connected = False
+                if not self._stopping.is_set():
+                    log.warning("the WebSocket session ended: %s", e)
+            failures = 0 if connected else failures + 1
+            if not self._stopping.is_set():
+                self._stopping.wait(backoff(max(failures, 1), 0.5, 30.0))
+
+    async def _ws_session(self) -> bool:
+        """One WebSocket session: hello, welcome, credit, then assignments, cancels and acks
+        until the connection ends. Returns whether it got as far as the welcome."""
+        u = self._http.url.replace("http", "ws", 1) + "/v1/worker/connect"
+        kw = {_WS_HEADERS: {"Authorization": "Bearer " + self._http.token, "User-Agent": "tether-python/0.1"},
+              "max_size": 64 << 20, "open_timeout": 10}
+        try:
+            conn = await _ws_connect(u, **kw)
+        except Exception as e:  # noqa: BLE001 - sorted below
+            raise _classify_handshake(e) from e
+        loop = asyncio.get_running_loop()
+        link = _WSLink(self, loop, conn)
+        try:
+            await conn.send(json.dumps({"type": "hello", "capacity": self.capacity}))
+            welcome = json.loads(await asyncio.wait_for(conn.recv(), 10))
+            if welcome.get("type") != "welcome":
+                raise TetherError("BAD_HANDSHAKE", f"the server answered hello with {welcome.get('type')!r}")
+            self._check_key(welcome.get("public_key", ""))
+            self.worker_id = welcome.get("worker_id", self.worker_id)
+            self._ws, self.connected_transport = link, "websocket"
+            if self._stopping.is_set():
+                return True
+            with self._lock:
+                free = self.capacity - len(self._active)
+            if free > 0:
+                await link.send({"type": "credit", "n": free})
+            beat = asyncio.ensure_future(link.heartbeats(float(welcome.get("heartbeat_seconds") or 10)))
+            try:
+                async for msg in conn:
+                    link.receive(json.loads(msg))
+            finally:
+                beat.cancel()
+            return True
+        finally:
+            self._ws = None
+            link.down()
+            await conn.close()
+
+    def _check_key(self, registered: str) -> None:
+        """The key the server holds for this worker against the worker's own: a worker whose
+        results would all be refused says so and stops instead."""
+        mine = self.signer.public_key if self.signer is not None else ""
+        if registered == "" and mine:
+            log.warning("this worker registered no public key: the server does not check the results' signatures")
+        elif registered and not mine:
+            raise TetherError(MISCONFIGURED, f"this worker registered public key {registered}, so the server takes only results signed with its private key; give it the key (signer=...)")
+        elif registered and registered != mine:
+            raise TetherError(MISCONFIGURED, f"this worker's private key is not the one whose public key it registered ({registered}); give it that key, or register anew")
+
     def _start(self, a: Dict[str, Any]) -> None:
+        """Runs an assignment on a thread of its own (never on the caller's, which may be the
+        WebSocket link's)."""
         ctx = JobContext(self, a)
         with self._lock:
             self._active[ctx.lease_id] = ctx
+        threading.Thread(target=self._run_job, args=(ctx,), name=f"tether-job-{ctx.id}", daemon=True).start()
+
+    def _run_job(self, ctx: JobContext) -> None:
         if self._stopping.is_set():  # arrived as the worker stops: give it back untried
             self._report(ctx, self._release_body(ctx, "the worker stopped before the job started"), "release")
             return
-        t = threading.Thread(target=self._run_job, args=(ctx,), name=f"tether-job-{ctx.id}", daemon=True)
-        with self._lock:
-            self._threads = [x for x in self._threads if x.is_alive()] + [t]
-        t.start()
-
-    def _run_job(self, ctx: JobContext) -> None:
         fn = self._handlers.get(ctx.type) or self._handlers.get("*")
         out: Any = None
         err: Optional[BaseException] = None
@@ -369,7 +483,7 @@ class Worker:
         tries, last = 0, False
         while True:
             try:
-                self._http.request("POST", f"/v1/worker/jobs/{quote(ctx.id)}/{kind}", body)
+                self._request(kind, ctx.id, body)
                 break
             except TetherError as e:
                 if retryable(e.code, e.status):
@@ -394,6 +508,19 @@ class Worker:
         with self._lock:
             self._active.pop(ctx.lease_id, None)
             self._lock.notify_all()
+        ws = self._ws
+        if ws is not None and not self._stopping.is_set():
+            ws.credit(1)
+
+    def _request(self, kind: str, job_id: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        """Sends a job's event or result over the WebSocket link if one is up, else over HTTP,
+        and returns the server's answer (raising TetherError for a refusal, UNREACHABLE when
+        none came)."""
+        ws = self._ws
+        if ws is not None:
+            return ws.request(dict(body, type=kind, job_id=job_id))
+        path = f"/v1/worker/jobs/{quote(job_id)}/{'events' if kind == 'event' else kind}"
+        return self._http.request("POST", path, body)[1] or {}
 
     def _heartbeat_loop(self) -> None:
         interval = 10.0
@@ -404,14 +531,14 @@ class Worker:
             if stopped:
                 return
             wait = min([interval] + [c._heartbeat for c in leases if c._heartbeat > 0])
-            if not leases:
+            if not leases or self._ws is not None:
                 with self._lock:
                     self._lock.wait(1.0)
                 continue
             time.sleep(wait)
             with self._lock:
                 leases = list(self._active.values())
-            if not leases:
+            if not leases or self._ws is not None:
                 continue
             sent = time.monotonic()
             try:
@@ -421,14 +548,17 @@ class Worker:
                 log.warning("heartbeat failed: %s", e)
                 continue
             interval = float(ans.get("heartbeat_seconds") or interval)
-            cancel, unknown = set(ans.get("cancel") or []), set(ans.get("unknown") or [])
-            for c in leases:
-                if c.lease_id in unknown:
-                    c._stop("lost")
-                    continue
-                c._heard = sent
-                if c.lease_id in cancel:
-                    c._stop("cancelled")
+            self._heartbeat_answered(leases, ans, sent)
+
+    def _heartbeat_answered(self, leases: List[JobContext], ans: Dict[str, Any], sent: float) -> None:
+        cancel, unknown = set(ans.get("cancel") or []), set(ans.get("unknown") or [])
+        for c in leases:
+            if c.lease_id in unknown:
+                c._stop("lost")
+                continue
+            c._heard = sent
+            if c.lease_id in cancel:
+                c._stop("cancelled")
 
     def _finish(self) -> None:
         """The clean stop: running jobs get ``grace`` seconds, then are told to stop; run()
@@ -441,3 +571,133 @@ class Worker:
                 c._stop("stopping")
             while self._active:
                 self._lock.wait(0.5)
+
+
+class _HandshakeRefused(Exception):
+    """The WebSocket handshake itself was refused while the server answered: long-poll."""
+
+
+def _classify_handshake(e: Exception) -> Exception:
+    """What a failed WebSocket connect means: a refusal of the handshake (fall back to
+    long-polling), a refusal of the worker (a TetherError that is not retryable), or a
+    connection that failed (retry)."""
+    response = getattr(e, "response", None)  # websockets >= 13: InvalidStatus
+    status = getattr(e, "status_code", None) or getattr(response, "status_code", None)
+    if status is not None:
+        body = getattr(response, "body", b"") or b""
+        err = error_of(status, body, "")
+        if status in (401, 403) or err.code in ("UNAUTHENTICATED", "TOKEN_EXPIRED", "WORKER_REVOKED", "PERMISSION_DENIED"):
+            return err
+        if status >= 500 or status == 429:
+            return err
+        return _HandshakeRefused(f"the upgrade was answered {status}")
+    if isinstance(e, (OSError, asyncio.TimeoutError)):
+        return TetherError(UNREACHABLE, f"WebSocket connect: {e}")
+    return _HandshakeRefused(str(e) or type(e).__name__)
+
+
+class _WSLink:
+    """One WebSocket session's sending side: requests from any thread, each answered by the
+    ack that echoes its ref."""
+
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, conn: Any):
+        self._worker, self._loop, self._conn = worker, loop, conn
+        self._pending: Dict[str, concurrent.futures.Future] = {}
+        self._ref = 0
+        self._up = True
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, frame: Dict[str, Any]) -> None:
+        async with self._send_lock:
+            await self._conn.send(json.dumps(frame, separators=(",", ":"), ensure_ascii=False))
+
+    def _post(self, frame: Dict[str, Any], fut: Optional[concurrent.futures.Future]) -> None:
+        # On the loop's thread.
+        if not self._up:
+            if fut is not None:
+                fut.set_exception(TetherError(UNREACHABLE, "the WebSocket link is down"))
+            return
+        if fut is not None:
+            self._ref += 1
+            frame["ref"] = str(self._ref)
+            self._pending[frame["ref"]] = fut
+
+        async def go() -> None:
+            try:
+                await self.send(frame)
+            except Exception as e:  # noqa: BLE001 - the link broke; whoever waits is told
+                f = self._pending.pop(frame.get("ref", ""), None)
+                if f is not None and not f.done():
+                    f.set_exception(TetherError(UNREACHABLE, f"WebSocket send: {e}"))
+        asyncio.ensure_future(go())
+
+    def request(self, frame: Dict[str, Any], timeout: float = 30.0) -> Dict[str, Any]:
+        """Sends a frame from any thread other than the loop's and waits for its ack."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            self._loop.call_soon_threadsafe(self._post, frame, fut)
+        except RuntimeError as e:  # the loop is closed: the link is gone
+            raise TetherError(UNREACHABLE, "the WebSocket link is down") from e
+        try:
+            ack = fut.result(timeout)
+        except concurrent.futures.TimeoutError as e:
+            raise TetherError(UNREACHABLE, f"no answer to {frame.get('type')} in {timeout:.0f} s") from e
+        if ack.get("ok") is False:
+            err = ack.get("error") or {}
+            code = err.get("code", "INTERNAL")
+            raise TetherError(code, err.get("message", ""), _codes.CODES.get(code, (500, False))[0],
+                              err.get("details") or {})
+        return ack
+
+    def credit(self, n: int) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._post, {"type": "credit", "n": n}, None)
+        except RuntimeError:
+            pass  # the link is gone; the next session grants what is free
+
+    def close(self) -> None:
+        async def go() -> None:
+            await self._conn.close(1000, "worker stopping")
+        try:
+            self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(go()))
+        except RuntimeError:
+            pass
+
+    def receive(self, f: Dict[str, Any]) -> None:
+        t = f.get("type")
+        if t == "assign":
+            self._worker._start(f)
+        elif t == "cancel":
+            with self._worker._lock:
+                ctx = self._worker._active.get(f.get("lease_id", ""))
+            if ctx is not None:
+                ctx._stop("cancelled")
+        elif t == "ack":
+            fut = self._pending.pop(f.get("ref", ""), None)
+            if fut is not None and not fut.done():
+                fut.set_result(f)
+
+    def down(self) -> None:
+        self._up = False
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(TetherError(UNREACHABLE, "the WebSocket link went down"))
+        self._pending.clear()
+
+    async def heartbeats(self, every: float) -> None:
+        """Heartbeats the leases held (and the session itself) as often as they need."""
+        w = self._worker
+        while True:
+            with w._lock:
+                leases = list(w._active.values())
+            await asyncio.sleep(min([every] + [c._heartbeat for c in leases if c._heartbeat > 0]))
+            with w._lock:
+                leases = list(w._active.values())
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            sent = time.monotonic()
+            self._post({"type": "heartbeat", "leases": [c.lease_id for c in leases]}, fut)
+            try:
+                ack = await asyncio.wait_for(asyncio.wrap_future(fut), every)
+            except (asyncio.TimeoutError, TetherError):
+                continue
+            w._heartbeat_answered(leases, ack, sent)
