@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,5 +134,38 @@ func TestMetricsAfterWork(t *testing.T) {
 	}
 	if _, ok := got["tether_checkpoint_seq"]; !ok {
 		t.Error("no tether_checkpoint_seq")
+	}
+	checkKEDAExample(t, got)
+}
+
+// checkKEDAExample checks that every series the README's KEDA example queries exists in a
+// scrape, with the labels it selects on: metric{label="value"} there is metric{...,label=...}
+// here, whatever the value.
+func checkKEDAExample(t *testing.T, scraped map[string]float64) {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "<!-- keda -->\n```yaml\n")
+	if !ok {
+		t.Fatal("README.md has no keda block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	selectors := regexp.MustCompile(`(tether_[a-z_]+)\{([a-z_]+)="`).FindAllStringSubmatch(block, -1)
+	if len(selectors) < 3 {
+		t.Fatalf("the keda block queries %d series", len(selectors))
+	}
+	for _, sel := range selectors {
+		found := false
+		for series := range scraped {
+			if strings.HasPrefix(series, sel[1]+"{") && strings.Contains(series, sel[2]+"=") {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("the README's KEDA example queries %s{%s=...}, which /metrics does not have", sel[1], sel[2])
+		}
 	}
 }
