@@ -324,3 +324,29 @@ def test_auto_falls_back_to_long_polling_where_websocket_is_blocked(client, serv
         assert e.value.code == "BAD_HANDSHAKE"
     finally:
         proxy.shutdown()
+
+
+def test_the_worker_token_is_renewed_before_it_expires(tether_bin, tmp_path, transport):
+    from conftest import Server
+    server = Server(tether_bin, str(tmp_path / "data"), "--worker-token-ttl", "10s").start()
+    try:
+        token_file = tmp_path / "token"
+        w = Worker(server.url, queues=["renew"], transport=transport, token_file=str(token_file))
+        w.handle("t", lambda ctx: "still working")
+        run_in_thread(w)
+        client = Client(server.url)
+        first = client.wait(client.submit("renew", "t")["id"], timeout=30)
+        assert first["status"] == "succeeded"
+        original = token_file.read_text().strip()
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        # Past the first token's 10 s (and its grace after a renewal), the worker still works.
+        deadline = time.monotonic() + 40
+        while token_file.read_text().strip() == original and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert token_file.read_text().strip() != original, "the token was never renewed"
+        time.sleep(11)  # the original token has expired by now
+        done = client.wait(client.submit("renew", "t")["id"], timeout=30)
+        assert done["status"] == "succeeded" and done["output"] == "still working"
+        w.stop()
+    finally:
+        server.stop(signal.SIGKILL)

@@ -211,6 +211,7 @@ class Worker:
         self._stopping = threading.Event()
         self._poll_conn: Any = None
         self._ws: Optional[_WSLink] = None  # the WebSocket link while one is up
+        self._renew_at: Optional[float] = None  # when to renew the worker token (monotonic)
         #: The transport jobs come over now: "websocket" or "longpoll" ("" before run()).
         self.connected_transport = ""
 
@@ -244,10 +245,7 @@ class Worker:
             body["labels"] = self.labels
         reg = self._http.request("POST", "/v1/workers/register", body, token=self._enroll_token)[1]
         self._http.token, self.worker_id = reg["worker_token"], reg["worker_id"]
-        if self._token_file:
-            fd = os.open(self._token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(self._http.token + "\n")
+        self._keep_token()
         return self._http.token
 
     # Running.
@@ -385,6 +383,7 @@ class Worker:
             if welcome.get("type") != "welcome":
                 raise TetherError("BAD_HANDSHAKE", f"the server answered hello with {welcome.get('type')!r}")
             self._check_key(welcome.get("public_key", ""))
+            self._note_token(welcome)
             self.worker_id = welcome.get("worker_id", self.worker_id)
             self._ws, self.connected_transport = link, "websocket"
             if self._stopping.is_set():
@@ -404,6 +403,38 @@ class Worker:
             self._ws = None
             link.down()
             await conn.close()
+
+    def _note_token(self, answer: Dict[str, Any]) -> None:
+        """Notes when the server wants the worker token renewed (welcome, heartbeat answers)."""
+        renew = answer.get("token_renew_seconds")
+        if renew is not None:
+            self._renew_at = time.monotonic() + float(renew)
+
+    def _renew_token(self) -> None:
+        """Renews the worker token when it is due; the new one is used from then on, for
+        requests and reconnections alike, and kept in token_file."""
+        if self._renew_at is None or time.monotonic() < self._renew_at:
+            return
+        try:
+            renewal = self._http.request("POST", "/v1/worker/token")[1] or {}
+        except TetherError as e:
+            if not e.retryable:
+                log.error("renewing the worker token failed: %s", e)
+            self._renew_at = time.monotonic() + 60  # and again later; the old token still works
+            return
+        self._http.token = renewal["worker_token"]
+        # Renew again at half of what is left (a heartbeat's answer may say sooner).
+        expires = _parse_time(renewal.get("expires_at"))
+        left = (expires - _dt.datetime.now(_dt.timezone.utc)).total_seconds() if expires else 3600.0
+        self._renew_at = time.monotonic() + max(1.0, left / 2)
+        self._keep_token()
+        log.info("the worker token was renewed; it expires at %s", renewal.get("expires_at"))
+
+    def _keep_token(self) -> None:
+        if self._token_file:
+            fd = os.open(self._token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self._http.token + "\n")
 
     def _check_key(self, registered: str) -> None:
         """The key the server holds for this worker against the worker's own: a worker whose
@@ -523,24 +554,22 @@ class Worker:
         return self._http.request("POST", path, body)[1] or {}
 
     def _heartbeat_loop(self) -> None:
-        interval = 10.0
+        """Heartbeats the leases held over HTTP while no WebSocket link is up (a link
+        heartbeats itself), as often as the shortest lease needs, and renews the worker token
+        when it is due."""
+        interval, last = 10.0, time.monotonic()
         while True:
             with self._lock:
                 leases = list(self._active.values())
-                stopped = self._stopping.is_set() and not leases
-            if stopped:
+            if self._stopping.is_set() and not leases:
                 return
-            wait = min([interval] + [c._heartbeat for c in leases if c._heartbeat > 0])
-            if not leases or self._ws is not None:
+            self._renew_token()
+            every = min([interval] + [c._heartbeat for c in leases if c._heartbeat > 0])
+            if self._ws is not None or not leases or time.monotonic() - last < every:
                 with self._lock:
-                    self._lock.wait(1.0)
+                    self._lock.wait(min(1.0, every))
                 continue
-            time.sleep(wait)
-            with self._lock:
-                leases = list(self._active.values())
-            if not leases or self._ws is not None:
-                continue
-            sent = time.monotonic()
+            last = time.monotonic()
             try:
                 ans = self._http.request("POST", "/v1/worker/heartbeat",
                                          {"leases": [c.lease_id for c in leases]})[1] or {}
@@ -548,9 +577,10 @@ class Worker:
                 log.warning("heartbeat failed: %s", e)
                 continue
             interval = float(ans.get("heartbeat_seconds") or interval)
-            self._heartbeat_answered(leases, ans, sent)
+            self._heartbeat_answered(leases, ans, last)
 
     def _heartbeat_answered(self, leases: List[JobContext], ans: Dict[str, Any], sent: float) -> None:
+        self._note_token(ans)
         cancel, unknown = set(ans.get("cancel") or []), set(ans.get("unknown") or [])
         for c in leases:
             if c.lease_id in unknown:
