@@ -48,6 +48,8 @@ type SubmitFlow struct {
 	YAMLBytes      int
 	IdempotencyKey string
 	APIKeyID       string
+	// Traceparent is the submit's W3C trace context, which the flow's steps' jobs continue.
+	Traceparent string
 }
 
 // FlowAccepted answers SubmitFlow.
@@ -293,12 +295,12 @@ func (fl *flows) submit(t *Tenant, env Env, m SubmitFlow) {
 	id := NextID(env, &t.lastJobID) // flows list newest first by id, as jobs do
 	events := []eventlog.Payload{eventlog.FlowSubmitted{
 		FlowID: id, Tenant: t.name, Name: m.Name, YAMLSHA256: m.YAMLSHA256, YAMLBytes: m.YAMLBytes, Steps: steps,
-		IdempotencyKey: m.IdempotencyKey, RequestHash: hash, APIKeyID: m.APIKeyID,
+		IdempotencyKey: m.IdempotencyKey, RequestHash: hash, APIKeyID: m.APIKeyID, Traceparent: m.Traceparent,
 	}}
 	done := flowDone{flowID: id, reply: reply, submit: true, key: m.IdempotencyKey}
 	for _, st := range steps {
 		if len(st.Needs) == 0 {
-			ev, w := stepJob(t, env, id, st, st.Payload, m.APIKeyID)
+			ev, w := stepJob(t, env, id, st, st.Payload, m.APIKeyID, m.Traceparent)
 			w.SubmitSeq = uint64(len(events))
 			events = append(events, ev)
 			done.waiting = append(done.waiting, w)
@@ -310,10 +312,10 @@ func (fl *flows) submit(t *Tenant, env Env, m SubmitFlow) {
 	fl.persist(t, env, events, done)
 }
 
-// stepJob makes the job.submitted of a flow's step.
-func stepJob(t *Tenant, env Env, flowID string, st eventlog.FlowStep, payload json.RawMessage, apiKeyID string) (eventlog.JobSubmitted, Waiting) {
+// stepJob makes the job.submitted of a flow's step; the job continues the flow's trace.
+func stepJob(t *Tenant, env Env, flowID string, st eventlog.FlowStep, payload json.RawMessage, apiKeyID, traceparent string) (eventlog.JobSubmitted, Waiting) {
 	ev, w := t.templateJob(env, st.JobTemplate, payload)
-	ev.APIKeyID, ev.FlowID, ev.FlowStep = apiKeyID, flowID, st.Name
+	ev.APIKeyID, ev.FlowID, ev.FlowStep, ev.Traceparent = apiKeyID, flowID, st.Name, traceparent
 	return ev, w
 }
 
@@ -351,7 +353,7 @@ func (fl *flows) advance(t *Tenant, env Env, id string) {
 		events = append(events, eventlog.FlowStepSkipped{FlowID: id, Step: sk.step, Reason: sk.reason})
 	}
 	for _, st := range d.start {
-		ev, w := stepJob(t, env, id, st.step, st.payload, "")
+		ev, w := stepJob(t, env, id, st.step, st.payload, "", f.Traceparent)
 		w.SubmitSeq = uint64(len(events))
 		events = append(events, ev)
 		done.waiting = append(done.waiting, w)

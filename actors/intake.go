@@ -237,7 +237,7 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 			LeaseTTLMillis: spec.LeaseTTL.Milliseconds(), IdempotencyKey: spec.IdempotencyKey,
 			RequestHash: hashes[i], ReservationID: spec.ReservationID, APIKeyID: m.APIKeyID,
 			ResultTTLMillis: spec.ResultTTL.Milliseconds(), ConcurrencyKey: spec.ConcurrencyKey,
-			RateLimits: spec.RateLimits,
+			RateLimits: spec.RateLimits, Traceparent: m.Traceparent,
 		})
 		if runAt.After(now) {
 			done.waiting[len(done.waiting)-1].RunAt = runAt

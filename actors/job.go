@@ -256,7 +256,7 @@ func (a *Job) assignment() Assignment {
 	return Assignment{
 		JobID: a.id, LeaseID: l.LeaseID, Nonce: l.Nonce, Queue: a.job.Queue, JobType: a.job.Type,
 		Payload: a.job.Payload, Attempt: l.Attempt, LeaseExpiresAt: l.ExpiresAt,
-		HeartbeatInterval: HeartbeatIntervalFor(a.job.LeaseTTL),
+		HeartbeatInterval: HeartbeatIntervalFor(a.job.LeaseTTL), Traceparent: a.job.Traceparent,
 	}
 }
 

@@ -16,6 +16,9 @@ type Submit struct {
 	Tenant   string
 	Jobs     []JobSpec
 	APIKeyID string
+	// Traceparent is the submit's W3C trace context, which every job of it continues. It is
+	// not part of a job's request for idempotency: a retry in a new trace is the same submit.
+	Traceparent string
 }
 
 // Submitted answers Submit.
@@ -327,6 +330,7 @@ type Assignment struct {
 	Attempt           int
 	LeaseExpiresAt    time.Time
 	HeartbeatInterval time.Duration
+	Traceparent       string // the W3C trace context the job continues
 }
 
 // CancelNotice tells the worker a client asked to cancel the job it holds.

@@ -74,6 +74,9 @@ type JobSubmitted struct {
 	// RateLimits names the tenant's rate limits each lease of the job takes a token from
 	// (TenantRateLimitSet).
 	RateLimits []RateLimitUse `json:"rate_limits,omitempty"`
+	// Traceparent is the W3C trace context the job's work continues (the submitter's, or its
+	// flow's), handed to the worker with every assignment.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // RateLimitUse names a rate limit a job takes a token from when it is leased: the tenant's
@@ -326,6 +329,8 @@ type FlowSubmitted struct {
 	IdempotencyKey string     `json:"idempotency_key,omitempty"`
 	RequestHash    string     `json:"request_hash,omitempty"`
 	APIKeyID       string     `json:"api_key_id,omitempty"`
+	// Traceparent is the W3C trace context of the submit; the flow's steps' jobs continue it.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // FlowStepSkipped records that a step will never run.

@@ -56,6 +56,8 @@ func scanPayload(typ string, data []byte) (Payload, bool) {
 				return s.String(&e.ConcurrencyKey)
 			case "rate_limits":
 				return ScanRateLimits(&s, &e.RateLimits)
+			case "traceparent":
+				return s.String(&e.Traceparent)
 			}
 			return false
 		})

@@ -38,7 +38,7 @@ func TestDecodeIsUnmarshal(t *testing.T) {
 		case 0:
 			e := eventlog.JobSubmitted{JobID: word(), Tenant: word(), Queue: word(), Type: word(), Priority: r.IntN(200) - 100,
 				MaxAttempts: r.IntN(10), LeaseTTLMillis: r.Int64N(1e7), IdempotencyKey: word(), RequestHash: word(),
-				ReservationID: word(), APIKeyID: word(), ResultTTLMillis: r.Int64N(1e7), FlowID: word(), FlowStep: word(), ScheduleID: word(), ConcurrencyKey: word()}
+				ReservationID: word(), APIKeyID: word(), ResultTTLMillis: r.Int64N(1e7), FlowID: word(), FlowStep: word(), ScheduleID: word(), ConcurrencyKey: word(), Traceparent: word()}
 			if r.IntN(2) == 0 {
 				e.Payload = json.RawMessage(fmt.Sprintf(`{"n":%d,"s":[1,"x",null]}`, r.IntN(1000)))
 			}

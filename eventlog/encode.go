@@ -38,6 +38,7 @@ func appendPayload(dst []byte, p Payload) ([]byte, bool) {
 		w.Str("schedule_id", e.ScheduleID, false)
 		w.Str("concurrency_key", e.ConcurrencyKey, false)
 		WriteRateLimits(&w, e.RateLimits)
+		w.Str("traceparent", e.Traceparent, false)
 	case JobLeased:
 		w = fastjson.NewWriter(slices.Grow(dst, 320))
 		w.Str("job_id", e.JobID, true)

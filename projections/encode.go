@@ -87,6 +87,7 @@ func appendJob(dst []byte, j *Job) ([]byte, bool) {
 	w.Str("schedule_id", j.ScheduleID, false)
 	w.Str("concurrency_key", j.ConcurrencyKey, false)
 	eventlog.WriteRateLimits(&w, j.RateLimits)
+	w.Str("traceparent", j.Traceparent, false)
 	w.Uint("submit_seq", j.SubmitSeq)
 	w.Uint("last_seq", j.LastSeq)
 	w.Int("worker_seq", j.WorkerSeq, false)
@@ -252,6 +253,8 @@ func scanJob(b []byte) (*Job, bool) {
 			return s.String(&j.ConcurrencyKey)
 		case "rate_limits":
 			return eventlog.ScanRateLimits(&s, &j.RateLimits)
+		case "traceparent":
+			return s.String(&j.Traceparent)
 		case "submit_seq":
 			return s.Uint64(&j.SubmitSeq)
 		case "last_seq":

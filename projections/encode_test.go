@@ -50,7 +50,7 @@ func randomJob(r *rand.Rand) *Job {
 		CancelRequested: r.IntN(2) == 0, Output: raw(), OutputHash: str(), SucceededLease: str(),
 		SucceededSeq: uint64(r.IntN(3)), SucceededNonce: str(), Signature: str(), DeadReason: str(),
 		CreatedAt: at(), UpdatedAt: at(), StartedAt: at(), WorkerID: str(), FinishedAt: at(),
-		IdempotencyKey: str(), RequestHash: str(), ResultTTL: time.Duration(r.Int64N(2) * r.Int64N(1e12)), FlowID: str(), FlowStep: str(), ScheduleID: str(), ConcurrencyKey: str(),
+		IdempotencyKey: str(), RequestHash: str(), ResultTTL: time.Duration(r.Int64N(2) * r.Int64N(1e12)), FlowID: str(), FlowStep: str(), ScheduleID: str(), ConcurrencyKey: str(), Traceparent: str(),
 		SubmitSeq: r.Uint64(), LastSeq: uint64(r.IntN(100)), WorkerSeq: r.IntN(2), WorkerSeqEvent: r.IntN(2),
 		Events: r.IntN(10), EventsTruncated: r.IntN(2) == 0,
 	}

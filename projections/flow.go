@@ -31,6 +31,8 @@ type Flow struct {
 	SubmitSeq      uint64    `json:"submit_seq"`
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	RequestHash    string    `json:"request_hash,omitempty"`
+	// Traceparent is the W3C trace context of the submit, which the steps' jobs continue.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // FlowStatus is where a flow stands: running until it ends, once.
@@ -137,7 +139,7 @@ func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) error {
 	if e, ok := p.(eventlog.FlowSubmitted); ok {
 		f := &Flow{ID: e.FlowID, Tenant: e.Tenant, Name: e.Name, YAMLSHA256: e.YAMLSHA256, YAMLBytes: e.YAMLBytes, Steps: e.Steps,
 			State: make(map[string]StepState, len(e.Steps)), Status: FlowRunning, CreatedAt: at, UpdatedAt: at, SubmitSeq: seq,
-			IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash}
+			IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, Traceparent: e.Traceparent}
 		for _, st := range e.Steps {
 			f.State[st.Name] = StepState{Status: StepWaiting}
 		}

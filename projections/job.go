@@ -122,6 +122,8 @@ type Job struct {
 	// RateLimits are the tenant's rate limits each lease of the job takes a token from
 	// (eventlog.TenantRateLimitSet). Never changed once set: clones share it.
 	RateLimits []eventlog.RateLimitUse `json:"rate_limits,omitempty"`
+	// Traceparent is the W3C trace context the job's work continues (eventlog.JobSubmitted).
+	Traceparent string `json:"traceparent,omitempty"`
 	// SubmitSeq orders jobs of equal priority by age; LastSeq is the seq of the job's last event.
 	SubmitSeq uint64 `json:"submit_seq"`
 	LastSeq   uint64 `json:"last_seq"`
@@ -178,7 +180,7 @@ func NewJob(seq uint64, at time.Time, e eventlog.JobSubmitted) *Job {
 		LeaseTTL: time.Duration(e.LeaseTTLMillis) * time.Millisecond, CreatedAt: at, UpdatedAt: at,
 		IdempotencyKey: e.IdempotencyKey, RequestHash: e.RequestHash, SubmitSeq: seq, LastSeq: seq,
 		Events: 1, ResultTTL: time.Duration(e.ResultTTLMillis) * time.Millisecond, FlowID: e.FlowID, FlowStep: e.FlowStep,
-		ScheduleID: e.ScheduleID, ConcurrencyKey: e.ConcurrencyKey, RateLimits: e.RateLimits,
+		ScheduleID: e.ScheduleID, ConcurrencyKey: e.ConcurrencyKey, RateLimits: e.RateLimits, Traceparent: e.Traceparent,
 	}
 }
 

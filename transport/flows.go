@@ -123,9 +123,10 @@ func (s *Server) submitFlow(r *request) error {
 	}
 	key := cmp.Or(r.Header.Get(IdempotencyKeyHeader), r.URL.Query().Get("idempotency_key"))
 	sum := sha256.Sum256(data)
+	tp, _ := ParseTraceparent(r.Header.Get(TraceparentHeader))
 	id, hit, rc, err := r.b.SubmitFlow(r.Context(), actors.SubmitFlow{
 		Tenant: r.by.tenant, Name: name, Steps: file.Steps, YAMLSHA256: hex.EncodeToString(sum[:]), YAMLBytes: len(data),
-		IdempotencyKey: key, APIKeyID: r.by.apiKeyID,
+		IdempotencyKey: key, APIKeyID: r.by.apiKeyID, Traceparent: tp,
 	})
 	if err != nil {
 		return err

@@ -102,7 +102,7 @@ func (s *Server) submit(r *request) error {
 	if err != nil {
 		return err
 	}
-	res, rc, err := r.b.Submit(r.Context(), r.by.tenant, r.by.apiKeyID, spec)
+	res, rc, err := r.b.Submit(withTraceparent(r.Context(), r.Header.Get(TraceparentHeader)), r.by.tenant, r.by.apiKeyID, spec)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (s *Server) submitBatch(r *request) error {
 		}
 		specs[i] = spec
 	}
-	res, rc, err := r.b.Submit(r.Context(), r.by.tenant, r.by.apiKeyID, specs...)
+	res, rc, err := r.b.Submit(withTraceparent(r.Context(), r.Header.Get(TraceparentHeader)), r.by.tenant, r.by.apiKeyID, specs...)
 	if err != nil {
 		return err
 	}

@@ -93,9 +93,28 @@ type SubmitResult struct {
 	IdempotentHit bool
 }
 
-// Submit accepts a batch of jobs for a tenant, all or none.
+// traceparentKey is the context key of a request's W3C trace context (WithTraceparent).
+type traceparentKey struct{}
+
+// WithTraceparent returns ctx carrying a W3C traceparent, which the jobs a Submit with it
+// makes continue.
+func WithTraceparent(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, traceparentKey{}, traceparent)
+}
+
+// Traceparent is the W3C trace context ctx carries, if any.
+func Traceparent(ctx context.Context) string {
+	s, _ := ctx.Value(traceparentKey{}).(string)
+	return s
+}
+
+// Submit accepts a batch of jobs for a tenant, all or none; they continue the trace ctx
+// carries (WithTraceparent).
 func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...actors.JobSpec) ([]SubmitResult, actors.Receipt, error) {
-	r, err := callFor[actors.Submitted](ctx, b, actors.TenantRef(tenant), actors.Submit{Tenant: tenant, Jobs: specs, APIKeyID: apiKeyID})
+	r, err := callFor[actors.Submitted](ctx, b, actors.TenantRef(tenant), actors.Submit{Tenant: tenant, Jobs: specs, APIKeyID: apiKeyID, Traceparent: Traceparent(ctx)})
 	if err != nil || r.Err != nil {
 		return nil, actors.Receipt{}, firstErr(err, r.Err)
 	}

@@ -59,7 +59,7 @@ const (
 // JobEnv is the environment a job's program gets: the runner's own, without any TETHER_*
 // variable (the runner's configuration and credentials, which tether's own flags would read),
 // then extra (KEY=VALUE, each replacing a variable of that name), then the job's facts in
-// TETHER_JOB_*, a namespace no flag reads.
+// TETHER_JOB_*, a namespace no flag reads, and its trace context in TRACEPARENT.
 func JobEnv(base []string, job *Job, extra ...string) []string {
 	env := make([]string, 0, len(base)+len(extra)+6)
 	for _, kv := range base {
@@ -68,10 +68,17 @@ func JobEnv(base []string, job *Job, extra ...string) []string {
 		}
 	}
 	env = append(env, extra...)
-	return append(env,
+	env = append(env,
 		"TETHER_JOB_ID="+job.ID, "TETHER_JOB_TYPE="+job.Type, "TETHER_JOB_QUEUE="+job.Queue,
 		"TETHER_JOB_ATTEMPT="+strconv.Itoa(job.Attempt), "TETHER_JOB_LEASE_ID="+job.LeaseID,
 		"TETHER_JOB_LEASE_EXPIRES_AT="+job.LeaseExpiresAt.UTC().Format(time.RFC3339Nano))
+	// TRACEPARENT is OpenTelemetry's environment carrier: the program's spans nest under the
+	// job's trace, never under one the runner itself was started in.
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") })
+	if job.Traceparent != "" {
+		env = append(env, "TRACEPARENT="+job.Traceparent)
+	}
+	return env
 }
 
 // replaced reports whether extra sets the variable kv sets.

@@ -166,6 +166,16 @@ func TestJobEnv(t *testing.T) {
 	if got := strings.Join(env[:3], " "); got != "PATH=/bin HOME=/scratch TETHER_REGION=eu" {
 		t.Fatalf("env %s", got)
 	}
+	// The job's trace context replaces any the runner was started in; without one, none is passed.
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	env = JobEnv([]string{"TRACEPARENT=00-11111111111111111111111111111111-2222222222222222-01", "PATH=/bin"}, &Job{ID: "J", Traceparent: tp})
+	if got := strings.Join(env, " "); !strings.HasSuffix(got, " TRACEPARENT="+tp) || strings.Count(got, "TRACEPARENT=") != 1 {
+		t.Fatalf("env %s, want the job's TRACEPARENT only", got)
+	}
+	env = JobEnv([]string{"TRACEPARENT=00-11111111111111111111111111111111-2222222222222222-01"}, &Job{ID: "J"})
+	if got := strings.Join(env, " "); strings.Contains(got, "TRACEPARENT") {
+		t.Fatalf("env %s, want no TRACEPARENT for a job without one", got)
+	}
 	for _, name := range []string{"TETHER_TOKEN", "TETHER_TOKEN_FILE", "TETHER_JOB_ID", "", "1X", "A-B"} {
 		if err := (Command{Args: []string{"true"}, Env: []string{name + "=v"}}).Check(); err == nil {
 			t.Errorf("--env %s= was taken", name)

@@ -33,6 +33,9 @@ type Job struct {
 	Payload        json.RawMessage
 	Attempt        int
 	LeaseExpiresAt time.Time
+	// Traceparent is the W3C trace context the job continues (its submitter's), "" if none:
+	// the parent for the handler's own spans of the job.
+	Traceparent string
 
 	nonce  string
 	r      *runner
@@ -552,7 +555,8 @@ func (r *runner) stopTask(lease, why string) {
 
 // start runs the handler for an assignment and reports the result.
 func (r *runner) start(a wire.Frame) {
-	job := &Job{ID: a.JobID, LeaseID: a.LeaseID, Queue: a.Queue, Type: a.JobType, Payload: a.Payload, Attempt: a.Attempt, nonce: a.Nonce, r: r}
+	job := &Job{ID: a.JobID, LeaseID: a.LeaseID, Queue: a.Queue, Type: a.JobType, Payload: a.Payload, Attempt: a.Attempt,
+		Traceparent: a.Traceparent, nonce: a.Nonce, r: r}
 	if a.LeaseExpiresAt != nil {
 		job.LeaseExpiresAt = *a.LeaseExpiresAt
 	}

@@ -50,7 +50,8 @@ func WorkerOp(workerID, jobID string, f wire.Frame) (any, error) {
 func AssignFrame(a actors.Assignment) wire.Frame {
 	at := a.LeaseExpiresAt
 	return wire.Frame{Type: wire.FrameAssign, JobID: a.JobID, LeaseID: a.LeaseID, Nonce: a.Nonce, Queue: a.Queue,
-		JobType: a.JobType, Payload: a.Payload, Attempt: a.Attempt, LeaseExpiresAt: &at, HeartbeatSeconds: a.HeartbeatInterval.Seconds()}
+		JobType: a.JobType, Payload: a.Payload, Attempt: a.Attempt, LeaseExpiresAt: &at, HeartbeatSeconds: a.HeartbeatInterval.Seconds(),
+		Traceparent: a.Traceparent}
 }
 
 // CancelFrame tells the worker a client asked to cancel the job it holds.

@@ -68,6 +68,9 @@ type Frame struct {
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Attempt        int             `json:"attempt,omitempty"`
 	LeaseExpiresAt *time.Time      `json:"lease_expires_at,omitempty"`
+	// Traceparent is the W3C trace context the job continues (its submitter's), for the
+	// worker's own spans of the job.
+	Traceparent string `json:"traceparent,omitempty"`
 	// ack: OK, or Error; for a heartbeat Cancel and Unknown list the leases to stop and to
 	// forget; for an event Number is its place in the job's stream; Receipt for what changed state.
 	OK      *bool        `json:"ok,omitempty"`

@@ -19,6 +19,9 @@ from tether import Client, Failure, Signer, TetherError, Worker, output_hash
 from tether.errors import UNREACHABLE
 
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 def worker_events(client, job_id):
     """The events the worker appended to a job's stream: (event_type, data), in order."""
     return [(e["data"]["event_type"], e["data"]["data"]) for e in client.events(job_id)["events"]
@@ -58,13 +61,14 @@ def test_worker_runs_a_job_with_progress_and_logs(client, make_worker):
     @w.handler("greet")
     def greet(ctx):
         assert ctx.attempt == 1 and ctx.queue == "py" and ctx.lease_expires_at is not None
+        assert ctx.traceparent == TRACEPARENT
         ctx.progress({"done": 1, "of": 2})
         ctx.log("halfway")
         ctx.progress({"done": 2, "of": 2})
         return {"greeting": "hello " + ctx.payload["name"], "ünïcode": "\u2028"}
 
     run_in_thread(w)
-    job = client.submit("py", "greet", {"name": "ada"})
+    job = client.submit("py", "greet", {"name": "ada"}, traceparent=TRACEPARENT)
     done = client.wait(job["id"], timeout=30)
     want = {"greeting": "hello ada", "ünïcode": "\u2028"}
     assert done["status"] == "succeeded" and done["output"] == want

@@ -41,6 +41,10 @@ def _job_request(queue: str, type: str, payload: Any = None, *, priority: Option
     return req
 
 
+def _trace(traceparent: str) -> Optional[Dict[str, str]]:
+    return {"traceparent": traceparent} if traceparent else None
+
+
 class Client:
     """A client of one tether server, with an API key (or none under ``--auth none``), or the
     admin token for the admin calls. Thread-safe.
@@ -65,16 +69,19 @@ class Client:
 
     # Jobs.
 
-    def submit(self, queue: str, type: str, payload: Any = None, **options: Any) -> Job:
+    def submit(self, queue: str, type: str, payload: Any = None, *, traceparent: str = "",
+               **options: Any) -> Job:
         """Submits a job and returns it (``idempotent_hit`` is set when an idempotency key
         found the original). Options: priority, delay_seconds, run_at (RFC 3339 or an aware
         datetime), max_attempts, lease_ttl_seconds, labels, idempotency_key, reservation_id,
-        result_ttl_seconds, concurrency_key, rate_limits (names, or {name, key})."""
-        return self._do("POST", "/v1/jobs", _job_request(queue, type, payload, **options))
+        result_ttl_seconds, concurrency_key, rate_limits (names, or {name, key}).
+        ``traceparent`` (W3C) is the trace the job continues: its worker gets it."""
+        return self._do("POST", "/v1/jobs", _job_request(queue, type, payload, **options),
+                        headers=_trace(traceparent))
 
-    def submit_batch(self, jobs: Iterable[Dict[str, Any]]) -> List[Job]:
+    def submit_batch(self, jobs: Iterable[Dict[str, Any]], *, traceparent: str = "") -> List[Job]:
         """Submits jobs all or none; each is a dict as :meth:`job_request` makes."""
-        return self._do("POST", "/v1/jobs/batch", {"jobs": list(jobs)})["jobs"]
+        return self._do("POST", "/v1/jobs/batch", {"jobs": list(jobs)}, headers=_trace(traceparent))["jobs"]
 
     def get(self, job_id: str) -> Job:
         return self._do("GET", "/v1/jobs/" + quote(job_id))
@@ -219,7 +226,7 @@ class Client:
     # Flows.
 
     def submit_flow(self, flow: Union[str, bytes, os.PathLike], name: str = "",
-                    idempotency_key: str = "") -> Dict[str, Any]:
+                    idempotency_key: str = "", traceparent: str = "") -> Dict[str, Any]:
         """Submits a flow: its YAML text, or the path of its file (then ``name`` defaults to
         the file's name without extension)."""
         if isinstance(flow, os.PathLike) or (isinstance(flow, str) and "\n" not in flow
@@ -230,7 +237,9 @@ class Client:
             name = name or os.path.splitext(os.path.basename(path))[0]
         else:
             text = flow.encode() if isinstance(flow, str) else flow
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        headers = _trace(traceparent) or {}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
         q = "?name=" + urllib.parse.quote(name, safe="") if name else ""
         return self._do("POST", "/v1/flows" + q, raw=text, content_type="application/yaml",
                         headers=headers)

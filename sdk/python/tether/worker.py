@@ -105,6 +105,8 @@ class JobContext:
         self.payload: Any = a.get("payload")
         self.attempt: int = a.get("attempt", 0)
         self.lease_expires_at: Optional[_dt.datetime] = _parse_time(a.get("lease_expires_at"))
+        #: The W3C trace context the job continues ("" if none): the parent of the handler's
+        #: own spans (with OpenTelemetry: ``TraceContextTextMapPropagator().extract({"traceparent": ctx.traceparent})``).
         self.traceparent: str = a.get("traceparent", "")
         self._nonce: str = a.get("nonce", "")
         now = time.monotonic()

@@ -58,6 +58,8 @@ func decodeFast(data []byte, f *wire.Frame) bool {
 			return s.String(&f.WorkerID)
 		case "heartbeat_seconds":
 			return s.Float64(&f.HeartbeatSeconds)
+		case "traceparent":
+			return s.String(&f.Traceparent)
 		case "lease_ttl_seconds":
 			return s.Float64(&f.LeaseTTLSeconds)
 		case "public_key":
@@ -136,6 +138,7 @@ func appendFast(dst []byte, f *wire.Frame) ([]byte, bool) {
 	if f.LeaseExpiresAt != nil {
 		w.Time("lease_expires_at", *f.LeaseExpiresAt)
 	}
+	w.Str("traceparent", f.Traceparent, false)
 	w.BoolPtr("ok", f.OK)
 	w.List("cancel", f.Cancel)
 	w.List("unknown", f.Unknown)

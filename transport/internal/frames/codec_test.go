@@ -131,7 +131,7 @@ func decodeSeeds() [][]byte {
 		`{"payload":1 }`, `{"payload":"x"`, `{"data":{"a":[{"b":"]"}]}}`, `{"cancel":["l1"]}`, `{"unknown":["x"]}`,
 		`{"leases":["a"]}`, `{"heartbeat_seconds":10}`, `{"heartbeat_seconds":1.6666666666666667}`, `{"heartbeat_seconds":-0}`,
 		`{"heartbeat_seconds":1e400}`, `{"heartbeat_seconds":.5}`, `{"heartbeat_seconds":1.}`, `{"heartbeat_seconds":2E-3}`, `{"reason":"r"}`,
-		`{"public_key":"k"}`, `{"error":{"code":"X","message":"m","details":{}}}`, `{"receipt":{"seq":-1,"hash":"h"}}`,
+		`{"public_key":"k"}`, `{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`, `{"error":{"code":"X","message":"m","details":{}}}`, `{"receipt":{"seq":-1,"hash":"h"}}`,
 		`{"receipt":{"seq":1},"receipt":{"hash":"h"}}`, `{"ok":true,"ok":false}`, `{"receipt":{"seq":-0}}`, `{"receipt":{"seq":0}}`,
 		`{"type":"welcome","worker_id":"w","heartbeat_seconds":10,"lease_ttl_seconds":30,"worker_token":"t","token_expires_at":"2026-11-29T01:02:03Z","token_renew_seconds":86400}`,
 		`{"type":"ack","ref":"3","ok":false,"error":{"code":"LEASE_MISMATCH","message":"m","details":{"a":1},"request_id":"r"}}`,
@@ -196,7 +196,7 @@ func fuzzFrame(a frameArgs) wire.Frame {
 		EventType: typ, Data: raw, Seq: int(n), Nonce: s, Output: raw, OutputHash: typ, Signature: s, ErrorCode: typ,
 		Message: s, Retryable: &b, Reason: s, WorkerID: typ, HeartbeatSeconds: float64(n) / 3,
 		LeaseTTLSeconds: math.Float64frombits(uint64(unix)), PublicKey: s, Queue: typ, JobType: s, Payload: raw,
-		Attempt: int(n), LeaseExpiresAt: &at, OK: &b, Cancel: []string{typ}, Unknown: []string{s}, Number: int(offset),
+		Attempt: int(n), LeaseExpiresAt: &at, Traceparent: typ, OK: &b, Cancel: []string{typ}, Unknown: []string{s}, Number: int(offset),
 		Receipt: &wire.Receipt{Seq: uint64(n), Hash: s}}
 	if rare&1 != 0 {
 		fr.Error = &wire.ErrorDetail{Code: typ, Message: s, Details: map[string]any{s: n}, RequestID: typ}
