@@ -198,6 +198,8 @@ WORKER_SCRIPT = textwrap.dedent("""
     @w.handler()
     def forever(ctx):
         print("started", flush=True)
+        if {deaf!r}:
+            time.sleep(3600)  # a handler that never looks at ctx.cancelled
         ctx.wait_cancelled()
         ctx.check_cancelled()
 
@@ -206,9 +208,10 @@ WORKER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_sigterm_gives_the_running_job_back(client, server, make_worker, transport):
+@pytest.mark.parametrize("deaf", [False, True], ids=["cooperative", "deaf-handler"])
+def test_sigterm_gives_the_running_job_back(client, server, make_worker, transport, deaf):
     sdk = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script = WORKER_SCRIPT.format(sdk=sdk, url=server.url, transport=transport)
+    script = WORKER_SCRIPT.format(sdk=sdk, url=server.url, transport=transport, deaf=deaf)
     proc = subprocess.Popen([sys.executable, "-c", script],
                             stdout=subprocess.PIPE, text=True)
     try:

@@ -61,6 +61,8 @@ RESEND_MIN, RESEND_MAX = 0.2, 10.0
 OUTPUT_BYTES_MAX = 1 << 20
 
 RELEASE_WORKER_STOPPING = "worker_stopping"
+#: How long, after a stop's grace, a handler told to stop has to return before its job is given back.
+STOP_WAIT = 5.0
 
 #: The code of a worker that cannot work as configured (a key that does not match its registration).
 MISCONFIGURED = "WORKER_MISCONFIGURED"
@@ -122,6 +124,10 @@ class JobContext:
         self._events_lock = threading.Lock()
         self._cancel = threading.Event()
         self._why = ""  # "cancelled" (by the server), "lost" (the lease), "stopping" (the worker)
+        # Under the worker's lock: the handler returned and its result is being sent; or the
+        # worker gave the job back while the handler ran on past the stop (its result is dropped).
+        self._reporting = False
+        self._abandoned = False
 
     @property
     def cancelled(self) -> bool:
@@ -459,6 +465,8 @@ class Worker:
 
     def _run_job(self, ctx: JobContext) -> None:
         if self._stopping.is_set():  # arrived as the worker stops: give it back untried
+            with self._lock:
+                ctx._reporting = True
             self._report(ctx, self._release_body(ctx, "the worker stopped before the job started"), "release")
             return
         fn = self._handlers.get(ctx.type) or self._handlers.get("*")
@@ -471,6 +479,12 @@ class Worker:
                 out = fn(ctx)
             except BaseException as e:  # noqa: BLE001 - a handler's any failure fails the attempt
                 err = e
+        with self._lock:
+            abandoned = ctx._abandoned
+            ctx._reporting = not abandoned
+        if abandoned:  # the worker stopped and gave the job back already
+            log.warning("job %s: the handler returned after the worker gave the job back; its result is dropped", ctx.id)
+            return
         if ctx._why == "lost":
             log.warning("the lease of job %s was lost; its result is dropped", ctx.id)
             self._done(ctx)
@@ -593,16 +607,26 @@ class Worker:
                 c._stop("cancelled")
 
     def _finish(self) -> None:
-        """The clean stop: running jobs get ``grace`` seconds, then are told to stop; run()
-        returns once every result is sent."""
-        deadline = time.monotonic() + self.grace
+        """The clean stop: running jobs get ``grace`` seconds, then are told to stop; those
+        whose handler does not return within STOP_WAIT more are given back (the handler's
+        result, if it ever comes, is dropped). run() returns once every result is sent."""
+        def wait(until: float, done: Callable[[], bool]) -> None:
+            while not done() and time.monotonic() < until:
+                self._lock.wait(max(0.0, min(0.5, until - time.monotonic())))
+
         with self._lock:
-            while self._active and time.monotonic() < deadline:
-                self._lock.wait(max(0.0, min(0.5, deadline - time.monotonic())))
+            wait(time.monotonic() + self.grace, lambda: not self._active)
             for c in self._active.values():
                 c._stop("stopping")
-            while self._active:
-                self._lock.wait(0.5)
+            wait(time.monotonic() + STOP_WAIT, lambda: all(c._reporting for c in self._active.values()))
+            stuck = [c for c in self._active.values() if not c._reporting]
+            for c in stuck:
+                c._abandoned = True
+        for c in stuck:
+            log.warning("job %s: its handler did not return after the stop; the job is given back", c.id)
+            self._report(c, self._release_body(c, "the worker stopped and its handler did not"), "release")
+        with self._lock:
+            wait(float("inf"), lambda: not self._active)
 
 
 class _HandshakeRefused(Exception):
