@@ -187,3 +187,35 @@ def test_client_is_thread_safe(client):
     for t in threads:
         t.join()
     assert not errors and len(set(ids)) == 160
+
+
+def test_a_redirect_is_an_error_not_an_answer():
+    import http.server
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _answer(self):
+            self.send_response(301)
+            self.send_header("Location", "https://elsewhere.example/v1/jobs")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _answer
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(TetherError) as e:
+            Client(f"http://127.0.0.1:{srv.server_address[1]}").submit("q", "t")
+        assert e.value.code == "HTTP_301" and "https://elsewhere.example" in e.value.message
+    finally:
+        srv.shutdown()
+
+
+def test_iter_jobs_from_a_cursor(client):
+    ids = [client.submit("it", "t")["id"] for _ in range(3)]
+    page = client.list(queue="it", limit=1)
+    rest = [j["id"] for j in client.iter_jobs(queue="it", limit=1, cursor=page["next_cursor"])]
+    assert [page["jobs"][0]["id"]] + rest == ids

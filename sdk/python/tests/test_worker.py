@@ -357,3 +357,130 @@ def test_the_worker_token_is_renewed_before_it_expires(tether_bin, tmp_path, tra
         w.stop()
     finally:
         server.stop(signal.SIGKILL)
+
+
+def wait_connected(w: Worker, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not w.connected_transport and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert w.connected_transport, "the worker never connected"
+
+
+def test_a_short_lease_arriving_while_idle_is_heartbeated_in_time(client, make_worker):
+    w = make_worker()
+    w.handle("t", lambda ctx: time.sleep(8) or "kept")
+    run_in_thread(w)
+    wait_connected(w)
+    time.sleep(2.5)  # into the idle worker's 10 s heartbeat interval
+    job = client.submit("py", "t", lease_ttl_seconds=5, max_attempts=1)
+    done = client.wait(job["id"], timeout=60)
+    assert done["status"] == "succeeded" and done["attempt"] == 1
+
+
+def test_an_idle_worker_stops_promptly(make_worker):
+    w = make_worker()
+    w.handle("t", lambda ctx: None)
+    t = run_in_thread(w)
+    wait_connected(w)
+    w.stop()
+    t.join(10)
+    assert not t.is_alive(), "the worker was still stopping 10 s later"
+
+
+def test_events_from_many_threads_are_all_written(client, make_worker):
+    w = make_worker()
+
+    @w.handler()
+    def fan_out(ctx):
+        numbers = []
+        threads = [threading.Thread(target=lambda: numbers.extend(ctx.progress(i) for i in range(20))) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sorted(numbers)
+
+    run_in_thread(w)
+    job = client.submit("py", "t")
+    done = client.wait(job["id"], timeout=60)
+    assert len(worker_events(client, job["id"])) == 160
+    assert len(set(done["output"])) == 160 and 0 not in done["output"]
+
+
+def test_output_nested_too_deep_fails_the_attempt_not_the_session(client, make_worker):
+    w = make_worker()
+
+    @w.handler()
+    def deep(ctx):
+        if ctx.payload == "deep":
+            v = []
+            for _ in range(600):
+                v = [v]
+            return v
+        return "fine"
+
+    run_in_thread(w)
+    bad = client.wait(client.submit("py", "t", "deep", max_attempts=1)["id"], timeout=30)
+    assert bad["error"]["code"] == "bad_output" and "deeper than 512" in bad["error"]["message"]
+    assert client.wait(client.submit("py", "t", "ok")["id"], timeout=30)["output"] == "fine"
+
+
+def test_a_revoked_worker_stops_with_the_reason(client, make_worker):
+    w = make_worker()
+    w.handle("t", lambda ctx: None)
+    errors = []
+
+    def run():
+        try:
+            w.run()
+        except TetherError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    wait_connected(w)
+    client.revoke_worker(w.worker_id or client.workers()["workers"][0]["id"])
+    t.join(30)
+    assert not t.is_alive() and errors and errors[0].code == "WORKER_REVOKED", errors
+
+
+def test_a_worker_started_before_its_server_waits_for_it(server, transport, tmp_path):
+    server.stop(signal.SIGKILL)
+    w = Worker(server.url, queues=["early"], transport=transport, token_file=str(tmp_path / "token"))
+    w.handle("t", lambda ctx: "after all")
+    run_in_thread(w)
+    time.sleep(1)  # it is trying to register meanwhile
+    server.start()
+    client = Client(server.url)
+    try:
+        done = client.wait(client.submit("early", "t")["id"], timeout=60)
+        assert done["output"] == "after all"
+    finally:
+        w.stop()
+
+
+def test_the_token_file_is_kept_private_and_checked_before_registering(server, client, tmp_path):
+    old = tmp_path / "token"
+    old.write_text("stale\n")
+    os.chmod(old, 0o644)
+    w = Worker(server.url, queues=["q"], token_file=str(old))
+    w._http.token = ""  # as if the stale token had been refused: register anew
+    w.register()
+    assert oct(old.stat().st_mode & 0o777) == "0o600" and old.read_text().strip() == w._http.token
+    before = len(client.workers()["workers"])
+    nowhere = Worker(server.url, queues=["q"], token_file="/proc/no-such-dir/token")
+    with pytest.raises(OSError):
+        nowhere.register()
+    assert len(client.workers()["workers"]) == before, "a registration was spent on a token that could not be kept"
+
+
+def test_keys_from_tether_worker_keygen(tether_bin, tmp_path):
+    path = tmp_path / "worker.key"
+    out = subprocess.run([tether_bin, "worker", "keygen", "--out", str(path)], capture_output=True, text=True, check=True)
+    signer = Signer.from_file(str(path))
+    assert signer.public_key in out.stdout + out.stderr
+    copy = tmp_path / "copy.key"
+    signer.to_file(str(copy))
+    assert copy.read_text() == path.read_text() and oct(copy.stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(FileExistsError):
+        signer.to_file(str(copy))

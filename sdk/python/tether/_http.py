@@ -7,15 +7,24 @@ import http.client
 import json
 import ssl
 import threading
+import time
 import urllib.parse
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from .errors import UNREACHABLE, TetherError
+from .errors import TLS_ERROR, UNREACHABLE, TetherError
 
 USER_AGENT = "tether-python/0.1"
 
 #: Seconds a request waits for an answer beyond what it asks the server to wait (a long poll).
 REQUEST_TIMEOUT = 30.0
+
+#: A kept-alive connection idle this long is not used again: the server closes idle ones after
+#: two minutes, and a request on one it just closed may or may not have been read.
+IDLE_REUSE_MAX = 60.0
+
+#: Methods that may be sent again when a kept-alive connection turns out closed: the request
+#: may have reached the server, and these do the same thing twice.
+_SAFE_AGAIN = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 
 
 class HTTP:
@@ -36,6 +45,9 @@ class HTTP:
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         c = getattr(self._local, "conn", None)
+        if c is not None and time.monotonic() - getattr(self._local, "used", 0.0) > IDLE_REUSE_MAX:
+            self._drop()
+            c = None
         if c is None:
             if self._scheme == "https":
                 c = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
@@ -56,8 +68,12 @@ class HTTP:
 
     def request(self, method: str, path: str, body: Any = None, *, raw: Optional[bytes] = None,
                 content_type: str = "application/json", headers: Optional[Dict[str, str]] = None,
-                timeout: Optional[float] = None, token: Optional[str] = None) -> Tuple[int, Any]:
-        """Sends one request and returns (status, decoded JSON answer or None)."""
+                timeout: Optional[float] = None, token: Optional[str] = None,
+                again: bool = False) -> Tuple[int, Any]:
+        """Sends one request and returns (status, decoded JSON answer or None). ``again`` says
+        the request does the same thing twice (a worker's numbered event, a result, a poll), so
+        it may be sent again when a kept-alive connection turns out closed; GET, PUT and DELETE
+        may always."""
         data = raw
         if data is None and body is not None:
             data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
@@ -69,10 +85,14 @@ class HTTP:
             h["Authorization"] = "Bearer " + tok
         if headers:
             h.update(headers)
-        resp, payload = self._send(method, self._prefix + path, data, h, timeout or self.timeout)
+        resp, payload = self._send(method, self._prefix + path, data, h, timeout or self.timeout,
+                                   again or method in _SAFE_AGAIN)
         status = resp.status
         if status >= 400:
             raise error_of(status, payload, resp.getheader("X-Request-Id") or "")
+        if status >= 300:  # a redirect (a proxy sending http to https, say) is not an answer
+            where = resp.getheader("Location") or "nowhere"
+            raise TetherError(f"HTTP_{status}", f"{method} {path} was redirected to {where}; use that URL", status)
         if status == 204 or not payload:
             return status, None
         try:
@@ -81,9 +101,9 @@ class HTTP:
             raise TetherError("INVALID_ANSWER", f"{method} {path}: the answer is not JSON: {e}", status) from e
 
     def _send(self, method: str, path: str, data: Optional[bytes], headers: Dict[str, str],
-              timeout: float) -> Tuple[http.client.HTTPResponse, bytes]:
+              timeout: float, again: bool) -> Tuple[http.client.HTTPResponse, bytes]:
         # A kept-alive connection the server closed meanwhile fails at once: one more try on a
-        # fresh connection, which is safe because nothing was sent that the server could read.
+        # fresh connection, for a request that may be sent twice.
         for fresh in (False, True):
             conn = self._connection(timeout)
             reused = conn.sock is not None
@@ -91,18 +111,26 @@ class HTTP:
                 conn.request(method, path, body=data, headers=headers)
                 resp = conn.getresponse()
                 payload = resp.read()
+                self._local.used = time.monotonic()
                 if resp.getheader("Connection", "").lower() == "close":
                     self._drop()
                 return resp, payload
+            except ssl.SSLError as e:
+                self._drop()
+                raise TetherError(TLS_ERROR, f"{method} {path}: {e}") from e
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 self._drop()
-                if reused and not fresh:
+                if reused and not fresh and again and not self.aborted():
                     continue
                 raise TetherError(UNREACHABLE, f"{method} {path}: {e}") from e
             except (OSError, http.client.HTTPException) as e:
                 self._drop()
                 raise TetherError(UNREACHABLE, f"{method} {path}: {e}") from e
         raise AssertionError("unreachable")
+
+    def aborted(self) -> bool:
+        """Whether requests in flight were cut short on purpose (a worker that stops)."""
+        return False
 
     def stream(self, path: str, headers: Dict[str, str], timeout: float) -> Iterator[str]:
         """GETs path on a connection of its own and yields the answer's lines (an SSE stream)."""

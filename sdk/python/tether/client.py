@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import ssl
 import time
 import urllib.parse
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
@@ -13,6 +14,11 @@ from ._http import HTTP, REQUEST_TIMEOUT, quote
 from .errors import TetherError
 
 Job = Dict[str, Any]
+
+#: How long a watch waits for a line of its stream (the server sends a keep-alive every 15 s).
+STREAM_IDLE_MAX = 60.0
+#: How long a watch keeps resuming a stream that broke before it gives up.
+WATCH_RESUME_FOR = 120.0
 
 
 def _job_request(queue: str, type: str, payload: Any = None, *, priority: Optional[int] = None,
@@ -55,10 +61,11 @@ class Client:
 
     job_request = staticmethod(_job_request)
 
-    def __init__(self, url: str = "", api_key: str = "", *, timeout: float = REQUEST_TIMEOUT):
+    def __init__(self, url: str = "", api_key: str = "", *, timeout: float = REQUEST_TIMEOUT,
+                 ssl_context: Optional[ssl.SSLContext] = None):
         url = url or os.environ.get("TETHER_SERVER", "http://127.0.0.1:8080")
         api_key = api_key or os.environ.get("TETHER_API_KEY", "")
-        self._http = HTTP(url, api_key, timeout)
+        self._http = HTTP(url, api_key, timeout, ssl_context)
 
     @property
     def url(self) -> str:
@@ -101,9 +108,8 @@ class Client:
             q["order"] = "newest"
         return self._do("GET", "/v1/jobs?" + urllib.parse.urlencode(q))
 
-    def iter_jobs(self, **filters: Any) -> Iterator[Job]:
-        """Every job the filters of :meth:`list` match, page after page."""
-        cursor = ""
+    def iter_jobs(self, *, cursor: str = "", **filters: Any) -> Iterator[Job]:
+        """Every job the filters of :meth:`list` match, page after page (from ``cursor``)."""
         while True:
             page = self.list(cursor=cursor, **filters)
             yield from page.get("jobs") or []
@@ -140,26 +146,28 @@ class Client:
         return self.get(job_id)
 
     def _watch(self, path: str, after: int, deadline: Optional[float] = None) -> Iterator[Dict[str, Any]]:
-        failures = 0
+        failures, broken_since = 0, None
         while True:
             headers = {"Accept": "text/event-stream"}
             if after > 0:
                 headers["Last-Event-ID"] = str(after)
-            timeout = self._http.timeout
+            # The stream is quiet between events but for the server's keep-alive every 15 s:
+            # a read waits longer than that, whatever the client's request timeout.
+            timeout = STREAM_IDLE_MAX
             if deadline is not None:
-                timeout = deadline - time.monotonic()
+                timeout = min(timeout, deadline - time.monotonic())
                 if timeout <= 0:
                     raise TetherError("TIMEOUT", f"GET {path}: still not ended")
             event, data = "", []
             try:
-                for line in self._http.stream(path, headers, min(timeout, 60.0)):
+                for line in self._http.stream(path, headers, timeout):
                     if line == "":
                         if event == "done":
                             return
                         if data:
                             e = json.loads("\n".join(data))
                             yield e
-                            after, failures = e.get("number", after), 0
+                            after, failures, broken_since = e.get("number", after), 0, None
                         event, data = "", []
                     elif line.startswith("event:"):
                         event = line[6:].strip()
@@ -170,11 +178,13 @@ class Client:
                     raise
             except (OSError, ValueError):
                 pass
-            # The stream broke (or the server ended it without "done"): resume where it was.
+            # The stream broke (or the server ended it without "done"): resume where it was, for
+            # as long as a server's restart or failover takes.
             failures += 1
-            if failures > 5:
-                raise TetherError("UNREACHABLE", f"GET {path}: the event stream keeps breaking")
-            time.sleep(min(5.0, 0.1 * 2 ** failures))
+            broken_since = broken_since or time.monotonic()
+            if time.monotonic() - broken_since > WATCH_RESUME_FOR:
+                raise TetherError("UNREACHABLE", f"GET {path}: the event stream has been broken for {WATCH_RESUME_FOR:.0f} s")
+            time.sleep(min(5.0, 0.1 * 2 ** min(failures, 6)))
 
     # Reservations, quota, queues, workers.
 

@@ -45,6 +45,10 @@ def retryable(code: str, status: int) -> bool:
 #: The code of a request that got no answer: the connection failed or timed out.
 UNREACHABLE = "UNREACHABLE"
 
+#: The code of a TLS handshake that failed (a certificate not trusted, https to a plain-HTTP
+#: server): sending again will not help.
+TLS_ERROR = "TLS_ERROR"
+
 
 class Failure(Exception):
     """Raise from a handler to fail the attempt with a code. ``retryable=False`` sends the job

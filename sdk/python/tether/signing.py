@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from typing import Any, Tuple
 
 
@@ -45,7 +46,8 @@ class Signer:
             seed = seed[:32]
         if len(seed) != 32:
             raise ValueError("tether: an Ed25519 private key is a 32-byte seed (or a 64-byte key)")
-        self._sign, self.public_key_raw = _backend(seed)
+        self._seed = bytes(seed)
+        self._sign, self.public_key_raw = _backend(self._seed)
 
     @classmethod
     def from_base64(cls, text: str) -> "Signer":
@@ -53,12 +55,32 @@ class Signer:
 
     @classmethod
     def from_file(cls, path: str) -> "Signer":
+        """Reads a private key: the PEM file ``tether worker keygen`` writes (PKCS #8), or a
+        seed in base64."""
         with open(path) as f:
-            return cls.from_base64(f.read())
+            text = f.read()
+        if "-----BEGIN PRIVATE KEY-----" in text:
+            body = text.split("-----BEGIN PRIVATE KEY-----", 1)[1].split("-----END PRIVATE KEY-----", 1)[0]
+            der = base64.b64decode("".join(body.split()))
+            if len(der) != len(_PKCS8_PREFIX) + 32 or not der.startswith(_PKCS8_PREFIX):
+                raise ValueError(f"tether: {path} is not an Ed25519 private key in PKCS #8")
+            return cls(der[len(_PKCS8_PREFIX):])
+        return cls.from_base64(text)
+
+    def to_file(self, path: str) -> None:
+        """Writes the private key as ``tether worker keygen`` does (PEM, PKCS #8, mode 0600),
+        refusing to replace a file: a worker's key must outlive the process that made it."""
+        der = _PKCS8_PREFIX + self._seed
+        lines = [base64.b64encode(der).decode()[i:i + 64] for i in range(0, 64, 64)]
+        text = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END PRIVATE KEY-----\n"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
 
     @classmethod
     def generate(cls) -> "Signer":
-        import os
+        """A new key; keep it with :meth:`to_file`, since the server takes only results
+        signed by the key the worker registered."""
         return cls(os.urandom(32))
 
     @property
@@ -68,6 +90,10 @@ class Signer:
 
     def sign_completion(self, job_id: str, lease_id: str, nonce: str, output_hash_hex: str) -> str:
         return base64.b64encode(self._sign(signed_completion(job_id, lease_id, nonce, output_hash_hex))).decode()
+
+
+# The DER of a PKCS #8 Ed25519 private key before its 32-byte seed (RFC 8410).
+_PKCS8_PREFIX = bytes.fromhex("302e020100300506032b657004220420")
 
 
 def decode_base64(text: str) -> bytes:

@@ -26,6 +26,8 @@ import os
 import random
 import signal
 import socket
+import ssl
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -159,19 +161,22 @@ class JobContext:
     def event(self, event_type: str, data: Any = None) -> int:
         """Appends an event to the job's stream, where clients watching it see it, and returns
         its number there. An event sent again after a lost answer is written once."""
+        _check_depth(data, "the event's data")
+        # One at a time, in their numbers' order: the server takes a number at or below the
+        # highest it has for the lease as a repeat, so events from several threads must not
+        # overtake each other on their way.
         with self._events_lock:
             self._events += 1
-            seq = self._events
-        body = {"lease_id": self.lease_id, "event_type": event_type, "data": data, "seq": seq}
-        tries = 0
-        while True:
-            try:
-                return int(self._worker._request("event", self.id, body).get("number", 0))
-            except TetherError as e:
-                tries += 1
-                if not e.retryable or tries > 5 or self._why == "lost":
-                    raise
-                time.sleep(backoff(tries, RESEND_MIN, RESEND_MAX))
+            body = {"lease_id": self.lease_id, "event_type": event_type, "data": data, "seq": self._events}
+            tries = 0
+            while True:
+                try:
+                    return int(self._worker._request("event", self.id, body).get("number", 0))
+                except TetherError as e:
+                    tries += 1
+                    if not e.retryable or tries > 5 or self._why == "lost":
+                        raise
+                    time.sleep(backoff(tries, RESEND_MIN, RESEND_MAX))
 
     def progress(self, data: Any) -> int:
         """Reports progress (any JSON value) as a ``progress`` event."""
@@ -195,13 +200,15 @@ class Worker:
     def __init__(self, url: str = "", *, token: str = "", token_file: str = "",
                  enroll_token: str = "", queues: Sequence[str] = ("default",), capacity: int = 1,
                  name: str = "", signer: Optional[signing.Signer] = None, transport: str = "auto",
-                 grace: float = 10.0, labels: Optional[Dict[str, str]] = None):
+                 grace: float = 10.0, labels: Optional[Dict[str, str]] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None):
         if capacity < 1:
             raise ValueError("tether: capacity must be at least 1")
         if transport not in ("auto", "websocket", "longpoll"):
             raise ValueError("tether: transport must be auto, websocket or longpoll")
         url = url or os.environ.get("TETHER_SERVER", "http://127.0.0.1:8080")
-        self._http = HTTP(url)
+        self._http = HTTP(url, ssl_context=ssl_context)
+        self._http.aborted = lambda: self._stopping.is_set()
         self.queues = list(queues)
         self.capacity = capacity
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
@@ -245,16 +252,37 @@ class Worker:
         return ""
 
     def register(self) -> str:
-        """Registers the worker (with the enroll token) and returns its worker token."""
+        """Registers the worker (with the enroll token) and returns its worker token. A server
+        that cannot be reached or is not ready is tried again, with backoff, until it answers
+        or the worker stops; token_file's directory is checked first, so that no registration
+        is spent on a token that could not be kept."""
+        if self._token_file:
+            _check_writable(self._token_file)
         body: Dict[str, Any] = {"name": self.name, "queues": self.queues, "capacity": self.capacity}
         if self.signer is not None:
             body["public_key"] = self.signer.public_key
         if self.labels:
             body["labels"] = self.labels
-        reg = self._http.request("POST", "/v1/workers/register", body, token=self._enroll_token)[1]
+        reg = self._retrying("registering", lambda: self._http.request(
+            "POST", "/v1/workers/register", body, token=self._enroll_token)[1])
         self._http.token, self.worker_id = reg["worker_token"], reg["worker_id"]
         self._keep_token()
         return self._http.token
+
+    def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
+        """Calls call until it does not fail with a retryable error (a server down, restarting
+        or not ready), with backoff; raises the others, and the last one if the worker stops."""
+        failures = 0
+        while True:
+            try:
+                return call()
+            except TetherError as e:
+                if not e.retryable or self._stopping.is_set():
+                    raise
+                failures += 1
+                log.warning("%s failed (%s); trying again", what, e)
+                if self._stopping.wait(backoff(failures, 0.5, 30.0)):
+                    raise
 
     # Running.
 
@@ -314,7 +342,8 @@ class Worker:
         with self._lock:
             leases = list(self._active.values())
         sent = time.monotonic()
-        hello = self._http.request("POST", "/v1/worker/heartbeat", {"leases": [c.lease_id for c in leases]})[1] or {}
+        hello = self._retrying("connecting", lambda: self._http.request(
+            "POST", "/v1/worker/heartbeat", {"leases": [c.lease_id for c in leases]}, again=True)[1] or {})
         self._check_key(hello.get("public_key", ""))
         self._heartbeat_answered(leases, hello, sent)
         self.connected_transport = "longpoll"
@@ -330,7 +359,7 @@ class Worker:
                 self._poll_conn = self._http._connection(POLL_WAIT + 30)
                 status, answer = self._http.request("POST", "/v1/worker/lease",
                                                     {"max": free, "wait_seconds": POLL_WAIT},
-                                                    timeout=POLL_WAIT + 30)
+                                                    timeout=POLL_WAIT + 30, again=True)
                 failures = 0
             except TetherError as e:
                 if self._stopping.is_set():
@@ -361,6 +390,10 @@ class Worker:
                 raise TetherError("BAD_HANDSHAKE", str(e)) from e
             except TetherError as e:
                 if not e.retryable:
+                    if e.status in (401, 403) and e.code.startswith("HTTP_"):
+                        # The handshake's refusal has no body here: ask over HTTP for the
+                        # reason (WORKER_REVOKED, TOKEN_EXPIRED, ...), which it raises.
+                        self._http.request("POST", "/v1/worker/heartbeat", {"leases": []})
                     raise
                 connected = False
                 if not self._stopping.is_set():
@@ -376,7 +409,7 @@ class Worker:
     async def _ws_session(self) -> bool:
         """One WebSocket session: hello, welcome, credit, then assignments, cancels and acks
         until the connection ends. Returns whether it got as far as the welcome."""
-        u = self._http.url.replace("http", "ws", 1) + "/v1/worker/connect"
+        u = self._http.url.replace("http", "ws", 1) + self._http._prefix + "/v1/worker/connect"
         kw = {_WS_HEADERS: {"Authorization": "Bearer " + self._http.token, "User-Agent": "tether-python/0.1"},
               "max_size": 64 << 20, "open_timeout": 10}
         try:
@@ -393,11 +426,11 @@ class Worker:
             self._check_key(welcome.get("public_key", ""))
             self._note_token(welcome)
             self.worker_id = welcome.get("worker_id", self.worker_id)
-            self._ws, self.connected_transport = link, "websocket"
+            with self._lock:
+                self._ws, self.connected_transport = link, "websocket"
+                free = self.capacity - len(self._active)
             if self._stopping.is_set():
                 return True
-            with self._lock:
-                free = self.capacity - len(self._active)
             if free > 0:
                 await link.send({"type": "credit", "n": free})
             beat = asyncio.ensure_future(link.heartbeats(float(welcome.get("heartbeat_seconds") or 10)))
@@ -439,10 +472,24 @@ class Worker:
         log.info("the worker token was renewed; it expires at %s", renewal.get("expires_at"))
 
     def _keep_token(self) -> None:
-        if self._token_file:
-            fd = os.open(self._token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        """Writes the token to token_file whole and readable by its owner alone: a new file
+        renamed over the old, so that neither a crash nor an old file's mode exposes it."""
+        if not self._token_file:
+            return
+        tmp = f"{self._token_file}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
+        try:
             with os.fdopen(fd, "w") as f:
                 f.write(self._http.token + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._token_file)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def _check_key(self, registered: str) -> None:
         """The key the server holds for this worker against the worker's own: a worker whose
@@ -501,8 +548,9 @@ class Worker:
 
     def _completion(self, ctx: JobContext, out: Any):
         try:
+            _check_depth(out, "the output")
             canonical = signing.canonical_json(out)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, RecursionError) as e:
             return self._failure(ctx, Failure("bad_output", f"the output is not JSON: {e}")), "fail"
         if len(canonical) > OUTPUT_BYTES_MAX:
             return self._failure(ctx, Failure("output_too_large", f"the output is {len(canonical)} bytes of JSON; the limit is {OUTPUT_BYTES_MAX}", retryable=False)), "fail"
@@ -552,10 +600,12 @@ class Worker:
         self._done(ctx)
 
     def _done(self, ctx: JobContext) -> None:
+        # Under the lock with the session's first grant (_ws_session): the freed slot is
+        # granted once, by whichever sees it.
         with self._lock:
             self._active.pop(ctx.lease_id, None)
             self._lock.notify_all()
-        ws = self._ws
+            ws = self._ws
         if ws is not None and not self._stopping.is_set():
             ws.credit(1)
 
@@ -567,7 +617,7 @@ class Worker:
         if ws is not None:
             return ws.request(dict(body, type=kind, job_id=job_id))
         path = f"/v1/worker/jobs/{quote(job_id)}/{'events' if kind == 'event' else kind}"
-        return self._http.request("POST", path, body)[1] or {}
+        return self._http.request("POST", path, body, again=True)[1] or {}
 
     def _heartbeat_loop(self) -> None:
         """Heartbeats the leases held over HTTP while no WebSocket link is up (a link
@@ -588,7 +638,7 @@ class Worker:
             last = time.monotonic()
             try:
                 ans = self._http.request("POST", "/v1/worker/heartbeat",
-                                         {"leases": [c.lease_id for c in leases]})[1] or {}
+                                         {"leases": [c.lease_id for c in leases]}, again=True)[1] or {}
             except TetherError as e:
                 log.warning("heartbeat failed: %s", e)
                 continue
@@ -741,14 +791,18 @@ class _WSLink:
         self._pending.clear()
 
     async def heartbeats(self, every: float) -> None:
-        """Heartbeats the leases held (and the session itself) as often as they need."""
+        """Heartbeats the leases held (and the session itself) as often as the shortest of
+        them needs, reckoned again as leases come: a job with a short lease arriving while the
+        worker idles is heartbeated in time."""
         w = self._worker
+        last = time.monotonic()
         while True:
+            await asyncio.sleep(0.25)
             with w._lock:
                 leases = list(w._active.values())
-            await asyncio.sleep(min([every] + [c._heartbeat for c in leases if c._heartbeat > 0]))
-            with w._lock:
-                leases = list(w._active.values())
+            if time.monotonic() - last < min([every] + [c._heartbeat for c in leases if c._heartbeat > 0]):
+                continue
+            last = time.monotonic()
             fut: concurrent.futures.Future = concurrent.futures.Future()
             sent = time.monotonic()
             self._post({"type": "heartbeat", "leases": [c.lease_id for c in leases]}, fut)
@@ -757,3 +811,26 @@ class _WSLink:
             except (asyncio.TimeoutError, TetherError):
                 continue
             w._heartbeat_answered(leases, ack, sent)
+
+
+#: How deep the server lets JSON nest; deeper data would be refused, and over WebSocket end the session.
+JSON_DEPTH_MAX = 512
+
+
+def _check_depth(value: Any, what: str) -> None:
+    """Raises ValueError for a value nested deeper than the server takes."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list, tuple)):
+            if depth > JSON_DEPTH_MAX:
+                raise ValueError(f"{what} nests deeper than {JSON_DEPTH_MAX} levels")
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+
+
+def _check_writable(path: str) -> None:
+    """Raises OSError unless a file can be made in path's directory."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, probe = tempfile.mkstemp(prefix=".tether-probe-", dir=d)
+    os.close(fd)
+    os.unlink(probe)
