@@ -484,3 +484,23 @@ def test_keys_from_tether_worker_keygen(tether_bin, tmp_path):
     assert copy.read_text() == path.read_text() and oct(copy.stat().st_mode & 0o777) == "0o600"
     with pytest.raises(FileExistsError):
         signer.to_file(str(copy))
+
+
+def test_a_stop_while_the_server_is_away_is_a_clean_stop(server, transport):
+    server.stop(signal.SIGKILL)
+    w = Worker(server.url, queues=["away"], transport=transport)
+    w.handle("t", lambda ctx: None)
+    errors = []
+
+    def run():
+        try:
+            w.run()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    time.sleep(1)  # it is trying to register meanwhile
+    w.stop()
+    t.join(30)
+    assert not t.is_alive() and not errors, errors

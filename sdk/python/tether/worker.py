@@ -292,8 +292,6 @@ class Worker:
         (revoked, an expired token)."""
         if not self._handlers:
             raise ValueError("tether: the worker has no handler")
-        if not self._http.token:
-            self.register()
         if self.transport == "websocket" and _ws_connect is None:
             raise ValueError("tether: transport websocket needs the websockets package (pip install websockets, or apt install python3-websockets)")
         restore = self._catch_signals()
@@ -301,11 +299,16 @@ class Worker:
         heartbeat.start()
         websocket = self.transport != "longpoll" and _ws_connect is not None
         try:
+            if not self._http.token:
+                self.register()
             while not self._stopping.is_set():
                 if websocket:
                     self._ws_loop()  # returns when the handshake is refused: long-poll a while
                 if not self._stopping.is_set():
                     self._poll_loop(time.monotonic() + LONG_POLL_FOR if websocket else None)
+        except TetherError:
+            if not self._stopping.is_set():  # a stop while the server was away is still a stop
+                raise
         finally:
             self._finish()
             for sig, old in restore:
@@ -357,9 +360,9 @@ class Worker:
                 break
             try:
                 self._poll_conn = self._http._connection(POLL_WAIT + 30)
-                status, answer = self._http.request("POST", "/v1/worker/lease",
-                                                    {"max": free, "wait_seconds": POLL_WAIT},
-                                                    timeout=POLL_WAIT + 30, again=True)
+                _, answer = self._http.request("POST", "/v1/worker/lease",
+                                               {"max": free, "wait_seconds": POLL_WAIT},
+                                               timeout=POLL_WAIT + 30, again=True)
                 failures = 0
             except TetherError as e:
                 if self._stopping.is_set():
