@@ -504,3 +504,54 @@ def test_a_stop_while_the_server_is_away_is_a_clean_stop(server, transport):
     w.stop()
     t.join(30)
     assert not t.is_alive() and not errors, errors
+
+
+KEEPING_WORKER = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, {sdk!r})
+    from tether import Worker
+    w = Worker({url!r}, queues=["kept"], transport={transport!r}, token_file={token!r}, results_dir={results!r})
+
+    @w.handler()
+    def job(ctx):
+        print("started", flush=True)
+        while not os.path.exists({go!r}):
+            time.sleep(0.05)
+        return {{"kept": True}}
+
+    w.run()
+""")
+
+
+def test_a_result_kept_in_results_dir_outlives_the_worker(client, server, transport, tmp_path):
+    sdk = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    results, go = tmp_path / "results", tmp_path / "go"
+    script = KEEPING_WORKER.format(sdk=sdk, url=server.url, transport=transport, token=str(tmp_path / "token"),
+                                   results=str(results), go=str(go))
+    first = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    second = None
+    try:
+        job = client.submit("kept", "t", lease_ttl_seconds=60, max_attempts=1)
+        assert first.stdout.readline().strip() == "started"
+        server.proc.send_signal(signal.SIGSTOP)  # the result cannot reach it now
+        try:
+            go.write_text("")
+            deadline = time.monotonic() + 30
+            while not list(results.glob("*.result.json")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert list(results.glob("*.result.json")), "the result was never kept"
+            first.kill()  # the worker dies with the result unsent
+            first.wait(10)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+        second = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        done = client.wait(job["id"], timeout=60)
+        assert done["status"] == "succeeded" and done["output"] == {"kept": True} and done["attempt"] == 1
+        deadline = time.monotonic() + 10
+        while list(results.glob("*.result.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not list(results.glob("*.result.json")), "a result the server took is still kept"
+    finally:
+        for p in (first, second):
+            if p is not None:
+                p.kill()

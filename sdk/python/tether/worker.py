@@ -194,14 +194,16 @@ class Worker:
     (with ``enroll_token``, none under ``--auth none``) and keeps its token in ``token_file``
     when given. ``signer`` (a :class:`tether.signing.Signer`) signs every completion and is
     registered as the worker's public key. ``transport`` is ``auto``, ``websocket`` or
-    ``longpoll``.
+    ``longpoll``. With ``results_dir`` each result is kept on disk until the server has it,
+    so that a worker that dies first sends it when it starts again on the same directory
+    (with the same credentials); without it, results wait in memory only.
     """
 
     def __init__(self, url: str = "", *, token: str = "", token_file: str = "",
                  enroll_token: str = "", queues: Sequence[str] = ("default",), capacity: int = 1,
                  name: str = "", signer: Optional[signing.Signer] = None, transport: str = "auto",
                  grace: float = 10.0, labels: Optional[Dict[str, str]] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None):
+                 ssl_context: Optional[ssl.SSLContext] = None, results_dir: str = ""):
         if capacity < 1:
             raise ValueError("tether: capacity must be at least 1")
         if transport not in ("auto", "websocket", "longpoll"):
@@ -227,6 +229,7 @@ class Worker:
         self._poll_conn: Any = None
         self._ws: Optional[_WSLink] = None  # the WebSocket link while one is up
         self._renew_at: Optional[float] = None  # when to renew the worker token (monotonic)
+        self._results = _ResultStore(results_dir)
         #: The transport jobs come over now: "websocket" or "longpoll" ("" before run()).
         self.connected_transport = ""
 
@@ -301,6 +304,7 @@ class Worker:
         try:
             if not self._http.token:
                 self.register()
+            self._resume()
             while not self._stopping.is_set():
                 if websocket:
                     self._ws_loop()  # returns when the handshake is refused: long-poll a while
@@ -577,7 +581,9 @@ class Worker:
         return {"lease_id": ctx.lease_id, "reason": RELEASE_WORKER_STOPPING, "message": message}
 
     def _report(self, ctx: JobContext, body: Dict[str, Any], kind: str) -> None:
-        """Sends a result until the server has it or refused it for good (the Go runner's rules)."""
+        """Sends a result until the server has it or refused it for good (the Go runner's
+        rules), kept in results_dir meanwhile."""
+        self._results.save(ctx, kind, body)
         tries, last = 0, False
         while True:
             try:
@@ -600,7 +606,17 @@ class Worker:
                 if e.code != "LEASE_MISMATCH":
                     log.error("job %s: the server refused the result: %s", ctx.id, e)
                 break
+        self._results.remove(ctx.lease_id)
         self._done(ctx)
+
+    def _resume(self) -> None:
+        """Sends again the results a worker on the same results_dir left unsent; their leases
+        are heartbeated as running jobs' are until the server has them."""
+        for kind, job_id, body, ctx in self._results.load(self):
+            with self._lock:
+                self._active[ctx.lease_id] = ctx
+            log.info("sending job %s's %s kept from before", job_id, kind)
+            threading.Thread(target=self._report, args=(ctx, body, kind), name=f"tether-resume-{job_id}", daemon=True).start()
 
     def _done(self, ctx: JobContext) -> None:
         # Under the lock with the session's first grant (_ws_session): the freed slot is
@@ -837,3 +853,73 @@ def _check_writable(path: str) -> None:
     fd, probe = tempfile.mkstemp(prefix=".tether-probe-", dir=d)
     os.close(fd)
     os.unlink(probe)
+
+
+class _ResultStore:
+    """The results a worker has not yet seen the server take, one file per lease in a
+    directory (the Go runner's ResultsDir, same rules): written, synced and renamed into place
+    before the result is first sent, removed once the server took it or refused it for good."""
+
+    SUFFIX = ".result.json"
+
+    def __init__(self, directory: str):
+        self.dir = directory
+
+    def _path(self, lease_id: str) -> str:
+        safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in lease_id)
+        return os.path.join(self.dir, safe + self.SUFFIX)
+
+    def save(self, ctx: JobContext, kind: str, body: Dict[str, Any]) -> None:
+        if not self.dir:
+            return
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        heard_ago = time.monotonic() - ctx._heard
+        record = {"kind": kind, "job_id": ctx.id, "body": body, "lease_ttl": ctx._ttl,
+                  "heard": time.time() - heard_ago}
+        path = self._path(ctx.lease_id)
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, separators=(",", ":"), ensure_ascii=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def remove(self, lease_id: str) -> None:
+        if self.dir:
+            try:
+                os.unlink(self._path(lease_id))
+            except FileNotFoundError:
+                pass
+
+    def load(self, worker: "Worker") -> List[Any]:
+        """The kept results: (kind, job id, body, a context for their lease). A file that does
+        not parse is reported and left where it is, for an operator to look at."""
+        if not self.dir or not os.path.isdir(self.dir):
+            return []
+        out = []
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if name.endswith(self.SUFFIX + ".tmp"):
+                os.unlink(path)  # a save that never finished: never sent
+                continue
+            if not name.endswith(self.SUFFIX):
+                continue
+            try:
+                with open(path) as f:
+                    r = json.load(f)
+                body, job_id, kind = r["body"], r["job_id"], r["kind"]
+                ctx = JobContext(worker, {"job_id": job_id, "lease_id": body["lease_id"], "nonce": body.get("nonce", "")})
+                ctx._ttl = float(r["lease_ttl"])
+                ctx._heard = time.monotonic() - max(0.0, time.time() - float(r["heard"]))
+                ctx._reporting = True
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                log.error("a kept result could not be read; it is left where it is: %s: %s", path, e)
+                continue
+            out.append((kind, job_id, body, ctx))
+        return out
