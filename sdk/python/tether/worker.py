@@ -475,7 +475,10 @@ class Worker:
         expires = _parse_time(renewal.get("expires_at"))
         left = (expires - _dt.datetime.now(_dt.timezone.utc)).total_seconds() if expires else 3600.0
         self._renew_at = time.monotonic() + max(1.0, left / 2)
-        self._keep_token()
+        try:
+            self._keep_token()
+        except OSError as e:  # the new token works; only a restart would miss it
+            log.error("the renewed worker token could not be written to %s: %s", self._token_file, e)
         log.info("the worker token was renewed; it expires at %s", renewal.get("expires_at"))
 
     def _keep_token(self) -> None:
@@ -648,7 +651,10 @@ class Worker:
                 leases = list(self._active.values())
             if self._stopping.is_set() and not leases:
                 return
-            self._renew_token()
+            try:
+                self._renew_token()
+            except Exception as e:  # noqa: BLE001 - the heartbeats must go on whatever happens here
+                log.error("renewing the worker token failed: %s", e)
             every = min([interval] + [c._heartbeat for c in leases if c._heartbeat > 0])
             if self._ws is not None or not leases or time.monotonic() - last < every:
                 with self._lock:
