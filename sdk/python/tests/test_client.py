@@ -219,3 +219,16 @@ def test_iter_jobs_from_a_cursor(client):
     page = client.list(queue="it", limit=1)
     rest = [j["id"] for j in client.iter_jobs(queue="it", limit=1, cursor=page["next_cursor"])]
     assert [page["jobs"][0]["id"]] + rest == ids
+
+
+def test_signing_without_a_library_says_what_to_install(monkeypatch):
+    import sys
+
+    from tether import SigningUnavailable
+    for name in ("nacl", "nacl.signing", "cryptography", "cryptography.hazmat.primitives",
+                 "cryptography.hazmat.primitives.asymmetric.ed25519"):
+        monkeypatch.setitem(sys.modules, name, None)  # an import of it fails
+    with pytest.raises(SigningUnavailable) as e:
+        from tether import Signer
+        Signer.generate()
+    assert "PyNaCl or cryptography" in str(e.value) and "python3-nacl" in str(e.value)
