@@ -835,7 +835,8 @@ class _WSLink:
                 ack = await asyncio.wait_for(asyncio.wrap_future(fut), every)
             except (asyncio.TimeoutError, TetherError):
                 continue
-            w._heartbeat_answered(leases, ack, sent)
+            if ack.get("ok") is not False:  # a refused heartbeat extended nothing
+                w._heartbeat_answered(leases, ack, sent)
 
 
 #: How deep the server lets JSON nest; deeper data would be refused, and over WebSocket end the session.
