@@ -210,6 +210,9 @@ def test_a_redirect_is_an_error_not_an_answer():
         with pytest.raises(TetherError) as e:
             Client(f"http://127.0.0.1:{srv.server_address[1]}").submit("q", "t")
         assert e.value.code == "HTTP_301" and "https://elsewhere.example" in e.value.message
+        with pytest.raises(TetherError) as e:  # a watch's stream too
+            list(Client(f"http://127.0.0.1:{srv.server_address[1]}").watch("01J"))
+        assert e.value.code == "HTTP_301"
     finally:
         srv.shutdown()
 

@@ -49,11 +49,7 @@ class HTTP:
             self._drop()
             c = None
         if c is None:
-            if self._scheme == "https":
-                c = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
-                                                context=self._ssl or ssl.create_default_context())
-            else:
-                c = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            c = self._new_connection(timeout)
             self._local.conn = c
         c.timeout = timeout
         if c.sock is not None:
@@ -88,11 +84,7 @@ class HTTP:
         resp, payload = self._send(method, self._prefix + path, data, h, timeout or self.timeout,
                                    again or method in _SAFE_AGAIN)
         status = resp.status
-        if status >= 400:
-            raise error_of(status, payload, resp.getheader("X-Request-Id") or "")
-        if status >= 300:  # a redirect (a proxy sending http to https, say) is not an answer
-            where = resp.getheader("Location") or "nowhere"
-            raise TetherError(f"HTTP_{status}", f"{method} {path} was redirected to {where}; use that URL", status)
+        check_status(method, path, resp, payload)
         if status == 204 or not payload:
             return status, None
         try:
@@ -132,13 +124,15 @@ class HTTP:
         """Whether requests in flight were cut short on purpose (a worker that stops)."""
         return False
 
+    def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=self._ssl or ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
     def stream(self, path: str, headers: Dict[str, str], timeout: float) -> Iterator[str]:
         """GETs path on a connection of its own and yields the answer's lines (an SSE stream)."""
-        if self._scheme == "https":
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
-                                               context=self._ssl or ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        conn = self._new_connection(timeout)
         h = {"User-Agent": USER_AGENT}
         if self.token:
             h["Authorization"] = "Bearer " + self.token
@@ -147,10 +141,11 @@ class HTTP:
             try:
                 conn.request("GET", self._prefix + path, headers=h)
                 resp = conn.getresponse()
+            except ssl.SSLError as e:
+                raise TetherError(TLS_ERROR, f"GET {path}: {e}") from e
             except (OSError, http.client.HTTPException) as e:
                 raise TetherError(UNREACHABLE, f"GET {path}: {e}") from e
-            if resp.status >= 400:
-                raise error_of(resp.status, resp.read(), resp.getheader("X-Request-Id") or "")
+            check_status("GET", path, resp, resp.read() if resp.status >= 300 else b"")
             while True:
                 try:
                     line = resp.readline()
@@ -161,6 +156,16 @@ class HTTP:
                 yield line.decode("utf-8").rstrip("\r\n")
         finally:
             conn.close()
+
+
+def check_status(method: str, path: str, resp: http.client.HTTPResponse, payload: bytes) -> None:
+    """Raises the TetherError of an answer that is not a success: an error, or a redirect (a
+    proxy sending http to https, say), which is not the answer asked for."""
+    if resp.status >= 400:
+        raise error_of(resp.status, payload, resp.getheader("X-Request-Id") or "")
+    if resp.status >= 300:
+        where = resp.getheader("Location") or "nowhere"
+        raise TetherError(f"HTTP_{resp.status}", f"{method} {path} was redirected to {where}; use that URL", resp.status)
 
 
 def error_of(status: int, payload: bytes, request_id: str) -> TetherError:
