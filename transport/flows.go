@@ -17,6 +17,7 @@ import (
 	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/flowfile"
+	"github.com/tetherhq/tether/transport/tracing"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -123,14 +124,19 @@ func (s *Server) submitFlow(r *request) error {
 	}
 	key := cmp.Or(r.Header.Get(IdempotencyKeyHeader), r.URL.Query().Get("idempotency_key"))
 	sum := sha256.Sum256(data)
-	tp, _ := ParseTraceparent(r.Header.Get(TraceparentHeader))
+	caller, _ := ParseTraceparent(r.Header.Get(TraceparentHeader))
+	tp, span := s.cfg.Tracing.StartSubmit(r.Context(), "tether.submit_flow", caller, r.by.tenant)
 	id, hit, rc, err := r.b.SubmitFlow(r.Context(), actors.SubmitFlow{
 		Tenant: r.by.tenant, Name: name, Steps: file.Steps, YAMLSHA256: hex.EncodeToString(sum[:]), YAMLBytes: len(data),
 		IdempotencyKey: key, APIKeyID: r.by.apiKeyID, Traceparent: tp,
 	})
 	if err != nil {
+		span.End(err)
 		return err
 	}
+	span.SetString(tracing.AttrFlowID, id)
+	span.SetInt(tracing.AttrSeq, int64(rc.Seq))
+	span.End(nil)
 	f, ok := flowOf(r.b, r.by.tenant, id)
 	switch {
 	case !ok && hit: // the key outlives the flow it made, which ended and left the views

@@ -12,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/transport/tracing"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -102,10 +103,16 @@ func (s *Server) submit(r *request) error {
 	if err != nil {
 		return err
 	}
-	res, rc, err := r.b.Submit(withTraceparent(r.Context(), r.Header.Get(TraceparentHeader)), r.by.tenant, r.by.apiKeyID, spec)
+	ctx, span := s.startSubmit(r, "tether.submit")
+	res, rc, err := r.b.Submit(ctx, r.by.tenant, r.by.apiKeyID, spec)
 	if err != nil {
+		span.End(err)
 		return err
 	}
+	span.SetString(tracing.AttrJobID, res[0].Job.ID)
+	span.SetString(tracing.AttrQueue, res[0].Job.Queue)
+	span.SetInt(tracing.AttrSeq, int64(rc.Seq))
+	span.End(nil)
 	job := jobResource(res[0].Job, s.clock())
 	x := &submitted{receipt(rc), res[0].IdempotentHit} // one allocation for both
 	job.Receipt, job.IdempotentHit = &x.receipt, &x.hit
@@ -135,10 +142,15 @@ func (s *Server) submitBatch(r *request) error {
 		}
 		specs[i] = spec
 	}
-	res, rc, err := r.b.Submit(withTraceparent(r.Context(), r.Header.Get(TraceparentHeader)), r.by.tenant, r.by.apiKeyID, specs...)
+	ctx, span := s.startSubmit(r, "tether.submit_batch")
+	res, rc, err := r.b.Submit(ctx, r.by.tenant, r.by.apiKeyID, specs...)
 	if err != nil {
+		span.End(err)
 		return err
 	}
+	span.SetInt(tracing.AttrJobs, int64(len(res)))
+	span.SetInt(tracing.AttrSeq, int64(rc.Seq))
+	span.End(nil)
 	now := s.clock()
 	out := wire.BatchResponse{Jobs: make([]wire.Job, len(res)), Receipt: new(receipt(rc))}
 	hits := make([]bool, len(res))

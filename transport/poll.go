@@ -206,7 +206,7 @@ func (s *Server) pollLease(r *request) error {
 	}
 	out := wire.Assignments{Assignments: make([]wire.Frame, len(act.Answer))}
 	for i, a := range act.Answer {
-		out.Assignments[i] = protocol.AssignFrame(a)
+		out.Assignments[i] = s.assignFrame(a)
 	}
 	if err := writeJSONFlushed(r.w, http.StatusOK, out); err != nil {
 		r.b.ReturnUndelivered(poll.Step(longpoll.ClientGone{}).HandBack...)
@@ -364,11 +364,15 @@ func (s *Server) workerReport(r *request, limit int64, req any, frame func() wir
 	if err := r.decode(limit, req); err != nil {
 		return err
 	}
-	op, err := protocol.WorkerOp(r.by.worker.ID, r.PathValue("id"), frame())
+	f := frame()
+	f.JobID, f.Traceparent = r.PathValue("id"), r.Header.Get(TraceparentHeader)
+	op, err := protocol.WorkerOp(r.by.worker.ID, f.JobID, f)
 	if err != nil {
 		return err
 	}
+	reported := s.reported(f, r.by.worker.ID)
 	rc, err := r.b.Report(r.Context(), op)
+	reported(err)
 	if err != nil {
 		return err
 	}

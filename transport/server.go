@@ -15,6 +15,7 @@ import (
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/transport/dashboard"
 	"github.com/tetherhq/tether/transport/openapi"
+	"github.com/tetherhq/tether/transport/tracing"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -50,6 +51,9 @@ type Config struct {
 	Clock func() time.Time
 	// FlowBytesMax caps a flow file; 0: flowfile.BytesMaxDefault.
 	FlowBytesMax int
+	// Tracing, if set, makes the spans of submits and workers' reports and names each
+	// attempt's span in its assignment; nil: off.
+	Tracing *tracing.Tracer
 }
 
 // Server is the HTTP face of one broker. It serves /healthz from the start, and everything

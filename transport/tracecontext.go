@@ -2,20 +2,53 @@ package transport
 
 import (
 	"context"
+	"time"
 
+	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/transport/protocol"
+	"github.com/tetherhq/tether/transport/tracing"
+	"github.com/tetherhq/tether/transport/wire"
 )
 
 // TraceparentHeader is the W3C Trace Context header a submit continues.
 const TraceparentHeader = "traceparent"
 
-// withTraceparent returns the request's context carrying its traceparent header, when it holds a
-// valid one (W3C Trace Context: a header that does not parse is ignored, never refused).
-func withTraceparent(ctx context.Context, header string) context.Context {
-	if tp, ok := ParseTraceparent(header); ok {
-		return broker.WithTraceparent(ctx, tp)
+// assignFrame is the assign frame of a, with the trace context of its attempt when tracing is
+// on (tracing.Tracer.Assigned).
+func (s *Server) assignFrame(a actors.Assignment) wire.Frame {
+	f := protocol.AssignFrame(a)
+	f.Traceparent = s.cfg.Tracing.Assigned(a.Traceparent, a.JobID, a.LeaseID)
+	return f
+}
+
+// reported starts timing a worker's report f (a complete, fail, release or event frame, or
+// its HTTP twin) and returns what to call with the server's answer: with tracing on, it makes
+// the report's span under the trace context the worker sent with it.
+func (s *Server) reported(f wire.Frame, workerID string) func(error) {
+	t := s.cfg.Tracing
+	if t == nil || f.Type == wire.FrameEvent || f.Traceparent == "" {
+		return unreported
 	}
-	return ctx
+	// The closure keeps what it needs, not the frame: with tracing off nothing is moved to
+	// the heap.
+	name, tp, job, lease, start := "tether."+f.Type, f.Traceparent, f.JobID, f.LeaseID, time.Now()
+	return func(err error) { t.Reported(name, tp, job, lease, workerID, start, err) }
+}
+
+func unreported(error) {}
+
+// startSubmit opens the span of a submit (when tracing is on) and returns the request's context
+// carrying the traceparent its jobs continue: the submit's span's, or with tracing off the
+// request's traceparent header when it holds a valid one (W3C Trace Context: a header that does
+// not parse is ignored, never refused).
+func (s *Server) startSubmit(r *request, name string) (context.Context, tracing.Span) {
+	caller, _ := ParseTraceparent(r.Header.Get(TraceparentHeader))
+	tp, span := s.cfg.Tracing.StartSubmit(r.Context(), name, caller, r.by.tenant)
+	if tp == "" {
+		return r.Context(), span
+	}
+	return broker.WithTraceparent(r.Context(), tp), span
 }
 
 // ParseTraceparent checks a traceparent header and returns it as version 00:

@@ -326,7 +326,7 @@ func (c *wsConn) gather(first any, open bool) (more bool, end *actors.SessionEnd
 func (c *wsConn) writeSession(f any) (end *actors.SessionEnded, ok bool) {
 	switch m := f.(type) {
 	case actors.Assignment:
-		written, ok := c.writeFrame(protocol.AssignFrame(m))
+		written, ok := c.writeFrame(c.s.assignFrame(m))
 		if written {
 			c.sent = append(c.sent, sentAssign{a: m, end: c.cork.Held()})
 		} else {
@@ -457,7 +457,9 @@ func (c *wsConn) handle(f wire.Frame) {
 		}
 		c.inFlight <- struct{}{}
 		ref := f.Ref
+		reported := c.s.reported(f, c.worker)
 		c.b.WorkerOp(op, func(n int, rc actors.Receipt, err error) {
+			reported(err)
 			a := c.ack(ref, err)
 			if err == nil {
 				a.Number, a.Receipt = n, new(receipt(rc))

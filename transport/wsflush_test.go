@@ -140,7 +140,7 @@ func newFlushPair(t *testing.T) *flushPair {
 			ready <- nil
 			return
 		}
-		ready <- &wsConn{b: p.core, conn: conn, cork: hw.cork, log: zap.NewNop(), sess: &broker.Conn{Frames: p.frames},
+		ready <- &wsConn{s: &Server{}, b: p.core, conn: conn, cork: hw.cork, log: zap.NewNop(), sess: &broker.Conn{Frames: p.frames},
 			wake: make(chan struct{}, 1), readerDone: make(chan struct{})}
 	}))
 	t.Cleanup(srv.Close)

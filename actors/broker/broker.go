@@ -42,6 +42,11 @@ type Config struct {
 	CheckpointEvery uint64
 	// Decorate, if set, wraps every behaviour the runtime makes; tests use it to inject faults.
 	Decorate func(ref actors.Ref, b actors.Behaviour) actors.Behaviour
+	// Observe, if set, sees every event committed from now on once it is folded into the
+	// projections (view), in the log's order, on the committer's goroutine with the
+	// projections' write lock held: it must not block, and must not keep view (the tracer's
+	// observer reads a job or two and hands its spans to a batch).
+	Observe func(view *projections.Set, seq uint64, at time.Time, p eventlog.Payload)
 	// Companions names files kept in Dir beside the log (eventlog.Options.Companions).
 	Companions []string
 	// WorkerTokenTTL is how long a worker token lasts, from registration or renewal; 0:
@@ -203,11 +208,20 @@ func (b *Broker) rebuildProjections() (*projections.Set, error) {
 
 // newRuntime makes the cell runtime over the recovered projections, with protoactor as its
 // scheduler, the log as its committer and the wall clock.
+// observer is the runtime's Applied: Config.Observe given set, or nil.
+func (b *Broker) observer(set *projections.Set) func(uint64, time.Time, eventlog.Payload) {
+	if b.cfg.Observe == nil {
+		return nil
+	}
+	return func(seq uint64, at time.Time, p eventlog.Payload) { b.cfg.Observe(set, seq, at, p) }
+}
+
 func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 	return cells.New(cells.Config{
 		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: runtimeClock{b.clock, b.cfg.AfterFunc}, Set: set,
 		Make:      b.make,
 		Committed: b.committed,
+		Applied:   b.observer(set),
 		External:  func(to actors.Ref, msg any) { to.External.(sink).deliver(msg) },
 		Logger:    func(ref actors.Ref) *zap.Logger { return b.kindLogs[ref.Kind].With(refField(ref)) },
 		Refused: func(seq uint64, p eventlog.Payload, err error) {

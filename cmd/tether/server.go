@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -22,11 +23,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/cli"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/flowfile"
+	"github.com/tetherhq/tether/transport/tracing"
 )
 
 // serverProcs is the GOMAXPROCS the server sets, 0 for none: the flag's value if given; else,
@@ -65,6 +68,7 @@ type serverConfig struct {
 	auth                      transport.AuthMode
 	adminToken, metricsToken  string
 	metricsAddr, pprofAddr    string
+	otelEndpoint              string
 	maxConns, maxDead, procs  int
 	flowBytes                 int
 	tlsCert, tlsKey           string
@@ -100,6 +104,7 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	fs.StringVar(&c.metricsToken, "metrics-token", "", "under --auth token, a token that reads /metrics (the admin token does too)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve /metrics with no credential on this (loopback) address, for a local scraper; empty: off")
 	fs.IntVar(&c.maxConns, "max-conns", 10_000, "the most connections served at once; more wait to be accepted")
+	fs.StringVar(&c.otelEndpoint, "otel-endpoint", "", "export OpenTelemetry traces of jobs over OTLP/HTTP to this URL (e.g. http://collector:4318); the OTEL_EXPORTER_OTLP_* variables work too; empty and unset: off")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this (loopback) address; empty: off")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS and WSS with this certificate (PEM; a chain, leaf first); a changed file is picked up without a restart")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the private key (PEM) of --tls-cert")
@@ -175,6 +180,9 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 		return c, cli.BadFlagf(fs, "--max-dead %d: want 0 (no cap) or more", c.maxDead)
 	case c.flowBytes < 1:
 		return c, cli.BadFlagf(fs, "--flow-bytes-max %d: a flow file may hold at least 1 byte", c.flowBytes)
+	}
+	if err := tracing.CheckEndpoint(c.otelEndpoint); err != nil {
+		return c, cli.BadFlagf(fs, "--otel-endpoint: %v", err)
 	}
 	if err := c.cluster.check(fs); err != nil {
 		return c, err
@@ -257,7 +265,13 @@ func serve(c serverConfig) (err error) {
 				zap.String("code", "ADMIN_TOKEN_FILE_STALE"), zap.String("path", path))
 		}
 	}
-	api, err := transport.NewServer(transport.Config{Auth: c.auth, AdminToken: c.adminToken, MetricsToken: c.metricsToken, Logger: log, FlowBytesMax: c.flowBytes})
+	tracer, err := startTracing(c.otelEndpoint, "tether", log)
+	if err != nil {
+		return err
+	}
+	defer flushSpans(tracer)
+	api, err := transport.NewServer(transport.Config{Auth: c.auth, AdminToken: c.adminToken, MetricsToken: c.metricsToken, Logger: log,
+		FlowBytesMax: c.flowBytes, Tracing: tracer})
 	if err != nil {
 		return err
 	}
@@ -324,6 +338,11 @@ func serve(c serverConfig) (err error) {
 		cfg := broker.Config{Dir: c.data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: c.tokenTTL,
 			Retention: projections.Retention{Done: c.retain, Dead: c.retainDead, MaxDead: c.maxDead},
 			Archive:   broker.ArchiveConfig{Dir: c.archiveDir, After: c.archiveAfter, Keep: c.archiveKeep}}
+		if tracer != nil {
+			cfg.Observe = func(view *projections.Set, seq uint64, at time.Time, p eventlog.Payload) {
+				tracer.Observe(view, seq, at, p)
+			}
+		}
 		var b *broker.Broker
 		var err error
 		if replicated != nil {
@@ -503,4 +522,25 @@ func readAdminToken(path string) (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// startTracing returns the server's tracing when an OTLP endpoint is configured (the flag or
+// the OTEL_* variables), nil when it is off.
+func startTracing(endpoint, service string, log *zap.Logger) (*tracing.Tracer, error) {
+	if !tracing.Enabled(endpoint) {
+		return nil, nil
+	}
+	tp, err := tracing.NewProvider(context.Background(), endpoint, service)
+	if err != nil {
+		return nil, fmt.Errorf("--otel-endpoint: %w", err)
+	}
+	log.Info("exporting traces of jobs over OTLP", zap.String("otel_endpoint", cmp.Or(endpoint, "from OTEL_EXPORTER_OTLP_*")))
+	return tracing.NewTracer(tp, log), nil
+}
+
+// flushSpans exports the spans still batched, for at most 5 s, and stops the exporter.
+func flushSpans(p interface{ Shutdown(context.Context) error }) {
+	ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	_ = p.Shutdown(ctx)
 }

@@ -68,8 +68,10 @@ type Frame struct {
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Attempt        int             `json:"attempt,omitempty"`
 	LeaseExpiresAt *time.Time      `json:"lease_expires_at,omitempty"`
-	// Traceparent is the W3C trace context the job continues (its submitter's), for the
-	// worker's own spans of the job.
+	// Traceparent, on an assign, is the W3C trace context the job continues (its submitter's,
+	// or its attempt's span when the server traces), for the worker's own spans of the job; on
+	// a complete, fail or release, the worker's (its run's span, or the assign's), which the
+	// server's span of the report continues. Over HTTP it is the traceparent header.
 	Traceparent string `json:"traceparent,omitempty"`
 	// ack: OK, or Error; for a heartbeat Cancel and Unknown list the leases to stop and to
 	// forget; for an event Number is its place in the job's stream; Receipt for what changed state.
