@@ -19,6 +19,7 @@ import (
 
 	"github.com/tetherhq/tether/transport/cli"
 	"github.com/tetherhq/tether/transport/client"
+	"github.com/tetherhq/tether/transport/tracing"
 )
 
 func runWorker(args []string) error {
@@ -49,6 +50,7 @@ func runWorker(args []string) error {
 	fs.Var(&env, "env", "give every job the worker's variable KEY, or KEY=VALUE (repeatable); jobs get the worker's environment without any TETHER_* variable, and never the token")
 	tokenFile := fs.String("token-file", "", "a file (mode 0600) that holds the worker token and is rewritten atomically each time the worker renews it; if it does not exist yet, the worker registers with --token and writes it")
 	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600) and the results the server has not taken yet")
+	otelEndpoint := fs.String("otel-endpoint", "", "export an OpenTelemetry span of each job's run over OTLP/HTTP to this URL (e.g. http://collector:4318), under the trace its assignment names; the OTEL_EXPORTER_OTLP_* variables work too; empty and unset: off")
 	var lf cli.LogFlags
 	lf.Register(fs)
 	const usage = "tether worker [flags] -- COMMAND [ARGS]"
@@ -73,6 +75,9 @@ func runWorker(args []string) error {
 	case client.TransportAuto, client.TransportWebSocket, client.TransportLongPoll:
 	default:
 		return cli.BadFlagf(fs, "--transport %q: want auto, websocket or longpoll", *transportName)
+	}
+	if err := tracing.CheckEndpoint(*otelEndpoint); err != nil {
+		return cli.BadFlagf(fs, "--otel-endpoint: %v", err)
 	}
 	codes, err := intList(*fatal)
 	if err != nil {
@@ -112,6 +117,14 @@ func runWorker(args []string) error {
 	reg := client.Registration{Server: server, HTTPClient: ca.HTTPClient(), Name: *name, Queues: splitList(*queue), Capacity: *capacity, Key: key, StateDir: *stateDir, Logger: log}
 	w := client.Worker{Server: server, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
 		Grace: *grace, Hurry: hurry, Handler: command.Handler(), TLSConfig: ca.TLS}
+	if tracing.Enabled(*otelEndpoint) {
+		tp, err := tracing.NewProvider(context.Background(), *otelEndpoint, "tether-worker")
+		if err != nil {
+			return fmt.Errorf("--otel-endpoint: %w", err)
+		}
+		defer flushSpans(tp)
+		w.TracerProvider = tp
+	}
 	err = reg.Run(ctx, w, *token, *tokenFile)
 	if refused := (*client.Error)(nil); *token == "" && errors.As(err, &refused) && refused.Code == "UNAUTHENTICATED" {
 		return fmt.Errorf("%w; give an enroll token: --token ENROLL_TOKEN (see tether admin enroll-token)", err)

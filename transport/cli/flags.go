@@ -390,3 +390,9 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set
 }
+
+// callerTrace is the context of a submit from the command line: it continues the trace in
+// TRACEPARENT, as OpenTelemetry's environment carrier says, when a traced script runs it.
+func callerTrace() context.Context {
+	return client.WithTraceparent(context.Background(), os.Getenv("TRACEPARENT"))
+}

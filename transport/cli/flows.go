@@ -50,7 +50,7 @@ func flowSubmit(args []string) error {
 	if err != nil {
 		return err
 	}
-	f, err := cf.Client().SubmitFlow(context.Background(), *name, data, *key)
+	f, err := cf.Client().SubmitFlow(callerTrace(), *name, data, *key)
 	if err != nil {
 		return err
 	}

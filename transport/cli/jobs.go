@@ -160,7 +160,7 @@ func jobSubmit(args []string) error {
 		return err
 	}
 	req.DelaySeconds, req.IdempotencyKey = delay.Seconds(), *key
-	j, err := cf.Client().Submit(context.Background(), req)
+	j, err := cf.Client().Submit(callerTrace(), req)
 	if err != nil {
 		return err
 	}

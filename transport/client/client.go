@@ -25,6 +25,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tetherhq/tether/transport/client/policy"
 	"github.com/tetherhq/tether/transport/wire"
 )
@@ -283,6 +286,9 @@ func (c *Client) doOn(ctx context.Context, server, method, path string, hasBody 
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() { // a submit continues the caller's trace
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -777,4 +783,15 @@ func (c *Client) DeleteSchedule(ctx context.Context, id string) (*wire.Deleted, 
 	var out wire.Deleted
 	_, err := c.do(ctx, http.MethodDelete, "/v1/schedules/"+url.PathEscape(id), nil, &out)
 	return &out, err
+}
+
+// WithTraceparent returns ctx carrying the W3C trace context traceparent (as OpenTelemetry's
+// propagator reads it; one that does not parse is ignored), so that the jobs a request with it
+// submits continue that trace. A context that holds an OpenTelemetry span needs nothing more:
+// every request sends the span's context in the traceparent header.
+func WithTraceparent(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
 }

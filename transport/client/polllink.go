@@ -25,6 +25,10 @@ func (l *pollLink) request(ctx context.Context, f wire.Frame, _ int) (wire.Frame
 	ok := true
 	ack := wire.Frame{Type: wire.FrameAck, OK: &ok}
 	path := "/v1/worker/jobs/" + url.PathEscape(f.JobID)
+	var header []string // a report's trace context, which the server's span of it continues
+	if f.Traceparent != "" {
+		header = []string{"traceparent", f.Traceparent}
+	}
 	var err error
 	switch f.Type {
 	case wire.FrameEvent:
@@ -34,16 +38,16 @@ func (l *pollLink) request(ctx context.Context, f wire.Frame, _ int) (wire.Frame
 	case wire.FrameComplete:
 		var out wire.Done
 		_, err = l.api.do(ctx, http.MethodPost, path+"/complete", wire.CompleteRequest{LeaseID: f.LeaseID, Nonce: f.Nonce, Output: f.Output,
-			OutputHash: f.OutputHash, Signature: f.Signature}, &out)
+			OutputHash: f.OutputHash, Signature: f.Signature}, &out, header...)
 		ack.Receipt = &out.Receipt
 	case wire.FrameFail:
 		var out wire.Done
 		_, err = l.api.do(ctx, http.MethodPost, path+"/fail", wire.FailRequest{LeaseID: f.LeaseID, ErrorCode: f.ErrorCode, Message: f.Message,
-			Retryable: f.Retryable}, &out)
+			Retryable: f.Retryable}, &out, header...)
 		ack.Receipt = &out.Receipt
 	case wire.FrameRelease:
 		var out wire.Done
-		_, err = l.api.do(ctx, http.MethodPost, path+"/release", wire.ReleaseRequest{LeaseID: f.LeaseID, Reason: f.Reason, Message: f.Message}, &out)
+		_, err = l.api.do(ctx, http.MethodPost, path+"/release", wire.ReleaseRequest{LeaseID: f.LeaseID, Reason: f.Reason, Message: f.Message}, &out, header...)
 		ack.Receipt = &out.Receipt
 	case wire.FrameHeartbeat:
 		var out wire.HeartbeatResponse

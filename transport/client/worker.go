@@ -16,6 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/signing"
@@ -33,8 +38,9 @@ type Job struct {
 	Payload        json.RawMessage
 	Attempt        int
 	LeaseExpiresAt time.Time
-	// Traceparent is the W3C trace context the job continues (its submitter's), "" if none:
-	// the parent for the handler's own spans of the job.
+	// Traceparent is the W3C trace context the job continues, "" if none: the run's span when
+	// the worker traces (TracerProvider), else what the assignment named (the attempt's span
+	// when the server traces, else the submitter's). The handler's context carries it too.
 	Traceparent string
 
 	nonce  string
@@ -130,6 +136,12 @@ type Worker struct {
 	// "complete", "fail" or "release", err what the server refused it with (nil: accepted).
 	// Over WebSocket it runs on the goroutine that reads the connection, so it must not block.
 	OnResult func(job *Job, report string, err error)
+	// TracerProvider makes the span of each job's run (tether.run), a child of the trace
+	// context its assignment names (the attempt's span when the server traces), and the
+	// handler's context carries it, so that the handler's own spans nest under the job; the
+	// Job's Traceparent, a command's TRACEPARENT and the result sent name it too. nil: the
+	// global provider (otel.GetTracerProvider), which does nothing unless the program set one.
+	TracerProvider trace.TracerProvider
 	// ResultsDir, if set, is where the worker keeps each job's result until the server has
 	// taken it or refused it for good: written before the result is first sent, so that a
 	// worker that stops or dies first sends it again when it starts on the same directory.
@@ -181,7 +193,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	default:
 		return fmt.Errorf("tether: transport %q is not auto, websocket or longpoll", w.Transport)
 	}
-	r := &runner{w: w, runCtx: ctx, tasks: map[string]*task{}, linkUp: make(chan struct{}), freed: make(chan struct{}, 1),
+	tp := w.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	r := &runner{w: w, tracer: tp.Tracer("github.com/tetherhq/tether/transport/client"), runCtx: ctx, tasks: map[string]*task{}, linkUp: make(chan struct{}), freed: make(chan struct{}, 1),
 		tighter: make(chan struct{}, 1), api: New(w.Server, w.Token, w.httpClient()), log: w.Logger,
 		idle: make(chan *task), ended: make(chan struct{})}
 	defer close(r.ended)
@@ -338,6 +354,7 @@ func (r *runner) httpWorks(ctx context.Context) bool {
 // runner is the state of a running Worker that outlives connections: its jobs.
 type runner struct {
 	w         *Worker
+	tracer    trace.Tracer
 	api       *Client
 	log       *zap.Logger
 	publicKey string       // the worker's own, base64; "" without a key
@@ -613,7 +630,11 @@ func (r *runner) serve(t *task) {
 
 // run runs the handler for t and reports the result.
 func (r *runner) run(t *task) {
-	out, err := r.w.Handler(t.ctx, t.job)
+	ctx, span := r.runSpan(t)
+	out, err := r.w.Handler(ctx, t.job)
+	if span != nil {
+		endRunSpan(span, t, err)
+	}
 	r.mu.Lock()
 	r.running--
 	r.uncredited++
@@ -657,6 +678,7 @@ func (r *runner) report(t *task, out any, herr error) {
 	default:
 		f = failFrame(j, herr, why == "cancelled")
 	}
+	f.Traceparent = j.Traceparent
 	r.send(t, f)
 }
 
@@ -1053,4 +1075,46 @@ func (r *runner) unkept() int {
 		}
 	}
 	return n
+}
+
+// runSpan starts the span of t's run under the trace context its assignment names, if it
+// names one (nil span otherwise), and makes the job's Traceparent the span's when it is
+// recorded.
+func (r *runner) runSpan(t *task) (context.Context, trace.Span) {
+	j := t.job
+	if j.Traceparent == "" {
+		return t.ctx, nil
+	}
+	tc := propagation.TraceContext{}
+	ctx := tc.Extract(t.ctx, propagation.MapCarrier{"traceparent": j.Traceparent})
+	ctx, span := r.tracer.Start(ctx, "tether.run", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		attribute.String("tether.job.id", j.ID), attribute.String("tether.job.type", j.Type), attribute.String("tether.queue", j.Queue),
+		attribute.Int("tether.attempt", j.Attempt), attribute.String("tether.lease.id", j.LeaseID)))
+	if span.IsRecording() {
+		carrier := propagation.MapCarrier{}
+		tc.Inject(ctx, carrier)
+		j.Traceparent = carrier["traceparent"]
+	}
+	return ctx, span
+}
+
+// endRunSpan ends a run's span with the handler's outcome.
+func endRunSpan(span trace.Span, t *task, herr error) {
+	outcome := "succeeded"
+	switch why, _ := t.cancelled.Load().(string); {
+	case why != "":
+		outcome = why
+	case asRelease(herr) != nil:
+		outcome = "released"
+	case herr != nil:
+		outcome = "failed"
+		code := "error"
+		var fl *Failure
+		if errors.As(herr, &fl) {
+			code = fl.Code
+		}
+		span.SetStatus(codes.Error, code)
+	}
+	span.SetAttributes(attribute.String("tether.outcome", outcome))
+	span.End()
 }
