@@ -83,8 +83,8 @@ def test_progress_is_written_once_when_its_answer_is_lost(client, make_worker):
     real = w._request
     lost = []
 
-    def lose_first_event_answer(kind, job_id, body):
-        answer = real(kind, job_id, body)
+    def lose_first_event_answer(kind, job_id, body, traceparent=""):
+        answer = real(kind, job_id, body, traceparent)
         if kind == "event" and not lost:
             lost.append(job_id)
             raise TetherError(UNREACHABLE, "the answer was lost")  # after the server wrote it

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import _codes, signing
+from . import _codes, _otlp, signing
 from ._http import HTTP, error_of, quote
 from .errors import UNREACHABLE, Cancelled, Failure, Release, TetherError, retryable
 
@@ -109,8 +109,10 @@ class JobContext:
         self.payload: Any = a.get("payload")
         self.attempt: int = a.get("attempt", 0)
         self.lease_expires_at: Optional[_dt.datetime] = _parse_time(a.get("lease_expires_at"))
-        #: The W3C trace context the job continues ("" if none): the parent of the handler's
-        #: own spans (with OpenTelemetry: ``TraceContextTextMapPropagator().extract({"traceparent": ctx.traceparent})``).
+        #: The W3C trace context the job continues ("" if none): the run's span when the worker
+        #: exports traces (``otel_endpoint``), else what the assignment named (the attempt's span
+        #: when the server traces). The parent of the handler's own spans (with OpenTelemetry:
+        #: ``TraceContextTextMapPropagator().extract({"traceparent": ctx.traceparent})``).
         self.traceparent: str = a.get("traceparent", "")
         self._nonce: str = a.get("nonce", "")
         now = time.monotonic()
@@ -197,13 +199,19 @@ class Worker:
     ``longpoll``. With ``results_dir`` each result is kept on disk until the server has it,
     so that a worker that dies first sends it when it starts again on the same directory
     (with the same credentials); without it, results wait in memory only.
+
+    With ``otel_endpoint`` (an OTLP/HTTP collector's URL, e.g. ``http://localhost:4318``) or the
+    ``OTEL_EXPORTER_OTLP_*`` variables, the worker exports a ``tether.run`` span of each job's
+    run under the trace its assignment names, and ``ctx.traceparent`` names that span, so that
+    the handler's own spans nest under it.
     """
 
     def __init__(self, url: str = "", *, token: str = "", token_file: str = "",
                  enroll_token: str = "", queues: Sequence[str] = ("default",), capacity: int = 1,
                  name: str = "", signer: Optional[signing.Signer] = None, transport: str = "auto",
                  grace: float = 10.0, labels: Optional[Dict[str, str]] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None, results_dir: str = ""):
+                 ssl_context: Optional[ssl.SSLContext] = None, results_dir: str = "",
+                 otel_endpoint: str = ""):
         if capacity < 1:
             raise ValueError("tether: capacity must be at least 1")
         if transport not in ("auto", "websocket", "longpoll"):
@@ -230,6 +238,8 @@ class Worker:
         self._ws: Optional[_WSLink] = None  # the WebSocket link while one is up
         self._renew_at: Optional[float] = None  # when to renew the worker token (monotonic)
         self._results = _ResultStore(results_dir)
+        traces = _otlp.endpoint_from_env(otel_endpoint)
+        self._otlp = _otlp.Exporter(traces) if traces else None
         #: The transport jobs come over now: "websocket" or "longpoll" ("" before run()).
         self.connected_transport = ""
 
@@ -315,6 +325,8 @@ class Worker:
                 raise
         finally:
             self._finish()
+            if self._otlp is not None:
+                self._otlp.shutdown()
             for sig, old in restore:
                 signal.signal(sig, old)
 
@@ -529,6 +541,7 @@ class Worker:
         fn = self._handlers.get(ctx.type) or self._handlers.get("*")
         out: Any = None
         err: Optional[BaseException] = None
+        span = self._run_span(ctx)
         if fn is None:
             err = Failure("no_handler", f"this worker has no handler for job type {ctx.type!r}", retryable=True)
         else:
@@ -536,6 +549,8 @@ class Worker:
                 out = fn(ctx)
             except BaseException as e:  # noqa: BLE001 - a handler's any failure fails the attempt
                 err = e
+        if span is not None:
+            self._end_run_span(span, ctx, err)
         with self._lock:
             abandoned = ctx._abandoned
             ctx._reporting = not abandoned
@@ -590,7 +605,7 @@ class Worker:
         tries, last = 0, False
         while True:
             try:
-                self._request(kind, ctx.id, body)
+                self._request(kind, ctx.id, body, ctx.traceparent)
                 break
             except TetherError as e:
                 if retryable(e.code, e.status):
@@ -631,15 +646,43 @@ class Worker:
         if ws is not None and not self._stopping.is_set():
             ws.credit(1)
 
-    def _request(self, kind: str, job_id: str, body: Dict[str, Any]) -> Dict[str, Any]:
+    def _request(self, kind: str, job_id: str, body: Dict[str, Any], traceparent: str = "") -> Dict[str, Any]:
         """Sends a job's event or result over the WebSocket link if one is up, else over HTTP,
         and returns the server's answer (raising TetherError for a refusal, UNREACHABLE when
-        none came)."""
+        none came). A result carries the job's trace context, which the server's span of it
+        continues."""
         ws = self._ws
         if ws is not None:
-            return ws.request(dict(body, type=kind, job_id=job_id))
+            frame = dict(body, type=kind, job_id=job_id)
+            if traceparent:
+                frame["traceparent"] = traceparent
+            return ws.request(frame)
         path = f"/v1/worker/jobs/{quote(job_id)}/{'events' if kind == 'event' else kind}"
-        return self._http.request("POST", path, body, again=True)[1] or {}
+        headers = {"traceparent": traceparent} if traceparent else None
+        return self._http.request("POST", path, body, headers=headers, again=True)[1] or {}
+
+    def _run_span(self, ctx: JobContext) -> Optional[_otlp.Span]:
+        """Starts the span of the job's run, when the worker exports traces and the job names
+        one; ctx.traceparent names it from then on."""
+        if self._otlp is None:
+            return None
+        span = self._otlp.start("tether.run", ctx.traceparent, {
+            "tether.job.id": ctx.id, "tether.job.type": ctx.type, "tether.queue": ctx.queue,
+            "tether.attempt": ctx.attempt, "tether.lease.id": ctx.lease_id})
+        if span is not None:
+            ctx.traceparent = span.traceparent
+        return span
+
+    @staticmethod
+    def _end_run_span(span: _otlp.Span, ctx: JobContext, err: Optional[BaseException]) -> None:
+        outcome = ctx._why or "succeeded"
+        if not ctx._why and isinstance(err, Release):
+            outcome = "released"
+        elif not ctx._why and err is not None:
+            outcome = "failed"
+            span.error = err.code if isinstance(err, Failure) else type(err).__name__
+        span.attributes["tether.outcome"] = outcome
+        span.end()
 
     def _heartbeat_loop(self) -> None:
         """Heartbeats the leases held over HTTP while no WebSocket link is up (a link
