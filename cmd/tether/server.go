@@ -532,7 +532,7 @@ func startTracing(endpoint, service string, log *zap.Logger) (*tracing.Tracer, e
 	}
 	tp, err := tracing.NewProvider(context.Background(), endpoint, service)
 	if err != nil {
-		return nil, fmt.Errorf("--otel-endpoint: %w", err)
+		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	log.Info("exporting traces of jobs over OTLP", zap.String("otel_endpoint", cmp.Or(endpoint, "from OTEL_EXPORTER_OTLP_*")))
 	return tracing.NewTracer(tp, log), nil

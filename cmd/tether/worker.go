@@ -120,7 +120,7 @@ func runWorker(args []string) error {
 	if tracing.Enabled(*otelEndpoint) {
 		tp, err := tracing.NewProvider(context.Background(), *otelEndpoint, "tether-worker")
 		if err != nil {
-			return fmt.Errorf("--otel-endpoint: %w", err)
+			return fmt.Errorf("tracing: %w", err)
 		}
 		defer flushSpans(tp)
 		w.TracerProvider = tp

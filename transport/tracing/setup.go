@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -23,6 +25,36 @@ func Enabled(endpoint string) bool {
 		return false
 	}
 	return endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Protocol is the OTLP protocol the standard variables ask for: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+// else OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.
+func Protocol() string {
+	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf")
+}
+
+// newExporter returns the OTLP exporter the protocol asks for: over HTTP (protobuf) to
+// endpoint's /v1/traces, or over gRPC to endpoint; where the variables say when endpoint is "".
+func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
+	switch p := Protocol(); p {
+	case "grpc":
+		var opts []otlptracegrpc.Option
+		if endpoint != "" {
+			opts = append(opts, otlptracegrpc.WithEndpointURL(endpoint))
+		}
+		return otlptracegrpc.New(ctx, opts...)
+	case "http/protobuf":
+		var opts []otlptracehttp.Option
+		if endpoint != "" {
+			if !strings.HasSuffix(strings.TrimRight(endpoint, "/"), "/v1/traces") {
+				endpoint = strings.TrimRight(endpoint, "/") + "/v1/traces"
+			}
+			opts = append(opts, otlptracehttp.WithEndpointURL(endpoint))
+		}
+		return otlptracehttp.New(ctx, opts...)
+	default:
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: tether exports over http/protobuf or grpc", p)
+	}
 }
 
 // CheckEndpoint says what is wrong with an --otel-endpoint, if anything: "" (off), or an
@@ -45,19 +77,13 @@ func CheckEndpoint(endpoint string) error {
 
 // NewProvider returns a tracer provider that exports in batches over OTLP/HTTP (protobuf) to
 // endpoint, the collector's base URL (http://collector:4318; /v1/traces is added unless it
-// ends so), or
+// ends so), or over gRPC to it (http://collector:4317) when OTEL_EXPORTER_OTLP_PROTOCOL is
+// grpc; or
 // where the OTEL_EXPORTER_OTLP_* variables say. service is the service.name unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise; OTEL_TRACES_SAMPLER is obeyed.
 // It uses IDGenerator. Shutdown flushes it.
 func NewProvider(ctx context.Context, endpoint, service string) (*sdktrace.TracerProvider, error) {
-	var opts []otlptracehttp.Option
-	if endpoint != "" {
-		if !strings.HasSuffix(strings.TrimRight(endpoint, "/"), "/v1/traces") {
-			endpoint = strings.TrimRight(endpoint, "/") + "/v1/traces"
-		}
-		opts = append(opts, otlptracehttp.WithEndpointURL(endpoint))
-	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	exp, err := newExporter(ctx, endpoint)
 	if err != nil {
 		return nil, err
 	}

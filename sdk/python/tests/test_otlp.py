@@ -40,7 +40,8 @@ def receiver():
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
     for k in ("OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-              "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_SERVICE_NAME"):
+              "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_SERVICE_NAME",
+              "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
         monkeypatch.delenv(k, raising=False)
 
 
@@ -52,6 +53,10 @@ def test_endpoint_from_the_variables(monkeypatch):
     assert _otlp.endpoint_from_env() == "http://base:4318/v1/traces"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:9/custom")
     assert _otlp.endpoint_from_env() == "http://t:9/custom"  # taken whole, as the specification says
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")  # it cannot: it says so and exports nothing
+    assert _otlp.endpoint_from_env("http://c:4317") == ""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    assert _otlp.endpoint_from_env("http://c:4318") == "http://c:4318/v1/traces"
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     assert _otlp.endpoint_from_env("http://c:4318") == ""
     monkeypatch.delenv("OTEL_TRACES_EXPORTER")

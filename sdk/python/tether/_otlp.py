@@ -1,7 +1,8 @@
 """A minimal OpenTelemetry trace exporter: spans sent in batches over OTLP/HTTP as JSON, with the
 standard library only, so that a worker where pip cannot reach an index still reports the span
 of each job's run. It reads the standard variables: OTEL_SDK_DISABLED, OTEL_TRACES_EXPORTER
-(``none`` turns it off), OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, OTEL_EXPORTER_OTLP_[TRACES_]HEADERS
+(``none`` turns it off), OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, OTEL_EXPORTER_OTLP_[TRACES_]HEADERS,
+OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (``grpc`` it cannot speak: it says so and exports nothing)
 and OTEL_SERVICE_NAME."""
 
 import json
@@ -39,6 +40,10 @@ def parse_traceparent(tp: str):
 def endpoint_from_env(explicit: str = "") -> str:
     """The URL spans are posted to, or "" when tracing is off."""
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true" or os.environ.get("OTEL_TRACES_EXPORTER") == "none":
+        return ""
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    if protocol == "grpc":
+        log.warning("OTEL_EXPORTER_OTLP_PROTOCOL is grpc: the tether Python SDK exports over OTLP/HTTP only; no spans are exported")
         return ""
     if explicit:
         return _traces_url(explicit)

@@ -1,0 +1,66 @@
+package tracing
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+)
+
+// collector is an OTLP trace service over gRPC that keeps the names of the spans it gets.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			for _, s := range ss.Spans {
+				c.names = append(c.names, s.Name)
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// OTEL_EXPORTER_OTLP_PROTOCOL=grpc exports over gRPC to the endpoint given; a protocol tether
+// does not speak is refused at start, not ignored.
+func TestProtocolFromTheVariables(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, c)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	tp, err := NewProvider(context.Background(), "http://"+ln.Addr().String(), "tether")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tp.Tracer("test").Start(context.Background(), "over-grpc")
+	span.End()
+	if err := tp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	if len(c.names) != 1 || c.names[0] != "over-grpc" {
+		t.Errorf("the gRPC collector got %v", c.names)
+	}
+	c.mu.Unlock()
+
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+	if _, err := NewProvider(context.Background(), "http://127.0.0.1:4318", "tether"); err == nil {
+		t.Error("http/json was taken; tether's exporter does not speak it")
+	}
+}
