@@ -49,6 +49,22 @@ def test_batch_and_idempotency(client):
     assert e.value.code == "IDEMPOTENCY_KEY_REUSED" and e.value.status == 422
 
 
+def test_a_traceparent_that_is_not_one_is_not_sent(client):
+    # As the server ignores one that does not parse, the client does not send it; a CR or LF
+    # must not break the request, nor the connection the next request takes.
+    for bad in ("bad\r\nX-Evil: 1", "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01", "garbage"):
+        job = client.submit("b", "t", traceparent=bad)
+        assert job["status"] == "queued"
+        assert client.get(job["id"])["id"] == job["id"]
+
+
+def test_a_refused_header_does_not_break_the_next_request(client):
+    client.queues()  # a kept-alive connection
+    with pytest.raises(ValueError):
+        client._http.request("GET", "/v1/queues", headers={"X-Bad": "a\r\nb"})
+    assert client.queues() is not None
+
+
 def test_errors_carry_code_status_and_request_id(client):
     with pytest.raises(TetherError) as e:
         client.get("01NOSUCHJOB0000000000000000")

@@ -118,6 +118,11 @@ class HTTP:
             except (OSError, http.client.HTTPException) as e:
                 self._drop()
                 raise TetherError(UNREACHABLE, f"{method} {path}: {e}") from e
+            except BaseException:
+                # Anything else (a header http.client refuses, an interrupt) may leave the
+                # connection between a request and its answer: the next request gets a new one.
+                self._drop()
+                raise
         raise AssertionError("unreachable")
 
     def aborted(self) -> bool:

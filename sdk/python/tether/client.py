@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import ssl
 import time
 import urllib.parse
@@ -47,8 +48,16 @@ def _job_request(queue: str, type: str, payload: Any = None, *, priority: Option
     return req
 
 
+# A W3C traceparent as a header may carry it: version-traceid-parentid-flags, lowercase hex, and
+# for a later version more fields after a dash. Anything else is not sent (the server would ignore
+# it; a CR or LF would not even make a header).
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[\x21-\x7e]*)?")
+
+
 def _trace(traceparent: str) -> Optional[Dict[str, str]]:
-    return {"traceparent": traceparent} if traceparent else None
+    if not traceparent or not _TRACEPARENT.fullmatch(traceparent):
+        return None
+    return {"traceparent": traceparent}
 
 
 class Client:
