@@ -111,6 +111,21 @@ func (s *Server) serveMetrics(r *request) error {
 			e.sample("tether_workers_connected", float64(byTransport[t]), "transport", t)
 		}
 	})
+	if t := s.cfg.Tracing; t != nil {
+		ended, exported, failed, dropped := t.Counts()
+		for _, m := range []struct {
+			name, help string
+			v          int64
+		}{
+			{"tether_trace_spans_ended_total", "Spans the server made (--otel-endpoint); those neither exported nor failed wait in the batch or were dropped from it by a collector too slow.", ended},
+			{"tether_trace_spans_exported_total", "Spans the collector accepted.", exported},
+			{"tether_trace_spans_export_failed_total", "Spans in exports that failed (collector down, refused, timed out).", failed},
+			{"tether_trace_events_dropped_total", "Committed events whose spans were not made: more ended than the tracer could keep up with.", dropped},
+		} {
+			e.family(m.name, "counter", m.help)
+			e.sample(m.name, float64(m.v))
+		}
+	}
 	st, head := r.b.LogStats(), r.b.Head()
 	e.family("tether_log_events_total", "counter", "Events made durable by this process.")
 	e.sample("tether_log_events_total", float64(st.Events))

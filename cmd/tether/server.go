@@ -528,14 +528,19 @@ func readAdminToken(path string) (string, error) {
 // the OTEL_* variables), nil when it is off.
 func startTracing(endpoint, service string, log *zap.Logger) (*tracing.Tracer, error) {
 	if !tracing.Enabled(endpoint) {
+		if endpoint != "" {
+			log.Info("not exporting traces: OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none turns --otel-endpoint off")
+		}
 		return nil, nil
 	}
-	tp, err := tracing.NewProvider(context.Background(), endpoint, service)
+	tp, stats, err := tracing.NewProvider(context.Background(), endpoint, service)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	log.Info("exporting traces of jobs over OTLP", zap.String("otel_endpoint", cmp.Or(endpoint, "from OTEL_EXPORTER_OTLP_*")))
-	return tracing.NewTracer(tp, log), nil
+	tracing.LogErrors(log)
+	log.Info("exporting traces of jobs over OTLP", zap.String("otel_endpoint", cmp.Or(endpoint, "from OTEL_EXPORTER_OTLP_*")),
+		zap.String("protocol", tracing.Protocol()))
+	return tracing.NewTracer(tp, stats, log), nil
 }
 
 // flushSpans exports the spans still batched, for at most 5 s, and stops the exporter.

@@ -392,6 +392,13 @@ func TestTraceThroughGoWorker(t *testing.T) {
 		t.Errorf("the command's TRACEPARENT was %v; the run's span is %s", out["traceparent"], run.id)
 	}
 
+	// /metrics says what became of the spans.
+	metrics := httpGet(t, s.url+"/metrics")
+	mustContain(t, "/metrics", metrics, "tether_trace_spans_ended_total ", "tether_trace_spans_export_failed_total 0\n", "tether_trace_events_dropped_total 0\n")
+	if strings.Contains(metrics, "tether_trace_spans_exported_total 0\n") {
+		t.Errorf("no span exported, says /metrics")
+	}
+
 	// `tether job submit` in a traced script continues the trace in TRACEPARENT.
 	const cliCaller = "00-7bf92f3577b34da6a3ce929d0e0e4736-30f067aa0ba902b7-01"
 	stdout, stderr, code := tether(t, []string{"TRACEPARENT=" + cliCaller}, "job", "submit", "--server", s.url, "--queue", "traced", "--type", "t", "--quiet")
@@ -482,5 +489,52 @@ w.run()
 	defer recv.mu.Unlock()
 	if recv.encodings["application/json"] == 0 || recv.encodings["application/x-protobuf"] == 0 {
 		t.Errorf("requests by encoding: %v (the server's protobuf, the Python worker's JSON)", recv.encodings)
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// With the collector away, the server goes on serving and says so in its own log, once in a
+// while, with a stable code, not a raw line of Go's log for every batch; /metrics counts the
+// spans that failed; and a collector URL with a typo in the variable stops the start.
+func TestTraceExportFailuresAreLogged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	nobody := freeAddr(t)
+	addr := freeAddr(t)
+	p := startTether(t, nil, "server", "--data", t.TempDir(), "--addr", addr, "--log-format", "json", "--otel-endpoint", "http://"+nobody)
+	p.waitFor(t, `"msg":"ready"`)
+	for i := 0; i < 20; i++ {
+		var job struct{ ID string }
+		postTraced(t, "http://"+addr+"/v1/jobs", "application/json", "00-8bf92f3577b34da6a3ce929d0e0e4736-40f067aa0ba902b7-01", `{"queue":"q","type":"t"}`, &job)
+		time.Sleep(60 * time.Millisecond) // one batch each: failures, not one failure
+	}
+	p.waitFor(t, `"code":"TRACE_EXPORT_FAILED"`)
+	if n := strings.Count(p.output(), "TRACE_EXPORT_FAILED"); n != 1 {
+		t.Errorf("%d TRACE_EXPORT_FAILED lines in a second; want one every 30 s", n)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(p.output()), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			t.Errorf("a line that is not the server's JSON log: %q", line)
+		}
+	}
+	if m := httpGet(t, "http://"+addr+"/metrics"); strings.Contains(m, "tether_trace_spans_export_failed_total 0\n") {
+		t.Errorf("/metrics counts no failed span")
+	}
+
+	_, stderr, code := tether(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318"}, "server", "--data", t.TempDir(), "--addr", freeAddr(t))
+	if code == 0 || !strings.Contains(stderr, "OTEL_EXPORTER_OTLP_ENDPOINT") {
+		t.Errorf("a typo in OTEL_EXPORTER_OTLP_ENDPOINT: exit %d\n%s", code, stderr)
 	}
 }

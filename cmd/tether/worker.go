@@ -118,10 +118,11 @@ func runWorker(args []string) error {
 	w := client.Worker{Server: server, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
 		Grace: *grace, Hurry: hurry, Handler: command.Handler(), TLSConfig: ca.TLS}
 	if tracing.Enabled(*otelEndpoint) {
-		tp, err := tracing.NewProvider(context.Background(), *otelEndpoint, "tether-worker")
+		tp, _, err := tracing.NewProvider(context.Background(), *otelEndpoint, "tether-worker")
 		if err != nil {
 			return fmt.Errorf("tracing: %w", err)
 		}
+		tracing.LogErrors(log)
 		defer flushSpans(tp)
 		w.TracerProvider = tp
 	}

@@ -30,9 +30,9 @@ type Observer struct {
 	// ended holds, until a job's next lease or its end, when it became ready for that lease:
 	// when its last attempt ended, or the run_at it was scheduled for (a delay, a backoff).
 	ended map[string]time.Time
-	// redriven holds the jobs a client put back from the dead letters: each such life of a
-	// job is a span of its own.
-	redriven map[string]redrive
+	// redriven holds when a client put a job back from the dead letters, until the job ends:
+	// each such life of a job is a span of its own, which starts then.
+	redriven map[string]time.Time
 }
 
 type lease struct {
@@ -41,15 +41,10 @@ type lease struct {
 	at         time.Time
 }
 
-type redrive struct {
-	span trace.SpanID
-	at   time.Time
-}
-
 // NewObserver returns an observer that makes its spans with tracer, from a provider that uses
 // IDGenerator.
 func NewObserver(tracer trace.Tracer) *Observer {
-	return &Observer{tracer: tracer, leases: map[string]lease{}, ended: map[string]time.Time{}, redriven: map[string]redrive{}}
+	return &Observer{tracer: tracer, leases: map[string]lease{}, ended: map[string]time.Time{}, redriven: map[string]time.Time{}}
 }
 
 // Observation is a committed event with what its spans need of its job or flow, copied from
@@ -68,7 +63,9 @@ type Observation struct {
 type JobFacts struct {
 	ID, Queue, Tenant, Type, FlowID, FlowStep, Traceparent, WorkerID string
 	CreatedAt, StartedAt                                             time.Time
-	Attempt                                                          int
+	// Attempt is the current or last attempt; AttemptBase the attempts before the job was last
+	// re-driven (0 if never): it tells the job's lives apart.
+	Attempt, AttemptBase int
 }
 
 // FlowFacts is what a flow's span says of it.
@@ -103,7 +100,8 @@ func Observe(view View, seq uint64, at time.Time, p eventlog.Payload) (Observati
 		return o, false
 	}
 	o.Job = &JobFacts{ID: j.ID, Queue: j.Queue, Tenant: j.Tenant, Type: j.Type, FlowID: j.FlowID, FlowStep: j.FlowStep,
-		Traceparent: j.Traceparent, WorkerID: j.WorkerID, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, Attempt: j.Attempt}
+		Traceparent: j.Traceparent, WorkerID: j.WorkerID, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, Attempt: j.Attempt,
+		AttemptBase: j.AttemptBase}
 	return o, true
 }
 
@@ -112,12 +110,17 @@ func (o *Observer) Apply(ob Observation) {
 	j, at := ob.Job, ob.At
 	switch e := ob.Event.(type) {
 	case eventlog.JobLeased:
-		since := j.CreatedAt
-		if t, ok := o.ended[e.JobID]; ok && t.After(since) {
-			since = t
+		// The wait began when the job became ready: at its submit for the first attempt, else
+		// when the last attempt ended (or the backoff after it). Across a restart that is not
+		// known, and no span is better than a wrong one.
+		since, known := o.ended[e.JobID]
+		if !known && j.AttemptBase == 0 && e.Attempt == 1 {
+			since, known = j.CreatedAt, true
 		}
 		delete(o.ended, e.JobID)
-		o.child(j, "tether.dispatch_wait", trace.SpanID{}, since, at, attribute.Int(AttrAttempt, e.Attempt))
+		if known {
+			o.child(j, "tether.dispatch_wait", trace.SpanID{}, since, at, attribute.Int(AttrAttempt, e.Attempt))
+		}
 		o.leases[e.JobID] = lease{id: e.LeaseID, worker: e.WorkerID, attempt: e.Attempt, at: at}
 	case eventlog.JobSucceeded:
 		o.endAttempt(j, e.LeaseID, e.Attempt, at, "succeeded", "")
@@ -140,7 +143,7 @@ func (o *Observer) Apply(ob Observation) {
 	case eventlog.JobRetryScheduled:
 		o.ended[e.JobID] = e.RunAt
 	case eventlog.JobRedriven:
-		o.redriven[e.JobID] = redrive{span: JobSpanID(e.JobID, int(ob.Seq)), at: at}
+		o.redriven[e.JobID] = at
 		o.ended[e.JobID] = at
 	case eventlog.FlowEnded:
 		o.endFlow(ob.Flow, e, at)
@@ -175,12 +178,15 @@ func (o *Observer) endJob(j *JobFacts, at time.Time, outcome, failure string) {
 	delete(o.ended, jobID)
 	delete(o.leases, jobID)
 	parent, tid := jobParent(j)
-	id, start := JobSpanID(jobID, 0), j.CreatedAt
-	if r, ok := o.redriven[jobID]; ok {
-		id, start = r.span, r.at
-		delete(o.redriven, jobID)
+	start := j.CreatedAt
+	if j.AttemptBase > 0 { // a re-driven life: from the re-drive, or, across a restart, from its last lease
+		start = j.StartedAt
+		if t, ok := o.redriven[jobID]; ok {
+			start = t
+		}
 	}
-	ctx := withIDs(context.Background(), tid, id)
+	delete(o.redriven, jobID)
+	ctx := withIDs(context.Background(), tid, JobSpanID(jobID, j.AttemptBase))
 	if parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
@@ -221,10 +227,7 @@ func (o *Observer) start(j *JobFacts, name string, id trace.SpanID, start time.T
 	if parent.IsValid() {
 		tid = parent.TraceID()
 	}
-	jobSpan := JobSpanID(j.ID, 0)
-	if r, ok := o.redriven[j.ID]; ok {
-		jobSpan = r.span
-	}
+	jobSpan := JobSpanID(j.ID, j.AttemptBase)
 	flags := trace.FlagsSampled
 	if parent.IsValid() {
 		flags = parent.TraceFlags()

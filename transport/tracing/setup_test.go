@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestProtocolFromTheVariables(t *testing.T) {
 	defer srv.Stop()
 
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	tp, err := NewProvider(context.Background(), "http://"+ln.Addr().String(), "tether")
+	tp, _, err := NewProvider(context.Background(), "http://"+ln.Addr().String(), "tether")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,26 @@ func TestProtocolFromTheVariables(t *testing.T) {
 	c.mu.Unlock()
 
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
-	if _, err := NewProvider(context.Background(), "http://127.0.0.1:4318", "tether"); err == nil {
+	if _, _, err := NewProvider(context.Background(), "http://127.0.0.1:4318", "tether"); err == nil {
 		t.Error("http/json was taken; tether's exporter does not speak it")
 	}
+}
+
+// The endpoint variables are checked as the flag is: a typo stops the start, not every span.
+func TestEndpointVariablesAreChecked(t *testing.T) {
+	for _, bad := range []string{"collector:4318", "127.0.0.1:4318", "ftp://c", "http://"} {
+		if err := CheckEndpoint(bad); err == nil || !strings.Contains(err.Error(), "want the collector's http:// or https:// URL") && !strings.Contains(err.Error(), "no host") {
+			t.Errorf("%q: %v", bad, err)
+		}
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", bad)
+		if _, _, err := NewProvider(context.Background(), "", "tether"); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_ENDPOINT") {
+			t.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT=%q: %v", bad, err)
+		}
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+	tp, _, err := NewProvider(context.Background(), "", "tether")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = tp.Shutdown(context.Background())
 }

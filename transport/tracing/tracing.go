@@ -21,6 +21,7 @@ import (
 type Tracer struct {
 	provider *sdktrace.TracerProvider
 	tracer   trace.Tracer
+	stats    *Stats
 	log      *zap.Logger
 	// observations go from the committer (Observe) to the goroutine that makes their spans;
 	// dropped counts those that found it full.
@@ -32,10 +33,14 @@ type Tracer struct {
 // never waited for.
 const observationsMax = 1 << 16
 
-// NewTracer returns tracing that makes its spans with provider, which must use IDGenerator.
-func NewTracer(provider *sdktrace.TracerProvider, log *zap.Logger) *Tracer {
+// NewTracer returns tracing that makes its spans with provider, which must use IDGenerator;
+// stats, if not nil, counts what became of them (NewProvider's).
+func NewTracer(provider *sdktrace.TracerProvider, stats *Stats, log *zap.Logger) *Tracer {
+	if stats == nil {
+		stats = &Stats{}
+	}
 	tr := provider.Tracer("github.com/tetherhq/tether")
-	t := &Tracer{provider: provider, tracer: tr, log: log, observations: make(chan Observation, observationsMax)}
+	t := &Tracer{provider: provider, tracer: tr, stats: stats, log: log, observations: make(chan Observation, observationsMax)}
 	go t.makeSpans(NewObserver(tr))
 	return t
 }
@@ -67,6 +72,12 @@ func (t *Tracer) Observe(view View, seq uint64, at time.Time, p eventlog.Payload
 			t.log.Warn("spans are dropped: more jobs end than their spans can be made for", zap.String("code", "TRACE_SPANS_DROPPED"))
 		}
 	}
+}
+
+// Counts says what became of the spans: ended, exported, in exports that failed; and the
+// committed events whose spans were not made (their hand-off was full).
+func (t *Tracer) Counts() (ended, exported, failed, dropped int64) {
+	return t.stats.Ended.Load(), t.stats.Exported.Load(), t.stats.Failed.Load(), t.dropped.Load()
 }
 
 // Shutdown makes the spans of what was observed, exports what is batched, and stops the
@@ -192,13 +203,14 @@ const (
 	AttrJobs     = "tether.jobs"
 )
 
-// JobSpanID is the span id of a job's span; redriven counts the times a dead letter was put
-// back (each time is a span of its own).
-func JobSpanID(jobID string, redriven int) trace.SpanID {
-	if redriven == 0 {
+// JobSpanID is the span id of a job's span. A dead letter put back is a life of its own, with a
+// span of its own: attemptBase is the attempts before it was put back (0 for the first life),
+// which the projections keep, so the id is the same after a restart.
+func JobSpanID(jobID string, attemptBase int) trace.SpanID {
+	if attemptBase == 0 {
 		return spanID("tether/job/" + jobID)
 	}
-	return spanID("tether/job/" + jobID + "/" + itoa(redriven))
+	return spanID("tether/job/" + jobID + "/" + itoa(attemptBase))
 }
 
 // AttemptSpanID is the span id of the attempt that holds a lease.

@@ -37,7 +37,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithIDGenerator(IDGenerator{Random: rand.Reader}))
-	return &world{t: t, exp: exp, tr: NewTracer(tp, zap.NewNop()), obs: NewObserver(tp.Tracer("test")), set: projections.New()}
+	return &world{t: t, exp: exp, tr: NewTracer(tp, nil, zap.NewNop()), obs: NewObserver(tp.Tracer("test")), set: projections.New()}
 }
 
 func (w *world) append(ms int, events ...eventlog.Payload) {
@@ -294,7 +294,7 @@ func TestObservationsAreHandedOverNotWaitedFor(t *testing.T) {
 		t.Errorf("dropped %d, want 1", stalled.dropped.Load())
 	}
 
-	tr := NewTracer(tp, zap.NewNop())
+	tr := NewTracer(tp, nil, zap.NewNop())
 	for i, p := range events {
 		tr.Observe(set, uint64(i+1), at(i), p)
 	}
@@ -315,3 +315,47 @@ func (c *counting) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan)
 	return nil
 }
 func (c *counting) Shutdown(context.Context) error { return nil }
+
+// A dead letter put back is a second life of the job, a job span of its own, with or without a
+// restart of the server between the re-drive and the end (the observer's memory lost): never
+// the first life's span id again, nor a span that starts before it could have.
+func TestARedrivenJobIsALifeOfItsOwn(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		w := newWorld(t)
+		w.append(0, submitted("J", caller))
+		w.append(10, leased("J", "L1", 1, 10))
+		w.append(20, eventlog.JobFailed{JobID: "J", LeaseID: "L1", Attempt: 1, ErrorCode: "boom"},
+			eventlog.JobDeadLettered{JobID: "J", Reason: "non_retryable", Attempt: 1})
+		w.append(100, eventlog.JobRedriven{JobID: "J", MaxAttempts: 3})
+		if restart {
+			w.obs = NewObserver(w.obs.tracer)
+		}
+		w.append(150, leased("J", "L2", 2, 150))
+		w.append(170, eventlog.JobSucceeded{JobID: "J", LeaseID: "L2", Attempt: 2, Output: json.RawMessage(`1`)})
+
+		jobs := w.spans("tether.job")
+		if len(jobs) != 2 || jobs[0].SpanContext().SpanID() == jobs[1].SpanContext().SpanID() {
+			t.Fatalf("restart %v: job spans %v", restart, jobs)
+		}
+		second := jobs[1]
+		wantStart := at(100)
+		if restart {
+			wantStart = at(150) // the re-drive's time went with the observer: from its lease
+		}
+		if second.SpanContext().SpanID() != JobSpanID("J", 1) || !second.StartTime().Equal(wantStart) || !second.EndTime().Equal(at(170)) {
+			t.Errorf("restart %v: the second life %s %v..%v", restart, second.SpanContext().SpanID(), second.StartTime(), second.EndTime())
+		}
+		for _, s := range w.spans("tether.attempt") {
+			if lease := s.SpanContext().SpanID(); lease == AttemptSpanID("L2") && s.Parent().SpanID() != JobSpanID("J", 1) {
+				t.Errorf("restart %v: attempt 2 is under %s, not the second life", restart, s.Parent().SpanID())
+			}
+		}
+		waits := w.spans("tether.dispatch_wait")
+		switch {
+		case !restart && (len(waits) != 2 || !waits[1].StartTime().Equal(at(100))):
+			t.Errorf("the second wait: %v", waits)
+		case restart && len(waits) != 1: // its start is not known after the restart
+			t.Errorf("after a restart, %d waits", len(waits))
+		}
+	}
+}
