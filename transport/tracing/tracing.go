@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -86,13 +87,11 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	if err := t.flush(ctx); err != nil {
-		return err
-	}
+	flushed := t.flush(ctx) // on time or not, what is batched is sent
 	if n := t.dropped.Load(); n > 0 {
 		t.log.Warn("spans were dropped", zap.String("code", "TRACE_SPANS_DROPPED"), zap.Int64("events", n))
 	}
-	return t.provider.Shutdown(ctx)
+	return errors.Join(flushed, t.provider.Shutdown(ctx))
 }
 
 // flush waits until the spans of everything observed so far are made.
