@@ -124,8 +124,7 @@ func (s *Server) submitFlow(r *request) error {
 	}
 	key := cmp.Or(r.Header.Get(IdempotencyKeyHeader), r.URL.Query().Get("idempotency_key"))
 	sum := sha256.Sum256(data)
-	caller, _ := ParseTraceparent(r.Header.Get(TraceparentHeader))
-	tp, span := s.cfg.Tracing.StartSubmit(r.Context(), "tether.submit_flow", caller, r.by.tenant)
+	tp, span := s.startSubmit(r, "tether.submit_flow")
 	id, hit, rc, err := r.b.SubmitFlow(r.Context(), actors.SubmitFlow{
 		Tenant: r.by.tenant, Name: name, Steps: file.Steps, YAMLSHA256: hex.EncodeToString(sum[:]), YAMLBytes: len(data),
 		IdempotencyKey: key, APIKeyID: r.by.apiKeyID, Traceparent: tp,

@@ -103,8 +103,8 @@ func (s *Server) submit(r *request) error {
 	if err != nil {
 		return err
 	}
-	ctx, span := s.startSubmit(r, "tether.submit")
-	res, rc, err := r.b.Submit(ctx, r.by.tenant, r.by.apiKeyID, spec)
+	tp, span := s.startSubmit(r, "tether.submit")
+	res, rc, err := r.b.Submit(withTraceparent(r.Context(), tp), r.by.tenant, r.by.apiKeyID, spec)
 	if err != nil {
 		span.End(err)
 		return err
@@ -142,8 +142,8 @@ func (s *Server) submitBatch(r *request) error {
 		}
 		specs[i] = spec
 	}
-	ctx, span := s.startSubmit(r, "tether.submit_batch")
-	res, rc, err := r.b.Submit(ctx, r.by.tenant, r.by.apiKeyID, specs...)
+	tp, span := s.startSubmit(r, "tether.submit_batch")
+	res, rc, err := r.b.Submit(withTraceparent(r.Context(), tp), r.by.tenant, r.by.apiKeyID, specs...)
 	if err != nil {
 		span.End(err)
 		return err

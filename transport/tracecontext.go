@@ -38,17 +38,21 @@ func (s *Server) reported(f wire.Frame, workerID string) func(error) {
 
 func unreported(error) {}
 
-// startSubmit opens the span of a submit (when tracing is on) and returns the request's context
-// carrying the traceparent its jobs continue: the submit's span's, or with tracing off the
-// request's traceparent header when it holds a valid one (W3C Trace Context: a header that does
-// not parse is ignored, never refused).
-func (s *Server) startSubmit(r *request, name string) (context.Context, tracing.Span) {
+// startSubmit opens the span of a submit (when tracing is on) and returns the traceparent its
+// jobs continue: the submit's span's, or with tracing off the request's traceparent header when
+// it holds a valid one (W3C Trace Context: a header that does not parse is ignored, never
+// refused), else "".
+func (s *Server) startSubmit(r *request, name string) (string, tracing.Span) {
 	caller, _ := ParseTraceparent(r.Header.Get(TraceparentHeader))
-	tp, span := s.cfg.Tracing.StartSubmit(r.Context(), name, caller, r.by.tenant)
+	return s.cfg.Tracing.StartSubmit(r.Context(), name, caller, r.by.tenant)
+}
+
+// withTraceparent is ctx carrying tp for the broker's Submit, if there is one.
+func withTraceparent(ctx context.Context, tp string) context.Context {
 	if tp == "" {
-		return r.Context(), span
+		return ctx
 	}
-	return broker.WithTraceparent(r.Context(), tp), span
+	return broker.WithTraceparent(ctx, tp)
 }
 
 // ParseTraceparent checks a traceparent header and returns it as version 00:

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/broker"
@@ -527,20 +528,30 @@ func readAdminToken(path string) (string, error) {
 // startTracing returns the server's tracing when an OTLP endpoint is configured (the flag or
 // the OTEL_* variables), nil when it is off.
 func startTracing(endpoint, service string, log *zap.Logger) (*tracing.Tracer, error) {
+	tp, stats, err := startExport(endpoint, service, log)
+	if tp == nil {
+		return nil, err
+	}
+	return tracing.NewTracer(tp, stats, log), nil
+}
+
+// startExport returns the provider that exports spans over OTLP when an endpoint is configured
+// (the flag or the OTEL_* variables), with the SDK's errors in log; nil when it is off.
+func startExport(endpoint, service string, log *zap.Logger) (*sdktrace.TracerProvider, *tracing.Stats, error) {
 	if !tracing.Enabled(endpoint) {
 		if endpoint != "" {
 			log.Info("not exporting traces: OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none turns --otel-endpoint off")
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	tp, stats, err := tracing.NewProvider(context.Background(), endpoint, service)
 	if err != nil {
-		return nil, fmt.Errorf("tracing: %w", err)
+		return nil, nil, fmt.Errorf("tracing: %w", err)
 	}
 	tracing.LogErrors(log)
-	log.Info("exporting traces of jobs over OTLP", zap.String("otel_endpoint", cmp.Or(endpoint, "from OTEL_EXPORTER_OTLP_*")),
+	log.Info("exporting traces over OTLP", zap.String("otel_endpoint", cmp.Or(endpoint, "from OTEL_EXPORTER_OTLP_*")),
 		zap.String("protocol", tracing.Protocol()))
-	return tracing.NewTracer(tp, stats, log), nil
+	return tp, stats, nil
 }
 
 // flushSpans exports the spans still batched, for at most 5 s, and stops the exporter.

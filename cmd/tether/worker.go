@@ -117,12 +117,11 @@ func runWorker(args []string) error {
 	reg := client.Registration{Server: server, HTTPClient: ca.HTTPClient(), Name: *name, Queues: splitList(*queue), Capacity: *capacity, Key: key, StateDir: *stateDir, Logger: log}
 	w := client.Worker{Server: server, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
 		Grace: *grace, Hurry: hurry, Handler: command.Handler(), TLSConfig: ca.TLS}
-	if tracing.Enabled(*otelEndpoint) {
-		tp, _, err := tracing.NewProvider(context.Background(), *otelEndpoint, "tether-worker")
-		if err != nil {
-			return fmt.Errorf("tracing: %w", err)
-		}
-		tracing.LogErrors(log)
+	tp, _, err := startExport(*otelEndpoint, "tether-worker", log)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
 		defer flushSpans(tp)
 		w.TracerProvider = tp
 	}

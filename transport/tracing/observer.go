@@ -22,11 +22,11 @@ type View interface {
 
 // Observer makes the spans of jobs and flows from the committed events, with the events' own
 // times: a job's span (submit to its end), the wait before each lease, each attempt (lease to
-// its end), a flow's span. It holds only the jobs under a lease or waiting for another, and
-// reads the rest from the projections. It is fed from one goroutine, in the log's order.
+// its end), a flow's span. It holds only when the jobs between attempts became ready, and
+// takes the rest from the projections (an attempt's start, worker and number stay there after
+// it ends). It is fed from one goroutine, in the log's order.
 type Observer struct {
 	tracer trace.Tracer
-	leases map[string]lease // job id → the lease its attempt in flight holds
 	// ended holds, until a job's next lease or its end, when it became ready for that lease:
 	// when its last attempt ended, or the run_at it was scheduled for (a delay, a backoff).
 	ended map[string]time.Time
@@ -35,16 +35,10 @@ type Observer struct {
 	redriven map[string]time.Time
 }
 
-type lease struct {
-	id, worker string
-	attempt    int
-	at         time.Time
-}
-
 // NewObserver returns an observer that makes its spans with tracer, from a provider that uses
 // IDGenerator.
 func NewObserver(tracer trace.Tracer) *Observer {
-	return &Observer{tracer: tracer, leases: map[string]lease{}, ended: map[string]time.Time{}, redriven: map[string]time.Time{}}
+	return &Observer{tracer: tracer, ended: map[string]time.Time{}, redriven: map[string]time.Time{}}
 }
 
 // Observation is a committed event with what its spans need of its job or flow, copied from
@@ -121,7 +115,6 @@ func (o *Observer) Apply(ob Observation) {
 		if known {
 			o.child(j, "tether.dispatch_wait", trace.SpanID{}, since, at, attribute.Int(AttrAttempt, e.Attempt))
 		}
-		o.leases[e.JobID] = lease{id: e.LeaseID, worker: e.WorkerID, attempt: e.Attempt, at: at}
 	case eventlog.JobSucceeded:
 		o.endAttempt(j, e.LeaseID, e.Attempt, at, "succeeded", "")
 		o.endJob(j, at, "succeeded", "")
@@ -130,13 +123,10 @@ func (o *Observer) Apply(ob Observation) {
 	case eventlog.JobLeaseExpired:
 		o.endAttempt(j, e.LeaseID, e.Attempt, at, "lease_expired", "lease_expired")
 	case eventlog.JobLeaseReleased:
-		o.endAttempt(j, e.LeaseID, 0, at, "released", "")
+		o.endAttempt(j, e.LeaseID, e.Attempt, at, "released", "")
 	case eventlog.JobDeadLettered:
 		o.endJob(j, at, "dead_lettered", e.Reason)
-	case eventlog.JobCancelled:
-		if l, ok := o.leases[e.JobID]; ok {
-			o.endAttempt(j, l.id, l.attempt, at, "cancelled", "")
-		}
+	case eventlog.JobCancelled: // a leased job's attempt ended in the same append, before it
 		o.endJob(j, at, "cancelled", "")
 	case eventlog.JobScheduled: // its wait for a lease starts at run_at, which the lease clears
 		o.ended[e.JobID] = e.RunAt
@@ -152,20 +142,12 @@ func (o *Observer) Apply(ob Observation) {
 
 // endAttempt makes the span of the attempt that held leaseID, ended at at; failure, if set, is
 // its error code.
+// The lease began at the job's StartedAt, held by its WorkerID, both kept after it ends.
 func (o *Observer) endAttempt(j *JobFacts, leaseID string, attempt int, at time.Time, outcome, failure string) {
-	jobID := j.ID
-	l, ok := o.leases[jobID]
-	if !ok || l.id != leaseID { // leased before this server started: the projections know when
-		l = lease{id: leaseID, worker: j.WorkerID, attempt: attempt, at: j.StartedAt}
-	}
-	if l.attempt == 0 {
-		l.attempt = j.Attempt
-	}
-	delete(o.leases, jobID)
-	o.ended[jobID] = at
-	span := o.start(j, "tether.attempt", AttemptSpanID(leaseID), l.at)
-	span.SetAttributes(attribute.Int(AttrAttempt, l.attempt), attribute.String(AttrLeaseID, leaseID),
-		attribute.String(AttrWorkerID, l.worker), attribute.String(AttrOutcome, outcome))
+	o.ended[j.ID] = at
+	span := o.start(j, "tether.attempt", AttemptSpanID(leaseID), j.StartedAt)
+	span.SetAttributes(attribute.Int(AttrAttempt, attempt), attribute.String(AttrLeaseID, leaseID),
+		attribute.String(AttrWorkerID, j.WorkerID), attribute.String(AttrOutcome, outcome))
 	if failure != "" {
 		span.SetStatus(codes.Error, failure)
 	}
@@ -176,7 +158,6 @@ func (o *Observer) endAttempt(j *JobFacts, leaseID string, attempt int, at time.
 func (o *Observer) endJob(j *JobFacts, at time.Time, outcome, failure string) {
 	jobID := j.ID
 	delete(o.ended, jobID)
-	delete(o.leases, jobID)
 	parent, tid := jobParent(j)
 	start := j.CreatedAt
 	if j.AttemptBase > 0 { // a re-driven life: from the re-drive, or, across a restart, from its last lease

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -209,7 +210,7 @@ func JobSpanID(jobID string, attemptBase int) trace.SpanID {
 	if attemptBase == 0 {
 		return spanID("tether/job/" + jobID)
 	}
-	return spanID("tether/job/" + jobID + "/" + itoa(attemptBase))
+	return spanID("tether/job/" + jobID + "/" + strconv.Itoa(attemptBase))
 }
 
 // AttemptSpanID is the span id of the attempt that holds a lease.
@@ -235,18 +236,6 @@ func spanID(s string) trace.SpanID {
 		id[7] = 1
 	}
 	return id
-}
-
-func itoa(n int) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		if n /= 10; n == 0 {
-			return string(b[i:])
-		}
-	}
 }
 
 // parse reads a version 00 traceparent (the form the log keeps, transport.ParseTraceparent's).

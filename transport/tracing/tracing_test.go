@@ -128,8 +128,8 @@ func TestAJobsLifeIsOneTrace(t *testing.T) {
 			t.Errorf("the wait for lease 2 started at %v", s.StartTime())
 		}
 	}
-	if o := w.obs; len(o.leases)+len(o.ended)+len(o.redriven) != 0 {
-		t.Errorf("the observer still holds %d leases, %d ended, %d redriven", len(o.leases), len(o.ended), len(o.redriven))
+	if o := w.obs; len(o.ended)+len(o.redriven) != 0 {
+		t.Errorf("the observer still holds %d ended, %d redriven", len(o.ended), len(o.redriven))
 	}
 }
 
