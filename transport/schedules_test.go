@@ -76,7 +76,12 @@ func TestScheduleFiresOnAFakeClock(t *testing.T) {
 	}
 
 	if _, err := c.Cancel(ctx(t), job.ID); err != nil { // else overlap: skip skips the next ticks
-		t.Fatal(err)
+		// Seen once in CI under load: ALREADY_TERMINAL, as a cancel sent again by the client
+		// would get after its first landed. What the rest needs is the job cancelled.
+		if got, gerr := c.Get(ctx(t), job.ID); gerr != nil || got.Status != "cancelled" {
+			t.Fatalf("cancel: %v; the job: %+v, %v", err, got, gerr)
+		}
+		t.Logf("cancel answered %v, and the job is cancelled", err)
 	}
 	// Paused, it lets its ticks pass; resumed, it fires at the ticks after the resume only.
 	paused, err := c.PauseSchedule(ctx(t), s.ID, true)
