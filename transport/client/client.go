@@ -63,15 +63,16 @@ func (e *Error) Retryable() bool { return policy.Retryable(e.Code, e.Status) }
 // /readyz at once; a request that cannot reach a server, or that a standby or a starting server
 // refuses, goes at once to the next (or to the leader the standby names); one safe to repeat
 // (repeatable) that a server leaves unanswered for HedgeAfter goes to the next server too, and
-// the first answer wins. Only requests that never reached a server, or that it refused that
-// way, go to another server, unless they are safe to repeat. The rules in full are at the top
-// of servers.go.
+// the first answer wins; one that is not goes only to a server that answered within HedgeAfter,
+// and never twice. The rules in full are at the top of servers.go.
 type Client struct {
 	servers []string
-	current atomic.Uint32          // index into servers
-	found   sync.Once              // findLeader's
-	token   atomic.Pointer[string] // a worker's renews itself while in use
-	hc      *http.Client
+	current atomic.Uint32 // index into servers
+	// answered holds, for each server, when it last answered (Unix nanoseconds; 0: never).
+	answered []atomic.Int64
+	probing  sync.Mutex             // held by findLeader
+	token    atomic.Pointer[string] // a worker's renews itself while in use
+	hc       *http.Client
 	// RetryFor, if set, is how long a request that is safe to repeat goes on being tried
 	// across a failover, while no server takes it: none answers, or each is a standby that
 	// knows no leader yet, starting, or unavailable. A server is asked again 100 ms after it
@@ -87,7 +88,9 @@ type Client struct {
 	// HedgeAfter is how long a request safe to repeat waits for a server's answer before it
 	// goes to the next server too (the first answer wins); while it waits, the servers that
 	// answered that they stand by are asked again, so a request held by a paused leader is
-	// taken by the next one as soon as it leads. 0: 1 s; negative: never.
+	// taken by the next one as soon as it leads. A request that is not safe to repeat goes only
+	// to a server that answered within HedgeAfter (the client asks them all first, if need be).
+	// 0: 1 s.
 	HedgeAfter time.Duration
 }
 
@@ -99,6 +102,7 @@ func New(base, token string, hc *http.Client) *Client {
 		hc = NewHTTPClient(nil)
 	}
 	c := &Client{servers: SplitServers(base), hc: hc}
+	c.answered = make([]atomic.Int64, len(c.servers))
 	c.token.Store(&token)
 	return c
 }
@@ -161,8 +165,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 	if lr, ok := body.(wire.LeaseRequest); ok {
 		patience += time.Duration(lr.WaitSeconds * float64(time.Second))
 	}
-	c.findLeader(ctx)
-	rules := raceRules{safe: repeatable(method, path, body, header), retryFor: c.RetryFor, patience: patience, hedgeAfter: max(c.hedgeAfter(), 0)}
+	safe := repeatable(method, path, body, header)
+	c.findLeader(ctx, safe)
+	rules := raceRules{safe: safe, retryFor: c.RetryFor, patience: patience, hedgeAfter: c.hedgeAfter()}
 	a, err := race(ctx, c, rules, func(ctx context.Context, server string) (answer, error) {
 		return c.doOn(ctx, server, method, path, body != nil, data, contentType, header)
 	}, nil)
@@ -209,6 +214,7 @@ func (c *Client) doOn(ctx context.Context, server, method, path string, hasBody 
 	if err != nil {
 		return answer{}, err
 	}
+	c.heardFrom(server)
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
 		return answer{status: resp.StatusCode}, errorOf(resp)
@@ -385,10 +391,10 @@ func (c *Client) watch(ctx context.Context, path string, after int, fn func(wire
 var errCallback = errors.New("watch callback failed")
 
 func (c *Client) watchOnce(ctx context.Context, path string, after int, fn func(wire.Event) error) (status string, last int, err error) {
-	c.findLeader(ctx)
+	c.findLeader(ctx, true)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rules := raceRules{safe: true, retryFor: c.RetryFor, patience: cmp.Or(c.Patience, requestTimeout), hedgeAfter: max(c.hedgeAfter(), 0)}
+	rules := raceRules{safe: true, retryFor: c.RetryFor, patience: cmp.Or(c.Patience, requestTimeout), hedgeAfter: c.hedgeAfter()}
 	s, err := race(ctx, c, rules, func(actx context.Context, server string) (stream, error) {
 		return c.openStream(ctx, actx, server, path, after)
 	}, func(s stream) { s.close() })
@@ -470,6 +476,9 @@ func (c *Client) openStream(ctx, actx context.Context, server, path string, afte
 	}
 	stop := context.AfterFunc(actx, cancel) // no answer in time, or the race is over
 	resp, err := c.hc.Do(req)
+	if err == nil {
+		c.heardFrom(server)
+	}
 	if !stop() {
 		err = cmp.Or(actx.Err(), err)
 	}

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -197,11 +198,14 @@ func TestClientGoesOnPastAPausedLeader(t *testing.T) {
 	var paused atomic.Bool
 	release := make(chan struct{})
 	defer close(release)
-	old := newFake(t, func() bool { return !paused.Load() }, func(w http.ResponseWriter, r *http.Request) {
+	silentWhilePaused := func() bool { // a paused server answers nothing, /readyz neither
 		if paused.Load() {
 			<-release
-			return
 		}
+		return true
+	}
+	old := newFake(t, silentWhilePaused, func(w http.ResponseWriter, r *http.Request) {
+		silentWhilePaused()
 		answerJob(w, "j1")
 	})
 	var asked atomic.Int32
@@ -228,8 +232,9 @@ func TestClientGoesOnPastAPausedLeader(t *testing.T) {
 		t.Fatalf("a submit under a key while the leader is paused: %+v %v, on %s after %d asks of the standby", j, err, c.Server(), asked.Load())
 	}
 
+	// HedgeAfter long: the leader answered just before its pause, as a busy client's does.
 	c = client.New(old.URL+","+next.URL, "", nil)
-	c.Patience, c.HedgeAfter = 200*time.Millisecond, 50*time.Millisecond
+	c.Patience, c.HedgeAfter = 200*time.Millisecond, time.Hour
 	paused.Store(false)
 	if _, err := c.Get(ctx(t), "j1"); err != nil || c.Server() != old.URL {
 		t.Fatalf("a read before the pause: %v on %s", err, c.Server())
@@ -263,11 +268,14 @@ func TestWatchPastASilentServer(t *testing.T) {
 }
 
 // tcpProxy forwards connections to a server until it is killed: then its address refuses
-// them, as a dead process's does.
+// them, as a dead process's does, or, dying, takes them and cuts them at once, as a process
+// being killed may.
 type tcpProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+	dying  bool
+	target string
 }
 
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -275,12 +283,19 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{ln: ln}
+	p := &tcpProxy{ln: ln, target: target}
 	go func() {
 		for {
 			in, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			p.mu.Lock()
+			dying := p.dying
+			p.mu.Unlock()
+			if dying {
+				_ = in.Close()
+				continue
 			}
 			out, err := net.Dial("tcp", target)
 			if err != nil {
@@ -294,82 +309,142 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
 		}
 	}()
-	t.Cleanup(p.kill)
+	t.Cleanup(func() { p.kill(false) })
 	return p
 }
 
 func (p *tcpProxy) url() string { return "http://" + p.ln.Addr().String() }
 
-func (p *tcpProxy) kill() {
-	_ = p.ln.Close()
+// kill cuts every connection; the address then refuses new ones, or if dying takes and cuts them.
+func (p *tcpProxy) kill(dying bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.dying = dying
+	if !dying {
+		_ = p.ln.Close()
+	}
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
 	p.conns = nil
 }
 
-// A worker whose leader dies while the next server in its list is silent (paused) reconnects
-// to the server that takes over, as soon as it leads, and runs jobs there, the silent one
-// still silent: its handshake there is hedged, not waited out.
+// A worker whose leader dies (its address refusing connections, or still taking them and
+// cutting them) while the next server in its list is silent (paused) reconnects to the server
+// that takes over, as soon as it leads, and runs jobs there, the silent one still silent: its
+// handshake there is hedged, not waited out.
 func TestWorkerGoesOnPastASilentServer(t *testing.T) {
-	real := serve(t)
-	old := newTCPProxy(t, strings.TrimPrefix(real, "http://"))
-	silent := silentServer(t)
-	realURL, _ := url.Parse(real)
+	for _, dying := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dying=%v", dying), func(t *testing.T) {
+			real := serve(t)
+			old := newTCPProxy(t, strings.TrimPrefix(real, "http://"))
+			silent := silentServer(t)
+			realURL, _ := url.Parse(real)
+			var promoted atomic.Bool
+			next := newFake(t, promoted.Load, func(w http.ResponseWriter, r *http.Request) {
+				if !promoted.Load() {
+					answerError(w, http.StatusServiceUnavailable, "STANDBY", old.url())
+					return
+				}
+				httputil.NewSingleHostReverseProxy(realURL).ServeHTTP(w, r)
+			})
+
+			c := client.New(real, "", nil)
+			reg, err := c.RegisterWorker(ctx(t), wire.RegisterRequest{Name: "w", Queues: []string{"q"}, Capacity: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran := make(chan string, 2)
+			runCtx, stop := context.WithCancel(ctx(t))
+			defer stop()
+			w := &client.Worker{Server: old.url() + "," + silent.URL + "," + next.URL, Token: reg.WorkerToken, Logger: zaptest.NewLogger(t),
+				Handler: func(ctx context.Context, j *client.Job) (any, error) {
+					ran <- j.ID
+					return nil, nil
+				}}
+			done := make(chan error, 1)
+			go func() { done <- w.Run(runCtx) }()
+			runs := func(what string) {
+				t.Helper()
+				j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case id := <-ran:
+					if id != j.ID {
+						t.Fatalf("%s: ran %s, want %s", what, id, j.ID)
+					}
+				case <-ctx(t).Done():
+					t.Fatalf("%s: job %s did not run", what, j.ID)
+				}
+			}
+			runs("on the first leader")
+			old.kill(dying)
+			promoted.Store(true)
+			took := time.Now()
+			runs("after the leader died, the next server silent")
+			// Waiting on the silent server costs its whole handshake timeout (10 s); going
+			// past it, a hedge (1 s) and a standby's re-asks (100 ms).
+			if d := time.Since(took); d > 5*time.Second {
+				t.Fatalf("a job ran %s after the new leader led; the worker waited on the silent server", d.Round(time.Millisecond))
+			}
+			t.Logf("a job ran %s after the new leader led", time.Since(took).Round(time.Millisecond))
+			for _, got := range silent.seen() {
+				if got != "GET /readyz" && got != "GET /v1/worker/connect" {
+					t.Fatalf("the silent server was asked %v", silent.seen())
+				}
+			}
+			stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A request that may not be sent twice goes only to a server that answered within HedgeAfter:
+// past a leader silent since (paused), the client asks every server's /readyz first, and a
+// standby that names the silent leader is the answer, at once, instead of the request waiting
+// out its Patience on the silent leader; once another leads, the request goes there.
+func TestUnsafeRequestsGoOnlyWhereAnswered(t *testing.T) {
+	var paused atomic.Bool
+	release := make(chan struct{})
+	defer close(release)
+	silentWhilePaused := func() bool { // a paused server answers nothing, /readyz neither
+		if paused.Load() {
+			<-release
+		}
+		return true
+	}
+	old := newFake(t, silentWhilePaused, func(w http.ResponseWriter, r *http.Request) {
+		silentWhilePaused()
+		answerJob(w, "j1")
+	})
 	var promoted atomic.Bool
 	next := newFake(t, promoted.Load, func(w http.ResponseWriter, r *http.Request) {
 		if !promoted.Load() {
-			answerError(w, http.StatusServiceUnavailable, "STANDBY", old.url())
+			answerError(w, http.StatusServiceUnavailable, "STANDBY", old.URL)
 			return
 		}
-		httputil.NewSingleHostReverseProxy(realURL).ServeHTTP(w, r)
+		answerJob(w, "j2")
 	})
-
-	c := client.New(real, "", nil)
-	reg, err := c.RegisterWorker(ctx(t), wire.RegisterRequest{Name: "w", Queues: []string{"q"}, Capacity: 1})
-	if err != nil {
-		t.Fatal(err)
+	c := client.New(old.URL+","+next.URL, "", nil)
+	c.Patience, c.HedgeAfter = time.Hour, 100*time.Millisecond
+	if _, err := c.Get(ctx(t), "j1"); err != nil || c.Server() != old.URL {
+		t.Fatalf("a read before the pause: %v on %s", err, c.Server())
 	}
-	ran := make(chan string, 2)
-	runCtx, stop := context.WithCancel(ctx(t))
-	defer stop()
-	w := &client.Worker{Server: old.url() + "," + silent.URL + "," + next.URL, Token: reg.WorkerToken, Logger: zaptest.NewLogger(t),
-		Handler: func(ctx context.Context, j *client.Job) (any, error) {
-			ran <- j.ID
-			return nil, nil
-		}}
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx) }()
-	runs := func(what string) {
-		t.Helper()
-		j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case id := <-ran:
-			if id != j.ID {
-				t.Fatalf("%s: ran %s, want %s", what, id, j.ID)
-			}
-		case <-ctx(t).Done():
-			t.Fatalf("%s: job %s did not run", what, j.ID)
-		}
+	paused.Store(true)
+	time.Sleep(150 * time.Millisecond) // the fault: the leader has not answered for longer than HedgeAfter
+	oldHits := old.hits.Load()
+	_, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t"})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != "STANDBY" || old.hits.Load() != oldHits {
+		t.Fatalf("a submit without a key, the leader silent and no other leading: %v, %d requests to the silent leader; want STANDBY, none",
+			err, old.hits.Load()-oldHits)
 	}
-	runs("on the first leader")
-	old.kill()
 	promoted.Store(true)
-	took := time.Now()
-	runs("after the leader died, the next server silent")
-	t.Logf("a job ran %s after the new leader led", time.Since(took).Round(time.Millisecond))
-	for _, got := range silent.seen() {
-		if got != "GET /readyz" && got != "GET /v1/worker/connect" {
-			t.Fatalf("the silent server was asked %v", silent.seen())
-		}
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t"}); err != nil || j.ID != "j2" || old.hits.Load() != oldHits {
+		t.Fatalf("a submit without a key once another leads: %+v %v, %d requests to the silent leader", j, err, old.hits.Load()-oldHits)
 	}
 }

@@ -19,9 +19,12 @@ import (
 // process, a frozen VM, a hung disk, whose kernel still takes the connection. Silence must cost
 // no more than a refusal does, as long as another server takes the request:
 //
-//  1. A client's first request asks every server's /readyz at once (findLeader) and starts with
-//     the one that answers that it leads: one round trip, whatever else hangs, so a process
-//     that makes one request (the CLI) never waits on a silent server it would have asked first.
+//  1. Before its first request, and before a request that is not safe to repeat when the server
+//     it talks to has not answered for HedgeAfter, a client asks every server's /readyz at once
+//     (findLeader) and moves to the one that answers that it leads: one round trip, whatever
+//     else hangs, so a process that makes one request (the CLI) never waits on a silent server
+//     it would have asked first, and a request that cannot be hedged goes to a server that
+//     answers.
 //  2. A request goes to the server the client talks to now. One that never reached a server, or
 //     that a standby or a starting server refused, goes at once to the next server, or to the
 //     leader the standby named; the client moves there for the requests after it.
@@ -32,9 +35,10 @@ import (
 //     as soon as it leads. The first answer that is not a failover's wins; the rest are
 //     abandoned, and the client talks to the winner from then on.
 //  4. A request that is not safe to repeat (a submit without an idempotency key) goes to one
-//     server at a time and never twice: if that server took it and gave no answer in
-//     Patience, it fails with the timeout (it may have landed), and the client moves off that
-//     server for the requests after it.
+//     server at a time and never twice, and past the first only to servers that answered
+//     within HedgeAfter (a standby naming a leader that is silent is the answer): if a server
+//     took it and gave no answer in Patience, it fails with the timeout (it may have landed),
+//     and the client moves off that server for the requests after it.
 
 // hedgeAfterDefault is how long a request safe to repeat waits for a server's answer before it
 // is sent to the next server too: far above a healthy server's answer (milliseconds, a
@@ -60,25 +64,34 @@ func (c *Client) Server() string { return c.servers[c.currentIndex()] }
 
 func (c *Client) currentIndex() int { return int(c.current.Load()) % len(c.servers) }
 
+// heardFrom notes that server answered (anything: a success, a refusal, a standby's 503).
+func (c *Client) heardFrom(server string) {
+	if i := c.indexOf(server); i >= 0 {
+		c.answered[i].Store(time.Now().UnixNano())
+	}
+}
+
+// fresh reports whether server i answered within HedgeAfter.
+func (c *Client) fresh(i int) bool {
+	at := c.answered[i].Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < c.hedgeAfter()
+}
+
 func (c *Client) hedgeAfter() time.Duration { return cmp.Or(c.HedgeAfter, hedgeAfterDefault) }
 
 // failover moves the client off server, which could not be reached, is a standby, or did not
-// answer: to leader, if it names one of the client's servers, else to the next one. It reports
-// whether there is another server to try. Concurrent calls about the same server move it once.
-func (c *Client) failover(server, leader string) bool {
-	if len(c.servers) < 2 {
-		return false
-	}
+// answer: to leader, if it names one of the client's servers, else to the next one. Concurrent
+// calls about the same server move it once.
+func (c *Client) failover(server, leader string) {
 	cur := c.current.Load()
 	if c.servers[int(cur)%len(c.servers)] != server {
-		return true // another call moved it already
+		return // another call moved it already
 	}
 	next := (cur + 1) % uint32(len(c.servers))
 	if i := c.indexOf(leader); i >= 0 {
 		next = uint32(i)
 	}
 	c.current.CompareAndSwap(cur, next)
-	return true
 }
 
 // indexOf is the index of server among the client's servers, or -1.
@@ -220,9 +233,9 @@ func race[T any](ctx context.Context, c *Client, rules raceRules, try func(ctx c
 		case s.awaited:
 			return false
 		case s.tries == 0:
-			return true
+			return rules.safe || c.fresh(i)
 		case !rules.safe:
-			return s.tries < 2
+			return s.tries < 2 && c.fresh(i)
 		case awaited > 0: // asked again while another is awaited: it costs the caller nothing
 			return atDue || !now.Before(s.due)
 		case rules.retryFor > 0:
@@ -295,9 +308,9 @@ func race[T any](ctx context.Context, c *Client, rules raceRules, try func(ctx c
 			case ctx.Err() != nil:
 				return a.v, a.err
 			case !neverTaken(a.err) && !(rules.safe && moveOn(a.err)):
-				// The answer to the request; or no answer to one that may not go again, and
-				// the requests after it go elsewhere.
-				if failoverAnswer(a.err) {
+				// The answer to the request; or, to one that may not go again, no answer or
+				// one that would move it on, and the requests after it go elsewhere.
+				if moveOn(a.err) || silent(a.err) {
 					c.failover(server, "")
 				} else {
 					c.current.Store(uint32(a.server))
@@ -341,30 +354,38 @@ func race[T any](ctx context.Context, c *Client, rules raceRules, try func(ctx c
 	}
 }
 
-// findLeader starts a client of several servers at the one that leads (rule 1), asking them
-// all at once for at most HedgeAfter; failing an answer that it leads, at the first in the list
-// that answered at all. The client's first request asks; any other made meanwhile waits for its
-// answer.
-func (c *Client) findLeader(ctx context.Context) {
-	if len(c.servers) < 2 {
+// findLeader moves a client of several servers to the one that leads (rule 1) before its first
+// request, and before a request that is not safe to repeat when the server it talks to has
+// not answered for HedgeAfter: it asks them all at once, for at most HedgeAfter, and failing an
+// answer that one leads, moves to the first in the list that answered at all. One asks at a
+// time; requests made meanwhile wait for its answer.
+func (c *Client) findLeader(ctx context.Context, safe bool) {
+	need := func() bool {
+		cur := c.currentIndex()
+		return c.answered[cur].Load() == 0 || !safe && !c.fresh(cur)
+	}
+	if len(c.servers) < 2 || !need() {
 		return
 	}
-	c.found.Do(func() {
-		leader, first := askReadyz(ctx, c.hc, c.servers, c.hedgeAfter())
-		if leader < 0 {
-			leader = first
-		}
-		if leader >= 0 {
-			c.current.Store(uint32(leader))
-		}
-	})
+	c.probing.Lock()
+	defer c.probing.Unlock()
+	if !need() { // another request asked meanwhile
+		return
+	}
+	leader, first := askReadyz(ctx, c.hc, c.servers, c.hedgeAfter(), c.heardFrom)
+	if leader < 0 {
+		leader = first
+	}
+	if leader >= 0 {
+		c.current.Store(uint32(leader))
+	}
 }
 
 // FindLeader asks every server's /readyz at once, for at most wait, and returns the first that
 // answers 200 (a replicated log's leader, or a server of its own that is ready), "" if none
 // did: a server that does not answer costs no more than wait.
 func FindLeader(ctx context.Context, hc *http.Client, servers []string, wait time.Duration) string {
-	if i, _ := askReadyz(ctx, hc, servers, wait); i >= 0 {
+	if i, _ := askReadyz(ctx, hc, servers, wait, nil); i >= 0 {
 		return servers[i]
 	}
 	return ""
@@ -372,8 +393,8 @@ func FindLeader(ctx context.Context, hc *http.Client, servers []string, wait tim
 
 // askReadyz asks every server's /readyz at once, for at most wait, and returns the index of the
 // first that answered 200 (-1 if none did; it does not wait for the others), and of the first
-// in the list that answered at all (-1 if none did).
-func askReadyz(ctx context.Context, hc *http.Client, servers []string, wait time.Duration) (leader, first int) {
+// in the list that answered at all (-1 if none did). heard, if set, is told of each answer.
+func askReadyz(ctx context.Context, hc *http.Client, servers []string, wait time.Duration, heard func(server string)) (leader, first int) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	type answer struct{ server, status int }
@@ -387,6 +408,9 @@ func askReadyz(ctx context.Context, hc *http.Client, servers []string, wait time
 					_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // the connection is kept for the request
 					resp.Body.Close()
 					status = resp.StatusCode
+					if heard != nil {
+						heard(server)
+					}
 				}
 			}
 			answers <- answer{i, status}

@@ -258,6 +258,11 @@ func wsURL(server string) (string, error) {
 // on the way blocks WebSocket, and long-polling is the way round it.
 var errWSRefused = errors.New("tether: the WebSocket handshake was refused")
 
+// errWSCut is a handshake that the server's address cut without an answer: a proxy that drops
+// upgrades, or a server dying as it took the connection. It counts as WebSocket refused, but
+// first the other servers are tried.
+var errWSCut = fmt.Errorf("%w: cut without an answer", errWSRefused)
+
 // wsRefused reports whether a failed connection was WebSocket being refused, as opposed to the
 // server being away, restarting or not ready yet (a network error, a 5xx, a 429), or refusing
 // the worker itself.
@@ -300,6 +305,9 @@ func (r *runner) upgrade(ctx context.Context, server string) (upgraded, error) {
 			return cork, nil
 		}}
 	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + r.api.tokenNow()}})
+	if resp != nil {
+		r.api.heardFrom(server)
+	}
 	switch {
 	case err == nil:
 		return upgraded{conn: conn, cork: cork, server: server}, nil
@@ -307,8 +315,8 @@ func (r *runner) upgrade(ctx context.Context, server string) (upgraded, error) {
 		return upgraded{}, errorOf(resp)
 	case resp != nil:
 		return upgraded{}, fmt.Errorf("%w: the upgrade was answered %s", errWSRefused, resp.Status)
-	case cork != nil && !silent(err) && ctx.Err() == nil: // the address answered, and cut the handshake
-		return upgraded{}, fmt.Errorf("%w: %w", errWSRefused, err)
+	case cork != nil && !silent(err) && ctx.Err() == nil: // the address took the connection, and cut the handshake
+		return upgraded{}, fmt.Errorf("%w: %w", errWSCut, err)
 	}
 	// Not reached, or silent: a server paused, frozen or hung takes the connection and never
 	// answers; it is left like one that cannot be reached.
@@ -316,18 +324,19 @@ func (r *runner) upgrade(ctx context.Context, server string) (upgraded, error) {
 }
 
 // wsMovesOn reports whether a failed handshake leaves the worker to try another server: one
-// that cannot be reached, is silent, a standby or starting, or unavailable; not one that refuses
-// WebSocket (a proxy's doing: long-polling is the way round it) or the worker itself.
+// that cannot be reached, is silent, cut the handshake, is a standby or starting, or
+// unavailable; not one that answers WebSocket with a refusal (a proxy's doing: long-polling is
+// the way round it) or refuses the worker itself.
 func wsMovesOn(err error) bool {
-	return !wsRefused(err) && !permanent(err) && failoverAnswer(err)
+	return errors.Is(err, errWSCut) || !wsRefused(err) && !permanent(err) && failoverAnswer(err)
 }
 
 // runWS serves one WebSocket connection until it breaks or ctx ends; connected says whether it
 // got as far as the server's welcome. The handshake is made as a request safe to repeat is
 // sent (servers.go): hedged over the servers, the first to upgrade wins.
 func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
-	r.api.findLeader(ctx)
-	rules := raceRules{safe: true, moveOn: wsMovesOn, patience: handshakeTimeout, hedgeAfter: max(r.api.hedgeAfter(), 0)}
+	r.api.findLeader(ctx, true)
+	rules := raceRules{safe: true, moveOn: wsMovesOn, patience: handshakeTimeout, hedgeAfter: r.api.hedgeAfter()}
 	up, err := race(ctx, r.api, rules, r.upgrade, func(u upgraded) { u.conn.Close() })
 	if err != nil {
 		return false, err
