@@ -2,9 +2,8 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -269,13 +268,17 @@ func TestWatchPastASilentServer(t *testing.T) {
 
 // tcpProxy forwards connections to a server until it is killed: then its address refuses
 // them, as a dead process's does, or, dying, takes them and cuts them at once, as a process
-// being killed may.
+// being killed may. Paused, it takes connections and passes nothing back, on them or on those
+// it forwarded: a stopped process, as its clients see it; the server behind it loses those it
+// forwarded, as a leader replaced while paused holds nothing of the new leader's.
 type tcpProxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	conns  []net.Conn
-	dying  bool
-	target string
+	ln       net.Listener
+	mu       sync.Mutex
+	cond     *sync.Cond
+	conns    []net.Conn
+	upstream []net.Conn
+	dying    bool
+	paused   bool
 }
 
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -283,7 +286,8 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{ln: ln, target: target}
+	p := &tcpProxy{ln: ln}
+	p.cond = sync.NewCond(&p.mu)
 	go func() {
 		for {
 			in, err := ln.Accept()
@@ -291,11 +295,15 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 				return
 			}
 			p.mu.Lock()
-			dying := p.dying
+			dying, paused := p.dying, p.paused
+			p.conns = append(p.conns, in)
 			p.mu.Unlock()
-			if dying {
+			switch {
+			case dying:
 				_ = in.Close()
 				continue
+			case paused:
+				continue // taken, never answered
 			}
 			out, err := net.Dial("tcp", target)
 			if err != nil {
@@ -303,23 +311,63 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 				continue
 			}
 			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
+			p.conns, p.upstream = append(p.conns, out), append(p.upstream, out)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+			go p.pipe(out, in)
+			go p.pipe(in, out)
 		}
 	}()
 	t.Cleanup(func() { p.kill(false) })
 	return p
 }
 
+// pipe copies src to dst until either fails; while the proxy is paused it passes nothing on,
+// and leaves dst open.
+func (p *tcpProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	defer func() {
+		p.mu.Lock()
+		for p.paused {
+			p.cond.Wait()
+		}
+		p.mu.Unlock()
+		_ = dst.Close()
+	}()
+	for {
+		n, err := src.Read(buf)
+		p.mu.Lock()
+		for p.paused {
+			p.cond.Wait()
+		}
+		p.mu.Unlock()
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 func (p *tcpProxy) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *tcpProxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = true
+	for _, c := range p.upstream {
+		_ = c.Close()
+	}
+}
 
 // kill cuts every connection; the address then refuses new ones, or if dying takes and cuts them.
 func (p *tcpProxy) kill(dying bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.dying = dying
+	p.dying, p.paused = dying, false
+	p.cond.Broadcast()
 	if !dying {
 		_ = p.ln.Close()
 	}
@@ -330,12 +378,13 @@ func (p *tcpProxy) kill(dying bool) {
 }
 
 // A worker whose leader dies (its address refusing connections, or still taking them and
-// cutting them) while the next server in its list is silent (paused) reconnects to the server
-// that takes over, as soon as it leads, and runs jobs there, the silent one still silent: its
-// handshake there is hedged, not waited out.
+// cutting them) or pauses, while the next server in its list is silent (paused), reconnects to
+// the server that takes over, as soon as it leads, and runs jobs there, the silent one still
+// silent: its handshake there is hedged, not waited out. A paused leader is left when a
+// heartbeat goes unanswered (a lease of 5 s is heartbeaten every 1.7 s).
 func TestWorkerGoesOnPastASilentServer(t *testing.T) {
-	for _, dying := range []bool{false, true} {
-		t.Run(fmt.Sprintf("dying=%v", dying), func(t *testing.T) {
+	for _, end := range []string{"dead", "dying", "paused"} {
+		t.Run(end, func(t *testing.T) {
 			real := serve(t)
 			old := newTCPProxy(t, strings.TrimPrefix(real, "http://"))
 			silent := silentServer(t)
@@ -350,23 +399,29 @@ func TestWorkerGoesOnPastASilentServer(t *testing.T) {
 			})
 
 			c := client.New(real, "", nil)
-			reg, err := c.RegisterWorker(ctx(t), wire.RegisterRequest{Name: "w", Queues: []string{"q"}, Capacity: 1})
+			reg, err := c.RegisterWorker(ctx(t), wire.RegisterRequest{Name: "w", Queues: []string{"q"}, Capacity: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ran := make(chan string, 2)
+			ran, hold := make(chan string, 2), make(chan struct{})
 			runCtx, stop := context.WithCancel(ctx(t))
 			defer stop()
-			w := &client.Worker{Server: old.url() + "," + silent.URL + "," + next.URL, Token: reg.WorkerToken, Logger: zaptest.NewLogger(t),
+			w := &client.Worker{Server: old.url() + "," + silent.URL + "," + next.URL, Token: reg.WorkerToken, Capacity: 2, Logger: zaptest.NewLogger(t),
 				Handler: func(ctx context.Context, j *client.Job) (any, error) {
 					ran <- j.ID
+					if string(j.Payload) == `"hold"` {
+						select {
+						case <-hold:
+						case <-ctx.Done():
+						}
+					}
 					return nil, nil
 				}}
 			done := make(chan error, 1)
 			go func() { done <- w.Run(runCtx) }()
-			runs := func(what string) {
+			runs := func(what, payload string) {
 				t.Helper()
-				j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t"})
+				j, err := c.Submit(ctx(t), wire.SubmitRequest{Queue: "q", Type: "t", Payload: json.RawMessage(payload), LeaseTTLSeconds: 5})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -379,15 +434,22 @@ func TestWorkerGoesOnPastASilentServer(t *testing.T) {
 					t.Fatalf("%s: job %s did not run", what, j.ID)
 				}
 			}
-			runs("on the first leader")
-			old.kill(dying)
+			runs("on the first leader", `"hold"`) // a lease held: heartbeats every 1.7 s
+			switch end {
+			case "paused":
+				old.pause()
+			default:
+				old.kill(end == "dying")
+			}
 			promoted.Store(true)
 			took := time.Now()
-			runs("after the leader died, the next server silent")
+			runs("after the leader ended, the next server silent", `"go"`)
+			close(hold)
 			// Waiting on the silent server costs its whole handshake timeout (10 s); going
-			// past it, a hedge (1 s) and a standby's re-asks (100 ms).
-			if d := time.Since(took); d > 5*time.Second {
-				t.Fatalf("a job ran %s after the new leader led; the worker waited on the silent server", d.Round(time.Millisecond))
+			// past it, a hedge (1 s), a standby's re-asks (100 ms), and for a paused leader
+			// up to two heartbeats' time to find it silent.
+			if d := time.Since(took); d > 8*time.Second {
+				t.Fatalf("a job ran %s after the new leader led; the worker waited on a silent server", d.Round(time.Millisecond))
 			}
 			t.Logf("a job ran %s after the new leader led", time.Since(took).Round(time.Millisecond))
 			for _, got := range silent.seen() {

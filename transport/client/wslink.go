@@ -21,6 +21,7 @@ import (
 )
 
 type wsLink struct {
+	server  string // the server it is connected to
 	conn    *websocket.Conn
 	cork    *frames.Cork // under conn: frames sent together leave in one write
 	reader  frames.Reader
@@ -349,7 +350,7 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	}()
 	defer conn.Close()
 	conn.SetReadLimit(64 << 20)
-	l := &wsLink{conn: conn, cork: cork, pending: map[string]ackFunc{}}
+	l := &wsLink{server: server, conn: conn, cork: cork, pending: map[string]ackFunc{}}
 	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}); err != nil {
 		return false, err
 	}

@@ -32,7 +32,8 @@ class Silent:
 class StandIn:
     """A server's address in front of the real one: it forwards connections ("proxy"), answers
     every request as a standby naming ``leader`` ("standby"), or, paused, takes connections and
-    goes silent on them, the ones it forwards included ("silent"); killed, its address refuses
+    goes silent on them, the ones it forwarded included, while the server behind loses those (a
+    leader replaced while paused holds nothing of the new one's); killed, its address refuses
     them ("dead")."""
 
     def __init__(self, target_port: int, mode: str, leader: str = ""):
@@ -42,7 +43,7 @@ class StandIn:
         self.standby_answers = 0
         self.promote_after = 0  # answers as a standby, then forwards
         self.lock = threading.Lock()
-        self.conns = []
+        self.conns, self.upstream = [], []
         self.ln = socket.socket()
         self.ln.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.ln.bind(("127.0.0.1", 0))
@@ -65,6 +66,7 @@ class StandIn:
                 out = socket.create_connection(("127.0.0.1", self.target))
                 with self.lock:
                     self.conns.append(out)
+                    self.upstream.append(out)
                 threading.Thread(target=self._pipe, args=(c, out), daemon=True).start()
                 threading.Thread(target=self._pipe, args=(out, c), daemon=True).start()
             # silent: left in the air
@@ -80,11 +82,12 @@ class StandIn:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            if self.running.is_set():  # paused: the client's side stays open, and silent
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
 
     def _standby(self, c):
         try:
@@ -106,9 +109,14 @@ class StandIn:
             c.close()
 
     def pause(self):
+        self.running.clear()
         with self.lock:
             self.mode = "silent"
-        self.running.clear()
+            for c in self.upstream:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def kill(self):
         self.ln.close()
