@@ -88,6 +88,24 @@ func (f *fake) seen() []string {
 	return append([]string(nil), f.paths...)
 }
 
+// pausableLeader is a leader stand-in that answers j1, and once paused is set answers nothing,
+// /readyz neither, until the test ends.
+func pausableLeader(t *testing.T) (*fake, *atomic.Bool) {
+	paused, release := new(atomic.Bool), make(chan struct{})
+	silentWhilePaused := func() bool {
+		if paused.Load() {
+			<-release
+		}
+		return true
+	}
+	f := newFake(t, silentWhilePaused, func(w http.ResponseWriter, r *http.Request) {
+		silentWhilePaused()
+		answerJob(w, "j1")
+	})
+	t.Cleanup(func() { close(release) }) // before f.Close, which waits for the handlers
+	return f, paused
+}
+
 func never() bool  { return false }
 func always() bool { return true }
 
@@ -194,19 +212,7 @@ func TestClientStartsAtTheLeaderPastASilentServer(t *testing.T) {
 // not safe to repeat is sent to the paused leader alone, fails after Patience, and the client
 // moves off it.
 func TestClientGoesOnPastAPausedLeader(t *testing.T) {
-	var paused atomic.Bool
-	release := make(chan struct{})
-	defer close(release)
-	silentWhilePaused := func() bool { // a paused server answers nothing, /readyz neither
-		if paused.Load() {
-			<-release
-		}
-		return true
-	}
-	old := newFake(t, silentWhilePaused, func(w http.ResponseWriter, r *http.Request) {
-		silentWhilePaused()
-		answerJob(w, "j1")
-	})
+	old, paused := pausableLeader(t)
 	var asked atomic.Int32
 	var promoted atomic.Bool
 	next := newFake(t, never, func(w http.ResponseWriter, r *http.Request) {
@@ -470,19 +476,7 @@ func TestWorkerGoesOnPastASilentServer(t *testing.T) {
 // standby that names the silent leader is the answer, at once, instead of the request waiting
 // out its Patience on the silent leader; once another leads, the request goes there.
 func TestUnsafeRequestsGoOnlyWhereAnswered(t *testing.T) {
-	var paused atomic.Bool
-	release := make(chan struct{})
-	defer close(release)
-	silentWhilePaused := func() bool { // a paused server answers nothing, /readyz neither
-		if paused.Load() {
-			<-release
-		}
-		return true
-	}
-	old := newFake(t, silentWhilePaused, func(w http.ResponseWriter, r *http.Request) {
-		silentWhilePaused()
-		answerJob(w, "j1")
-	})
+	old, paused := pausableLeader(t)
 	var promoted atomic.Bool
 	next := newFake(t, promoted.Load, func(w http.ResponseWriter, r *http.Request) {
 		if !promoted.Load() {
