@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,12 +36,37 @@ const cliPatience = 10 * time.Second
 func (ch *chaos) readyAt(i int) time.Time {
 	ch.t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if st, _, _ := readyz(ch.servers[i].url()); st == 200 {
+		if st, _, _ := readyz(ch.servers[i].url()); st == http.StatusOK {
 			return time.Now()
 		}
 	}
 	ch.t.Fatalf("server %d did not lead in 60 s:\n%s", i, tail(ch.servers[i].p.output()))
 	return time.Time{}
+}
+
+// settled restarts the servers that exited (a deposed leader does), waits until the others
+// than the leader answer as standbys, and returns the leader: a fault here pauses a server
+// that is running and standing by.
+func (ch *chaos) settled() int {
+	ch.t.Helper()
+	for i := range ch.servers {
+		ch.restartIfStopped(i, 0)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lead, _ := ch.leader()
+		standing := 0
+		for i, s := range ch.servers {
+			if st, code, _ := readyz(s.url()); i != lead && st == http.StatusServiceUnavailable && code == wire.CodeStandby {
+				standing++
+			}
+		}
+		if standing == len(ch.servers)-1 {
+			return lead
+		}
+		if time.Now().After(deadline) {
+			ch.t.Fatalf("the servers did not settle, one leading and the others standing by, in 60 s")
+		}
+	}
 }
 
 // readyBut waits until a server other than skip answers /readyz 200, and returns it and when;
@@ -49,7 +75,7 @@ func (ch *chaos) readyBut(skip int) (int, time.Time) {
 	ch.t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for i, s := range ch.servers {
-			if st, _, _ := readyz(s.url()); i != skip && st == 200 {
+			if st, _, _ := readyz(s.url()); i != skip && st == http.StatusOK {
 				return i, time.Now()
 			}
 		}
@@ -158,7 +184,7 @@ func (ch *chaos) cli(servers string, args ...string) (string, time.Duration) {
 // which took its connection, until it was let go (41 s and 124 s in an operator's runs).
 func (ch *chaos) pausedStandbyKill(k int, fig *figures) {
 	t := ch.t
-	lead, _ := ch.leader()
+	lead := ch.settled()
 	paused, next := (lead+1)%3, (lead+2)%3
 	ps := ch.servers[paused].p
 	ps.signal(t, syscall.SIGSTOP)
@@ -192,7 +218,7 @@ func (ch *chaos) pausedStandbyKill(k int, fig *figures) {
 // still paused (they waited out the pause).
 func (ch *chaos) pausedFirst(k int, fig *figures) {
 	t := ch.t
-	lead, _ := ch.leader()
+	lead := ch.settled()
 	target := (lead + 1) % 3
 	if k%2 == 1 {
 		target = lead

@@ -183,6 +183,7 @@ type raceServer struct {
 	tries   int       // tries made
 	fails   int       // failover answers it gave
 	due     time.Time // when it may be asked again, after a failover answer
+	silent  bool      // its last try got no answer in time
 }
 
 // race sends a request by the rules, to the server the client talks to now first, and returns
@@ -192,6 +193,12 @@ type raceServer struct {
 // is decided goes to discard (if set), to be closed. The client then talks to the server that
 // answered.
 func race[T any](ctx context.Context, c *Client, rules raceRules, try func(ctx context.Context, server string) (T, error), discard func(T)) (T, error) {
+	if len(c.servers) == 1 && (!rules.safe || rules.retryFor == 0) {
+		// Nowhere else to go, and no waiting for a restart: one try, as it is.
+		actx, cancel := context.WithTimeout(ctx, rules.patience)
+		defer cancel()
+		return try(actx, c.servers[0])
+	}
 	moveOn := rules.moveOn
 	if moveOn == nil {
 		moveOn = failoverAnswer
@@ -241,7 +248,7 @@ func race[T any](ctx context.Context, c *Client, rules raceRules, try func(ctx c
 		case rules.retryFor > 0:
 			return now.Before(deadline) && (atDue || !now.Before(s.due))
 		}
-		return s.tries < 2
+		return s.tries < 2 && !s.silent // a second Patience on a silent server would double the wait
 	}
 	// next is the server to ask now, -1 if none: the named leader, else the first eligible in
 	// the list's order from the one the client talks to; with fresh false, only one asked before.
@@ -319,6 +326,7 @@ func race[T any](ctx context.Context, c *Client, rules raceRules, try func(ctx c
 			}
 			last = a
 			st[a.server].fails++
+			st[a.server].silent = silent(a.err)
 			wait := backoff(st[a.server].fails, 100*time.Millisecond, 2*time.Second)
 			named := c.indexOf(namedLeader(a.err))
 			switch {

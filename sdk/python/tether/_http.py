@@ -60,6 +60,10 @@ class _Unreached(TetherError):
     """The connection could not be made: the request surely did not reach the server."""
 
 
+class _Silent(TetherError):
+    """The server took the connection and gave no answer in time."""
+
+
 class _Abandoned(Exception):
     """A try another server's answer made needless."""
 
@@ -141,6 +145,7 @@ class Race:
         n = len(http._servers)
         self.h, self.safe, self.hedged = http, safe, hedged
         self.tries, self.fails, self.due = [0] * n, [0] * n, [0.0] * n
+        self.silent = [False] * n  # its last try got no answer in time
         self.awaited: set = set()
         self.leader, self.last_launch = -1, 0.0
 
@@ -163,12 +168,13 @@ class Race:
         else:
             self.h.settle(i)
 
-    def failed(self, i: int, electing: bool, leader: str) -> int:
+    def failed(self, i: int, electing: bool, leader: str, silent: bool = False) -> int:
         """Server i did not take the request, in a way that lets it go to another (electing: a
-        standby or a starting server said so, naming leader); returns the server to ask at once,
-        -1 if none."""
+        standby or a starting server said so, naming leader; silent: no answer came in time);
+        returns the server to ask at once, -1 if none."""
         self.awaited.discard(i)
         self.fails[i] += 1
+        self.silent[i] = silent
         named = self.h._index(leader)
         if named >= 0 and named in self.awaited:  # it names the leader awaited, which may be paused
             wait = _backoff(self.fails[i], 0.1, 1.0)
@@ -191,7 +197,7 @@ class Race:
             return self.tries[i] < 2 and self.h._fresh(i)
         if self.awaited:  # asked again while another is awaited: it costs the caller nothing
             return now >= self.due[i]
-        return self.tries[i] < 2
+        return self.tries[i] < 2 and not self.silent[i]  # a second wait on a silent server would double it
 
     def _pick(self, fresh: bool) -> int:
         now, n = time.monotonic(), len(self.tries)
@@ -436,7 +442,7 @@ class HTTP:
                 if not _never_taken(err) and not (safe and _moves_on(err)):
                     r.refused(i, moved=_moves_on(err))
                     raise err
-                nxt = r.failed(i, err.code in ("STANDBY", "NOT_READY"), _leader(err))
+                nxt = r.failed(i, err.code in ("STANDBY", "NOT_READY"), _leader(err), isinstance(err, _Silent))
                 if nxt >= 0:
                     launch(nxt)
                 elif r.over():
@@ -487,6 +493,9 @@ class HTTP:
                 if reused and not fresh and again and not self.aborted() and not (t and t.abandoned):
                     continue
                 raise TetherError(UNREACHABLE, f"{method} {path}: {e}") from e
+            except TimeoutError as e:
+                self._drop(i)
+                raise _Silent(UNREACHABLE, f"{method} {path}: no answer in {timeout:.0f} s") from e
             except (OSError, http.client.HTTPException) as e:
                 self._drop(i)
                 raise TetherError(UNREACHABLE, f"{method} {path}: {e}") from e

@@ -519,7 +519,8 @@ class Worker:
                     if not _handshake_moves_on(err):
                         r.refused(i, moved=False)
                         raise err
-                    i = r.failed(i, getattr(err, "status", 0) == 503, _handshake_leader(exc, err))
+                    i = r.failed(i, getattr(err, "status", 0) == 503, _handshake_leader(exc, err),
+                                 isinstance(exc, (asyncio.TimeoutError, TimeoutError)))
                     if i >= 0:
                         launch(i)
                     elif r.over():
