@@ -23,7 +23,6 @@ kernel still takes the connection), by the Go client's rules (transport/client/s
 
 from __future__ import annotations
 
-import concurrent.futures
 import http.client
 import json
 import queue
@@ -41,6 +40,10 @@ USER_AGENT = "tether-python/0.1"
 
 #: Seconds a request waits for an answer beyond what it asks the server to wait (a long poll).
 REQUEST_TIMEOUT = 30.0
+
+#: Seconds a connection may take to be made: a server that does not take it counts as one that
+#: cannot be reached (a machine gone, a partition), and the request goes to the next server.
+CONNECT_TIMEOUT = 5.0
 
 #: Seconds a request safe to repeat waits for a server's answer before it goes to the next
 #: server too; a request that is not goes only to a server that answered within it. Far above a
@@ -134,6 +137,32 @@ def _moves_on(e: TetherError) -> bool:
 def _leader(e: TetherError) -> str:
     leader = e.details.get("leader") if e.code == "STANDBY" else None
     return leader if isinstance(leader, str) else ""
+
+
+class _Pool:
+    """Daemon threads that make hedged tries, each keeping its own kept-alive connections: a try
+    abandoned on a silent server, still connecting, holds no exit of the program back."""
+
+    def __init__(self, most: int = 32):
+        self._tasks: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads, self._idle, self._most = 0, 0, most
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle == 0 and self._threads < self._most:
+                self._threads += 1
+                threading.Thread(target=self._serve, name="tether-http", daemon=True).start()
+        self._tasks.put(fn)
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            fn = self._tasks.get()
+            with self._lock:
+                self._idle -= 1
+            fn()
 
 
 class Race:
@@ -240,8 +269,7 @@ class HTTP:
         self._current = 0
         self._answered = [0.0] * len(self._servers)  # monotonic time of each server's last answer
         self._probing = threading.Lock()
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._pool_lock = threading.Lock()
+        self._pool = _Pool()
         self.token = token
         self.timeout = timeout
         self.hedge_after = hedge_after
@@ -422,7 +450,7 @@ class HTTP:
                     results.put((i, None, e))
                 except _Abandoned:
                     results.put((i, None, TetherError(UNREACHABLE, "abandoned")))
-            self._executor().submit(run)
+            self._pool.submit(run)
 
         try:
             launch(self._current)
@@ -451,12 +479,6 @@ class HTTP:
             for t in tries.values():
                 t.abandon()
 
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="tether-http")
-            return self._pool
-
     def _send(self, i: int, method: str, path: str, data: Optional[bytes], headers: Dict[str, str],
               timeout: float, again: bool, t: Optional[_Try] = None) -> Tuple[http.client.HTTPResponse, bytes]:
         path = self._servers[i].prefix + path
@@ -472,12 +494,15 @@ class HTTP:
             try:
                 if not reused:
                     try:
+                        conn.timeout = min(timeout, CONNECT_TIMEOUT)
                         conn.connect()
                     except ssl.SSLError:
                         raise
                     except OSError as e:
                         self._drop(i)
                         raise _Unreached(UNREACHABLE, f"{method} {path}: {e}") from e
+                    conn.timeout = timeout
+                    conn.sock.settimeout(timeout)
                 conn.request(method, path, body=data, headers=headers)
                 resp = conn.getresponse()
                 payload = resp.read()
