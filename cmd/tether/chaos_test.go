@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -223,6 +224,7 @@ type load struct {
 	ids  map[string]bool
 	acks []time.Time
 	errs map[string]int // refused or failed submits by what went wrong, each tried again
+	held atomic.Bool    // the producers submit nothing while it is set
 }
 
 func startLoad(c *client.Client, producers int) *load { return startLoadKeyed(c, producers, "p") }
@@ -240,6 +242,9 @@ func startLoadKeyed(c *client.Client, producers int, prefix string) *load {
 					case <-l.stop:
 						return
 					case <-time.After(2 * time.Millisecond): // a steady load, not a flood
+					}
+					if l.held.Load() {
+						continue
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					j, err := c.Submit(ctx, wire.SubmitRequest{Queue: "q", Type: "t", Payload: json.RawMessage(fmt.Sprintf(`{"key":%q}`, key)), IdempotencyKey: key})

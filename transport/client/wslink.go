@@ -334,10 +334,12 @@ func wsMovesOn(err error) bool {
 
 // runWS serves one WebSocket connection until it breaks or ctx ends; connected says whether it
 // got as far as the server's welcome. The handshake is made as a request safe to repeat is
-// sent (servers.go): hedged over the servers, the first to upgrade wins.
+// sent (servers.go): hedged over the servers, the first to upgrade wins, and for a
+// handshake's time the servers that stand by are asked again every 100 ms, so that the worker
+// is on the new leader as soon as it leads.
 func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	r.api.findLeader(ctx, true)
-	rules := raceRules{safe: true, moveOn: wsMovesOn, patience: handshakeTimeout, hedgeAfter: r.api.hedgeAfter()}
+	rules := raceRules{safe: true, moveOn: wsMovesOn, retryFor: handshakeTimeout, patience: handshakeTimeout, hedgeAfter: r.api.hedgeAfter()}
 	up, err := race(ctx, r.api, rules, r.upgrade, func(u upgraded) { u.conn.Close() })
 	if err != nil {
 		return false, err
