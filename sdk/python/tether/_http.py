@@ -170,9 +170,12 @@ class Race:
     makes the tries (threads for HTTP, tasks for the worker's WebSocket handshake) and tells it
     what came of each. A request that is not safe to repeat is never hedged."""
 
-    def __init__(self, http: "HTTP", safe: bool, hedged: bool):
+    def __init__(self, http: "HTTP", safe: bool, hedged: bool, retry_for: float = 0.0):
         n = len(http._servers)
         self.h, self.safe, self.hedged = http, safe, hedged
+        # For retry_for seconds, a request safe to repeat is asked again while no server takes
+        # it and none is awaited; 0: each server at most twice, without waiting.
+        self.deadline = time.monotonic() + retry_for if safe and retry_for > 0 else 0.0
         self.tries, self.fails, self.due = [0] * n, [0] * n, [0.0] * n
         self.silent = [False] * n  # its last try got no answer in time
         self.awaited: set = set()
@@ -226,6 +229,8 @@ class Race:
             return self.tries[i] < 2 and self.h._fresh(i)
         if self.awaited:  # asked again while another is awaited: it costs the caller nothing
             return now >= self.due[i]
+        if self.deadline:
+            return now < self.deadline and now >= self.due[i]
         return self.tries[i] < 2 and not self.silent[i]  # a second wait on a silent server would double it
 
     def _pick(self, fresh: bool) -> int:
@@ -240,11 +245,12 @@ class Race:
 
     def wake(self) -> Optional[float]:
         """When a server may be asked without an answer coming (monotonic), None if never."""
-        if not self.hedged or not self.awaited:
-            return None
-        n = len(self.tries)
-        times = [self.last_launch + self.h.hedge_after for i in range(n) if i not in self.awaited and self.tries[i] == 0]
-        times += [self.due[i] for i in range(n) if i not in self.awaited and self.tries[i] > 0]
+        n, times = len(self.tries), []
+        if self.hedged and self.awaited:
+            times += [self.last_launch + self.h.hedge_after for i in range(n) if i not in self.awaited and self.tries[i] == 0]
+            times += [self.due[i] for i in range(n) if i not in self.awaited and self.tries[i] > 0]
+        elif not self.awaited and time.monotonic() < self.deadline:
+            times += [min(self.due[i], self.deadline) for i in range(n) if self.tries[i] > 0]
         return min(times) if times else None
 
     def due_now(self) -> int:

@@ -488,7 +488,9 @@ class Worker:
             if not task.cancelled() and task.exception() is None:
                 asyncio.ensure_future(task.result().close())
 
-        r = Race(h, safe=True, hedged=len(h._servers) > 1)
+        # For a handshake's time, the servers that stand by are asked again every 100 ms, so
+        # that the worker is on the new leader as soon as it leads.
+        r = Race(h, safe=True, hedged=len(h._servers) > 1, retry_for=HANDSHAKE_TIMEOUT)
         pending: Dict["asyncio.Future[Any]", int] = {}
 
         def launch(i: int) -> None:
@@ -500,7 +502,11 @@ class Worker:
             while True:
                 at = r.wake()
                 timeout = None if at is None else max(0.0, at - time.monotonic())
-                done, _ = await asyncio.wait(list(pending), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if pending:
+                    done, _ = await asyncio.wait(list(pending), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                else:  # none awaited: wait until one is due again
+                    await asyncio.sleep(timeout or 0.0)
+                    done = set()
                 if not done:
                     i = r.due_now()
                     if i >= 0:
