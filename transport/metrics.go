@@ -112,17 +112,19 @@ func (s *Server) serveMetrics(r *request) error {
 		}
 	})
 	if t := s.cfg.Tracing; t != nil {
-		ended, exported, failed, dropped := t.Counts()
+		spans, eventsDropped := t.Counts()
 		for _, m := range []struct {
-			name, help string
-			v          int64
+			name, kind, help string
+			v                int64
 		}{
-			{"tether_trace_spans_ended_total", "Spans the server made (--otel-endpoint); those neither exported nor failed wait in the batch or were dropped from it by a collector too slow.", ended},
-			{"tether_trace_spans_exported_total", "Spans the collector accepted.", exported},
-			{"tether_trace_spans_export_failed_total", "Spans in exports that failed (collector down, refused, timed out).", failed},
-			{"tether_trace_events_dropped_total", "Committed events whose spans were not made: more ended than the tracer could keep up with.", dropped},
+			{"tether_trace_spans_ended_total", "counter", "Spans the server made to export (--otel-endpoint): each is exported, failed, dropped or queued.", spans.Ended},
+			{"tether_trace_spans_exported_total", "counter", "Spans the collector took.", spans.Exported},
+			{"tether_trace_spans_export_failed_total", "counter", "Spans in exports that failed or timed out (a collector down, refusing, too slow).", spans.Failed},
+			{"tether_trace_spans_dropped_total", "counter", "Spans dropped unexported: the export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full, the collector too slow or away.", spans.Dropped},
+			{"tether_trace_spans_queued", "gauge", "Spans waiting to be exported, in the queue or the export under way.", spans.Queued},
+			{"tether_trace_events_dropped_total", "counter", "Committed events whose spans were not made: more ended than the tracer could keep up with.", eventsDropped},
 		} {
-			e.family(m.name, "counter", m.help)
+			e.family(m.name, m.kind, m.help)
 			e.sample(m.name, float64(m.v))
 		}
 	}

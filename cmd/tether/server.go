@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/broker"
@@ -70,6 +69,7 @@ type serverConfig struct {
 	adminToken, metricsToken  string
 	metricsAddr, pprofAddr    string
 	otelEndpoint              string
+	tracing                   tracing.Settings // --otel-endpoint and the OTEL_* variables, checked
 	maxConns, maxDead, procs  int
 	flowBytes                 int
 	tlsCert, tlsKey           string
@@ -185,6 +185,11 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	if err := tracing.CheckEndpoint(c.otelEndpoint); err != nil {
 		return c, cli.BadFlagf(fs, "--otel-endpoint: %v", err)
 	}
+	traces, err := tracing.ReadSettings(c.otelEndpoint, lookupEnv)
+	if err != nil {
+		return c, cli.BadFlag(fs, err)
+	}
+	c.tracing = traces
 	if err := c.cluster.check(fs); err != nil {
 		return c, err
 	}
@@ -266,7 +271,7 @@ func serve(c serverConfig) (err error) {
 				zap.String("code", "ADMIN_TOKEN_FILE_STALE"), zap.String("path", path))
 		}
 	}
-	tracer, err := startTracing(c.otelEndpoint, "tether", log)
+	tracer, err := startTracing(c.tracing, "tether", log)
 	if err != nil {
 		return err
 	}
@@ -527,36 +532,37 @@ func readAdminToken(path string) (string, error) {
 
 // startTracing returns the server's tracing when an OTLP endpoint is configured (the flag or
 // the OTEL_* variables), nil when it is off.
-func startTracing(endpoint, service string, log *zap.Logger) (*tracing.Tracer, error) {
-	tp, stats, err := startExport(endpoint, service, log)
+func startTracing(s tracing.Settings, service string, log *zap.Logger) (*tracing.Tracer, error) {
+	tp, err := startExport(s, service, log)
 	if tp == nil {
 		return nil, err
 	}
-	return tracing.NewTracer(tp, stats, log), nil
+	return tracing.NewTracer(tp, log), nil
 }
 
 // startExport returns the provider that exports spans over OTLP when an endpoint is configured
 // (the flag or the OTEL_* variables), with the SDK's errors in log; nil when it is off.
-func startExport(endpoint, service string, log *zap.Logger) (*sdktrace.TracerProvider, *tracing.Stats, error) {
-	if !tracing.Enabled(endpoint) {
-		if endpoint != "" {
+func startExport(s tracing.Settings, service string, log *zap.Logger) (*tracing.Provider, error) {
+	if !s.On {
+		if s.Endpoint != "" {
 			log.Info("not exporting traces: OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none turns --otel-endpoint off")
 		}
-		return nil, nil, nil
+		return nil, nil
 	}
-	tp, stats, err := tracing.NewProvider(context.Background(), endpoint, service)
+	tp, err := tracing.NewProvider(context.Background(), s, service, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tracing: %w", err)
+		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	tracing.LogErrors(log)
-	log.Info("exporting traces over OTLP", zap.String("otel_endpoint", cmp.Or(endpoint, "from OTEL_EXPORTER_OTLP_*")),
-		zap.String("protocol", tracing.Protocol()))
-	return tp, stats, nil
+	log.Info("exporting traces over OTLP", zap.String("otel_endpoint", cmp.Or(s.Endpoint, "from OTEL_EXPORTER_OTLP_*")),
+		zap.String("protocol", s.Protocol))
+	return tp, nil
 }
 
-// flushSpans exports the spans still batched, for at most 5 s, and stops the exporter.
+// flushSpans exports the spans still queued, for tracing.FlushAtStopMax at most, so that a
+// collector that does not answer never holds up a stop, and stops the exporter.
 func flushSpans(p interface{ Shutdown(context.Context) error }) {
-	ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, done := context.WithTimeout(context.Background(), tracing.FlushAtStopMax)
 	defer done()
 	_ = p.Shutdown(ctx)
 }

@@ -28,6 +28,7 @@ func TestParseServerConfigRefuses(t *testing.T) {
 	}
 	const nats = "nats://127.0.0.1:4222/TETHER"
 	const token = "0123456789abcdef0123456789abcdef"
+	otel := []string{"--otel-endpoint", "http://127.0.0.1:4318"}
 	for _, tc := range []struct {
 		args  []string
 		env   map[string]string
@@ -99,6 +100,18 @@ func TestParseServerConfigRefuses(t *testing.T) {
 		{args: []string{"--log", nats, "--nats-replicas", "7"}, want: "--nats-replicas 7: want 1..5", usage: true},
 		{args: []string{"--log", nats, "--leader-ttl", "1ms"}, want: "--leader-ttl 1ms: want 500ms..1m0s", usage: true},
 		{args: []string{"--log", nats, "--advertise", "example.com:8080"}, want: `--advertise "example.com:8080": want an http:// or https:// URL`, usage: true},
+		// Tracing's variables, which the OpenTelemetry SDK would panic on, run out of memory
+		// with, or take in silence (transport/tracing's TestReadSettingsRefuses has them all).
+		{args: otel, env: map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "-1"}, want: `OTEL_BSP_MAX_QUEUE_SIZE="-1": want a whole number 1..65536`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "9999999999"}, want: `OTEL_BSP_MAX_QUEUE_SIZE="9999999999"`, usage: true},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "-5"}, want: `OTEL_BSP_MAX_EXPORT_BATCH_SIZE="-5"`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "0"}, want: `OTEL_BSP_SCHEDULE_DELAY="0": want a whole number 1..60000 (milliseconds)`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_TRACES_SAMPLER": "bogus"}, want: `OTEL_TRACES_SAMPLER="bogus": want always_on, always_off`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "x"}, want: `OTEL_TRACES_SAMPLER_ARG="x": want the share of traces to keep, 0..1`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "abc"}, want: "OTEL_EXPORTER_OTLP_HEADERS: entry 1 has no '='", usage: true},
+		{args: otel, env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, want: `OTEL_EXPORTER_OTLP_PROTOCOL="http/json"`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "team"}, want: "OTEL_RESOURCE_ATTRIBUTES: entry 1 is not key=value", usage: true},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, want: "OTEL_EXPORTER_OTLP_ENDPOINT", usage: true},
 	} {
 		name := strings.Join(tc.args, " ")
 		for k, v := range tc.env {

@@ -79,6 +79,10 @@ func runWorker(args []string) error {
 	if err := tracing.CheckEndpoint(*otelEndpoint); err != nil {
 		return cli.BadFlagf(fs, "--otel-endpoint: %v", err)
 	}
+	traces, err := tracing.ReadSettings(*otelEndpoint, os.LookupEnv)
+	if err != nil {
+		return cli.BadFlag(fs, err)
+	}
 	codes, err := intList(*fatal)
 	if err != nil {
 		return cli.BadFlagf(fs, "--fatal-exit-codes: %w", err)
@@ -117,7 +121,7 @@ func runWorker(args []string) error {
 	reg := client.Registration{Server: server, HTTPClient: ca.HTTPClient(), Name: *name, Queues: splitList(*queue), Capacity: *capacity, Key: key, StateDir: *stateDir, Logger: log}
 	w := client.Worker{Server: server, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
 		Grace: *grace, Hurry: hurry, Handler: command.Handler(), TLSConfig: ca.TLS}
-	tp, _, err := startExport(*otelEndpoint, "tether-worker", log)
+	tp, err := startExport(traces, "tether-worker", log)
 	if err != nil {
 		return err
 	}
