@@ -35,9 +35,9 @@ type SpanCounts struct {
 func (c SpanCounts) lost() int64 { return c.Failed + c.Dropped + c.Unsent }
 
 // exportQueue is the span processor of a Provider: the SDK's batch span processor, with every
-// span counted (SpanCounts) and a stop bounded by its context. The SDK's counts only what it
-// sent, drops what finds its queue full in silence, and a stop waits for an export in flight
-// for as long as OTEL_BSP_EXPORT_TIMEOUT allows (30 s by default), whatever its context says.
+// span counted (SpanCounts). The SDK's drops a span that finds its queue full with no count a
+// user can read, panics on a negative OTEL_BSP_MAX_QUEUE_SIZE (it reads the variable itself),
+// and leaves what a stop did not send uncounted, its export still running.
 //
 // Ended spans wait in a queue of Settings.QueueSize; one goroutine takes them into batches of
 // Settings.BatchSize, and exports a batch once it is full or Settings.ScheduleDelay after the

@@ -3,12 +3,15 @@ package tracing
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // hung is an exporter whose collector takes each export and never answers: ExportSpans
@@ -165,3 +168,51 @@ func (recordOnly) ShouldSample(sdktrace.SamplingParameters) sdktrace.SamplingRes
 	return sdktrace.SamplingResult{Decision: sdktrace.RecordOnly}
 }
 func (recordOnly) Description() string { return "recordOnly" }
+
+// The OTLP exporter gives up an export when its context ends, so a stop whose time runs out
+// returns although the collector took the POST and never answers; the stop logs what it lost.
+func TestAStopLeavesAHungCollectorBehind(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			go func() {
+				if _, err := c.Read(make([]byte, 1)); err == nil {
+					got <- struct{}{}
+				}
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	defer ln.Close()
+	s, err := ReadSettings("http://"+ln.Addr().String(), env(map[string]string{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, seen := observer.New(zap.WarnLevel)
+	tp, err := NewProvider(context.Background(), s, "tether", zap.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	endSpans(tp.TracerProvider, 2) // the first is posted at once, and never answered
+	<-got
+	ctx, stopTimeRunsOut := context.WithCancel(context.Background())
+	stopTimeRunsOut()
+	if err := tp.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if c := tp.Counts(); c != (SpanCounts{Ended: 2, Failed: 1, Unsent: 1}) {
+		t.Errorf("%+v", c)
+	}
+	if lost := seen.FilterField(zap.String("code", "TRACE_SPANS_LOST")).All(); len(lost) != 1 || lost[0].ContextMap()["unsent_at_stop"] != int64(1) {
+		t.Errorf("the stop logged %v", seen.All())
+	}
+}
