@@ -1,6 +1,9 @@
 package broker_test
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -8,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
+	"github.com/tetherhq/tether/eventlog"
 )
 
 // TestArchiverSealsWhatIsOldAndDropsWhatIsPastKeep drives the archiver on a fake clock: a few
@@ -81,5 +85,87 @@ func TestArchiverSealsWhatIsOldAndDropsWhatIsPastKeep(t *testing.T) {
 	b.ArchiveOnce(ctx(t))
 	if st := b.Archive(); st.Segments != 0 || st.Dropped != 1 || st.ArchiveBytes != 0 {
 		t.Fatalf("a segment past --archive-keep was kept: %+v", st)
+	}
+}
+
+// A job that expired stays expired (JOB_EXPIRED to its tenant, not found to another) after the
+// segments that held its whole history are deleted by hand, oldest first, as the README lets
+// an operator do once they are copied off the machine.
+func TestAnExpiredJobStaysExpiredOnceItsHistoryIsPruned(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	dir := t.TempDir()
+	cfg := broker.Config{Dir: dir, Clock: clock, Archive: broker.ArchiveConfig{After: time.Minute, Every: time.Hour}}
+	submit := func(b *broker.Broker) string {
+		res, _, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Job.ID
+	}
+	// archive seals every record so far into a segment of its own.
+	archive := func(b *broker.Broker) {
+		t.Helper()
+		if err := b.Close(); err != nil { // a checkpoint of everything
+			t.Fatal(err)
+		}
+		advance(5 * time.Minute)
+		b = open(t, cfg)
+		sealed := b.Archive().Sealed
+		b.ArchiveOnce(ctx(t))
+		if b.Archive().Sealed != sealed+1 {
+			t.Fatalf("nothing was archived: %+v", b.Archive())
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b := open(t, cfg)
+	gone := submit(b)
+	if _, err := b.Cancel(ctx(t), "acme", "", gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Delete(ctx(t), "acme", "", gone); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Expired("acme", gone) || b.Expired("other", gone) {
+		t.Fatal("a deleted job is not expired to its tenant alone while its history is here")
+	}
+	archive(b)
+	b = open(t, cfg)
+	submit(b)
+	archive(b)
+	segs, err := filepath.Glob(filepath.Join(dir, "archive", "seg-*.tseg"))
+	if err != nil || len(segs) != 2 {
+		t.Fatalf("segments %v, %v; want 2", segs, err)
+	}
+	slices.Sort(segs)
+	if err := os.Remove(segs[0]); err != nil { // the oldest, which holds the whole of the job's stream
+		t.Fatal(err)
+	}
+
+	b = open(t, cfg)
+	defer b.Close()
+	for r, err := range b.JobStream(gone, 0) {
+		var gap *eventlog.GapError
+		if !errors.As(err, &gap) || !gap.Pruned {
+			t.Fatalf("the job's history is still readable after its segment went: %+v, %v", r, err)
+		}
+	}
+	if !b.Expired("acme", gone) {
+		t.Error("the job whose history was pruned is no longer expired to its tenant")
+	}
+	if b.Expired("other", gone) {
+		t.Error("the job whose history was pruned is expired to another tenant")
+	}
+	if _, ok := b.Get("acme", gone); ok {
+		t.Error("the expired job reads again")
+	}
+	if b.Expired("acme", "01J0000000000000000000000") {
+		t.Error("a job that never was is expired")
 	}
 }
