@@ -606,9 +606,9 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // WriteFold writes the whole fold the Set holds, wherever it keeps it: the checkpoint, then
 // each finished job as a line of JSON, by id, from memory and the table merged, then each
-// tombstone from goneFrom on, the same way. Two Sets that
-// folded the same records write the same bytes however and whenever they flushed, which is how
-// tests, the simulator and `tether replay` compare them.
+// tombstone from goneFrom on, the same way. Two Sets that folded the same records write the
+// same bytes however and whenever they flushed, which is how tests, the simulator and `tether
+// replay` compare them.
 func (s *Set) WriteFold(w io.Writer) error {
 	if err := s.WriteCheckpoint(w); err != nil {
 		return err
