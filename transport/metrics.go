@@ -158,6 +158,10 @@ func (s *Server) serveMetrics(r *request) error {
 		{"tether_archive_sealed_total", "counter", "Archive segments sealed and committed by this process.", float64(arch.Sealed)},
 		{"tether_archive_deleted_total", "counter", "Archive segments deleted by this process because they were older than --archive-keep.", float64(arch.Dropped)},
 		{"tether_archive_failures_total", "counter", "Archiving steps that failed and left their records in the hot log (or a segment undeleted).", float64(arch.Failed)},
+		{"tether_archive_damaged_segments", "gauge", "Archive segments a scrub found damaged (logged ARCHIVE_DAMAGED, named in GET /v1/archive) that are still there: their records do not read until a good copy is put back.", float64(len(arch.Damaged))},
+		{"tether_archive_scrubs_total", "counter", "Scrubs by this process that read every archive segment against its checksum (--archive-scrub-every).", float64(arch.ScrubPasses)},
+		{"tether_archive_scrubbed_bytes_total", "counter", "Bytes of archive segments the scrubs read (at most --archive-scrub-rate a second).", float64(arch.ScrubbedBytes)},
+		{"tether_archive_scrub_last_end_timestamp_seconds", "gauge", "When the last scrub that read every segment ended, Unix seconds; 0: none yet.", unixSeconds(arch.ScrubLastEnd)},
 	} {
 		e.family(m.name, m.kind, m.help)
 		e.sample(m.name, m.v)
@@ -304,4 +308,12 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// unixSeconds is t as Unix seconds, 0 for the zero time.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
 }
