@@ -157,8 +157,10 @@ type JobSucceeded struct {
 }
 
 // JobFailed records that the current lease holder reported a failed attempt. A JobRetryScheduled or a
-// JobDeadLettered (or, for a cancel-requested job failed with "cancelled", a JobCancelled)
-// follows in the same append.
+// JobDeadLettered (or, for a cancel-requested job, a JobCancelled) follows in the same append.
+// A completion of a cancel-requested job is written as a JobFailed too, with ErrorCode
+// "cancelled" and a message naming the output's hash: a cancel asked for wins, the completion
+// is the worker's acknowledgement, and its output is not kept.
 type JobFailed struct {
 	JobID     string `json:"job_id"`
 	LeaseID   string `json:"lease_id"`
@@ -239,7 +241,8 @@ type JobDeadLettered struct {
 }
 
 // JobCancelRequested records that a client asked to cancel a leased job; the worker is told, and the job is
-// cancelled when the worker fails it with "cancelled" or its lease expires.
+// cancelled when the lease ends, however it ends: the worker fails it (with "cancelled"), completes
+// it (the output is not kept), gives it back, or its lease expires.
 type JobCancelRequested struct {
 	JobID    string `json:"job_id"`
 	APIKeyID string `json:"api_key_id,omitempty"`
