@@ -66,7 +66,10 @@ func (j *Job) Event(ctx context.Context, eventType string, data any) error {
 // Handler runs one job and returns its output (any JSON-encodable value; json.RawMessage is
 // sent as is) or an error. A *Failure says how the attempt failed, a *Release gives the job back
 // untried; any other error fails it with code "error", retryable. ctx ends when the server asks
-// to cancel the job, the lease is lost, or the worker stops and its grace is over.
+// to cancel the job, the lease is lost, or the worker stops and its grace is over; whatever the
+// handler returns after that, the job does not succeed: a cancelled job ends cancelled (the
+// server takes an output sent after the cancel as its acknowledgement, and keeps no output),
+// and a job stopped by the worker's stop is given back with no attempt spent.
 type Handler func(ctx context.Context, job *Job) (output any, err error)
 
 // Failure is a failed attempt with a code. Retryable false sends the job to the dead-letter
@@ -80,12 +83,15 @@ type Failure struct {
 func (f *Failure) Error() string { return f.Code + ": " + f.Message }
 
 // Release is a handler's answer for a job it could not even try, through no fault of the job
-// (its command could not start, say): the job goes back to the queue with no attempt spent.
-// Backoff says the fault is the worker's: it takes no new job for a while, longer each time in
-// a row, so that a broken worker does not take the whole queue through its hands.
+// (its command could not start, say): the job goes back to the queue with no attempt spent,
+// and the worker takes no new job for a while, 1 s and twice as long each time in a row (up to
+// 5 minutes) until a job completes: the job released is first in its queue again, and taken
+// back at once it would only be released again, until the server spends an attempt on it
+// (eleven releases in a row). Reason is the code the job's history shows ("released" if empty).
 type Release struct {
 	Reason  string // a short code: ReleaseStartFailed
 	Message string
+	// Deprecated: every Release backs the worker off; Backoff is not read.
 	Backoff bool
 }
 
@@ -368,8 +374,8 @@ type runner struct {
 	// runCtx is Run's; stopping is set when Run ends (stoppingLocked).
 	runCtx   context.Context
 	stopping bool
-	// pausedUntil holds credit back after jobs that could not start (Release.Backoff); pauses
-	// counts them in a row.
+	// pausedUntil holds credit back after jobs given back untried (Release); pauses counts them
+	// in a row.
 	pausedUntil time.Time
 	pauses      int
 	token       tokenState
@@ -394,7 +400,8 @@ type task struct {
 	// heartbeat is how often the lease must be heartbeaten.
 	heartbeat time.Duration
 	// cancelled is why the job was stopped: "cancelled" (a client asked), "lost" (the lease is
-	// no longer this worker's) or "stopping" (the worker stops).
+	// no longer this worker's) or "stopping" (the worker stops); "" once its handler returned
+	// before any of these, which a later one does not change.
 	cancelled atomic.Value
 	// leaseTTL is how long the lease lasts past each heartbeat the server answers, and heard
 	// (Unix nanoseconds) when it last answered one for this lease: the lease may be valid
@@ -543,16 +550,21 @@ func (r *runner) notifyFreed() {
 	}
 }
 
-// pause holds credit back after a job that could not start: 1 s, then twice as long each time
-// in a row, up to pauseMax.
+// pause holds credit back after a job given back untried: 1 s, then twice as long each time in
+// a row, up to pauseMax.
 func (r *runner) pause(rel *Release) {
 	r.mu.Lock()
 	r.pauses++
 	d := backoff(r.pauses, time.Second, pauseMax)
 	r.pausedUntil = time.Now().Add(d)
 	r.mu.Unlock()
-	r.log.Error("a job could not start; it goes back to the queue, and this worker takes no job for a while",
-		zap.String("code", "JOB_NOT_STARTED"), zap.String("reason", rel.Reason), zap.String("error", rel.Message), zap.Duration("for", d))
+	if rel.Reason == ReleaseStartFailed {
+		r.log.Error("a job could not start; it goes back to the queue, and this worker takes no job for a while",
+			zap.String("code", "JOB_NOT_STARTED"), zap.String("reason", rel.Reason), zap.String("error", rel.Message), zap.Duration("for", d))
+	} else {
+		r.log.Warn("the handler gave a job back untried; it goes back to the queue, and this worker takes no job for a while",
+			zap.String("reason", rel.Reason), zap.String("message", rel.Message), zap.Duration("for", d))
+	}
 	time.AfterFunc(d, func() {
 		r.grantCredit()
 		r.notifyFreed()
@@ -632,6 +644,9 @@ func (r *runner) serve(t *task) {
 func (r *runner) run(t *task) {
 	ctx, span := r.runSpan(t)
 	out, err := r.w.Handler(ctx, t.job)
+	// What the result is follows from whether the job was told to stop before its handler
+	// returned: a stop or cancel that comes later finds the result made (stopTask).
+	t.cancelled.CompareAndSwap(nil, "")
 	if span != nil {
 		endRunSpan(span, t, err)
 	}
@@ -660,21 +675,21 @@ func (r *runner) report(t *task, out any, herr error) {
 		return
 	}
 	f := wire.Frame{JobID: j.ID, LeaseID: j.LeaseID}
-	if herr == nil {
+	if herr == nil && why != "stopping" {
 		f, herr = r.completion(j, out)
 	}
 	switch rel := asRelease(herr); {
+	case why == "stopping":
+		// Told to stop once the stop's grace ran out: the job was cut short, whatever the
+		// handler made of it (an output, an error), and goes back unspent.
+		f.Type, f.Reason, f.Message = wire.FrameRelease, ReleaseWorkerStopping, "the worker stopped before the job finished"
 	case herr == nil:
 		r.mu.Lock()
 		r.pauses = 0
 		r.mu.Unlock()
-	case why == "stopping":
-		f.Type, f.Reason, f.Message = wire.FrameRelease, ReleaseWorkerStopping, "the worker stopped before the job finished"
 	case rel != nil:
 		f.Type, f.Reason, f.Message = wire.FrameRelease, rel.Reason, rel.Message
-		if rel.Backoff {
-			r.pause(rel)
-		}
+		r.pause(rel)
 	default:
 		f = failFrame(j, herr, why == "cancelled")
 	}
