@@ -407,3 +407,64 @@ func TestWorkerRefusedForTheCertificateExits(t *testing.T) {
 	}
 	refused("a worker with a stored registration")
 }
+
+// A command told to stop that exits 0 with what it has never makes its job succeed, over
+// either transport: a client's cancel ends the job cancelled with no output, and a worker's
+// SIGTERM, once its --grace ran out, gives the job back unspent.
+func TestWorkerCommandCutShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	// The trap answers the SIGTERM sent to the command's group; the sleep it waits for dies of
+	// the same signal.
+	const script = `trap 'echo "{\"stopped\":true}"; exit 0' TERM; echo running >&2; sleep 60 & wait`
+	for _, tr := range []string{"websocket", "longpoll"} {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, t.TempDir())
+			c := client.New(s.url, "", nil)
+			w := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "q",
+				"--transport", tr, "--grace", "1s", "--kill-grace", "5s", "--log-format", "json", "--", "sh", "-c", script)
+			w.waitFor(t, `"msg":"connected"`)
+			running := func(id string) {
+				t.Helper()
+				_, _ = c.Watch(context.Background(), id, 0, func(e wire.Event) error {
+					if strings.Contains(string(e.Data), "running") {
+						return errors.New("running")
+					}
+					return nil
+				})
+			}
+
+			cancelled, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", LeaseTTLSeconds: 6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running(cancelled.ID)
+			if _, err := c.Cancel(context.Background(), cancelled.ID); err != nil {
+				t.Fatal(err)
+			}
+			if got := awaitJob(t, c, cancelled.ID); got.Status != "cancelled" || string(got.Output) != "null" {
+				t.Fatalf("the cancelled job: %s output %s error %+v", got.Status, got.Output, got.Error)
+			}
+
+			stopped, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", MaxAttempts: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running(stopped.ID)
+			w.signal(t, syscall.SIGTERM)
+			if code := w.wait(30 * time.Second); code != 0 {
+				t.Fatalf("the worker exited %d after SIGTERM:\n%s", code, w.output())
+			}
+			got, _ := c.Get(context.Background(), stopped.ID)
+			if got.Status != "queued" || got.Attempt != 0 || string(got.Output) != "null" {
+				t.Fatalf("the job the stop cut short: %s attempt %d output %s", got.Status, got.Attempt, got.Output)
+			}
+			evs, _ := c.Events(context.Background(), stopped.ID, 0)
+			if last := evs.Events[len(evs.Events)-1]; last.Type != "job.lease_released" || !strings.Contains(string(last.Data), "worker_stopping") {
+				t.Fatalf("the history ends %s %s", last.Type, last.Data)
+			}
+		})
+	}
+}
