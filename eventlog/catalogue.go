@@ -210,7 +210,8 @@ type JobLeaseReleased struct {
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"` // the attempt the lease was granted for
 	// Reason is LeaseUndelivered, or the worker's own code (ReleasedWorkerStopping,
-	// ReleasedStartFailed from the Go worker, any short code from another).
+	// ReleasedStartFailed, ReleasedWorkerRestarted from the Go worker, any short code from
+	// another).
 	Reason       string `json:"reason"`
 	Message      string `json:"message,omitempty"`
 	AttemptSpent bool   `json:"attempt_spent,omitempty"`
@@ -219,11 +220,14 @@ type JobLeaseReleased struct {
 // LeaseUndelivered is the reason of a JobLeaseReleased whose assignment never reached the worker.
 const LeaseUndelivered = "undelivered"
 
-// The reasons the Go worker (transport/client) gives a job back with: it is stopping, or the
-// job's command could not start. The server writes the worker's code as it comes.
+// The reasons the Go worker (transport/client) gives a job back with: it is stopping, the
+// job's command could not start, or it was restarted after it died running the job (kill -9,
+// the OOM killer), whose leftover processes it ended. The server writes the worker's code as
+// it comes.
 const (
-	ReleasedWorkerStopping = "worker_stopping"
-	ReleasedStartFailed    = "start_failed"
+	ReleasedWorkerStopping  = "worker_stopping"
+	ReleasedStartFailed     = "start_failed"
+	ReleasedWorkerRestarted = "worker_restarted"
 )
 
 // Dead-letter reasons.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -467,4 +468,91 @@ func TestWorkerCommandCutShort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A worker killed with SIGKILL leaves its job's command running (in its own process group,
+// now the init's) and its lease held. The next start on the same state dir ends that command and
+// gives the lease back at once (job.lease_released, worker_restarted, no attempt spent), so the
+// restarted worker, of capacity 1, runs the job again long before the old lease would expire.
+func TestWorkerKilledWithSIGKILLLeavesNothingBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc: the worker cannot tell a leftover from another process")
+	}
+	s := startServer(t, t.TempDir())
+	c := client.New(s.url, "", nil)
+	dir := t.TempDir()
+	// The first run leaves a child behind and waits; once "again" exists, a run finishes.
+	const script = `if [ -e "$JOBDIR/again" ]; then echo '{"ran":"again"}'; exit 0; fi
+sleep 300 & echo $! > "$JOBDIR/child"; echo $$ > "$JOBDIR/leader"; echo running >&2; wait`
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(dir, "state"), "JOBDIR=" + dir}
+	args := []string{"worker", "--server", s.url, "--queue", "q", "--capacity", "1", "--kill-grace", "2s", "--log-format", "json",
+		"--env", "JOBDIR", "--", "sh", "-c", script}
+	w := startTether(t, env, args...)
+	w.waitFor(t, `"msg":"connected"`)
+	j, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLSeconds: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Watch(context.Background(), j.ID, 0, func(e wire.Event) error {
+		if strings.Contains(string(e.Data), "running") {
+			return errors.New("running")
+		}
+		return nil
+	})
+	var pids []int
+	for _, name := range []string{"leader", "child"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || perr != nil {
+			t.Fatalf("the job's %s pid: %q %v %v", name, b, err, perr)
+		}
+		pids = append(pids, pid)
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	w.signal(t, syscall.SIGKILL)
+	w.wait(30 * time.Second)
+	for _, pid := range pids {
+		if !processLives(pid) {
+			t.Fatalf("process %d of the job ended with its worker; the test needs it left behind", pid)
+		}
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "again"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w = startTether(t, env, args...)
+	got := awaitJob(t, c, j.ID) // within 30 s: the old lease had 300
+	if got.Status != "succeeded" || string(got.Output) != `{"ran":"again"}` || got.Attempt != 1 {
+		t.Fatalf("the job after the restart: %s attempt %d output %s\n%s", got.Status, got.Attempt, got.Output, w.output())
+	}
+	for _, pid := range pids {
+		if processLives(pid) {
+			t.Fatalf("process %d the killed worker's job left is still running", pid)
+		}
+	}
+	evs, _ := c.Events(context.Background(), j.ID, 0)
+	var released string
+	for _, e := range evs.Events {
+		if e.Type == "job.lease_released" {
+			released = string(e.Data)
+		}
+	}
+	if !strings.Contains(released, `"reason":"worker_restarted"`) || strings.Contains(released, "attempt_spent") {
+		t.Fatalf("the old lease was released with %q, want worker_restarted and no attempt spent", released)
+	}
+	mustContain(t, "the restarted worker's log", w.output(), "LEFTOVER_ENDED")
+}
+
+// processLives reports whether pid is a process that has not ended (a zombie has: it waits
+// only for its parent, here the init, to reap it).
+func processLives(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
 }

@@ -189,6 +189,7 @@ func (c Command) run(ctx context.Context, job *Job) (any, error) {
 	if err != nil {
 		return nil, &Release{Reason: ReleaseStartFailed, Message: err.Error()}
 	}
+	job.startedProcess(cmd.Process.Pid, grace)
 	go func() {
 		_, _ = stdinW.Write(payload) // fails at once if the program has gone, or its stdin is closed below
 		_ = stdinW.Close()

@@ -15,7 +15,7 @@ import urllib.parse
 
 import pytest
 
-from tether import Client, Failure, Release, Signer, TetherError, Worker, output_hash
+from tether import Client, Failure, JobContext, Release, Signer, TetherError, Worker, output_hash
 from tether.errors import UNREACHABLE
 
 
@@ -664,3 +664,29 @@ def test_a_value_that_is_not_json_raises_where_it_is_sent(client, make_worker):
     # Not JSON at every attempt: failed for good on the first, as the Go runner judges it.
     assert out_done["status"] == "failed" and out_done["dead_reason"] == "non_retryable", out_done
     assert out_done["error"]["code"] == "bad_output" and out_done["attempt"] == 1
+
+
+def test_the_pause_after_releases_doubles_and_a_completion_ends_it():
+    w = Worker("http://127.0.0.1:9", queues=["py"])  # no server: nothing here sends
+    w._report = lambda ctx, body, kind: w._done(ctx)
+    outcome = {"release": True}
+
+    @w.handler()
+    def job(ctx):
+        if outcome["release"]:
+            raise Release("not now")
+        return "done"
+
+    def run_one():
+        ctx = JobContext(w, {"job_id": "j", "lease_id": "l", "job_type": "t"})
+        w._active[ctx.lease_id] = ctx
+        w._run_job(ctx)
+        return w._paused_until - time.monotonic()
+
+    for n in (1, 2, 3, 4):  # 1 s, 2 s, 4 s, 8 s, each jittered over its upper half
+        left = run_one()
+        assert 2 ** (n - 1) / 2 - 0.1 <= left <= 2 ** (n - 1), (n, left)
+    outcome["release"] = False
+    run_one()
+    outcome["release"] = True
+    assert run_one() <= 1.0  # counted from the start again

@@ -67,8 +67,8 @@ class Release(Exception):
     job goes back to the queue with no attempt spent, its history shows ``reason`` (a short
     code, ``released`` unless given) and ``message``, and the worker takes no new job for a
     while (1 s, twice as long each time in a row, up to 5 minutes, until a job completes): the
-    job is first in its queue again, and the server spends an attempt on a job released eleven
-    times in a row."""
+    job goes back to its place in its queue, and the server spends an attempt on a job released
+    eleven times in a row."""
 
     def __init__(self, message: str = "", reason: str = "released"):
         if not _REASON.fullmatch(reason) or reason == "undelivered":

@@ -679,9 +679,9 @@ class Worker:
         return time.monotonic() < self._paused_until
 
     def _pause(self, rel: Release) -> None:
-        """Takes no job for a while after one given back untried: the job is first in its queue
-        again, and taken back at once it would only be given back again, until the server
-        spends an attempt on it. 1 s, then twice as long each time in a row, up to 5 minutes."""
+        """Takes no job for a while after one given back untried: the job goes back to its
+        place in its queue, and taken back at once it would only be given back again, until the
+        server spends an attempt on it. 1 s, then twice as long each time in a row, up to 5 minutes."""
         with self._lock:
             self._pauses += 1
             d = backoff(self._pauses, PAUSE_MIN, PAUSE_MAX)
