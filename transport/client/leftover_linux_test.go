@@ -1,6 +1,7 @@
 package client
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,8 +16,9 @@ import (
 // the job's lease. Real processes, each in a group of its own.
 
 // group starts sh -c script in a process group of its own, with the job's lease in its
-// environment if lease is set, and returns its pid; the group is killed when the test ends.
-func group(t *testing.T, lease, script string) *exec.Cmd {
+// environment if lease is set, and returns it with its stdin; the group is killed when the
+// test ends.
+func group(t *testing.T, lease, script string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", script)
 	cmd.Env = os.Environ()
@@ -25,6 +27,10 @@ func group(t *testing.T, lease, script string) *exec.Cmd {
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +43,7 @@ func group(t *testing.T, lease, script string) *exec.Cmd {
 	if _, err := out.Read(b); err != nil || string(b) != "ready\n" {
 		t.Fatalf("the group did not start: %q %v", b, err)
 	}
-	return cmd
+	return cmd, in
 }
 
 // members lists the live processes of group pgid.
@@ -58,7 +64,7 @@ const twoSleeps = `sleep 300 & echo ready; exec sleep 300`
 
 func TestLeftoverGroupIsEnded(t *testing.T) {
 	t.Parallel()
-	cmd := group(t, "L-ended", twoSleeps)
+	cmd, _ := group(t, "L-ended", twoSleeps)
 	p := identify(cmd.Process.Pid, 2*time.Second)
 	if p == nil || p.PGID != cmd.Process.Pid || p.BootID == "" {
 		t.Fatalf("identified %+v", p)
@@ -76,9 +82,13 @@ func TestLeftoverGroupIsEnded(t *testing.T) {
 // environment.
 func TestLeftoverChildOfAGoneLeaderIsEnded(t *testing.T) {
 	t.Parallel()
-	cmd := group(t, "L-orphan", `sleep 300 & echo ready`)
+	cmd, in := group(t, "L-orphan", `sleep 300 </dev/null & echo ready; read -r line`)
 	p := identify(cmd.Process.Pid, 2*time.Second)
-	_ = cmd.Wait() // the leader exits and is reaped; its sleep lives on
+	if p == nil {
+		t.Fatal("the leader is gone before it was identified")
+	}
+	in.Close() // the leader exits and is reaped; its sleep lives on
+	_ = cmd.Wait()
 	if left := members(p.PGID); len(left) != 1 {
 		t.Fatalf("members %v, want the child alone", left)
 	}
@@ -94,7 +104,7 @@ func TestLeftoverChildOfAGoneLeaderIsEnded(t *testing.T) {
 // another boot, ends nothing: the processes there are not the job's.
 func TestLeftoverRecordOfAnotherProcessEndsNothing(t *testing.T) {
 	t.Parallel()
-	stranger := group(t, "", twoSleeps)
+	stranger, _ := group(t, "", twoSleeps)
 	p := identify(stranger.Process.Pid, time.Second)
 	for name, rec := range map[string]jobProcess{
 		"another start time": {PGID: p.PGID, Started: p.Started - 1, BootID: p.BootID, KillGrace: time.Second},
@@ -112,7 +122,7 @@ func TestLeftoverRecordOfAnotherProcessEndsNothing(t *testing.T) {
 // A process that ignores SIGTERM gets SIGKILL once the kill grace is over.
 func TestLeftoverThatIgnoresSIGTERMIsKilled(t *testing.T) {
 	t.Parallel()
-	cmd := group(t, "L-stubborn", `trap '' TERM; echo ready; while :; do sleep 1; done`)
+	cmd, _ := group(t, "L-stubborn", `trap '' TERM; echo ready; while :; do sleep 1; done`)
 	p := identify(cmd.Process.Pid, 200*time.Millisecond)
 	if n := endLeftover(p, "L-stubborn"); n < 1 {
 		t.Fatalf("ended %d processes", n)
