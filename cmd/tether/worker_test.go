@@ -47,6 +47,16 @@ func online(t *testing.T, c *client.Client, n int) []wire.Worker {
 	}
 }
 
+// awaitRunning waits until job id's command says (on stderr, a log event) it is running.
+func awaitRunning(c *client.Client, id string) {
+	_, _ = c.Watch(context.Background(), id, 0, func(e wire.Event) error {
+		if strings.Contains(string(e.Data), "running") {
+			return errors.New("running")
+		}
+		return nil
+	})
+}
+
 // A typo in the command refuses to start the worker, with the reason, before it takes a job:
 // the queue is untouched.
 func TestWorkerWithAMissingCommandRefusesToStart(t *testing.T) {
@@ -98,12 +108,7 @@ func TestWorkerSIGTERMGivesItsJobBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.Watch(context.Background(), j.ID, 0, func(e wire.Event) error {
-		if strings.Contains(string(e.Data), "running") {
-			return errors.New("running")
-		}
-		return nil
-	})
+	awaitRunning(c, j.ID)
 	next, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -427,21 +432,12 @@ func TestWorkerCommandCutShort(t *testing.T) {
 			w := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "q",
 				"--transport", tr, "--grace", "1s", "--kill-grace", "5s", "--log-format", "json", "--", "sh", "-c", script)
 			w.waitFor(t, `"msg":"connected"`)
-			running := func(id string) {
-				t.Helper()
-				_, _ = c.Watch(context.Background(), id, 0, func(e wire.Event) error {
-					if strings.Contains(string(e.Data), "running") {
-						return errors.New("running")
-					}
-					return nil
-				})
-			}
 
 			cancelled, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", LeaseTTLSeconds: 6})
 			if err != nil {
 				t.Fatal(err)
 			}
-			running(cancelled.ID)
+			awaitRunning(c, cancelled.ID)
 			if _, err := c.Cancel(context.Background(), cancelled.ID); err != nil {
 				t.Fatal(err)
 			}
@@ -453,7 +449,7 @@ func TestWorkerCommandCutShort(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			running(stopped.ID)
+			awaitRunning(c, stopped.ID)
 			w.signal(t, syscall.SIGTERM)
 			if code := w.wait(30 * time.Second); code != 0 {
 				t.Fatalf("the worker exited %d after SIGTERM:\n%s", code, w.output())
@@ -496,12 +492,7 @@ sleep 300 & echo $! > "$JOBDIR/child"; echo $$ > "$JOBDIR/leader"; echo running 
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.Watch(context.Background(), j.ID, 0, func(e wire.Event) error {
-		if strings.Contains(string(e.Data), "running") {
-			return errors.New("running")
-		}
-		return nil
-	})
+	awaitRunning(c, j.ID)
 	var pids []int
 	for _, name := range []string{"leader", "child"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))

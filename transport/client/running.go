@@ -2,10 +2,7 @@ package client
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -59,48 +56,9 @@ func (s resultStore) track(j runningJob) error {
 }
 
 // untrack forgets the running job of lease.
-func (s resultStore) untrack(lease string) error {
-	err := os.Remove(s.runningPath(lease))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
-}
+func (s resultStore) untrack(lease string) error { return removeKept(s.runningPath(lease)) }
 
-// running returns the jobs a worker left running when it died. A file that does not parse is
-// reported and left where it is, as a kept result's is.
+// running returns the jobs a worker left running when it died.
 func (s resultStore) running() ([]runningJob, []error) {
-	entries, err := os.ReadDir(s.dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, []error{err}
-	}
-	var out []runningJob
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasSuffix(name, runningSuffix+".tmp") {
-			_ = os.Remove(filepath.Join(s.dir, name)) // written as the worker died; never renamed
-			continue
-		}
-		if !strings.HasSuffix(name, runningSuffix) {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(s.dir, name))
-		var j runningJob
-		if err == nil {
-			err = json.Unmarshal(data, &j)
-		}
-		if err == nil && (j.JobID == "" || j.LeaseID == "") {
-			err = errors.New("no job or lease in it")
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			continue
-		}
-		out = append(out, j)
-	}
-	return out, errs
+	return readKept(s.dir, runningSuffix, func(j runningJob) (string, string) { return j.JobID, j.LeaseID })
 }
