@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -32,10 +33,10 @@ func procStat(pid int) (pgrp int, started uint64, ok bool) {
 }
 
 // bootID names this boot of the machine: start times count from it.
-func bootID() string {
+var bootID = sync.OnceValue(func() string {
 	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	return strings.TrimSpace(string(b))
-}
+})
 
 // identify is the record of the process group pid leads (a command just started in a group of
 // its own), nil if it is gone already.

@@ -90,13 +90,26 @@ func removeKept(path string) error {
 
 // load returns the results a worker left unsent.
 func (s resultStore) load() ([]pendingResult, []error) {
-	return readKept(s.dir, resultSuffix, func(p pendingResult) (string, string) { return p.Frame.JobID, p.Frame.LeaseID })
+	return readKept(s.dir, resultSuffix, func(data []byte) (p pendingResult, err error) {
+		if err = json.Unmarshal(data, &p); err == nil {
+			err = namesALease(p.Frame.JobID, p.Frame.LeaseID)
+		}
+		return p, err
+	})
+}
+
+// namesALease refuses a kept file that names no job or lease.
+func namesALease(job, lease string) error {
+	if job == "" || lease == "" {
+		return errors.New("no job or lease in it")
+	}
+	return nil
 }
 
 // readKept reads each file of dir named *suffix: a file a write left unfinished (suffix.tmp) is
-// removed, never read; one that does not parse, or names no job or lease (ids), is reported and
-// left where it is, for an operator to look at.
-func readKept[T any](dir, suffix string, ids func(T) (job, lease string)) ([]T, []error) {
+// removed, never read; one that cannot be read or decoded is reported and left where it is, for
+// an operator to look at.
+func readKept[T any](dir, suffix string, decode func([]byte) (T, error)) ([]T, []error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -118,10 +131,7 @@ func readKept[T any](dir, suffix string, ids func(T) (job, lease string)) ([]T, 
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		var v T
 		if err == nil {
-			err = json.Unmarshal(data, &v)
-		}
-		if job, lease := ids(v); err == nil && (job == "" || lease == "") {
-			err = errors.New("no job or lease in it")
+			v, err = decode(data)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))

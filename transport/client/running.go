@@ -1,7 +1,9 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"time"
@@ -19,7 +21,7 @@ type runningJob struct {
 	LeaseTTL time.Duration `json:"lease_ttl"`
 	Heard    time.Time     `json:"heard"`
 	// Process is the process group the job's handler started, if it started one (Command).
-	Process *jobProcess `json:"process,omitempty"`
+	Process *jobProcess `json:"-"`
 }
 
 // jobProcess is a job's process group, and what tells its leader from a process given the same
@@ -31,28 +33,42 @@ type jobProcess struct {
 	KillGrace time.Duration `json:"kill_grace"` // between SIGTERM and SIGKILL
 }
 
+// A running job's file is a line of its runningJob, and a line of its jobProcess once its
+// handler started one. The file is made, and the line appended, in place: never written over,
+// which a file system may make wait for the disk (ext4's auto_da_alloc does, on a rename or a
+// truncation over a file), and not synced: it matters if the worker process dies, when what it
+// wrote is in the page cache; a machine that goes down ends the job's processes too, and its
+// lease expires as it did before.
 const runningSuffix = ".running.json"
 
 func (s resultStore) runningPath(lease string) string {
 	return strings.TrimSuffix(s.path(lease), resultSuffix) + runningSuffix
 }
 
-// track writes what a start after a crash needs of a running job. It is not synced: it matters
-// if the worker process dies, when what it wrote is in the page cache; a machine that goes down
-// ends the job's processes too, and its lease expires as it did before.
+// track records a job that starts running.
 func (s resultStore) track(j runningJob) error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
 	}
-	data, err := json.Marshal(j)
+	return s.writeLine(j.LeaseID, os.O_CREATE|os.O_TRUNC, j)
+}
+
+// trackProcess adds the process group a running job's handler started to its record.
+func (s resultStore) trackProcess(lease string, p *jobProcess) error {
+	return s.writeLine(lease, os.O_APPEND, p)
+}
+
+func (s resultStore) writeLine(lease string, flag int, v any) error {
+	line, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	path := s.runningPath(j.LeaseID)
-	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
+	f, err := os.OpenFile(s.runningPath(lease), os.O_WRONLY|flag, 0o600)
+	if err != nil {
 		return err
 	}
-	return os.Rename(path+".tmp", path)
+	_, err = f.Write(append(line, '\n'))
+	return errors.Join(err, f.Close())
 }
 
 // untrack forgets the running job of lease.
@@ -60,5 +76,16 @@ func (s resultStore) untrack(lease string) error { return removeKept(s.runningPa
 
 // running returns the jobs a worker left running when it died.
 func (s resultStore) running() ([]runningJob, []error) {
-	return readKept(s.dir, runningSuffix, func(j runningJob) (string, string) { return j.JobID, j.LeaseID })
+	return readKept(s.dir, runningSuffix, func(data []byte) (j runningJob, err error) {
+		job, process, _ := bytes.Cut(data, []byte("\n"))
+		if err = json.Unmarshal(job, &j); err == nil {
+			err = namesALease(j.JobID, j.LeaseID)
+		}
+		// A process line cut short by the worker's death never names a process that ran.
+		var p jobProcess
+		if err == nil && json.Unmarshal(bytes.TrimSpace(process), &p) == nil && p.PGID > 0 {
+			j.Process = &p
+		}
+		return j, err
+	})
 }

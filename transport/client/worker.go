@@ -668,7 +668,7 @@ func (r *runner) start(a wire.Frame) {
 		r.running++
 	}
 	r.mu.Unlock()
-	r.track(t, nil)
+	r.track(t)
 	select {
 	case r.tighter <- struct{}{}:
 	default:
@@ -952,14 +952,13 @@ func (r *runner) forget(t *task) {
 	r.notifyFreed()
 }
 
-// track keeps t's lease in ResultsDir while the job runs (runningJob), with the process group
-// its handler started, if any.
-func (r *runner) track(t *task, p *jobProcess) {
+// track keeps t's lease in ResultsDir while the job runs (runningJob).
+func (r *runner) track(t *task) {
 	if r.results == nil {
 		return
 	}
 	j := t.job
-	rj := runningJob{JobID: j.ID, LeaseID: j.LeaseID, LeaseTTL: t.leaseTTL, Heard: time.Unix(0, t.heard.Load()).UTC(), Process: p}
+	rj := runningJob{JobID: j.ID, LeaseID: j.LeaseID, LeaseTTL: t.leaseTTL, Heard: time.Unix(0, t.heard.Load()).UTC()}
 	if err := r.results.track(rj); err != nil {
 		r.log.Error("the running job could not be recorded; if this worker dies, a restart leaves its lease to expire",
 			zap.String("job_id", j.ID), zap.Error(err))
@@ -973,11 +972,13 @@ func (j *Job) startedProcess(pid int, killGrace time.Duration) {
 	if r == nil || r.results == nil {
 		return
 	}
-	r.mu.Lock()
-	t := r.tasks[j.LeaseID]
-	r.mu.Unlock()
-	if t != nil {
-		r.track(t, identify(pid, killGrace))
+	p := identify(pid, killGrace)
+	if p == nil {
+		return // gone already
+	}
+	if err := r.results.trackProcess(j.LeaseID, p); err != nil {
+		r.log.Error("the job's process could not be recorded; if this worker dies, a restart leaves it running",
+			zap.String("job_id", j.ID), zap.Int("pgid", pid), zap.Error(err))
 	}
 }
 
