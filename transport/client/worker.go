@@ -668,7 +668,6 @@ func (r *runner) start(a wire.Frame) {
 		r.running++
 	}
 	r.mu.Unlock()
-	r.track(t)
 	select {
 	case r.tighter <- struct{}{}:
 	default:
@@ -706,6 +705,7 @@ func (r *runner) serve(t *task) {
 
 // run runs the handler for t and reports the result.
 func (r *runner) run(t *task) {
+	r.track(t) // here, not on the goroutine that reads the connection
 	ctx, span := r.runSpan(t)
 	out, err := r.w.Handler(ctx, t.job)
 	// What the result is follows from whether the job was told to stop before its handler
