@@ -49,7 +49,7 @@ func runWorker(args []string) error {
 	var env envFlags
 	fs.Var(&env, "env", "give every job the worker's variable KEY, or KEY=VALUE (repeatable); jobs get the worker's environment without any TETHER_* variable, and never the token")
 	tokenFile := fs.String("token-file", "", "a file (mode 0600) that holds the worker token and is rewritten atomically each time the worker renews it; if it does not exist yet, the worker registers with --token and writes it")
-	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600) and the results the server has not taken yet")
+	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600), the results the server has not taken yet, and the jobs it runs (a restart after kill -9 ends what they left and gives their leases back)")
 	otelEndpoint := fs.String("otel-endpoint", "", "export an OpenTelemetry span of each job's run over OTLP/HTTP to this URL (e.g. http://collector:4318), under the trace its assignment names; the OTEL_EXPORTER_OTLP_* variables work too; empty and unset: off")
 	var lf cli.LogFlags
 	lf.Register(fs)
