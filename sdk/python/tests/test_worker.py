@@ -642,7 +642,7 @@ def test_a_value_that_is_not_json_raises_where_it_is_sent(client, make_worker):
 
     @w.handler("event")
     def event(ctx):
-        for bad in ({1, 2}, float("nan")):
+        for bad in ({1, 2}, float("nan"), "\ud800", 10**400):
             try:
                 ctx.progress(bad)
             except (TypeError, ValueError) as e:
@@ -655,15 +655,22 @@ def test_a_value_that_is_not_json_raises_where_it_is_sent(client, make_worker):
     def output(ctx):
         return {1, 2}
 
+    @w.handler("huge")
+    def huge(ctx):
+        return {"n": 10**400}
+
     run_in_thread(w)
     ev = client.submit("py", "event", max_attempts=1)
     out = client.submit("py", "output", max_attempts=3)
+    huge = client.submit("py", "huge", max_attempts=3)
     ev_done = client.wait(ev["id"], timeout=30)
     assert ev_done["status"] == "succeeded" and ev_done["output"] == "refused here", ev_done
     out_done = client.wait(out["id"], timeout=30)
     # Not JSON at every attempt: failed for good on the first, as the Go runner judges it.
     assert out_done["status"] == "failed" and out_done["dead_reason"] == "non_retryable", out_done
     assert out_done["error"]["code"] == "bad_output" and out_done["attempt"] == 1
+    huge_done = client.wait(huge["id"], timeout=30)
+    assert huge_done["status"] == "failed" and huge_done["error"]["code"] == "bad_output", huge_done
 
 
 def test_the_pause_after_releases_doubles_and_a_completion_ends_it():

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import _codes, _otlp, signing
+from . import _codes, _ijson, _otlp, signing
 from ._http import HTTP, error_of, quote
 from .errors import UNREACHABLE, Cancelled, Failure, Release, TetherError, retryable
 
@@ -599,6 +599,7 @@ class Worker:
     def _completion(self, ctx: JobContext, out: Any):
         try:
             _check_depth(out, "the output")
+            _ijson.dumps(out)  # a number past a double's range, a lone surrogate
             canonical = signing.canonical_json(out)
         except (TypeError, ValueError, RecursionError) as e:
             # Not JSON: it would be so at every attempt, as the Go runner judges it.
@@ -953,9 +954,10 @@ class _WSLink:
 
 
 def _encode(value: Any) -> str:
-    """JSON as the server takes it: NaN and the infinities are refused (ValueError), as is
-    anything JSON has no form for (TypeError: a set, bytes, an object)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """JSON as the server takes it, I-JSON (_ijson.dumps): NaN, the infinities, a number past a
+    double's range and a lone surrogate are refused (ValueError), as is anything JSON has no
+    form for (TypeError: a set, bytes, an object)."""
+    return _ijson.dumps(value)
 
 
 #: How deep the server lets JSON nest; deeper data would be refused, and over WebSocket end the session.
