@@ -161,20 +161,24 @@ func (b *Broker) Get(tenant, id string) (job *projections.Job, ok bool) {
 }
 
 // Expired reports whether the tenant's job id finished and has left the views: its retention
-// ended, or it was deleted or purged. Its stream is still in the log, which is how a job that
-// expired differs from one that never was.
+// ended, or it was deleted or purged. The views keep a tombstone of each job that left them,
+// which is how a job that expired differs from one that never was once the archive segments
+// that held its history are deleted; a job that expired under a build that kept no tombstones
+// is found by its stream in the log.
 func (b *Broker) Expired(tenant, id string) bool {
 	if len(id) > idLenMax {
 		return false
 	}
 	now := b.clock()
-	inViews, expired := false, false
+	known, expired := false, false
 	b.rt.Read(func(set *projections.Set) {
 		if j := set.JobRef(id); j != nil {
-			inViews, expired = true, j.Tenant == tenant && b.cfg.Retention.Expired(j, now)
+			known, expired = true, j.Tenant == tenant && b.cfg.Retention.Expired(j, now)
+		} else if owner, gone := set.Gone(id); gone {
+			known, expired = true, owner == tenant
 		}
 	})
-	if inViews {
+	if known {
 		return expired
 	}
 	for rec, err := range b.elog.Stream(eventlog.JobStream(id), 0) {

@@ -34,6 +34,7 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from . import _ijson
 from .errors import TLS_ERROR, UNREACHABLE, TetherError
 
 USER_AGENT = "tether-python/0.1"
@@ -401,7 +402,7 @@ class HTTP:
         to repeat on one server at a time (a long poll, which waits on purpose)."""
         data = raw
         if data is None and body is not None:
-            data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+            data = _ijson.dumps(body).encode()
         h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if data is not None:
             h["Content-Type"] = content_type
