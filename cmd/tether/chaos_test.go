@@ -41,13 +41,17 @@ type chaosPlan struct {
 	// natsKills kills NATS nodes: first the election bucket's raft leader, then the
 	// stream's.
 	natsKills int
+	// pausedStandbyKills kills the leader while the standby after it is paused;
+	// pausedFirsts pauses the server first in every client's list, a standby and the
+	// leader in turn (chaos_silent_test.go).
+	pausedStandbyKills, pausedFirsts int
 }
 
 func plan() chaosPlan {
 	if *chaosFull {
-		return chaosPlan{kills: 20, pauses: 20, natsKills: 4}
+		return chaosPlan{kills: 20, pauses: 20, natsKills: 4, pausedStandbyKills: 10, pausedFirsts: 10}
 	}
-	return chaosPlan{kills: 3, pauses: 3, natsKills: 2}
+	return chaosPlan{kills: 3, pauses: 3, natsKills: 2, pausedStandbyKills: 1, pausedFirsts: 2}
 }
 
 type replica struct {
@@ -65,6 +69,8 @@ type chaos struct {
 	servers  []*replica
 	admin    string
 	c        *client.Client
+	apiKey   string         // acme's, c's
+	adminC   *client.Client // with the admin token
 	probe    *client.Client // submits as the CLI does, with RetryFor
 	worker   *process
 	runLog   string
@@ -219,12 +225,16 @@ type load struct {
 	errs map[string]int // refused or failed submits by what went wrong, each tried again
 }
 
-func startLoad(c *client.Client, producers int) *load {
+func startLoad(c *client.Client, producers int) *load { return startLoadKeyed(c, producers, "p") }
+
+// startLoadKeyed is startLoad with its idempotency keys under prefix, so that several loads
+// make jobs of their own.
+func startLoadKeyed(c *client.Client, producers int, prefix string) *load {
 	l := &load{c: c, stop: make(chan struct{}), ids: map[string]bool{}, errs: map[string]int{}}
 	for p := range producers {
 		l.wg.Go(func() {
 			for k := 0; ; k++ {
-				key := fmt.Sprintf("p%d-%d", p, k)
+				key := fmt.Sprintf("%s%d-%d", prefix, p, k)
 				for {
 					select {
 					case <-l.stop:
@@ -336,6 +346,12 @@ func (ch *chaos) connectedAfter(since time.Time) (time.Time, bool) {
 type figures struct {
 	failover, reconnect, pauseGap, natsGap []time.Duration
 	takeovers, natsFailovers               int
+	// standbyPausedConnect, standbyPausedRun and standbyPausedAck: from the new leader's
+	// readiness to the worker's connection, its next run and the load's next acknowledged
+	// submit, a standby paused; firstPausedCLI: one CLI request, a server paused first in its
+	// list; leaderPausedAck: from the new leader's readiness to the load's next acknowledged
+	// submit, the leader paused first in its list.
+	standbyPausedConnect, standbyPausedRun, standbyPausedAck, firstPausedCLI, leaderPausedAck []time.Duration
 }
 
 func summary(ds []time.Duration) string {
@@ -385,6 +401,7 @@ func TestChaos(t *testing.T) {
 	ctx := context.Background()
 	admin := client.New(ch.urls(), ch.admin, nil)
 	admin.RetryFor = 30 * time.Second
+	ch.adminC = admin
 	key, err := admin.CreateAPIKey(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -393,7 +410,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.c = client.New(ch.urls(), key.Key, nil)
+	ch.c, ch.apiKey = client.New(ch.urls(), key.Key, nil), key.Key
 	ch.probe = client.New(ch.urls(), key.Key, nil)
 	ch.probe.RetryFor = 30 * time.Second // the CLI's --retry-for is 15 s
 
@@ -427,6 +444,16 @@ echo '{"ok":true}'
 			ch.pauseLeader(k, &fig)
 		}
 		ch.verify(fmt.Sprintf("fault %d (%s)", k, fault))
+		ch.load.grow(t, 100)
+	}
+	for k := range pl.pausedStandbyKills {
+		ch.pausedStandbyKill(k, &fig)
+		ch.verify(fmt.Sprintf("paused standby %d", k))
+		ch.load.grow(t, 100)
+	}
+	for k := range pl.pausedFirsts {
+		ch.pausedFirst(k, &fig)
+		ch.verify(fmt.Sprintf("paused first %d", k))
 		ch.load.grow(t, 100)
 	}
 	for k := range pl.natsKills {
@@ -489,6 +516,10 @@ echo '{"ok":true}'
 	t.Logf("worker reconnected, after the new leader was ready: %s", summary(fig.reconnect))
 	t.Logf("leader paused %d times (1-3 TTL): %d taken over, the chain verified after each; longest without an acknowledged submit: %s",
 		pl.pauses, fig.takeovers, summary(fig.pauseGap))
+	t.Logf("standby paused and leader killed %d times: the worker connected %s, ran a job %s, the load's submit was acknowledged %s, after the new leader was ready",
+		pl.pausedStandbyKills, summary(fig.standbyPausedConnect), summary(fig.standbyPausedRun), summary(fig.standbyPausedAck))
+	t.Logf("server paused first in every list %d times: one CLI request took %s; with the leader paused, the load's submit was acknowledged %s after the new leader was ready",
+		pl.pausedFirsts, summary(fig.firstPausedCLI), summary(fig.leaderPausedAck))
 	t.Logf("NATS node killed %d times: %d tether failovers; longest without an acknowledged submit: %s", pl.natsKills, fig.natsFailovers, summary(fig.natsGap))
 	t.Logf("replay verify --log passed %d times", ch.verifies)
 }

@@ -267,9 +267,14 @@ func BenchmarkSaturated(b *testing.B) {
 }
 
 // Given the servers of a replicated log, the bench runs against the one that leads: a server
-// that is gone and a standby are passed over.
+// that is gone, a standby and a silent one (paused: it takes connections and never answers)
+// are passed over.
 func TestRunsAgainstTheLeaderOfAList(t *testing.T) {
 	url, key, enroll := server(t)
+	release := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	defer silent.Close()
+	defer close(release) // before Close, which waits for the handlers
 	standby := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"error":{"code":"STANDBY","message":"a standby","details":{}}}`))
@@ -277,7 +282,7 @@ func TestRunsAgainstTheLeaderOfAList(t *testing.T) {
 	defer standby.Close()
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
-	res, err := bench.Run(runCtx(t), bench.Config{Server: gone.URL + "," + standby.URL + "," + url, Token: key, EnrollToken: enroll,
+	res, err := bench.Run(runCtx(t), bench.Config{Server: silent.URL + "," + gone.URL + "," + standby.URL + "," + url, Token: key, EnrollToken: enroll,
 		MetricsToken: metricsToken, Jobs: 50, Producers: 2, Workers: 2})
 	if err != nil || res.Jobs != 50 || res.Errors != 0 {
 		t.Fatalf("%+v %v", res, err)

@@ -17,11 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,25 +59,39 @@ func (e *Error) Retryable() bool { return policy.Retryable(e.Code, e.Status) }
 // token to register a worker, the admin token for admin calls (none under --auth none).
 //
 // It may know several servers: the leader and the hot standbys of a replicated log. It talks
-// to one at a time, and moves on at once when that one cannot be reached, answers that it is a
-// standby (503 STANDBY: to the leader the standby names, if the client knows it), or that it is
-// still starting (503 NOT_READY). Only requests that never reached a server, or that it refused
-// that way, go again to the next one, unless they are safe to repeat (repeatable).
+// to one at a time and finds the leader among them: its first request asks each server's
+// /readyz at once; a request that cannot reach a server, or that a standby or a starting server
+// refuses, goes at once to the next (or to the leader the standby names); one safe to repeat
+// (repeatable) that a server leaves unanswered for HedgeAfter goes to the next server too, and
+// the first answer wins; one that is not goes only to a server that answered within HedgeAfter,
+// and never twice. The rules in full are at the top of servers.go.
 type Client struct {
 	servers []string
-	current atomic.Uint32          // index into servers
-	token   atomic.Pointer[string] // a worker's renews itself while in use
-	hc      *http.Client
+	current atomic.Uint32 // index into servers
+	// answered holds, for each server, when it last answered (Unix nanoseconds; 0: never).
+	answered []atomic.Int64
+	probing  sync.Mutex             // held by findLeader
+	token    atomic.Pointer[string] // a worker's renews itself while in use
+	hc       *http.Client
 	// RetryFor, if set, is how long a request that is safe to repeat goes on being tried
 	// across a failover, while no server takes it: none answers, or each is a standby that
-	// knows no leader yet, starting, or unavailable. Between rounds of every server it waits,
-	// 100 ms at first and twice as long each round, up to 2 s. 0: each server is tried at
-	// most twice, and the last answer is returned. Set it before the first request.
+	// knows no leader yet, starting, or unavailable. A server is asked again 100 ms after it
+	// said a leader is being chosen, and after a backoff from 100 ms to 2 s while it cannot be
+	// reached. 0: each server is tried at most twice, and the last answer is returned. Set it
+	// before the first request.
 	RetryFor time.Duration
 	// Patience is how long one server may take to answer a request (on top of the wait a long
 	// poll asks for) before the client gives up on it: a request safe to repeat then goes to the
-	// next server, as from one it cannot reach. 0: 10 s.
+	// next server, as from one it cannot reach; one that is not fails with the timeout, and the
+	// client moves off that server. 0: 10 s.
 	Patience time.Duration
+	// HedgeAfter is how long a request safe to repeat waits for a server's answer before it
+	// goes to the next server too (the first answer wins); while it waits, the servers that
+	// answered that they stand by are asked again, so a request held by a paused leader is
+	// taken by the next one as soon as it leads. A request that is not safe to repeat goes only
+	// to a server that answered within HedgeAfter (the client asks them all first, if need be).
+	// 0: 1 s.
+	HedgeAfter time.Duration
 }
 
 // New returns a client of the server at base (http://host:port), or of any of several servers
@@ -88,87 +102,9 @@ func New(base, token string, hc *http.Client) *Client {
 		hc = NewHTTPClient(nil)
 	}
 	c := &Client{servers: SplitServers(base), hc: hc}
+	c.answered = make([]atomic.Int64, len(c.servers))
 	c.token.Store(&token)
 	return c
-}
-
-// SplitServers splits a comma-separated list of server URLs.
-func SplitServers(list string) []string {
-	var out []string
-	for s := range strings.SplitSeq(list, ",") {
-		if s = strings.TrimRight(strings.TrimSpace(s), "/"); s != "" {
-			out = append(out, s)
-		}
-	}
-	if len(out) == 0 {
-		out = []string{""}
-	}
-	return out
-}
-
-// Server is the server the client talks to now.
-func (c *Client) Server() string { return c.servers[int(c.current.Load())%len(c.servers)] }
-
-// failover moves the client off server, which could not be reached or is a standby: to leader,
-// if it names one of the client's servers, else to the next one. It reports whether there is
-// another server to try. Concurrent calls about the same server move it once.
-func (c *Client) failover(server, leader string) bool {
-	if len(c.servers) < 2 {
-		return false
-	}
-	cur := c.current.Load()
-	if c.servers[int(cur)%len(c.servers)] != server {
-		return true // another call moved it already
-	}
-	next := (cur + 1) % uint32(len(c.servers))
-	for i, s := range c.servers {
-		if leader != "" && strings.TrimRight(leader, "/") == s {
-			next = uint32(i)
-		}
-	}
-	c.current.CompareAndSwap(cur, next)
-	return true
-}
-
-// failoverErr moves the client off server if err says it should: the request never reached
-// it, it is a standby, or it is still starting. It reports whether the request may go to the
-// next server.
-func (c *Client) failoverErr(server string, err error) bool {
-	var e *Error
-	switch {
-	case errors.As(err, &e) && e.Code == wire.CodeStandby:
-		leader, _ := e.Details["leader"].(string)
-		return c.failover(server, leader)
-	case errors.As(err, &e) && e.Code == wire.CodeNotReady, unreached(err):
-		return c.failover(server, "")
-	}
-	return false
-}
-
-// unreached reports whether a request failed before it reached a server: its connection was
-// refused or could not be made.
-func unreached(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
-// electing reports whether err is a server's answer that it does not lead now: a standby, or a
-// server still starting.
-func electing(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && (e.Code == wire.CodeStandby || e.Code == wire.CodeNotReady)
-}
-
-// failoverAnswer reports whether err says no server takes requests right now, as a failover
-// leaves it for a moment: a request safe to repeat may go again once the client has waited.
-func failoverAnswer(err error) bool {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code == wire.CodeStandby || e.Code == wire.CodeNotReady || e.Code == "UNAVAILABLE" || e.Status == http.StatusBadGateway || e.Status == http.StatusGatewayTimeout
-	}
-	// The connection failed, or broke before the answer; a certificate refused is a
-	// misconfiguration that waiting does not mend.
-	return err != nil && !CertificateRefused(err)
 }
 
 // repeatable reports whether a request may be sent again after it may have reached a server:
@@ -223,60 +159,44 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, hea
 		}
 		data = b
 	}
-	safe := c.RetryFor > 0 && repeatable(method, path, body, header)
-	deadline := time.Now().Add(c.RetryFor)
 	// A server that took the request and does not answer in time (a paused process, one cut
 	// off from its log) is given up on like one that cannot be reached.
 	patience := cmp.Or(c.Patience, requestTimeout)
 	if lr, ok := body.(wire.LeaseRequest); ok {
 		patience += time.Duration(lr.WaitSeconds * float64(time.Second))
 	}
-	answered := false // in this round, a server answered that a failover is under way
-	for tries, round := 1, 0; ; tries++ {
-		server := c.Server()
-		actx, cancel := context.WithTimeout(ctx, patience)
-		status, err := c.doOn(actx, server, method, path, body != nil, data, contentType, out, header)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return status, err
-		}
-		answered = answered || electing(err)
-		moved := c.failoverErr(server, err)
-		if !moved && safe && failoverAnswer(err) {
-			moved = c.failover(server, "") // it may have reached the server; it may go again
-		}
-		if moved && tries < 2*len(c.servers) {
-			continue // another server may take it now
-		}
-		if !safe || !failoverAnswer(err) || time.Now().After(deadline) {
-			return status, err
-		}
-		// No server takes it now: a failover under way. Wait, then a round of every server: a
-		// short while if a server said it stands by or starts (a leader is being chosen, which
-		// takes about a TTL), and backing off while none answers.
-		round++
-		wait := backoff(round, 100*time.Millisecond, 2*time.Second)
-		if answered {
-			wait = backoff(1, 100*time.Millisecond, 100*time.Millisecond)
-		}
-		select {
-		case <-time.After(min(time.Until(deadline), wait)):
-		case <-ctx.Done():
-			return status, err
-		}
-		tries, answered = 0, false
+	safe := repeatable(method, path, body, header)
+	c.findLeader(ctx, safe)
+	rules := raceRules{safe: safe, retryFor: c.RetryFor, patience: patience, hedgeAfter: c.hedgeAfter()}
+	a, err := race(ctx, c, rules, func(ctx context.Context, server string) (answer, error) {
+		return c.doOn(ctx, server, method, path, body != nil, data, contentType, header)
+	}, nil)
+	if err != nil {
+		return a.status, err
 	}
+	if out != nil && a.status != http.StatusNoContent {
+		if err := json.Unmarshal(a.body, out); err != nil {
+			return a.status, fmt.Errorf("tether: %s %s: decoding the answer: %w", method, path, err)
+		}
+	}
+	return a.status, nil
 }
 
-// doOn sends one request to one server.
-func (c *Client) doOn(ctx context.Context, server, method, path string, hasBody bool, data []byte, contentType string, out any, header []string) (int, error) {
+// answer is a server's successful answer to a request: its status and body.
+type answer struct {
+	status int
+	body   []byte
+}
+
+// doOn sends one request to one server and reads its answer.
+func (c *Client) doOn(ctx context.Context, server, method, path string, hasBody bool, data []byte, contentType string, header []string) (answer, error) {
 	var rd io.Reader
 	if hasBody {
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, server+path, rd)
 	if err != nil {
-		return 0, err
+		return answer{}, err
 	}
 	if hasBody {
 		req.Header.Set("Content-Type", contentType)
@@ -292,20 +212,18 @@ func (c *Client) doOn(ctx context.Context, server, method, path string, hasBody 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return answer{}, err
 	}
+	c.heardFrom(server)
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return resp.StatusCode, errorOf(resp)
+		return answer{status: resp.StatusCode}, errorOf(resp)
 	}
-	if out != nil && resp.StatusCode != http.StatusNoContent {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return resp.StatusCode, fmt.Errorf("tether: %s %s: decoding the answer: %w", method, path, err)
-		}
-	} else {
-		_, _ = io.Copy(io.Discard, resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{status: resp.StatusCode}, fmt.Errorf("tether: %s %s: reading the answer: %w", method, path, err)
 	}
-	return resp.StatusCode, nil
+	return answer{status: resp.StatusCode, body: b}, nil
 }
 
 // httpCodePrefix starts the code of an error answer that is not tether's: HTTP_502, say.
@@ -473,34 +391,31 @@ func (c *Client) watch(ctx context.Context, path string, after int, fn func(wire
 var errCallback = errors.New("watch callback failed")
 
 func (c *Client) watchOnce(ctx context.Context, path string, after int, fn func(wire.Event) error) (status string, last int, err error) {
-	server := c.Server()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+path, nil)
+	c.findLeader(ctx, true)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rules := raceRules{safe: true, retryFor: c.RetryFor, patience: cmp.Or(c.Patience, requestTimeout), hedgeAfter: c.hedgeAfter()}
+	s, err := race(ctx, c, rules, func(actx context.Context, server string) (stream, error) {
+		return c.openStream(ctx, actx, server, path, after)
+	}, func(s stream) { s.close() })
 	if err != nil {
 		return "", after, err
 	}
-	req.Header.Set("Accept", "text/event-stream")
-	if after > 0 {
-		req.Header.Set("Last-Event-ID", strconv.Itoa(after))
-	}
-	if token := c.tokenNow(); token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		c.failoverErr(server, err)
-		return "", after, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		err := errorOf(resp)
-		c.failoverErr(server, err)
-		return "", after, err
-	}
+	defer s.close()
+	// A stream that stays quiet past the server's keep-alives is a server that stopped
+	// answering (paused, cut off): resume it, elsewhere if another server leads now.
+	idle := time.AfterFunc(streamIdleMax, func() {
+		c.failover(s.server, "")
+		s.close()
+	})
+	defer idle.Stop()
+	resp := s.resp
 	last = after
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	var event, data string
 	for sc.Scan() {
+		idle.Reset(streamIdleMax)
 		line := sc.Text()
 		switch {
 		case line == "":
@@ -530,6 +445,54 @@ func (c *Client) watchOnce(ctx context.Context, path string, after int, fn func(
 		return "", last, err
 	}
 	return "", last, io.ErrUnexpectedEOF
+}
+
+// streamIdleMax is how long an event stream may be quiet before the client takes it for
+// broken: four of the server's keep-alives (every 15 s).
+const streamIdleMax = 60 * time.Second
+
+// stream is an event stream's answer, open, from server.
+type stream struct {
+	resp   *http.Response
+	server string
+	close  func()
+}
+
+// openStream asks server for an event stream and returns it once its answer began, within
+// actx; the stream itself lasts as long as ctx.
+func (c *Client) openStream(ctx, actx context.Context, server, path string, after int) (stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+path, nil)
+	if err != nil {
+		cancel()
+		return stream{}, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if after > 0 {
+		req.Header.Set("Last-Event-ID", strconv.Itoa(after))
+	}
+	if token := c.tokenNow(); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	stop := context.AfterFunc(actx, cancel) // no answer in time, or the race is over
+	resp, err := c.hc.Do(req)
+	if err == nil {
+		c.heardFrom(server)
+	}
+	if !stop() {
+		err = cmp.Or(actx.Err(), err)
+	}
+	switch {
+	case err != nil && resp != nil:
+		resp.Body.Close()
+	case err == nil && resp.StatusCode >= 400:
+		err = errorOf(resp)
+		resp.Body.Close()
+	case err == nil:
+		return stream{resp: resp, server: server, close: func() { cancel(); resp.Body.Close() }}, nil
+	}
+	cancel()
+	return stream{}, err
 }
 
 // Reserve holds one of the tenant's max_active slots for ttl (0: 300 s).

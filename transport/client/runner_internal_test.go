@@ -31,27 +31,33 @@ func TestReleaseReasonsAreTheCatalogues(t *testing.T) {
 
 // Only WebSocket refused by something that answers HTTP counts towards falling back to
 // long-polling; a server that is away, restarting, not ready, closing a frame too big, or
-// refusing the worker itself does not.
+// refusing the worker itself does not. A handshake that fails as a failover or a pause leaves
+// it (moves on to the next server); a refusal that answered, or the worker's, does not.
 func TestWhatCountsAsWebSocketRefused(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		err  error
-		want bool
+		name          string
+		err           error
+		refused, move bool
 	}{
-		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, false},
-		{"a handshake cut", fmt.Errorf("%w: %w", errWSRefused, io.ErrUnexpectedEOF), true},
-		{"an upgrade answered 200", fmt.Errorf("%w: the upgrade was answered 200 OK", errWSRefused), true},
-		{"a proxy's 400", &Error{Status: 400, Code: "HTTP_400"}, true},
-		{"a proxy's 403", &Error{Status: 403, Code: "HTTP_403"}, true},
-		{"not ready", &Error{Status: 503, Code: "NOT_READY"}, false},
-		{"a bad gateway", &Error{Status: 502, Code: "HTTP_502"}, false},
-		{"too many requests", &Error{Status: 429, Code: "HTTP_429"}, false},
-		{"the worker revoked", &Error{Status: 403, Code: "WORKER_REVOKED"}, false},
-		{"a frame too big", &websocket.CloseError{Code: websocket.CloseMessageTooBig}, false},
-		{"the server going away", &websocket.CloseError{Code: websocket.CloseGoingAway}, false},
+		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, false, true},
+		{"a handshake cut", fmt.Errorf("%w: %w", errWSCut, io.ErrUnexpectedEOF), true, true},
+		{"a handshake unanswered (a paused server)", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, false, true},
+		{"an upgrade answered 200", fmt.Errorf("%w: the upgrade was answered 200 OK", errWSRefused), true, false},
+		{"a proxy's 400", &Error{Status: 400, Code: "HTTP_400"}, true, false},
+		{"a proxy's 403", &Error{Status: 403, Code: "HTTP_403"}, true, false},
+		{"a standby", &Error{Status: 503, Code: "STANDBY"}, false, true},
+		{"not ready", &Error{Status: 503, Code: "NOT_READY"}, false, true},
+		{"a bad gateway", &Error{Status: 502, Code: "HTTP_502"}, false, true},
+		{"too many requests", &Error{Status: 429, Code: "HTTP_429"}, false, false},
+		{"the worker revoked", &Error{Status: 403, Code: "WORKER_REVOKED"}, false, false},
+		{"a frame too big", &websocket.CloseError{Code: websocket.CloseMessageTooBig}, false, true},
+		{"the server going away", &websocket.CloseError{Code: websocket.CloseGoingAway}, false, true},
 	} {
-		if got := wsRefused(tc.err); got != tc.want {
-			t.Errorf("%s: wsRefused = %v, want %v", tc.name, got, tc.want)
+		if got := wsRefused(tc.err); got != tc.refused {
+			t.Errorf("%s: wsRefused = %v, want %v", tc.name, got, tc.refused)
+		}
+		if got := wsMovesOn(tc.err); got != tc.move {
+			t.Errorf("%s: wsMovesOn = %v, want %v", tc.name, got, tc.move)
 		}
 	}
 	if !permanent(&Error{Status: 401, Code: "UNAUTHENTICATED"}) || permanent(&Error{Status: 401, Code: "HTTP_401"}) ||

@@ -1064,6 +1064,9 @@ func (r *runner) heartbeats(l link, base time.Duration, done <-chan struct{}) {
 			// No answer in a heartbeat's time: the server is paused or cut off, and its
 			// leases may be handed over meanwhile. Another server (or this one, later) will.
 			r.log.Warn("the server did not answer a heartbeat; reconnecting", zap.Duration("within", every))
+			if ws, ok := l.(*wsLink); ok {
+				r.api.failover(ws.server, "") // the next connection starts elsewhere
+			}
 			l.drop()
 			continue
 		}

@@ -21,6 +21,7 @@ import (
 )
 
 type wsLink struct {
+	server  string // the server it is connected to
 	conn    *websocket.Conn
 	cork    *frames.Cork // under conn: frames sent together leave in one write
 	reader  frames.Reader
@@ -258,6 +259,11 @@ func wsURL(server string) (string, error) {
 // on the way blocks WebSocket, and long-polling is the way round it.
 var errWSRefused = errors.New("tether: the WebSocket handshake was refused")
 
+// errWSCut is a handshake that the server's address cut without an answer: a proxy that drops
+// upgrades, or a server dying as it took the connection. It counts as WebSocket refused, but
+// first the other servers are tried.
+var errWSCut = fmt.Errorf("%w: cut without an answer", errWSRefused)
+
 // wsRefused reports whether a failed connection was WebSocket being refused, as opposed to the
 // server being away, restarting or not ready yet (a network error, a 5xx, a 429), or refusing
 // the worker itself.
@@ -275,23 +281,24 @@ func closedRevoked(err error) bool {
 	return errors.As(err, &ce) && ce.Code == wire.CloseWorkerRevoked
 }
 
-// runWS serves one WebSocket connection until it breaks or ctx ends; connected says whether it
-// got as far as the server's welcome.
-func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
-	server := r.api.Server()
+// upgraded is a WebSocket handshake that succeeded, with server.
+type upgraded struct {
+	conn   *websocket.Conn
+	cork   *frames.Cork
+	server string
+}
+
+// upgrade makes the WebSocket handshake with server, within ctx. It has no effect on the
+// server: a handshake that is not followed by a hello takes no work.
+func (r *runner) upgrade(ctx context.Context, server string) (upgraded, error) {
 	u, err := wsURL(server)
 	if err != nil {
-		return false, err
+		return upgraded{}, err
 	}
-	defer func() {
-		if !connected && err != nil {
-			r.api.failoverErr(server, err)
-		}
-	}()
 	var cork *frames.Cork
-	dialer := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment, TLSClientConfig: r.w.TLSConfig,
+	dialer := websocket.Dialer{Proxy: http.ProxyFromEnvironment, TLSClientConfig: r.w.TLSConfig,
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			c, err := (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
@@ -299,20 +306,53 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 			return cork, nil
 		}}
 	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + r.api.tokenNow()}})
+	if resp != nil {
+		r.api.heardFrom(server)
+	}
 	switch {
 	case err == nil:
+		return upgraded{conn: conn, cork: cork, server: server}, nil
 	case resp != nil && resp.StatusCode >= 400:
-		return false, errorOf(resp)
+		return upgraded{}, errorOf(resp)
 	case resp != nil:
-		return false, fmt.Errorf("%w: the upgrade was answered %s", errWSRefused, resp.Status)
-	case cork != nil && ctx.Err() == nil: // the address answered, the handshake did not
-		return false, fmt.Errorf("%w: %w", errWSRefused, err)
-	default:
+		return upgraded{}, fmt.Errorf("%w: the upgrade was answered %s", errWSRefused, resp.Status)
+	case cork != nil && !silent(err) && ctx.Err() == nil: // the address took the connection, and cut the handshake
+		return upgraded{}, fmt.Errorf("%w: %w", errWSCut, err)
+	}
+	// Not reached, or silent: a server paused, frozen or hung takes the connection and never
+	// answers; it is left like one that cannot be reached.
+	return upgraded{}, err
+}
+
+// wsMovesOn reports whether a failed handshake leaves the worker to try another server: one
+// that cannot be reached, is silent, cut the handshake, is a standby or starting, or
+// unavailable; not one that answers WebSocket with a refusal (a proxy's doing: long-polling is
+// the way round it) or refuses the worker itself.
+func wsMovesOn(err error) bool {
+	return errors.Is(err, errWSCut) || !wsRefused(err) && !permanent(err) && failoverAnswer(err)
+}
+
+// runWS serves one WebSocket connection until it breaks or ctx ends; connected says whether it
+// got as far as the server's welcome. The handshake is made as a request safe to repeat is
+// sent (servers.go): hedged over the servers, the first to upgrade wins, and for a
+// handshake's time the servers that stand by are asked again every 100 ms, so that the worker
+// is on the new leader as soon as it leads.
+func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
+	r.api.findLeader(ctx, true)
+	rules := raceRules{safe: true, moveOn: wsMovesOn, retryFor: handshakeTimeout, patience: handshakeTimeout, hedgeAfter: r.api.hedgeAfter()}
+	up, err := race(ctx, r.api, rules, r.upgrade, func(u upgraded) { u.conn.Close() })
+	if err != nil {
 		return false, err
 	}
+	conn, cork, server := up.conn, up.cork, up.server
+	defer func() {
+		if !connected && err != nil && silent(err) { // upgraded, then stopped answering
+			r.api.failover(server, "")
+		}
+	}()
 	defer conn.Close()
 	conn.SetReadLimit(64 << 20)
-	l := &wsLink{conn: conn, cork: cork, pending: map[string]ackFunc{}}
+	l := &wsLink{server: server, conn: conn, cork: cork, pending: map[string]ackFunc{}}
 	if err := l.send(wire.Frame{Type: wire.FrameHello, Capacity: r.w.Capacity}); err != nil {
 		return false, err
 	}

@@ -11,7 +11,7 @@ import time
 import urllib.parse
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from ._http import HTTP, REQUEST_TIMEOUT, quote
+from ._http import HEDGE_AFTER, HTTP, REQUEST_TIMEOUT, quote
 from .errors import TetherError
 
 Job = Dict[str, Any]
@@ -61,8 +61,15 @@ def _trace(traceparent: str) -> Optional[Dict[str, str]]:
 
 
 class Client:
-    """A client of one tether server, with an API key (or none under ``--auth none``), or the
+    """A client of a tether server, with an API key (or none under ``--auth none``), or the
     admin token for the admin calls. Thread-safe.
+
+    ``url`` may name the several servers of a replicated log, comma-separated (or a sequence):
+    the client finds the leader among them, and goes past a server that is away, a standby,
+    starting, or alive and silent (paused), by the Go client's rules (``tether._http``): a
+    request safe to repeat (a read, a submit under an idempotency key, a cancel) that has no
+    answer after ``hedge_after`` seconds goes to the next server too; one that is not goes only
+    to a server that answered within ``hedge_after``, and never twice.
 
     Every call raises :class:`tether.TetherError` when the server refuses it (its stable
     ``code``, ``status``, ``request_id``, ``retryable``) or cannot be reached (``UNREACHABLE``).
@@ -70,14 +77,16 @@ class Client:
 
     job_request = staticmethod(_job_request)
 
-    def __init__(self, url: str = "", api_key: str = "", *, timeout: float = REQUEST_TIMEOUT,
-                 ssl_context: Optional[ssl.SSLContext] = None):
+    def __init__(self, url: Union[str, Sequence[str]] = "", api_key: str = "", *,
+                 timeout: float = REQUEST_TIMEOUT, ssl_context: Optional[ssl.SSLContext] = None,
+                 hedge_after: float = HEDGE_AFTER):
         url = url or os.environ.get("TETHER_SERVER", "http://127.0.0.1:8080")
         api_key = api_key or os.environ.get("TETHER_API_KEY", "")
-        self._http = HTTP(url, api_key, timeout, ssl_context)
+        self._http = HTTP(url, api_key, timeout, ssl_context, hedge_after)
 
     @property
     def url(self) -> str:
+        """The server the client talks to now."""
         return self._http.url
 
     def _do(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:

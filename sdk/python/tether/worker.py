@@ -33,10 +33,10 @@ import ssl
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _codes, _ijson, _otlp, signing
-from ._http import HTTP, error_of, quote
+from ._http import HEDGE_AFTER, HTTP, Race, error_of, quote
 from .errors import UNREACHABLE, Cancelled, Failure, Release, TetherError, retryable
 
 try:  # websockets >= 13: the new asyncio client
@@ -56,6 +56,8 @@ Handler = Callable[["JobContext"], Any]
 
 #: How long a long poll asks the server to wait for a job.
 POLL_WAIT = 20.0
+#: How long a WebSocket handshake, and then the server's welcome, may take.
+HANDSHAKE_TIMEOUT = 10.0
 #: How long a fallback to long-polling lasts before WebSocket is tried again.
 LONG_POLL_FOR = 300.0
 #: A lease's TTL when its assignment does not say (the server's default).
@@ -209,24 +211,29 @@ class Worker:
     so that a worker that dies first sends it when it starts again on the same directory
     (with the same credentials); without it, results wait in memory only.
 
+    ``url`` may name the several servers of a replicated log, comma-separated (or a sequence):
+    the worker registers with and connects to the leader, and after a failover reconnects to the
+    new one as soon as it leads, past a server that is away or silent (paused), as the client
+    does (``hedge_after``); a server that leaves a heartbeat unanswered is left.
+
     With ``otel_endpoint`` (an OTLP/HTTP collector's URL, e.g. ``http://localhost:4318``) or the
     ``OTEL_EXPORTER_OTLP_*`` variables, the worker exports a ``tether.run`` span of each job's
     run under the trace its assignment names, and ``ctx.traceparent`` names that span, so that
     the handler's own spans nest under it.
     """
 
-    def __init__(self, url: str = "", *, token: str = "", token_file: str = "",
+    def __init__(self, url: Union[str, Sequence[str]] = "", *, token: str = "", token_file: str = "",
                  enroll_token: str = "", queues: Sequence[str] = ("default",), capacity: int = 1,
                  name: str = "", signer: Optional[signing.Signer] = None, transport: str = "auto",
                  grace: float = 10.0, labels: Optional[Dict[str, str]] = None,
                  ssl_context: Optional[ssl.SSLContext] = None, results_dir: str = "",
-                 otel_endpoint: str = ""):
+                 otel_endpoint: str = "", hedge_after: float = HEDGE_AFTER):
         if capacity < 1:
             raise ValueError("tether: capacity must be at least 1")
         if transport not in ("auto", "websocket", "longpoll"):
             raise ValueError("tether: transport must be auto, websocket or longpoll")
         url = url or os.environ.get("TETHER_SERVER", "http://127.0.0.1:8080")
-        self._http = HTTP(url, ssl_context=ssl_context)
+        self._http = HTTP(url, ssl_context=ssl_context, hedge_after=hedge_after)
         self._http.aborted = lambda: self._stopping.is_set()
         self.queues = list(queues)
         self.capacity = capacity
@@ -392,7 +399,7 @@ class Worker:
                 self._poll_conn = self._http._connection(POLL_WAIT + 30)
                 _, answer = self._http.request("POST", "/v1/worker/lease",
                                                {"max": free, "wait_seconds": POLL_WAIT},
-                                               timeout=POLL_WAIT + 30, again=True)
+                                               timeout=POLL_WAIT + 30, again=True, hedge=False)
                 failures = 0
             except TetherError as e:
                 if self._stopping.is_set():
@@ -442,18 +449,16 @@ class Worker:
     async def _ws_session(self) -> bool:
         """One WebSocket session: hello, welcome, credit, then assignments, cancels and acks
         until the connection ends. Returns whether it got as far as the welcome."""
-        u = self._http.url.replace("http", "ws", 1) + self._http._prefix + "/v1/worker/connect"
-        kw = {_WS_HEADERS: {"Authorization": "Bearer " + self._http.token, "User-Agent": "tether-python/0.1"},
-              "max_size": 64 << 20, "open_timeout": 10}
-        try:
-            conn = await _ws_connect(u, **kw)
-        except Exception as e:  # noqa: BLE001 - sorted below
-            raise _classify_handshake(e) from e
+        conn, server = await self._ws_handshake()
         loop = asyncio.get_running_loop()
-        link = _WSLink(self, loop, conn)
+        link = _WSLink(self, loop, conn, server)
         try:
             await conn.send(json.dumps({"type": "hello", "capacity": self.capacity}))
-            welcome = json.loads(await asyncio.wait_for(conn.recv(), 10))
+            try:
+                welcome = json.loads(await asyncio.wait_for(conn.recv(), HANDSHAKE_TIMEOUT))
+            except asyncio.TimeoutError as e:  # upgraded, then silent: left like a server away
+                self._http.failover(server)
+                raise TetherError(UNREACHABLE, f"no welcome in {HANDSHAKE_TIMEOUT:.0f} s") from e
             if welcome.get("type") != "welcome":
                 raise TetherError("BAD_HANDSHAKE", f"the server answered hello with {welcome.get('type')!r}")
             self._check_key(welcome.get("public_key", ""))
@@ -479,6 +484,73 @@ class Worker:
             self._ws = None
             link.down()
             await conn.close()
+
+    async def _ws_handshake(self) -> Tuple[Any, int]:
+        """The WebSocket handshake, made as a request safe to repeat is sent (a handshake has no
+        effect; the rules of ``_http``): to the server the worker talks to, after hedge_after
+        to the next too, and to the others at once when one is away, a standby or starting;
+        those that answered so are asked again while another is awaited. The first to upgrade
+        wins; the others are closed. Returns the connection and its server's index."""
+        h = self._http
+        h.find_leader()  # before the session: nothing else runs on this loop yet
+        kw = {_WS_HEADERS: {"Authorization": "Bearer " + h.token, "User-Agent": "tether-python/0.1"},
+              "max_size": 64 << 20, "open_timeout": HANDSHAKE_TIMEOUT}
+
+        async def dial(i: int) -> Any:
+            s = h._servers[i]
+            return await _ws_connect(s.url.replace("http", "ws", 1) + s.prefix + "/v1/worker/connect", **kw)
+
+        def close_late(task: "asyncio.Future[Any]") -> None:  # a loser that upgraded after all
+            if not task.cancelled() and task.exception() is None:
+                asyncio.ensure_future(task.result().close())
+
+        # For a handshake's time, the servers that stand by are asked again every 100 ms, so
+        # that the worker is on the new leader as soon as it leads.
+        r = Race(h, safe=True, hedged=len(h._servers) > 1, retry_for=HANDSHAKE_TIMEOUT)
+        pending: Dict["asyncio.Future[Any]", int] = {}
+
+        def launch(i: int) -> None:
+            r.launched(i)
+            pending[asyncio.ensure_future(dial(i))] = i
+
+        launch(h._current)
+        try:
+            while True:
+                at = r.wake()
+                timeout = None if at is None else max(0.0, at - time.monotonic())
+                if pending:
+                    done, _ = await asyncio.wait(list(pending), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                else:  # none awaited: wait until one is due again
+                    await asyncio.sleep(timeout or 0.0)
+                    done = set()
+                if not done:
+                    i = r.due_now()
+                    if i >= 0:
+                        launch(i)
+                    continue
+                for task in done:
+                    i = pending.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        r.answered(i)
+                        for other in done - {task}:
+                            pending.pop(other, None)
+                            close_late(other)
+                        return task.result(), i
+                    err = _classify_handshake(exc)
+                    if not _handshake_moves_on(err):
+                        r.refused(i, moved=False)
+                        raise err
+                    i = r.failed(i, getattr(err, "status", 0) == 503, _handshake_leader(exc, err),
+                                 isinstance(exc, (asyncio.TimeoutError, TimeoutError)))
+                    if i >= 0:
+                        launch(i)
+                    elif r.over():
+                        raise err
+        finally:
+            for task in pending:
+                task.cancel()
+                task.add_done_callback(close_late)
 
     def _note_token(self, answer: Dict[str, Any]) -> None:
         """Notes when the server wants the worker token renewed (welcome, heartbeat answers)."""
@@ -809,13 +881,22 @@ class Worker:
 
 
 class _HandshakeRefused(Exception):
-    """The WebSocket handshake itself was refused while the server answered: long-poll."""
+    """The WebSocket handshake itself was refused while the server answered: long-poll. A
+    handshake cut without an answer (``cut``: a proxy that drops upgrades, or a server dying as
+    it took the connection) counts so too, once no other server upgrades."""
+
+    def __init__(self, message: str, cut: bool = False):
+        super().__init__(message)
+        self.cut = cut
+        self.status = 0
 
 
-def _classify_handshake(e: Exception) -> Exception:
+def _classify_handshake(e: BaseException) -> Exception:
     """What a failed WebSocket connect means: a refusal of the handshake (fall back to
     long-polling), a refusal of the worker (a TetherError that is not retryable), or a
     connection that failed (retry)."""
+    if isinstance(e, (TetherError, _HandshakeRefused)):
+        return e
     response = getattr(e, "response", None)  # websockets >= 13: InvalidStatus
     status = getattr(e, "status_code", None) or getattr(response, "status_code", None)
     if status is not None:
@@ -828,15 +909,36 @@ def _classify_handshake(e: Exception) -> Exception:
         return _HandshakeRefused(f"the upgrade was answered {status}")
     if isinstance(e, (OSError, asyncio.TimeoutError)):
         return TetherError(UNREACHABLE, f"WebSocket connect: {e}")
-    return _HandshakeRefused(str(e) or type(e).__name__)
+    return _HandshakeRefused(str(e) or type(e).__name__, cut=True)
+
+
+def _handshake_moves_on(err: Exception) -> bool:
+    """Whether a failed handshake leaves the worker to try another server: one away, silent, a
+    standby, starting or unavailable, or a handshake cut; not a refusal that answered (a proxy's
+    doing: long-polling is the way round it), nor one of the worker itself."""
+    if isinstance(err, _HandshakeRefused):
+        return err.cut
+    return isinstance(err, TetherError) and (err.code == UNREACHABLE or err.status in (502, 503, 504))
+
+
+def _handshake_leader(exc: BaseException, err: Exception) -> str:
+    """The leader a standby's refusal names: in its body (websockets >= 13 keeps it) or its
+    Tether-Leader header."""
+    if isinstance(err, TetherError) and isinstance(err.details.get("leader"), str):
+        return err.details["leader"]
+    headers = getattr(exc, "headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    try:
+        return (headers.get("Tether-Leader") if headers is not None else "") or ""
+    except AttributeError:
+        return ""
 
 
 class _WSLink:
     """One WebSocket session's sending side: requests from any thread, each answered by the
     ack that echoes its ref."""
 
-    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, conn: Any):
-        self._worker, self._loop, self._conn = worker, loop, conn
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, conn: Any, server: int = 0):
+        self._worker, self._loop, self._conn, self._server = worker, loop, conn, server
         self._pending: Dict[str, concurrent.futures.Future] = {}
         self._refs = itertools.count(1)
         self._up = True
@@ -938,7 +1040,8 @@ class _WSLink:
             await asyncio.sleep(0.25)
             with w._lock:
                 leases = list(w._active.values())
-            if time.monotonic() - last < min([every] + [c._heartbeat for c in leases if c._heartbeat > 0]):
+            interval = min([every] + [c._heartbeat for c in leases if c._heartbeat > 0])
+            if time.monotonic() - last < interval:
                 continue
             last = time.monotonic()
             fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -946,8 +1049,15 @@ class _WSLink:
             text, ref = self._numbered({"type": "heartbeat", "leases": [c.lease_id for c in leases]})
             self._post(text, ref, fut)
             try:
-                ack = await asyncio.wait_for(asyncio.wrap_future(fut), every)
-            except (asyncio.TimeoutError, TetherError):
+                ack = await asyncio.wait_for(asyncio.wrap_future(fut), interval)
+            except asyncio.TimeoutError:
+                # No answer in a heartbeat's time: the server is paused or cut off, and its
+                # leases may be handed over meanwhile. Another server (or this one, later) will.
+                log.warning("the server did not answer a heartbeat in %.1f s; reconnecting", interval)
+                w._http.failover(self._server)
+                self._conn.transport.abort()
+                return
+            except TetherError:
                 continue
             if ack.get("ok") is not False:  # a refused heartbeat extended nothing
                 w._heartbeat_answered(leases, ack, sent)
