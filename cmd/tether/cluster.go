@@ -140,6 +140,9 @@ func (n *clusterFlags) join(ctx context.Context, advertise string, settings map[
 	defer cancel()
 	cfg := n.config("tether " + advertise)
 	cfg.Replicas, cfg.Logger, cfg.Settings, cfg.Reconfigure = n.replicas, log.Named("nats"), settings, n.reconfigure
+	// No request on the way to lead waits longer than a TTL for its answer before it is asked
+	// again, through another NATS server if its own does not answer.
+	cfg.RequestTimeout = n.leaderTTL
 	stream, err := jetstream.Connect(ctx, cfg)
 	if err != nil {
 		return nil, err
