@@ -474,3 +474,64 @@ func (l *Log) Lead(ctx context.Context) error {
 	l.startPipeline()
 	return nil
 }
+
+// Lag is how far a copy is behind its upstream.
+type Lag struct {
+	// Messages and Records are what the upstream holds past the copy.
+	Messages, Records uint64
+	// Behind is how much older the copy's newest record is than the upstream's: 0 when the
+	// copy holds every record.
+	Behind time.Duration
+}
+
+// UpstreamLag asks the upstream how far this copy is behind it: the number of its last
+// message, and the head that message ends at (a record's seq and time, or the head a fence
+// names; then the time of the records before it). It waits at most the upstream's patience
+// for each answer.
+func (l *Log) UpstreamLag(ctx context.Context) (Lag, error) {
+	up := l.opts.Upstream
+	if up == nil {
+		return Lag{}, errors.New("eventlog: UpstreamLag needs a log on an upstream")
+	}
+	l.applyMu.Lock()
+	applied := l.upApplied
+	l.applyMu.Unlock()
+	head := l.Head()
+	asked, cancel := context.WithTimeout(ctx, up.Patience())
+	last, err := up.Last(asked)
+	cancel()
+	if err != nil || last <= applied {
+		return Lag{}, err
+	}
+	lag := Lag{Messages: last - applied}
+	// The last message's head; a fence names one but carries no time, so a few messages back
+	// (a fence follows records, or another fence that the same takeover retried) for it.
+	for msg := last; msg > applied && msg+3 > last; msg-- {
+		payload, err := l.upstreamGet(ctx, msg)
+		if err != nil {
+			return Lag{}, err
+		}
+		recs, fence, err := splitMessage(payload)
+		if err != nil {
+			return Lag{}, fmt.Errorf("eventlog: upstream message %d: %w", msg, err)
+		}
+		if fence != nil {
+			if msg == last && fence.Seq > head.Seq {
+				lag.Records = fence.Seq - head.Seq
+			}
+			continue
+		}
+		r, err := DecodeRecord(recs[len(recs)-1])
+		if err != nil {
+			return Lag{}, fmt.Errorf("eventlog: upstream message %d: %w", msg, err)
+		}
+		if msg == last && r.Seq > head.Seq {
+			lag.Records = r.Seq - head.Seq
+		}
+		if r.Time.After(head.Time) {
+			lag.Behind = r.Time.Sub(head.Time)
+		}
+		break
+	}
+	return lag, nil
+}

@@ -313,3 +313,41 @@ func TestUpstreamTakeoverAsksAgainWhatGoesUnanswered(t *testing.T) {
 		t.Fatalf("%d stalled catch-ups cut short in %d reads; want 2 in 3", up.stalls, up.reads)
 	}
 }
+
+// A copy that has not followed the upstream says how far behind it is: in messages, in
+// records, and in the time between its newest record and the upstream's; behind a fence too
+// (a takeover), whose time is that of the records before it.
+func TestUpstreamLag(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	up := eventlog.NewMemUpstream()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	leader, err := eventlog.Open("/a", eventlog.Options{FS: fs, Upstream: up, Lead: true, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.Append(ctx, eventlogtest.Event("job/x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	copied := openOn(t, up, fs, "/b", false)
+	if lag, err := copied.UpstreamLag(ctx); err != nil || lag != (eventlog.Lag{}) {
+		t.Fatalf("a copy that holds everything: %+v %v", lag, err)
+	}
+	for i := range 3 {
+		now = now.Add(2 * time.Second)
+		if _, err := leader.Append(ctx, eventlogtest.Event("job/x", i), eventlogtest.Event("job/y", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := eventlog.Lag{Messages: 3, Records: 6, Behind: 6 * time.Second}
+	if lag, err := copied.UpstreamLag(ctx); err != nil || lag != want {
+		t.Fatalf("lag %+v %v, want %+v", lag, err, want)
+	}
+	_ = leader.Close()
+	openOn(t, up, fs, "/c", true) // a takeover: its fence is the last message
+	want.Messages++
+	if lag, err := copied.UpstreamLag(ctx); err != nil || lag != want {
+		t.Fatalf("behind a fence: lag %+v %v, want %+v", lag, err, want)
+	}
+}

@@ -200,7 +200,7 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 			c.mu.Unlock()
 			c.log.Info("standby: following the stream", zap.String("stream", c.stream.Name()), zap.Uint64("head_seq", sb.Head().Seq))
 			api.SetStandby(func() transport.Standby {
-				st := transport.Standby{HeadSeq: sb.Head().Seq}
+				st := transport.Standby{HeadSeq: sb.Head().Seq, Lag: sb.Lag}
 				if l, err := jetstream.ParseLeader(d.Leader()); err == nil {
 					st.Leader = l.URL
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 	"syscall"
@@ -221,4 +222,28 @@ func TestPausedStandbyNamesNoDeadLeader(t *testing.T) {
 		t.Fatalf("no answer of the resumed standby before it led (%d answers)", len(answers))
 	}
 	t.Logf("%d answers as a standby after SIGCONT, none naming the dead leader", standby)
+}
+
+// A standby serves /metrics of its own (it answered 503 STANDBY): that it is a standby and how
+// far its copy is behind the stream; the leader says it leads.
+func TestStandbyServesItsMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real NATS and tether processes")
+	}
+	p := startPair(t)
+	scrape := func(i int) string {
+		resp, err := http.Get(p.url(i) + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("server %d's /metrics: %d %s", i, resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	mustContain(t, "the leader's /metrics", scrape(0), `tether_role{role="leader"} 1`)
+	mustContain(t, "the standby's /metrics", scrape(1), `tether_role{role="standby"} 1`, "tether_standby_lag_records 0\n",
+		"tether_standby_lag_seconds 0\n", "tether_standby_head_seq ", "process_resident_memory_bytes ")
 }
