@@ -26,15 +26,47 @@ import (
 // root; the test is skipped, saying so, where it cannot mount.
 func mountTmpfs(t *testing.T, size int) string {
 	t.Helper()
+	dir, err := tryMountTmpfs(t, size)
+	if err != nil {
+		t.Skipf("%v: the disk-fault tests need root (CAP_SYS_ADMIN) to mount a tmpfs as a data dir", err)
+	}
+	return dir
+}
+
+// tryMountTmpfs mounts a tmpfs of size bytes on a new directory, unmounted when the test ends,
+// or says why it cannot.
+func tryMountTmpfs(t *testing.T, size int) (string, error) {
+	t.Helper()
 	if os.Getuid() != 0 {
-		t.Skip("mounting a tmpfs as a data dir needs root")
+		return "", fmt.Errorf("not root")
 	}
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v): the disk-fault tests need root with CAP_SYS_ADMIN", err)
+		return "", fmt.Errorf("mount a tmpfs: %w", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir
+	return dir, nil
+}
+
+// fillBut fills the file system of dir but for about free bytes.
+func fillBut(t *testing.T, dir string, free int64) {
+	t.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	size := int64(st.Bavail)*st.Bsize - free
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for ; size > 0; size -= int64(len(chunk)) {
+		if _, err := f.Write(chunk[:min(int64(len(chunk)), size)]); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // remountReadOnly makes a tmpfs read-only; nothing may hold a file of it open for writing.

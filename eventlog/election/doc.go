@@ -17,15 +17,16 @@
 // leader that reads the key back tells its own renewal (whose answer was lost) from another
 // server's claim.
 //
-// What a server says of the lead (its /readyz, which standbys and clients ask) is stricter than
-// whether it goes on trying: a leader that may have lost the key does not say it leads until the
-// bucket, asked since, says the key is its own (Holder.Healthy). It may have lost it when it was
-// paused (a gap of more than half a TTL in its own ticks and answers, seen even before its first
-// tick after the pause runs), when NATS did not answer it for half a TTL, or when the bucket
-// refused its renewal; an answer that comes out of a pause answered a request sent before it,
-// and proves nothing. A standby names the leader the key held when it last read it, none if the
-// key was absent (Candidate.Leader), and only if it read the key since its last pause: a paused
-// standby that goes on names no one until it has read the key again.
+// What a server says of the lead (its /readyz, which standbys and clients ask) is stricter
+// after a pause: a leader that was paused (a gap of more than half a TTL in its own ticks and
+// answers, seen even before its first tick after the pause runs) may have lost the key to a
+// server that took over meanwhile, and does not say it leads until the bucket, asked since,
+// says the key is its own (Holder.Healthy). An answer that comes out of a pause answered a
+// request sent before it, and proves nothing. A leader that was not paused keeps saying it
+// leads through a bucket that does not answer, as it keeps leading. A standby names the leader
+// the key held when it last read it, none if the key was absent (Candidate.Leader), and only
+// if it read the key since its last pause: a paused standby that goes on names no one until it
+// has read the key again.
 //
 // # The driver
 //

@@ -102,11 +102,13 @@ type Holder struct {
 	// TTL since is this server paused (SIGSTOP, a VM freeze) or starved of CPU, not NATS
 	// silent.
 	active time.Time
-	// unsure: the key may no longer be this server's, and another may lead. It was paused
-	// (a gap), NATS did not answer it for half a TTL (a standby that asked meanwhile was told
-	// it does not lead), or the bucket refused its renewal. Until the bucket, asked since,
-	// says the key is its own (a renewal or a claim written, its own claim read), it does not
-	// say it leads (Healthy), however promptly NATS answers.
+	// unsure: this server was paused (a gap), long enough for its key to expire and another
+	// server to take over unseen. Until the bucket, asked since, says the key is its own (a
+	// renewal or a claim written, its own claim read), it does not say it leads (Healthy),
+	// however promptly NATS answers. (A leader that was not paused learns of a successor
+	// from the renewal the bucket refuses, as before: it goes on saying it leads through a
+	// bucket that does not answer or a lost answer, which is how it keeps the lead through
+	// the bucket's own election.)
 	unsure bool
 	// pending is the action whose outcome Done takes next.
 	pending Kind
@@ -125,10 +127,10 @@ func (h *Holder) Every() time.Duration { return h.ttl / 4 }
 func (h *Holder) Rev() uint64 { return h.rev }
 
 // Healthy reports whether this server may say it leads (its /readyz, what a standby that asks
-// is told): it is sure the key is its own (see unsure), NATS answered it within the last half
-// TTL, and it has not been paused since it last ticked or heard an answer. The last holds
-// before the first tick after a pause runs: a paused process that goes on may answer a
-// request before its timers fire.
+// is told): NATS answered it within the last half TTL, it has not been paused since it last
+// ticked or heard an answer, and, if it was paused before, the bucket has said since that the
+// key is its own (see unsure). The pause shows before the first tick after it runs: a paused
+// process that goes on may answer a request before its timers fire.
 func (h *Holder) Healthy(now time.Time) bool {
 	return (!h.unsure || mutantHealthyWhileUnsure) && now.Sub(h.active) <= h.ttl/2 && now.Sub(h.contact) <= h.ttl/2
 }
@@ -164,12 +166,8 @@ func (h *Holder) do(a Action) Action {
 	return a
 }
 
-// heard notes that the NATS server answered at now, and JetStream at js. A leader that NATS
-// had not answered for half a TTL was unhealthy: a standby may have taken over meanwhile.
+// heard notes that the NATS server answered at now, and JetStream at js.
 func (h *Holder) heard(now, js time.Time) {
-	if now.Sub(h.contact) > h.ttl/2 {
-		h.unsure = true
-	}
 	if now.After(h.contact) {
 		h.contact = now
 	}
@@ -208,7 +206,6 @@ func (h *Holder) next(now time.Time, o Outcome) Action {
 		if mutantStopOnRefusedRenewal {
 			return Action{Kind: Stop, Reason: ReasonTaken}
 		}
-		h.unsure = true
 		// The key moved on from the revision this leader last wrote: a renewal of its own
 		// whose answer was lost, the key expired while the bucket did not answer, or another
 		// server's claim. Only the key says which.
