@@ -477,8 +477,8 @@ func (l *Log) Lead(ctx context.Context) error {
 
 // Lag is how far a copy is behind its upstream.
 type Lag struct {
-	// Messages and Records are what the upstream holds past the copy.
-	Messages, Records uint64
+	// Records are the records the upstream holds past the copy.
+	Records uint64
 	// Behind is how much older the copy's newest record is than the upstream's: 0 when the
 	// copy holds every record.
 	Behind time.Duration
@@ -503,7 +503,7 @@ func (l *Log) UpstreamLag(ctx context.Context) (Lag, error) {
 	if err != nil || last <= applied {
 		return Lag{}, err
 	}
-	lag := Lag{Messages: last - applied}
+	var lag Lag
 	// The last message's head; a fence names one but carries no time, so a few messages back
 	// (a fence follows records, or another fence that the same takeover retried) for it.
 	for msg := last; msg > applied && msg+3 > last; msg-- {

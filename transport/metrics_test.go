@@ -188,7 +188,7 @@ func TestStandbyMetrics(t *testing.T) {
 	}
 	s.SetStandby(func() transport.Standby {
 		return transport.Standby{Leader: "http://leader:8080", HeadSeq: 41, Lag: func(context.Context) (eventlog.Lag, error) {
-			return eventlog.Lag{Messages: 2, Records: 9, Behind: 1500 * time.Millisecond}, nil
+			return eventlog.Lag{Records: 9, Behind: 1500 * time.Millisecond}, nil
 		}}
 	})
 	srv := httptest.NewServer(s)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -65,6 +66,7 @@ func (ch *chaos) pauseNATS(k int, fig *figures) {
 	if target < 0 {
 		t.Fatalf("NATS pause %d: no node leads the stream", k)
 	}
+	bucketToo := ch.nats.streamLeader("KV_tether_leader_TETHER") == target
 	paused := time.Now()
 	ch.nats.signal(target, syscall.SIGSTOP)
 	time.Sleep(natsPause) // the fault is its length
@@ -74,11 +76,33 @@ func (ch *chaos) pauseNATS(k int, fig *figures) {
 	fig.natsPauseGap = append(fig.natsPauseGap, gap)
 	ch.nats.waitHealthy()
 	now, _ := ch.leader()
-	t.Logf("NATS pause %d: node %d, the stream's leader, paused %s: %s without an acknowledged submit; the tether leader changed: %v (%s)",
-		k, target, natsPause, gap.Round(time.Millisecond), now != lead, takeover(ch.servers[now].p.output()))
+	// When, after the pause began, the leader stopped and the next won, by their logs.
+	since := func(i int, msg string) string {
+		if at, ok := logTime(ch.servers[i].p.output(), msg, paused); ok {
+			return "+" + at.Sub(paused).Round(time.Millisecond).String()
+		}
+		return "-"
+	}
+	t.Logf("NATS pause %d: node %d, the stream's leader (the bucket's too: %v), paused %s: %s without an acknowledged submit; the tether leader changed: %v (server %d stopped %s, server %d won %s, %s)",
+		k, target, bucketToo, natsPause, gap.Round(time.Millisecond), now != lead, lead, since(lead, "no longer leading; stopping"),
+		now, since(now, "won the election; catching up and fencing the stream"), takeover(ch.servers[now].p.output()))
 	for i := range ch.servers {
 		ch.restartIfStopped(i, 0)
 	}
+}
+
+// logTime is the time of the first line of a JSON log with msg at or after since.
+func logTime(out, msg string, since time.Time) (time.Time, bool) {
+	for _, line := range strings.Split(out, "\n") {
+		var l struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == msg && !l.Time.Before(since) {
+			return l.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // standbyDiskFull gives a standby a data dir on a disk that is all but full: it stops at once,

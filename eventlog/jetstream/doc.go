@@ -39,8 +39,9 @@
 // publish's acknowledgement, a read of a message or of the stream's state, a consumer's
 // creation, a connection's handshake; eventlog asks again (Upstream.Patience), and a catch-up
 // whose next message does not come within it is read again. The connection pings its server
-// every half of it and leaves, for another server of the URL, one that answered none of two
-// pings, so that asking again goes elsewhere when the silent one is the connection's own.
+// every quarter of it and leaves, for another server of the URL, one that answered none of two
+// pings, so that asking again goes elsewhere when the silent one is the connection's own, and a
+// leader whose own NATS server went silent moves before it would stop as cut off.
 //
 // # The election
 //

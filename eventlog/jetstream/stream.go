@@ -48,7 +48,7 @@ type Config struct {
 	// RequestTimeout is the longest any one request to NATS waits for its answer before it is
 	// asked again (Patience): a publish's acknowledgement, a read of a message or of the
 	// stream's state, a consumer's creation, a connection's handshake. The connection pings its
-	// NATS server every half of it, and leaves a server that has not answered two pings for
+	// NATS server every quarter of it, and leaves a server that has not answered two pings for
 	// another: a server alive but silent (paused, black-holed) holds no request for longer. The
 	// server sets it to the leader TTL, so that nothing on a takeover's way waits longer than a
 	// TTL for one answer. 0: DefaultRequestTimeout.
@@ -117,9 +117,10 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 	var bound atomic.Pointer[Stream] // for the handlers, which nats.Connect takes before there is one
 	opts := []nats.Option{
 		nats.Name(cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.Timeout(cfg.RequestTimeout),
-		// A server that answers no ping for RequestTimeout to 1.5 times it is left for the next
-		// (nats.go's default waits 4 to 6 minutes).
-		nats.PingInterval(cfg.RequestTimeout / 2), nats.MaxPingsOutstanding(2),
+		// A server that answers no ping for half to three quarters of RequestTimeout is left
+		// for the next (nats.go's default waits 4 to 6 minutes): a leader whose own NATS
+		// server went silent moves to another before it would stop as cut off (a TTL).
+		nats.PingInterval(cfg.RequestTimeout / 4), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: closed on purpose
 				log.Warn("disconnected from NATS", zap.String("code", "NATS_DISCONNECTED"), zap.Error(err))
