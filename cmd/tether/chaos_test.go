@@ -337,7 +337,7 @@ func (ch *chaos) connectedAfter(since time.Time) (time.Time, bool) {
 // figures collects what the run measured.
 type figures struct {
 	failover, reconnect, pauseGap, natsGap, natsPauseGap []time.Duration
-	takeovers, natsFailovers               int
+	takeovers, natsFailovers                             int
 }
 
 func summary(ds []time.Duration) string {
