@@ -65,9 +65,9 @@ const (
 	ReasonUnanswered = "JetStream answered nothing for 15 s"
 	// ReasonFenced: the stream refused an append: another server fenced it (Driver.StreamRefused).
 	ReasonFenced = "the stream refused an append: another server fenced it"
-	// ReasonLapsed: the key expired while this server was paused or cut off; another may have
-	// led and fenced the stream meanwhile, with a key of its own that lapsed too.
-	ReasonLapsed = "the key expired while this server was paused or cut off"
+	// ReasonLapsed: the key expired while this server was paused; another may have led and
+	// fenced the stream meanwhile, with a key of its own that lapsed too.
+	ReasonLapsed = "the key expired while this server was paused"
 )
 
 // Patience is how long a leader whose NATS server answers waits for JetStream to answer again:
@@ -105,16 +105,19 @@ type Holder struct {
 	// TTL since is this server paused (SIGSTOP, a VM freeze) or starved of CPU, not NATS
 	// silent.
 	active time.Time
-	// unsure: this server has not said it leads for a while, and may have lost its key to a
-	// server that took over meanwhile: it was paused (a gap), or NATS did not answer it for
-	// half a TTL (its /readyz said it does not lead, and a standby that asked took that for a
-	// yes). Until the bucket, asked since, says the key is still its own (its renewal
-	// written, its own claim read), it does not say it leads (Healthy), however promptly NATS
-	// answers; if the key expired meanwhile, it stops (ReasonLapsed): a server that took over
-	// may have let its own key lapse too, and taking the key back proves nothing. A leader
-	// that said it leads all along is not unsure: it goes on saying so through a bucket that
-	// does not answer, a refused renewal or a lost answer, which is how it keeps the lead
-	// through the bucket's own election.
+	// unsure: this server was paused (a gap), maybe long enough for its key to expire and
+	// another server to take over unseen. Until the bucket, asked since, says the key is still
+	// its own (its renewal written, its own claim read), it does not say it leads (Healthy),
+	// however promptly NATS answers; if the key expired meanwhile, it stops (ReasonLapsed): a
+	// server that took over may have let its own key lapse too, and taking the key back
+	// proves nothing. A leader that was not paused is never unsure: it goes on saying it leads
+	// through a bucket that does not answer, a refused renewal, a lost answer or a NATS
+	// connection that moves (which is how it keeps the lead through the bucket's own
+	// election; making it unsure after NATS was silent for half a TTL, or after a refused
+	// renewal, failed the leader over in two of three chaos runs that killed the bucket's raft
+	// leader). So one cut off from NATS for less than a TTL, whose key a standby took
+	// meanwhile, may say it leads from the moment NATS answers it again until its next
+	// renewal reads the other's claim; its appends are refused all the same.
 	unsure bool
 	// pending is the action whose outcome Done takes next.
 	pending Kind
@@ -134,10 +137,9 @@ func (h *Holder) Rev() uint64 { return h.rev }
 
 // Healthy reports whether this server may say it leads (its /readyz, what a standby that asks
 // is told): NATS answered it within the last half TTL, it has not been paused since it last
-// ticked or heard an answer, and, if it could not say so at some point (a pause, NATS silent),
-// the bucket has said since that the key is its own (see unsure). The pause shows before the
-// first tick after it runs: a paused process that goes on may answer a request before its
-// timers fire.
+// ticked or heard an answer, and, if it was paused before, the bucket has said since that the
+// key is its own (see unsure). The pause shows before the first tick after it runs: a paused
+// process that goes on may answer a request before its timers fire.
 func (h *Holder) Healthy(now time.Time) bool {
 	return (!h.unsure || mutantHealthyWhileUnsure) && now.Sub(h.active) <= h.ttl/2 && now.Sub(h.contact) <= h.ttl/2
 }
@@ -173,13 +175,8 @@ func (h *Holder) do(a Action) Action {
 	return a
 }
 
-// heard notes that the NATS server answered at now, and JetStream at js. A leader that NATS
-// had not answered for half a TTL did not say it leads meanwhile (Healthy), and a standby told
-// so may have taken over: it is unsure of its key from then on.
+// heard notes that the NATS server answered at now, and JetStream at js.
 func (h *Holder) heard(now, js time.Time) {
-	if now.Sub(h.contact) > h.ttl/2 {
-		h.unsure = true
-	}
 	if now.After(h.contact) {
 		h.contact = now
 	}
@@ -229,8 +226,8 @@ func (h *Holder) next(now time.Time, o Outcome) Action {
 		h.rev = o.Rev
 	case Absent:
 		if h.unsure {
-			// The key lapsed while this server did not say it leads: who led meanwhile, the
-			// key does not say, nor does taking it back. Stop, and come back as a standby.
+			// The key lapsed while this server was paused: who led meanwhile, the key does
+			// not say, nor does taking it back. Stop, and come back as a standby.
 			return Action{Kind: Stop, Reason: ReasonLapsed}
 		}
 		return Action{Kind: Create} // it expired while unrenewed; no one took it: take it back

@@ -209,30 +209,6 @@ func TestHolderSaysItLeadsThroughTheBucketsElection(t *testing.T) {
 	}
 }
 
-// NATS silent for half a TTL (the leader's /readyz said it does not lead) leaves a leader
-// unsure of its key until the bucket says it is still its own, however promptly NATS answers
-// again: a standby that asked meanwhile may have taken over.
-func TestHolderUnsureAfterNATSWasSilent(t *testing.T) {
-	h := NewHolder(t0, time.Second, []byte("a"), 5)
-	want(t, h.Tick(at(250)), Renew)
-	want(t, h.Done(at(500), Outcome{Kind: Unanswered}), Probe)
-	want(t, h.Done(at(750), Outcome{Kind: Unanswered}), None)
-	if h.Healthy(at(760)) {
-		t.Fatal("healthy after NATS was silent for more than half a TTL")
-	}
-	want(t, h.Tick(at(760)), Renew)
-	want(t, h.Done(at(800), Outcome{Kind: Unanswered}), Probe)
-	want(t, h.Done(at(810), Outcome{Kind: Answered, At: at(810)}), None) // the cut heals
-	if h.Healthy(at(811)) {
-		t.Fatal("healthy once NATS answered again, before the key said it is still its own")
-	}
-	want(t, h.Tick(at(1010)), Renew)
-	want(t, h.Done(at(1020), Outcome{Kind: Updated, Rev: 6}), None)
-	if !h.Healthy(at(1021)) {
-		t.Fatal("unhealthy after a renewal")
-	}
-}
-
 // A leader whose key expired while it was paused stops rather than take the key back: a server
 // that took over meanwhile may have let its own key lapse too (its bucket requests lost), and
 // would go on saying it leads beside it. One that was not paused takes an expired key back.
