@@ -188,9 +188,11 @@
 // applies a message, and a replicated stream whose replicas refuse a message there stops
 // (a "critical write error"): a deposed leader's refused publish would take the stream down.
 //
-// A publish whose answer was lost (a NATS server went away) is settled by reading message
-// p+1 back: its own payload there means it landed; another writer's, that it was fenced; none,
-// that it may go again after p.
+// A publish whose answer was lost (a NATS server went away) or did not come within the
+// upstream's Patience is settled by reading message p+1 back: its own payload there means it
+// landed; another writer's, that it was fenced; none, that it may go again after p. No read on
+// the way to lead (the last message's number, a message, the next message of a catch-up)
+// waits longer than Patience either: it is asked again.
 //
 // # Opening
 //

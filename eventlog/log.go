@@ -100,6 +100,14 @@ type Options struct {
 	// Sleep waits between tries when the upstream does not answer; nil: time.Sleep. (The
 	// simulator's waits on its virtual clock.)
 	Sleep func(time.Duration)
+	// OnStorageFault, if set, is told of every write to the store that the file system refuses
+	// for good (a StorageFault: read-only, full, failing) before the error goes back to
+	// Pebble. Pebble cannot go on past some of them: it panics, past recovery, when it cannot
+	// create or close a WAL, and retries a flush that failed for ever, logging each try. So
+	// the server stops there: it logs the fault once and exits. It may be called from several
+	// goroutines at once. Nil: the error goes on to Pebble, and fails the log where Pebble
+	// lets it.
+	OnStorageFault func(*StorageFault)
 }
 
 func (o *Options) setDefaults() {
@@ -229,9 +237,13 @@ type inflight struct {
 func Open(dir string, opts Options) (*Log, error) {
 	opts.setDefaults()
 	l := &Log{opts: opts, stats: newLogStats()}
-	fs := countingFS{FS: opts.FS, stats: l.stats}
+	base := opts.FS
+	if opts.OnStorageFault != nil && !opts.ReadOnly {
+		base = &faultFS{FS: base, fault: opts.OnStorageFault}
+	}
+	fs := countingFS{FS: base, stats: l.stats}
 	if opts.WALPrefill > 0 && !opts.ReadOnly {
-		fs.FS = prefillFS{FS: opts.FS, chunk: opts.WALPrefill}
+		fs.FS = prefillFS{FS: base, chunk: opts.WALPrefill}
 	}
 	exists, err := checkDir(fs, dir, opts.ReadOnly, opts.Companions)
 	if err != nil {
@@ -242,6 +254,9 @@ func Open(dir string, opts Options) (*Log, error) {
 		// Pebble would refuse a held store too, but with an error that does not say why; a
 		// read-only open must refuse as well, because a server's store moves under it.
 		if lock, err = pebble.LockDirectory(dir, fs); err != nil {
+			if f, ok := AsStorageFault(err); ok {
+				return nil, fmt.Errorf("eventlog: %s: %w", dir, f) // not another process: the disk
+			}
 			return nil, fmt.Errorf("%w: %s (is a tether server running on it?): %v", ErrInUse, dir, err)
 		}
 		l.lock = lock
@@ -249,7 +264,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	popts := &pebble.Options{
 		Lock:         lock,
 		FS:           fs,
-		Logger:       pebbleLogger{log: opts.Logger.Named("pebble").Sugar()},
+		Logger:       newPebbleLogger(opts.Logger.Named("pebble"), opts.Clock),
 		ReadOnly:     opts.ReadOnly,
 		MemTableSize: opts.MemTableSize,
 	}

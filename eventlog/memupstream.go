@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // MemUpstream is an Upstream in memory: what a test or the simulator gives several logs to
@@ -91,3 +92,7 @@ func (u *MemUpstream) Read(ctx context.Context, from uint64, visit func(uint64, 
 
 // MaxPayload implements Upstream.
 func (u *MemUpstream) MaxPayload() int { return memUpstreamMaxPayload }
+
+// Patience implements Upstream. A MemUpstream answers at once; a test that holds a publish
+// (Hold) is not cut short.
+func (u *MemUpstream) Patience() time.Duration { return time.Minute }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -49,7 +50,7 @@ func OpenScratch(parent string) (*Scratch, error) {
 func scratchOptions() *pebble.Options {
 	o := &pebble.Options{
 		DisableWAL:            true,
-		Logger:                pebbleLogger{log: zap.NewNop().Sugar()},
+		Logger:                newPebbleLogger(zap.NewNop(), time.Now),
 		MemTableSize:          scratchMemTable,
 		Cache:                 pebble.NewCache(scratchCache),
 		L0CompactionThreshold: 8,

@@ -33,7 +33,8 @@ type Upstream interface {
 	// Publish appends one message, which the upstream must refuse with ErrFenced unless its
 	// last message is after (0: the upstream is empty). The returned wait blocks until the
 	// message is durable (replicated and synced) and returns its number, or the reason it is
-	// not, or that its fate is unknown (the answer was lost): then the log reads it back.
+	// not, or that its fate is unknown (the answer was lost, or did not come within Patience):
+	// then the log reads it back.
 	Publish(after uint64, payload []byte) (wait func() (uint64, error))
 	// Last returns the number of the upstream's last message, 0 when it is empty.
 	Last(ctx context.Context) (uint64, error)
@@ -44,6 +45,11 @@ type Upstream interface {
 	Read(ctx context.Context, from uint64, visit func(seq uint64, payload []byte) error) error
 	// MaxPayload is the largest message the upstream takes.
 	MaxPayload() int
+	// Patience is the longest the log waits for any one answer of the upstream before it asks
+	// again (maybe of another server of it): a publish's, a read's, the next message of a
+	// catch-up. The server's is the leader TTL, so that a takeover never waits longer than
+	// that on one request that went unanswered.
+	Patience() time.Duration
 }
 
 var (
@@ -139,8 +145,8 @@ func (l *Log) joinUpstream(ctx context.Context) error {
 	}
 	if msg > 0 {
 		var payload []byte
-		err := l.untilAnswered("reading the upstream", func() (err error) {
-			payload, err = l.opts.Upstream.Get(ctx, msg)
+		err := l.untilAnswered(ctx, "reading the upstream", func() (err error) {
+			payload, err = l.upstreamGet(ctx, msg)
 			return err
 		}, func(err error) bool { return errors.Is(err, ErrNotFound) || errors.Is(err, ErrClosed) })
 		if errors.Is(err, ErrNotFound) {
@@ -174,19 +180,19 @@ var errCaughtUp = errors.New("caught up")
 // catchUp copies the upstream's messages up to its last one at the time of the call, trying
 // again for a while if the upstream does not answer (a NATS cluster electing leaders).
 func (l *Log) catchUp(ctx context.Context) error {
-	return l.untilAnswered("catching up with the upstream", func() error { return l.catchUpOnce(ctx) }, func(err error) bool {
+	return l.untilAnswered(ctx, "catching up with the upstream", func() error { return l.catchUpOnce(ctx) }, func(err error) bool {
 		var ce *ChainError
 		return errors.As(err, &ce) || errors.Is(err, ErrFailed) || errors.Is(err, ErrClosed)
 	})
 }
 
-// untilAnswered runs op until it succeeds, fails for good (final), or has failed upstreamTries
-// times, upstreamRetryWait apart: an upstream that does not answer may be electing or
-// reconnecting.
-func (l *Log) untilAnswered(what string, op func() error, final func(error) bool) error {
+// untilAnswered runs op until it succeeds, fails for good (final), ctx ends, or op has failed
+// upstreamTries times, upstreamRetryWait apart: an upstream that does not answer may be
+// electing or reconnecting.
+func (l *Log) untilAnswered(ctx context.Context, what string, op func() error, final func(error) bool) error {
 	for try := 1; ; try++ {
 		err := op()
-		if err == nil || final(err) || try >= upstreamTries {
+		if err == nil || final(err) || ctx.Err() != nil || try >= upstreamTries {
 			return err
 		}
 		l.opts.Logger.Warn(what+" failed; trying again", zap.String("code", "UPSTREAM_RETRY"), zap.Error(err))
@@ -194,15 +200,36 @@ func (l *Log) untilAnswered(what string, op func() error, final func(error) bool
 	}
 }
 
+// upstreamGet reads one message, waiting at most the upstream's patience for the answer.
+func (l *Log) upstreamGet(ctx context.Context, seq uint64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.Upstream.Patience())
+	defer cancel()
+	return l.opts.Upstream.Get(ctx, seq)
+}
+
+// errStalled ends a catch-up's read whose next message did not come within the upstream's
+// patience, although the upstream holds it: the read is made again, maybe through another
+// server, rather than waited on.
+var errStalled = errors.New("the upstream did not deliver a message it holds in time")
+
 func (l *Log) catchUpOnce(ctx context.Context) error {
-	last, err := l.opts.Upstream.Last(ctx)
+	up := l.opts.Upstream
+	patience := up.Patience()
+	asked, cancel := context.WithTimeout(ctx, patience)
+	last, err := up.Last(asked)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("eventlog: upstream: %w", err)
 	}
 	if last <= l.upApplied {
 		return nil
 	}
-	err = l.opts.Upstream.Read(ctx, l.upApplied+1, func(seq uint64, payload []byte) error {
+	reading, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	stall := time.AfterFunc(patience, func() { stop(errStalled) })
+	defer stall.Stop()
+	err = up.Read(reading, l.upApplied+1, func(seq uint64, payload []byte) error {
+		stall.Reset(patience) // every message is due: each gets the patience anew
 		if err := l.applyMessage(seq, payload); err != nil {
 			return err
 		}
@@ -211,8 +238,11 @@ func (l *Log) catchUpOnce(ctx context.Context) error {
 		}
 		return nil
 	})
-	if errors.Is(err, errCaughtUp) {
+	switch {
+	case errors.Is(err, errCaughtUp):
 		return nil
+	case ctx.Err() == nil && errors.Is(context.Cause(reading), errStalled):
+		return fmt.Errorf("eventlog: upstream: catching up to message %d of %d: %w (%s)", l.upApplied+1, last, errStalled, patience)
 	}
 	return err
 }
@@ -238,9 +268,7 @@ func (l *Log) settlePublish(msg uint64, payload []byte, err error) (uint64, erro
 		if l.Err() != nil {
 			return 0, err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		there, gerr := up.Get(ctx, msg)
-		cancel()
+		there, gerr := l.upstreamGet(context.Background(), msg)
 		switch {
 		case gerr == nil && bytes.Equal(there, payload):
 			return msg, nil
@@ -445,4 +473,65 @@ func (l *Log) Lead(ctx context.Context) error {
 	}
 	l.startPipeline()
 	return nil
+}
+
+// Lag is how far a copy is behind its upstream.
+type Lag struct {
+	// Records are the records the upstream holds past the copy.
+	Records uint64
+	// Behind is how much older the copy's newest record is than the upstream's: 0 when the
+	// copy holds every record.
+	Behind time.Duration
+}
+
+// UpstreamLag asks the upstream how far this copy is behind it: the number of its last
+// message, and the head that message ends at (a record's seq and time, or the head a fence
+// names; then the time of the records before it). It waits at most the upstream's patience
+// for each answer.
+func (l *Log) UpstreamLag(ctx context.Context) (Lag, error) {
+	up := l.opts.Upstream
+	if up == nil {
+		return Lag{}, errors.New("eventlog: UpstreamLag needs a log on an upstream")
+	}
+	l.applyMu.Lock()
+	applied := l.upApplied
+	l.applyMu.Unlock()
+	head := l.Head()
+	asked, cancel := context.WithTimeout(ctx, up.Patience())
+	last, err := up.Last(asked)
+	cancel()
+	if err != nil || last <= applied {
+		return Lag{}, err
+	}
+	var lag Lag
+	// The last message's head; a fence names one but carries no time, so a few messages back
+	// (a fence follows records, or another fence that the same takeover retried) for it.
+	for msg := last; msg > applied && msg+3 > last; msg-- {
+		payload, err := l.upstreamGet(ctx, msg)
+		if err != nil {
+			return Lag{}, err
+		}
+		recs, fence, err := splitMessage(payload)
+		if err != nil {
+			return Lag{}, fmt.Errorf("eventlog: upstream message %d: %w", msg, err)
+		}
+		if fence != nil {
+			if msg == last && fence.Seq > head.Seq {
+				lag.Records = fence.Seq - head.Seq
+			}
+			continue
+		}
+		r, err := DecodeRecord(recs[len(recs)-1])
+		if err != nil {
+			return Lag{}, fmt.Errorf("eventlog: upstream message %d: %w", msg, err)
+		}
+		if msg == last && r.Seq > head.Seq {
+			lag.Records = r.Seq - head.Seq
+		}
+		if r.Time.After(head.Time) {
+			lag.Behind = r.Time.Sub(head.Time)
+		}
+		break
+	}
+	return lag, nil
 }

@@ -3,6 +3,7 @@ package eventlog_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,5 +227,126 @@ func TestUpstreamLeadBeforeFollow(t *testing.T) {
 	}
 	if err := follower.Lead(ctx); err == nil {
 		t.Fatal("a second Lead succeeded")
+	}
+}
+
+// silent answers nothing to its first calls (a read of the last message's number, of a
+// message, or a consumer's next message), as a stream whose leader was paused or whose NATS
+// server was black-holed: each blocks until its context ends.
+type silent struct {
+	*eventlog.MemUpstream
+	mu                  sync.Mutex
+	silentLasts, reads  int
+	silentReads, stalls int
+}
+
+func (s *silent) Patience() time.Duration { return 20 * time.Millisecond }
+
+func (s *silent) Last(ctx context.Context) (uint64, error) {
+	s.mu.Lock()
+	hang := s.silentLasts > 0
+	s.silentLasts--
+	s.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	return s.MemUpstream.Last(ctx)
+}
+
+func (s *silent) Read(ctx context.Context, from uint64, visit func(uint64, []byte) error) error {
+	s.mu.Lock()
+	hang := s.silentReads > 0
+	s.silentReads--
+	s.reads++
+	s.mu.Unlock()
+	if hang {
+		// It delivers the first message and then nothing more.
+		stalled := func(seq uint64, payload []byte) error {
+			if seq > from {
+				<-ctx.Done()
+				s.mu.Lock()
+				s.stalls++
+				s.mu.Unlock()
+				return ctx.Err()
+			}
+			return visit(seq, payload)
+		}
+		return s.MemUpstream.Read(ctx, from, stalled)
+	}
+	return s.MemUpstream.Read(ctx, from, visit)
+}
+
+// A standby's takeover asks again, rather than waits on, an upstream request that goes
+// unanswered: a read of the last message's number, and a catch-up whose next message does not
+// come, each cut short after the upstream's Patience.
+func TestUpstreamTakeoverAsksAgainWhatGoesUnanswered(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	up := &silent{MemUpstream: eventlog.NewMemUpstream()}
+	old := openOn(t, up, fs, "/a", true)
+	if _, err := old.Append(ctx, eventlogtest.Event("job/x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	follower := openOn(t, up, fs, "/b", false)
+	for i := range 5 {
+		if _, err := old.Append(ctx, eventlogtest.Event("job/y", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := old.Head()
+	up.mu.Lock()
+	up.silentLasts, up.silentReads, up.reads = 2, 2, 0
+	up.mu.Unlock()
+	// Far longer than the retries take, far shorter than waiting for ever.
+	deadline, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := follower.Lead(deadline); err != nil || deadline.Err() != nil {
+		t.Fatalf("the takeover: %v; it waited on unanswered calls until its context ended: %v", err, deadline.Err())
+	}
+	if follower.Head() != head {
+		t.Fatalf("the new leader caught up to %d, the upstream holds %d", follower.Head().Seq, head.Seq)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if up.stalls != 2 || up.reads != 3 {
+		t.Fatalf("%d stalled catch-ups cut short in %d reads; want 2 in 3", up.stalls, up.reads)
+	}
+}
+
+// A copy that has not followed the upstream says how far behind it is: in records, and in the
+// time between its newest record and the upstream's; behind a fence too (a takeover), whose
+// time is that of the records before it.
+func TestUpstreamLag(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	up := eventlog.NewMemUpstream()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	leader, err := eventlog.Open("/a", eventlog.Options{FS: fs, Upstream: up, Lead: true, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.Append(ctx, eventlogtest.Event("job/x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	copied := openOn(t, up, fs, "/b", false)
+	if lag, err := copied.UpstreamLag(ctx); err != nil || lag != (eventlog.Lag{}) {
+		t.Fatalf("a copy that holds everything: %+v %v", lag, err)
+	}
+	for i := range 3 {
+		now = now.Add(2 * time.Second)
+		if _, err := leader.Append(ctx, eventlogtest.Event("job/x", i), eventlogtest.Event("job/y", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := eventlog.Lag{Records: 6, Behind: 6 * time.Second}
+	if lag, err := copied.UpstreamLag(ctx); err != nil || lag != want {
+		t.Fatalf("lag %+v %v, want %+v", lag, err, want)
+	}
+	_ = leader.Close()
+	openOn(t, up, fs, "/c", true) // a takeover: its fence is the last message
+	if lag, err := copied.UpstreamLag(ctx); err != nil || lag != want {
+		t.Fatalf("behind a fence: lag %+v %v, want %+v", lag, err, want)
 	}
 }

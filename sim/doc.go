@@ -49,7 +49,9 @@
 // driver (election.Driver: campaign, take over, renew, ask the last leader, depose) on the
 // virtual clock, against a model of the KV bucket whose key expires a TTL after it was written;
 // a leader that gives up the lead when the bucket did not say another server holds it, or as
-// cut off when NATS answered it within the TTL, breaks "lead_kept". Leader faults (FaultLeader): the
+// cut off when NATS answered it within the TTL, breaks "lead_kept"; one that was paused while
+// another took over, and says it leads (its /readyz: election.Driver.Healthy, checked after
+// every step) while that one does, breaks "ready_alone". Leader faults (FaultLeader): the
 // leader paused for up to three TTLs and going on with everything it had in flight, including
 // publishes its client had not flushed yet; the leader cut off from NATS, its requests held and
 // delivered late when the cut heals; the stream or the bucket answering nothing while it elects

@@ -425,6 +425,7 @@ func (v *server) resume() {
 		return
 	}
 	v.frozen = false
+	v.overtaken = v.overtaken || v.s.srv != v
 	v.s.record(fmt.Sprintf("%s goes on after its pause", v.node.name))
 	for _, it := range v.deferred {
 		v.s.agenda.Again(it, v.s.now)
@@ -441,6 +442,29 @@ func (v *server) healCut() {
 	v.cutQueue = nil
 	for _, send := range q {
 		send()
+	}
+}
+
+// readyNow reports whether the process answers /readyz that it leads: it runs, and its
+// claim's driver says it may (election.Driver.Healthy), as the server's /readyz asks.
+func (v *server) readyNow() bool {
+	c := v.node.claim
+	return v.up && !v.frozen && c != nil && c.proc == v && c.d != nil && c.d.Healthy()
+}
+
+// checkReadyAlone: a process that another took over from while it was paused never says it
+// leads, once it goes on, while the one that took over says so ("ready_alone"): clients and
+// standbys asking both would be told two leaders. (One cut off from NATS for less than a TTL
+// may, until its next renewal: see election.Holder's unsure.)
+func (s *Sim) checkReadyAlone() {
+	if s.srv == nil || !s.srv.readyNow() {
+		return
+	}
+	for _, nd := range s.nodes {
+		if p := nd.proc; p != nil && p != s.srv && p.overtaken && p.readyNow() {
+			s.fail("ready_alone", "%s says it leads beside %s, which took over while it was paused", nd.name, s.srv.node.name)
+			return
+		}
 	}
 }
 

@@ -53,6 +53,9 @@ type server struct {
 	deferred []*cells.Item
 	cutUntil time.Time
 	cutQueue []func()
+	// overtaken: another process took over while this one was paused; it may not say it
+	// leads beside that one once it goes on ("ready_alone").
+	overtaken bool
 	// decided is when each seq this process appended was decided, for the oracle when the
 	// stream stores it; nextSeq is the last seq appended.
 	decided map[uint64]decision

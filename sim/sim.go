@@ -436,6 +436,9 @@ func (s *Sim) step() bool {
 		return false
 	}
 	s.steps++
+	if s.nats != nil {
+		s.checkReadyAlone()
+	}
 	return s.violation == nil
 }
 

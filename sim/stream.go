@@ -209,6 +209,11 @@ func (l *link) Read(_ context.Context, from uint64, visit func(uint64, []byte) e
 // MaxPayload implements eventlog.Upstream.
 func (l *link) MaxPayload() int { return 1 << 20 }
 
+// Patience implements eventlog.Upstream. The simulator answers every read, and a publish's
+// timeout is its own (publishTimeout, on the virtual clock): no wall-clock bound may cut a
+// call short, or a run would not repeat.
+func (l *link) Patience() time.Duration { return time.Hour }
+
 // opened ends the open: from now on the log's goroutines call the link.
 func (l *link) opened() {
 	l.mu.Lock()

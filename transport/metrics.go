@@ -5,11 +5,14 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net/http"
 	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/eventlog"
@@ -219,6 +222,69 @@ func (s *Server) serveMetrics(r *request) error {
 	if !ckptCovers.IsZero() {
 		e.sample("tether_checkpoint_age_seconds", max(now.Sub(ckptCovers).Seconds(), 0))
 	}
+	role := "single"
+	if s.leading.Load() != nil {
+		role = "leader"
+	}
+	e.role(role)
+	e.process()
+	r.w.Header().Set("Content-Type", metricsContentType)
+	_, err = r.w.Write(e.buf.Bytes())
+	return err
+}
+
+const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+// metricsHandler serves /metrics to callers of kind: the broker's figures once one is
+// attached; while the server is a hot standby, its own (serveStandbyMetrics).
+func (s *Server) metricsHandler(kind authKind) http.Handler {
+	full := s.api(kind, s.serveMetrics)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := s.standby.Load()
+		if s.loaded() != nil || p == nil || *p == nil {
+			full.ServeHTTP(w, r)
+			return
+		}
+		if _, err := s.authenticate(nil, r, kind); err != nil { // the metrics credential needs no broker
+			writeError(w, toAPIError(err))
+			return
+		}
+		s.serveStandbyMetrics(w, r, (*p)())
+	})
+}
+
+// serveStandbyMetrics is /metrics of a hot standby: that it is one, how far its copy is behind
+// the replicated log, and the process. The jobs' figures are the leader's to give.
+func (s *Server) serveStandbyMetrics(w http.ResponseWriter, r *http.Request, st Standby) {
+	var e exposition
+	e.role("standby")
+	e.family("tether_standby_head_seq", "gauge", "Seq of the newest record this standby's copy of the replicated log holds.")
+	e.sample("tether_standby_head_seq", float64(st.HeadSeq))
+	if st.Lag != nil {
+		// Asked of the replicated log now; a log that does not answer leaves the series out
+		// rather than stalling the scrape or saying 0.
+		if lag, err := st.Lag(r.Context()); err == nil {
+			e.family("tether_standby_lag_records", "gauge", "Records the replicated log holds that this standby has not copied yet.")
+			e.sample("tether_standby_lag_records", float64(lag.Records))
+			e.family("tether_standby_lag_seconds", "gauge", "How much older the newest record this standby copied is than the replicated log's newest: 0 when it holds them all.")
+			e.sample("tether_standby_lag_seconds", lag.Behind.Seconds())
+		} else if ce := s.log.Check(zap.DebugLevel, "a standby's lag is not known: the replicated log did not answer"); ce != nil {
+			ce.Write(zap.Error(err))
+		}
+	}
+	e.process()
+	w.Header().Set("Content-Type", metricsContentType)
+	_, _ = w.Write(e.buf.Bytes())
+}
+
+// role is the tether_role family: 1 for this server's role.
+func (e *exposition) role(role string) {
+	e.family("tether_role", "gauge", "1 for this server's role: leader or standby of a replicated log, or single (a log of its own).")
+	e.sample("tether_role", 1, "role", role)
+}
+
+// process is the process's own families.
+func (e *exposition) process() {
 	if cpu, ok := proc.CPU(); ok {
 		e.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
 		e.sample("process_cpu_seconds_total", cpu.Seconds())
@@ -237,9 +303,6 @@ func (s *Server) serveMetrics(r *request) error {
 	e.sample("go_memstats_heap_inuse_bytes", float64(mem.HeapInuse))
 	e.family("go_memstats_sys_bytes", "gauge", "Number of bytes obtained from system.")
 	e.sample("go_memstats_sys_bytes", float64(mem.Sys))
-	r.w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_, err = r.w.Write(e.buf.Bytes())
-	return err
 }
 
 // assignLatency turns the projection's histogram (per-bucket counts, integer nanoseconds) into

@@ -3,16 +3,20 @@ package transport_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
 	"github.com/tetherhq/tether/transport/internal/testtool"
@@ -115,6 +119,7 @@ func TestMetricsAfterWork(t *testing.T) {
 		`tether_workers_connected{transport="longpoll"}`:            0,
 		`tether_assign_latency_seconds_count{queue="q"}`:            2,
 		`tether_assign_latency_seconds_bucket{queue="q",le="+Inf"}`: 2,
+		`tether_role{role="single"}`:                                1,
 	} {
 		if v, ok := got[series]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
@@ -167,5 +172,64 @@ func checkKEDAExample(t *testing.T, scraped map[string]float64) {
 		if !found {
 			t.Errorf("the README's KEDA example queries %s{%s=...}, which /metrics does not have", sel[1], sel[2])
 		}
+	}
+}
+
+// A hot standby serves /metrics of its own, under the same credential as the leader's: that it
+// is a standby, how far its copy is behind the replicated log, and the process; promtool takes
+// it. It answered 503 STANDBY before, so Prometheus could not see its lag.
+func TestStandbyMetrics(t *testing.T) {
+	t.Parallel()
+	promtool := testtool.Find(t, "promtool")
+	const metricsToken = "a-metrics-token-of-its-own-0123"
+	s, err := transport.NewServer(transport.Config{Auth: transport.AuthToken, AdminToken: "an-admin-token-0123456789abcdef", MetricsToken: metricsToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetStandby(func() transport.Standby {
+		return transport.Standby{Leader: "http://leader:8080", HeadSeq: 41, Lag: func(context.Context) (eventlog.Lag, error) {
+			return eventlog.Lag{Records: 9, Behind: 1500 * time.Millisecond}, nil
+		}}
+	})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	scrape := func(token string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, body
+	}
+	if st, body := scrape(""); st != http.StatusUnauthorized {
+		t.Fatalf("a standby's /metrics without a credential: %d %s", st, body)
+	}
+	if st, body := scrape("not-the-token"); st != http.StatusForbidden {
+		t.Fatalf("a standby's /metrics with a wrong credential: %d %s", st, body)
+	}
+	st, body := scrape(metricsToken)
+	if st != http.StatusOK {
+		t.Fatalf("a standby's /metrics: %d %s", st, body)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s\n--- exposition:\n%s", err, out, body)
+	}
+	for _, want := range []string{
+		"tether_role{role=\"standby\"} 1\n", "tether_standby_head_seq 41\n", "tether_standby_lag_records 9\n",
+		"tether_standby_lag_seconds 1.5\n", "process_start_time_seconds ", "go_goroutines ",
+	} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("a standby's /metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if bytes.Contains(body, []byte("tether_jobs_")) {
+		t.Errorf("a standby gives job figures, which are the leader's:\n%s", body)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/transport/dashboard"
 	"github.com/tetherhq/tether/transport/openapi"
 	"github.com/tetherhq/tether/transport/tracing"
@@ -109,7 +110,7 @@ func NewServer(cfg Config) (*Server, error) {
 // loopback Host, so that a web page cannot read it by rebinding its own name.
 func (s *Server) MetricsHandler() http.Handler {
 	m := http.NewServeMux()
-	m.Handle("GET /metrics", s.api(authNone, s.serveMetrics))
+	m.Handle("GET /metrics", s.metricsHandler(authNone))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.ids.assign(w, r)
 		if !loopbackHost(r.Host) {
@@ -137,6 +138,9 @@ func (s *Server) Detach(standby func() Standby) {
 type Standby struct {
 	Leader  string
 	HeadSeq uint64
+	// Lag, if set, asks the replicated log how far the standby's copy is behind it, for its
+	// /metrics.
+	Lag func(context.Context) (eventlog.Lag, error)
 }
 
 // SetStandby makes the server answer as a hot standby while no broker is attached: /readyz
@@ -266,7 +270,7 @@ func (s *Server) routes() {
 	ops := OpsHandler(s)
 	m.Handle("GET /healthz", ops)
 	m.Handle("GET /readyz", ops)
-	m.Handle("GET /metrics", s.api(authMetrics, s.serveMetrics))
+	m.Handle("GET /metrics", s.metricsHandler(authMetrics))
 	dash := dashboard.Handler() // it speaks the API below, with the caller's own key
 	m.Handle("GET /{$}", dash)
 	m.Handle("GET /ui/", dash)

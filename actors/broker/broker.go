@@ -49,6 +49,9 @@ type Config struct {
 	Observe func(view *projections.Set, seq uint64, at time.Time, p eventlog.Payload)
 	// Companions names files kept in Dir beside the log (eventlog.Options.Companions).
 	Companions []string
+	// OnStorageFault, if set, is told of a write to Dir that the file system refused for good
+	// (eventlog.Options.OnStorageFault): the server stops there.
+	OnStorageFault func(*eventlog.StorageFault)
 	// WorkerTokenTTL is how long a worker token lasts, from registration or renewal; 0:
 	// WorkerTokenTTLDefault.
 	WorkerTokenTTL time.Duration
@@ -151,7 +154,8 @@ func (cfg Config) withDefaults() Config {
 // logOptions are the options the broker's log opens with; lead makes it the upstream's writer.
 func (cfg Config) logOptions(lead bool) eventlog.Options {
 	return eventlog.Options{FS: cfg.FS, Clock: cfg.Clock, Logger: cfg.Logger.Named("eventlog"),
-		Companions: append(cfg.Companions, "archive"), ArchiveDir: cfg.Archive.Dir, Upstream: cfg.Upstream, Lead: lead}
+		Companions: append(cfg.Companions, "archive"), ArchiveDir: cfg.Archive.Dir, Upstream: cfg.Upstream, Lead: lead,
+		OnStorageFault: cfg.OnStorageFault}
 }
 
 func newBroker(cfg Config, elog *eventlog.Log) *Broker {

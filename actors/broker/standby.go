@@ -160,6 +160,9 @@ func (s *Standby) Err() error {
 // Head is the copy's head: how far the standby has followed.
 func (s *Standby) Head() eventlog.Head { return s.elog.Head() }
 
+// Lag asks the upstream how far the copy is behind it (eventlog.Log.UpstreamLag).
+func (s *Standby) Lag(ctx context.Context) (eventlog.Lag, error) { return s.elog.UpstreamLag(ctx) }
+
 // Close stops following, checkpoints the projections, and closes the copy, so that Open with
 // the same Config starts from where the standby was. It does not wait for Follow, which may sit
 // in a read from an upstream that is reconnecting: once the copy is closed, Follow writes

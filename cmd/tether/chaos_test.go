@@ -45,13 +45,15 @@ type chaosPlan struct {
 	// pausedFirsts pauses the server first in every client's list, a standby and the
 	// leader in turn (chaos_silent_test.go).
 	pausedStandbyKills, pausedFirsts int
+	// natsPauses pauses the stream's NATS leader for natsPause (chaos_storage_test.go).
+	natsPauses int
 }
 
 func plan() chaosPlan {
 	if *chaosFull {
-		return chaosPlan{kills: 20, pauses: 20, natsKills: 4, pausedStandbyKills: 10, pausedFirsts: 10}
+		return chaosPlan{kills: 20, pauses: 20, natsKills: 4, pausedStandbyKills: 10, pausedFirsts: 10, natsPauses: 3}
 	}
-	return chaosPlan{kills: 3, pauses: 3, natsKills: 2, pausedStandbyKills: 1, pausedFirsts: 2}
+	return chaosPlan{kills: 3, pauses: 3, natsKills: 2, pausedStandbyKills: 1, pausedFirsts: 2, natsPauses: 1}
 }
 
 type replica struct {
@@ -344,8 +346,8 @@ func (ch *chaos) connectedAfter(since time.Time) (time.Time, bool) {
 
 // figures collects what the run measured.
 type figures struct {
-	failover, reconnect, pauseGap, natsGap []time.Duration
-	takeovers, natsFailovers               int
+	failover, reconnect, pauseGap, natsGap, natsPauseGap []time.Duration
+	takeovers, natsFailovers                             int
 	// standbyPausedConnect, standbyPausedRun and standbyPausedAck: from the new leader's
 	// readiness to the worker's connection, its next run and the load's next acknowledged
 	// submit, a standby paused; firstPausedCLI: one CLI request, a server paused first in its
@@ -366,8 +368,9 @@ func summary(ds []time.Duration) string {
 
 // TestChaos runs the replicated log under the faults operators meet: the leader killed, the
 // leader paused (SIGSTOP) for one to three TTLs and resumed, NATS nodes killed (the election
-// bucket's raft leader and the stream's) and restarted, the leader cut off from NATS, servers
-// started with settings that differ from the cluster's. After every fault the stream's chain
+// bucket's raft leader and the stream's) and restarted, the stream's NATS leader paused, the
+// leader cut off from NATS, servers started with settings that differ from the cluster's, a
+// standby's data dir full and read-only (as root). After every fault the stream's chain
 // verifies. At the end every acknowledged submit succeeded, no job ran under two leases at once
 // (the worker's log of runs and the log's leases), and a job ran twice only after its lease
 // expired. make test runs a short plan; make chaos the long one (-chaos.full) whose figures the
@@ -461,12 +464,21 @@ echo '{"ok":true}'
 		ch.verify(fmt.Sprintf("NATS kill %d", k))
 		ch.load.grow(t, 100)
 	}
+	for k := range pl.natsPauses {
+		ch.pauseNATS(k, &fig)
+		ch.verify(fmt.Sprintf("NATS pause %d", k))
+		ch.load.grow(t, 100)
+	}
 	ch.partitionLeader(&fig)
 	ch.verify("the partition")
 	ch.load.grow(t, 100)
 	ch.mismatched()
 	ch.load.grow(t, 100)
 	ch.standbyLost()
+	ch.load.grow(t, 100)
+	ch.standbyDiskFull()
+	ch.load.grow(t, 100)
+	ch.standbyReadOnly()
 	ch.load.grow(t, 100)
 	ch.quorumLost()
 	ch.verify("the lost quorum")
@@ -521,6 +533,7 @@ echo '{"ok":true}'
 	t.Logf("server paused first in every list %d times: one CLI request took %s; with the leader paused, the load's submit was acknowledged %s after the new leader was ready",
 		pl.pausedFirsts, summary(fig.firstPausedCLI), summary(fig.leaderPausedAck))
 	t.Logf("NATS node killed %d times: %d tether failovers; longest without an acknowledged submit: %s", pl.natsKills, fig.natsFailovers, summary(fig.natsGap))
+	t.Logf("the stream's NATS leader paused %d times for %s: longest without an acknowledged submit: %s", pl.natsPauses, natsPause, summary(fig.natsPauseGap))
 	t.Logf("replay verify --log passed %d times", ch.verifies)
 }
 
@@ -644,7 +657,13 @@ func (ch *chaos) mismatched() {
 		if code := p.wait(30 * time.Second); code <= 0 {
 			t.Fatalf("a server started with %v did not refuse to start (exit %d):\n%s", tc.args, code, tail(p.output()))
 		}
-		mustContain(t, "the refusal", p.output(), tc.want)
+		refused := ""
+		for _, l := range jsonLog(t, p.output()) {
+			if l.Code == "SERVER_FAILED" {
+				refused = l.Error
+			}
+		}
+		mustContain(t, "the refusal", refused, tc.want)
 	}
 	if now, _ := ch.leader(); now != lead {
 		t.Fatalf("the leader changed from %d to %d while mismatched servers started", lead, now)

@@ -140,6 +140,9 @@ func (n *clusterFlags) join(ctx context.Context, advertise string, settings map[
 	defer cancel()
 	cfg := n.config("tether " + advertise)
 	cfg.Replicas, cfg.Logger, cfg.Settings, cfg.Reconfigure = n.replicas, log.Named("nats"), settings, n.reconfigure
+	// No request on the way to lead waits longer than a TTL for its answer before it is asked
+	// again, through another NATS server if its own does not answer.
+	cfg.RequestTimeout = n.leaderTTL
 	stream, err := jetstream.Connect(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -197,7 +200,7 @@ func (c *cluster) lead(ctx context.Context, cfg broker.Config, api *transport.Se
 			c.mu.Unlock()
 			c.log.Info("standby: following the stream", zap.String("stream", c.stream.Name()), zap.Uint64("head_seq", sb.Head().Seq))
 			api.SetStandby(func() transport.Standby {
-				st := transport.Standby{HeadSeq: sb.Head().Seq}
+				st := transport.Standby{HeadSeq: sb.Head().Seq, Lag: sb.Lag}
 				if l, err := jetstream.ParseLeader(d.Leader()); err == nil {
 					st.Leader = l.URL
 				}

@@ -49,7 +49,8 @@ type natsCluster struct {
 	nodes []*natsNode
 }
 
-// startNATS starts n nodes in one cluster and waits until JetStream is healthy on each.
+// startNATS starts n nodes in one cluster (one alone: a single server) and waits until
+// JetStream is healthy on each.
 func startNATS(t *testing.T, n int) *natsCluster {
 	t.Helper()
 	c := &natsCluster{t: t}
@@ -68,13 +69,16 @@ listen: 127.0.0.1:%d
 http: 127.0.0.1:%d
 max_payload: 8MB
 jetstream { store_dir: %q, sync_interval: always }
-cluster {
+`, node.name, node.port, node.httpPort, filepath.Join(dir, node.name))
+		if n > 1 { // one node alone is no cluster: it would wait for a quorum of its routes
+			conf += fmt.Sprintf(`cluster {
   name: chaos
   listen: 127.0.0.1:%d
   routes: [%s]
   no_advertise: true
 }
-`, node.name, node.port, node.httpPort, filepath.Join(dir, node.name), clusterPorts[i], strings.Join(routes, ", "))
+`, clusterPorts[i], strings.Join(routes, ", "))
+		}
 		if err := os.WriteFile(node.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -17,10 +17,12 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/eventlog"
@@ -233,6 +235,12 @@ func serve(c serverConfig) (err error) {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	defer func() {
+		if err != nil {
+			err = stopping(log, err)
+		}
+	}()
+	storage := &storageStop{log: log}
 	if n := serverProcs(c.procs); n > 0 {
 		goruntime.GOMAXPROCS(n)
 	}
@@ -352,7 +360,7 @@ func serve(c serverConfig) (err error) {
 	recovered := make(chan opened, 1)
 	recovering = true
 	go func() {
-		cfg := broker.Config{Dir: c.data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: c.tokenTTL,
+		cfg := broker.Config{Dir: c.data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: c.tokenTTL, OnStorageFault: storage.fault,
 			Retention: projections.Retention{Done: c.retain, Dead: c.retainDead, MaxDead: c.maxDead},
 			Archive: broker.ArchiveConfig{Dir: c.archiveDir, After: c.archiveAfter, Keep: c.archiveKeep,
 				ScrubEvery: c.scrubEvery, ScrubRate: int64(c.scrubRate) << 20}}
@@ -431,6 +439,49 @@ func serve(c serverConfig) (err error) {
 }
 
 var errStopped = errors.New("stopped")
+
+// exitStorage is the exit status of a server whose data dir cannot be written (read-only, full,
+// failing): EX_IOERR of sysexits.h, apart from 1 (any other failure) and 2 (the command line),
+// so that a supervisor can tell it (systemd: RestartPreventExitStatus=74 keeps it from
+// restarting into the same fault).
+const exitStorage = 74
+
+// stopping logs the error the server stops on, as it logs everything (JSON under --log-format
+// json), and returns it with the exit status it ends with.
+func stopping(log *zap.Logger, err error) error {
+	if f, ok := eventlog.AsStorageFault(err); ok {
+		logStorageFault(log, f)
+		return &cli.ExitError{Err: err, Status: exitStorage}
+	}
+	log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("the server stops", zap.String("code", "SERVER_FAILED"), zap.Error(err))
+	return &cli.ExitError{Err: err, Status: 1}
+}
+
+// logStorageFault says, in one line, which path of the data dir could not be written and why.
+func logStorageFault(log *zap.Logger, f *eventlog.StorageFault) {
+	log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("the server stops: "+f.Reason(), zap.String("code", f.Code()),
+		zap.String("path", f.Path), zap.String("op", f.Op), zap.String("errno", f.ErrnoName()), zap.String("error", f.Errno.Error()),
+		zap.Int("exit_status", exitStorage))
+}
+
+// storageStop stops the server at the first write to its data dir that the file system refused
+// for good: one line naming the path and the cause, then exit status exitStorage. It exits from
+// the log's hook, before the error goes back to Pebble, which cannot go on past some such
+// writes (it panics, past recovery, when it cannot create a WAL; it retries a failed flush for
+// ever, logging each try).
+type storageStop struct {
+	log  *zap.Logger
+	once sync.Once
+}
+
+func (s *storageStop) fault(f *eventlog.StorageFault) {
+	s.once.Do(func() {
+		logStorageFault(s.log, f)
+		_ = s.log.Sync()
+		os.Exit(exitStorage)
+	})
+	select {} // another write failed too: the process is exiting
+}
 
 func pprofMux() *http.ServeMux {
 	m := http.NewServeMux()

@@ -104,10 +104,10 @@ func TestServerStartUpPaths(t *testing.T) {
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		}
 		out, err := cmd.CombinedOutput()
-		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 {
+		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != exitStorage {
 			t.Fatalf("exit %v: %v\n%s", cmd.ProcessState, err, out)
 		}
-		mustContain(t, "output", string(out), "permission denied")
+		mustContain(t, "output", string(out), "permission denied", "STORAGE_READ_ONLY", dir)
 	})
 	t.Run("a dir a running server holds", func(t *testing.T) {
 		dir := t.TempDir()
@@ -178,6 +178,16 @@ func stop(t *testing.T, s *server) {
 	}
 }
 
+// checkFailedLine checks that a server that failed to start said why under --log-format json as
+// it says everything, in JSON, ending with one SERVER_FAILED line.
+func checkFailedLine(t *testing.T, stderr string) {
+	t.Helper()
+	lines := jsonLog(t, stderr)
+	if len(lines) == 0 || lines[len(lines)-1].Code != "SERVER_FAILED" || lines[len(lines)-1].Error == "" {
+		t.Errorf("the last line is not a SERVER_FAILED line with the error: %q", stderr)
+	}
+}
+
 // An address in use is found before anything is made on disk: the start fails (exit 1, only
 // the bind can tell) and leaves no data dir and no admin token behind.
 func TestServerStartThatFailsLeavesNothing(t *testing.T) {
@@ -198,6 +208,7 @@ func TestServerStartThatFailsLeavesNothing(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "address already in use") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
 		}
+		checkFailedLine(t, stderr)
 		if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%v: the data dir was made: %v", args, err)
 		}
@@ -211,6 +222,7 @@ func TestServerStartThatFailsLeavesNothing(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "NATS") {
 			t.Errorf("%s: exit %d, stderr %q", data, code, stderr)
 		}
+		checkFailedLine(t, stderr) // the NATS connect error was plain text once
 		if data == existing {
 			if entries, err := os.ReadDir(data); err != nil || len(entries) != 0 {
 				t.Errorf("left in the data dir: %v %v", entries, err)

@@ -17,6 +17,19 @@
 // leader that reads the key back tells its own renewal (whose answer was lost) from another
 // server's claim.
 //
+// What a server says of the lead (its /readyz, which standbys and clients ask) is stricter
+// after a pause: a leader that was paused (a gap of more than half a TTL in its own ticks and
+// answers, seen even before its first tick after the pause runs) may have lost the key to a
+// server that took over meanwhile, and does not say it leads until the bucket, asked since,
+// says the key is its own (Holder.Healthy); if the key expired meanwhile, it stops
+// (ReasonLapsed) rather than take it back, since a server that took over may have let its own
+// key lapse too and would go on leading beside it. An answer that comes out of a pause
+// answered a request sent before it, and proves nothing. A leader that was not paused keeps saying it
+// leads through a bucket that does not answer, as it keeps leading. A standby names the leader
+// the key held when it last read it, none if the key was absent (Candidate.Leader), and only
+// if it read the key since its last pause: a paused standby that goes on names no one until it
+// has read the key again.
+//
 // # The driver
 //
 // Driver is the loop around those decisions, one server's part from standby to leader to

@@ -63,7 +63,7 @@ type Driver struct {
 
 // Start begins the standby's part at once: it looks at the key now, and every Every after.
 func Start(cfg Config) *Driver {
-	d := &Driver{cfg: cfg, candidate: NewCandidate(cfg.Value)}
+	d := &Driver{cfg: cfg, candidate: NewCandidate(cfg.Clock.Now(), cfg.TTL, cfg.Value)}
 	d.campaign()
 	return d
 }
@@ -81,7 +81,7 @@ func (d *Driver) campaign() {
 		return
 	}
 	d.busy = true
-	a := d.candidate.Tick()
+	a := d.candidate.Tick(d.cfg.Clock.Now())
 	d.mu.Unlock()
 	d.standby(a)
 }
@@ -108,7 +108,7 @@ func (d *Driver) standbyDone(o Outcome) {
 		d.mu.Unlock()
 		return
 	}
-	a := d.candidate.Done(o)
+	a := d.candidate.Done(d.cfg.Clock.Now(), o)
 	d.mu.Unlock()
 	d.standby(a)
 }
@@ -197,16 +197,16 @@ func (d *Driver) StreamRefused() {
 	d.cfg.Deposed(ReasonFenced, Outcome{})
 }
 
-// Leader is the claim the key last held as a standby saw it (nil if none was seen): whose URL
-// a standby sends clients to.
+// Leader is the claim the key last held as a standby saw it since its last pause (nil if none
+// was seen): whose URL a standby sends clients to (Candidate.Leader).
 func (d *Driver) Leader() []byte {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.candidate.Leader()
+	return d.candidate.Leader(d.cfg.Clock.Now())
 }
 
-// Healthy reports whether this server leads and NATS answered it within the last half TTL:
-// what its /readyz tells a standby that asks whether it still leads.
+// Healthy reports whether this server leads and may say so (Holder.Healthy): what its /readyz
+// tells a standby that asks whether it still leads.
 func (d *Driver) Healthy() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()

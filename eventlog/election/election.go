@@ -65,6 +65,9 @@ const (
 	ReasonUnanswered = "JetStream answered nothing for 15 s"
 	// ReasonFenced: the stream refused an append: another server fenced it (Driver.StreamRefused).
 	ReasonFenced = "the stream refused an append: another server fenced it"
+	// ReasonLapsed: the key expired while this server was paused; another may have led and
+	// fenced the stream meanwhile, with a key of its own that lapsed too.
+	ReasonLapsed = "the key expired while this server was paused"
 )
 
 // Patience is how long a leader whose NATS server answers waits for JetStream to answer again:
@@ -98,9 +101,24 @@ type Holder struct {
 	// contact is when the NATS server last answered; answered, when JetStream did (the bucket
 	// or the stream).
 	contact, answered time.Time
-	// active is when this server last ticked or heard an outcome: a gap of several ticks
-	// since is this server paused, not NATS silent.
+	// active is when this server last ticked or heard an outcome: a gap of more than a half
+	// TTL since is this server paused (SIGSTOP, a VM freeze) or starved of CPU, not NATS
+	// silent.
 	active time.Time
+	// unsure: this server was paused (a gap), maybe long enough for its key to expire and
+	// another server to take over unseen. Until the bucket, asked since, says the key is still
+	// its own (its renewal written, its own claim read), it does not say it leads (Healthy),
+	// however promptly NATS answers; if the key expired meanwhile, it stops (ReasonLapsed): a
+	// server that took over may have let its own key lapse too, and taking the key back
+	// proves nothing. A leader that was not paused is never unsure: it goes on saying it leads
+	// through a bucket that does not answer, a refused renewal, a lost answer or a NATS
+	// connection that moves (which is how it keeps the lead through the bucket's own
+	// election; making it unsure after NATS was silent for half a TTL, or after a refused
+	// renewal, failed the leader over in two of three chaos runs that killed the bucket's raft
+	// leader). So one cut off from NATS for less than a TTL, whose key a standby took
+	// meanwhile, may say it leads from the moment NATS answers it again until its next
+	// renewal reads the other's claim; its appends are refused all the same.
+	unsure bool
 	// pending is the action whose outcome Done takes next.
 	pending Kind
 }
@@ -117,18 +135,32 @@ func (h *Holder) Every() time.Duration { return h.ttl / 4 }
 // Rev is the key's revision this server last wrote, or read back as its own.
 func (h *Holder) Rev() uint64 { return h.rev }
 
-// Healthy reports whether the NATS server answered this leader within the last half TTL: what
-// it tells a standby that asks whether it still leads.
-func (h *Holder) Healthy(now time.Time) bool { return now.Sub(h.contact) <= h.ttl/2 }
+// Healthy reports whether this server may say it leads (its /readyz, what a standby that asks
+// is told): NATS answered it within the last half TTL, it has not been paused since it last
+// ticked or heard an answer, and, if it was paused before, the bucket has said since that the
+// key is its own (see unsure). The pause shows before the first tick after it runs: a paused
+// process that goes on may answer a request before its timers fire.
+func (h *Holder) Healthy(now time.Time) bool {
+	return (!h.unsure || mutantHealthyWhileUnsure) && now.Sub(h.active) <= h.ttl/2 && now.Sub(h.contact) <= h.ttl/2
+}
 
-// Tick is called every Every: renew, or stop if cut off from NATS or JetStream. After a gap
-// in the ticks (the process was paused, or starved of CPU) silence proves nothing, since
-// nothing was asked: it renews, and the answer says whether it still leads.
-func (h *Holder) Tick(now time.Time) Action {
-	if now.Sub(h.active) > 2*h.Every() {
+// wake notes that this server runs at now, and reports whether it comes out of a gap (it was
+// paused): then silence proves nothing, since nothing was asked, and the key may be another's.
+func (h *Holder) wake(now time.Time) bool {
+	gap := now.Sub(h.active) > h.ttl/2
+	h.active = now
+	if gap {
+		h.unsure = true
 		h.heard(now, now)
 	}
-	h.active = now
+	return gap
+}
+
+// Tick is called every Every: renew, or stop if cut off from NATS or JetStream. After a gap
+// in the ticks (the process was paused, or starved of CPU) it renews, and the answer says
+// whether it still leads.
+func (h *Holder) Tick(now time.Time) Action {
+	h.wake(now)
 	switch {
 	case now.Sub(h.contact) > h.ttl:
 		return h.do(Action{Kind: Stop, Reason: ReasonCutOff})
@@ -153,10 +185,15 @@ func (h *Holder) heard(now, js time.Time) {
 	}
 }
 
-// Done takes an action's outcome and returns what to do next.
+// Done takes an action's outcome and returns what to do next. An outcome that comes out of a
+// gap answered a request sent before it: it says nothing sure about the key now.
 func (h *Holder) Done(now time.Time, o Outcome) Action {
-	h.active = now
-	return h.do(h.next(now, o))
+	stale := h.wake(now)
+	a := h.next(now, o)
+	if !stale && (o.Kind == Updated || o.Kind == Found && bytes.Equal(o.Value, h.value)) {
+		h.unsure = false // the key is this server's, as the bucket says now
+	}
+	return h.do(a)
 }
 
 func (h *Holder) next(now time.Time, o Outcome) Action {
@@ -188,6 +225,11 @@ func (h *Holder) next(now time.Time, o Outcome) Action {
 		}
 		h.rev = o.Rev
 	case Absent:
+		if h.unsure {
+			// The key lapsed while this server was paused: who led meanwhile, the key does
+			// not say, nor does taking it back. Stop, and come back as a standby.
+			return Action{Kind: Stop, Reason: ReasonLapsed}
+		}
 		return Action{Kind: Create} // it expired while unrenewed; no one took it: take it back
 	case Exists:
 		return Action{Kind: Read}
@@ -205,31 +247,69 @@ func (h *Holder) next(now time.Time, o Outcome) Action {
 // Candidate is a standby's part: it watches the key, and takes it once it is free and the last
 // leader does not say it still leads.
 type Candidate struct {
+	ttl   time.Duration
 	value []byte
-	// leader is the value the key last held: who led last.
+	// leader is the value the key last held: who led last, whom it asks before it takes a
+	// key that expired.
 	leader []byte
+	// named is who the key holds as this standby last read it since its last gap: nil if the
+	// key was absent, or if it has not been read since the standby was paused (what it read
+	// before may be long out of date).
+	named []byte
+	// active is when this standby last ticked or heard an outcome: a gap of more than a half
+	// TTL since is this server paused.
+	active time.Time
 }
 
-// NewCandidate starts the part of a standby whose value, once it leads, is value.
-func NewCandidate(value []byte) *Candidate { return &Candidate{value: value} }
+// NewCandidate starts the part of a standby whose value, once it leads, is value, at now; ttl
+// is the key's.
+func NewCandidate(now time.Time, ttl time.Duration, value []byte) *Candidate {
+	return &Candidate{ttl: ttl, value: value, active: now}
+}
 
 // Every is how often a standby looks at the key: a fraction of any TTL, so that a standby
 // learns a key expired soon after it did (a bucket's expiry leaves no marker to watch for).
 const Every = 100 * time.Millisecond
 
+// wake notes that this standby runs at now, and reports whether it comes out of a gap.
+func (c *Candidate) wake(now time.Time) bool {
+	gap := now.Sub(c.active) > c.ttl/2
+	c.active = now
+	if gap {
+		c.named = nil
+	}
+	return gap
+}
+
 // Tick is called every Every.
-func (c *Candidate) Tick() Action { return Action{Kind: Read} }
+func (c *Candidate) Tick(now time.Time) Action {
+	c.wake(now)
+	return Action{Kind: Read}
+}
 
-// Leader is the value the key last held (nil if none was seen): whose URL standbys send
-// clients to.
-func (c *Candidate) Leader() []byte { return c.leader }
+// Leader is who the key holds as this standby last read it (nil if no one): whose URL standbys
+// send clients to. A standby that was paused names no one until it has read the key again,
+// rather than a leader that may have died meanwhile; nor before its first tick after the
+// pause, which may come after a request it answers.
+func (c *Candidate) Leader(now time.Time) []byte {
+	if now.Sub(c.active) > c.ttl/2 {
+		return nil
+	}
+	return c.named
+}
 
-// Done takes an action's outcome and returns what to do next.
-func (c *Candidate) Done(o Outcome) Action {
+// Done takes an action's outcome and returns what to do next. An outcome that comes out of a
+// gap answered a request sent before it: the standby names no one on its word.
+func (c *Candidate) Done(now time.Time, o Outcome) Action {
+	stale := c.wake(now)
 	switch o.Kind {
 	case Found:
 		c.leader = o.Value
+		if !stale {
+			c.named = o.Value
+		}
 	case Absent:
+		c.named = nil
 		if c.leader != nil && !bytes.Equal(c.leader, c.value) {
 			// The key expired: the leader died, is paused or cut off, or the bucket lost
 			// its own leader for longer than the TTL while the leader went on. Only the
@@ -240,7 +320,7 @@ func (c *Candidate) Done(o Outcome) Action {
 	case NotLeading:
 		return Action{Kind: Create}
 	case Created:
-		c.leader = c.value
+		c.leader, c.named = c.value, c.value
 		return Action{Kind: Lead, Rev: o.Rev}
 	case Exists:
 		return Action{Kind: Read}

@@ -98,23 +98,136 @@ func TestHolderCutOff(t *testing.T) {
 // A standby takes a free key at once if no one led, asks the last leader first otherwise, and
 // holds off while that leader says it still leads.
 func TestCandidate(t *testing.T) {
-	c := NewCandidate([]byte("b"))
-	want(t, c.Tick(), Read)
-	want(t, c.Done(Outcome{Kind: Absent}), Create)
-	want(t, c.Done(Outcome{Kind: Exists}), Read)
-	want(t, c.Done(Outcome{Kind: Found, Value: []byte("a")}), None)
-	if string(c.Leader()) != "a" {
-		t.Fatalf("leader %q", c.Leader())
+	c := NewCandidate(t0, time.Second, []byte("b"))
+	want(t, c.Tick(at(0)), Read)
+	want(t, c.Done(at(1), Outcome{Kind: Absent}), Create)
+	want(t, c.Done(at(2), Outcome{Kind: Exists}), Read)
+	want(t, c.Done(at(3), Outcome{Kind: Found, Value: []byte("a")}), None)
+	if string(c.Leader(at(4))) != "a" {
+		t.Fatalf("leader %q", c.Leader(at(4)))
 	}
-	a := c.Done(Outcome{Kind: Absent})
+	a := c.Done(at(5), Outcome{Kind: Absent})
 	if a.Kind != Check || string(a.Value) != "a" {
 		t.Fatalf("%+v, want a check of a", a)
 	}
-	want(t, c.Done(Outcome{Kind: Leads}), None)
-	want(t, c.Done(Outcome{Kind: Absent}), Check)
-	want(t, c.Done(Outcome{Kind: NotLeading}), Create)
-	if a := c.Done(Outcome{Kind: Created, Rev: 3}); a.Kind != Lead || a.Rev != 3 {
+	if l := c.Leader(at(5)); l != nil {
+		t.Fatalf("names %q while the key is absent", l)
+	}
+	want(t, c.Done(at(6), Outcome{Kind: Leads}), None)
+	want(t, c.Done(at(7), Outcome{Kind: Absent}), Check)
+	want(t, c.Done(at(8), Outcome{Kind: NotLeading}), Create)
+	if a := c.Done(at(9), Outcome{Kind: Created, Rev: 3}); a.Kind != Lead || a.Rev != 3 {
 		t.Fatalf("%+v, want to lead at revision 3", a)
+	}
+}
+
+// A standby that was paused names no leader, from the moment it goes on (before its first tick
+// runs) until it has read the key again: the leader it last saw may have died meanwhile. An
+// answer that comes out of the pause answered a read sent before it, and does not count.
+func TestCandidateNamesNoOneAfterAPause(t *testing.T) {
+	c := NewCandidate(t0, time.Second, []byte("b"))
+	want(t, c.Tick(at(100)), Read)
+	want(t, c.Done(at(101), Outcome{Kind: Found, Value: []byte("a")}), None)
+	want(t, c.Tick(at(200)), Read) // paused with this read in flight, for three seconds
+	if l := c.Leader(at(3200)); l != nil {
+		t.Fatalf("names %q on going on, before any tick", l)
+	}
+	want(t, c.Done(at(3201), Outcome{Kind: Found, Value: []byte("a")}), None) // the read sent before the pause
+	if l := c.Leader(at(3202)); l != nil {
+		t.Fatalf("names %q from a read sent before the pause", l)
+	}
+	want(t, c.Tick(at(3210)), Read)
+	if l := c.Leader(at(3211)); l != nil {
+		t.Fatalf("names %q before the key was read again", l)
+	}
+	want(t, c.Done(at(3212), Outcome{Kind: Found, Value: []byte("c")}), None)
+	if l := c.Leader(at(3213)); string(l) != "c" {
+		t.Fatalf("names %q, want the leader the key holds now, c", l)
+	}
+}
+
+// A leader that was paused does not say it leads (Healthy) from the moment it goes on, before
+// its first tick, until the bucket, asked after the pause, says the key is its own: not while
+// its renewal is in flight, not on an answer to a request sent before the pause, not on a
+// refusal. If another server took the key, it never says it leads again.
+func TestHolderUnsureAfterAPause(t *testing.T) {
+	for _, taken := range []bool{false, true} {
+		h := NewHolder(t0, time.Second, []byte("a"), 5)
+		want(t, h.Tick(at(250)), Renew)
+		want(t, h.Done(at(260), Outcome{Kind: Updated, Rev: 6}), None)
+		want(t, h.Tick(at(500)), Renew) // paused for three seconds with this renewal in flight
+		if h.Healthy(at(3500)) {
+			t.Fatal("healthy on going on, before any tick")
+		}
+		want(t, h.Done(at(3501), Outcome{Kind: Updated, Rev: 7}), None) // written before the pause
+		if h.Healthy(at(3502)) {
+			t.Fatal("healthy on an answer to a renewal sent before the pause")
+		}
+		want(t, h.Tick(at(3510)), Renew)
+		if h.Healthy(at(3511)) {
+			t.Fatal("healthy while its first renewal after the pause is in flight")
+		}
+		if !taken {
+			want(t, h.Done(at(3520), Outcome{Kind: Updated, Rev: 8}), None)
+			if !h.Healthy(at(3521)) {
+				t.Fatal("unhealthy after a renewal after the pause")
+			}
+			continue
+		}
+		want(t, h.Done(at(3520), Outcome{Kind: Refused}), Read)
+		if h.Healthy(at(3521)) {
+			t.Fatal("healthy after its renewal was refused")
+		}
+		if a := h.Done(at(3530), Outcome{Kind: Found, Value: []byte("b"), Rev: 9}); a.Kind != Stop {
+			t.Fatalf("%+v, want a stop", a)
+		}
+	}
+}
+
+// A leader that was not paused goes on saying it leads through what the bucket's own election
+// looks like (renewals unanswered while NATS answers, a renewal refused whose answer was lost,
+// read back as its own): a standby that asks holds off, and the lead does not move.
+func TestHolderSaysItLeadsThroughTheBucketsElection(t *testing.T) {
+	h := NewHolder(t0, time.Second, []byte("a"), 5)
+	ms := 250
+	for ; ms <= 2000; ms += 250 {
+		want(t, h.Tick(at(ms)), Renew)
+		want(t, h.Done(at(ms+200), Outcome{Kind: Unanswered}), Probe)
+		want(t, h.Done(at(ms+210), Outcome{Kind: Answered, At: at(ms + 210)}), None)
+		if !h.Healthy(at(ms + 220)) {
+			t.Fatalf("unhealthy at %dms while NATS answers", ms)
+		}
+	}
+	want(t, h.Tick(at(ms)), Renew)
+	want(t, h.Done(at(ms+10), Outcome{Kind: Refused}), Read)
+	if !h.Healthy(at(ms + 11)) {
+		t.Fatal("unhealthy after a refused renewal, before the key says whose it is")
+	}
+	want(t, h.Done(at(ms+20), Outcome{Kind: Found, Value: []byte("a"), Rev: 9}), None)
+	if !h.Healthy(at(ms + 21)) {
+		t.Fatal("unhealthy after it read its own claim")
+	}
+}
+
+// A leader whose key expired while it was paused stops rather than take the key back: a server
+// that took over meanwhile may have let its own key lapse too (its bucket requests lost), and
+// would go on saying it leads beside it. One that was not paused takes an expired key back.
+func TestHolderStopsWhenItsKeyLapsedInAPause(t *testing.T) {
+	h := NewHolder(t0, time.Second, []byte("a"), 5)
+	want(t, h.Tick(at(250)), Renew)
+	want(t, h.Done(at(260), Outcome{Kind: Updated, Rev: 6}), None)
+	want(t, h.Tick(at(3000)), Renew) // paused
+	want(t, h.Done(at(3010), Outcome{Kind: Refused}), Read)
+	if a := h.Done(at(3020), Outcome{Kind: Absent}); a.Kind != Stop || a.Reason != ReasonLapsed {
+		t.Fatalf("%+v, want a stop: the key lapsed in the pause", a)
+	}
+	h = NewHolder(t0, time.Second, []byte("a"), 5)
+	want(t, h.Tick(at(250)), Renew)
+	want(t, h.Done(at(260), Outcome{Kind: Refused}), Read)
+	want(t, h.Done(at(270), Outcome{Kind: Absent}), Create)
+	want(t, h.Done(at(280), Outcome{Kind: Created, Rev: 7}), None)
+	if !h.Healthy(at(281)) {
+		t.Fatal("unhealthy after it took its expired key back, unpaused")
 	}
 }
 

@@ -11,4 +11,9 @@ var (
 	// renewal goes unanswered, without asking the stream: a leader whose renewal or its answer
 	// was lost, or whose bucket elects a raft leader, then stops while NATS answers it.
 	mutantStopOnUnansweredRenewal bool
+	// mutantHealthyWhileUnsure lets a leader say it leads (Healthy) as soon as NATS answers
+	// it, whether or not the key is still its own: a leader paused past its TTL, resumed, says
+	// it leads from its first tick until its renewal reads the claim of the server that took
+	// over, beside that server.
+	mutantHealthyWhileUnsure bool
 )

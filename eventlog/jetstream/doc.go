@@ -31,6 +31,18 @@
 // A publish whose connection breaks before its answer is answered at once as unknown, and the
 // log reads the message back.
 //
+// # Answers that do not come
+//
+// A NATS server can be alive and silent: paused, frozen, black-holed, or a stream leader that
+// stopped answering while its raft group has not yet elected another. No request waits for
+// such a server longer than Config.RequestTimeout (the server's is the leader TTL): a
+// publish's acknowledgement, a read of a message or of the stream's state, a consumer's
+// creation, a connection's handshake; eventlog asks again (Upstream.Patience), and a catch-up
+// whose next message does not come within it is read again. The connection pings its server
+// every quarter of it and leaves, for another server of the URL, one that answered none of two
+// pings, so that asking again goes elsewhere when the silent one is the connection's own, and a
+// leader whose own NATS server went silent moves before it would stop as cut off.
+//
 // # The election
 //
 // Which server tries to lead is decided in a KV bucket, tether_leader_<STREAM>, whose TTL is

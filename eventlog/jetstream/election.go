@@ -80,13 +80,13 @@ func (s *Stream) Elect(ctx context.Context, me Leader, ttl time.Duration) (*Elec
 	// Servers that start together on a new stream race to make the bucket: the one that
 	// loses, or that looks while the bucket's replicas elect their leader, is told for a
 	// moment that its stream is not there, or already is.
-	err := retry(ctx, lookup)
+	err := s.retry(ctx, lookup)
 	for tries := 0; justMade(err) && tries < 100 && ctx.Err() == nil; tries++ {
 		select {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
-		err = retry(ctx, lookup)
+		err = s.retry(ctx, lookup)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the election's bucket %s: %w", bucket, err)

@@ -44,9 +44,20 @@ type Config struct {
 	// Reconfigure records Settings in the stream in place of what it holds.
 	Reconfigure bool
 	// Name names the connection in the NATS server's monitoring.
-	Name   string
-	Logger *zap.Logger
+	Name string
+	// RequestTimeout is the longest any one request to NATS waits for its answer before it is
+	// asked again (Patience): a publish's acknowledgement, a read of a message or of the
+	// stream's state, a consumer's creation, a connection's handshake. The connection pings its
+	// NATS server every quarter of it, and leaves a server that has not answered two pings for
+	// another: a server alive but silent (paused, black-holed) holds no request for longer. The
+	// server sets it to the leader TTL, so that nothing on a takeover's way waits longer than a
+	// TTL for one answer. 0: DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	Logger         *zap.Logger
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout when none is given (tether replay's).
+const DefaultRequestTimeout = 5 * time.Second
 
 // Stream is a connection to the stream: an eventlog.Upstream.
 type Stream struct {
@@ -59,6 +70,8 @@ type Stream struct {
 	stream  jetstream.Stream
 	name    string
 	subject string
+	// timeout is Config.RequestTimeout: the longest one request waits for its answer.
+	timeout time.Duration
 	log     *zap.Logger
 }
 
@@ -97,10 +110,17 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
 	log := cfg.Logger.With(zap.String("stream", name))
 	var bound atomic.Pointer[Stream] // for the handlers, which nats.Connect takes before there is one
 	opts := []nats.Option{
-		nats.Name(cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.Timeout(5 * time.Second),
+		nats.Name(cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.Timeout(cfg.RequestTimeout),
+		// A server that answers no ping for half to three quarters of RequestTimeout is left
+		// for the next (nats.go's default waits 4 to 6 minutes): a leader whose own NATS
+		// server went silent moves to another before it would stop as cut off (a TTL).
+		nats.PingInterval(cfg.RequestTimeout / 4), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: closed on purpose
 				log.Warn("disconnected from NATS", zap.String("code", "NATS_DISCONNECTED"), zap.Error(err))
@@ -141,13 +161,14 @@ func Connect(ctx context.Context, cfg Config) (*Stream, error) {
 }
 
 func bind(ctx context.Context, nc *nats.Conn, name string, cfg Config, log *zap.Logger) (*Stream, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second), jetstream.WithPublishAsyncMaxPending(1024))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.RequestTimeout), jetstream.WithPublishAsyncMaxPending(1024),
+		jetstream.WithDefaultTimeout(cfg.RequestTimeout))
 	if err != nil {
 		return nil, err
 	}
-	s := &Stream{nc: nc, js: js, name: name, subject: "tether.log." + name, log: log, lost: make(chan struct{})}
+	s := &Stream{nc: nc, js: js, name: name, subject: "tether.log." + name, timeout: cfg.RequestTimeout, log: log, lost: make(chan struct{})}
 	lookup := func() error {
-		return retry(ctx, func(ctx context.Context) (err error) {
+		return s.retry(ctx, func(ctx context.Context) (err error) {
 			s.stream, err = js.Stream(ctx, name)
 			return err
 		})
@@ -235,12 +256,12 @@ const SettingPrefix = "tether."
 // ErrSettingsDiffer says a server's settings are not its cluster's.
 var ErrSettingsDiffer = errors.New("this server's settings differ from its cluster's")
 
-// retry runs a JetStream API call until it answers or ctx ends, each try for at most 5 s: a
-// request made while the cluster elects a meta leader gets no answer at all, and the next one
-// may.
-func retry(ctx context.Context, call func(context.Context) error) error {
+// retry runs a JetStream API call until it answers or ctx ends, each try for at most the
+// request timeout: a request made while the cluster elects a meta leader gets no answer at
+// all, and the next one may.
+func (s *Stream) retry(ctx context.Context, call func(context.Context) error) error {
 	for {
-		try, cancel := context.WithTimeout(ctx, 5*time.Second)
+		try, cancel := context.WithTimeout(ctx, s.timeout)
 		err := call(try)
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, nats.ErrNoResponders) || ctx.Err() != nil {
@@ -260,13 +281,17 @@ func (s *Stream) Name() string { return s.name }
 // Replicas is the stream's replication factor.
 func (s *Stream) Replicas() int { return s.stream.CachedInfo().Config.Replicas }
 
+// Patience implements eventlog.Upstream: the request timeout.
+func (s *Stream) Patience() time.Duration { return s.timeout }
+
 // Close closes the connection; publishes not yet acknowledged fail.
 func (s *Stream) Close() { s.nc.Close() }
 
 // Publish implements eventlog.Upstream with Nats-Expected-Last-Sequence: the stream's leader
 // refuses the message unless its last message, counting the messages proposed and not yet
 // stored, is after. A publish that meets a disconnect before its answer returns errUnanswered
-// at once, for the log to read the message back, rather than waiting for the answer's timeout.
+// at once, for the log to read the message back, rather than waiting for the answer's timeout
+// (the request timeout: then too the log reads it back).
 func (s *Stream) Publish(after uint64, payload []byte) func() (uint64, error) {
 	lost := s.linkLost()
 	ack, err := s.js.PublishMsgAsync(&nats.Msg{Subject: s.subject, Data: payload}, jetstream.WithExpectLastSequence(after))
@@ -324,7 +349,7 @@ func publishErr(err error) error {
 
 // Last implements eventlog.Upstream.
 func (s *Stream) Last(ctx context.Context) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	info, err := s.stream.Info(ctx)
 	if err != nil {
@@ -338,7 +363,7 @@ func (s *Stream) Last(ctx context.Context) (uint64, error) {
 // publish must not be told that a message is not there when it is (it would publish it again,
 // to be refused, and read again).
 func (s *Stream) Get(ctx context.Context, seq uint64) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, _ := json.Marshal(struct {
 		Seq uint64 `json:"seq"`
@@ -372,9 +397,11 @@ func (s *Stream) Get(ctx context.Context, seq uint64) ([]byte, error) {
 // Read implements eventlog.Upstream with an ordered consumer, which JetStream keeps gap-free:
 // it makes the consumer again from where it was if it misses a message.
 func (s *Stream) Read(ctx context.Context, from uint64, visit func(uint64, []byte) error) error {
-	cons, err := s.js.OrderedConsumer(ctx, s.name, jetstream.OrderedConsumerConfig{
+	made, cancel := context.WithTimeout(ctx, s.timeout)
+	cons, err := s.js.OrderedConsumer(made, s.name, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: max(from, 1),
 	})
+	cancel()
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,17 @@ var atExit []func()
 // AtExit has f run once the command that runs returns.
 func AtExit(f func()) { atExit = append(atExit, f) }
 
+// ExitError ends a command with Status, its error already said where the command says things:
+// a server logs the error it stops on as it logs everything else (JSON under --log-format
+// json), and Run prints nothing more.
+type ExitError struct {
+	Err    error
+	Status int
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
 // Command is a command of a binary, or a subcommand of a group of them.
 type Command struct {
 	Name, Summary string
@@ -30,7 +41,8 @@ type Command struct {
 
 // Run runs the command of commands that args name, and returns the exit status: 0, 1 for a
 // failure, 2 for a command line that is wrong, with the usage on stderr (--help is no error,
-// and prints to stdout). An error goes to stderr, as JSON if the command was asked for JSON.
+// and prints to stdout), or an ExitError's own. An error goes to stderr, as JSON if the
+// command was asked for JSON, unless it is an ExitError, which the command said itself.
 func Run(commands []Command, args []string, stdout, stderr io.Writer) int {
 	printUsage := func(w io.Writer) { usage(w, commands) }
 	if len(args) == 0 {
@@ -51,6 +63,9 @@ func Run(commands []Command, args []string, stdout, stderr io.Writer) int {
 		}
 		if err == nil || errors.Is(err, ErrHelpShown) {
 			return 0
+		}
+		if ee := (*ExitError)(nil); errors.As(err, &ee) {
+			return ee.Status
 		}
 		var ue *UsageError
 		code := 1

@@ -5,7 +5,6 @@ package natstest
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"strings"
@@ -155,7 +154,7 @@ func freePorts(t testing.TB, n int) []int {
 }
 
 // Proxy forwards TCP connections to a target until it is cut: a partition between its clients
-// and the target.
+// and the target; or, while it is paused, holds every byte: a target alive but silent.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -163,6 +162,8 @@ type Proxy struct {
 	mu    sync.Mutex
 	cut   bool
 	conns []net.Conn
+	// resumed is closed when a pause ends; nil while not paused.
+	resumed chan struct{}
 }
 
 // NewProxy listens on loopback and forwards every connection to target (host:port).
@@ -190,6 +191,10 @@ func (p *Proxy) Cut() {
 		_ = c.Close()
 	}
 	p.conns = nil
+	if p.resumed != nil {
+		close(p.resumed)
+		p.resumed = nil
+	}
 }
 
 // Heal lets connections through again.
@@ -197,6 +202,51 @@ func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.cut = false
 	p.mu.Unlock()
+}
+
+// Pause holds every byte in both directions, on the connections open and on those it accepts
+// meanwhile, until Resume: a target that is alive but does not answer (SIGSTOP, a VM freeze, a
+// black hole), whose kernel still takes connections and data. What it held goes on after
+// Resume. Cut ends a pause too.
+func (p *Proxy) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed == nil {
+		p.resumed = make(chan struct{})
+	}
+}
+
+// Resume ends a pause.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed != nil {
+		close(p.resumed)
+		p.resumed = nil
+	}
+}
+
+// pipe copies src to dst, holding each chunk while the proxy is paused.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			resumed := p.resumed
+			p.mu.Unlock()
+			if resumed != nil {
+				<-resumed
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *Proxy) accept() {
@@ -219,8 +269,8 @@ func (p *Proxy) accept() {
 		}
 		p.conns = append(p.conns, in, out)
 		p.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-		go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		go p.pipe(out, in)
+		go p.pipe(in, out)
 	}
 }
 
