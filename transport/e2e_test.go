@@ -481,7 +481,9 @@ func TestWorkerTokenExpiredAndRevoked(t *testing.T) {
 		}
 	}
 	// The lease is released at once, without waiting for it to run out: the job's stream says so.
-	_, _ = acme.Watch(ctx(t), job.ID, 0, func(e wire.Event) error {
+	var seen []string
+	_, werr := acme.Watch(ctx(t), job.ID, 0, func(e wire.Event) error {
+		seen = append(seen, e.Type)
 		if e.Type == "job.lease_expired" {
 			return errors.New("released")
 		}
@@ -489,7 +491,7 @@ func TestWorkerTokenExpiredAndRevoked(t *testing.T) {
 	})
 	j, _ := acme.Get(ctx(t), job.ID)
 	if j.Lease != nil || (j.Status != "scheduled" && j.Status != "queued") || j.Error == nil || j.Error.Code != "worker_revoked" {
-		t.Fatalf("job after revocation: %+v", j)
+		t.Fatalf("job after revocation (watch saw %v, ended with %v): %+v", seen, werr, j)
 	}
 	if st, b := h.raw("POST", "/v1/worker/heartbeat", reg.WorkerToken, []byte(`{"leases":[]}`)); st != http.StatusForbidden || codeOf(b) != "WORKER_REVOKED" {
 		t.Fatalf("revoked token: %d %v", st, b)

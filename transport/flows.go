@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/tetherhq/tether/actors"
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/eventlog/fastjson"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/transport/flowfile"
@@ -258,12 +259,15 @@ type flowCursor struct {
 // next reads up to EventsPageMax events of each stream after the cursor, skipping those
 // numbered skipTo or below, and moves the cursor past what it read. moved says it read
 // something, sent or skipped, so the reader reads again at once; ended, that the flow and its
-// steps' jobs have ended, so a read that did not move has reached the end for good.
+// steps' jobs have ended, so a read that did not move has reached the end for good. It reads
+// no further than the projections have folded (cursor.next says why); here it also keeps a
+// step's job that a record past them made from being read from after its first events.
 func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, moved, ended bool, err error) {
 	var f *projections.Flow
+	var upTo uint64
 	b.Read(func(s *projections.Set) {
 		if x, ok := s.Flow(c.flowID); ok && x.Tenant == tenant {
-			f = x
+			f, upTo = x, s.Seq()
 		}
 	})
 	if f == nil {
@@ -273,6 +277,7 @@ func (c *flowCursor) next(b Core, tenant string, skipTo int) (out []wire.Event, 
 	if err != nil {
 		return nil, false, false, err
 	}
+	recs = slices.DeleteFunc(recs, func(rec eventlog.Record) bool { return rec.Seq > upTo })
 	for _, rec := range recs {
 		c.number++
 		c.seq = rec.Seq

@@ -31,13 +31,19 @@ type cursor struct {
 	seq    uint64
 }
 
-// next reads up to EventsPageMax events after the cursor, skipping those numbered skipTo or
-// below (a resume), and moves the cursor past what it read.
-func (c *cursor) next(b Core, skipTo int) ([]wire.Event, error) {
+// next reads up to EventsPageMax events after the cursor and up to seq upTo, skipping those
+// numbered skipTo or below (a resume), and moves the cursor past what it read. upTo is the job's
+// last seq as the projections have it: the log makes a record durable a moment before the
+// projections fold it, and a watcher that read an event before a read of the job showed it
+// would see the job go back (its lease expired in the stream, and leased still on GET).
+func (c *cursor) next(b Core, skipTo int, upTo uint64) ([]wire.Event, error) {
 	var out []wire.Event
 	for rec, err := range b.JobStream(c.jobID, c.seq+1) {
 		if err != nil {
 			return out, err
+		}
+		if rec.Seq > upTo {
+			break
 		}
 		c.number++
 		c.seq = rec.Seq
@@ -75,11 +81,11 @@ func (s *Server) jobEvents(r *request) error {
 	}
 	c := &cursor{jobID: id}
 	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		evs, err := c.next(r.b, after)
+		last, status, _ := jobState(r.b, r.by.tenant, id)
+		evs, err := c.next(r.b, after, last)
 		if err != nil {
 			return err
 		}
-		last, status, _ := jobState(r.b, r.by.tenant, id)
 		if evs == nil {
 			evs = []wire.Event{}
 		}
@@ -112,7 +118,7 @@ func (s *Server) streamEvents(r *request, c *cursor, after int) error {
 		last, status, _ := jobState(r.b, r.by.tenant, c.jobID)
 		if c.seq < last {
 			before := c.seq
-			evs, err := c.next(r.b, after)
+			evs, err := c.next(r.b, after, last)
 			if err == nil && c.seq == before {
 				err = errStreamBehind
 			}
