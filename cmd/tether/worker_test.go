@@ -470,6 +470,8 @@ func TestWorkerCommandCutShort(t *testing.T) {
 // now the init's) and its lease held. The next start on the same state dir ends that command and
 // gives the lease back at once (job.lease_released, worker_restarted, no attempt spent), so the
 // restarted worker, of capacity 1, runs the job again long before the old lease would expire.
+// So too when it restarts with another capacity, and so registers anew: the old worker's lease
+// is given back under the old worker's token, which the server takes it from.
 func TestWorkerKilledWithSIGKILLLeavesNothingBehind(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
@@ -477,6 +479,12 @@ func TestWorkerKilledWithSIGKILLLeavesNothingBehind(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc: the worker cannot tell a leftover from another process")
 	}
+	for _, capacity := range []string{"1", "2"} {
+		t.Run("restarted with capacity "+capacity, func(t *testing.T) { workerKilledWithSIGKILL(t, capacity) })
+	}
+}
+
+func workerKilledWithSIGKILL(t *testing.T, restartCapacity string) {
 	s := startServer(t, t.TempDir())
 	c := client.New(s.url, "", nil)
 	dir := t.TempDir()
@@ -514,6 +522,7 @@ sleep 300 & echo $! > "$JOBDIR/child"; echo $$ > "$JOBDIR/leader"; echo running 
 	if err := os.WriteFile(filepath.Join(dir, "again"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	args[slices.Index(args, "--capacity")+1] = restartCapacity
 	w = startTether(t, env, args...)
 	got := awaitJob(t, c, j.ID) // within 30 s: the old lease had 300
 	if got.Status != "succeeded" || string(got.Output) != `{"ran":"again"}` || got.Attempt != 1 {

@@ -94,6 +94,7 @@ func (g *Registration) Run(ctx context.Context, w Worker, token, tokenFile strin
 				}
 			}
 		case !strings.HasPrefix(workerToken, WorkerTokenPrefix):
+			g.settleChanged(ctx, w, g.ResultsDir(tokenFile, token))
 			var err error
 			if workerToken, err = g.Token(ctx, token); err != nil {
 				if ctx.Err() != nil {
@@ -262,7 +263,7 @@ func (g *Registration) Token(ctx context.Context, enrollToken string) (string, e
 		switch {
 		case json.Unmarshal(b, &st) != nil || st.WorkerToken == "":
 			g.logger().Warn("the worker's state file is unreadable; registering anew", zap.String("path", path))
-		case !slices.Equal(st.Queues, g.Queues) || st.Capacity != g.Capacity || st.PublicKey != g.publicKey():
+		case !g.matches(st):
 			g.logger().Info("queues, capacity or key differ from the stored registration; registering anew", zap.String("path", path),
 				zap.String("worker_id", st.WorkerID))
 		default:
@@ -283,6 +284,49 @@ func (g *Registration) Token(ctx context.Context, enrollToken string) (string, e
 	}
 	g.logger().Info("registered", zap.String("worker_id", reg.WorkerID), zap.Time("token_expires_at", reg.ExpiresAt), zap.String("state", path))
 	return reg.WorkerToken, nil
+}
+
+// settleChanged settles what the stored registration's worker left in resultsDir (its kept
+// results, the leases of the jobs it ran when it died) under its own token, when the worker is
+// about to register anew because its queues, capacity or key changed: the server takes a
+// lease's result or release only from the worker that holds it, so the new worker's would be
+// refused and the leases left to expire, an attempt spent. It gives up after settleMax; what is
+// left then goes as before.
+func (g *Registration) settleChanged(ctx context.Context, w Worker, resultsDir string) {
+	st, ok := g.stored()
+	if !ok || g.matches(st) {
+		return
+	}
+	if results, _ := (resultStore{dir: resultsDir}).load(); len(results) == 0 {
+		if running, _ := (resultStore{dir: resultsDir}).running(); len(running) == 0 {
+			return
+		}
+	}
+	g.logger().Info("settling what the stored registration's worker left before registering anew", zap.String("worker_id", st.WorkerID))
+	ctx, cancel := context.WithTimeout(ctx, settleMax)
+	defer cancel()
+	w.Token, w.ResultsDir, w.Capacity, w.settleOnly, w.OnTokenRenewed = st.WorkerToken, resultsDir, st.Capacity, true, nil
+	if err := w.Run(ctx); err != nil {
+		g.logger().Warn("the stored registration's worker could not settle what it left", zap.String("worker_id", st.WorkerID), zap.Error(err))
+	}
+}
+
+// settleMax bounds how long a changed registration waits for the old one's results to settle.
+const settleMax = 2 * time.Minute
+
+// stored reads the state file's registration, if there is a usable one.
+func (g *Registration) stored() (workerState, bool) {
+	var st workerState
+	b, err := os.ReadFile(g.Path())
+	if err != nil || json.Unmarshal(b, &st) != nil || st.WorkerToken == "" {
+		return workerState{}, false
+	}
+	return st, true
+}
+
+// matches says whether the stored registration st is this worker's as configured now.
+func (g *Registration) matches(st workerState) bool {
+	return slices.Equal(st.Queues, g.Queues) && st.Capacity == g.Capacity && st.PublicKey == g.publicKey()
 }
 
 // register registers the worker, retrying while the server cannot be reached; a refusal, the

@@ -159,6 +159,13 @@ type Worker struct {
 	// clean stop (kill -9) ends what its jobs left running and gives their leases back at once
 	// (ReleaseWorkerRestarted), rather than let them fill its capacity until they expire.
 	ResultsDir string
+
+	// settleOnly runs only what ResultsDir holds from an earlier run (its kept results, the
+	// leases to give back) and returns once the server has answered them all, taking no job:
+	// a Registration whose queues, capacity or key changed settles the old worker's so, under
+	// its token, before it registers anew (the server takes a lease's result only from the
+	// worker that holds it).
+	settleOnly bool
 }
 
 // Transports a Worker may use.
@@ -226,6 +233,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		r.results = &resultStore{dir: w.ResultsDir}
 		r.resume()
 		r.leftovers()
+	}
+	if w.settleOnly {
+		if r.busy() == 0 {
+			return nil
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go r.cancelWhenSettled(ctx, cancel)
 	}
 	err := r.connectLoop(ctx)
 	r.stop(err)
@@ -517,7 +533,7 @@ func (r *runner) clearLink(l link) {
 // takeCreditLocked returns the credit owed for freed slots that may be granted now, and
 // counts it as granted: none while stopping or paused. r.mu is held.
 func (r *runner) takeCreditLocked() int {
-	if r.stoppingLocked() || time.Now().Before(r.pausedUntil) {
+	if r.w.settleOnly || r.stoppingLocked() || time.Now().Before(r.pausedUntil) {
 		return 0
 	}
 	n := r.uncredited
@@ -564,11 +580,29 @@ func (r *runner) leases() []string {
 	return out
 }
 
+// cancelWhenSettled calls cancel once a settling run (Worker.settleOnly) has nothing left to
+// report, or ctx ends.
+func (r *runner) cancelWhenSettled(ctx context.Context, cancel context.CancelFunc) {
+	tick := time.NewTicker(settlePoll)
+	defer tick.Stop()
+	for r.busy() > 0 {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+	cancel()
+}
+
+// settlePoll is how often a settling run looks whether it has reported everything.
+const settlePoll = 50 * time.Millisecond
+
 // free is how many more jobs the worker would take now.
 func (r *runner) free() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stoppingLocked() || time.Now().Before(r.pausedUntil) {
+	if r.w.settleOnly || r.stoppingLocked() || time.Now().Before(r.pausedUntil) {
 		return 0
 	}
 	return r.w.Capacity - r.running
