@@ -244,8 +244,9 @@ func TestBodiesThatAreNotIJSONAreRefused(t *testing.T) {
 }
 
 // A flow file's step payloads, which YAML writes, are held to I-JSON too: YAML's .inf and .nan
-// are refused naming the step, never stored as JSON that other clients cannot read; a number
-// YAML cannot read as one (1e999) is, by YAML's own rule, the string it is written as.
+// are refused naming the step, never stored as JSON that other clients cannot read, and so is
+// a number past a double's range (1e999), which a YAML library would make the string it is
+// written as; a big integer is stored exactly as written.
 func TestFlowPayloadsThatAreNotIJSONAreRefused(t *testing.T) {
 	t.Parallel()
 	h := start(t, transport.AuthNone)
@@ -261,11 +262,14 @@ func TestFlowPayloadsThatAreNotIJSONAreRefused(t *testing.T) {
 	if l, err := client.New(h.url, "", nil).List(ctx(t), client.ListOptions{}); err != nil || len(l.Jobs) != 0 {
 		t.Fatalf("after refused flows: %+v %v", l, err)
 	}
-	if st, b := h.raw("POST", "/v1/flows?name=f", "", flow("{n: 1e999}")); st != http.StatusCreated {
+	if st, b := h.raw("POST", "/v1/flows?name=f", "", flow("{n: 1e999}")); st != http.StatusBadRequest || codeOf(b) != "INVALID_FLOW" || !strings.Contains(messageOf(b), "beyond the range of a double") {
 		t.Fatalf("a flow payload with 1e999: %d %v", st, b)
 	}
+	if st, b := h.raw("POST", "/v1/flows?name=f", "", flow("{n: 123456789012345678901234567890}")); st != http.StatusCreated {
+		t.Fatalf("a flow payload with a big integer: %d %v", st, b)
+	}
 	l, err := client.New(h.url, "", nil).List(ctx(t), client.ListOptions{})
-	if err != nil || len(l.Jobs) != 1 || string(l.Jobs[0].Payload) != `{"n":"1e999"}` {
-		t.Fatalf("the step of a flow with 1e999: %+v %v", l, err)
+	if err != nil || len(l.Jobs) != 1 || string(l.Jobs[0].Payload) != `{"n":123456789012345678901234567890}` {
+		t.Fatalf("the step of a flow with a big integer: %+v %v", l, err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -216,17 +217,9 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 		}
 		switch key {
 		case "payload":
-			var x any
-			if err := v.Decode(&x); err != nil {
-				return at(v, p, "%v", err)
-			}
-			b, err := json.Marshal(x)
-			var notANumber *json.UnsupportedValueError
-			switch {
-			case errors.As(err, &notANumber):
-				return at(v, p, "the payload has %s, which JSON has no number for (I-JSON, RFC 7493)", notANumber.Str)
-			case err != nil:
-				return at(v, p, "the payload must be JSON-shaped (string keys only): %v", err)
+			b, err := appendJSON(nil, v, p, 0)
+			if err != nil {
+				return err
 			}
 			if err := fastjson.Check(b, wire.JSONDepthMax-1); err != nil { // as deep as a submit's payload
 				return at(v, p, "the payload %v", err)
@@ -378,6 +371,154 @@ func nodeKind(n *yaml.Node) string {
 		return "an alias"
 	}
 	return "a document"
+}
+
+// appendJSON appends the JSON of a payload's YAML node n. A number keeps the text it was
+// written with when that is a JSON number, so that the payload reads as the JSON API's would:
+// 123456789012345678901234567890 stays exact (the YAML library makes it a float64), and 1e999
+// is refused by the check that refuses it in a JSON body (the library makes it the string
+// "1e999"); a YAML-only form (0x1F, 1_000, .5) is converted. A date stays the text it was
+// written as. Mapping keys must be strings; aliases and merge keys (<<) are followed.
+func appendJSON(b []byte, n *yaml.Node, path string, depth int) ([]byte, error) {
+	if depth > wire.JSONDepthMax {
+		return nil, at(n, path, "the payload is nested deeper than %d", wire.JSONDepthMax)
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) == 1 {
+			return appendJSON(b, n.Content[0], path, depth)
+		}
+	case yaml.AliasNode:
+		return appendJSON(b, n.Alias, path, depth+1)
+	case yaml.SequenceNode:
+		b = append(b, '[')
+		for i, item := range n.Content {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSON(b, item, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case yaml.MappingNode:
+		pairs, err := mappingPairs(n, path, map[string]bool{}, false)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, '{')
+		for i, kv := range pairs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b, _ = appendString(b, kv[0].Value)
+			b = append(b, ':')
+			if b, err = appendJSON(b, kv[1], path+"."+kv[0].Value, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	case yaml.ScalarNode:
+		return appendScalar(b, n, path)
+	}
+	return nil, at(n, path, "the payload must be JSON-shaped")
+}
+
+// mappingPairs are a mapping's key and value nodes, a merge key's (<<) mappings' after its own
+// keys unless they name them; seen holds the keys taken so far, merged whether n is merged in.
+func mappingPairs(n *yaml.Node, path string, seen map[string]bool, merged bool) ([][2]*yaml.Node, error) {
+	var pairs [][2]*yaml.Node
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case k.ShortTag() == "!!merge":
+			merges = append(merges, v)
+		case k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str":
+			return nil, at(k, path, "the payload must be JSON-shaped: its keys are strings (quote %s)", k.Value)
+		case seen[k.Value] && merged: // the mapping's own key wins
+		case seen[k.Value]:
+			return nil, at(k, path, "the payload has the key %q twice", k.Value)
+		default:
+			seen[k.Value] = true
+			pairs = append(pairs, [2]*yaml.Node{k, v})
+		}
+	}
+	for _, m := range merges {
+		for m.Kind == yaml.AliasNode {
+			m = m.Alias
+		}
+		from := []*yaml.Node{m}
+		if m.Kind == yaml.SequenceNode {
+			from = m.Content
+		}
+		for _, f := range from {
+			for f.Kind == yaml.AliasNode {
+				f = f.Alias
+			}
+			if f.Kind != yaml.MappingNode {
+				return nil, at(f, path, "a merge key (<<) takes a mapping or a list of them")
+			}
+			more, err := mappingPairs(f, path, seen, true)
+			if err != nil {
+				return nil, err
+			}
+			pairs = append(pairs, more...)
+		}
+	}
+	return pairs, nil
+}
+
+// appendScalar appends the JSON of a scalar of a payload.
+func appendScalar(b []byte, n *yaml.Node, path string) ([]byte, error) {
+	switch n.ShortTag() {
+	case "!!null":
+		return append(b, "null"...), nil
+	case "!!bool":
+		var v bool
+		if err := n.Decode(&v); err != nil {
+			return nil, at(n, path, "%v", err)
+		}
+		return strconv.AppendBool(b, v), nil
+	case "!!int", "!!float":
+		if isJSONNumber(n.Value) {
+			return append(b, n.Value...), nil
+		}
+		var v float64
+		if err := n.Decode(&v); err != nil {
+			return nil, at(n, path, "%v", err)
+		}
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil, at(n, path, "the payload has %s, which JSON has no number for (I-JSON, RFC 7493)", n.Value)
+		}
+		return strconv.AppendFloat(b, v, 'g', -1, 64), nil
+	case "!!str", "!!timestamp", "!!binary":
+		if n.Style == 0 && n.ShortTag() == "!!str" && isJSONNumber(n.Value) {
+			// A number the YAML library could not hold (1e999): the JSON body's check says why.
+			return append(b, n.Value...), nil
+		}
+		out, ok := appendString(b, n.Value)
+		if !ok {
+			return nil, at(n, path, "the payload has a string that is not UTF-8 (a lone surrogate?)")
+		}
+		return out, nil
+	}
+	return nil, at(n, path, "the payload must be JSON-shaped, not %s", n.ShortTag())
+}
+
+// isJSONNumber says whether s is written as a JSON number.
+func isJSONNumber(s string) bool {
+	return s != "" && (s[0] == '-' || '0' <= s[0] && s[0] <= '9') && json.Valid([]byte(s))
+}
+
+// appendString appends s as a JSON string; false if s is not UTF-8.
+func appendString(b []byte, s string) ([]byte, bool) {
+	if !utf8.ValidString(s) {
+		return b, false
+	}
+	q, _ := json.Marshal(s)
+	return append(b, q...), true
 }
 
 func at(n *yaml.Node, path, format string, args ...any) *Error {

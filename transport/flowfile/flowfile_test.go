@@ -137,3 +137,43 @@ func TestManyStepsAreRefused(t *testing.T) {
 		t.Fatalf("101 steps: %v", err)
 	}
 }
+
+// A step's payload reads as the same payload sent as JSON would: a number keeps the text it was
+// written with (a big integer stays exact; one past a double's range is refused, as a JSON
+// body's is, rather than turned into a string), a date stays its text, aliases and merge keys
+// are followed, and what JSON cannot hold is refused with the payload's path.
+func TestPayloadReadsAsJSON(t *testing.T) {
+	step := func(payload string) string {
+		return "flow:\n  steps:\n    a:\n      queue: q\n      payload: " + payload + "\n"
+	}
+	for _, c := range []struct{ payload, want string }{
+		{`{n: 123456789012345678901234567890}`, `{"n":123456789012345678901234567890}`},
+		{`{n: 1.50, m: -0, e: 2.5e-3}`, `{"n":1.50,"m":-0,"e":2.5e-3}`},
+		{`{hex: 0x1F, under: 1_000, dot: .5}`, `{"hex":31,"under":1000,"dot":0.5}`},
+		{`{day: 2001-01-01, s: "1e999", b: true, z: null, l: [1, "x"]}`, `{"day":"2001-01-01","s":"1e999","b":true,"z":null,"l":[1,"x"]}`},
+		{`{base: &b {x: 1, y: 2}, more: {<<: *b, y: 3}}`, `{"base":{"x":1,"y":2},"more":{"y":3,"x":1}}`},
+		{`[b, a]`, `["b","a"]`},
+	} {
+		f, err := flowfile.Parse([]byte(step(c.payload)))
+		if err != nil {
+			t.Errorf("%s: %v", c.payload, err)
+			continue
+		}
+		if got := string(f.Steps[0].Job.Payload); got != c.want {
+			t.Errorf("%s: payload %s, want %s", c.payload, got, c.want)
+		}
+	}
+	for _, c := range []struct{ payload, want string }{
+		{`{n: 1e999}`, "beyond the range of a double"},
+		{`{n: -1e400}`, "beyond the range of a double"},
+		{`{n: .inf}`, "JSON has no number"},
+		{`{n: .nan}`, "JSON has no number"},
+		{`{1: x}`, "keys are strings"},
+	} {
+		_, err := flowfile.Parse([]byte(step(c.payload)))
+		var fe *flowfile.Error
+		if !errors.As(err, &fe) || !strings.HasPrefix(fe.Path, "flow.steps.a.payload") || !strings.Contains(fe.Message, c.want) {
+			t.Errorf("%s: got %v, want an error at the payload saying %q", c.payload, err, c.want)
+		}
+	}
+}
