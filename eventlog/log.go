@@ -245,6 +245,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.WALPrefill > 0 && !opts.ReadOnly {
 		fs.FS = prefillFS{FS: base, chunk: opts.WALPrefill}
 	}
+	if opts.ReadOnly && base == vfs.Default {
+		fs.FS = readOnlyLockFS{FS: base}
+	}
 	exists, err := checkDir(fs, dir, opts.ReadOnly, opts.Companions)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,43 @@
+//go:build unix
+
+package eventlog
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// readOnlyMount is the default file system as a read-only mount answers a lock: Pebble's lock
+// creates its LOCK file, which such a mount refuses.
+type readOnlyMount struct{ vfs.FS }
+
+func (readOnlyMount) Lock(name string) (io.Closer, error) {
+	return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EROFS}
+}
+
+// A read-only open of a data dir on a read-only mount (tether replay on a backup) takes a read
+// lock on the LOCK file a server left, rather than fail to create it; a dir with no LOCK file
+// is refused as before.
+func TestReadOnlyOpenLocksAReadOnlyMount(t *testing.T) {
+	dir := t.TempDir()
+	lock := filepath.Join(dir, "LOCK")
+	fs := readOnlyLockFS{FS: readOnlyMount{vfs.Default}}
+	if _, err := fs.Lock(lock); err == nil {
+		t.Fatal("a lock with no LOCK file to read was taken")
+	}
+	if err := os.WriteFile(lock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := fs.Lock(lock)
+	if err != nil {
+		t.Fatalf("the read lock on a read-only mount: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
