@@ -66,6 +66,9 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, eventlog.ErrCorruptSegment), errors.Is(err, eventlog.ErrChainBroken):
 		e := errorf(wire.CodeHistoryGone, "records this read needs do not read: %v", err)
 		e.details = map[string]any{"pruned": false}
+		if segErr := (*eventlog.SegmentError)(nil); errors.As(err, &segErr) {
+			e.details["segment"] = segErr.Name // GET /v1/archive says what the scrub found wrong with it
+		}
 		return e
 	case errors.Is(err, broker.ErrClosed):
 		return errorf(actors.CodeUnavailable, "the server is shutting down")

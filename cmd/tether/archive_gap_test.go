@@ -189,9 +189,9 @@ func TestArchiveGapsThroughTheBinary(t *testing.T) {
 		mustContain(t, "replay verify", out+stderr, "FAILED", segs[0], "checksum")
 		s := startServer(t, dir)
 		for _, accept := range []string{"application/json", "text/event-stream"} {
-			status, code, _ := eventsAnswer(t, s.url, spanning, accept)
-			if status != http.StatusGone || code != "HISTORY_GONE" {
-				t.Fatalf("events (%s) of a job in a changed segment: %d %s", accept, status, code)
+			status, code, details := eventsAnswer(t, s.url, spanning, accept)
+			if status != http.StatusGone || code != "HISTORY_GONE" || !strings.Contains(details.Segment, segs[0]) {
+				t.Fatalf("events (%s) of a job in a changed segment: %d %s %+v, want it named", accept, status, code, details)
 			}
 		}
 	})
@@ -285,6 +285,7 @@ func TestArchiveGapsThroughTheBinary(t *testing.T) {
 type gapDetails struct {
 	First, Last uint64
 	Pruned      bool
+	Segment     string
 }
 
 // eventsAnswer asks for a job's events, as JSON or SSE, and returns the answer's status and
