@@ -697,3 +697,16 @@ def test_the_pause_after_releases_doubles_and_a_completion_ends_it():
     run_one()
     outcome["release"] = True
     assert run_one() <= 1.0  # counted from the start again
+
+
+@pytest.mark.parametrize("settings", [
+    {"capacity": 0}, {"capacity": 1001}, {"capacity": "2"}, {"capacity": True}, {"capacity": 1.5},
+    {"queues": "images"}, {"queues": []}, {"queues": ["a", ""]}, {"queues": [1]}, {"queues": [f"q{i}" for i in range(33)]},
+    {"grace": -1}, {"grace": float("nan")}, {"grace": float("inf")}, {"grace": "10"},
+])
+def test_settings_the_server_would_refuse_are_refused_at_once(settings):
+    # As `tether worker` refuses its flags: a clear ValueError where the mistake is, not a
+    # TypeError deep inside, a refusal once run() starts, or queues=['i', 'm', ...].
+    with pytest.raises(ValueError, match="tether: "):
+        Worker("http://127.0.0.1:1", token="tw_x", **settings)
+    Worker("http://127.0.0.1:1", token="tw_x", queues=("images",), capacity=1000, grace=0)

@@ -66,6 +66,8 @@ LEASE_TTL_DEFAULT = 30.0
 RESEND_MIN, RESEND_MAX = 0.2, 10.0
 #: The largest output the server takes, in bytes of JSON.
 OUTPUT_BYTES_MAX = 1 << 20
+#: What the server takes of a registration (actors.CapacityMax, actors.WorkerQueuesMax).
+CAPACITY_MAX, QUEUES_MAX = 1000, 32
 
 RELEASE_WORKER_STOPPING = "worker_stopping"
 #: Bounds of the pause after a job given back untried (tether.Release), as the Go runner's.
@@ -228,8 +230,19 @@ class Worker:
                  grace: float = 10.0, labels: Optional[Dict[str, str]] = None,
                  ssl_context: Optional[ssl.SSLContext] = None, results_dir: str = "",
                  otel_endpoint: str = "", hedge_after: float = HEDGE_AFTER):
-        if capacity < 1:
-            raise ValueError("tether: capacity must be at least 1")
+        # Settings are checked here, where the mistake is, as `tether worker` checks its flags,
+        # rather than by the server once run() starts, or never (a string for queues is a list
+        # of its letters to Python).
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= CAPACITY_MAX:
+            raise ValueError(f"tether: capacity must be a whole number of 1..{CAPACITY_MAX}, not {capacity!r}")
+        original = queues
+        queues = [] if isinstance(queues, (str, bytes)) else list(queues)
+        if not queues or not all(isinstance(q, str) and q for q in queues):
+            raise ValueError(f"tether: queues must be a list of queue names, as in queues=['images'], not {original!r}")
+        if len(queues) > QUEUES_MAX:
+            raise ValueError(f"tether: a worker serves 1..{QUEUES_MAX} queues, not {len(queues)}")
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
+            raise ValueError(f"tether: grace must be a number of seconds, 0 or more, not {grace!r}")
         if transport not in ("auto", "websocket", "longpoll"):
             raise ValueError("tether: transport must be auto, websocket or longpoll")
         url = url or os.environ.get("TETHER_SERVER", "http://127.0.0.1:8080")
