@@ -248,6 +248,14 @@ func NewOn(store Store) *Set {
 	return s
 }
 
+// WrapStore replaces the reader of the Set's table with wrap of it: for tests that slow the
+// disk down or watch it. It must be called before the Set is shared.
+func (s *Set) WrapStore(wrap func(Store) Store) {
+	if s.store != nil {
+		s.store = wrap(s.store)
+	}
+}
+
 // NewUnindexedOn is NewOn for a Set that keeps no index of its jobs, in memory or in store: it
 // folds, looks jobs up, counts them and writes its fold (WriteFold) as any Set does, but it
 // cannot list jobs or find those that expire, which panic. `tether replay verify` folds with

@@ -251,15 +251,7 @@ func (s *Set) stored(id string) *Job {
 	if s.store == nil || s.masked(id) {
 		return nil
 	}
-	v, ok := s.store.Get([]byte(string(keyJob) + id))
-	if !ok {
-		return nil
-	}
-	j, err := decodeJob(v)
-	if err != nil {
-		panic(fmt.Sprintf("projections: stored job %s: %v", id, err)) // only a Flush writes it
-	}
-	return j
+	return readStored(s.store, id)
 }
 
 // Stored reports whether a job is read from the table: finished, and not in memory.

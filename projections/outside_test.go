@@ -1,0 +1,183 @@
+package projections_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/eventlog"
+	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/projections/projectionstest"
+)
+
+// guardedStore is a table that fails the test when it is read while the lock is held.
+type guardedStore struct {
+	*projectionstest.Store
+	t      *testing.T
+	locked *bool
+	reads  int
+}
+
+func (g *guardedStore) Get(key []byte) ([]byte, bool) {
+	g.check()
+	return g.Store.Get(key)
+}
+
+func (g *guardedStore) Scan(prefix, start []byte, reverse bool, fn func(key, value []byte) bool) {
+	g.check()
+	g.Store.Scan(prefix, start, reverse, fn)
+}
+
+func (g *guardedStore) check() {
+	g.t.Helper()
+	g.reads++
+	if *g.locked {
+		g.t.Fatal("the table was read under the lock")
+	}
+}
+
+// churn drives a history of jobs through every status, and keeps what it takes to change it
+// further with events that are valid then.
+type churn struct {
+	f                   folder
+	r                   *rand.Rand
+	at                  time.Time
+	queued, leased      []string
+	finished, dead, all []string
+	n                   int
+}
+
+func (c *churn) step() {
+	c.at = c.at.Add(time.Second)
+	pick := func(ids *[]string) string {
+		i := c.r.IntN(len(*ids))
+		id := (*ids)[i]
+		*ids = slices.Delete(*ids, i, i+1)
+		return id
+	}
+	switch k := c.r.IntN(7); {
+	case k == 0 || len(c.queued) == 0:
+		c.n++
+		// Ids grow as ULIDs do, so memory holds the newest jobs, and retention masks the oldest
+		// of the table; now and then one lands among the stored ones.
+		id := fmt.Sprintf("01J%017d%06d", c.n, c.n)
+		if c.r.IntN(10) == 0 {
+			id = fmt.Sprintf("01J%017d%06d", c.r.IntN(c.n), c.n)
+		}
+		var labels map[string]string
+		if c.r.IntN(2) == 0 {
+			labels = map[string]string{"gpu": "yes"}
+		}
+		c.f.must(c.at, eventlog.JobSubmitted{JobID: id, Tenant: "acme", Queue: fmt.Sprintf("q%d", c.r.IntN(3)), Type: "t", MaxAttempts: 1, Labels: labels})
+		c.queued, c.all = append(c.queued, id), append(c.all, id)
+	case k == 1:
+		c.f.must(c.at, eventlog.JobCancelled{JobID: pick(&c.queued), Reason: "requested"})
+	case k <= 3:
+		id := pick(&c.queued)
+		c.f.must(c.at, eventlog.JobLeased{JobID: id, LeaseID: "L" + id, WorkerID: "w", Attempt: 1, ExpiresAt: c.at.Add(time.Minute)})
+		c.leased = append(c.leased, id)
+	case k == 4 && len(c.leased) > 0:
+		id := pick(&c.leased)
+		c.f.succeed(c.at, id)
+		c.finished = append(c.finished, id)
+	case k == 5 && len(c.leased) > 0:
+		id := pick(&c.leased)
+		c.f.die(c.at, id)
+		c.dead = append(c.dead, id)
+	case k == 6 && len(c.dead) > 0 && c.r.IntN(2) == 0:
+		id := pick(&c.dead)
+		c.f.must(c.at, eventlog.JobRedriven{JobID: id, MaxAttempts: 2})
+		c.queued = append(c.queued, id)
+	case k == 6 && len(c.finished) > 0:
+		id := c.finished[0] // the oldest, as retention takes them
+		if c.r.IntN(4) == 0 {
+			id = pick(&c.finished)
+		} else {
+			c.finished = c.finished[1:]
+		}
+		c.f.must(c.at, eventlog.JobExpired{JobID: id, Reason: eventlog.ExpiredDeleted})
+	}
+}
+
+// TestListOutsideEqualsList checks ListOutside against List: for each of a seeded random set of
+// filters, over a Set whose table holds most of a history and whose memory holds the rest,
+// while events are folded between the looks ListOutside takes under the lock (as commits are
+// between them on a server), its page is List's at its last look, and it never reads the table
+// under the lock. JobOutside likewise.
+func TestListOutsideEqualsList(t *testing.T) {
+	const seed = 20261129
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, seed))
+	var inLock bool
+	table := &guardedStore{Store: projectionstest.NewStore(), t: t, locked: &inLock}
+	c := &churn{f: folder{t: t, set: projections.NewOn(table)}, r: r, at: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	for range 3000 {
+		c.step()
+	}
+	if _, err := table.Flush(c.f.set); err != nil {
+		t.Fatal(err)
+	}
+	for range 1500 { // changed since the flush: memory masks their stored copies
+		c.step()
+	}
+	statuses := []projections.Status{"", projections.StatusQueued, projections.StatusLeased,
+		projections.StatusSucceeded, projections.StatusFailed, projections.StatusCancelled}
+	looks, rounds := 0, 0
+	for range 500 {
+		fl := projections.JobFilter{Tenant: "acme", Status: statuses[r.IntN(len(statuses))], Limit: 1 + r.IntN(60), Newest: r.IntN(2) == 0,
+			Live: r.IntN(8) == 0}
+		if r.IntN(2) == 0 {
+			fl.Queue = fmt.Sprintf("q%d", r.IntN(4)) // q3 has no job: a filter that skips every one
+		}
+		if r.IntN(4) == 0 {
+			fl.Label = "gpu=yes"
+		}
+		if r.IntN(3) == 0 {
+			fl.After = c.all[r.IntN(len(c.all))]
+		}
+		now := c.at
+		calls := 0
+		locked := func(fn func(*projections.Set)) {
+			for range r.IntN(4) {
+				c.step()
+			}
+			calls++
+			inLock = true
+			defer func() { inLock = false }()
+			fn(c.f.set)
+		}
+		page, more := projections.ListOutside(locked, fl, now)
+		want, wantMore := c.f.set.List(fl, now)
+		if got, w := jobIDs(page), jobIDs(want); !slices.Equal(got, w) || more != wantMore {
+			t.Fatalf("ListOutside(%+v) = %v (more %v), List at its last look %v (more %v)", fl, got, more, w, wantMore)
+		}
+		for i := range page {
+			if page[i].Status != want[i].Status || page[i].LastSeq != want[i].LastSeq {
+				t.Fatalf("ListOutside(%+v): job %s as %s at seq %d, List has it as %s at seq %d", fl, page[i].ID, page[i].Status,
+					page[i].LastSeq, want[i].Status, want[i].LastSeq)
+			}
+		}
+		looks, rounds = looks+calls, rounds+1
+
+		id := c.all[r.IntN(len(c.all))]
+		j, ok := projections.JobOutside(locked, id)
+		wj, wok := c.f.set.Job(id)
+		if ok != wok || (ok && (j.Status != wj.Status || j.LastSeq != wj.LastSeq)) {
+			t.Fatalf("JobOutside(%s) = %v %v, Job at its last look %v %v", id, j, ok, wj, wok)
+		}
+	}
+	if table.reads == 0 {
+		t.Fatal("no list read the table")
+	}
+	t.Logf("%d lists, %d looks under the lock, %d reads of the table", rounds, looks, table.reads)
+}
+
+func jobIDs(jobs []*projections.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}
