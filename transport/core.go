@@ -28,6 +28,7 @@ type Core interface {
 	// Reads of the projections.
 	Read(fn func(*projections.Set))
 	Get(tenant, id string) (*projections.Job, bool)
+	PeekJob(id string, fn func(*projections.Job)) bool
 	Expired(tenant, id string) bool
 	Retention() projections.Retention
 	List(f projections.JobFilter) ([]*projections.Job, bool)

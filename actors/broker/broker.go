@@ -401,11 +401,7 @@ func (b *Broker) JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record,
 	if from <= b.elog.Anchor().Seq {
 		// Start at the job's first record, so the archive searches only the segments from
 		// there on.
-		b.rt.Read(func(s *projections.Set) {
-			if j := s.JobRef(jobID); j != nil {
-				from = max(from, j.SubmitSeq)
-			}
-		})
+		b.PeekJob(jobID, func(j *projections.Job) { from = max(from, j.SubmitSeq) })
 	}
 	return b.elog.Stream(eventlog.JobStream(jobID), from)
 }

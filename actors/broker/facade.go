@@ -126,19 +126,17 @@ func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...a
 	}
 	if read {
 		now := b.clock()
-		b.rt.Read(func(set *projections.Set) {
-			for i, j := range r.Jobs {
-				if out[i].Job != nil {
-					continue
-				}
-				job, ok := set.Job(j.ID)
-				if !ok || b.cfg.Retention.Expired(job, now) {
-					// An idempotent hit on a job that has left the views: the key outlives it.
-					job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
-				}
-				out[i].Job = job
+		for i, j := range r.Jobs {
+			if out[i].Job != nil {
+				continue
 			}
-		})
+			job, ok := b.job(j.ID)
+			if !ok || b.cfg.Retention.Expired(job, now) {
+				// An idempotent hit on a job that has left the views: the key outlives it.
+				job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
+			}
+			out[i].Job = job
+		}
 	}
 	return out, b.fill(r.Receipt), nil
 }
@@ -153,11 +151,25 @@ func firstErr(err error, r *actors.Rejection) error {
 // Get returns a tenant's job; another tenant's job is not found, nor is one whose retention has
 // ended (Expired tells the two apart).
 func (b *Broker) Get(tenant, id string) (job *projections.Job, ok bool) {
-	b.rt.Read(func(set *projections.Set) { job, ok = set.Job(id) })
+	job, ok = b.job(id)
 	if !ok || job.Tenant != tenant || b.cfg.Retention.Expired(job, b.clock()) {
 		return nil, false
 	}
 	return job, true
+}
+
+// job returns a copy of a job, reading the table, if it is there, outside the lock that
+// commits wait for.
+func (b *Broker) job(id string) (job *projections.Job, ok bool) {
+	b.rt.ReadOutside(func(locked projections.Locked) { job, ok = projections.JobOutside(locked, id) })
+	return job, ok
+}
+
+// PeekJob calls fn with a job without copying it, if there is one, reading the table outside
+// the lock that commits wait for; fn must neither keep nor change it.
+func (b *Broker) PeekJob(id string, fn func(*projections.Job)) (ok bool) {
+	b.rt.ReadOutside(func(locked projections.Locked) { ok = projections.PeekOutside(locked, id, fn) })
+	return ok
 }
 
 // Expired reports whether the tenant's job id finished and has left the views: its retention
@@ -168,13 +180,8 @@ func (b *Broker) Expired(tenant, id string) bool {
 		return false
 	}
 	now := b.clock()
-	inViews, expired := false, false
-	b.rt.Read(func(set *projections.Set) {
-		if j := set.JobRef(id); j != nil {
-			inViews, expired = true, j.Tenant == tenant && b.cfg.Retention.Expired(j, now)
-		}
-	})
-	if inViews {
+	expired := false
+	if b.PeekJob(id, func(j *projections.Job) { expired = j.Tenant == tenant && b.cfg.Retention.Expired(j, now) }) {
 		return expired
 	}
 	for rec, err := range b.elog.Stream(eventlog.JobStream(id), 0) {
@@ -196,10 +203,12 @@ func (b *Broker) Expired(tenant, id string) bool {
 const idLenMax = 64
 
 // List returns one page of a tenant's jobs and whether more follow; jobs whose retention has
-// ended are left out.
+// ended are left out. It reads the table outside the lock that commits wait for: a list whose
+// filters skip most of the history reads much of the disk.
 func (b *Broker) List(f projections.JobFilter) (page []*projections.Job, more bool) {
 	f.Retention = b.cfg.Retention
-	b.rt.Read(func(set *projections.Set) { page, more = set.List(f, b.clock()) })
+	now := b.clock()
+	b.rt.ReadOutside(func(locked projections.Locked) { page, more = projections.ListOutside(locked, f, now) })
 	return page, more
 }
 

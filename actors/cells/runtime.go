@@ -88,6 +88,10 @@ type Runtime struct {
 
 	setMu sync.RWMutex // guards set
 	set   *projections.Set
+	// tableMu is held for reading by a read of the projections' table outside setMu
+	// (ReadOutside), and for writing while a checkpoint changes the table (Checkpoint.Save):
+	// such a read sees the table as it was when it began. Lock order: tableMu, then setMu.
+	tableMu sync.RWMutex
 
 	// issued and applied count persists: issued when handed to the committer, applied once
 	// their events are in the projections (or failed). They complete in the order issued.
@@ -583,6 +587,16 @@ func (rt *Runtime) Read(fn func(*projections.Set)) {
 	fn(rt.set)
 }
 
+// ReadOutside runs fn, which reads the projections' table on disk with no lock held and its
+// memory through locked, which runs its argument under the read lock, as often as fn needs
+// (projections.ListOutside, projections.JobOutside): commits go on while it reads the disk.
+// No checkpoint changes the table until fn returns.
+func (rt *Runtime) ReadOutside(fn func(locked projections.Locked)) {
+	rt.tableMu.RLock()
+	defer rt.tableMu.RUnlock()
+	fn(rt.Read)
+}
+
 // Set returns the projections, for a single-goroutine driver or once the runtime is closed.
 func (rt *Runtime) Set() *projections.Set { return rt.set }
 
@@ -697,8 +711,11 @@ const endFlushPart = 256
 
 // Save writes the checkpoint and the changes to the finished jobs' table to the log in one
 // batch, then lets the projections drop from memory what the table now holds, a part at a time
-// so that commits and reads go on between the parts.
+// so that commits and reads go on between the parts; reads of the table outside the lock
+// (ReadOutside) wait for the whole of it, and it for them.
 func (c *Checkpoint) Save(l *eventlog.Log) error {
+	c.rt.tableMu.Lock() // the reads outside setMu see the table change only between them
+	defer c.rt.tableMu.Unlock()
 	if err := c.flush.Write(l); err != nil {
 		return err
 	}
