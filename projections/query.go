@@ -379,6 +379,12 @@ func (s *Set) Worker(id string) (Worker, bool) {
 	return c, true
 }
 
+// HasSession reports whether a worker has an open session.
+func (s *Set) HasSession(workerID string) bool {
+	w := s.workers[workerID]
+	return w != nil && w.Session != nil
+}
+
 // PublicKey returns a worker's registered Ed25519 key (base64), or "" if it has none.
 func (s *Set) PublicKey(workerID string) string {
 	if w := s.workers[workerID]; w != nil {

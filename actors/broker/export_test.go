@@ -27,3 +27,10 @@ func OpenWithTable(cfg Config, wrap func(projections.Store) projections.Store) (
 	set.WrapStore(wrap)
 	return b.start(set)
 }
+
+// LivenessEntries is how many workers the broker keeps a Liveness for.
+func (b *Broker) LivenessEntries() int {
+	b.live.mu.Lock()
+	defer b.live.mu.Unlock()
+	return len(b.live.workers)
+}

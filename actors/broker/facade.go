@@ -495,6 +495,7 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 		if _, end := m.(actors.SessionEnded); end {
 			closed = true
 			close(frames)
+			b.forgetLiveness(workerID)
 		}
 	}}
 	b.rt.Spawn(ref, func() actors.Behaviour {
@@ -502,13 +503,14 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	})
 	r, err := callFor[actors.SessionOpened](ctx, b, ref, actors.OpenSession{WorkerID: workerID, Transport: transport, Capacity: capacity})
 	if err != nil || r.Err != nil {
+		b.forgetLiveness(workerID)
 		return nil, firstErr(err, r.Err)
 	}
 	every := r.HeartbeatInterval
 	if b.cfg.IdleHeartbeat > 0 {
 		every = min(every, b.cfg.IdleHeartbeat)
 	}
-	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.Liveness(workerID)}, nil
+	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.liveness(workerID)}, nil
 }
 
 // Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps
@@ -543,6 +545,9 @@ func (s *Conn) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck, er
 		done(ack, err)
 	})
 }
+
+// Touch records that the worker was heard from on this connection at t.
+func (s *Conn) Touch(t time.Time) { s.live.Touch(t) }
 
 // Close ends the session; its leases run out on schedule unless the worker reconnects in time.
 func (s *Conn) Close() {
@@ -595,7 +600,24 @@ func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error
 // Report sends a worker's result on a job, actors.Complete, actors.Fail or actors.ReleaseLease
 // (which gives the job back with no attempt spent), and returns its receipt.
 func (b *Broker) Report(ctx context.Context, op any) (actors.Receipt, error) {
-	return b.settle(replyOf[actors.Done](b.callVia(ctx, toJob(jobIDOf(op)), op)))
+	rc, err := b.settle(replyOf[actors.Done](b.callVia(ctx, toJob(jobIDOf(op)), op)))
+	b.reported(workerIDOf(op))
+	return rc, err
+}
+
+// workerIDOf names the worker of a worker operation.
+func workerIDOf(op any) string {
+	switch m := op.(type) {
+	case actors.Complete:
+		return m.WorkerID
+	case actors.Fail:
+		return m.WorkerID
+	case actors.Progress:
+		return m.WorkerID
+	case actors.ReleaseLease:
+		return m.WorkerID
+	}
+	return ""
 }
 
 // jobIDOf names the job a worker operation is on.
