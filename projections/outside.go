@@ -16,9 +16,10 @@ import (
 // of the stored jobs they read memory masks, as many short times as they need. Their answer is
 // the Set's at the last of those times, what List and Job would have answered then, if:
 //
-//  1. the table does not change during the call: the caller holds off every flush's table
-//     writes and its EndFlush (the runtime's table lock does), so that a stored job that memory
-//     does not mask at the last look is the job as it is then;
+//  1. no flush ends during the call: the caller holds off every EndFlush (the runtime's table
+//     lock does). A flush's table writes may land meanwhile: they change only the stored copies
+//     of jobs that memory masks until its EndFlush, so a stored job that memory does not mask at
+//     the last look is the job as it is then, and the same in every read of the call;
 //  2. locked runs its argument with the Set under the lock that guards it, which may change in
 //     between by Apply alone.
 

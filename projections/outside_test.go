@@ -104,8 +104,9 @@ func (c *churn) step() {
 // TestListOutsideEqualsList checks ListOutside against List: for each of a seeded random set of
 // filters, over a Set whose table holds most of a history and whose memory holds the rest,
 // while events are folded between the looks ListOutside takes under the lock (as commits are
-// between them on a server), its page is List's at its last look, and it never reads the table
-// under the lock. JobOutside likewise.
+// between them on a server) and now and then a flush's writes land in the table (as a
+// checkpoint's do; it ends after the call), its page is List's at its last look, and it never
+// reads the table under the lock. JobOutside likewise.
 func TestListOutsideEqualsList(t *testing.T) {
 	const seed = 20261129
 	t.Logf("seed %d", seed)
@@ -139,9 +140,16 @@ func TestListOutsideEqualsList(t *testing.T) {
 		}
 		now := c.at
 		calls := 0
+		var flush *projections.Flush // written to the table between looks, ended after the call
 		locked := func(fn func(*projections.Set)) {
 			for range r.IntN(4) {
 				c.step()
+			}
+			if flush == nil && r.IntN(8) == 0 {
+				flush = c.f.set.BeginFlush()
+				if err := table.Write(flush); err != nil {
+					t.Fatal(err)
+				}
 			}
 			calls++
 			inLock = true
@@ -160,6 +168,10 @@ func TestListOutsideEqualsList(t *testing.T) {
 			}
 		}
 		looks, rounds = looks+calls, rounds+1
+		if flush != nil {
+			c.f.set.EndFlush(flush)
+			flush = nil
+		}
 
 		id := c.all[r.IntN(len(c.all))]
 		j, ok := projections.JobOutside(locked, id)

@@ -42,7 +42,7 @@
 //
 // Reads take the projections' read lock (Read), which every commit's fold waits for. A read of
 // the table on disk (a client's list, a finished job) takes it only for memory and reads the
-// disk without it (ReadOutside, projections.ListOutside), while a table lock keeps checkpoints
-// from changing the table under it: a slow disk or a list that skips most of the history holds
-// up a checkpoint's end, never an acknowledgement.
+// disk without it (ReadOutside, projections.ListOutside), while a table lock keeps a checkpoint
+// from ending (memory dropping the jobs it wrote) under it: a slow disk or a list that skips
+// most of the history holds up a checkpoint's end, never an acknowledgement.
 package cells

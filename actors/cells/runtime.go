@@ -89,8 +89,9 @@ type Runtime struct {
 	setMu sync.RWMutex // guards set
 	set   *projections.Set
 	// tableMu is held for reading by a read of the projections' table outside setMu
-	// (ReadOutside), and for writing while a checkpoint changes the table (Checkpoint.Save):
-	// such a read sees the table as it was when it began. Lock order: tableMu, then setMu.
+	// (ReadOutside), and for writing while a checkpoint lets memory drop what the table now
+	// holds (Checkpoint.Save): during such a read, memory masks every stored job it masked when
+	// the read began. Lock order: tableMu, then setMu.
 	tableMu sync.RWMutex
 
 	// issued and applied count persists: issued when handed to the committer, applied once
@@ -590,7 +591,7 @@ func (rt *Runtime) Read(fn func(*projections.Set)) {
 // ReadOutside runs fn, which reads the projections' table on disk with no lock held and its
 // memory through locked, which runs its argument under the read lock, as often as fn needs
 // (projections.ListOutside, projections.JobOutside): commits go on while it reads the disk.
-// No checkpoint changes the table until fn returns.
+// No checkpoint ends (lets memory drop what the table holds) until fn returns.
 func (rt *Runtime) ReadOutside(fn func(locked projections.Locked)) {
 	rt.tableMu.RLock()
 	defer rt.tableMu.RUnlock()
@@ -712,13 +713,15 @@ const endFlushPart = 256
 // Save writes the checkpoint and the changes to the finished jobs' table to the log in one
 // batch, then lets the projections drop from memory what the table now holds, a part at a time
 // so that commits and reads go on between the parts; reads of the table outside the lock
-// (ReadOutside) wait for the whole of it, and it for them.
+// (ReadOutside) wait for the whole of that last step, and it for them.
 func (c *Checkpoint) Save(l *eventlog.Log) error {
-	c.rt.tableMu.Lock() // the reads outside setMu see the table change only between them
-	defer c.rt.tableMu.Unlock()
 	if err := c.flush.Write(l); err != nil {
 		return err
 	}
+	// The table's new copies are masked until memory lets go of them: a read outside setMu
+	// sees them come, but not the masks go.
+	c.rt.tableMu.Lock()
+	defer c.rt.tableMu.Unlock()
 	for done := false; !done; {
 		c.rt.setMu.Lock()
 		done = c.rt.set.EndFlushPart(c.flush, endFlushPart)
