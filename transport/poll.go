@@ -25,9 +25,6 @@ const (
 	// assignments already on their way to it (about one fsync); past it the session is closed,
 	// and whatever still comes goes back to the queue.
 	offerEndWait = 10 * time.Second
-	// inboxMax bounds what a poll session holds for its polls: assignments never exceed one
-	// offer's credit, and each offer ends with one OfferEnded.
-	inboxMax = 2*actors.CapacityMax + 8
 )
 
 // pollSessions keeps the session of each worker that long-polls. A session lives across polls;
@@ -166,7 +163,9 @@ func (ps *pollSession) session(ctx context.Context, b Core) (*broker.Conn, <-cha
 		ps.mu.Lock()
 		ps.opening = nil
 		if err == nil {
-			inbox = make(chan any, inboxMax)
+			// What the session buffers for it, the inbox does for the polls: assignments never
+			// exceed one offer's credit, and each offer ends with one OfferEnded.
+			inbox = make(chan any, cap(sess.Frames))
 			ps.sess, ps.inbox = sess, inbox
 			go ps.pump(sess, inbox)
 		}

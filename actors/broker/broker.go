@@ -83,9 +83,10 @@ type Broker struct {
 	system *actor.ActorSystem
 	pool   *pool
 	props  map[actors.RefKind]*actor.Props
-	// parked are job hosts whose cell stopped, kept for the next jobs (host.retire).
+	// parked are the hosts of jobs and sessions whose cell stopped, by kind, kept for the next
+	// cells of the kind (host.retire).
 	parkedMu sync.Mutex
-	parked   []*host
+	parked   [actors.RefExternal + 1][]*host
 
 	live liveness
 

@@ -464,9 +464,11 @@ type Conn struct {
 	live *Liveness
 }
 
-// framesMax bounds what a session buffers for its connection: assignments never exceed the
-// capacity and cancel notices the leases, so a full buffer means the connection stopped reading.
-const framesMax = 2*actors.CapacityMax + 8
+// framesFor bounds what a session of a worker of the registered capacity buffers for its
+// connection: assignments never exceed the capacity and cancel notices the leases, which a
+// worker holds no more of than its capacity, so a full buffer means the connection stopped
+// reading. (A buffer for the largest capacity was 32 KiB a connected worker.)
+func framesFor(capacity int) int { return 2*capacity + 8 }
 
 // Connect opens a session for a worker over a transport ("websocket" or "longpoll"), with a
 // capacity no larger than the registered one (0: the registered one).
@@ -474,7 +476,13 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := "s_" + hex.EncodeToString(raw[:])
-	frames := make(chan any, framesMax)
+	registered := 0
+	b.rt.Read(func(set *projections.Set) {
+		if w, ok := set.Worker(workerID); ok {
+			registered = w.Capacity
+		}
+	})
+	frames := make(chan any, framesFor(registered))
 	ref := actors.SessionRef(id)
 	var closed bool // only the session actor's goroutine delivers, one frame at a time
 	out := &connSink{send: func(m any) {
