@@ -41,7 +41,8 @@
 //     its covers to the dispatcher.)
 //   - Job (one per leased job): the lease — heartbeat extension, progress, completion (lease,
 //     nonce, output hash, Ed25519 signature), failure with retry or dead-lettering, cancel
-//     requests, expiry, release on revocation, and the release of a job not tried (a worker's
+//     requests (once one is asked for, however the lease ends the job ends cancelled: a
+//     completion that comes after it is taken as the worker's acknowledgement), expiry, release on revocation, and the release of a job not tried (a worker's
 //     ReleaseLease, an Undelivered assignment), which spends no attempt unless the job was
 //     released LeaseReleasesMax times in a row. When the lease ends the job goes back to the
 //     dispatcher, which stops the actor.

@@ -355,11 +355,24 @@ func (a *Job) complete(env Env, m Complete) {
 		reply(reject(CodeSignatureInvalid, "the signature does not verify with the worker's registered key"))
 		return
 	}
+	if a.job.CancelRequested && !mutantCompleteAfterCancel {
+		// A cancel asked for wins over a completion that comes after it (the worker finished
+		// before it heard, or its handler returned what it had when told to stop): the
+		// completion is the worker's acknowledgement, as a failure would be, and the job ends
+		// cancelled. Its output is not kept; the failure names its hash.
+		a.end(env, env.Sender(), eventlog.JobFailed{JobID: a.id, LeaseID: m.LeaseID, Attempt: a.job.Attempt, ErrorCode: cancelledCode,
+			Message: "completed after its cancel was asked for; the output (sha256 " + hash + ") is not kept"})
+		return
+	}
 	a.end(env, env.Sender(), eventlog.JobSucceeded{JobID: a.id, LeaseID: m.LeaseID, Attempt: a.job.Attempt, Output: output, OutputHash: hash, Signature: m.Signature})
 }
 
 // Limits on a failure report.
 const errorCodeLenMax = 64
+
+// cancelledCode is the error code of an attempt ended by a cancel: the one a worker fails a
+// cancelled job with, and the one the server gives a completion that came after the cancel.
+const cancelledCode = "cancelled"
 
 func (a *Job) fail(env Env, m Fail) {
 	if !a.holds(m.WorkerID, m.LeaseID) {

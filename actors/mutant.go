@@ -48,4 +48,7 @@ var (
 	mutantForgetDecidedTicks bool
 	// mutantFireOverlapping fires a schedule with overlap: skip while its last job is live.
 	mutantFireOverlapping bool
+	// mutantCompleteAfterCancel lets a completion that comes after a cancel was asked for
+	// succeed the job, as tether did before a cancel won.
+	mutantCompleteAfterCancel bool
 )

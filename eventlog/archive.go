@@ -819,6 +819,36 @@ func (l *Log) DropSegments(before time.Time) ([]SegmentInfo, error) {
 	}
 }
 
+// ScrubSegment reads segment s whole, as the disk holds it now, and checks it against the
+// checksum it ends with: a scrub, which finds a segment damaged since it was sealed (a flipped
+// bit, a bad sector, a file cut short or overwritten) before a read of its records needs it.
+// Before each read of scrubChunk bytes or fewer it calls pace with the size, which may wait
+// (so that a scrub's reads leave the disk to the log's syncs) or refuse (ctx done). It does not
+// touch what reads keep open or have checked.
+//
+// It returns nil for a whole segment, an error that wraps fs.ErrNotExist for one that is no
+// longer there (deleted by --archive-keep or by hand since the list was taken), the error pace
+// returned, a *SegmentError (ErrCorruptSegment) for one whose size or checksum is not what it
+// was sealed with, or the read's error.
+func (l *Log) ScrubSegment(ctx context.Context, s SegmentInfo, pace func(ctx context.Context, n int) error) error {
+	if l.arch == nil {
+		return fmt.Errorf("eventlog: scrub %s: %w", s.Name, iofs.ErrNotExist)
+	}
+	f, err := l.arch.fs.Open(l.arch.fs.PathJoin(l.arch.dir, s.Name))
+	if err != nil {
+		return fmt.Errorf("eventlog: scrub segment %s: %w", s.Name, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("eventlog: scrub segment %s: %w", s.Name, err)
+	}
+	if st.Size() != s.Bytes {
+		return &SegmentError{Name: s.Name, Reason: fmt.Sprintf("it is %d bytes, and was sealed with %d", st.Size(), s.Bytes)}
+	}
+	return checkSum(ctx, f, s, pace)
+}
+
 // ArchiveSummary is what VerifyArchive found.
 type ArchiveSummary struct {
 	Segments int    `json:"segments"`

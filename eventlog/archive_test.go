@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -389,5 +391,60 @@ func BenchmarkArchivedStream(b *testing.B) {
 		if n := len(stream(b, l, fmt.Sprintf("job/%d", i%20_000), 0)); n != 2 {
 			b.Fatalf("%d records", n)
 		}
+	}
+}
+
+// ScrubSegment reads a segment whole through pace, a chunk at a time, and finds it whole; a
+// byte flipped, a file cut short or gone since the log opened are told apart, and pace's
+// refusal stops it.
+func TestScrubSegment(t *testing.T) {
+	fs, names := archived(t, 200, 200, 400, 600)
+	l := archLog(t, fs, false)
+	defer l.Close()
+	segs := l.Segments()
+	if len(segs) != 3 {
+		t.Fatalf("segments %v", segs)
+	}
+	var paced, calls int
+	pace := func(_ context.Context, n int) error { paced += n; calls++; return nil }
+	for _, s := range segs {
+		if err := l.ScrubSegment(context.Background(), s, pace); err != nil {
+			t.Fatalf("scrub of a whole segment %s: %v", s.Name, err)
+		}
+	}
+	want := 0
+	for _, s := range segs {
+		want += int(s.Bytes) - sha256.Size
+	}
+	if paced != want || calls < len(segs) {
+		t.Fatalf("paced %d bytes in %d calls, want the segments' %d before their checksums", paced, calls, want)
+	}
+
+	b, err := readFile(fs, fs.PathJoin(archDir, names[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x10
+	writeFile(t, fs, fs.PathJoin(archDir, names[1]), b)
+	writeFile(t, fs, fs.PathJoin(archDir, names[2]), b[:100])
+	if err := fs.Remove(fs.PathJoin(archDir, names[0])); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct {
+		is   error
+		says string
+	}{
+		{iofs.ErrNotExist, names[0]},
+		{eventlog.ErrCorruptSegment, names[1] + ": its checksum does not match its contents"},
+		{eventlog.ErrCorruptSegment, fmt.Sprintf("%s: it is 100 bytes, and was sealed with %d", names[2], segs[2].Bytes)},
+	} {
+		err := l.ScrubSegment(context.Background(), segs[i], nil)
+		if !errors.Is(err, want.is) || !strings.Contains(fmt.Sprint(err), want.says) {
+			t.Errorf("scrub of %s: %v, want %v saying %q", segs[i].Name, err, want.is, want.says)
+		}
+	}
+	stop := errors.New("stop")
+	if err := l.ScrubSegment(context.Background(), segs[1], func(context.Context, int) error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("a scrub pace refused: %v", err)
 	}
 }

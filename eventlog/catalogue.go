@@ -157,8 +157,10 @@ type JobSucceeded struct {
 }
 
 // JobFailed records that the current lease holder reported a failed attempt. A JobRetryScheduled or a
-// JobDeadLettered (or, for a cancel-requested job failed with "cancelled", a JobCancelled)
-// follows in the same append.
+// JobDeadLettered (or, for a cancel-requested job, a JobCancelled) follows in the same append.
+// A completion of a cancel-requested job is written as a JobFailed too, with ErrorCode
+// "cancelled" and a message naming the output's hash: a cancel asked for wins, the completion
+// is the worker's acknowledgement, and its output is not kept.
 type JobFailed struct {
 	JobID     string `json:"job_id"`
 	LeaseID   string `json:"lease_id"`
@@ -208,7 +210,8 @@ type JobLeaseReleased struct {
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"` // the attempt the lease was granted for
 	// Reason is LeaseUndelivered, or the worker's own code (ReleasedWorkerStopping,
-	// ReleasedStartFailed from the Go worker, any short code from another).
+	// ReleasedStartFailed, ReleasedWorkerRestarted from the Go worker, any short code from
+	// another).
 	Reason       string `json:"reason"`
 	Message      string `json:"message,omitempty"`
 	AttemptSpent bool   `json:"attempt_spent,omitempty"`
@@ -217,11 +220,14 @@ type JobLeaseReleased struct {
 // LeaseUndelivered is the reason of a JobLeaseReleased whose assignment never reached the worker.
 const LeaseUndelivered = "undelivered"
 
-// The reasons the Go worker (transport/client) gives a job back with: it is stopping, or the
-// job's command could not start. The server writes the worker's code as it comes.
+// The reasons the Go worker (transport/client) gives a job back with: it is stopping, the
+// job's command could not start, or it was restarted after it died running the job (kill -9,
+// the OOM killer), whose leftover processes it ended. The server writes the worker's code as
+// it comes.
 const (
-	ReleasedWorkerStopping = "worker_stopping"
-	ReleasedStartFailed    = "start_failed"
+	ReleasedWorkerStopping  = "worker_stopping"
+	ReleasedStartFailed     = "start_failed"
+	ReleasedWorkerRestarted = "worker_restarted"
 )
 
 // Dead-letter reasons.
@@ -239,7 +245,8 @@ type JobDeadLettered struct {
 }
 
 // JobCancelRequested records that a client asked to cancel a leased job; the worker is told, and the job is
-// cancelled when the worker fails it with "cancelled" or its lease expires.
+// cancelled when the lease ends, however it ends: the worker fails it (with "cancelled"), completes
+// it (the output is not kept), gives it back, or its lease expires.
 type JobCancelRequested struct {
 	JobID    string `json:"job_id"`
 	APIKeyID string `json:"api_key_id,omitempty"`

@@ -133,6 +133,11 @@
 // record gone looks again at the anchor. At Open, a .tmp file is removed and a segment past the
 // anchor whose records the hot log still holds (a step that did not commit) is removed.
 //
+// Open reads each segment's trailer only, so that it costs the same whatever the segments
+// hold; a read checks a segment's checksum the first time it opens it. ScrubSegment reads one
+// whole against its checksum at the pace its caller sets, for a scrub in the background (the
+// broker's), which finds a damaged segment before a read does.
+//
 // # On an upstream
 //
 // With Options.Upstream (upstream.go) the records live in a replicated log, a JetStream stream,

@@ -3,6 +3,7 @@ package eventlog
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -475,14 +476,31 @@ func (s *segmentFile) streamSeqs(stream string, from uint64) ([]uint64, error) {
 }
 
 // checkSum checks the SHA-256 the segment ends with against everything before it.
-func (s *segmentFile) checkSum() error {
-	info := s.info
+func (s *segmentFile) checkSum() error { return checkSum(context.Background(), s.f, s.info, nil) }
+
+// scrubChunk is how much a checksum reads at a time: what a scrub's pace is asked for.
+const scrubChunk = 256 << 10
+
+// checkSum checks the SHA-256 a segment file of info's size ends with against everything before
+// it, reading it scrubChunk at a time, each read after pace (if not nil) lets it go.
+func checkSum(ctx context.Context, f vfs.File, info SegmentInfo, pace func(ctx context.Context, n int) error) error {
 	sum := sha256.New()
-	if _, err := io.Copy(sum, io.NewSectionReader(s.f, 0, info.Bytes-hashLen)); err != nil {
-		return fmt.Errorf("eventlog: read segment %s: %w", info.Name, err)
+	buf := make([]byte, scrubChunk)
+	for off := int64(0); off < info.Bytes-hashLen; {
+		chunk := buf[:min(int64(len(buf)), info.Bytes-hashLen-off)]
+		if pace != nil {
+			if err := pace(ctx, len(chunk)); err != nil {
+				return err
+			}
+		}
+		if _, err := f.ReadAt(chunk, off); err != nil {
+			return fmt.Errorf("eventlog: read segment %s: %w", info.Name, err)
+		}
+		sum.Write(chunk)
+		off += int64(len(chunk))
 	}
 	var stated Hash
-	if _, err := s.f.ReadAt(stated[:], info.Bytes-hashLen); err != nil {
+	if _, err := f.ReadAt(stated[:], info.Bytes-hashLen); err != nil {
 		return fmt.Errorf("eventlog: read segment %s: %w", info.Name, err)
 	}
 	if !bytes.Equal(sum.Sum(nil), stated[:]) {

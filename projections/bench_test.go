@@ -3,8 +3,13 @@ package projections_test
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"math/rand"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
@@ -135,4 +140,69 @@ func BenchmarkExpirableFlows(b *testing.B) {
 			b.Fatalf("%d due", len(due))
 		}
 	}
+}
+
+// BenchmarkTombstoneDiskBytes measures what the table's tombstone of an expired job costs on
+// disk (README, "Retention"): 100,000 jobs a batch, ids as the server makes them (ULIDs 1 ms
+// apart), expired and flushed into a log's table as a checkpoint is, and the data dir's growth
+// divided among them.
+func BenchmarkTombstoneDiskBytes(b *testing.B) {
+	const batch = 100_000
+	dir := b.TempDir()
+	l, err := eventlog.Open(dir, eventlog.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(b.Context(), eventlog.Event{Stream: "job/x", Type: "t", Data: []byte(`{}`)}); err != nil {
+		b.Fatal(err)
+	}
+	entropy := ulid.Monotonic(rand.New(rand.NewSource(1)), 0)
+	at := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	before := dirBytes(b, dir)
+	n := 0
+	for b.Loop() {
+		s := projections.New()
+		seq := uint64(0)
+		apply := func(p eventlog.Payload) {
+			seq++
+			if err := s.Apply(seq, at, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for range batch {
+			at = at.Add(time.Millisecond)
+			id := ulid.MustNew(ulid.Timestamp(at), entropy).String()
+			apply(eventlog.JobSubmitted{JobID: id, Tenant: "acme", Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLMillis: 30000})
+			apply(eventlog.JobCancelled{JobID: id})
+			apply(eventlog.JobExpired{JobID: id, Reason: eventlog.ExpiredRetention})
+		}
+		writes, err := s.BeginSpill().Writes()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.SaveCheckpoint("bench", 1, []byte("{}"), writes...); err != nil {
+			b.Fatal(err)
+		}
+		n += batch
+	}
+	b.ReportMetric(float64(dirBytes(b, dir)-before)/float64(n), "disk-bytes/tombstone")
+}
+
+// dirBytes is the size of the files under dir.
+func dirBytes(b *testing.B, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			info, ierr := d.Info()
+			if ierr == nil {
+				n += info.Size()
+			}
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }

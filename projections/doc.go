@@ -34,7 +34,9 @@
 //
 // Time enters only as the record's time or as a `now` argument to a query: a scheduled job whose
 // run_at has passed reads as queued without any event, and idempotency keys expire by record
-// time. A finished job leaves the Set only by its job.expired; the retention keys order the
-// finished jobs by when a Retention (the server's policy, not in the log) makes them due.
+// time. A finished job leaves the Set only by its job.expired, which leaves a tombstone (its id
+// and tenant, table.go) so that it reads as expired, not unknown, for good; the retention keys
+// order the finished jobs by when a Retention (the server's policy, not in the log) makes them
+// due.
 // The package imports eventlog only.
 package projections

@@ -11,10 +11,11 @@ import (
 // A server's Set is guarded by a lock that every commit takes to fold its events, and reading
 // the table is reading the disk: a list whose filters leave out most of what its index holds
 // reads a job from disk for each entry it skips. Under that lock every acknowledgement would
-// wait for it. So the reads a client makes (ListOutside, JobOutside, PeekOutside) read the
-// table with no lock held, and take the lock (locked) only for the memory side and to see which
-// of the stored jobs they read memory masks, as many short times as they need. Their answer is
-// the Set's at the last of those times, what List and Job would have answered then, if:
+// wait for it. So the reads a client makes (ListOutside, JobOutside, PeekOutside, GoneOutside)
+// read the table with no lock held, and take the lock (locked) only for the memory side and to
+// see which of the stored jobs they read memory masks, as many short times as they need. Their
+// answer is the Set's at the last of those times, what List and Job would have answered then,
+// if:
 //
 //  1. no flush ends during the call: the caller holds off every EndFlush (the runtime's table
 //     lock does). A flush's table writes may land meanwhile: they change only the stored copies
@@ -54,6 +55,30 @@ func PeekOutside(locked Locked, id string, fn func(*Job)) bool {
 		}
 	}
 	return found
+}
+
+// GoneOutside is Gone with the table read outside the lock (see above): a tombstone, once
+// written, stays, so one the table holds was there at the look under the lock, or the job
+// expired since.
+func GoneOutside(locked Locked, id string) (tenant string, ok bool) {
+	var store Store
+	locked(func(s *Set) {
+		switch t, gone := s.gone[id]; {
+		case gone:
+			tenant, ok = t.tenant, true
+		case s.jobs[id] == nil:
+			store = s.store
+		}
+	})
+	if store == nil {
+		return tenant, ok
+	}
+	v, found := store.Get([]byte(string(keyGone) + id))
+	if !found {
+		return "", false
+	}
+	t, ok := tombstoneOf(v)
+	return t.tenant, ok
 }
 
 // readStored reads a finished job from the table, or nil.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -267,4 +268,85 @@ func TestListMatchesAScan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A job that expired leaves a tombstone that names its tenant: in memory until a flush, in the
+// table after, and read back from a checkpoint; a Set restored from a checkpoint of a build
+// that kept none keeps tombstones from that checkpoint on, and a replay compared with it
+// (KeepGoneFrom) writes the same fold.
+func TestTombstonesOutliveTheJobs(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	store := projectionstest.NewStore()
+	f := folder{t: t, set: projections.New(), mirror: projections.NewOn(store)}
+	gone := func(s *projections.Set, id, tenant string) {
+		t.Helper()
+		if got, ok := s.Gone(id); tenant != "" && (!ok || got != tenant) || tenant == "" && ok {
+			t.Errorf("Gone(%s) = %q %v, want %q", id, got, ok, tenant)
+		}
+	}
+	f.submit(t0, "a", "acme", 0)
+	f.succeed(t0, "a")
+	f.submit(t0, "b", "beta", 0)
+	f.succeed(t0, "b")
+	if _, err := store.Flush(f.mirror); err != nil { // a and b finished: in the table
+		t.Fatal(err)
+	}
+	f.must(t0, eventlog.JobExpired{JobID: "a", Reason: eventlog.ExpiredDeleted})
+	for _, s := range []*projections.Set{f.set, f.mirror} {
+		gone(s, "a", "acme")
+		gone(s, "b", "")
+		gone(s, "never", "")
+	}
+	oldCheckpoint, err := store.Flush(f.mirror) // a's tombstone: in the table
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.must(t0, eventlog.JobExpired{JobID: "b", Reason: eventlog.ExpiredDeleted})
+	for _, s := range []*projections.Set{f.set, f.mirror} {
+		gone(s, "a", "acme")
+		gone(s, "b", "beta")
+	}
+	want, _ := f.set.MarshalFold()
+	if got, _ := f.mirror.MarshalFold(); string(got) != string(want) {
+		t.Errorf("the fold of a flushed Set:\n%s\nof one that never flushed:\n%s", got, want)
+	}
+	if !strings.Contains(string(want), `{"gone":"a","tenant":"acme","seq":`) {
+		t.Errorf("the fold has no tombstone of a:\n%s", want)
+	}
+
+	// The same checkpoint as an older build wrote it: no gone_from, and a table without a's
+	// tombstone.
+	older := strings.Replace(string(oldCheckpoint), `"gone_from":0,`, "", 1)
+	table := projectionstest.NewStore()
+	store.Scan(nil, nil, false, func(key, value []byte) bool {
+		if key[0] != 'g' {
+			table.Apply([]eventlog.ViewWrite{{Key: slices.Clone(key), Value: slices.Clone(value)}})
+		}
+		return true
+	})
+	restored, err := projections.UnmarshalCheckpoint([]byte(older), table)
+	if err != nil || older == string(oldCheckpoint) {
+		t.Fatalf("restoring an older checkpoint: %v (gone_from removed: %v)", err, older != string(oldCheckpoint))
+	}
+	if err := restored.Apply(restored.Seq()+1, t0, eventlog.JobExpired{JobID: "b", Reason: eventlog.ExpiredDeleted}); err != nil {
+		t.Fatal(err)
+	}
+	gone(restored, "a", "") // expired before: the log's stream says so
+	gone(restored, "b", "beta")
+	replay := f.set
+	replay.KeepGoneFrom(restored.GoneFrom())
+	want, _ = replay.MarshalFold()
+	if got, _ := restored.MarshalFold(); string(got) != string(want) {
+		t.Errorf("the fold restored from an older checkpoint:\n%s\nof a replay kept from seq %d:\n%s", got, restored.GoneFrom(), want)
+	}
+	ckpt, err := store.Flush(f.mirror)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := projections.UnmarshalCheckpoint(ckpt, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone(back, "a", "acme")
+	gone(back, "b", "beta")
 }

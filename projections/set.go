@@ -46,6 +46,12 @@ type Set struct {
 	finished   map[Status]int       // finished jobs by status, in memory and stored alike
 	store      Store                // the finished jobs' table; nil: all of them are in jobs
 	dirty      map[string]dirtyMark // jobs whose stored copy is stale since the last flush
+	// gone holds the tombstones of the jobs that expired since the last flush, which the flush
+	// moves to the table (table.go, key g); without a store, every tombstone.
+	gone map[string]tombstone
+	// goneFrom is the first seq whose expiries leave a tombstone (0: every one): a Set restored
+	// from the checkpoint of a build that kept none keeps them from there on.
+	goneFrom uint64
 
 	// Derived from the above and rebuilt on restore, never checkpointed.
 	leases map[string]*Job // leased jobs by lease id
@@ -237,6 +243,7 @@ func New() *Set {
 		deadBy:     map[string]int{},
 		finished:   map[Status]int{},
 		dirty:      map[string]dirtyMark{},
+		gone:       map[string]tombstone{},
 	}
 	s.derive()
 	return s
@@ -444,6 +451,7 @@ func (s *Set) expired(seq uint64, e eventlog.JobExpired) error {
 		s.dirty[j.ID] = dirtyMark{seq: s.seq, stored: j}
 	}
 	s.unfinish(j.Status, j)
+	s.gone[j.ID] = tombstone{seq: seq, tenant: j.Tenant}
 	return nil
 }
 
@@ -687,7 +695,10 @@ type checkpoint struct {
 	Finished   map[Status]int       `json:"finished"`
 	Flows      []*Flow              `json:"flows,omitempty"`
 	Schedules  []*Schedule          `json:"schedules,omitempty"`
-	Version    string               `json:"version"`
+	// GoneFrom is the Set's goneFrom; absent from the checkpoints of builds that kept no
+	// tombstones.
+	GoneFrom *uint64 `json:"gone_from,omitempty"`
+	Version  string  `json:"version"`
 }
 
 type idemEntry struct {
@@ -731,7 +742,7 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 		{"idempotency_order", c.IdemOrder, false}, {"counters", c.Counters, false}, {"throughput", c.Throughput, false},
 		{"api_keys", c.APIKeys, false}, {"enroll_tokens", c.Enroll, false}, {"dead_by", c.DeadBy, false},
 		{"finished", c.Finished, false}, {"flows", c.Flows, len(c.Flows) == 0}, {"schedules", c.Schedules, len(c.Schedules) == 0},
-		{"version", c.Version, false},
+		{"gone_from", c.GoneFrom, false}, {"version", c.Version, false},
 	}
 	fmt.Fprintf(bw, `{"seq":%d,"jobs":`, c.Seq)
 	jobs := s.liveJobs()
@@ -767,7 +778,7 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 // checkpointHead is the checkpoint struct without its jobs.
 func (s *Set) checkpointHead() checkpoint {
 	c := checkpoint{Seq: s.seq, Counters: s.counters, Throughput: s.throughputList(), IdemOrder: s.idemOrder, Version: checkpointVersion,
-		DeadBy: s.deadBy, Finished: s.finished}
+		DeadBy: s.deadBy, Finished: s.finished, GoneFrom: &s.goneFrom}
 	c.Workers = sortedValues(s.workers, func(w *Worker) string { return w.ID })
 	c.Tenants = sortedValues(s.tenants, func(t *Tenant) string { return t.Name })
 	c.APIKeys = sortedValues(s.creds.apiKeys, func(k *APIKey) string { return k.ID })
@@ -827,6 +838,9 @@ func UnmarshalCheckpoint(data []byte, store Store) (*Set, error) {
 	}
 	s := NewOn(store)
 	s.seq = c.Seq
+	if s.goneFrom = c.Seq + 1; c.GoneFrom != nil {
+		s.goneFrom = *c.GoneFrom
+	}
 	for _, j := range c.Jobs {
 		s.jobs[j.ID] = j
 	}
@@ -905,6 +919,7 @@ func (s *Set) cloneLive() *Set {
 		deadBy:     maps.Clone(s.deadBy),
 		finished:   maps.Clone(s.finished),
 		dirty:      map[string]dirtyMark{},
+		goneFrom:   s.goneFrom,
 	}
 	for id, j := range s.jobs {
 		if !j.Status.Terminal() {

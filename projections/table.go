@@ -35,6 +35,11 @@ import (
 //	d <finished: 8> <id>                     succeeded or cancelled, retained by --retain
 //	t <until: 8> <id>                        succeeded or cancelled with a result TTL
 //	x <tenant> 0 <died: 8> <id>              a dead letter, by tenant (the cap counts per tenant)
+//	g <id>                                   a tombstone: <seq of its job.expired: 8> <tenant>
+//	                                         for a job that left every view, kept for as long
+//	                                         as the table, so that the job answers JOB_EXPIRED
+//	                                         to its tenant once the log no longer holds its
+//	                                         history (archive segments deleted)
 //
 // Memory keeps the same entries (the part of an l, d, t or x key after its prefix) for the jobs
 // it holds, an ordered set per prefix (memIndex); a query merges them with the Store's keys,
@@ -45,6 +50,8 @@ import (
 // jobs nor in dirty; every job in jobs has exactly its entries in memory.
 // INVARIANT: the Store holds exactly the finished jobs of the fold at the last flush's seq that
 // were not in memory then, with exactly their keys.
+// INVARIANT: no id has both a job (j) and a tombstone (g): a job expires once, as its last
+// event, and ids are never reused.
 
 // Store is the table of finished jobs that a Set reads: eventlog.Views on a server. Writes come
 // only from a Flush, through the checkpoint.
@@ -62,7 +69,44 @@ const (
 	keyDone = 'd'
 	keyTTL  = 't'
 	keyDead = 'x'
+	keyGone = 'g'
 )
+
+// tombstone is what is kept of a job that expired: its tenant, and the seq of its job.expired.
+type tombstone struct {
+	seq    uint64
+	tenant string
+}
+
+func (t tombstone) value() []byte {
+	return append(binary.BigEndian.AppendUint64(nil, t.seq), t.tenant...)
+}
+
+func tombstoneOf(v []byte) (tombstone, bool) {
+	if len(v) < 8 {
+		return tombstone{}, false
+	}
+	return tombstone{seq: binary.BigEndian.Uint64(v), tenant: string(v[8:])}, true
+}
+
+// Gone reports whether job id expired, and its tenant: from memory for a job that expired
+// since the last flush, from the table's tombstone for one before. A job expired under a build
+// that kept no tombstones, or before the checkpoint a Set was restored from that had none, is
+// not gone here; its stream in the log still says so while the log holds it.
+func (s *Set) Gone(id string) (tenant string, ok bool) {
+	if t, ok := s.gone[id]; ok {
+		return t.tenant, true
+	}
+	if s.store == nil || s.jobs[id] != nil {
+		return "", false
+	}
+	v, ok := s.store.Get([]byte(string(keyGone) + id))
+	if !ok {
+		return "", false
+	}
+	t, ok := tombstoneOf(v)
+	return t.tenant, ok
+}
 
 // The fields of List's index.
 const (
@@ -358,6 +402,8 @@ type Flush struct {
 	ids []string
 	had map[string]*Job
 	put []*Job // the finished ones among them, by id, shared with the Set, which never changes them
+	// gone are the tombstones of those that expired, by id.
+	gone []goneJob
 	// ended is how many of ids EndFlushPart has done.
 	ended int
 	// unindexed: the table holds the jobs without their index keys (NewUnindexedOn).
@@ -401,8 +447,16 @@ func (s *Set) changes() *Flush {
 		if was := s.dirty[id].stored; was != nil {
 			f.had[id] = was
 		}
+		if t, ok := s.gone[id]; ok {
+			f.gone = append(f.gone, goneJob{id, t})
+		}
 	}
 	return f
+}
+
+type goneJob struct {
+	id string
+	tombstone
 }
 
 // stores returns the copy of the job that the flush stores, or nil.
@@ -458,6 +512,9 @@ func (f *Flush) tableWrites() ([]eventlog.ViewWrite, error) {
 			}
 			writes = append(writes, eventlog.ViewWrite{Key: arena.key(x, e), Value: empty})
 		})
+	}
+	for _, g := range f.gone {
+		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyGone}, g.id), Value: g.value()})
 	}
 	return writes, nil
 }
@@ -521,6 +578,7 @@ func (s *Set) EndFlushPart(f *Flush, n int) (done bool) {
 			continue
 		}
 		delete(s.dirty, id)
+		delete(s.gone, id) // the table holds its tombstone now
 		if j := s.jobs[id]; j != nil && j.Status.Terminal() {
 			s.index.drop(j)
 			delete(s.jobs, id)
@@ -539,9 +597,10 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // WriteFold writes the whole fold the Set holds, wherever it keeps it: the checkpoint, then
-// each finished job as a line of JSON, by id, from memory and the table merged. Two Sets that
-// folded the same records write the same bytes however and whenever they flushed, which is how
-// tests, the simulator and `tether replay` compare them.
+// each finished job as a line of JSON, by id, from memory and the table merged, then each
+// tombstone from goneFrom on, the same way. Two Sets that folded the same records write the
+// same bytes however and whenever they flushed, which is how tests, the simulator and `tether
+// replay` compare them.
 func (s *Set) WriteFold(w io.Writer) error {
 	if err := s.WriteCheckpoint(w); err != nil {
 		return err
@@ -587,11 +646,68 @@ func (s *Set) WriteFold(w io.Writer) error {
 			err = writeMem(j)
 		}
 	}
+	if err == nil {
+		err = s.writeGone(write)
+	}
 	if err != nil {
 		return err
 	}
 	return bw.Flush()
 }
+
+// writeGone writes WriteFold's tombstones, those from goneFrom on, by id.
+func (s *Set) writeGone(write func([]byte) error) error {
+	type line struct {
+		Gone   string `json:"gone"`
+		Tenant string `json:"tenant"`
+		Seq    uint64 `json:"seq"`
+	}
+	writeOne := func(id string, t tombstone) error {
+		if t.seq < s.goneFrom {
+			return nil
+		}
+		b, err := json.Marshal(line{id, t.tenant, t.seq})
+		if err != nil {
+			return err
+		}
+		return write(b)
+	}
+	mem := sortedKeys(s.gone)
+	var err error
+	if s.store != nil {
+		s.store.Scan([]byte{keyGone}, nil, false, func(key, value []byte) bool {
+			id := string(key[1:])
+			if _, ok := s.gone[id]; ok {
+				return true // saved by a flush not ended yet: memory's copy is written below
+			}
+			for len(mem) > 0 && mem[0] < id && err == nil {
+				err, mem = writeOne(mem[0], s.gone[mem[0]]), mem[1:]
+			}
+			t, ok := tombstoneOf(value)
+			if !ok {
+				err = fmt.Errorf("projections: the tombstone of job %s is %d bytes", id, len(value))
+			}
+			if err == nil {
+				err = writeOne(id, t)
+			}
+			return err == nil
+		})
+	}
+	for _, id := range mem {
+		if err == nil {
+			err = writeOne(id, s.gone[id])
+		}
+	}
+	return err
+}
+
+// KeepGoneFrom makes the Set's fold leave out the tombstones of expiries before seq, as a Set
+// restored from an older build's checkpoint at seq-1 does: how `tether replay verify` compares
+// a replay from genesis with such a checkpoint.
+func (s *Set) KeepGoneFrom(seq uint64) { s.goneFrom = max(s.goneFrom, seq) }
+
+// GoneFrom is the first seq whose expiries the Set keeps a tombstone of (0: every one).
+func (s *Set) GoneFrom() uint64 { return s.goneFrom }
 
 // MarshalFold returns what WriteFold writes.
 func (s *Set) MarshalFold() ([]byte, error) {
@@ -636,6 +752,15 @@ func CheckTable(store Store) (int, error) {
 	}
 	if have != want {
 		return 0, fmt.Errorf("projections: the table's %d index keys are not those of its %d jobs, which have %d", have.n, jobs, want.n)
+	}
+	store.Scan([]byte{keyJob}, nil, false, func(key, _ []byte) bool {
+		if _, gone := store.Get(append([]byte{keyGone}, key[1:]...)); gone {
+			err = fmt.Errorf("projections: the table holds job %s and its tombstone", key[1:])
+		}
+		return err == nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	return jobs, nil
 }

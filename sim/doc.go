@@ -32,7 +32,10 @@
 //     machine transport/poll.go drives (transport/longpoll; poll.go). Workers heartbeat each
 //     lease as often as its assignment says, and keep and resend their results, by the Go
 //     SDK's own rules (transport/client/policy); now and then one stops cleanly: it closes its
-//     connection, grants no more credit, and gives back every job it holds or is handed.
+//     connection, grants no more credit, and gives back every job it holds or is handed. A
+//     worker told of a cancel mostly fails the job with code cancelled, and sometimes
+//     completes it with what it had, as a handler that returns when told to stop does; a job
+//     whose cancel was asked for that ends succeeded breaks "cancel";
 //
 // Half the seeds (a stream of their own picks which) run the log on a replicated JetStream
 // stream instead (DESIGN §10), as processes of three nodes (stream.go, election.go). The

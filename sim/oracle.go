@@ -233,6 +233,9 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		if j.succeeded {
 			o.fail("completion", "job %s completed twice (seq %d)", e.JobID, seq)
 		}
+		if j.cancelRequested {
+			o.fail("cancel", "job %s succeeded after its cancel was asked for (seq %d): a cancel asked for wins", e.JobID, seq)
+		}
 		j.succeeded, j.lease = true, nil
 		o.terminal(seq, at, clock, j, projections.StatusSucceeded)
 	case eventlog.JobFailed:

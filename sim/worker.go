@@ -71,6 +71,8 @@ type held struct {
 	attempt               int
 	heartbeat             time.Duration
 	completing            bool
+	// cancelHeard is set once the server told the worker the job's cancel was asked for.
+	cancelHeard bool
 	// leaseTTL and heard say how long the lease may be valid (policy.MayBeValid): heard is when
 	// the server last confirmed it. sends is what the worker knows of its result's sends.
 	leaseTTL time.Duration
@@ -238,7 +240,7 @@ func (w *worker) onFrame(f wire.Frame) {
 		w.work(h, time.Duration(50+s.workload.IntN(15_000))*time.Millisecond)
 	case wire.FrameCancel:
 		if h := w.leases[f.LeaseID]; h != nil {
-			w.fail(h, "cancelled", false)
+			w.cancelled(h)
 		}
 	case wire.FrameAck:
 		if h := w.acks[f.Ref]; h != nil {
@@ -470,7 +472,7 @@ func (w *worker) beat() {
 			}
 			for _, id := range a.Cancel {
 				if h := w.leases[id]; h != nil {
-					w.fail(h, "cancelled", false)
+					w.cancelled(h)
 				}
 			}
 			w.credit()
@@ -614,6 +616,22 @@ func (w *worker) complete(h *held) {
 		OutputHash: hash, Signature: w.sign(h.jobID, h.leaseID, h.nonce, hash)})
 }
 
+// cancelled answers a cancel the server asked for: mostly with the acknowledgement (a failure
+// with code cancelled); sometimes with the completion a handler returns when told to stop
+// (what it had so far), which the server must take as the acknowledgement all the same: the
+// job ends cancelled, never succeeded (the oracle's cancel).
+func (w *worker) cancelled(h *held) {
+	if h.completing {
+		return // its result is on its way
+	}
+	h.cancelHeard = true
+	if w.s.workload.IntN(4) == 0 {
+		w.complete(h)
+		return
+	}
+	w.fail(h, "cancelled", false)
+}
+
 func (w *worker) fail(h *held, code string, retryable bool) {
 	w.report(h, wire.Frame{Type: wire.FrameFail, JobID: h.jobID, LeaseID: h.leaseID, ErrorCode: code, Retryable: &retryable})
 }
@@ -652,6 +670,9 @@ func (w *worker) reported(h *held) {
 func (w *worker) settle(h *held, f, a wire.Frame) {
 	again := func() { w.report(h, f) }
 	if a.Error == nil {
+		if h.cancelHeard && f.Type == wire.FrameComplete {
+			w.s.probe(ProbeCompletedAfterCancel)
+		}
 		w.sent(h, &h.sends, f, policy.Answer{}, "", again, w.reported)
 		return
 	}

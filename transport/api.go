@@ -466,7 +466,7 @@ func decodeBody(body []byte, v any) error {
 
 // checkJSON refuses what the decoders would take and tether does not store (fastjson.Check):
 // bytes that are not UTF-8, nesting deeper than wire.JSONDepthMax, a key twice in one
-// object. subject names the text in the message: "the body", "a frame". A text that is not
+// object, what is not I-JSON. subject names the text in the message: "the body", "a frame". A text that is not
 // JSON passes, for the decoder to say what is wrong with it.
 func checkJSON(data []byte, subject string) error {
 	err := fastjson.Check(data, wire.JSONDepthMax)

@@ -14,7 +14,8 @@
 //     (actors.PurgeLimit a call), connections (LimitListener), and how deep JSON nests
 //     (wire.JSONDepthMax).
 //   - Bodies and frames are checked whole before they are decoded (checkJSON): not UTF-8, too
-//     deep, or a key twice in one object at any level is 400 INVALID_JSON, and over WebSocket
+//     deep, a key twice in one object at any level, or not I-JSON (RFC 7493: a number past a
+//     double's range, a lone surrogate) is 400 INVALID_JSON naming the place, and over WebSocket
 //     a close with 1007, as for a frame that is not JSON. What is stored then reads back the
 //     same in any client.
 //   - A tenant's job that finished and left the views answers 410 JOB_EXPIRED; any other

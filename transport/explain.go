@@ -35,6 +35,14 @@ func aheadText(x actors.Explanation) string {
 	return plural(x.Ahead, "job")
 }
 
+// agree is the form of a word that goes with a count of n: one for 1, many otherwise (0 too).
+func agree(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // plural is "1 job", "2 jobs".
 func plural(n int, noun string) string {
 	if n == 1 {
@@ -91,11 +99,13 @@ func explanationOf(x actors.Explanation, now time.Time) wire.Explanation {
 	case actors.ExplainTenantQuota:
 		d.MaxRunning, d.Running = x.MaxRunning, x.Running
 		out.Message = fmt.Sprintf("the tenant runs %s, and its max_running is %d: it goes once %s", plural(x.Running, "job"), x.MaxRunning,
-			ending(x.Running-x.MaxRunning+1))
+			ending(x.Running-x.MaxRunning+1, x.Running, "job"))
 	case actors.ExplainKeyLimit:
 		d.ConcurrencyKey, d.MaxRunningPerKey, d.HeldBy = x.Key, x.KeyLimit, x.KeyHolders
-		out.Message = fmt.Sprintf("its concurrency key %q holds %s (jobs %s), and its max_running_per_key in queue %s is %d: it goes once %s",
-			x.Key, plural(len(x.KeyHolders), "lease"), strings.Join(x.KeyHolders, ", "), x.Queue, x.KeyLimit, ending(len(x.KeyHolders)-x.KeyLimit+1))
+		held := len(x.KeyHolders)
+		out.Message = fmt.Sprintf("its concurrency key %q holds %s (%s %s), and its max_running_per_key in queue %s is %d: it goes once %s",
+			x.Key, plural(held, "lease"), agree(held, "job", "jobs"), strings.Join(x.KeyHolders, ", "), x.Queue, x.KeyLimit,
+			ending(held-x.KeyLimit+1, held, "lease"))
 	case actors.ExplainRateLimited:
 		d.RateLimit, d.RateLimitKey, d.Rate, d.Burst, d.TokenAt, d.Ahead = x.RateLimit, x.RateKey, x.Rate, x.Burst, at(x.TokenAt), new(x.Ahead)
 		bucket := "its bucket"
@@ -104,7 +114,7 @@ func explanationOf(x actors.Explanation, now time.Time) wire.Explanation {
 		}
 		out.Message = fmt.Sprintf("rate limit %s (%v a second, burst %d) has no token in %s", x.RateLimit, x.Rate, x.Burst, bucket)
 		if x.Ahead > 0 {
-			out.Message += fmt.Sprintf(", and %s of the same limits go first", plural(x.Ahead, "job"))
+			out.Message += fmt.Sprintf(", and %s of the same limits %s first", plural(x.Ahead, "job"), agree(x.Ahead, "goes", "go"))
 		}
 		out.Message += fmt.Sprintf(": its token is due %s at the earliest", when(x.TokenAt, now))
 	case actors.ExplainNoWorker:
@@ -115,15 +125,13 @@ func explanationOf(x actors.Explanation, now time.Time) wire.Explanation {
 		}
 	case actors.ExplainWorkersBusy:
 		d.Sessions, d.Capacity, d.Leased, d.Ahead, d.AheadAtLeast = new(x.Sessions), new(x.Capacity), new(x.Held), new(x.Ahead), x.AheadAtLeast
-		have := "have"
-		if x.Sessions == 1 {
-			have = "has"
-		}
-		out.Message = fmt.Sprintf("the %s serving queue %s %s no room or no credit (%s held of a capacity of %d); %s of the queue go before it",
-			plural(x.Sessions, "worker connection"), x.Queue, have, plural(x.Held, "lease"), x.Capacity, aheadText(x))
+		out.Message = fmt.Sprintf("the %s serving queue %s %s no room or no credit (%s held of a capacity of %d); %s of the queue %s before it",
+			plural(x.Sessions, "worker connection"), x.Queue, agree(x.Sessions, "has", "have"), plural(x.Held, "lease"), x.Capacity,
+			aheadText(x), agree(x.Ahead, "goes", "go"))
 	case actors.ExplainBehind:
 		d.Ahead, d.AheadAtLeast = new(x.Ahead), x.AheadAtLeast
-		out.Message = fmt.Sprintf("%s of queue %s go before it (priority, then keys in turn, then age); a worker has room", aheadText(x), x.Queue)
+		out.Message = fmt.Sprintf("%s of queue %s %s before it (priority, then keys in turn, then age); a worker has room",
+			aheadText(x), x.Queue, agree(x.Ahead, "goes", "go"))
 	case actors.ExplainSettling:
 		out.Message = "its last change is on its way to the dispatcher; ask again in a moment"
 	case actors.ExplainLeased:
@@ -154,9 +162,13 @@ func explanationOf(x actors.Explanation, now time.Time) wire.Explanation {
 	return out
 }
 
-// ending says how many leases must end: "one of them ends", "3 of them end".
-func ending(n int) string {
-	if n <= 1 {
+// ending says how many of the held things (of them, each a noun) must end: "that lease ends"
+// when there is one, "one of them ends", "3 of them end".
+func ending(n, of int, noun string) string {
+	switch {
+	case n <= 1 && of == 1:
+		return "that " + noun + " ends"
+	case n <= 1:
 		return "one of them ends"
 	}
 	return strconv.Itoa(n) + " of them end"

@@ -112,17 +112,19 @@ func (s *Server) serveMetrics(r *request) error {
 		}
 	})
 	if t := s.cfg.Tracing; t != nil {
-		ended, exported, failed, dropped := t.Counts()
+		spans, eventsDropped := t.Counts()
 		for _, m := range []struct {
-			name, help string
-			v          int64
+			name, kind, help string
+			v                int64
 		}{
-			{"tether_trace_spans_ended_total", "Spans the server made (--otel-endpoint); those neither exported nor failed wait in the batch or were dropped from it by a collector too slow.", ended},
-			{"tether_trace_spans_exported_total", "Spans the collector accepted.", exported},
-			{"tether_trace_spans_export_failed_total", "Spans in exports that failed (collector down, refused, timed out).", failed},
-			{"tether_trace_events_dropped_total", "Committed events whose spans were not made: more ended than the tracer could keep up with.", dropped},
+			{"tether_trace_spans_ended_total", "counter", "Spans the server made to export (--otel-endpoint): each is exported, failed, dropped or queued.", spans.Ended},
+			{"tether_trace_spans_exported_total", "counter", "Spans the collector took.", spans.Exported},
+			{"tether_trace_spans_export_failed_total", "counter", "Spans in exports that failed or timed out (a collector down, refusing, too slow).", spans.Failed},
+			{"tether_trace_spans_dropped_total", "counter", "Spans dropped unexported: the export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full, the collector too slow or away.", spans.Dropped},
+			{"tether_trace_spans_queued", "gauge", "Spans waiting to be exported, in the queue or the export under way.", spans.Queued},
+			{"tether_trace_events_dropped_total", "counter", "Committed events whose spans were not made: more ended than the tracer could keep up with.", eventsDropped},
 		} {
-			e.family(m.name, "counter", m.help)
+			e.family(m.name, m.kind, m.help)
 			e.sample(m.name, float64(m.v))
 		}
 	}
@@ -156,6 +158,10 @@ func (s *Server) serveMetrics(r *request) error {
 		{"tether_archive_sealed_total", "counter", "Archive segments sealed and committed by this process.", float64(arch.Sealed)},
 		{"tether_archive_deleted_total", "counter", "Archive segments deleted by this process because they were older than --archive-keep.", float64(arch.Dropped)},
 		{"tether_archive_failures_total", "counter", "Archiving steps that failed and left their records in the hot log (or a segment undeleted).", float64(arch.Failed)},
+		{"tether_archive_damaged_segments", "gauge", "Archive segments a scrub found damaged (logged ARCHIVE_DAMAGED, named in GET /v1/archive) that are still there: their records do not read until a good copy is put back.", float64(len(arch.Damaged))},
+		{"tether_archive_scrubs_total", "counter", "Scrubs by this process that read every archive segment against its checksum (--archive-scrub-every).", float64(arch.ScrubPasses)},
+		{"tether_archive_scrubbed_bytes_total", "counter", "Bytes of archive segments the scrubs read (at most --archive-scrub-rate a second).", float64(arch.ScrubbedBytes)},
+		{"tether_archive_scrub_last_end_timestamp_seconds", "gauge", "When the last scrub that read every segment ended, Unix seconds; 0: none yet.", unixSeconds(arch.ScrubLastEnd)},
 	} {
 		e.family(m.name, m.kind, m.help)
 		e.sample(m.name, m.v)
@@ -302,4 +308,12 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// unixSeconds is t as Unix seconds, 0 for the zero time.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
 }

@@ -86,6 +86,7 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	check("GET", "/v1/workers", "", "")
 	check("GET", "/v1/workers?all=true", "", "")
 	check("GET", "/v1/quota", "", "")
+	check("GET", "/v1/archive", "", "")
 
 	resp = check("POST", "/v1/jobs", "", `{"queue":"q","type":"t","result_ttl_seconds":3600}`)
 	decode(t, resp, &job)

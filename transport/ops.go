@@ -36,3 +36,19 @@ func OpsHandler(r Readiness) http.Handler {
 	})
 	return mux
 }
+
+// archive serves GET /v1/archive: the server's archive and what its scrubs found, which the
+// dashboard's overview shows. It is the server's, not a tenant's: it names segments and seqs,
+// never a job or its data.
+func (s *Server) archive(r *request) error {
+	st := r.b.Archive()
+	out := wire.Archive{Segments: st.Segments, Bytes: st.ArchiveBytes, OldestHotSeq: st.OldestHotSeq, Damaged: []wire.DamagedSegment{},
+		Scrub: wire.ArchiveScrub{EverySeconds: st.ScrubEvery.Seconds(), Passes: st.ScrubPasses, Bytes: st.ScrubbedBytes}}
+	for _, d := range st.Damaged {
+		out.Damaged = append(out.Damaged, wire.DamagedSegment{Segment: d.Name, FirstSeq: d.First, LastSeq: d.Last, Reason: d.Reason, FoundAt: d.FoundAt.UTC()})
+	}
+	if !st.ScrubLastEnd.IsZero() {
+		out.Scrub.LastEnd = new(st.ScrubLastEnd.UTC())
+	}
+	return r.reply(http.StatusOK, &out)
+}

@@ -296,6 +296,7 @@ func (s *Server) routes() {
 	m.Handle("PUT /v1/queues/{name}/limits", s.api(authClient, s.queueLimits(false)))
 	m.Handle("DELETE /v1/queues/{name}/limits", s.api(authClient, s.queueLimits(true)))
 	m.Handle("GET /v1/workers", s.api(authClient, s.workers))
+	m.Handle("GET /v1/archive", s.api(authClientOrAdmin, s.archive))
 	m.Handle("GET /v1/rate-limits", s.api(authClient, s.rateLimits))
 	m.Handle("GET /v1/rate-limits/{name}", s.api(authClient, s.getRateLimit))
 	m.Handle("PUT /v1/rate-limits/{name}", s.api(authClient, s.setRateLimit))

@@ -129,7 +129,7 @@ func (c *wsConn) serve() {
 	_ = c.conn.SetReadDeadline(time.Now().Add(helloTimeout))
 	var hello wire.Frame
 	err := c.read(&hello)
-	var refused *apiError // checkJSON's: not UTF-8, a key twice, too deep
+	var refused *apiError // checkJSON's: not UTF-8, a key twice, too deep, not I-JSON
 	if errors.As(err, &refused) {
 		c.closeWith(websocket.CloseInvalidFramePayloadData, refused.message)
 		return

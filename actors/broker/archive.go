@@ -20,6 +20,11 @@ type ArchiveConfig struct {
 	// Every is how often the archiver looks; 0: a twelfth of After, from 1 s to 10 s. The hot
 	// log holds After's worth of records plus up to a look's worth more.
 	Every time.Duration
+	// ScrubEvery is how often every segment is read whole against its checksum (scrub.go),
+	// the first time at start; 0: never.
+	ScrubEvery time.Duration
+	// ScrubRate is the most bytes a second a scrub reads; 0: ScrubRateDefault.
+	ScrubRate int64
 }
 
 // segmentRecordsMin is how many archivable records make a segment worth cutting at once; fewer
@@ -110,6 +115,14 @@ type ArchiveState struct {
 	Segments                int
 	ArchiveBytes            uint64
 	Sealed, Dropped, Failed uint64
+	// Damaged are the segments the scrubs found damaged and that are still there, by name.
+	Damaged []DamagedSegment
+	// ScrubPasses are the scrubs that read every segment; ScrubLastEnd is when the last ended
+	// (zero: none yet), ScrubbedBytes what they read, ScrubEvery how often one begins (0: never).
+	ScrubPasses   uint64
+	ScrubLastEnd  time.Time
+	ScrubbedBytes uint64
+	ScrubEvery    time.Duration
 }
 
 // Archive reports the hot log and the archive.
@@ -120,5 +133,6 @@ func (b *Broker) Archive() ArchiveState {
 	for _, s := range segs {
 		st.ArchiveBytes += uint64(s.Bytes)
 	}
+	b.scrubReport(&st)
 	return st
 }

@@ -98,8 +98,9 @@ type Broker struct {
 	checkpointing  atomic.Bool
 	checkpoints    sync.WaitGroup
 
-	archiver sync.WaitGroup // the archive loop
+	archiver sync.WaitGroup // the archive and scrub loops
 	archive  archiveCounters
+	scrub    scrubState
 
 	changedMu sync.Mutex
 	changed   chan struct{} // closed and replaced when the projections change, if watched
@@ -188,6 +189,10 @@ func (b *Broker) start(set *projections.Set) (*Broker, error) {
 	if b.cfg.Archive.After > 0 || b.cfg.Archive.Keep > 0 {
 		b.archiver.Add(1)
 		go b.archiveLoop()
+	}
+	if b.cfg.Archive.ScrubEvery > 0 {
+		b.archiver.Add(1)
+		go b.scrubLoop()
 	}
 	return b, nil
 }

@@ -27,6 +27,12 @@
 // short; it moves the jobs finished since the last one to the table on disk, so memory holds
 // what is live. A failed append fails the log; callers get the error and the server stops (Failed).
 //
+// Beside the actors, two goroutines look after the archive: the archiver (archive.go) seals old
+// records into segments and deletes those past ArchiveConfig.Keep, and the scrub (scrub.go)
+// reads every segment whole against its checksum, paced, at start and every ScrubEvery, and
+// logs a damaged one once (ARCHIVE_DAMAGED). Neither runs before Open returns, nor on the
+// commit path.
+//
 // On a replicated log (DESIGN §10) a server stands by before it leads (Lead): a Standby folds
 // the upstream into its copy while package election's Driver campaigns; once the Driver won the
 // key, its renewals already running, the Standby takes over in place (catch up, fence, start the

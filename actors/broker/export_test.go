@@ -34,3 +34,6 @@ func (b *Broker) LivenessEntries() int {
 	defer b.live.mu.Unlock()
 	return len(b.live.workers)
 }
+
+// ScrubOnce runs one scrub of every segment now.
+func (b *Broker) ScrubOnce(ctx context.Context) { b.scrubOnce(ctx) }

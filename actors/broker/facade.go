@@ -173,15 +173,24 @@ func (b *Broker) PeekJob(id string, fn func(*projections.Job)) (ok bool) {
 }
 
 // Expired reports whether the tenant's job id finished and has left the views: its retention
-// ended, or it was deleted or purged. Its stream is still in the log, which is how a job that
-// expired differs from one that never was.
+// ended, or it was deleted or purged. The views keep a tombstone of each job that left them,
+// which is how a job that expired differs from one that never was once the archive segments
+// that held its history are deleted; a job that expired under a build that kept no tombstones
+// is found by its stream in the log.
 func (b *Broker) Expired(tenant, id string) bool {
 	if len(id) > idLenMax {
 		return false
 	}
 	now := b.clock()
-	expired := false
+	known, expired := false, false
 	if b.PeekJob(id, func(j *projections.Job) { expired = j.Tenant == tenant && b.cfg.Retention.Expired(j, now) }) {
+		known = true
+	} else {
+		var owner string
+		b.rt.ReadOutside(func(locked projections.Locked) { owner, known = projections.GoneOutside(locked, id) })
+		expired = known && owner == tenant
+	}
+	if known {
 		return expired
 	}
 	for rec, err := range b.elog.Stream(eventlog.JobStream(id), 0) {

@@ -51,6 +51,25 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 type server struct {
 	cmd *exec.Cmd
 	url string
+	log *serverLog
+}
+
+// serverLog is what a server has logged so far, line by line.
+type serverLog struct {
+	mu    sync.Mutex
+	lines strings.Builder
+}
+
+func (l *serverLog) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines.WriteString(line + "\n")
+}
+
+func (l *serverLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines.String()
 }
 
 // startServer runs the binary on dir, with extra flags, and waits until it is ready.
@@ -70,12 +89,12 @@ func startServer(t *testing.T, dir string, extra ...string) *server {
 	// The log says where the server listens, then that recovery is done; a server that exits
 	// first says why.
 	url, ready, exited := make(chan string, 1), make(chan struct{}), make(chan struct{})
-	var lines strings.Builder
+	lines := &serverLog{}
 	go func() {
 		defer close(exited)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			lines.WriteString(sc.Text() + "\n")
+			lines.add(sc.Text())
 			var line struct{ Msg, Dashboard string }
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
@@ -92,7 +111,7 @@ func startServer(t *testing.T, dir string, extra ...string) *server {
 	var s *server
 	select {
 	case u := <-url:
-		s = &server{cmd: cmd, url: u}
+		s = &server{cmd: cmd, url: u, log: lines}
 	case <-exited:
 		t.Fatalf("the server exited before it listened:\n%s", lines.String())
 	case <-timeout:

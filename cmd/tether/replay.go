@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -277,28 +276,15 @@ func replayExport(args []string) error {
 	if *from == 0 {
 		*from = l.Oldest().Seq + 1
 	}
-	if _, _, err := audit.ExportRange(l.Head().Seq, *from, *to); err != nil {
-		return err // before any file is made
-	}
-	var w io.Writer = os.Stdout
-	if *out != "-" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
-	}
 	ctx, stop := interrupted()
 	defer stop()
-	progress, clear := report.Progress(os.Stderr, "export")
+	var n uint64
 	if *out == "-" {
-		progress, clear = nil, func() {} // the records go to the terminal too
-	}
-	n, err := audit.Export(ctx, l, w, *from, *to, progress)
-	clear()
-	if f, ok := w.(*os.File); ok && f != os.Stdout && err == nil {
-		err = f.Sync()
+		n, err = audit.Export(ctx, l, os.Stdout, *from, *to, nil) // no progress: the records go to the terminal too
+	} else {
+		progress, clear := report.Progress(os.Stderr, "export")
+		n, err = audit.ExportFile(ctx, l, *out, *from, *to, progress)
+		clear()
 	}
 	if err != nil || *out == "-" || !rf.json {
 		return err // on standard output the records are what was asked for, JSON already

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -160,5 +162,52 @@ func TestReplayMistakesAndJSON(t *testing.T) {
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &written) != nil || written.File != file || written.Records != 1 || written.From != 1 || written.To != 1 {
 		t.Errorf("replay export --json: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+// `replay export --out /dev/stdout` writes the records there and exits 0 (a device takes no
+// sync); an export that fails part way leaves no file behind, and an export over an existing
+// file leaves it as it was.
+func TestReplayExportToDevicesAndFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	dir, _, _ := oneJobDir(t)
+	out, stderr, code := tether(t, nil, "replay", "export", "--data", dir, "--out", "/dev/stdout")
+	if code != 0 || !strings.Contains(out, `"type":"job.submitted"`) {
+		t.Errorf("replay export --out /dev/stdout: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+
+	archived, segs, _, _ := archivedDataDir(t)
+	first := filepath.Join(archived, "archive", segs[0])
+	b, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[40] ^= 1 // inside the first frame: the export fails at its first record
+	if err := os.WriteFile(first, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := t.TempDir()
+	fresh := filepath.Join(files, "fresh.jsonl")
+	if _, stderr, code := tether(t, nil, "replay", "export", "--data", archived, "--out", fresh); code == 0 || !strings.Contains(stderr, "checksum") {
+		t.Errorf("an export through a damaged segment: exit %d, stderr %q", code, stderr)
+	}
+	kept := filepath.Join(files, "kept.jsonl")
+	if err := os.WriteFile(kept, []byte("the export before\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, code := tether(t, nil, "replay", "export", "--data", archived, "--out", kept); code == 0 {
+		t.Error("an export through a damaged segment over a file: exit 0")
+	}
+	entries, err := os.ReadDir(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "kept.jsonl" {
+		t.Errorf("after the failed exports the directory holds %v, want kept.jsonl alone", entries)
+	}
+	if b, err := os.ReadFile(kept); err != nil || string(b) != "the export before\n" {
+		t.Errorf("the file an export failed to replace: %q, %v", b, err)
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/actors/broker"
@@ -57,6 +56,9 @@ const (
 	workerTokenTTLMax = 365 * 24 * time.Hour
 )
 
+// scrubRateMax bounds --archive-scrub-rate, in MiB a second: past what any disk reads.
+const scrubRateMax = 100_000
+
 // Bounds of --retain and --retain-dead, besides 0.
 const (
 	retainMin = time.Second
@@ -70,6 +72,7 @@ type serverConfig struct {
 	adminToken, metricsToken  string
 	metricsAddr, pprofAddr    string
 	otelEndpoint              string
+	tracing                   tracing.Settings // --otel-endpoint and the OTEL_* variables, checked
 	maxConns, maxDead, procs  int
 	flowBytes                 int
 	tlsCert, tlsKey           string
@@ -78,6 +81,8 @@ type serverConfig struct {
 	retainDead                time.Duration
 	archiveAfter, archiveKeep time.Duration
 	archiveDir                string
+	scrubEvery                time.Duration
+	scrubRate                 int
 	cluster                   clusterFlags
 	log                       cli.LogFlags
 }
@@ -117,6 +122,8 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	fs.DurationVar(&c.archiveAfter, "archive-after", 24*time.Hour, "how old a record must be before it moves from the hot log into a sealed archive segment (it must also be covered by a checkpoint); 0: never")
 	fs.StringVar(&c.archiveDir, "archive-dir", "", "where archive segments go; empty: DATA/archive")
 	fs.DurationVar(&c.archiveKeep, "archive-keep", 0, "delete archive segments whose last record is older than this; 0: keep them for ever")
+	fs.DurationVar(&c.scrubEvery, "archive-scrub-every", 24*time.Hour, "read every archive segment whole against its checksum this often, the first time at start, in the background; 0: never")
+	fs.IntVar(&c.scrubRate, "archive-scrub-rate", broker.ScrubRateDefault>>20, "the most MiB a second a scrub reads, so that it leaves the disk to the log")
 	fs.IntVar(&c.flowBytes, "flow-bytes-max", flowfile.BytesMaxDefault, "the largest flow file POST /v1/flows takes, in bytes")
 	c.cluster.register(fs)
 	fs.IntVar(&c.procs, "procs", 0, fmt.Sprintf("Go processors to run on (GOMAXPROCS), at most %d (256 or 4 per CPU, whichever is more); 0: one more than the CPUs the process may use, unless GOMAXPROCS is set", procsMax()))
@@ -177,6 +184,10 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 		return c, cli.BadFlagf(fs, "--archive-after %s: want 0 (never) or %s..%s", c.archiveAfter, retainMin, retainMax)
 	case c.archiveKeep != 0 && (c.archiveKeep < retainMin || c.archiveKeep > retainMax):
 		return c, cli.BadFlagf(fs, "--archive-keep %s: want 0 (for ever) or %s..%s", c.archiveKeep, retainMin, retainMax)
+	case c.scrubEvery != 0 && (c.scrubEvery < retainMin || c.scrubEvery > retainMax):
+		return c, cli.BadFlagf(fs, "--archive-scrub-every %s: want 0 (never) or %s..%s", c.scrubEvery, retainMin, retainMax)
+	case c.scrubRate < 1 || c.scrubRate > scrubRateMax:
+		return c, cli.BadFlagf(fs, "--archive-scrub-rate %d: want 1..%d (MiB a second)", c.scrubRate, scrubRateMax)
 	case c.maxDead < 0:
 		return c, cli.BadFlagf(fs, "--max-dead %d: want 0 (no cap) or more", c.maxDead)
 	case c.flowBytes < 1:
@@ -185,6 +196,11 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	if err := tracing.CheckEndpoint(c.otelEndpoint); err != nil {
 		return c, cli.BadFlagf(fs, "--otel-endpoint: %v", err)
 	}
+	traces, err := tracing.ReadSettings(c.otelEndpoint, lookupEnv)
+	if err != nil {
+		return c, cli.BadFlag(fs, err)
+	}
+	c.tracing = traces
 	if err := c.cluster.check(fs); err != nil {
 		return c, err
 	}
@@ -266,7 +282,7 @@ func serve(c serverConfig) (err error) {
 				zap.String("code", "ADMIN_TOKEN_FILE_STALE"), zap.String("path", path))
 		}
 	}
-	tracer, err := startTracing(c.otelEndpoint, "tether", log)
+	tracer, err := startTracing(c.tracing, "tether", log)
 	if err != nil {
 		return err
 	}
@@ -338,7 +354,8 @@ func serve(c serverConfig) (err error) {
 	go func() {
 		cfg := broker.Config{Dir: c.data, Logger: log, Companions: []string{adminTokenName}, WorkerTokenTTL: c.tokenTTL,
 			Retention: projections.Retention{Done: c.retain, Dead: c.retainDead, MaxDead: c.maxDead},
-			Archive:   broker.ArchiveConfig{Dir: c.archiveDir, After: c.archiveAfter, Keep: c.archiveKeep}}
+			Archive: broker.ArchiveConfig{Dir: c.archiveDir, After: c.archiveAfter, Keep: c.archiveKeep,
+				ScrubEvery: c.scrubEvery, ScrubRate: int64(c.scrubRate) << 20}}
 		if tracer != nil {
 			cfg.Observe = func(view *projections.Set, seq uint64, at time.Time, p eventlog.Payload) {
 				tracer.Observe(view, seq, at, p)
@@ -527,36 +544,37 @@ func readAdminToken(path string) (string, error) {
 
 // startTracing returns the server's tracing when an OTLP endpoint is configured (the flag or
 // the OTEL_* variables), nil when it is off.
-func startTracing(endpoint, service string, log *zap.Logger) (*tracing.Tracer, error) {
-	tp, stats, err := startExport(endpoint, service, log)
+func startTracing(s tracing.Settings, service string, log *zap.Logger) (*tracing.Tracer, error) {
+	tp, err := startExport(s, service, log)
 	if tp == nil {
 		return nil, err
 	}
-	return tracing.NewTracer(tp, stats, log), nil
+	return tracing.NewTracer(tp, log), nil
 }
 
 // startExport returns the provider that exports spans over OTLP when an endpoint is configured
 // (the flag or the OTEL_* variables), with the SDK's errors in log; nil when it is off.
-func startExport(endpoint, service string, log *zap.Logger) (*sdktrace.TracerProvider, *tracing.Stats, error) {
-	if !tracing.Enabled(endpoint) {
-		if endpoint != "" {
+func startExport(s tracing.Settings, service string, log *zap.Logger) (*tracing.Provider, error) {
+	if !s.On {
+		if s.Endpoint != "" {
 			log.Info("not exporting traces: OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none turns --otel-endpoint off")
 		}
-		return nil, nil, nil
+		return nil, nil
 	}
-	tp, stats, err := tracing.NewProvider(context.Background(), endpoint, service)
+	tp, err := tracing.NewProvider(context.Background(), s, service, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tracing: %w", err)
+		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	tracing.LogErrors(log)
-	log.Info("exporting traces over OTLP", zap.String("otel_endpoint", cmp.Or(endpoint, "from OTEL_EXPORTER_OTLP_*")),
-		zap.String("protocol", tracing.Protocol()))
-	return tp, stats, nil
+	log.Info("exporting traces over OTLP", zap.String("otel_endpoint", cmp.Or(s.Endpoint, "from OTEL_EXPORTER_OTLP_*")),
+		zap.String("protocol", s.Protocol))
+	return tp, nil
 }
 
-// flushSpans exports the spans still batched, for at most 5 s, and stops the exporter.
+// flushSpans exports the spans still queued, for tracing.FlushAtStopMax at most, so that a
+// collector that does not answer never holds up a stop, and stops the exporter.
 func flushSpans(p interface{ Shutdown(context.Context) error }) {
-	ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, done := context.WithTimeout(context.Background(), tracing.FlushAtStopMax)
 	defer done()
 	_ = p.Shutdown(ctx)
 }

@@ -28,6 +28,7 @@ func TestParseServerConfigRefuses(t *testing.T) {
 	}
 	const nats = "nats://127.0.0.1:4222/TETHER"
 	const token = "0123456789abcdef0123456789abcdef"
+	otel := []string{"--otel-endpoint", "http://127.0.0.1:4318"}
 	for _, tc := range []struct {
 		args  []string
 		env   map[string]string
@@ -89,6 +90,10 @@ func TestParseServerConfigRefuses(t *testing.T) {
 		{args: []string{"--retain-dead", "1ms"}, want: "--retain-dead 1ms: want 0 (keep until purged)", usage: true},
 		{args: []string{"--archive-after", "1ms"}, want: "--archive-after 1ms: want 0 (never)", usage: true},
 		{args: []string{"--archive-keep", "100000h"}, want: "--archive-keep 100000h0m0s: want 0 (for ever)", usage: true},
+		{args: []string{"--archive-scrub-every", "1ms"}, want: "--archive-scrub-every 1ms: want 0 (never)", usage: true},
+		{args: []string{"--archive-scrub-every", "-1h"}, want: "--archive-scrub-every -1h0m0s: want 0 (never)", usage: true},
+		{env: map[string]string{"TETHER_ARCHIVE_SCRUB_RATE": "0"}, want: "--archive-scrub-rate 0: want 1..100000 (MiB a second)", usage: true},
+		{args: []string{"--archive-scrub-rate", "-8"}, want: "--archive-scrub-rate -8: want 1..100000", usage: true},
 		{args: []string{"--max-dead", "-1"}, want: "--max-dead -1: want 0 (no cap) or more", usage: true},
 		{args: []string{"--flow-bytes-max", "0"}, want: "--flow-bytes-max 0: a flow file may hold at least 1 byte", usage: true},
 		{args: []string{"--cluster-reconfigure"}, want: "--cluster-reconfigure goes with --log nats://...", usage: true},
@@ -99,6 +104,18 @@ func TestParseServerConfigRefuses(t *testing.T) {
 		{args: []string{"--log", nats, "--nats-replicas", "7"}, want: "--nats-replicas 7: want 1..5", usage: true},
 		{args: []string{"--log", nats, "--leader-ttl", "1ms"}, want: "--leader-ttl 1ms: want 500ms..1m0s", usage: true},
 		{args: []string{"--log", nats, "--advertise", "example.com:8080"}, want: `--advertise "example.com:8080": want an http:// or https:// URL`, usage: true},
+		// Tracing's variables, which the OpenTelemetry SDK would panic on, run out of memory
+		// with, or take in silence (transport/tracing's TestReadSettingsRefuses has them all).
+		{args: otel, env: map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "-1"}, want: `OTEL_BSP_MAX_QUEUE_SIZE="-1": want a whole number 1..65536`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "9999999999"}, want: `OTEL_BSP_MAX_QUEUE_SIZE="9999999999"`, usage: true},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "-5"}, want: `OTEL_BSP_MAX_EXPORT_BATCH_SIZE="-5"`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "0"}, want: `OTEL_BSP_SCHEDULE_DELAY="0": want a whole number 1..60000 (milliseconds)`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_TRACES_SAMPLER": "bogus"}, want: `OTEL_TRACES_SAMPLER="bogus": want always_on, always_off`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "x"}, want: `OTEL_TRACES_SAMPLER_ARG="x": want the share of traces to keep, 0..1`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "abc"}, want: "OTEL_EXPORTER_OTLP_HEADERS: entry 1 has no '='", usage: true},
+		{args: otel, env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, want: `OTEL_EXPORTER_OTLP_PROTOCOL="http/json"`, usage: true},
+		{args: otel, env: map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "team"}, want: "OTEL_RESOURCE_ATTRIBUTES: entry 1 is not key=value", usage: true},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, want: "OTEL_EXPORTER_OTLP_ENDPOINT", usage: true},
 	} {
 		name := strings.Join(tc.args, " ")
 		for k, v := range tc.env {

@@ -5,8 +5,10 @@ import (
 	"compress/gzip"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -537,4 +539,242 @@ func TestTraceExportFailuresAreLogged(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "OTEL_EXPORTER_OTLP_ENDPOINT") {
 		t.Errorf("a typo in OTEL_EXPORTER_OTLP_ENDPOINT: exit %d\n%s", code, stderr)
 	}
+}
+
+// A setting of tracing's that the OpenTelemetry SDK would panic on (a negative queue), run out
+// of memory with (a huge one), or take in silence or print as plain text (an unknown sampler, a
+// bad ratio, a header without '=') stops `tether server` and `tether worker` at start as a bad
+// flag does: exit 2, a message that names the variable, no log line, nothing made on disk.
+func TestBadTraceSettingsAreRefusedAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	for _, env := range [][]string{
+		{"OTEL_BSP_MAX_QUEUE_SIZE=-1"},
+		{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE=-5"},
+		{"OTEL_BSP_MAX_QUEUE_SIZE=9999999999"},
+		{"OTEL_TRACES_SAMPLER=bogus"},
+		{"OTEL_TRACES_SAMPLER=traceidratio", "OTEL_TRACES_SAMPLER_ARG=x"},
+		{"OTEL_EXPORTER_OTLP_HEADERS=abc"},
+	} {
+		variable, _, _ := strings.Cut(env[len(env)-1], "=")
+		refused := func(command, stderr string, code int, made string) {
+			t.Helper()
+			if code != 2 || !strings.HasPrefix(stderr, "tether "+command+": "+variable) {
+				t.Errorf("%v tether %s: exit %d, stderr:\n%s", env, command, code, stderr)
+			}
+			if strings.Contains(stderr, "panic") || strings.Contains(stderr, `"level"`) {
+				t.Errorf("%v tether %s: a panic or a log line:\n%s", env, command, stderr)
+			}
+			if _, err := os.Stat(made); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%v tether %s: %s was made", env, command, made)
+			}
+		}
+		data := filepath.Join(t.TempDir(), "data")
+		_, stderr, code := tether(t, env, "server", "--data", data, "--addr", "127.0.0.1:0", "--log-format", "json", "--otel-endpoint", "http://127.0.0.1:4318")
+		refused("server", stderr, code, data)
+		state := filepath.Join(t.TempDir(), "state")
+		_, stderr, code = tether(t, env, "worker", "--server", "http://127.0.0.1:9", "--state-dir", state, "--log-format", "json",
+			"--otel-endpoint", "http://127.0.0.1:4318", "--", "true")
+		refused("worker", stderr, code, state)
+	}
+}
+
+// hungCollector is an OTLP collector that takes the connection and the POST and never answers.
+type hungCollector struct {
+	url string
+	got chan struct{} // closed once a request has arrived
+}
+
+func newHungCollector(t *testing.T) *hungCollector {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hungCollector{url: "http://" + ln.Addr().String(), got: make(chan struct{})}
+	var once sync.Once
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() {
+				if _, err := c.Read(make([]byte, 1)); err == nil {
+					once.Do(func() { close(h.got) })
+				}
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return h
+}
+
+// waitRequest waits until the collector has been sent a request.
+func (h *hungCollector) waitRequest(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no span was sent to the collector in 30 s")
+	}
+}
+
+// stopTime sends SIGTERM to p and returns how long it took to exit (failing the test after 30 s).
+func stopTime(t *testing.T, p *process) time.Duration {
+	t.Helper()
+	began := time.Now()
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.output())
+	}
+	return time.Since(began)
+}
+
+// stopTimeMax is the most a stop may take with a hung collector in these tests: the README's
+// 2 s, with room for a loaded CI machine; a stop that waited for the exporter took 5 s more.
+const stopTimeMax = 5 * time.Second
+
+// traceMetrics reads the server's tether_trace_* figures from /metrics.
+func traceMetrics(t *testing.T, base string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, line := range strings.Split(httpGet(t, base+"/metrics"), "\n") {
+		var name string
+		var v float64
+		if strings.HasPrefix(line, "tether_trace_") {
+			if _, err := fmt.Sscan(line, &name, &v); err == nil {
+				out[name] = int64(v)
+			}
+		}
+	}
+	return out
+}
+
+// A collector that takes the POST and never answers holds up no stop: SIGTERM to exit stays
+// within the README's 2 s (checked here as under stopTimeMax) for the server, `tether worker`
+// and a Python worker; and every span ended is counted somewhere a user looks: exported,
+// failed, dropped or queued in /metrics while the server runs, and what a stop left behind in
+// its log.
+func TestAHungCollectorHoldsNoStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	const caller = "00-9bf92f3577b34da6a3ce929d0e0e4736-50f067aa0ba902b7-01"
+	t.Run("server", func(t *testing.T) {
+		hung := newHungCollector(t)
+		addr := freeAddr(t)
+		p := startTether(t, []string{"OTEL_BSP_MAX_QUEUE_SIZE=8", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=4"},
+			"server", "--data", t.TempDir(), "--addr", addr, "--log-format", "json", "--otel-endpoint", hung.url)
+		p.waitFor(t, `"msg":"ready"`)
+		base := "http://" + addr
+		const submits = 20 // a span each: 4 in the hung export, 8 queued behind it, 8 dropped
+		for range submits {
+			var job struct{ ID string }
+			postTraced(t, base+"/v1/jobs", "application/json", caller, `{"queue":"nobody-serves","type":"t"}`, &job)
+		}
+		hung.waitRequest(t)
+		var m map[string]int64
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if m = traceMetrics(t, base); m["tether_trace_spans_ended_total"] == submits || time.Now().After(deadline) {
+				break
+			}
+		}
+		t.Logf("/metrics with the collector hung: %v", m)
+		if m["tether_trace_spans_ended_total"] != submits || m["tether_trace_spans_dropped_total"] == 0 || m["tether_trace_spans_queued"] == 0 ||
+			m["tether_trace_spans_ended_total"] != m["tether_trace_spans_exported_total"]+m["tether_trace_spans_export_failed_total"]+
+				m["tether_trace_spans_dropped_total"]+m["tether_trace_spans_queued"] {
+			t.Errorf("the spans ended are not all exported, failed, dropped or queued: %v", m)
+		}
+		took := stopTime(t, p)
+		t.Logf("SIGTERM to exit with the collector hung: %v", took)
+		if took >= stopTimeMax {
+			t.Errorf("the server took %v to stop", took)
+		}
+		mustContain(t, "the server's log", p.output(), `"code":"TRACE_SPANS_LOST"`, `"ended":20`, `"dropped":8`, `"unsent_at_stop":8`)
+		for _, line := range strings.Split(strings.TrimSpace(p.output()), "\n") {
+			if !strings.HasPrefix(line, "{") {
+				t.Errorf("a line that is not the server's JSON log: %q", line)
+			}
+		}
+	})
+	t.Run("tether worker", func(t *testing.T) {
+		hung := newHungCollector(t)
+		s := startServer(t, t.TempDir())
+		w := startTether(t, []string{"OTEL_BSP_SCHEDULE_DELAY=50"}, "worker", "--server", s.url, "--state-dir", t.TempDir(), "--queue", "hung",
+			"--log-format", "json", "--otel-endpoint", hung.url, "--", "true")
+		for range 3 {
+			var job struct{ ID string }
+			postTraced(t, s.url+"/v1/jobs", "application/json", caller, `{"queue":"hung","type":"t"}`, &job)
+			if j := waitJob(t, s.url, job.ID); j["status"] != "succeeded" {
+				t.Fatalf("job %v", j)
+			}
+		}
+		hung.waitRequest(t)
+		took := stopTime(t, w)
+		t.Logf("SIGTERM to exit with the collector hung: %v", took)
+		if took >= stopTimeMax {
+			t.Errorf("tether worker took %v to stop", took)
+		}
+		mustContain(t, "the worker's log", w.output(), `"code":"TRACE_SPANS_LOST"`, `"ended":3`)
+	})
+	t.Run("python worker", func(t *testing.T) {
+		const python = "/usr/bin/python3"
+		if _, err := os.Stat(python); err != nil {
+			if os.Getenv("TETHER_REQUIRE_TOOLS") != "" {
+				t.Fatalf("no %s: %v", python, err)
+			}
+			t.Skip("no " + python)
+		}
+		hung := newHungCollector(t)
+		s := startServer(t, t.TempDir())
+		sdk, _ := filepath.Abs("../../sdk/python")
+		script := filepath.Join(t.TempDir(), "worker.py")
+		if err := os.WriteFile(script, []byte(`
+import logging, sys, tether
+logging.basicConfig(level=logging.INFO)
+w = tether.Worker(sys.argv[1], queues=["hung"], otel_endpoint=sys.argv[2])
+@w.handler("t")
+def t(ctx):
+    return {}
+w.run()
+`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := &process{cmd: exec.Command(python, script, s.url, hung.url), done: make(chan struct{})}
+		p.cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk, "OTEL_BSP_SCHEDULE_DELAY=50")
+		p.cmd.Stdout, p.cmd.Stderr = p, p
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { p.err = p.cmd.Wait(); close(p.done) }()
+		t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+		for range 3 {
+			var job struct{ ID string }
+			postTraced(t, s.url+"/v1/jobs", "application/json", caller, `{"queue":"hung","type":"t"}`, &job)
+			if j := waitJob(t, s.url, job.ID); j["status"] != "succeeded" {
+				t.Fatalf("job %v\n%s", j, p.output())
+			}
+		}
+		hung.waitRequest(t)
+		took := stopTime(t, p)
+		t.Logf("SIGTERM to exit with the collector hung: %v", took)
+		if took >= stopTimeMax {
+			t.Errorf("the Python worker took %v to stop", took)
+		}
+		mustContain(t, "the worker's log", p.output(), "3 of 3 spans were not exported")
+	})
 }

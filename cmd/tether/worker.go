@@ -49,7 +49,7 @@ func runWorker(args []string) error {
 	var env envFlags
 	fs.Var(&env, "env", "give every job the worker's variable KEY, or KEY=VALUE (repeatable); jobs get the worker's environment without any TETHER_* variable, and never the token")
 	tokenFile := fs.String("token-file", "", "a file (mode 0600) that holds the worker token and is rewritten atomically each time the worker renews it; if it does not exist yet, the worker registers with --token and writes it")
-	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600) and the results the server has not taken yet")
+	stateDir := fs.String("state-dir", defaultStateDir(), "where the worker keeps its registration (worker id and token, mode 0600), the results the server has not taken yet, and the jobs it runs (a restart after kill -9 ends what they left and gives their leases back)")
 	otelEndpoint := fs.String("otel-endpoint", "", "export an OpenTelemetry span of each job's run over OTLP/HTTP to this URL (e.g. http://collector:4318), under the trace its assignment names; the OTEL_EXPORTER_OTLP_* variables work too; empty and unset: off")
 	var lf cli.LogFlags
 	lf.Register(fs)
@@ -78,6 +78,10 @@ func runWorker(args []string) error {
 	}
 	if err := tracing.CheckEndpoint(*otelEndpoint); err != nil {
 		return cli.BadFlagf(fs, "--otel-endpoint: %v", err)
+	}
+	traces, err := tracing.ReadSettings(*otelEndpoint, os.LookupEnv)
+	if err != nil {
+		return cli.BadFlag(fs, err)
 	}
 	codes, err := intList(*fatal)
 	if err != nil {
@@ -117,7 +121,7 @@ func runWorker(args []string) error {
 	reg := client.Registration{Server: server, HTTPClient: ca.HTTPClient(), Name: *name, Queues: splitList(*queue), Capacity: *capacity, Key: key, StateDir: *stateDir, Logger: log}
 	w := client.Worker{Server: server, Capacity: *capacity, Key: key, Transport: *transportName, Logger: log.Named("worker"),
 		Grace: *grace, Hurry: hurry, Handler: command.Handler(), TLSConfig: ca.TLS}
-	tp, _, err := startExport(*otelEndpoint, "tether-worker", log)
+	tp, err := startExport(traces, "tether-worker", log)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,6 +45,16 @@ func online(t *testing.T, c *client.Client, n int) []wire.Worker {
 		}
 		time.Sleep(20 * time.Millisecond) // polling another process's state through the API
 	}
+}
+
+// awaitRunning waits until job id's command says (on stderr, a log event) it is running.
+func awaitRunning(c *client.Client, id string) {
+	_, _ = c.Watch(context.Background(), id, 0, func(e wire.Event) error {
+		if strings.Contains(string(e.Data), "running") {
+			return errors.New("running")
+		}
+		return nil
+	})
 }
 
 // A typo in the command refuses to start the worker, with the reason, before it takes a job:
@@ -97,12 +108,7 @@ func TestWorkerSIGTERMGivesItsJobBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.Watch(context.Background(), j.ID, 0, func(e wire.Event) error {
-		if strings.Contains(string(e.Data), "running") {
-			return errors.New("running")
-		}
-		return nil
-	})
+	awaitRunning(c, j.ID)
 	next, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -406,4 +412,138 @@ func TestWorkerRefusedForTheCertificateExits(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, w.output())
 	}
 	refused("a worker with a stored registration")
+}
+
+// A command told to stop that exits 0 with what it has never makes its job succeed, over
+// either transport: a client's cancel ends the job cancelled with no output, and a worker's
+// SIGTERM, once its --grace ran out, gives the job back unspent.
+func TestWorkerCommandCutShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	// The trap answers the SIGTERM sent to the command's group; the sleep it waits for dies of
+	// the same signal.
+	const script = `trap 'echo "{\"stopped\":true}"; exit 0' TERM; echo running >&2; sleep 60 & wait`
+	for _, tr := range []string{"websocket", "longpoll"} {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, t.TempDir())
+			c := client.New(s.url, "", nil)
+			w := startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--queue", "q",
+				"--transport", tr, "--grace", "1s", "--kill-grace", "5s", "--log-format", "json", "--", "sh", "-c", script)
+			w.waitFor(t, `"msg":"connected"`)
+
+			cancelled, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", LeaseTTLSeconds: 6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			awaitRunning(c, cancelled.ID)
+			if _, err := c.Cancel(context.Background(), cancelled.ID); err != nil {
+				t.Fatal(err)
+			}
+			if got := awaitJob(t, c, cancelled.ID); got.Status != "cancelled" || string(got.Output) != "null" {
+				t.Fatalf("the cancelled job: %s output %s error %+v", got.Status, got.Output, got.Error)
+			}
+
+			stopped, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", MaxAttempts: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			awaitRunning(c, stopped.ID)
+			w.signal(t, syscall.SIGTERM)
+			if code := w.wait(30 * time.Second); code != 0 {
+				t.Fatalf("the worker exited %d after SIGTERM:\n%s", code, w.output())
+			}
+			got, _ := c.Get(context.Background(), stopped.ID)
+			if got.Status != "queued" || got.Attempt != 0 || string(got.Output) != "null" {
+				t.Fatalf("the job the stop cut short: %s attempt %d output %s", got.Status, got.Attempt, got.Output)
+			}
+			evs, _ := c.Events(context.Background(), stopped.ID, 0)
+			if last := evs.Events[len(evs.Events)-1]; last.Type != "job.lease_released" || !strings.Contains(string(last.Data), "worker_stopping") {
+				t.Fatalf("the history ends %s %s", last.Type, last.Data)
+			}
+		})
+	}
+}
+
+// A worker killed with SIGKILL leaves its job's command running (in its own process group,
+// now the init's) and its lease held. The next start on the same state dir ends that command and
+// gives the lease back at once (job.lease_released, worker_restarted, no attempt spent), so the
+// restarted worker, of capacity 1, runs the job again long before the old lease would expire.
+func TestWorkerKilledWithSIGKILLLeavesNothingBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc: the worker cannot tell a leftover from another process")
+	}
+	s := startServer(t, t.TempDir())
+	c := client.New(s.url, "", nil)
+	dir := t.TempDir()
+	// The first run leaves a child behind and waits; once "again" exists, a run finishes.
+	const script = `if [ -e "$JOBDIR/again" ]; then echo '{"ran":"again"}'; exit 0; fi
+sleep 300 & echo $! > "$JOBDIR/child"; echo $$ > "$JOBDIR/leader"; echo running >&2; wait`
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(dir, "state"), "JOBDIR=" + dir}
+	args := []string{"worker", "--server", s.url, "--queue", "q", "--capacity", "1", "--kill-grace", "2s", "--log-format", "json",
+		"--env", "JOBDIR", "--", "sh", "-c", script}
+	w := startTether(t, env, args...)
+	w.waitFor(t, `"msg":"connected"`)
+	j, err := c.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Type: "t", MaxAttempts: 1, LeaseTTLSeconds: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitRunning(c, j.ID)
+	var pids []int
+	for _, name := range []string{"leader", "child"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || perr != nil {
+			t.Fatalf("the job's %s pid: %q %v %v", name, b, err, perr)
+		}
+		pids = append(pids, pid)
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	w.signal(t, syscall.SIGKILL)
+	w.wait(30 * time.Second)
+	for _, pid := range pids {
+		if !processLives(pid) {
+			t.Fatalf("process %d of the job ended with its worker; the test needs it left behind", pid)
+		}
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "again"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w = startTether(t, env, args...)
+	got := awaitJob(t, c, j.ID) // within 30 s: the old lease had 300
+	if got.Status != "succeeded" || string(got.Output) != `{"ran":"again"}` || got.Attempt != 1 {
+		t.Fatalf("the job after the restart: %s attempt %d output %s\n%s", got.Status, got.Attempt, got.Output, w.output())
+	}
+	for _, pid := range pids {
+		if processLives(pid) {
+			t.Fatalf("process %d the killed worker's job left is still running", pid)
+		}
+	}
+	evs, _ := c.Events(context.Background(), j.ID, 0)
+	var released string
+	for _, e := range evs.Events {
+		if e.Type == "job.lease_released" {
+			released = string(e.Data)
+		}
+	}
+	if !strings.Contains(released, `"reason":"worker_restarted"`) || strings.Contains(released, "attempt_spent") {
+		t.Fatalf("the old lease was released with %q, want worker_restarted and no attempt spent", released)
+	}
+	mustContain(t, "the restarted worker's log", w.output(), "LEFTOVER_ENDED")
+}
+
+// processLives reports whether pid is a process that has not ended (a zombie has: it waits
+// only for its parent, here the init, to reap it).
+func processLives(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
 }

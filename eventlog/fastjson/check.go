@@ -19,7 +19,12 @@ var ErrNotJSON = errors.New("is not valid JSON")
 // clients: a byte that is not UTF-8 (encoding/json keeps it in a raw value, and turns it into
 // U+FFFD in a string), nesting deeper than depthMax arrays and objects, or a key twice in one
 // object (encoding/json keeps the last; other parsers the first, or refuse). Keys are compared
-// as their escapes decode. An error's message reads after its subject ("the body ...").
+// as their escapes decode. It also holds the text to I-JSON (RFC 7493), which every client
+// reads alike: a number beyond the range of an IEEE 754 double (1e999, which Go refuses and
+// Python reads as inf and cannot write back) and a string or key with a lone surrogate
+// (\ud800 without its pair, which Go reads as U+FFFD and Python keeps) are refused. An error's
+// message reads after its subject ("the body ...") and names where the value is, as a path
+// (payload.items[2]) and a byte offset.
 //
 // Check reads the structure of the text, not the grammar of its numbers and literals, which
 // is the decoder's to check: it may take what is not JSON, and refuses with ErrNotJSON what it
@@ -99,16 +104,29 @@ func (c *checker) run(depthMax int, stack []container, keys []span) error {
 			}
 			continue
 		case '"':
-			if c.i = skipString(c.B, c.i); c.i < 0 {
+			end, lone := scanString(c.B, c.i)
+			if end < 0 {
 				return ErrNotJSON
 			}
+			if lone >= 0 {
+				return fmt.Errorf("has a lone surrogate %s in the string at %s (I-JSON, RFC 7493; at offset %d)",
+					c.B[lone:lone+6], c.valuePath(stack, keys), lone)
+			}
+			c.i = end
 		default: // a number or a literal, whose grammar is the decoder's to check
 			b, i := c.B, c.i
+			exponent := false
 			for i < len(b) && !delimiter(b[i]) {
+				exponent = exponent || b[i] == 'e' || b[i] == 'E'
 				i++
 			}
 			if i == c.i {
 				return ErrNotJSON
+			}
+			// Only an exponent or hundreds of digits reach past a double's 1.8e308.
+			if (exponent || i-c.i > numberDigitsSafe) && beyondDouble(b[c.i:i]) {
+				return fmt.Errorf("has the number %s at %s, beyond the range of a double (I-JSON, RFC 7493; at offset %d)",
+					clipNumber(b[c.i:i]), c.valuePath(stack, keys), c.i)
 			}
 			c.i = i
 		}
@@ -145,6 +163,76 @@ func (c *checker) run(depthMax int, stack []container, keys []span) error {
 	}
 }
 
+// numberDigitsSafe is the longest number without an exponent that Check does not parse: a
+// double's largest, 1.8e308, has 309 digits.
+const numberDigitsSafe = 300
+
+// beyondDouble reports whether number, read as JSON's grammar reads it, is past the largest
+// double (strconv and encoding/json refuse it; Python reads it as inf). A number that is too
+// small becomes 0, as it does in every client; a token that is not a number is the decoder's.
+func beyondDouble(number []byte) bool {
+	_, err := strconv.ParseFloat(string(number), 64)
+	return errors.Is(err, strconv.ErrRange)
+}
+
+// clipNumber quotes a number for a message, cut short if it is long.
+func clipNumber(n []byte) string {
+	const keep = 24
+	if len(n) <= keep {
+		return string(n)
+	}
+	return string(n[:keep]) + "..."
+}
+
+// scanString returns the end of the string that starts at b[i] (past its closing quote; -1 if
+// it does not end), and where its first lone surrogate escape is (-1 if none): a \uD800-\uDBFF
+// not followed at once by a \uDC00-\uDFFF, or one of those not after one of these. A \u escape
+// that is not four hex digits is the decoder's to refuse.
+func scanString(b []byte, i int) (end, lone int) {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			if i+5 < len(b) && b[i+1] == 'u' {
+				if u, ok := hex4(b[i+2 : i+6]); ok && u >= 0xd800 && u <= 0xdfff {
+					low, ok := uint16(0), false
+					if i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+						low, ok = hex4(b[i+8 : i+12])
+					}
+					if u >= 0xdc00 || !ok || low < 0xdc00 || low > 0xdfff {
+						return skipString(b, i-1), i
+					}
+					i += 6 // the pair's second half
+				}
+				i += 5
+				continue
+			}
+			i++
+		case '"':
+			return i + 1, -1
+		}
+	}
+	return -1, -1
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) (uint16, bool) {
+	var u uint16
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		u = u<<4 | uint16(c)
+	}
+	return u, true
+}
+
 // delimiter reports whether c ends a number or a literal.
 func delimiter(c byte) bool {
 	switch c {
@@ -175,6 +263,12 @@ func (c *checker) key(stack []container, keys []span) ([]span, error) {
 	k.end, c.i = i, i+1
 	if k.escaped && !json.Valid(b[k.start-1:c.i]) {
 		return keys, ErrNotJSON
+	}
+	if k.escaped {
+		if _, lone := scanString(b, k.start-1); lone >= 0 {
+			return keys, fmt.Errorf("has a lone surrogate %s in a key of the object at %s (I-JSON, RFC 7493; at offset %d)",
+				b[lone:lone+6], orTop(c.path(stack, keys)), lone)
+		}
 	}
 	top := &stack[len(stack)-1]
 	seen := keys[top.keys:]
@@ -227,6 +321,30 @@ func (c *checker) same(x, y span) bool {
 		return bytes.Equal(c.B[x.start:x.end], c.B[y.start:y.end])
 	}
 	return c.name(x) == c.name(y)
+}
+
+// valuePath names the value that starts at the checker's place by the keys and indexes that
+// lead to it, as payload.items[2]; "the top level" for the text's own value.
+func (c *checker) valuePath(stack []container, keys []span) string {
+	if len(stack) == 0 {
+		return "the top level"
+	}
+	p, top := c.path(stack, keys), stack[len(stack)-1]
+	switch {
+	case !top.object:
+		return p + "[" + strconv.Itoa(top.index) + "]"
+	case p == "":
+		return c.name(keys[len(keys)-1])
+	}
+	return p + "." + c.name(keys[len(keys)-1])
+}
+
+// orTop is a container's path, or "the top level" for the text's own.
+func orTop(path string) string {
+	if path == "" {
+		return "the top level"
+	}
+	return path
 }
 
 // path names the innermost open container by the keys and indexes that lead to it, as

@@ -15,5 +15,6 @@
 // A failure to verify is an error that names the first bad seq: an *eventlog.ChainError for a
 // record that was changed, dropped or moved, or a *FoldError for a record the projections cannot
 // fold (an event that breaks the lifecycle), or a *CheckpointError for a checkpoint that does not
-// equal the replay. The functions never write.
+// equal the replay. The functions never write to the data directory; ExportFile writes its file
+// whole or not at all.
 package audit

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -90,6 +92,50 @@ func Export(ctx context.Context, l *eventlog.Log, w io.Writer, from, to uint64, 
 	progress.report(n, to-from+1, true)
 	return n, bw.Flush()
 }
+
+// ExportFile is Export to the file at path. A regular file (or a path not yet there) is
+// written whole or not at all: the records go to a temporary file beside it, which is synced
+// and renamed over path only once every record is in it, so a failed or interrupted export
+// leaves path as it was. Anything else (/dev/stdout, a pipe, a terminal) is written in place,
+// without a sync, which such files refuse.
+func ExportFile(ctx context.Context, l *eventlog.Log, path string, from, to uint64, progress ProgressFunc) (uint64, error) {
+	if _, _, err := ExportRange(l.Head().Seq, from, to); err != nil {
+		return 0, err // before any file is made
+	}
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return 0, err
+		}
+		n, err := Export(ctx, l, f, from, to, progress)
+		return n, errors.Join(err, f.Close())
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	n, err := Export(ctx, l, tmp, from, to, progress)
+	if err == nil {
+		err = errors.Join(tmp.Chmod(exportFileMode), tmp.Sync())
+	}
+	if err = errors.Join(err, tmp.Close()); err != nil {
+		return n, err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return n, err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // the rename survives a power cut where the directory takes a sync
+		d.Close()
+	}
+	return n, nil
+}
+
+// exportFileMode is an export's permissions, those os.Create gives under the usual umask: the
+// temporary file it is written to starts at 0600.
+const exportFileMode = 0o644
 
 // appendExportLine writes the line by hand: encoding/json would compact and re-escape Data,
 // and the hash is over Data's stored bytes.

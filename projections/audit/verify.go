@@ -398,6 +398,8 @@ func compareCheckpoint(l *eventlog.Log, set *projections.Set, c eventlog.Checkpo
 		pw.CloseWithError(stored.WriteFold(pw))
 	}()
 	defer func() { pr.Close(); <-written }() // the writer reads the log, which closes after
+	// A checkpoint of a build that kept no tombstones has them only from its seq on.
+	set.KeepGoneFrom(stored.GoneFrom())
 	same := &sameAs{want: pr}
 	if err := set.WriteFold(same); err != nil {
 		if errors.Is(err, errDiffers) {

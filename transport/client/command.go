@@ -140,7 +140,7 @@ func (c Command) Handler() Handler {
 
 func (c Command) run(ctx context.Context, job *Job) (any, error) {
 	if len(c.Args) == 0 {
-		return nil, &Release{Reason: ReleaseStartFailed, Message: "the worker has no command to run", Backoff: true}
+		return nil, &Release{Reason: ReleaseStartFailed, Message: "the worker has no command to run"}
 	}
 	grace := c.KillGrace
 	if grace <= 0 {
@@ -187,8 +187,9 @@ func (c Command) run(ctx context.Context, job *Job) (any, error) {
 		f.Close() // the program holds its own copies
 	}
 	if err != nil {
-		return nil, &Release{Reason: ReleaseStartFailed, Message: err.Error(), Backoff: true}
+		return nil, &Release{Reason: ReleaseStartFailed, Message: err.Error()}
 	}
+	job.startedProcess(cmd.Process.Pid, grace)
 	go func() {
 		_, _ = stdinW.Write(payload) // fails at once if the program has gone, or its stdin is closed below
 		_ = stdinW.Close()

@@ -228,7 +228,8 @@ func (g *Registration) Path() string {
 	return filepath.Join(g.StateDir, fmt.Sprintf("worker-%s-%s.json", safe, hex.EncodeToString(sum[:4])))
 }
 
-// ResultsDir is where the worker keeps the results the server has not taken yet: beside its
+// ResultsDir is where the worker keeps the results the server has not taken yet, and the jobs
+// it runs (Worker.ResultsDir): beside its
 // Registration, or, for a worker given its token, named after the token's file or the token.
 func (g *Registration) ResultsDir(tokenFile, token string) string {
 	switch {

@@ -77,48 +77,67 @@ func (s resultStore) save(p pendingResult) error {
 }
 
 // remove forgets the result of lease.
-func (s resultStore) remove(lease string) error {
-	err := os.Remove(s.path(lease))
+func (s resultStore) remove(lease string) error { return removeKept(s.path(lease)) }
+
+// removeKept removes a file of the store, if it is there.
+func removeKept(path string) error {
+	err := os.Remove(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	return err
 }
 
-// load returns the results a worker left unsent. A file that does not parse is reported and
-// left where it is, for an operator to look at.
+// load returns the results a worker left unsent.
 func (s resultStore) load() ([]pendingResult, []error) {
-	entries, err := os.ReadDir(s.dir)
+	return readKept(s.dir, resultSuffix, func(data []byte) (p pendingResult, err error) {
+		if err = json.Unmarshal(data, &p); err == nil {
+			err = namesALease(p.Frame.JobID, p.Frame.LeaseID)
+		}
+		return p, err
+	})
+}
+
+// namesALease refuses a kept file that names no job or lease.
+func namesALease(job, lease string) error {
+	if job == "" || lease == "" {
+		return errors.New("no job or lease in it")
+	}
+	return nil
+}
+
+// readKept reads each file of dir named *suffix: a file a write left unfinished (suffix.tmp) is
+// removed, never read; one that cannot be read or decoded is reported and left where it is, for
+// an operator to look at.
+func readKept[T any](dir, suffix string, decode func([]byte) (T, error)) ([]T, []error) {
+	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, []error{err}
 	}
-	var out []pendingResult
+	var out []T
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasSuffix(name, resultSuffix+".tmp") {
-			_ = os.Remove(filepath.Join(s.dir, name)) // a save that never finished: never sent
+		if strings.HasSuffix(name, suffix+".tmp") {
+			_ = os.Remove(filepath.Join(dir, name))
 			continue
 		}
-		if !strings.HasSuffix(name, resultSuffix) {
+		if !strings.HasSuffix(name, suffix) {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(s.dir, name))
-		var p pendingResult
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		var v T
 		if err == nil {
-			err = json.Unmarshal(data, &p)
-		}
-		if err == nil && (p.Frame.JobID == "" || p.Frame.LeaseID == "") {
-			err = errors.New("no job or lease in it")
+			v, err = decode(data)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
 		}
-		out = append(out, p)
+		out = append(out, v)
 	}
 	return out, errs
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -148,8 +149,13 @@ func TestWorkerKeepsAResultAcrossARestart(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	if files, _ := os.ReadDir(dir); len(files) != 1 {
-		t.Fatalf("%d files kept, want the one result", len(files))
+	// The result, and the record of the job it ran, which a start must not take for a job
+	// its worker died running: the job finished, and its result is what is sent.
+	if results, _ := filepath.Glob(filepath.Join(dir, "*.result.json")); len(results) != 1 {
+		t.Fatalf("%d results kept, want the one", len(results))
+	}
+	if running, _ := filepath.Glob(filepath.Join(dir, "*.running.json")); len(running) != 1 {
+		t.Fatalf("%d running jobs recorded, want the one", len(running))
 	}
 
 	s.refuse.Store(false)
@@ -169,6 +175,15 @@ func TestWorkerKeepsAResultAcrossARestart(t *testing.T) {
 	}
 	if err := <-answered; err != nil {
 		t.Fatalf("the kept result was answered %v", err)
+	}
+	evs, err := c.Events(ctx(t), job.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Events {
+		if e.Type == "job.lease_released" {
+			t.Fatalf("the finished job's lease was given back: %s", e.Data)
+		}
 	}
 	if files, _ := os.ReadDir(dir); len(files) != 0 {
 		t.Fatalf("%d files left once the server took the result", len(files))

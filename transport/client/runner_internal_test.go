@@ -22,9 +22,10 @@ import (
 
 // The reasons the worker releases a job with are the catalogue's, which the server writes.
 func TestReleaseReasonsAreTheCatalogues(t *testing.T) {
-	if ReleaseWorkerStopping != eventlog.ReleasedWorkerStopping || ReleaseStartFailed != eventlog.ReleasedStartFailed {
-		t.Fatalf("release reasons %q, %q; the catalogue's %q, %q", ReleaseWorkerStopping, ReleaseStartFailed,
-			eventlog.ReleasedWorkerStopping, eventlog.ReleasedStartFailed)
+	if ReleaseWorkerStopping != eventlog.ReleasedWorkerStopping || ReleaseStartFailed != eventlog.ReleasedStartFailed ||
+		ReleaseWorkerRestarted != eventlog.ReleasedWorkerRestarted {
+		t.Fatalf("release reasons %q, %q, %q; the catalogue's %q, %q, %q", ReleaseWorkerStopping, ReleaseStartFailed, ReleaseWorkerRestarted,
+			eventlog.ReleasedWorkerStopping, eventlog.ReleasedStartFailed, eventlog.ReleasedWorkerRestarted)
 	}
 }
 

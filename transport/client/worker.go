@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
@@ -66,7 +67,10 @@ func (j *Job) Event(ctx context.Context, eventType string, data any) error {
 // Handler runs one job and returns its output (any JSON-encodable value; json.RawMessage is
 // sent as is) or an error. A *Failure says how the attempt failed, a *Release gives the job back
 // untried; any other error fails it with code "error", retryable. ctx ends when the server asks
-// to cancel the job, the lease is lost, or the worker stops and its grace is over.
+// to cancel the job, the lease is lost, or the worker stops and its grace is over; whatever the
+// handler returns after that, the job does not succeed: a cancelled job ends cancelled (the
+// server takes an output sent after the cancel as its acknowledgement, and keeps no output),
+// and a job stopped by the worker's stop is given back with no attempt spent.
 type Handler func(ctx context.Context, job *Job) (output any, err error)
 
 // Failure is a failed attempt with a code. Retryable false sends the job to the dead-letter
@@ -80,21 +84,26 @@ type Failure struct {
 func (f *Failure) Error() string { return f.Code + ": " + f.Message }
 
 // Release is a handler's answer for a job it could not even try, through no fault of the job
-// (its command could not start, say): the job goes back to the queue with no attempt spent.
-// Backoff says the fault is the worker's: it takes no new job for a while, longer each time in
-// a row, so that a broken worker does not take the whole queue through its hands.
+// (its command could not start, say): the job goes back to the queue with no attempt spent,
+// and the worker takes no new job for a while, 1 s and twice as long each time in a row (up to
+// 5 minutes) until a job completes: the job goes back to its place in its queue, and taken back
+// at once it would only be released again, until the server spends an attempt on it (eleven
+// releases in a row). Reason is the code the job's history shows ("released" if empty).
 type Release struct {
 	Reason  string // a short code: ReleaseStartFailed
 	Message string
+	// Deprecated: every Release backs the worker off; Backoff is not read.
 	Backoff bool
 }
 
 // The reasons this worker gives a job back with, which the server writes to its log as they
-// come: eventlog.ReleasedWorkerStopping and eventlog.ReleasedStartFailed, restated here so that
-// a worker does not link the server's log (TestReleaseReasonsAreTheCatalogues holds them equal).
+// come: eventlog.ReleasedWorkerStopping, ReleasedStartFailed and ReleasedWorkerRestarted,
+// restated here so that a worker does not link the server's log
+// (TestReleaseReasonsAreTheCatalogues holds them equal).
 const (
-	ReleaseWorkerStopping = "worker_stopping"
-	ReleaseStartFailed    = "start_failed"
+	ReleaseWorkerStopping  = "worker_stopping"
+	ReleaseStartFailed     = "start_failed"
+	ReleaseWorkerRestarted = "worker_restarted"
 )
 
 func (r *Release) Error() string { return r.Reason + ": " + r.Message }
@@ -145,7 +154,10 @@ type Worker struct {
 	// ResultsDir, if set, is where the worker keeps each job's result until the server has
 	// taken it or refused it for good: written before the result is first sent, so that a
 	// worker that stops or dies first sends it again when it starts on the same directory.
-	// Without it, results wait in memory only.
+	// Without it, results wait in memory only. It holds each running job's lease too, and the
+	// process group a Command started for it, so that a start after the worker died without a
+	// clean stop (kill -9) ends what its jobs left running and gives their leases back at once
+	// (ReleaseWorkerRestarted), rather than let them fill its capacity until they expire.
 	ResultsDir string
 }
 
@@ -213,6 +225,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.ResultsDir != "" {
 		r.results = &resultStore{dir: w.ResultsDir}
 		r.resume()
+		r.leftovers()
 	}
 	err := r.connectLoop(ctx)
 	r.stop(err)
@@ -238,6 +251,62 @@ func (r *runner) resume() {
 		r.log.Info("sending a result kept from before", zap.String("job_id", f.JobID), zap.String("report", f.Type))
 		go r.reportAndWait(t, f)
 	}
+}
+
+// leftovers ends what the jobs of a worker on the same ResultsDir left running when it died
+// without a clean stop (kill -9, the OOM killer), and gives back at once the leases of those
+// whose result it did not keep: each is heartbeaten while its processes are ended, then released
+// (ReleaseWorkerRestarted) by the rules of a kept result. A job whose result is kept finished:
+// the result is sent (resume), and whatever it left running is ended too.
+func (r *runner) leftovers() {
+	jobs, errs := r.results.running()
+	for _, err := range errs {
+		r.log.Error("a running job's record could not be read; it is left where it is", zap.String("dir", r.w.ResultsDir), zap.Error(err))
+	}
+	for _, rj := range jobs {
+		r.mu.Lock()
+		_, kept := r.tasks[rj.LeaseID] // its result, resumed
+		r.mu.Unlock()
+		if kept {
+			go r.endLeftover(rj)
+			continue
+		}
+		t := &task{job: &Job{ID: rj.JobID, LeaseID: rj.LeaseID, r: r}, leaseTTL: rj.LeaseTTL}
+		t.ctx, t.cancel = context.WithCancel(context.Background())
+		t.heard.Store(rj.Heard.UnixNano())
+		r.mu.Lock()
+		r.tasks[rj.LeaseID] = t
+		r.mu.Unlock()
+		go func() {
+			ended := r.endLeftover(rj)
+			f := wire.Frame{Type: wire.FrameRelease, JobID: rj.JobID, LeaseID: rj.LeaseID, Reason: ReleaseWorkerRestarted,
+				Message: fmt.Sprintf("the worker was restarted after it died running the job; %d of its processes were left, and ended", ended)}
+			r.keep(t, f)
+			if err := r.results.untrack(rj.LeaseID); err != nil {
+				r.log.Error("a running job's record could not be removed", zap.String("job_id", rj.JobID), zap.Error(err))
+			}
+			r.reportAndWait(t, f)
+		}()
+	}
+}
+
+// endLeftover ends what rj left running, if its handler started processes, and says how many
+// there were.
+func (r *runner) endLeftover(rj runningJob) int {
+	if rj.Process == nil {
+		return 0
+	}
+	if !canEndLeftovers {
+		r.log.Warn("a job of this worker's last run may have left processes running: this platform cannot tell them from others, so they are not ended",
+			zap.String("job_id", rj.JobID), zap.Int("pgid", rj.Process.PGID))
+		return 0
+	}
+	n := endLeftover(rj.Process, rj.LeaseID)
+	if n > 0 {
+		r.log.Warn("ended the processes a job of this worker's last run left running", zap.String("code", "LEFTOVER_ENDED"),
+			zap.String("job_id", rj.JobID), zap.Int("pgid", rj.Process.PGID), zap.Int("processes", n))
+	}
+	return n
 }
 
 // connectLoop keeps a connection up until ctx ends or the server refuses the worker for good.
@@ -368,8 +437,8 @@ type runner struct {
 	// runCtx is Run's; stopping is set when Run ends (stoppingLocked).
 	runCtx   context.Context
 	stopping bool
-	// pausedUntil holds credit back after jobs that could not start (Release.Backoff); pauses
-	// counts them in a row.
+	// pausedUntil holds credit back after jobs given back untried (Release); pauses counts them
+	// in a row.
 	pausedUntil time.Time
 	pauses      int
 	token       tokenState
@@ -394,7 +463,8 @@ type task struct {
 	// heartbeat is how often the lease must be heartbeaten.
 	heartbeat time.Duration
 	// cancelled is why the job was stopped: "cancelled" (a client asked), "lost" (the lease is
-	// no longer this worker's) or "stopping" (the worker stops).
+	// no longer this worker's) or "stopping" (the worker stops); "" once its handler returned
+	// before any of these, which a later one does not change.
 	cancelled atomic.Value
 	// leaseTTL is how long the lease lasts past each heartbeat the server answers, and heard
 	// (Unix nanoseconds) when it last answered one for this lease: the lease may be valid
@@ -543,16 +613,21 @@ func (r *runner) notifyFreed() {
 	}
 }
 
-// pause holds credit back after a job that could not start: 1 s, then twice as long each time
-// in a row, up to pauseMax.
+// pause holds credit back after a job given back untried: 1 s, then twice as long each time in
+// a row, up to pauseMax.
 func (r *runner) pause(rel *Release) {
 	r.mu.Lock()
 	r.pauses++
 	d := backoff(r.pauses, time.Second, pauseMax)
 	r.pausedUntil = time.Now().Add(d)
 	r.mu.Unlock()
-	r.log.Error("a job could not start; it goes back to the queue, and this worker takes no job for a while",
-		zap.String("code", "JOB_NOT_STARTED"), zap.String("reason", rel.Reason), zap.String("error", rel.Message), zap.Duration("for", d))
+	if rel.Reason == ReleaseStartFailed {
+		r.log.Error("a job could not start; it goes back to the queue, and this worker takes no job for a while",
+			zap.String("code", "JOB_NOT_STARTED"), zap.String("reason", rel.Reason), zap.String("error", rel.Message), zap.Duration("for", d))
+	} else {
+		r.log.Warn("the handler gave a job back untried; it goes back to the queue, and this worker takes no job for a while",
+			zap.String("reason", rel.Reason), zap.String("message", rel.Message), zap.Duration("for", d))
+	}
 	time.AfterFunc(d, func() {
 		r.grantCredit()
 		r.notifyFreed()
@@ -630,8 +705,12 @@ func (r *runner) serve(t *task) {
 
 // run runs the handler for t and reports the result.
 func (r *runner) run(t *task) {
+	r.track(t) // here, not on the goroutine that reads the connection
 	ctx, span := r.runSpan(t)
 	out, err := r.w.Handler(ctx, t.job)
+	// What the result is follows from whether the job was told to stop before its handler
+	// returned: a stop or cancel that comes later finds the result made (stopTask).
+	t.cancelled.CompareAndSwap(nil, "")
 	if span != nil {
 		endRunSpan(span, t, err)
 	}
@@ -660,21 +739,21 @@ func (r *runner) report(t *task, out any, herr error) {
 		return
 	}
 	f := wire.Frame{JobID: j.ID, LeaseID: j.LeaseID}
-	if herr == nil {
+	if herr == nil && why != "stopping" {
 		f, herr = r.completion(j, out)
 	}
 	switch rel := asRelease(herr); {
+	case why == "stopping":
+		// Told to stop once the stop's grace ran out: the job was cut short, whatever the
+		// handler made of it (an output, an error), and goes back unspent.
+		f.Type, f.Reason, f.Message = wire.FrameRelease, ReleaseWorkerStopping, "the worker stopped before the job finished"
 	case herr == nil:
 		r.mu.Lock()
 		r.pauses = 0
 		r.mu.Unlock()
-	case why == "stopping":
-		f.Type, f.Reason, f.Message = wire.FrameRelease, ReleaseWorkerStopping, "the worker stopped before the job finished"
 	case rel != nil:
-		f.Type, f.Reason, f.Message = wire.FrameRelease, rel.Reason, rel.Message
-		if rel.Backoff {
-			r.pause(rel)
-		}
+		f.Type, f.Reason, f.Message = wire.FrameRelease, cmp.Or(rel.Reason, "released"), rel.Message
+		r.pause(rel)
 	default:
 		f = failFrame(j, herr, why == "cancelled")
 	}
@@ -861,10 +940,46 @@ func refusalFrame(j *Job, r policy.Refusal, err error) wire.Frame {
 // forget removes an ended task.
 func (r *runner) forget(t *task) {
 	t.cancel()
+	if r.results != nil {
+		if err := r.results.untrack(t.job.LeaseID); err != nil {
+			r.log.Error("a running job's record could not be removed; the next start gives its lease back, which the server refuses",
+				zap.String("job_id", t.job.ID), zap.Error(err))
+		}
+	}
 	r.mu.Lock()
 	delete(r.tasks, t.job.LeaseID)
 	r.mu.Unlock()
 	r.notifyFreed()
+}
+
+// track keeps t's lease in ResultsDir while the job runs (runningJob).
+func (r *runner) track(t *task) {
+	if r.results == nil {
+		return
+	}
+	j := t.job
+	rj := runningJob{JobID: j.ID, LeaseID: j.LeaseID, LeaseTTL: t.leaseTTL, Heard: time.Unix(0, t.heard.Load()).UTC()}
+	if err := r.results.track(rj); err != nil {
+		r.log.Error("the running job could not be recorded; if this worker dies, a restart leaves its lease to expire",
+			zap.String("job_id", j.ID), zap.Error(err))
+	}
+}
+
+// startedProcess notes that the job's handler started a process group of its own, led by pid,
+// which gets killGrace between SIGTERM and SIGKILL: a start after the worker died ends it.
+func (j *Job) startedProcess(pid int, killGrace time.Duration) {
+	r := j.r
+	if r == nil || r.results == nil {
+		return
+	}
+	p := identify(pid, killGrace)
+	if p == nil {
+		return // gone already
+	}
+	if err := r.results.trackProcess(j.LeaseID, p); err != nil {
+		r.log.Error("the job's process could not be recorded; if this worker dies, a restart leaves it running",
+			zap.String("job_id", j.ID), zap.Int("pgid", pid), zap.Error(err))
+	}
 }
 
 // outputOf encodes a handler's output as JSON; nil is null.

@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/broker"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/client"
@@ -288,4 +292,80 @@ func noConsoleErrors(t *testing.T, b *testtool.Browser) {
 			t.Errorf("console %s (%s): %s", e.Level, e.Source, e.Message)
 		}
 	}
+}
+
+// The overview shows an archive segment a scrub found damaged, naming it and its records, and,
+// once a good copy is back, a whole archive as one quiet line.
+func TestDashboardShowsADamagedArchiveSegment(t *testing.T) {
+	browser := testtool.NewBrowser(t, 1280, 900, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := zaptest.NewLogger(t)
+	dir := t.TempDir()
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := broker.Config{Dir: dir, Logger: log, Clock: func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+		Archive: broker.ArchiveConfig{After: time.Minute, Every: 5 * time.Millisecond}}
+	b, err := broker.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Submit(ctx, "default", "", actors.JobSpec{Queue: "q", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil { // a checkpoint of everything
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(5 * time.Minute)
+	mu.Unlock()
+	if b, err = broker.Open(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); b.Archive().Sealed == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing was archived")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the archiver, which looks every 5 ms
+	}
+	// A record in the hot log, where start-up reads: the segment is read by the scrub alone.
+	if _, _, err := b.Submit(ctx, "default", "", actors.JobSpec{Queue: "q", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, err := filepath.Glob(filepath.Join(dir, "archive", "seg-*.tseg"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("segments %v %v", segs, err)
+	}
+	seg, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg[40] ^= 1
+	if err := os.WriteFile(segs[0], seg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.Archive = broker.ArchiveConfig{ScrubEvery: time.Second} // a scrub at start, and each second
+	if b, err = broker.Open(cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, url := transporttest.Serve(t, b, transport.Config{Auth: transport.AuthNone, Logger: log})
+	browser.Go(url + "/")
+	name := filepath.Base(segs[0])
+	row := fmt.Sprintf(`[data-test=archive] [data-segment=%q]`, name)
+	browser.WaitFor("the damaged segment", query("[data-test=archive] [data-archive=damaged]")+" && "+query(row))
+	var shown string
+	browser.Eval(&shown, `return `+query(row)+`.textContent`)
+	if !strings.Contains(shown, "checksum does not match") || !strings.Contains(shown, "1..") {
+		t.Errorf("the damaged segment's row: %q", shown)
+	}
+	noConsoleErrors(t, browser)
+
+	if err := os.WriteFile(segs[0], append(seg[:40:40], append([]byte{seg[40] ^ 1}, seg[41:]...)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	browser.WaitFor("the archive whole again", query("[data-test=archive] [data-archive=whole]"))
 }

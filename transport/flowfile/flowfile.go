@@ -221,7 +221,11 @@ func (s *stepFields) read(n *yaml.Node, path string, step bool) error {
 				return at(v, p, "%v", err)
 			}
 			b, err := json.Marshal(x)
-			if err != nil {
+			var notANumber *json.UnsupportedValueError
+			switch {
+			case errors.As(err, &notANumber):
+				return at(v, p, "the payload has %s, which JSON has no number for (I-JSON, RFC 7493)", notANumber.Str)
+			case err != nil:
 				return at(v, p, "the payload must be JSON-shaped (string keys only): %v", err)
 			}
 			if err := fastjson.Check(b, wire.JSONDepthMax-1); err != nil { // as deep as a submit's payload

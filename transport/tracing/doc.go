@@ -14,5 +14,13 @@
 // the attempt's span before it is made. A job that continues no trace (a schedule's) has a
 // trace id derived from its id.
 //
+// Export (Provider): the spans wait in a bounded queue and go to the collector in batches, over
+// OTLP; a span that finds the queue full is dropped, never waited for, and every span ended is
+// counted as exported, failed, dropped or still queued (SpanCounts). A stop waits for what is
+// queued FlushAtStopMax at most, whatever the collector does, and logs what it did not send.
+// Its settings (ReadSettings) are the OTEL_* variables, each one the SDK or its exporters would
+// read checked first, so that a mistake stops the start instead of a panic or a default taken
+// in silence.
+//
 // A nil *Tracer is tracing off: every method returns at once.
 package tracing

@@ -1,16 +1,13 @@
 package tracing
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"net/url"
-	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -22,26 +19,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// Enabled reports whether traces are to be exported: an endpoint given (--otel-endpoint), or
-// one in the standard OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT variables, and the SDK not
-// disabled (OTEL_SDK_DISABLED=true, OTEL_TRACES_EXPORTER=none).
-func Enabled(endpoint string) bool {
-	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || os.Getenv("OTEL_TRACES_EXPORTER") == "none" {
-		return false
-	}
-	return endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
-}
-
-// Protocol is the OTLP protocol the standard variables ask for: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
-// else OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.
-func Protocol() string {
-	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf")
-}
-
-// newExporter returns the OTLP exporter the protocol asks for: over HTTP (protobuf) to
-// endpoint's /v1/traces, or over gRPC to endpoint; where the variables say when endpoint is "".
-func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
-	switch p := Protocol(); p {
+// newExporter returns the OTLP exporter the settings ask for: over HTTP (protobuf) to the
+// endpoint's /v1/traces, or over gRPC to the endpoint; where the variables say when the
+// settings name no endpoint.
+func newExporter(ctx context.Context, s Settings) (sdktrace.SpanExporter, error) {
+	endpoint := s.Endpoint
+	switch s.Protocol {
 	case "grpc":
 		var opts []otlptracegrpc.Option
 		if endpoint != "" {
@@ -58,7 +41,7 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 		}
 		return otlptracehttp.New(ctx, opts...)
 	default:
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: tether exports over http/protobuf or grpc", p)
+		return nil, fmt.Errorf("OTLP protocol %q: tether exports over http/protobuf or grpc", s.Protocol)
 	}
 }
 
@@ -78,26 +61,26 @@ func CheckEndpoint(endpoint string) error {
 	return nil
 }
 
+// Provider is a tracer provider that exports its spans over OTLP in batches (NewProvider)
+// and counts what became of them.
+type Provider struct {
+	*sdktrace.TracerProvider
+	queue *exportQueue
+	log   *zap.Logger
+}
+
 // NewProvider returns a tracer provider that exports in batches over OTLP/HTTP (protobuf) to
-// endpoint, the collector's base URL (http://collector:4318; /v1/traces is added unless it
-// ends so), or over gRPC to it (http://collector:4317) when OTEL_EXPORTER_OTLP_PROTOCOL is
-// grpc; or
+// the settings' endpoint, the collector's base URL (http://collector:4318; /v1/traces is added
+// unless it ends so), or over gRPC to it (http://collector:4317) when the protocol is grpc; or
 // where the OTEL_EXPORTER_OTLP_* variables say. service is the service.name unless
-// OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise; OTEL_TRACES_SAMPLER is obeyed.
-// It uses IDGenerator. Shutdown flushes it.
-func NewProvider(ctx context.Context, endpoint, service string) (*sdktrace.TracerProvider, *Stats, error) {
-	if endpoint == "" { // the variables' URLs are checked as the flag's is: a typo is not silence
-		for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-			if err := CheckEndpoint(os.Getenv(v)); err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", v, err)
-			}
-		}
-	}
-	exp, err := newExporter(ctx, endpoint)
+// OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise. The settings must come from
+// ReadSettings, which checked the variables the SDK reads here. It uses IDGenerator, and logs
+// to log when spans are dropped and, at Shutdown, what was not exported.
+func NewProvider(ctx context.Context, s Settings, service string, log *zap.Logger) (*Provider, error) {
+	exp, err := newExporter(ctx, s)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	stats := &Stats{}
 	version := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		version = bi.Main.Version
@@ -105,42 +88,35 @@ func NewProvider(ctx context.Context, endpoint, service string) (*sdktrace.Trace
 	res, err := resource.New(ctx, resource.WithAttributes(semconv.ServiceName(service), semconv.ServiceVersion(version)),
 		resource.WithTelemetrySDK(), resource.WithFromEnv())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(endedCounter{stats}), sdktrace.WithBatcher(countingExporter{exp, stats}),
-		sdktrace.WithResource(res), sdktrace.WithIDGenerator(IDGenerator{Random: rand.Reader}))
-	return tp, stats, nil
+	q := newExportQueue(exp, s, log)
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(q), sdktrace.WithResource(res), sdktrace.WithIDGenerator(IDGenerator{Random: rand.Reader})}
+	if s.Sampler != nil {
+		opts = append(opts, sdktrace.WithSampler(s.Sampler))
+	}
+	return &Provider{TracerProvider: sdktrace.NewTracerProvider(opts...), queue: q, log: log}, nil
 }
 
-// Stats counts what became of the spans a provider made; what is neither exported nor failed
-// is waiting in its batch, or was dropped because the batch was full (a collector too slow).
-type Stats struct {
-	Ended, Exported, Failed atomic.Int64
-}
+// Counts says what became of the spans.
+func (p *Provider) Counts() SpanCounts { return p.queue.counts() }
 
-// endedCounter is a span processor that counts the spans ended.
-type endedCounter struct{ stats *Stats }
-
-func (c endedCounter) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (c endedCounter) OnEnd(sdktrace.ReadOnlySpan)                     { c.stats.Ended.Add(1) }
-func (c endedCounter) Shutdown(context.Context) error                  { return nil }
-func (c endedCounter) ForceFlush(context.Context) error                { return nil }
-
-// countingExporter counts the spans its exporter sent and those it could not.
-type countingExporter struct {
-	sdktrace.SpanExporter
-	stats *Stats
-}
-
-func (e countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	err := e.SpanExporter.ExportSpans(ctx, spans)
-	if err != nil {
-		e.stats.Failed.Add(int64(len(spans)))
-	} else {
-		e.stats.Exported.Add(int64(len(spans)))
+// Shutdown exports the spans still queued while ctx lasts, counts those it could not send,
+// stops the exporter, and logs what was not exported (TRACE_SPANS_LOST), if anything.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	err := p.queue.Shutdown(ctx)
+	_ = p.TracerProvider.Shutdown(context.Background()) // its one processor, the queue, has stopped
+	if c := p.Counts(); c.lost() > 0 {
+		p.log.Warn("spans were not exported", zap.String("code", "TRACE_SPANS_LOST"), zap.Int64("ended", c.Ended),
+			zap.Int64("exported", c.Exported), zap.Int64("failed", c.Failed), zap.Int64("dropped", c.Dropped), zap.Int64("unsent_at_stop", c.Unsent))
 	}
 	return err
 }
+
+// FlushAtStopMax is how long a stop waits for the spans still queued to be exported, the
+// export under way included: a collector that is slow or hung costs a stop this much at
+// most, and the spans it did not take are counted (SpanCounts.Failed, Unsent) and logged.
+const FlushAtStopMax = 500 * time.Millisecond
 
 // LogErrors sends what the OpenTelemetry SDK reports (an export that failed or timed out) to
 // log as TRACE_EXPORT_FAILED, at most one line every errorsEvery with the count since the last,

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
 
@@ -44,8 +45,11 @@ func TestProtocolFromTheVariables(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	tp, _, err := NewProvider(context.Background(), "http://"+ln.Addr().String(), "tether")
+	s, err := ReadSettings("http://"+ln.Addr().String(), env(map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := NewProvider(context.Background(), s, "tether", zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +64,7 @@ func TestProtocolFromTheVariables(t *testing.T) {
 	}
 	c.mu.Unlock()
 
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
-	if _, _, err := NewProvider(context.Background(), "http://127.0.0.1:4318", "tether"); err == nil {
+	if _, err := ReadSettings("http://127.0.0.1:4318", env(map[string]string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"})); err == nil {
 		t.Error("http/json was taken; tether's exporter does not speak it")
 	}
 }
@@ -72,15 +75,19 @@ func TestEndpointVariablesAreChecked(t *testing.T) {
 		if err := CheckEndpoint(bad); err == nil || !strings.Contains(err.Error(), "want the collector's http:// or https:// URL") && !strings.Contains(err.Error(), "no host") {
 			t.Errorf("%q: %v", bad, err)
 		}
-		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", bad)
-		if _, _, err := NewProvider(context.Background(), "", "tether"); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_ENDPOINT") {
+		if _, err := ReadSettings("", env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": bad})); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_ENDPOINT") {
 			t.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT=%q: %v", bad, err)
 		}
 	}
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
-	tp, _, err := NewProvider(context.Background(), "", "tether")
-	if err != nil {
-		t.Fatal(err)
+	if s, err := ReadSettings("", env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})); err != nil || !s.On {
+		t.Fatalf("%+v %v", s, err)
 	}
-	_ = tp.Shutdown(context.Background())
+}
+
+// env is a lookupEnv of the variables given.
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := vars[k]
+		return v, ok
+	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -21,9 +20,8 @@ import (
 // Tracer is the server's tracing; a nil *Tracer is tracing off, and every method of it costs a
 // comparison.
 type Tracer struct {
-	provider *sdktrace.TracerProvider
+	provider SpanProvider
 	tracer   trace.Tracer
-	stats    *Stats
 	log      *zap.Logger
 	// observations go from the committer (Observe) to the goroutine that makes their spans;
 	// dropped counts those that found it full.
@@ -31,18 +29,21 @@ type Tracer struct {
 	dropped      atomic.Int64
 }
 
+// SpanProvider is what a Tracer makes its spans with: a Provider, or, in tests, any tracer
+// provider that uses IDGenerator.
+type SpanProvider interface {
+	trace.TracerProvider
+	Shutdown(context.Context) error
+}
+
 // observationsMax bounds the observations waiting for their spans: past it they are dropped,
 // never waited for.
 const observationsMax = 1 << 16
 
-// NewTracer returns tracing that makes its spans with provider, which must use IDGenerator;
-// stats, if not nil, counts what became of them (NewProvider's).
-func NewTracer(provider *sdktrace.TracerProvider, stats *Stats, log *zap.Logger) *Tracer {
-	if stats == nil {
-		stats = &Stats{}
-	}
+// NewTracer returns tracing that makes its spans with provider, which must use IDGenerator.
+func NewTracer(provider SpanProvider, log *zap.Logger) *Tracer {
 	tr := provider.Tracer("github.com/tetherhq/tether")
-	t := &Tracer{provider: provider, tracer: tr, stats: stats, log: log, observations: make(chan Observation, observationsMax)}
+	t := &Tracer{provider: provider, tracer: tr, log: log, observations: make(chan Observation, observationsMax)}
 	go t.makeSpans(NewObserver(tr))
 	return t
 }
@@ -76,19 +77,22 @@ func (t *Tracer) Observe(view View, seq uint64, at time.Time, p eventlog.Payload
 	}
 }
 
-// Counts says what became of the spans: ended, exported, in exports that failed; and the
-// committed events whose spans were not made (their hand-off was full).
-func (t *Tracer) Counts() (ended, exported, failed, dropped int64) {
-	return t.stats.Ended.Load(), t.stats.Exported.Load(), t.stats.Failed.Load(), t.dropped.Load()
+// Counts says what became of the spans (zero with a provider that does not count them), and
+// how many committed events' spans were not made (their hand-off was full).
+func (t *Tracer) Counts() (spans SpanCounts, eventsDropped int64) {
+	if p, ok := t.provider.(*Provider); ok {
+		spans = p.Counts()
+	}
+	return spans, t.dropped.Load()
 }
 
-// Shutdown makes the spans of what was observed, exports what is batched, and stops the
-// exporter.
+// Shutdown makes the spans of what was observed, exports what is queued, and stops the
+// exporter, all within ctx.
 func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	flushed := t.flush(ctx) // on time or not, what is batched is sent
+	flushed := t.flush(ctx) // on time or not, what is queued is sent
 	if n := t.dropped.Load(); n > 0 {
 		t.log.Warn("spans were dropped", zap.String("code", "TRACE_SPANS_DROPPED"), zap.Int64("events", n))
 	}

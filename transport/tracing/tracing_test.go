@@ -37,7 +37,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithIDGenerator(IDGenerator{Random: rand.Reader}))
-	return &world{t: t, exp: exp, tr: NewTracer(tp, nil, zap.NewNop()), obs: NewObserver(tp.Tracer("test")), set: projections.New()}
+	return &world{t: t, exp: exp, tr: NewTracer(tp, zap.NewNop()), obs: NewObserver(tp.Tracer("test")), set: projections.New()}
 }
 
 func (w *world) append(ms int, events ...eventlog.Payload) {
@@ -214,10 +214,15 @@ func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { ret
 func (discard) Shutdown(context.Context) error                             { return nil }
 
 // BenchmarkObserveJob measures what one job's spans (job, wait, attempt) cost with tracing on
-// and a batching exporter, as the server makes them: on the committer, which copies what the
+// and the export queue, as the server makes them: on the committer, which copies what the
 // spans need (committer), and on the goroutine that makes them (spans).
 func BenchmarkObserveJob(b *testing.B) {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithIDGenerator(IDGenerator{Random: rand.Reader}))
+	s, err := ReadSettings("http://collector:4318", env(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(newExportQueue(discard{}, s, zap.NewNop())),
+		sdktrace.WithIDGenerator(IDGenerator{Random: rand.Reader}))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	o := NewObserver(tp.Tracer("bench"))
 	set := projections.New()
@@ -294,7 +299,7 @@ func TestObservationsAreHandedOverNotWaitedFor(t *testing.T) {
 		t.Errorf("dropped %d, want 1", stalled.dropped.Load())
 	}
 
-	tr := NewTracer(tp, nil, zap.NewNop())
+	tr := NewTracer(tp, zap.NewNop())
 	for i, p := range events {
 		tr.Observe(set, uint64(i+1), at(i), p)
 	}

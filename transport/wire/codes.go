@@ -66,7 +66,7 @@ const (
 // behaviours use is missing.
 var ErrorCodes = []ErrorCode{
 	{"INVALID_ARGUMENT", http.StatusBadRequest, noRetry, closeRequest, "A field is missing, malformed or out of range; the message names it."},
-	{CodeInvalidJSON, http.StatusBadRequest, noRetry, closeInvalidData, "The body is empty, not JSON, more than one JSON value, not UTF-8, nested deeper than 512 levels, or holds a key twice in one object (at any level, payload included); the message names the key."},
+	{CodeInvalidJSON, http.StatusBadRequest, noRetry, closeInvalidData, "The body is empty, not JSON, more than one JSON value, not UTF-8, nested deeper than 512 levels, holds a key twice in one object (at any level, payload included), or is not I-JSON (RFC 7493: a number past a double's range, a lone surrogate); the message names the key or the place."},
 	{"SIGNATURE_INVALID", http.StatusBadRequest, noRetry, closeRequest, "A completion's Ed25519 signature does not verify against the worker's registered public key."},
 	{CodeBadHandshake, http.StatusBadRequest, noRetry, closeRequest, "The WebSocket endpoint was called without a valid WebSocket upgrade; long-poll instead, or fix the client."},
 	{"UNAUTHENTICATED", http.StatusUnauthorized, noRetry, closeAuth, "No credential, or one the server does not know."},

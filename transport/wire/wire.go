@@ -557,3 +557,32 @@ type FlowList struct {
 	Flows      []Flow `json:"flows"`
 	NextCursor string `json:"next_cursor,omitempty"`
 }
+
+// Archive is GET /v1/archive: the sealed archive segments, and what the scrubs that read them
+// whole against their checksums found (--archive-scrub-every).
+type Archive struct {
+	Segments     int    `json:"segments"`
+	Bytes        uint64 `json:"bytes"`
+	OldestHotSeq uint64 `json:"oldest_hot_seq"` // older records are in the segments
+	// Damaged are the segments a scrub found damaged that are still there, by name: their
+	// records answer HISTORY_GONE until a good copy is put back under the same name.
+	Damaged []DamagedSegment `json:"damaged"`
+	Scrub   ArchiveScrub     `json:"scrub"`
+}
+
+// DamagedSegment is an archive segment a scrub found damaged.
+type DamagedSegment struct {
+	Segment  string    `json:"segment"`
+	FirstSeq uint64    `json:"first_seq"`
+	LastSeq  uint64    `json:"last_seq"`
+	Reason   string    `json:"reason"`
+	FoundAt  time.Time `json:"found_at"`
+}
+
+// ArchiveScrub is how often the scrubs run and what they did since the server started.
+type ArchiveScrub struct {
+	EverySeconds float64    `json:"every_seconds"` // 0: never
+	Passes       uint64     `json:"passes"`        // scrubs that read every segment
+	Bytes        uint64     `json:"bytes"`
+	LastEnd      *time.Time `json:"last_end"` // null before the first ends
+}

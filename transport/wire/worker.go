@@ -52,7 +52,7 @@ type Frame struct {
 	Message   string `json:"message,omitempty"`
 	Retryable *bool  `json:"retryable,omitempty"`
 	// release: why the worker gives the job back untried or unfinished ("worker_stopping",
-	// "start_failed"); no attempt is spent
+	// "start_failed", "worker_restarted", "released"); no attempt is spent
 	Reason string `json:"reason,omitempty"`
 
 	// welcome (and assign: HeartbeatSeconds, how often to heartbeat while holding that lease)

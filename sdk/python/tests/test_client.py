@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -251,3 +252,20 @@ def test_signing_without_a_library_says_what_to_install(monkeypatch):
         from tether import Signer
         Signer.generate()
     assert "PyNaCl or cryptography" in str(e.value) and "python3-nacl" in str(e.value)
+
+
+def test_what_is_not_i_json_is_refused_before_it_is_sent(client):
+    """A value the server would refuse as INVALID_JSON (I-JSON, RFC 7493: a number past a
+    double's range, a lone surrogate, NaN or an infinity) is a ValueError naming the place, and
+    nothing is sent; what I-JSON takes reads back the same."""
+    for payload, says in [({"n": [1, 10 ** 400]}, "the number at payload.n[1]"), ({"s": "ab\ud800"}, r"\ud800 in the string at payload.s"),
+                          ({"p": {"\udc00": 1}}, r"\udc00 in a key of the object at payload.p"), ({"x": float("inf")}, "not JSON compliant")]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            client.submit("ijson", "t", payload)
+    assert client.list(queue="ijson")["jobs"] == []
+    taken = {"s": "caf\u00e9 \U0001F600", "big": 10 ** 308, "max": 1.7976931348623157e308}
+    assert client.get(client.submit("ijson", "t", taken)["id"])["payload"] == taken
+    # The server's rule is the contract: a body sent as it is gets INVALID_JSON naming the place.
+    with pytest.raises(TetherError) as e:
+        client._http.request("POST", "/v1/jobs", raw=b'{"queue":"ijson","type":"t","payload":{"n":1e999}}')
+    assert e.value.code == "INVALID_JSON" and "payload.n" in e.value.message and e.value.status == 400

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
+import socket
 import threading
+import time
 
 import pytest
 
+import tether
 from tether import _otlp
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -41,8 +45,35 @@ def receiver():
 def clean_env(monkeypatch):
     for k in ("OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
               "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_SERVICE_NAME",
-              "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+              "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_TIMEOUT",
+              "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+              "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_EXPORT_TIMEOUT"):
         monkeypatch.delenv(k, raising=False)
+
+
+@pytest.fixture
+def hung_collector():
+    """A collector that takes the connection and the POST and never answers; got is set once a
+    request has arrived."""
+    ln = socket.socket()
+    ln.bind(("127.0.0.1", 0))
+    ln.listen(16)
+    got, held = threading.Event(), []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = ln.accept()
+            except OSError:
+                return
+            held.append(conn)
+            threading.Thread(target=lambda c=conn: (c.recv(1), got.set(), c.recv(1 << 20)), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{ln.getsockname()[1]}", got
+    ln.close()
+    for c in held:
+        c.close()
 
 
 def test_endpoint_from_the_variables(monkeypatch):
@@ -96,12 +127,64 @@ def test_a_span_is_sent_as_otlp_json(receiver, monkeypatch):
     assert sent["status"] == {"code": 2, "message": "oom"}
 
 
-def test_spans_past_the_queue_are_dropped_not_kept(monkeypatch):
-    monkeypatch.setattr(_otlp, "QUEUE_MAX", 3)
-    monkeypatch.setattr(_otlp, "BATCH_MAX", 100)
+def test_spans_past_the_queue_are_dropped_not_kept(monkeypatch, caplog):
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "3")
     exp = _otlp.Exporter("http://127.0.0.1:9/v1/traces")  # nobody there: nothing drains
+    assert exp.batch_max == 3  # the default 512 is more than the queue holds
     with exp._cond:  # holds the sender off while the queue fills (the lock is re-entrant)
         for _ in range(5):
             exp._add({"name": "tether.run"})
         assert len(exp._spans) == 3 and exp.dropped == 2
     exp.shutdown(timeout=5)
+    assert exp.counts() == {"ended": 5, "exported": 0, "failed": 3, "dropped": 2, "unsent": 0, "queued": 0}
+    assert "tracing: spans are dropped: the export queue is full" in caplog.text
+    assert "5 of 5 spans were not exported: 3 in exports that failed or did not finish, 2 dropped" in caplog.text
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"OTEL_BSP_MAX_QUEUE_SIZE": "-1"}, 'OTEL_BSP_MAX_QUEUE_SIZE="-1": want a whole number 1..65536'),
+    ({"OTEL_BSP_MAX_QUEUE_SIZE": "9999999999"}, 'OTEL_BSP_MAX_QUEUE_SIZE="9999999999"'),
+    ({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "-5"}, 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE="-5"'),
+    ({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "600", "OTEL_BSP_MAX_QUEUE_SIZE": "100"}, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=600 is more than"),
+    ({"OTEL_BSP_SCHEDULE_DELAY": "0"}, 'OTEL_BSP_SCHEDULE_DELAY="0": want a whole number 1..60000 (milliseconds)'),
+    ({"OTEL_BSP_EXPORT_TIMEOUT": "1.5"}, 'OTEL_BSP_EXPORT_TIMEOUT="1.5"'),
+    ({"OTEL_EXPORTER_OTLP_TIMEOUT": "10s"}, 'OTEL_EXPORTER_OTLP_TIMEOUT="10s"'),
+    ({"OTEL_EXPORTER_OTLP_HEADERS": "abc"}, "OTEL_EXPORTER_OTLP_HEADERS: entry 1 has no '='"),
+    ({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "bad key=1"}, "OTEL_EXPORTER_OTLP_TRACES_HEADERS: entry 1: 'bad key' is not a header name"),
+    ({"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=s3cr3t%zz"}, "the value of x-api-key is not %-encoded right"),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/xml"}, 'OTEL_EXPORTER_OTLP_PROTOCOL="http/xml"'),
+    ({"OTEL_TRACES_EXPORTER": "console"}, 'OTEL_TRACES_EXPORTER="console": tether exports traces over OTLP only'),
+    ({"OTEL_SDK_DISABLED": "maybe"}, 'OTEL_SDK_DISABLED="maybe": want true or false'),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4318"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT 'collector:4318' is not an http"),
+])
+def test_bad_settings_are_refused_when_the_worker_is_made(monkeypatch, env, want):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError) as e:
+        tether.Worker("http://127.0.0.1:9", otel_endpoint="http://127.0.0.1:4318")
+    assert want in str(e.value) and "s3cr3t" not in str(e.value)
+
+
+def test_settings_from_the_variables(monkeypatch):
+    for k, v in {"OTEL_BSP_MAX_QUEUE_SIZE": "100", "OTEL_BSP_SCHEDULE_DELAY": " 250 ", "OTEL_EXPORTER_OTLP_TIMEOUT": "2000",
+                 "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "3000", "OTEL_BSP_EXPORT_TIMEOUT": "4000"}.items():
+        monkeypatch.setenv(k, v)
+    exp = _otlp.Exporter("http://127.0.0.1:9/v1/traces")
+    exp.shutdown()
+    assert (exp.queue_max, exp.batch_max, exp.flush_every, exp.send_timeout) == (100, 100, 0.25, 3.0)
+
+
+def test_a_hung_collector_holds_no_stop(monkeypatch, caplog, hung_collector):
+    url, got = hung_collector
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
+    exp = _otlp.Exporter(_otlp.endpoint_from_env(url))
+    for _ in range(2):  # a full batch: its request goes, and is never answered
+        exp.start("tether.run", PARENT, {}).end()
+    assert got.wait(30)
+    exp.start("tether.run", PARENT, {}).end()
+    assert exp.counts() == {"ended": 3, "exported": 0, "failed": 0, "dropped": 0, "unsent": 0, "queued": 3}
+    began = time.monotonic()
+    exp.shutdown(timeout=0.2)
+    assert time.monotonic() - began < 5  # the request's own timeout is 10 s
+    assert exp.counts() == {"ended": 3, "exported": 0, "failed": 2, "dropped": 0, "unsent": 1, "queued": 0}
+    assert "3 of 3 spans were not exported: 2 in exports that failed or did not finish, 0 dropped (the queue was full), 1 unsent at the stop" in caplog.text

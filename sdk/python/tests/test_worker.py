@@ -15,7 +15,7 @@ import urllib.parse
 
 import pytest
 
-from tether import Client, Failure, Signer, TetherError, Worker, output_hash
+from tether import Client, Failure, JobContext, Release, Signer, TetherError, Worker, output_hash
 from tether.errors import UNREACHABLE
 
 
@@ -193,13 +193,17 @@ WORKER_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {sdk!r})
     from tether import Worker
-    w = Worker({url!r}, queues=["term"], transport={transport!r}, grace=0.5)
+    w = Worker({url!r}, queues=["term"], transport={transport!r}, grace={grace!r})
 
     @w.handler()
     def forever(ctx):
         print("started", flush=True)
-        if {deaf!r}:
+        if {handler!r} == "deaf":
             time.sleep(3600)  # a handler that never looks at ctx.cancelled
+        if {handler!r} == "returns":  # as ctx.cancelled's docstring says: check the flag, return
+            while not ctx.cancelled:
+                time.sleep(0.05)
+            return {{"stopped": True}}
         ctx.wait_cancelled()
         ctx.check_cancelled()
 
@@ -208,10 +212,11 @@ WORKER_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("deaf", [False, True], ids=["cooperative", "deaf-handler"])
-def test_sigterm_gives_the_running_job_back(client, server, make_worker, transport, deaf):
+@pytest.mark.parametrize("handler,grace", [("raises", 0.5), ("deaf", 0.5), ("returns", 1)],
+                         ids=["cooperative", "deaf-handler", "returns-its-output"])
+def test_sigterm_gives_the_running_job_back(client, server, make_worker, transport, handler, grace):
     sdk = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script = WORKER_SCRIPT.format(sdk=sdk, url=server.url, transport=transport, deaf=deaf)
+    script = WORKER_SCRIPT.format(sdk=sdk, url=server.url, transport=transport, handler=handler, grace=grace)
     proc = subprocess.Popen([sys.executable, "-c", script],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -223,8 +228,11 @@ def test_sigterm_gives_the_running_job_back(client, server, make_worker, transpo
     finally:
         proc.kill()
     after = client.get(job["id"])
-    # Given back untried: queued again, and max_attempts=1 is not spent.
-    assert after["status"] == "queued" and after["lease"] is None
+    # Given back untried: queued again, and max_attempts=1 is not spent, whatever the handler
+    # returned once told to stop.
+    assert after["status"] == "queued" and after["lease"] is None and after["attempt"] == 0
+    last = client.events(job["id"])["events"][-1]
+    assert last["type"] == "job.lease_released" and last["data"]["reason"] == "worker_stopping"
     second = make_worker(queues=["term"])
     second.handle("t", lambda ctx: "ran again")
     run_in_thread(second)
@@ -555,3 +563,137 @@ def test_a_result_kept_in_results_dir_outlives_the_worker(client, server, transp
         for p in (first, second):
             if p is not None:
                 p.kill()
+
+
+def test_a_cancelled_job_never_succeeds(client, make_worker):
+    w = make_worker()
+    started = threading.Event()
+
+    @w.handler("sleep")
+    def h(ctx):  # as ctx.cancelled's docstring says: check the flag, return
+        started.set()
+        end = time.time() + ctx.payload["s"]
+        while time.time() < end:
+            if ctx.cancelled:
+                return {"stopped": True}
+            time.sleep(0.05)
+        return {"slept": ctx.payload["s"]}
+
+    run_in_thread(w)
+    job = client.submit("py", "sleep", {"s": 60}, lease_ttl_seconds=6)  # heartbeats every 2 s
+    assert started.wait(30)
+    client.cancel(job["id"])
+    done = client.wait(job["id"], timeout=30)
+    assert done["status"] == "cancelled" and done["output"] is None, done
+    assert done["error"]["code"] == "cancelled" and "not kept" in done["error"]["message"]
+
+
+def test_a_handler_that_returns_within_the_grace_completes(client, make_worker):
+    w = make_worker(grace=30)
+    started, finish = threading.Event(), threading.Event()
+
+    @w.handler()
+    def job(ctx):
+        started.set()
+        finish.wait(30)
+        return {"cancelled": ctx.cancelled}
+
+    t = run_in_thread(w)
+    j = client.submit("py", "t", max_attempts=1)
+    assert started.wait(30)
+    w.stop()
+    finish.set()
+    t.join(30)
+    assert not t.is_alive()
+    done = client.wait(j["id"], timeout=30)
+    assert done["status"] == "succeeded" and done["output"] == {"cancelled": False}
+
+
+def test_a_release_backs_the_worker_off(client, make_worker):
+    w = make_worker()
+    leased = []
+    twice = threading.Event()
+
+    @w.handler()
+    def not_now(ctx):
+        leased.append(time.monotonic())
+        if len(leased) == 2:
+            twice.set()
+        raise Release("not now")
+
+    run_in_thread(w)
+    job = client.submit("py", "t", max_attempts=2)
+    assert twice.wait(30)
+    # The pause after a release is 1 s, at least half of it: not eleven releases in 200 ms.
+    assert leased[1] - leased[0] >= 0.5, leased
+    released = [e["data"] for e in client.events(job["id"])["events"] if e["type"] == "job.lease_released"]
+    assert released and released[0]["reason"] == "released" and released[0]["message"] == "not now", released
+    assert not any(r.get("attempt_spent") for r in released), released
+
+
+def test_a_release_reason_the_server_would_refuse_is_refused_here():
+    with pytest.raises(ValueError):
+        Release("x", reason="not now")
+    assert Release("x", reason="gpu_busy").reason == "gpu_busy"
+
+
+def test_a_value_that_is_not_json_raises_where_it_is_sent(client, make_worker):
+    w = make_worker()
+
+    @w.handler("event")
+    def event(ctx):
+        for bad in ({1, 2}, float("nan"), "\ud800", 10**400):
+            try:
+                ctx.progress(bad)
+            except (TypeError, ValueError) as e:
+                assert not isinstance(e, TetherError)
+            else:
+                raise AssertionError(f"{bad!r} was sent")
+        return "refused here"
+
+    @w.handler("output")
+    def output(ctx):
+        return {1, 2}
+
+    @w.handler("huge")
+    def huge(ctx):
+        return {"n": 10**400}
+
+    run_in_thread(w)
+    ev = client.submit("py", "event", max_attempts=1)
+    out = client.submit("py", "output", max_attempts=3)
+    huge = client.submit("py", "huge", max_attempts=3)
+    ev_done = client.wait(ev["id"], timeout=30)
+    assert ev_done["status"] == "succeeded" and ev_done["output"] == "refused here", ev_done
+    out_done = client.wait(out["id"], timeout=30)
+    # Not JSON at every attempt: failed for good on the first, as the Go runner judges it.
+    assert out_done["status"] == "failed" and out_done["dead_reason"] == "non_retryable", out_done
+    assert out_done["error"]["code"] == "bad_output" and out_done["attempt"] == 1
+    huge_done = client.wait(huge["id"], timeout=30)
+    assert huge_done["status"] == "failed" and huge_done["error"]["code"] == "bad_output", huge_done
+
+
+def test_the_pause_after_releases_doubles_and_a_completion_ends_it():
+    w = Worker("http://127.0.0.1:9", queues=["py"])  # no server: nothing here sends
+    w._report = lambda ctx, body, kind: w._done(ctx)
+    outcome = {"release": True}
+
+    @w.handler()
+    def job(ctx):
+        if outcome["release"]:
+            raise Release("not now")
+        return "done"
+
+    def run_one():
+        ctx = JobContext(w, {"job_id": "j", "lease_id": "l", "job_type": "t"})
+        w._active[ctx.lease_id] = ctx
+        w._run_job(ctx)
+        return w._paused_until - time.monotonic()
+
+    for n in (1, 2, 3, 4):  # 1 s, 2 s, 4 s, 8 s, each jittered over its upper half
+        left = run_one()
+        assert 2 ** (n - 1) / 2 - 0.1 <= left <= 2 ** (n - 1), (n, left)
+    outcome["release"] = False
+    run_one()
+    outcome["release"] = True
+    assert run_one() <= 1.0  # counted from the start again

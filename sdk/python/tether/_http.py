@@ -11,6 +11,7 @@ import time
 import urllib.parse
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+from . import _ijson
 from .errors import TLS_ERROR, UNREACHABLE, TetherError
 
 USER_AGENT = "tether-python/0.1"
@@ -72,7 +73,7 @@ class HTTP:
         may always."""
         data = raw
         if data is None and body is not None:
-            data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+            data = _ijson.dumps(body).encode()
         h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if data is not None:
             h["Content-Type"] = content_type

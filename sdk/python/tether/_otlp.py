@@ -2,8 +2,12 @@
 standard library only, so that a worker where pip cannot reach an index still reports the span
 of each job's run. It reads the standard variables: OTEL_SDK_DISABLED, OTEL_TRACES_EXPORTER
 (``none`` turns it off), OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, OTEL_EXPORTER_OTLP_[TRACES_]HEADERS,
-OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (``grpc`` it cannot speak: it says so and exports nothing)
-and OTEL_SERVICE_NAME."""
+OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (``grpc`` it cannot speak: it says so and exports nothing),
+OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT, OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
+OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_EXPORT_TIMEOUT and OTEL_SERVICE_NAME. Each is checked as the Go
+binary checks it, with the same bounds: a value it cannot use raises ValueError naming the
+variable when the worker is made, never a default taken in silence. Sampling follows the
+assignment's trace context: a run is recorded when its parent was sampled."""
 
 import json
 import logging
@@ -18,12 +22,21 @@ from typing import Any, Dict, List, Optional
 
 log = logging.getLogger("tether.otlp")
 
-BATCH_MAX = 512  # spans in one request
+# The defaults of OTEL_BSP_* (the specification's) and their bounds, the Go binary's.
 QUEUE_MAX = 2048  # spans waiting; more are dropped (and counted), never blocking a job
-FLUSH_EVERY = 1.0  # seconds
-SEND_TIMEOUT = 10.0
+QUEUE_MAX_LIMIT = 65536
+BATCH_MAX = 512  # spans in one request
+FLUSH_EVERY = 5.0  # seconds a batch that is not full waits
+EXPORT_TIMEOUT = 30.0  # seconds one export may take (OTEL_BSP_EXPORT_TIMEOUT)
+SEND_TIMEOUT = 10.0  # seconds one request may take (OTEL_EXPORTER_OTLP_TIMEOUT)
+MILLIS_MAX = 60_000  # the longest time in milliseconds a variable may give
+STOP_FLUSH_MAX = 0.5  # seconds a stop waits for the spans still queued: a hung collector costs no more
+WARN_EVERY = 30.0  # seconds between two warnings that spans are dropped
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_WHOLE = re.compile(r"^[+-]?[0-9]+$")
 
 SPAN_KIND_CONSUMER = 5
 STATUS_ERROR = 2
@@ -37,39 +50,84 @@ def parse_traceparent(tp: str):
     return m.group(1), m.group(2), int(m.group(3), 16)
 
 
+def _env(name: str) -> str:
+    return os.environ.get(name, "").strip()  # an empty value is no value, as the specification says
+
+
+def _bool_var(name: str) -> bool:
+    v = _env(name)
+    if v.lower() not in ("", "true", "false"):
+        raise ValueError(f"tether: {name}={json.dumps(v)}: want true or false")
+    return v.lower() == "true"
+
+
+def _int_var(name: str, default: int, lo: int, hi: int, unit: str = "") -> int:
+    v = _env(name)
+    if not v:
+        return default
+    if not _WHOLE.match(v) or not lo <= int(v) <= hi:
+        raise ValueError(f"tether: {name}={json.dumps(v)}: want a whole number {lo}..{hi}{unit}")
+    return int(v)
+
+
+def _millis_var(name: str, default: float) -> float:
+    return _int_var(name, int(default * 1000), 1, MILLIS_MAX, " (milliseconds)") / 1000
+
+
 def endpoint_from_env(explicit: str = "") -> str:
     """The URL spans are posted to, or "" when tracing is off."""
-    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true" or os.environ.get("OTEL_TRACES_EXPORTER") == "none":
+    disabled = _bool_var("OTEL_SDK_DISABLED")
+    exporter = _env("OTEL_TRACES_EXPORTER")
+    exporters = [e.strip() for e in exporter.split(",")] if exporter else []
+    if any(e not in ("otlp", "none") for e in exporters):
+        raise ValueError(f"tether: OTEL_TRACES_EXPORTER={json.dumps(exporter)}: "
+                         "tether exports traces over OTLP only: want otlp, or none for no traces")
+    if disabled or "none" in exporters:
         return ""
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
-    if protocol == "grpc":
+    protocol = ""
+    for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+        v = _env(name)
+        if v not in ("", "http/protobuf", "http/json", "grpc"):
+            raise ValueError(f"tether: {name}={json.dumps(v)}: want http/json (what the Python SDK sends), http/protobuf or grpc")
+        protocol = v or protocol
+    base, whole = _env("OTEL_EXPORTER_OTLP_ENDPOINT"), _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if base:
+        base = _traces_url(base, "OTEL_EXPORTER_OTLP_ENDPOINT")
+    if whole:
+        _traces_url(whole, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")  # checked; taken whole, as the spec says
+    url = _traces_url(explicit) if explicit else whole or base
+    if url and protocol == "grpc":
         log.warning("OTEL_EXPORTER_OTLP_PROTOCOL is grpc: the tether Python SDK exports over OTLP/HTTP only; no spans are exported")
         return ""
-    if explicit:
-        return _traces_url(explicit)
-    if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]  # the whole URL, as the spec says
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return _traces_url(os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
-    return ""
+    return url
 
 
-def _traces_url(base: str) -> str:
+def _traces_url(base: str, name: str = "the OTLP endpoint") -> str:
     u = urllib.parse.urlsplit(base)
-    if u.scheme not in ("http", "https") or not u.netloc:
-        raise ValueError(f"tether: the OTLP endpoint {base!r} is not an http:// or https:// URL (e.g. http://localhost:4318)")
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"tether: {name} {base!r} is not an http:// or https:// URL (e.g. http://localhost:4318)")
     base = base.rstrip("/")
     return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
 def _headers_from_env() -> Dict[str, str]:
-    raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS") or ""
-    out = {}
-    for pair in raw.split(","):
-        if "=" in pair:
-            k, v = pair.split("=", 1)
-            out[urllib.parse.unquote(k.strip())] = urllib.parse.unquote(v.strip())
-    return out
+    """The headers of OTEL_EXPORTER_OTLP_TRACES_HEADERS, else of OTEL_EXPORTER_OTLP_HEADERS (as
+    the Go exporter takes them), each key=value,key=value with values %-encoded; both are
+    checked. Values are secrets (API keys): an error names keys and places only."""
+    found: List[Dict[str, str]] = []
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"):
+        headers, raw = {}, _env(name)
+        for i, pair in enumerate(raw.split(",") if raw else [], 1):
+            if "=" not in pair:
+                raise ValueError(f"tether: {name}: entry {i} has no '=': want key=value,key=value (values %-encoded)")
+            k, v = (x.strip() for x in pair.split("=", 1))
+            if not _TOKEN.match(k):
+                raise ValueError(f"tether: {name}: entry {i}: {k!r} is not a header name")
+            if _BAD_ESCAPE.search(v):
+                raise ValueError(f"tether: {name}: the value of {k} is not %-encoded right (a % must be followed by two hex digits)")
+            headers[k] = urllib.parse.unquote(v)
+        found.append(headers)
+    return found[0] or found[1]
 
 
 def _attr(key: str, value: Any) -> Dict[str, Any]:
@@ -114,13 +172,27 @@ class Span:
 
 
 class Exporter:
-    """Batches spans and posts them on a thread of its own; shutdown() sends what is left."""
+    """Batches spans and posts them on a thread of its own; shutdown() sends what is left, for
+    STOP_FLUSH_MAX at most. It counts what became of every span: each one ended is exported,
+    failed (in an export that failed or did not finish), dropped (the queue was full) or
+    unsent (still queued when the stop's time ran out); shutdown() logs the spans lost."""
 
     def __init__(self, url: str, service_name: str = "tether-worker"):
         self.url = url
         self.headers = _headers_from_env()
-        self.service_name = os.environ.get("OTEL_SERVICE_NAME") or service_name
-        self.dropped = 0
+        self.service_name = _env("OTEL_SERVICE_NAME") or service_name
+        self.queue_max = _int_var("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE_MAX, 1, QUEUE_MAX_LIMIT)
+        self.batch_max = _int_var("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", min(BATCH_MAX, self.queue_max), 1, QUEUE_MAX_LIMIT)
+        if self.batch_max > self.queue_max:
+            raise ValueError(f"tether: OTEL_BSP_MAX_EXPORT_BATCH_SIZE={self.batch_max} is more than "
+                             f"OTEL_BSP_MAX_QUEUE_SIZE={self.queue_max}: a batch is taken from the queue")
+        self.flush_every = _millis_var("OTEL_BSP_SCHEDULE_DELAY", FLUSH_EVERY)
+        request = _millis_var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", _millis_var("OTEL_EXPORTER_OTLP_TIMEOUT", SEND_TIMEOUT))
+        self.send_timeout = min(request, _millis_var("OTEL_BSP_EXPORT_TIMEOUT", EXPORT_TIMEOUT))
+        self.ended = self.exported = self.failed = self.dropped = self.unsent = 0
+        self._sending = 0  # spans in the request under way
+        self._abandoned = False  # the stop gave the request under way up: its outcome is counted
+        self._warned = 0.0  # when spans were last said to be dropped (monotonic)
         self._spans: List[Dict[str, Any]] = []
         self._cond = threading.Condition()
         self._closed = False
@@ -137,26 +209,42 @@ class Exporter:
 
     def _add(self, span: Dict[str, Any]) -> None:
         with self._cond:
-            if len(self._spans) >= QUEUE_MAX:
+            self.ended += 1
+            if self._closed:
+                self.unsent += 1
+                return
+            if len(self._spans) >= self.queue_max:
                 self.dropped += 1
+                if not self._warned or time.monotonic() - self._warned >= WARN_EVERY:
+                    self._warned = time.monotonic()
+                    log.warning("tracing: spans are dropped: the export queue is full (the collector is slow or away); %d so far", self.dropped)
                 return
             self._spans.append(span)
-            if len(self._spans) >= BATCH_MAX:
+            if len(self._spans) >= self.batch_max:
                 self._cond.notify_all()
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                if not self._closed:
-                    self._cond.wait(FLUSH_EVERY)
-                batch, self._spans = self._spans[:BATCH_MAX], self._spans[BATCH_MAX:]
+                if not self._closed and len(self._spans) < self.batch_max:
+                    self._cond.wait(self.flush_every)
+                batch, self._spans = self._spans[:self.batch_max], self._spans[self.batch_max:]
+                self._sending = len(batch)
                 closed = self._closed and not self._spans
             if batch:
-                self._send(batch)
+                ok = self._send(batch)
+                with self._cond:
+                    if self._abandoned:
+                        return
+                    self._sending = 0
+                    if ok:
+                        self.exported += len(batch)
+                    else:
+                        self.failed += len(batch)
             if closed:
                 return
 
-    def _send(self, spans: List[Dict[str, Any]]) -> None:
+    def _send(self, spans: List[Dict[str, Any]]) -> bool:
         body = {"resourceSpans": [{
             "resource": {"attributes": [_attr("service.name", self.service_name), _attr("telemetry.sdk.name", "tether-python"),
                                         _attr("telemetry.sdk.language", "python")]},
@@ -165,13 +253,35 @@ class Exporter:
         req = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST",
                                      headers=dict(self.headers, **{"Content-Type": "application/json"}))
         try:
-            with urllib.request.urlopen(req, timeout=SEND_TIMEOUT) as resp:
+            with urllib.request.urlopen(req, timeout=self.send_timeout) as resp:
                 resp.read()
+            return True
         except Exception as e:  # noqa: BLE001 - tracing never stops the worker
             log.warning("could not export %d spans to %s: %s", len(spans), self.url, e)
+            return False
 
-    def shutdown(self, timeout: float = 5.0) -> None:
+    def counts(self) -> Dict[str, int]:
+        """What became of the spans: ended = exported + failed + dropped + unsent + queued."""
+        with self._cond:
+            return {"ended": self.ended, "exported": self.exported, "failed": self.failed, "dropped": self.dropped,
+                    "unsent": self.unsent, "queued": len(self._spans) + self._sending}
+
+    def shutdown(self, timeout: float = STOP_FLUSH_MAX) -> None:
+        """Sends what is queued, for timeout seconds at most, then logs the spans lost. A
+        request still under way then (a hung collector) is given up, its spans failed, and
+        what is still queued is unsent; the sending thread, a daemon, ends with the process."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        with self._cond:
+            if self._thread.is_alive():
+                self._abandoned = True
+                self.failed += self._sending
+                self.unsent += len(self._spans)
+                self._sending, self._spans = 0, []
+        c = self.counts()
+        if c["failed"] or c["dropped"] or c["unsent"]:
+            log.warning("tracing: %d of %d spans were not exported: %d in exports that failed or did not finish, "
+                        "%d dropped (the queue was full), %d unsent at the stop",
+                        c["failed"] + c["dropped"] + c["unsent"], c["ended"], c["failed"], c["dropped"], c["unsent"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Optional
 
 from . import _codes
@@ -63,12 +64,23 @@ class Failure(Exception):
 
 class Release(Exception):
     """Raise from a handler for a job it could not even try through no fault of the job: the
-    job goes back to the queue with no attempt spent."""
+    job goes back to the queue with no attempt spent, its history shows ``reason`` (a short
+    code, ``released`` unless given) and ``message``, and the worker takes no new job for a
+    while (1 s, twice as long each time in a row, up to 5 minutes, until a job completes): the
+    job goes back to its place in its queue, and the server spends an attempt on a job released
+    eleven times in a row."""
 
-    def __init__(self, message: str = "", reason: str = "start_failed"):
+    def __init__(self, message: str = "", reason: str = "released"):
+        if not _REASON.fullmatch(reason) or reason == "undelivered":
+            raise ValueError(f"tether: a release's reason must be 1..64 of [A-Za-z0-9_.:/-], and not the server's own "
+                             f"'undelivered'; got {reason!r}")
         super().__init__(f"{reason}: {message}" if message else reason)
         self.reason = reason
         self.message = message
+
+
+#: A release's reason, as the server takes it.
+_REASON = re.compile(r"[A-Za-z0-9_.:/-]{1,64}")
 
 
 class Cancelled(Exception):

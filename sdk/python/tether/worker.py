@@ -12,7 +12,9 @@ alone), as the Go runner chooses. The rules are the Go runner's:
   large, not valid, a bad signature) is replaced by the failure that says so;
 - a clean stop (``stop()``, SIGTERM, Ctrl-C) takes no new job, lets the running ones finish
   for ``grace`` seconds, then tells them to stop and gives their jobs back with no attempt
-  spent.
+  spent, whatever their handlers return once told;
+- a job given back untried (``raise tether.Release``) backs the worker off: it takes no new job
+  for 1 s, twice as long each time in a row (up to 5 minutes), until a job completes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime as _dt
+import itertools
 import json
 import logging
 import os
@@ -32,7 +35,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import _codes, _otlp, signing
+from . import _codes, _ijson, _otlp, signing
 from ._http import HTTP, error_of, quote
 from .errors import UNREACHABLE, Cancelled, Failure, Release, TetherError, retryable
 
@@ -63,6 +66,8 @@ RESEND_MIN, RESEND_MAX = 0.2, 10.0
 OUTPUT_BYTES_MAX = 1 << 20
 
 RELEASE_WORKER_STOPPING = "worker_stopping"
+#: Bounds of the pause after a job given back untried (tether.Release), as the Go runner's.
+PAUSE_MIN, PAUSE_MAX = 1.0, 300.0
 #: How long, after a stop's grace, a handler told to stop has to return before its job is given back.
 STOP_WAIT = 5.0
 
@@ -137,7 +142,10 @@ class JobContext:
     def cancelled(self) -> bool:
         """Set when the job should stop: the server asked to cancel it, its lease was lost, or
         the worker is stopping and its grace is over. A handler checks it (or waits on
-        :meth:`wait_cancelled`) and returns or raises soon after."""
+        :meth:`wait_cancelled`) and returns or raises soon after. Whatever it returns then,
+        the job does not succeed: a cancelled job ends cancelled (the server keeps no output
+        sent after the cancel), and a job stopped by the worker's stop is given back with no
+        attempt spent."""
         return self._cancel.is_set()
 
     @property
@@ -150,8 +158,8 @@ class JobContext:
 
     def check_cancelled(self) -> None:
         """Raises :class:`tether.Cancelled` if the job should stop: the attempt then ends as
-        the server asked (a cancelled job is acknowledged, a stopping worker gives it back). A
-        handler that returns a value instead completes the job with it."""
+        the server asked (a cancelled job is acknowledged, a stopping worker gives it back), as
+        it does when the handler returns a value instead."""
         if self._cancel.is_set():
             raise Cancelled(self._why)
 
@@ -164,6 +172,7 @@ class JobContext:
         """Appends an event to the job's stream, where clients watching it see it, and returns
         its number there. An event sent again after a lost answer is written once."""
         _check_depth(data, "the event's data")
+        _encode(data)  # a value that is not JSON raises TypeError or ValueError here, not on the way
         # One at a time, in their numbers' order: the server takes a number at or below the
         # highest it has for the lease as a repeat, so events from several threads must not
         # overtake each other on their way.
@@ -238,6 +247,11 @@ class Worker:
         self._ws: Optional[_WSLink] = None  # the WebSocket link while one is up
         self._renew_at: Optional[float] = None  # when to renew the worker token (monotonic)
         self._results = _ResultStore(results_dir)
+        # After a job given back untried: no credit until _paused_until (monotonic); _pauses
+        # counts them in a row, _owed the credit held back meanwhile (WebSocket).
+        self._paused_until = 0.0
+        self._pauses = 0
+        self._owed = 0
         traces = _otlp.endpoint_from_env(otel_endpoint)
         self._otlp = _otlp.Exporter(traces) if traces else None
         #: The transport jobs come over now: "websocket" or "longpoll" ("" before run()).
@@ -369,8 +383,8 @@ class Worker:
         failures = 0
         while not self._stopping.is_set() and (until is None or time.monotonic() < until):
             with self._lock:
-                while len(self._active) >= self.capacity and not self._stopping.is_set():
-                    self._lock.wait()
+                while not self._stopping.is_set() and (len(self._active) >= self.capacity or self._paused()):
+                    self._lock.wait(max(0.01, self._paused_until - time.monotonic()) if self._paused() else None)
                 free = self.capacity - len(self._active)
             if self._stopping.is_set():
                 break
@@ -448,6 +462,8 @@ class Worker:
             with self._lock:
                 self._ws, self.connected_transport = link, "websocket"
                 free = self.capacity - len(self._active)
+                if self._paused():  # granted when the pause is over (_pause_over)
+                    self._owed, free = free, 0
             if self._stopping.is_set():
                 return True
             if free > 0:
@@ -551,32 +567,43 @@ class Worker:
                 err = e
         if span is not None:
             self._end_run_span(span, ctx, err)
+        # The result follows from whether the job was told to stop before its handler
+        # returned: the stop (_finish) tells only the jobs not reporting, under the same lock.
         with self._lock:
             abandoned = ctx._abandoned
             ctx._reporting = not abandoned
+            why = ctx._why
         if abandoned:  # the worker stopped and gave the job back already
             log.warning("job %s: the handler returned after the worker gave the job back; its result is dropped", ctx.id)
             return
-        if ctx._why == "lost":
+        if why == "lost":
             log.warning("the lease of job %s was lost; its result is dropped", ctx.id)
             self._done(ctx)
             return
-        if err is None:
-            body, kind = self._completion(ctx, out)
-        elif ctx._why == "stopping":
+        if why == "stopping":
+            # Told to stop once the stop's grace ran out: the job was cut short, whatever the
+            # handler made of it (an output, an error), and goes back unspent.
             body, kind = self._release_body(ctx, "the worker stopped before the job finished"), "release"
+        elif err is None:
+            body, kind = self._completion(ctx, out)
         elif isinstance(err, Release):
             body, kind = {"lease_id": ctx.lease_id, "reason": err.reason, "message": err.message}, "release"
+            self._pause(err)
         else:
             body, kind = self._failure(ctx, err), "fail"
+        if kind == "complete":
+            with self._lock:
+                self._pauses = 0
         self._report(ctx, body, kind)
 
     def _completion(self, ctx: JobContext, out: Any):
         try:
             _check_depth(out, "the output")
+            _ijson.dumps(out)  # a number past a double's range, a lone surrogate
             canonical = signing.canonical_json(out)
         except (TypeError, ValueError, RecursionError) as e:
-            return self._failure(ctx, Failure("bad_output", f"the output is not JSON: {e}")), "fail"
+            # Not JSON: it would be so at every attempt, as the Go runner judges it.
+            return self._failure(ctx, Failure("bad_output", f"the output is not JSON: {e}", retryable=False)), "fail"
         if len(canonical) > OUTPUT_BYTES_MAX:
             return self._failure(ctx, Failure("output_too_large", f"the output is {len(canonical)} bytes of JSON; the limit is {OUTPUT_BYTES_MAX}", retryable=False)), "fail"
         digest = signing.output_hash(out)
@@ -637,14 +664,47 @@ class Worker:
             threading.Thread(target=self._report, args=(ctx, body, kind), name=f"tether-resume-{job_id}", daemon=True).start()
 
     def _done(self, ctx: JobContext) -> None:
-        # Under the lock with the session's first grant (_ws_session): the freed slot is
-        # granted once, by whichever sees it.
+        # Under the lock with the session's first grant (_ws_session) and the end of a pause:
+        # the freed slot is granted once, by whichever sees it.
         with self._lock:
             self._active.pop(ctx.lease_id, None)
             self._lock.notify_all()
             ws = self._ws
+            if self._paused():
+                self._owed += 1
+                ws = None
         if ws is not None and not self._stopping.is_set():
             ws.credit(1)
+
+    def _paused(self) -> bool:
+        return time.monotonic() < self._paused_until
+
+    def _pause(self, rel: Release) -> None:
+        """Takes no job for a while after one given back untried: the job goes back to its
+        place in its queue, and taken back at once it would only be given back again, until the
+        server spends an attempt on it. 1 s, then twice as long each time in a row, up to 5 minutes."""
+        with self._lock:
+            self._pauses += 1
+            d = backoff(self._pauses, PAUSE_MIN, PAUSE_MAX)
+            self._paused_until = time.monotonic() + d
+        log.warning("job given back untried (%s: %s); this worker takes no job for %.1f s", rel.reason, rel.message, d)
+        timer = threading.Timer(d, self._pause_over)
+        timer.daemon = True
+        timer.start()
+
+    def _pause_over(self) -> None:
+        with self._lock:
+            left = self._paused_until - time.monotonic()
+            if left > 0:  # a later pause, or a timer that woke early: wait out the rest
+                timer = threading.Timer(left, self._pause_over)
+                timer.daemon = True
+                timer.start()
+                return
+            self._lock.notify_all()  # a long poll waiting for the pause's end
+            owed, self._owed = self._owed, 0
+            ws = self._ws
+        if ws is not None and owed > 0 and not self._stopping.is_set():
+            ws.credit(owed)
 
     def _request(self, kind: str, job_id: str, body: Dict[str, Any], traceparent: str = "") -> Dict[str, Any]:
         """Sends a job's event or result over the WebSocket link if one is up, else over HTTP,
@@ -735,7 +795,8 @@ class Worker:
         with self._lock:
             wait(time.monotonic() + self.grace, lambda: not self._active)
             for c in self._active.values():
-                c._stop("stopping")
+                if not c._reporting:  # a handler that returned within the grace completes
+                    c._stop("stopping")
             wait(time.monotonic() + STOP_WAIT, lambda: all(c._reporting for c in self._active.values()))
             stuck = [c for c in self._active.values() if not c._reporting]
             for c in stuck:
@@ -777,39 +838,48 @@ class _WSLink:
     def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, conn: Any):
         self._worker, self._loop, self._conn = worker, loop, conn
         self._pending: Dict[str, concurrent.futures.Future] = {}
-        self._ref = 0
+        self._refs = itertools.count(1)
         self._up = True
         self._send_lock = asyncio.Lock()
 
     async def send(self, frame: Dict[str, Any]) -> None:
-        async with self._send_lock:
-            await self._conn.send(json.dumps(frame, separators=(",", ":"), ensure_ascii=False))
+        await self._send_text(_encode(frame))
 
-    def _post(self, frame: Dict[str, Any], fut: Optional[concurrent.futures.Future]) -> None:
-        # On the loop's thread.
+    async def _send_text(self, text: str) -> None:
+        async with self._send_lock:
+            await self._conn.send(text)
+
+    def _post(self, text: str, ref: str, fut: Optional[concurrent.futures.Future]) -> None:
+        # On the loop's thread: text is the frame, encoded by whoever sends it, so that a
+        # value that is not JSON raises there and then, not as a link that failed.
         if not self._up:
             if fut is not None:
                 fut.set_exception(TetherError(UNREACHABLE, "the WebSocket link is down"))
             return
         if fut is not None:
-            self._ref += 1
-            frame["ref"] = str(self._ref)
-            self._pending[frame["ref"]] = fut
+            self._pending[ref] = fut
 
         async def go() -> None:
             try:
-                await self.send(frame)
+                await self._send_text(text)
             except Exception as e:  # noqa: BLE001 - the link broke; whoever waits is told
-                f = self._pending.pop(frame.get("ref", ""), None)
+                f = self._pending.pop(ref, None)
                 if f is not None and not f.done():
                     f.set_exception(TetherError(UNREACHABLE, f"WebSocket send: {e}"))
         asyncio.ensure_future(go())
 
+    def _numbered(self, frame: Dict[str, Any]):
+        """The frame with a ref of its own, encoded: (text, ref)."""
+        ref = str(next(self._refs))
+        return _encode(dict(frame, ref=ref)), ref
+
     def request(self, frame: Dict[str, Any], timeout: float = 30.0) -> Dict[str, Any]:
-        """Sends a frame from any thread other than the loop's and waits for its ack."""
+        """Sends a frame from any thread other than the loop's and waits for its ack. A frame
+        that is not JSON raises TypeError or ValueError, and nothing is sent."""
+        text, ref = self._numbered(frame)
         fut: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            self._loop.call_soon_threadsafe(self._post, frame, fut)
+            self._loop.call_soon_threadsafe(self._post, text, ref, fut)
         except RuntimeError as e:  # the loop is closed: the link is gone
             raise TetherError(UNREACHABLE, "the WebSocket link is down") from e
         try:
@@ -825,7 +895,7 @@ class _WSLink:
 
     def credit(self, n: int) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._post, {"type": "credit", "n": n}, None)
+            self._loop.call_soon_threadsafe(self._post, _encode({"type": "credit", "n": n}), "", None)
         except RuntimeError:
             pass  # the link is gone; the next session grants what is free
 
@@ -873,13 +943,21 @@ class _WSLink:
             last = time.monotonic()
             fut: concurrent.futures.Future = concurrent.futures.Future()
             sent = time.monotonic()
-            self._post({"type": "heartbeat", "leases": [c.lease_id for c in leases]}, fut)
+            text, ref = self._numbered({"type": "heartbeat", "leases": [c.lease_id for c in leases]})
+            self._post(text, ref, fut)
             try:
                 ack = await asyncio.wait_for(asyncio.wrap_future(fut), every)
             except (asyncio.TimeoutError, TetherError):
                 continue
             if ack.get("ok") is not False:  # a refused heartbeat extended nothing
                 w._heartbeat_answered(leases, ack, sent)
+
+
+def _encode(value: Any) -> str:
+    """JSON as the server takes it, I-JSON (_ijson.dumps): NaN, the infinities, a number past a
+    double's range and a lone surrogate are refused (ValueError), as is anything JSON has no
+    form for (TypeError: a set, bytes, an object)."""
+    return _ijson.dumps(value)
 
 
 #: How deep the server lets JSON nest; deeper data would be refused, and over WebSocket end the session.

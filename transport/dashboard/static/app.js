@@ -192,7 +192,7 @@ function startView(render) {
   return state;
 }
 
-// ---- Overview: queues and workers. ----
+// ---- Overview: the archive's health, queues and workers. ----
 
 const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 
@@ -208,13 +208,33 @@ function sparkline(ok, bad) {
   return s;
 }
 
+// archiveStatus says what the scrubs found of the archive segments (GET /v1/archive): each
+// damaged segment, loudly, or one quiet line when all is well.
+function archiveStatus(a) {
+  const scrubbed = a.scrub.last_end ? `last scrubbed ${ago(a.scrub.last_end)}` : a.scrub.every_seconds ? "scrub under way" : "scrubs off";
+  const summary = `${a.segments} archive segment${a.segments === 1 ? "" : "s"}, ${scrubbed}`;
+  if (a.damaged.length === 0) return h("div", { class: "empty", "data-archive": "whole" }, summary);
+  return [
+    h("p", { class: "alert", "data-archive": "damaged" },
+      `${a.damaged.length} damaged archive segment${a.damaged.length === 1 ? "" : "s"}: their records do not read until a good copy is put back under the same name (tether replay verify --archive checks a copy). ${summary}.`),
+    table("archive", [["Segment"], ["Records", "num"], ["What is wrong"], ["Found"]],
+      a.damaged.map((d) => h("tr", { "data-segment": d.segment },
+        cell("Segment", d.segment, "wrap"),
+        cell("Records", `${d.first_seq}..${d.last_seq}`, "num"),
+        cell("What is wrong", d.reason, "wrap"),
+        cell("Found", ago(d.found_at)))), ""),
+  ];
+}
+
 function overview() {
+  const archive = h("section", { class: "card", "data-test": "archive" });
   const queues = h("section", { class: "card", "data-test": "queues" });
   const workers = h("section", { class: "card", "data-test": "workers" });
-  main().replaceChildren(h("h1", {}, "Overview"), h("h2", {}, "Queues"), queues, h("h2", {}, "Workers"), workers);
+  main().replaceChildren(h("h1", {}, "Overview"), archive, h("h2", {}, "Queues"), queues, h("h2", {}, "Workers"), workers);
   const view = {
     async refresh() {
-      const [q, w] = await Promise.all([api("/v1/queues"), api("/v1/workers")]);
+      const [a, q, w] = await Promise.all([api("/v1/archive"), api("/v1/queues"), api("/v1/workers")]);
+      archive.replaceChildren(...[archiveStatus(a)].flat());
       queues.replaceChildren(table("queues", [["Queue"], ["State"], ["Depth", "num"], ["Running", "num"], ["Scheduled", "num"], ["Dead", "num"], ["Oldest", "num"], ["Last hour"], [""]],
         q.queues.map((x) => h("tr", { "data-queue": x.name, "data-paused": x.paused ? "true" : "false" },
           cell("Queue", h("a", { href: `#/jobs?queue=${encodeURIComponent(x.name)}` }, x.name)),

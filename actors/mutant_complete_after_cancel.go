@@ -1,0 +1,5 @@
+//go:build mutant_complete_after_cancel
+
+package actors
+
+func init() { mutantCompleteAfterCancel = true }
