@@ -114,7 +114,11 @@ type Broker struct {
 // Open opens the log in cfg.Dir, rebuilds the projections from the newest checkpoint and the
 // tail after it, ends the sessions the last run left open, starts the actors, gives every active
 // lease a fresh lease_ttl of grace, and returns a Broker that is ready.
-func Open(cfg Config) (*Broker, error) {
+func Open(cfg Config) (*Broker, error) { return open(cfg, nil) }
+
+// open is Open, with the reader of the finished jobs' table wrapped by wrapTable if it is set
+// (tests slow the disk down so).
+func open(cfg Config, wrapTable func(projections.Store) projections.Store) (*Broker, error) {
 	cfg = cfg.withDefaults()
 	elog, err := eventlog.Open(cfg.Dir, cfg.logOptions(cfg.Upstream != nil))
 	if err != nil {
@@ -125,6 +129,9 @@ func Open(cfg Config) (*Broker, error) {
 	if err != nil {
 		_ = elog.Close()
 		return nil, err
+	}
+	if wrapTable != nil {
+		set.WrapStore(wrapTable)
 	}
 	return b.start(set)
 }

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 
-	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -13,19 +12,7 @@ func (b *Broker) ArchiveOnce(ctx context.Context) { b.archiveOnce(ctx) }
 // OpenWithTable is Open with the reader of the finished jobs' table wrapped, for tests that
 // slow the disk down.
 func OpenWithTable(cfg Config, wrap func(projections.Store) projections.Store) (*Broker, error) {
-	cfg = cfg.withDefaults()
-	elog, err := eventlog.Open(cfg.Dir, cfg.logOptions(false))
-	if err != nil {
-		return nil, err
-	}
-	b := newBroker(cfg, elog)
-	set, err := b.rebuildProjections()
-	if err != nil {
-		_ = elog.Close()
-		return nil, err
-	}
-	set.WrapStore(wrap)
-	return b.start(set)
+	return open(cfg, wrap)
 }
 
 // LivenessEntries is how many workers the broker keeps a Liveness for.

@@ -617,39 +617,25 @@ func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error
 // Report sends a worker's result on a job, actors.Complete, actors.Fail or actors.ReleaseLease
 // (which gives the job back with no attempt spent), and returns its receipt.
 func (b *Broker) Report(ctx context.Context, op any) (actors.Receipt, error) {
-	rc, err := b.settle(replyOf[actors.Done](b.callVia(ctx, toJob(jobIDOf(op)), op)))
-	b.reported(workerIDOf(op))
+	jobID, workerID := idsOf(op)
+	rc, err := b.settle(replyOf[actors.Done](b.callVia(ctx, toJob(jobID), op)))
+	b.reported(workerID)
 	return rc, err
 }
 
-// workerIDOf names the worker of a worker operation.
-func workerIDOf(op any) string {
+// idsOf names the job a worker operation is on, and the worker.
+func idsOf(op any) (jobID, workerID string) {
 	switch m := op.(type) {
 	case actors.Complete:
-		return m.WorkerID
+		return m.JobID, m.WorkerID
 	case actors.Fail:
-		return m.WorkerID
+		return m.JobID, m.WorkerID
 	case actors.Progress:
-		return m.WorkerID
+		return m.JobID, m.WorkerID
 	case actors.ReleaseLease:
-		return m.WorkerID
+		return m.JobID, m.WorkerID
 	}
-	return ""
-}
-
-// jobIDOf names the job a worker operation is on.
-func jobIDOf(op any) string {
-	switch m := op.(type) {
-	case actors.Complete:
-		return m.JobID
-	case actors.Fail:
-		return m.JobID
-	case actors.Progress:
-		return m.JobID
-	case actors.ReleaseLease:
-		return m.JobID
-	}
-	return ""
+	return "", ""
 }
 
 // route is how a message reaches its actor: the actor at to, or, for a worker's operation on a
@@ -682,7 +668,8 @@ func (b *Broker) deliver(r route, msg any, sender actors.Ref) {
 // only) and the receipt, on an actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
 // order sent, which a connection that goes on reading needs (an event before its completion).
 func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
-	b.askVia(toJob(jobIDOf(op)), op, func(r any, err error) {
+	jobID, _ := idsOf(op)
+	b.askVia(toJob(jobID), op, func(r any, err error) {
 		switch r := r.(type) {
 		case actors.ProgressAck:
 			done(r.Number, r.Receipt, firstErr(err, r.Err))
