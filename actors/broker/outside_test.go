@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"context"
 	"encoding/json"
 	"sync"
 	"testing"
@@ -50,15 +51,16 @@ func (s *stallingTable) Scan(prefix, start []byte, reverse bool, fn func(key, va
 	s.Store.Scan(prefix, start, reverse, fn)
 }
 
-// TestTableReadsDoNotHoldUpCommits stalls the disk under a client's list and under a read of a
-// finished job, and submits meanwhile: the submit is acknowledged while the read waits, because
+// TestTableReadsDoNotHoldUpCommits stalls the disk under a client's list, under a read of a
+// finished job and under a repeat of its submit (an idempotent hit), and submits meanwhile: the submit is acknowledged while the read waits, because
 // nothing holds the projections' lock across the table's reads. (They did: every commit waited
 // for the slowest list.)
 func TestTableReadsDoNotHoldUpCommits(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	b := open(t, broker.Config{Dir: dir})
-	res, _, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t"})
+	keyed := actors.JobSpec{Queue: "q", Type: "t", IdempotencyKey: "k"}
+	res, _, err := b.Submit(ctx(t), "acme", "", keyed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +95,29 @@ func TestTableReadsDoNotHoldUpCommits(t *testing.T) {
 			j, ok := b.Get("acme", id)
 			return ok && j.Status == projections.StatusSucceeded
 		}},
+		{"a finished job's submit repeated with its idempotency key", func() bool {
+			again, _, err := b.Submit(ctx(t), "acme", "", keyed)
+			return err == nil && again[0].IdempotentHit && again[0].Job.ID == id && again[0].Job.Status == projections.StatusSucceeded
+		}},
 	}
 	for _, r := range reads {
 		table.stall()
 		answered := make(chan bool, 1)
 		go func() { answered <- r.read() }()
 		<-table.began
-		if _, _, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t"}); err != nil {
-			t.Fatalf("%s: a submit while the read waits on the disk: %v", r.name, err)
+		submitted := make(chan error, 1)
+		go func() {
+			_, _, err := b.Submit(context.Background(), "acme", "", actors.JobSpec{Queue: "q", Type: "t"})
+			submitted <- err
+		}()
+		select {
+		case err := <-submitted:
+			if err != nil {
+				t.Fatalf("%s: a submit while the read waits on the disk: %v", r.name, err)
+			}
+		case <-time.After(30 * time.Second):
+			close(table.resume)
+			t.Fatalf("%s: a submit waited 30 s for a read that waits on the disk", r.name)
 		}
 		select {
 		case <-answered:
