@@ -152,9 +152,17 @@ func (s *Set) listMerged(q *listQuery, sides []tableSide) (page []*Job, more, do
 		if s.store == nil {
 			side.end = true
 		}
+		// Memory's part is walked, under the lock, in the smallest of the indexes a job of the
+		// side is in: a filter that leaves out most of memory's jobs costs the few it keeps.
+		walk := side.x
+		for _, o := range q.otherIndexes(side.x) {
+			if s.index.len(o) < s.index.len(walk) {
+				walk = o
+			}
+		}
 		var merged []string
-		s.index.scan(side.x, q.f.After, reverse, func(id string) bool {
-			if j := s.jobs[id]; j != nil && q.matches(j) {
+		s.index.scan(walk, q.f.After, reverse, func(id string) bool {
+			if j := s.jobs[id]; j != nil && q.matches(j) && (walk == side.x || s.index.has(side.x, id)) {
 				merged, found[id] = append(merged, id), j
 			}
 			return len(merged) <= q.limit
@@ -218,7 +226,10 @@ func (t *tableSide) read(store Store, q *listQuery) {
 	}
 	reverse := q.f.Newest
 	prefix := t.x.appendPrefix(nil)
-	others := q.otherIndexes(t.x)
+	var others []*window
+	for _, o := range q.otherIndexes(t.x) {
+		others = append(others, &window{prefix: o.appendPrefix(nil), reverse: reverse})
+	}
 	at, skipAt := t.next, false // where the walk goes on from; skipAt: not at itself
 	found := 0
 	for done := false; !done; {
@@ -237,7 +248,7 @@ func (t *tableSide) read(store Store, q *listQuery) {
 				return false
 			}
 			for _, other := range others {
-				next, ok := firstEntry(store, other, id, reverse)
+				next, ok := other.first(store, id)
 				if !ok { // no entry from here on is in that index, so none matches
 					t.end, done = true, true
 					return false
@@ -265,11 +276,39 @@ func (t *tableSide) read(store Store, q *listQuery) {
 	t.started = true
 }
 
-// firstEntry is the first entry under prefix from entry on, in scan order, if there is one.
-func firstEntry(store Store, prefix []byte, entry string, reverse bool) (first string, ok bool) {
-	store.Scan(prefix, append(slices.Clip(prefix), entry...), reverse, func(key, _ []byte) bool {
-		first, ok = string(key[len(prefix):]), true
-		return false
+// window is a run of an index's entries in scan order, read ahead a part at a time, so that a
+// walk that asks for the entry at or after each of many candidates in turn costs one read of the
+// index a part, not a seek a candidate (which decompresses a block of the table each time).
+type window struct {
+	prefix  []byte
+	reverse bool
+	ahead   []string // the entries read from where the last part began, less those passed
+	end     bool     // ahead holds every entry from there on
+}
+
+// windowPart is how many entries a window reads at once.
+const windowPart = 64
+
+// first is the index's first entry at or after entry in scan order, if there is one. The entries
+// asked for must not go back in scan order.
+func (w *window) first(store Store, entry string) (string, bool) {
+	for len(w.ahead) > 0 && w.ahead[0] != entry && (w.ahead[0] < entry) != w.reverse {
+		w.ahead = w.ahead[1:]
+	}
+	if len(w.ahead) > 0 {
+		return w.ahead[0], true
+	}
+	if w.end {
+		return "", false
+	}
+	w.ahead = w.ahead[:0]
+	store.Scan(w.prefix, append(slices.Clip(w.prefix), entry...), w.reverse, func(key, _ []byte) bool {
+		w.ahead = append(w.ahead, string(key[len(w.prefix):]))
+		return len(w.ahead) < windowPart
 	})
-	return first, ok
+	w.end = len(w.ahead) < windowPart
+	if len(w.ahead) == 0 {
+		return "", false
+	}
+	return w.ahead[0], true
 }

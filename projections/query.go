@@ -115,17 +115,17 @@ func newListQuery(f JobFilter, now time.Time) listQuery {
 	return q
 }
 
-// otherIndexes are the key prefixes of the indexes of the query's filters other than x's: a
-// job on the list is in each of them.
-func (q *listQuery) otherIndexes(x index) [][]byte {
-	var out [][]byte
+// otherIndexes are the indexes of the query's filters other than x's: a job on the list is in
+// each of them.
+func (q *listQuery) otherIndexes(x index) []index {
+	var out []index
 	for _, o := range []struct {
 		field byte
 		value string
 	}{{byStatus, string(q.f.Status)}, {byLabel, q.f.Label}, {byQueue, q.f.Queue}, {byType, q.f.Type}} {
 		// A label with NUL in its value is in no index (entries): the job is read instead.
 		if o.value != "" && o.field != x.field && (o.field != byLabel || !strings.Contains(o.value, "\x00")) {
-			out = append(out, listIndex(q.f.Tenant, o.field, o.value).appendPrefix(nil))
+			out = append(out, listIndex(q.f.Tenant, o.field, o.value))
 		}
 	}
 	return out
