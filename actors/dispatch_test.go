@@ -2,6 +2,7 @@ package actors_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/actorstest"
+	"github.com/tetherhq/tether/eventlog"
 )
 
 // The behaviours are pure: they import neither protoactor nor transport (DESIGN §1), and read
@@ -90,5 +92,26 @@ func TestRefusedLeaseRefundsCredit(t *testing.T) {
 	f.w.Run()
 	if more := f.assignments("s1"); len(more) != 1 {
 		t.Fatalf("%d assignments for the credit the refused lease gave back", len(more))
+	}
+}
+
+// An idle fleet that churns leaves nothing in the dispatcher: a session that gave credit and
+// ended while no job was ready leaves the turn order at once (it used to wait there for a turn
+// that only a ready job brings, one slot per worker ever connected), which the dispatcher's
+// invariants check after each of these messages.
+func TestEndedSessionsLeaveTheTurnOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	for i := range 3 {
+		s := fmt.Sprintf("s%d", i)
+		if got := f.connect(s, 2); len(got) != 0 {
+			t.Fatalf("%s: %d assignments with no job", s, len(got))
+		}
+		f.w.Send(actors.SessionRef(s), actors.CloseSession{Reason: eventlog.EndedClosed}, actorstest.External("sink:"+s))
+		f.w.Run()
+	}
+	f.mustSubmit(actors.JobSpec{Queue: "q", Type: "t"})
+	if got := f.connect("s3", 1); len(got) != 1 {
+		t.Fatalf("the open session got %d assignments, want the job", len(got))
 	}
 }

@@ -331,6 +331,10 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 		if s := d.sessions[m.SessionID]; s != nil && m.Seq > d.rebuiltAt { // else the rebuild knew whether it was open
 			s.gone = true
 			delete(d.sessions, m.SessionID)
+			if s.hungry { // it leaves the turn order now: its next turn may never come (no job is ready)
+				s.hungry = false
+				d.hungry = slices.DeleteFunc(d.hungry, func(h *slot) bool { return h == s })
+			}
 		}
 		return false
 	case SessionCredit:

@@ -201,10 +201,12 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 			lost := false
 			env.Read(func(s *projections.Set) {
 				for i, j := range out {
-					if jr := s.JobRef(j.ID); jr != nil {
+					// The key's entry, in memory, before the job: a finished job is read from the
+					// disk, and commits wait while this reads.
+					if e, ok := s.Idempotency(t.name, m.Jobs[i].IdempotencyKey, now); ok && e.JobID == j.ID {
+						seq = max(seq, e.Seq) // the job's submit, durable; the key outlives the job
+					} else if jr := s.JobRef(j.ID); jr != nil {
 						seq = max(seq, jr.SubmitSeq)
-					} else if e, ok := s.Idempotency(t.name, m.Jobs[i].IdempotencyKey, now); ok && e.JobID == j.ID {
-						seq = max(seq, e.Seq) // durable, and expired since: the key outlives its job
 					} else {
 						lost = true
 					}

@@ -140,13 +140,14 @@ func (d *Dispatcher) CheckInvariants() error {
 			hungry++
 		}
 	}
-	// INVARIANT: the turn order holds exactly the sessions marked hungry, once each.
+	// INVARIANT: the turn order holds exactly the open sessions marked hungry, once each: one
+	// that ended leaves it at once (an idle fleet that churns would grow it for ever).
 	for _, s := range d.hungry {
 		if !s.hungry {
 			return fmt.Errorf("session %s in the turn order is not marked hungry", s.id)
 		}
 		if d.sessions[s.id] != s {
-			hungry++ // a session that ended; it leaves the turn order on its next turn
+			return fmt.Errorf("session %s in the turn order has ended", s.id)
 		}
 	}
 	if hungry != len(d.hungry) {

@@ -9,7 +9,9 @@ import (
 
 // Retention: the dispatcher decides what happens to a finished job, so it is also what takes
 // one out of the views (job.expired), whether its retention ended, a client deleted it or a
-// purge took it. Its re-drives and expiries are thus serialised: a job is never both.
+// purge took it. Its re-drives and expiries are thus serialised: a job is never both. Its sweep
+// takes out the ended flows (flow.expired) and the workers whose registration ended
+// (worker.expired) too.
 
 const (
 	// retentionBatch caps the expiries of one sweep; a full batch sweeps again at once.
@@ -75,15 +77,25 @@ func (d *Dispatcher) sweepRetention(env Env) {
 	// Ended flows go with their retention too; no one decides anything of a flow that is no
 	// longer live, so the dispatcher can take it out without asking its tenant.
 	var flows []string
-	env.Read(func(s *projections.Set) { flows = s.ExpirableFlows(d.retention, now, retentionBatch) })
+	var workers []eventlog.WorkerExpired
+	env.Read(func(s *projections.Set) {
+		flows = s.ExpirableFlows(d.retention, now, retentionBatch)
+		workers = s.ExpirableWorkers(d.retention, now, retentionBatch)
+	})
 	for _, id := range flows {
 		events = append(events, eventlog.FlowExpired{FlowID: id, Reason: eventlog.ExpiredRetention})
+	}
+	// So do workers whose registration can no longer be used: nothing can make them live
+	// again (a session or a renewal needs a token that works), so the tenant is not asked.
+	for _, w := range workers {
+		events = append(events, w)
 	}
 	if len(events) == 0 {
 		d.armSweep(env)
 		return
 	}
-	d.expire(env, events, expireDone{ids: ids, sweep: true, filled: len(due) == retentionBatch || len(flows) == retentionBatch})
+	d.expire(env, events, expireDone{ids: ids, sweep: true,
+		filled: len(due) == retentionBatch || len(flows) == retentionBatch || len(workers) == retentionBatch})
 }
 
 func (d *Dispatcher) expire(env Env, events []eventlog.Payload, then expireDone) {

@@ -1,6 +1,7 @@
 package actors_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -170,4 +171,50 @@ func TestFlowKeyOutlivesItsFlow(t *testing.T) {
 	if again.Err != nil || again.FlowID != first.FlowID || !again.IdempotentHit || again.Receipt.Seq == 0 || again.Receipt.Seq > first.Receipt.Seq {
 		t.Fatalf("again after the flow expired: %+v; first %+v", again, first)
 	}
+}
+
+// The retention sweep takes out the registrations that can no longer be used, once the
+// retention after their end is over: a worker whose token ran out and one revoked, never a
+// connected one; what went is gone for a session and a revocation too.
+func TestRetentionExpiresWorkersGone(t *testing.T) {
+	t.Parallel()
+	f := retained(t)
+	register := func(name string, ttl time.Duration) string {
+		r := one[actors.Registered](t, f.w.Call("admin", actors.TenantRef("acme"), actors.RegisterWorker{Tenant: "acme", Name: name,
+			Queues: []string{"q"}, Capacity: 1, TokenHash: "h-" + name, ExpiresAt: f.w.Clock.Add(ttl)}))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.WorkerID
+	}
+	lapsed, revoked := register("lapsed", 30*time.Second), register("revoked", time.Hour)
+	if d := one[actors.Done](t, f.w.Call("c", actors.TenantRef("acme"), actors.RevokeWorker{Tenant: "acme", WorkerID: revoked, By: "admin"})); d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	f.connect("s1", 0)
+	mark := len(f.w.Log)
+	expired := func() []string {
+		var out []string
+		for _, p := range f.w.Since(mark) {
+			if e, ok := p.(eventlog.WorkerExpired); ok {
+				out = append(out, e.WorkerID+":"+e.Reason)
+			}
+		}
+		return out
+	}
+	f.live("s1", 50*time.Second)
+	if got := expired(); len(got) != 0 {
+		t.Fatalf("after 50 s: %v expired, want none (retention is a minute)", got)
+	}
+	f.live("s1", 50*time.Second)
+	if got := expired(); !slices.Equal(got, []string{revoked + ":revoked", lapsed + ":token_expired"}) {
+		t.Fatalf("after 100 s: %v, want the revoked worker, then the lapsed one", got)
+	}
+	if _, ok := f.w.Set.Worker(f.wk); !ok {
+		t.Fatal("the connected worker left the views")
+	}
+	o := one[actors.SessionOpened](t, f.w.Connect("s2", "sink:s2", actors.OpenSession{WorkerID: lapsed, Transport: "websocket"}))
+	wantCode(t, o.Err, actors.CodeWorkerNotFound)
+	wantCode(t, one[actors.Done](t, f.w.Call("c", actors.TenantRef("acme"), actors.RevokeWorker{Tenant: "acme", WorkerID: lapsed, By: "admin"})).Err,
+		actors.CodeWorkerNotFound)
 }

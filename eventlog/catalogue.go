@@ -498,6 +498,21 @@ type WorkerRevoked struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
+// WorkerExpired records that a worker's registration left the views: it could no longer be
+// used (its token expired, or it was revoked), it held no session and no lease, and the
+// server's retention (--retain) had passed since then and since it was last seen. Its token is
+// unknown from then on; its stream stays in the log.
+type WorkerExpired struct {
+	WorkerID string `json:"worker_id"`
+	Reason   string `json:"reason"` // WorkerGoneTokenExpired or WorkerGoneRevoked
+}
+
+// Why a worker's registration ended.
+const (
+	WorkerGoneTokenExpired = "token_expired"
+	WorkerGoneRevoked      = "revoked"
+)
+
 // WorkerSessionStarted records that the worker connected.
 type WorkerSessionStarted struct {
 	WorkerID  string `json:"worker_id"`
@@ -663,6 +678,7 @@ func (WorkerTokenRotated) EventType() string     { return "worker.token_rotated"
 func (WorkerRevoked) EventType() string          { return "worker.revoked" }
 func (WorkerSessionStarted) EventType() string   { return "worker.session_started" }
 func (WorkerSessionEnded) EventType() string     { return "worker.session_ended" }
+func (WorkerExpired) EventType() string          { return "worker.expired" }
 func (TenantQuotaSet) EventType() string         { return "tenant.quota_set" }
 func (ReservationMade) EventType() string        { return "tenant.reservation_made" }
 func (ReservationConsumed) EventType() string    { return "tenant.reservation_consumed" }
@@ -710,6 +726,7 @@ func (e WorkerTokenRotated) Stream() string     { return WorkerStream(e.WorkerID
 func (e WorkerRevoked) Stream() string          { return WorkerStream(e.WorkerID) }
 func (e WorkerSessionStarted) Stream() string   { return WorkerStream(e.WorkerID) }
 func (e WorkerSessionEnded) Stream() string     { return WorkerStream(e.WorkerID) }
+func (e WorkerExpired) Stream() string          { return WorkerStream(e.WorkerID) }
 func (e TenantQuotaSet) Stream() string         { return TenantStream(e.Tenant) }
 func (e ReservationMade) Stream() string        { return TenantStream(e.Tenant) }
 func (e ReservationConsumed) Stream() string    { return TenantStream(e.Tenant) }
@@ -751,7 +768,7 @@ func Catalogue() []Payload {
 		JobSucceeded{}, JobFailed{}, JobRetryScheduled{}, JobLeaseExpired{}, JobDeadLettered{},
 		JobCancelRequested{}, JobCancelled{}, JobRedriven{}, JobLeaseReleased{}, JobExpired{},
 		WorkerRegistered{}, WorkerTokenRotated{}, WorkerRevoked{}, WorkerSessionStarted{},
-		WorkerSessionEnded{},
+		WorkerSessionEnded{}, WorkerExpired{},
 		TenantQuotaSet{}, ReservationMade{}, ReservationConsumed{}, ReservationReleased{},
 		ReservationExpired{}, APIKeyCreated{}, APIKeyRevoked{}, EnrollTokenCreated{},
 		EnrollTokenUsed{}, QueuePaused{}, QueueResumed{}, TenantKeyLimitSet{},

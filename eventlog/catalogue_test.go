@@ -79,6 +79,7 @@ func TestCatalogueIsComplete(t *testing.T) {
 		"job.succeeded", "job.failed", "job.retry_scheduled", "job.lease_expired", "job.dead_lettered",
 		"job.cancel_requested", "job.cancelled", "job.redriven",
 		"worker.registered", "worker.token_rotated", "worker.revoked", "worker.session_started", "worker.session_ended",
+		"worker.expired",
 		"tenant.quota_set", "tenant.reservation_made", "tenant.reservation_consumed", "tenant.reservation_released",
 		"tenant.reservation_expired", "tenant.api_key_created", "tenant.api_key_revoked",
 		"tenant.enroll_token_created", "tenant.enroll_token_used", "tenant.queue_paused", "tenant.queue_resumed", "tenant.key_limit_set",

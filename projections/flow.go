@@ -167,10 +167,10 @@ func (s *Set) applyFlow(seq uint64, at time.Time, p eventlog.Payload) error {
 			return fmt.Errorf("projections: seq %d: flow %s expired while live", seq, id)
 		}
 		delete(s.flows, id)
-		s.flowsEnded.Delete(flowEnd{f.EndedAt, id})
+		s.flowsEnded.Delete(timed{f.EndedAt, id})
 	case eventlog.FlowEnded:
 		f.Status, f.FailedStep, f.EndedAt = FlowStatus(e.Status), e.Step, at
-		s.flowsEnded.ReplaceOrInsert(flowEnd{at, id})
+		s.flowsEnded.ReplaceOrInsert(timed{at, id})
 		for name, st := range f.State {
 			st.Output = nil // nothing will start to need it
 			f.State[name] = st
@@ -193,13 +193,14 @@ func (s *Set) stepChanged(at time.Time, j *Job) {
 	f.UpdatedAt = at
 }
 
-// flowEnd orders the ended flows by when they ended, for the retention sweep.
-type flowEnd struct {
+// timed is an id at a time, ordered by the time, then the id: the retention sweep walks the
+// ended flows by when they ended, and the workers by when their retention starts.
+type timed struct {
 	at time.Time
 	id string
 }
 
-func lessFlowEnd(a, b flowEnd) bool {
+func lessTimed(a, b timed) bool {
 	return cmp.Or(a.at.Compare(b.at), strings.Compare(a.id, b.id)) < 0
 }
 
@@ -212,7 +213,7 @@ func (s *Set) ExpirableFlows(r Retention, now time.Time, limit int) []string {
 	if r.Done <= 0 {
 		return out
 	}
-	s.flowsEnded.Ascend(func(e flowEnd) bool {
+	s.flowsEnded.Ascend(func(e timed) bool {
 		if now.Before(e.at.Add(r.Done)) {
 			return false
 		}

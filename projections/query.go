@@ -59,59 +59,100 @@ const ListLimitMax = 1000
 // List returns one page of a tenant's jobs in id order (reversed with f.Newest) and whether more
 // follow. It walks the index of the most selective filter it has (status, then label, then
 // queue, then type), in memory and in the table merged, and checks the others on the way, so a page costs
-// its length plus the jobs that index holds but the other filters leave out.
+// its length plus the jobs that index holds but the other filters leave out. ListOutside gives
+// the same answer with the table read outside the lock that guards the Set.
 func (s *Set) List(f JobFilter, now time.Time) ([]*Job, bool) {
-	limit := f.Limit
-	if limit <= 0 || limit > ListLimitMax {
-		limit = ListLimitMax
-	}
+	q := newListQuery(f, now)
 	found := map[string]*Job{}
-	labelKey, labelValue, _ := strings.Cut(f.Label, "=")
 	keep := func(id string, _ int) verdict {
-		if id == f.After {
-			return skip
-		}
 		j := s.lookup(id)
-		if j == nil || (f.Queue != "" && j.Queue != f.Queue) || (f.Type != "" && j.Type != f.Type) ||
-			(f.Label != "" && !hasLabel(j, labelKey, labelValue)) ||
-			(f.Status != "" && j.StatusAt(now) != f.Status) || (f.Live && j.Status.Terminal()) ||
-			(!f.CreatedBefore.IsZero() && !j.CreatedAt.Before(f.CreatedBefore)) || f.Retention.Expired(j, now) {
+		if j == nil || !q.matches(j) {
 			return skip
 		}
 		found[id] = j
 		return take
 	}
-	var indexes []index
+	var ids []string
+	for _, x := range q.indexes {
+		ids = append(ids, s.scanMerged(x, f.After, f.Newest, q.limit+1, keep)...)
+	}
+	return s.page(&q, ids, found)
+}
+
+// listQuery is what a List asks: the indexes it walks, and which of their jobs it takes.
+type listQuery struct {
+	f                    JobFilter
+	now                  time.Time
+	limit                int
+	indexes              []index
+	labelKey, labelValue string
+}
+
+func newListQuery(f JobFilter, now time.Time) listQuery {
+	q := listQuery{f: f, now: now, limit: f.Limit}
+	if q.limit <= 0 || q.limit > ListLimitMax {
+		q.limit = ListLimitMax
+	}
+	q.labelKey, q.labelValue, _ = strings.Cut(f.Label, "=")
 	switch {
 	case f.Status == StatusQueued: // a scheduled job whose run_at has passed reads as queued
-		indexes = []index{listIndex(f.Tenant, byStatus, string(StatusQueued)), listIndex(f.Tenant, byStatus, string(StatusScheduled))}
+		q.indexes = []index{listIndex(f.Tenant, byStatus, string(StatusQueued)), listIndex(f.Tenant, byStatus, string(StatusScheduled))}
 	case f.Status != "":
-		indexes = []index{listIndex(f.Tenant, byStatus, string(f.Status))}
+		q.indexes = []index{listIndex(f.Tenant, byStatus, string(f.Status))}
 	case f.Live:
 		for _, st := range []Status{StatusQueued, StatusScheduled, StatusLeased} {
-			indexes = append(indexes, listIndex(f.Tenant, byStatus, string(st)))
+			q.indexes = append(q.indexes, listIndex(f.Tenant, byStatus, string(st)))
 		}
 	case f.Label != "":
-		indexes = []index{listIndex(f.Tenant, byLabel, f.Label)}
+		q.indexes = []index{listIndex(f.Tenant, byLabel, f.Label)}
 	case f.Queue != "":
-		indexes = []index{listIndex(f.Tenant, byQueue, f.Queue)}
+		q.indexes = []index{listIndex(f.Tenant, byQueue, f.Queue)}
 	case f.Type != "":
-		indexes = []index{listIndex(f.Tenant, byType, f.Type)}
+		q.indexes = []index{listIndex(f.Tenant, byType, f.Type)}
 	default:
-		indexes = []index{listIndex(f.Tenant, byNothing, "")}
+		q.indexes = []index{listIndex(f.Tenant, byNothing, "")}
 	}
-	var ids []string
-	for _, x := range indexes {
-		ids = append(ids, s.scanMerged(x, f.After, f.Newest, limit+1, keep)...)
+	return q
+}
+
+// otherIndexes are the indexes of the query's filters other than x's: a job on the list is in
+// each of them.
+func (q *listQuery) otherIndexes(x index) []index {
+	var out []index
+	for _, o := range []struct {
+		field byte
+		value string
+	}{{byStatus, string(q.f.Status)}, {byLabel, q.f.Label}, {byQueue, q.f.Queue}, {byType, q.f.Type}} {
+		// A label with NUL in its value is in no index (entries): the job is read instead.
+		if o.value != "" && o.field != x.field && (o.field != byLabel || !strings.Contains(o.value, "\x00")) {
+			out = append(out, listIndex(q.f.Tenant, o.field, o.value))
+		}
 	}
-	if len(indexes) > 1 { // the first limit+1 of the union are among the first limit+1 of each
+	return out
+}
+
+// matches reports whether a job of one of the query's indexes is on the list: past the cursor,
+// and every filter holds.
+func (q *listQuery) matches(j *Job) bool {
+	f := &q.f
+	return j.ID != f.After && (f.Queue == "" || j.Queue == f.Queue) && (f.Type == "" || j.Type == f.Type) &&
+		(f.Label == "" || hasLabel(j, q.labelKey, q.labelValue)) &&
+		(f.Status == "" || j.StatusAt(q.now) == f.Status) && (!f.Live || !j.Status.Terminal()) &&
+		(f.CreatedBefore.IsZero() || j.CreatedAt.Before(f.CreatedBefore)) && !f.Retention.Expired(j, q.now)
+}
+
+// page turns the first limit+1 entries of each of the query's indexes into the page and
+// whether more follow: the first limit+1 of their union are among them. found holds their
+// jobs: memory's own, which the page copies, or private copies read from the table.
+func (s *Set) page(q *listQuery, ids []string, found map[string]*Job) ([]*Job, bool) {
+	if len(q.indexes) > 1 {
 		slices.Sort(ids)
-		if f.Newest {
+		if q.f.Newest {
 			slices.Reverse(ids)
 		}
 	}
-	more := len(ids) > limit
-	ids = ids[:min(limit, len(ids))]
+	more := len(ids) > q.limit
+	ids = ids[:min(q.limit, len(ids))]
 	out := make([]*Job, len(ids))
 	for i, id := range ids {
 		j := found[id]
@@ -336,6 +377,12 @@ func (s *Set) Worker(id string) (Worker, bool) {
 	}
 	c.Queues = slices.Clone(w.Queues)
 	return c, true
+}
+
+// HasSession reports whether a worker has an open session.
+func (s *Set) HasSession(workerID string) bool {
+	w := s.workers[workerID]
+	return w != nil && w.Session != nil
 }
 
 // PublicKey returns a worker's registered Ed25519 key (base64), or "" if it has none.

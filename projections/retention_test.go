@@ -173,7 +173,7 @@ func mustRestore(t *testing.T, s *projections.Set) *projections.Set {
 // sort by id, cut at the cursor and the limit — over a seeded random history of two tenants
 // with every status, scheduled jobs on both sides of now, and expiries: on a Set that holds
 // every job in memory, on one that flushed to its table now and then while it folded, and on
-// one restored from a table.
+// one restored from a table; ListOutside likewise.
 func TestListMatchesAScan(t *testing.T) {
 	const seed = 20261123
 	t.Logf("seed %d", seed)
@@ -259,12 +259,12 @@ func TestListMatchesAScan(t *testing.T) {
 			set  *projections.Set
 		}{{"in memory", f.set}, {"flushed now and then", f.mirror}, {"restored", restored}} {
 			page, more := s.set.List(fl, now)
-			var got []string
-			for _, j := range page {
-				got = append(got, j.ID)
-			}
-			if !slices.Equal(got, want) || more != wantMore {
+			outside, outsideMore := projections.ListOutside(func(fn func(*projections.Set)) { fn(s.set) }, fl, now)
+			if got := jobIDs(page); !slices.Equal(got, want) || more != wantMore {
 				t.Fatalf("%s: List(%+v) = %v (more %v), want %v (more %v)", s.name, fl, got, more, want, wantMore)
+			}
+			if got := jobIDs(outside); !slices.Equal(got, want) || outsideMore != wantMore {
+				t.Fatalf("%s: ListOutside(%+v) = %v (more %v), want %v (more %v)", s.name, fl, got, outsideMore, want, wantMore)
 			}
 		}
 	}

@@ -55,8 +55,10 @@ type Set struct {
 
 	// Derived from the above and rebuilt on restore, never checkpointed.
 	leases map[string]*Job // leased jobs by lease id
-	// flowsEnded orders the ended flows by their end, for ExpirableFlows.
-	flowsEnded *btree.BTreeG[flowEnd]
+	// flowsEnded orders the ended flows by their end, for ExpirableFlows; workersEnd the
+	// workers by when their retention starts (workerEnd), for ExpirableWorkers.
+	flowsEnded *btree.BTreeG[timed]
+	workersEnd *btree.BTreeG[timed]
 	tokens     map[string]string          // worker token hash → worker id
 	waiting    map[string]map[string]*Job // queued or scheduled jobs by tenant/queue key, then id
 	index      memIndex                   // the index entries of the jobs in memory (table.go); nil if unindexed
@@ -255,6 +257,14 @@ func NewOn(store Store) *Set {
 	return s
 }
 
+// WrapStore replaces the reader of the Set's table with wrap of it: for tests that slow the
+// disk down or watch it. It must be called before the Set is shared.
+func (s *Set) WrapStore(wrap func(Store) Store) {
+	if s.store != nil {
+		s.store = wrap(s.store)
+	}
+}
+
 // NewUnindexedOn is NewOn for a Set that keeps no index of its jobs, in memory or in store: it
 // folds, looks jobs up, counts them and writes its fold (WriteFold) as any Set does, but it
 // cannot list jobs or find those that expire, which panic. `tether replay verify` folds with
@@ -303,7 +313,10 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		}
 		s.workers[w.ID] = w
 		s.tokens[w.TokenHash] = w.ID
+		s.workersEnd.ReplaceOrInsert(timed{w.retainedFrom(), w.ID})
 		return nil
+	case eventlog.WorkerExpired:
+		return s.workerExpired(seq, e)
 	case eventlog.TenantQuotaSet:
 		t := s.tenant(e.Tenant)
 		t.MaxActive, t.MaxRunning = e.MaxActive, e.MaxRunning
@@ -599,6 +612,11 @@ func (s *Set) wait(j *Job) {
 }
 
 func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {
+	// The event may move when the worker's retention starts: its place in workersEnd too.
+	if w := s.workers[strings.TrimPrefix(p.Stream(), "worker/")]; w != nil {
+		s.workersEnd.Delete(timed{w.retainedFrom(), w.ID})
+		defer func() { s.workersEnd.ReplaceOrInsert(timed{w.retainedFrom(), w.ID}) }()
+	}
 	switch e := p.(type) {
 	case eventlog.WorkerTokenRotated:
 		if w := s.workers[e.WorkerID]; w != nil {
@@ -643,13 +661,15 @@ func (s *Set) derive() {
 			s.wait(j)
 		}
 	}
-	s.flowsEnded = btree.NewG(indexDegree, lessFlowEnd)
+	s.flowsEnded = btree.NewG(indexDegree, lessTimed)
 	for id, f := range s.flows {
 		if f.Status != FlowRunning {
-			s.flowsEnded.ReplaceOrInsert(flowEnd{f.EndedAt, id})
+			s.flowsEnded.ReplaceOrInsert(timed{f.EndedAt, id})
 		}
 	}
+	s.workersEnd = btree.NewG(indexDegree, lessTimed)
 	for _, w := range s.workers {
+		s.workersEnd.ReplaceOrInsert(timed{w.retainedFrom(), w.ID})
 		s.tokens[w.TokenHash] = w.ID
 		if w.PreviousTokenHash != "" {
 			s.tokens[w.PreviousTokenHash] = w.ID

@@ -249,6 +249,20 @@ func (m memIndex) drop(j *Job) {
 	}
 }
 
+// len is the number of entries of x.
+func (m memIndex) len(x index) int {
+	if t := m[x]; t != nil {
+		return t.Len()
+	}
+	return 0
+}
+
+// has reports whether x holds entry e.
+func (m memIndex) has(x index, e string) bool {
+	t := m[x]
+	return t != nil && t.Has(e)
+}
+
 // scan calls fn with the entries of x from start (included; "" for the first), in order or
 // in reverse, until fn returns false.
 func (m memIndex) scan(x index, start string, reverse bool, fn func(entry string) bool) {
@@ -295,15 +309,7 @@ func (s *Set) stored(id string) *Job {
 	if s.store == nil || s.masked(id) {
 		return nil
 	}
-	v, ok := s.store.Get([]byte(string(keyJob) + id))
-	if !ok {
-		return nil
-	}
-	j, err := decodeJob(v)
-	if err != nil {
-		panic(fmt.Sprintf("projections: stored job %s: %v", id, err)) // only a Flush writes it
-	}
-	return j
+	return readStored(s.store, id)
 }
 
 // Stored reports whether a job is read from the table: finished, and not in memory.

@@ -123,7 +123,11 @@ type otenant struct {
 	reservations int // active reservations
 }
 
-type oworker struct{ tenant, publicKey string }
+type oworker struct {
+	tenant, publicKey string
+	expiresAt         time.Time // its token's
+	expired           bool
+}
 
 type idemUse struct {
 	jobID string
@@ -301,7 +305,14 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		j.cancelRequested = false
 		o.tenant(j.tenant).active++
 	case eventlog.WorkerRegistered:
-		o.workers[e.WorkerID] = oworker{tenant: e.Tenant, publicKey: e.PublicKey}
+		o.workers[e.WorkerID] = oworker{tenant: e.Tenant, publicKey: e.PublicKey, expiresAt: e.ExpiresAt}
+	case eventlog.WorkerTokenRotated:
+		if w, ok := o.workers[e.WorkerID]; ok {
+			w.expiresAt = e.ExpiresAt
+			o.workers[e.WorkerID] = w
+		}
+	case eventlog.WorkerExpired:
+		o.workerExpired(seq, e, decidedAt)
 	case eventlog.TenantQuotaSet:
 		o.tenant(e.Tenant).maxActive = e.MaxActive
 	case eventlog.QueuePaused:
@@ -394,6 +405,27 @@ func (o *oracle) expired(seq uint64, e eventlog.JobExpired, decidedAt time.Time,
 		o.s.probe(ProbeDeleted)
 	}
 	j.expired = true
+}
+
+// workerExpired checks a worker.expired: a registered worker leaves once, holding no lease, and
+// not before its token ran out and the retention after it passed (the sim revokes none).
+func (o *oracle) workerExpired(seq uint64, e eventlog.WorkerExpired, decidedAt time.Time) {
+	w, ok := o.workers[e.WorkerID]
+	switch {
+	case !ok || w.expired:
+		o.fail("retention", "seq %d expires worker %s, which is not registered", seq, e.WorkerID)
+		return
+	case decidedAt.Before(w.expiresAt.Add(o.s.retention.Done)):
+		o.fail("retention", "worker %s expired at %s, before its token ran out at %s and the retention after (seq %d)", e.WorkerID, decidedAt, w.expiresAt, seq)
+	}
+	for _, j := range o.jobs {
+		if j.lease != nil && j.lease.worker == e.WorkerID {
+			o.fail("retention", "worker %s expired while it holds job %s's lease %s (seq %d)", e.WorkerID, j.id, j.lease.id, seq)
+		}
+	}
+	w.expired = true
+	o.workers[e.WorkerID] = w
+	o.s.probe(ProbeWorkerExpired)
 }
 
 // hasExpired reports whether the job's job.expired is durable.
@@ -508,6 +540,8 @@ func (o *oracle) leased(seq uint64, e eventlog.JobLeased, decidedAt time.Time, c
 		o.fail("transitions", "job %s leased while %s (seq %d)", e.JobID, j.status, seq)
 	case e.Attempt != j.attempt+1 || e.Attempt > j.maxAttempts:
 		o.fail("attempts", "job %s leased for attempt %d after %d, max_attempts %d (seq %d)", e.JobID, e.Attempt, j.attempt, j.maxAttempts, seq)
+	case o.workers[e.WorkerID].expired:
+		o.fail("retention", "job %s leased to worker %s, which had expired (seq %d)", e.JobID, e.WorkerID, seq)
 	case o.workers[e.WorkerID].tenant != j.tenant:
 		o.fail("isolation", "job %s of tenant %s leased to worker %s of tenant %q (seq %d)", e.JobID, j.tenant, e.WorkerID, o.workers[e.WorkerID].tenant, seq)
 	case !j.runAt.IsZero() && clock >= 0 && clock == j.runAtClock && decidedAt.Before(j.runAt):

@@ -68,6 +68,10 @@ func (s *Sim) setup() error {
 			})
 			s.workers = append(s.workers, w)
 		}
+		// A pod that registered and died: its token runs out, and the retention after it, and
+		// it leaves the views.
+		s.srv.request("admin", actors.TenantRef(tenant), actors.RegisterWorker{Tenant: tenant, Name: tenant + "-gone", Queues: []string{"q0"},
+			Capacity: 1, TokenHash: "sim-" + tenant + "-gone", ExpiresAt: s.start.Add(goneTokenTTL)}, func(any) {})
 	}
 	for s.srv.runnableCount() > 0 || s.srv.committer || len(s.srv.inflight) > 0 {
 		if !s.step() {

@@ -117,6 +117,7 @@ const (
 	ProbeKeyLimitReached
 	ProbeRateLimitFull
 	ProbeCompletedAfterCancel
+	ProbeWorkerExpired
 	probeCount
 )
 
@@ -127,7 +128,7 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
 	"flow_expired", "schedule_fired", "schedule_fired_late",
 	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover", "archive_damaged",
-	"key_limit_reached", "rate_limit_full", "completed_after_cancel"}
+	"key_limit_reached", "rate_limit_full", "completed_after_cancel", "worker_expired"}
 
 func (p Probe) String() string { return probeNames[p] }
 

@@ -494,6 +494,9 @@ func (w *worker) beat() {
 // renew tokens early instead, which the server takes once a token is a minute old.
 const tokenTTL = 365 * 24 * time.Hour
 
+// goneTokenTTL is the token of each tenant's worker that registers and never connects.
+const goneTokenTTL = 20 * time.Second
+
 // renew renews the worker's token over its connection, as the Go client does when a heartbeat's
 // answer says it is due.
 func (w *worker) renew() {

@@ -355,7 +355,7 @@ func (s *Server) authenticate(b Core, r *http.Request, kind authKind) (principal
 			}
 			return principal{}, errorf(actors.CodeTokenExpired, "the worker token expired at %s; register again", until.Format(time.RFC3339))
 		}
-		b.Liveness(wk.ID).Touch(s.clock())
+		b.Touch(wk.ID, s.clock())
 		return principal{tenant: wk.Tenant, worker: wk}, nil
 	}
 	return principal{}, errors.New("transport: unknown auth kind")

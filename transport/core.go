@@ -28,6 +28,7 @@ type Core interface {
 	// Reads of the projections.
 	Read(fn func(*projections.Set))
 	Get(tenant, id string) (*projections.Job, bool)
+	PeekJob(id string, fn func(*projections.Job)) bool
 	Expired(tenant, id string) bool
 	Retention() projections.Retention
 	List(f projections.JobFilter) ([]*projections.Job, bool)
@@ -75,7 +76,7 @@ type Core interface {
 	RenewWorkerToken(ctx context.Context, w projections.Worker, presented string) (broker.RenewedToken, error)
 	RevokeWorker(ctx context.Context, tenant, workerID, by string) (actors.Receipt, error)
 	Connect(ctx context.Context, workerID, transport string, capacity int) (*broker.Conn, error)
-	Liveness(workerID string) *broker.Liveness
+	Touch(workerID string, at time.Time)
 	LastSeen(workerID string) time.Time
 	LeaseExpiresAt(workerID, leaseID string, ttl time.Duration, logged time.Time) time.Time
 	Event(ctx context.Context, p actors.Progress) (int, actors.Receipt, error)

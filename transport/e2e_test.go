@@ -60,6 +60,7 @@ func (c *clock) elapse(d time.Duration) {
 	c.mu.Unlock()
 	slices.SortStableFunc(due, func(a, b *clockTimer) int { return a.due.Compare(b.due) })
 	for _, t := range due {
+		t.real.Stop() // it holds f, and what f holds, until it would have fired
 		t.fire()
 	}
 }

@@ -25,14 +25,13 @@ const (
 	// assignments already on their way to it (about one fsync); past it the session is closed,
 	// and whatever still comes goes back to the queue.
 	offerEndWait = 10 * time.Second
-	// inboxMax bounds what a poll session holds for its polls: assignments never exceed one
-	// offer's credit, and each offer ends with one OfferEnded.
-	inboxMax = 2*actors.CapacityMax + 8
 )
 
 // pollSessions keeps the session of each worker that long-polls. A session lives across polls;
 // it ends as any session does (no heartbeat and no poll for three intervals, revocation), and
-// the next request opens a new one, which adopts the worker's leases.
+// the next request opens a new one, which adopts the worker's leases. A worker's entry lasts
+// while its session is open or a request uses it, and no longer: a fleet that churns (each pod a
+// new worker) leaves nothing behind.
 //
 // Capacity is offered only while a poll waits (actors.Offer, actors.Withdraw): a worker that
 // stops polling holds no credit, and an assignment that arrives after its poll ended goes back
@@ -45,10 +44,17 @@ type pollSessions struct {
 
 type pollSession struct {
 	worker string
+	all    *pollSessions
+	users  int // requests that hold it (all.mu)
 
-	mu    sync.Mutex // guards sess and inbox, and is held while a session opens
+	// mu guards sess, inbox and opening. It is never held across a call to the broker: a
+	// session opens in an fsync, which the worker's other requests must not wait for with no
+	// way to give up.
+	mu    sync.Mutex
 	sess  *broker.Conn
 	inbox chan any // sess's assignments and offer ends, for the poll that waits
+	// opening is closed once the session a request is opening is open, or failed to open.
+	opening chan struct{}
 
 	// turn lets one poll of the worker wait at a time; a newer poll ends the one waiting
 	// (preempt), which is how a client that gave up on a poll and sent another is served at once.
@@ -58,20 +64,48 @@ type pollSession struct {
 	preempt chan struct{}
 }
 
-func (p *pollSessions) get(worker string) *pollSession {
+// acquire returns the worker's poll session, made if it has none; release it when done.
+func (p *pollSessions) acquire(worker string) *pollSession {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := p.sessions[worker]
 	if ps == nil {
-		ps = &pollSession{worker: worker, turn: make(chan struct{}, 1)}
+		ps = &pollSession{worker: worker, all: p, turn: make(chan struct{}, 1)}
 		p.sessions[worker] = ps
 	}
+	ps.users++
 	return ps
 }
 
-// acquire takes the worker's poll turn, ending the poll that holds it, and returns a channel
+// release says a request is done with ps, and forgets it if it is idle.
+func (p *pollSessions) release(ps *pollSession) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps.users--
+	p.forgetIdle(ps)
+}
+
+// forgetIdle forgets ps once no request uses it and it has no session, open or opening. The
+// caller holds p.mu (the order is p.mu, then ps.mu).
+func (p *pollSessions) forgetIdle(ps *pollSession) {
+	ps.mu.Lock()
+	idle := ps.sess == nil && ps.opening == nil
+	ps.mu.Unlock()
+	if idle && ps.users == 0 && p.sessions[ps.worker] == ps {
+		delete(p.sessions, ps.worker)
+	}
+}
+
+// len is the number of workers it holds an entry for.
+func (p *pollSessions) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sessions)
+}
+
+// takeTurn takes the worker's poll turn, ending the poll that holds it, and returns a channel
 // that is closed when a newer poll wants the turn in turn (at once, if one already waits).
-func (ps *pollSession) acquire(ctx context.Context) (preempted <-chan struct{}, release func(), err error) {
+func (ps *pollSession) takeTurn(ctx context.Context) (preempted <-chan struct{}, release func(), err error) {
 	ps.pmu.Lock()
 	ps.gen++
 	gen := ps.gen
@@ -104,21 +138,41 @@ func (ps *pollSession) acquire(ctx context.Context) (preempted <-chan struct{}, 
 }
 
 // session returns the worker's open session and its inbox, opening one if there is none or the
-// last one ended.
+// last one ended. Requests that come while one opens it wait for that one, as long as they may.
 func (ps *pollSession) session(ctx context.Context, b Core) (*broker.Conn, <-chan any, error) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.sess != nil {
-		return ps.sess, ps.inbox, nil
+	for {
+		ps.mu.Lock()
+		if sess, inbox := ps.sess, ps.inbox; sess != nil {
+			ps.mu.Unlock()
+			return sess, inbox, nil
+		}
+		if opening := ps.opening; opening != nil {
+			ps.mu.Unlock()
+			select {
+			case <-opening: // open, or failed: then this request tries in turn
+				continue
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		opening := make(chan struct{})
+		ps.opening = opening
+		ps.mu.Unlock()
+		sess, err := b.Connect(ctx, ps.worker, actors.TransportLongPoll, 0)
+		var inbox chan any
+		ps.mu.Lock()
+		ps.opening = nil
+		if err == nil {
+			// What the session buffers for it, the inbox does for the polls: assignments never
+			// exceed one offer's credit, and each offer ends with one OfferEnded.
+			inbox = make(chan any, cap(sess.Frames))
+			ps.sess, ps.inbox = sess, inbox
+			go ps.pump(sess, inbox)
+		}
+		ps.mu.Unlock()
+		close(opening)
+		return sess, inbox, err
 	}
-	sess, err := b.Connect(ctx, ps.worker, actors.TransportLongPoll, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	inbox := make(chan any, inboxMax)
-	ps.sess, ps.inbox = sess, inbox
-	go ps.pump(sess, inbox)
-	return sess, inbox, nil
 }
 
 // pump moves a session's assignments and offer ends to its inbox; cancel notices are dropped
@@ -134,13 +188,17 @@ func (ps *pollSession) pump(sess *broker.Conn, inbox chan<- any) {
 	close(inbox)
 }
 
-// forget drops sess if it is still the worker's session, so the next request opens another.
+// forget drops sess if it is still the worker's session, so the next request opens another,
+// and the worker's entry if no request uses it.
 func (ps *pollSession) forget(sess *broker.Conn) {
 	ps.mu.Lock()
 	if ps.sess == sess {
 		ps.sess, ps.inbox = nil, nil
 	}
 	ps.mu.Unlock()
+	ps.all.mu.Lock()
+	ps.all.forgetIdle(ps)
+	ps.all.mu.Unlock()
 }
 
 // withSession runs fn with the worker's session, and once more with a new one if the first had
@@ -172,8 +230,9 @@ func (s *Server) pollLease(r *request) error {
 	if req.WaitSeconds < 0 || req.WaitSeconds > WaitSecondsMax {
 		return invalid("wait_seconds must be 0..%d", WaitSecondsMax)
 	}
-	ps := s.polls.get(r.by.worker.ID)
-	preempted, release, err := ps.acquire(r.Context())
+	ps := s.polls.acquire(r.by.worker.ID)
+	defer s.polls.release(ps)
+	preempted, release, err := ps.takeTurn(r.Context())
 	if err != nil {
 		return err
 	}
@@ -280,7 +339,9 @@ func (s *Server) pollHeartbeat(r *request) error {
 	}
 	var ack actors.HeartbeatAck
 	var sess *broker.Conn
-	err := s.polls.get(r.by.worker.ID).withSession(r.Context(), r.b, func(se *broker.Conn, _ <-chan any) error {
+	ps := s.polls.acquire(r.by.worker.ID)
+	defer s.polls.release(ps)
+	err := ps.withSession(r.Context(), r.b, func(se *broker.Conn, _ <-chan any) error {
 		var err error
 		sess = se
 		ack, err = se.Heartbeat(r.Context(), req.Leases)

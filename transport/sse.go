@@ -60,8 +60,8 @@ func (c *cursor) next(b Core, skipTo int, upTo uint64) ([]wire.Event, error) {
 
 // jobState reads what a watcher needs to know of a job without copying it.
 func jobState(b Core, tenant, id string) (lastSeq uint64, status projections.Status, ok bool) {
-	b.Read(func(s *projections.Set) {
-		if j := s.JobRef(id); j != nil && j.Tenant == tenant {
+	b.PeekJob(id, func(j *projections.Job) {
+		if j.Tenant == tenant {
 			lastSeq, status, ok = j.LastSeq, j.Status, true
 		}
 	})

@@ -64,7 +64,7 @@ func (s *Server) connect(r *request) error {
 	}
 	s.conns.Add(1)
 	defer s.conns.Done()
-	c := &wsConn{s: s, b: r.b, conn: conn, cork: hw.cork, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, token: bearer(r.Request), live: r.b.Liveness(r.by.worker.ID), log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
+	c := &wsConn{s: s, b: r.b, conn: conn, cork: hw.cork, worker: r.by.worker.ID, publicKey: r.by.worker.PublicKey, token: bearer(r.Request), log: s.log.With(zap.String("worker_id", r.by.worker.ID), zap.String("request_id", r.Header.Get(RequestIDHeader))),
 		wake: make(chan struct{}, 1), readerDone: make(chan struct{}), inFlight: make(chan struct{}, InFlightMax),
 		reader: frames.Reader{Check: func(data []byte) error { return checkJSON(data, "a frame") }}}
 	c.serve()
@@ -99,7 +99,6 @@ type wsConn struct {
 	worker    string
 	publicKey string
 	token     string // the worker token in force: the one it connected with, or its renewal
-	live      *broker.Liveness
 	log       *zap.Logger
 	sess      *broker.Conn
 
@@ -401,7 +400,7 @@ func (c *wsConn) readLoop() {
 			return
 		}
 		_ = c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout))
-		c.live.Touch(c.s.clock())
+		c.sess.Touch(c.s.clock())
 		c.handle(f)
 	}
 }

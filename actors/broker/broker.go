@@ -86,9 +86,10 @@ type Broker struct {
 	system *actor.ActorSystem
 	pool   *pool
 	props  map[actors.RefKind]*actor.Props
-	// parked are job hosts whose cell stopped, kept for the next jobs (host.retire).
+	// parked are the hosts of jobs and sessions whose cell stopped, by kind, kept for the next
+	// cells of the kind (host.retire).
 	parkedMu sync.Mutex
-	parked   []*host
+	parked   [actors.RefExternal + 1][]*host
 
 	live liveness
 
@@ -116,7 +117,11 @@ type Broker struct {
 // Open opens the log in cfg.Dir, rebuilds the projections from the newest checkpoint and the
 // tail after it, ends the sessions the last run left open, starts the actors, gives every active
 // lease a fresh lease_ttl of grace, and returns a Broker that is ready.
-func Open(cfg Config) (*Broker, error) {
+func Open(cfg Config) (*Broker, error) { return open(cfg, nil) }
+
+// open is Open, with the reader of the finished jobs' table wrapped by wrapTable if it is set
+// (tests slow the disk down so).
+func open(cfg Config, wrapTable func(projections.Store) projections.Store) (*Broker, error) {
 	cfg = cfg.withDefaults()
 	elog, err := eventlog.Open(cfg.Dir, cfg.logOptions(cfg.Upstream != nil))
 	if err != nil {
@@ -127,6 +132,9 @@ func Open(cfg Config) (*Broker, error) {
 	if err != nil {
 		_ = elog.Close()
 		return nil, err
+	}
+	if wrapTable != nil {
+		set.WrapStore(wrapTable)
 	}
 	return b.start(set)
 }
@@ -410,11 +418,7 @@ func (b *Broker) JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record,
 	if from <= b.elog.Anchor().Seq {
 		// Start at the job's first record, so the archive searches only the segments from
 		// there on.
-		b.rt.Read(func(s *projections.Set) {
-			if j := s.JobRef(jobID); j != nil {
-				from = max(from, j.SubmitSeq)
-			}
-		})
+		b.PeekJob(jobID, func(j *projections.Job) { from = max(from, j.SubmitSeq) })
 	}
 	return b.elog.Stream(eventlog.JobStream(jobID), from)
 }

@@ -15,9 +15,9 @@
 //   - the wall clock is the clock; each cell draws from its own PCG stream.
 //
 // The actors: one dispatcher, one tenant actor per tenant, one job actor per leased job, one
-// session actor per connected worker. A job actor whose job's cell stopped is parked and runs
-// the next job's cell (host.go): one actor per job in flight still, without a spawn and a stop
-// per job. Every delivery names its cell, so one late for the last job is dropped.
+// session actor per connected worker. A job or session actor whose cell stopped is parked and
+// runs the next cell of its kind (host.go): one actor per job in flight and per connected
+// worker still, without a spawn and a stop per job or per connection. Every delivery names its cell, so one late for the last job is dropped.
 //
 // Start-up (Open): open the log, load the newest checkpoint, replay the tail, end the sessions
 // the last run left open, start the dispatcher and an actor for every leased job (which logs a

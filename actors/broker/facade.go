@@ -126,19 +126,17 @@ func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...a
 	}
 	if read {
 		now := b.clock()
-		b.rt.Read(func(set *projections.Set) {
-			for i, j := range r.Jobs {
-				if out[i].Job != nil {
-					continue
-				}
-				job, ok := set.Job(j.ID)
-				if !ok || b.cfg.Retention.Expired(job, now) {
-					// An idempotent hit on a job that has left the views: the key outlives it.
-					job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
-				}
-				out[i].Job = job
+		for i, j := range r.Jobs {
+			if out[i].Job != nil {
+				continue
 			}
-		})
+			job, ok := b.job(j.ID)
+			if !ok || b.cfg.Retention.Expired(job, now) {
+				// An idempotent hit on a job that has left the views: the key outlives it.
+				job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
+			}
+			out[i].Job = job
+		}
 	}
 	return out, b.fill(r.Receipt), nil
 }
@@ -153,11 +151,25 @@ func firstErr(err error, r *actors.Rejection) error {
 // Get returns a tenant's job; another tenant's job is not found, nor is one whose retention has
 // ended (Expired tells the two apart).
 func (b *Broker) Get(tenant, id string) (job *projections.Job, ok bool) {
-	b.rt.Read(func(set *projections.Set) { job, ok = set.Job(id) })
+	job, ok = b.job(id)
 	if !ok || job.Tenant != tenant || b.cfg.Retention.Expired(job, b.clock()) {
 		return nil, false
 	}
 	return job, true
+}
+
+// job returns a copy of a job, reading the table, if it is there, outside the lock that
+// commits wait for.
+func (b *Broker) job(id string) (job *projections.Job, ok bool) {
+	b.rt.ReadOutside(func(locked projections.Locked) { job, ok = projections.JobOutside(locked, id) })
+	return job, ok
+}
+
+// PeekJob calls fn with a job without copying it, if there is one, reading the table outside
+// the lock that commits wait for; fn must neither keep nor change it.
+func (b *Broker) PeekJob(id string, fn func(*projections.Job)) (ok bool) {
+	b.rt.ReadOutside(func(locked projections.Locked) { ok = projections.PeekOutside(locked, id, fn) })
+	return ok
 }
 
 // Expired reports whether the tenant's job id finished and has left the views: its retention
@@ -171,13 +183,13 @@ func (b *Broker) Expired(tenant, id string) bool {
 	}
 	now := b.clock()
 	known, expired := false, false
-	b.rt.Read(func(set *projections.Set) {
-		if j := set.JobRef(id); j != nil {
-			known, expired = true, j.Tenant == tenant && b.cfg.Retention.Expired(j, now)
-		} else if owner, gone := set.Gone(id); gone {
-			known, expired = true, owner == tenant
-		}
-	})
+	if b.PeekJob(id, func(j *projections.Job) { expired = j.Tenant == tenant && b.cfg.Retention.Expired(j, now) }) {
+		known = true
+	} else {
+		var owner string
+		b.rt.ReadOutside(func(locked projections.Locked) { owner, known = projections.GoneOutside(locked, id) })
+		expired = known && owner == tenant
+	}
 	if known {
 		return expired
 	}
@@ -200,10 +212,12 @@ func (b *Broker) Expired(tenant, id string) bool {
 const idLenMax = 64
 
 // List returns one page of a tenant's jobs and whether more follow; jobs whose retention has
-// ended are left out.
+// ended are left out. It reads the table outside the lock that commits wait for: a list whose
+// filters skip most of the history reads much of the disk.
 func (b *Broker) List(f projections.JobFilter) (page []*projections.Job, more bool) {
 	f.Retention = b.cfg.Retention
-	b.rt.Read(func(set *projections.Set) { page, more = set.List(f, b.clock()) })
+	now := b.clock()
+	b.rt.ReadOutside(func(locked projections.Locked) { page, more = projections.ListOutside(locked, f, now) })
 	return page, more
 }
 
@@ -459,9 +473,11 @@ type Conn struct {
 	live *Liveness
 }
 
-// framesMax bounds what a session buffers for its connection: assignments never exceed the
-// capacity and cancel notices the leases, so a full buffer means the connection stopped reading.
-const framesMax = 2*actors.CapacityMax + 8
+// framesFor bounds what a session of a worker of the registered capacity buffers for its
+// connection: assignments never exceed the capacity and cancel notices the leases, which a
+// worker holds no more of than its capacity, so a full buffer means the connection stopped
+// reading. (A buffer for the largest capacity was 32 KiB a connected worker.)
+func framesFor(capacity int) int { return 2*capacity + 8 }
 
 // Connect opens a session for a worker over a transport ("websocket" or "longpoll"), with a
 // capacity no larger than the registered one (0: the registered one).
@@ -469,7 +485,13 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := "s_" + hex.EncodeToString(raw[:])
-	frames := make(chan any, framesMax)
+	registered := 0
+	b.rt.Read(func(set *projections.Set) {
+		if w, ok := set.Worker(workerID); ok {
+			registered = w.Capacity
+		}
+	})
+	frames := make(chan any, framesFor(registered))
 	ref := actors.SessionRef(id)
 	var closed bool // only the session actor's goroutine delivers, one frame at a time
 	out := &connSink{send: func(m any) {
@@ -490,6 +512,7 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 		if _, end := m.(actors.SessionEnded); end {
 			closed = true
 			close(frames)
+			b.forgetLiveness(workerID)
 		}
 	}}
 	b.rt.Spawn(ref, func() actors.Behaviour {
@@ -497,13 +520,14 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	})
 	r, err := callFor[actors.SessionOpened](ctx, b, ref, actors.OpenSession{WorkerID: workerID, Transport: transport, Capacity: capacity})
 	if err != nil || r.Err != nil {
+		b.forgetLiveness(workerID)
 		return nil, firstErr(err, r.Err)
 	}
 	every := r.HeartbeatInterval
 	if b.cfg.IdleHeartbeat > 0 {
 		every = min(every, b.cfg.IdleHeartbeat)
 	}
-	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.Liveness(workerID)}, nil
+	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.liveness(workerID)}, nil
 }
 
 // Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps
@@ -538,6 +562,9 @@ func (s *Conn) HeartbeatAsync(leases []string, done func(actors.HeartbeatAck, er
 		done(ack, err)
 	})
 }
+
+// Touch records that the worker was heard from on this connection at t.
+func (s *Conn) Touch(t time.Time) { s.live.Touch(t) }
 
 // Close ends the session; its leases run out on schedule unless the worker reconnects in time.
 func (s *Conn) Close() {
@@ -590,22 +617,25 @@ func (b *Broker) Fail(ctx context.Context, f actors.Fail) (actors.Receipt, error
 // Report sends a worker's result on a job, actors.Complete, actors.Fail or actors.ReleaseLease
 // (which gives the job back with no attempt spent), and returns its receipt.
 func (b *Broker) Report(ctx context.Context, op any) (actors.Receipt, error) {
-	return b.settle(replyOf[actors.Done](b.callVia(ctx, toJob(jobIDOf(op)), op)))
+	jobID, workerID := idsOf(op)
+	rc, err := b.settle(replyOf[actors.Done](b.callVia(ctx, toJob(jobID), op)))
+	b.reported(workerID)
+	return rc, err
 }
 
-// jobIDOf names the job a worker operation is on.
-func jobIDOf(op any) string {
+// idsOf names the job a worker operation is on, and the worker.
+func idsOf(op any) (jobID, workerID string) {
 	switch m := op.(type) {
 	case actors.Complete:
-		return m.JobID
+		return m.JobID, m.WorkerID
 	case actors.Fail:
-		return m.JobID
+		return m.JobID, m.WorkerID
 	case actors.Progress:
-		return m.JobID
+		return m.JobID, m.WorkerID
 	case actors.ReleaseLease:
-		return m.JobID
+		return m.JobID, m.WorkerID
 	}
-	return ""
+	return "", ""
 }
 
 // route is how a message reaches its actor: the actor at to, or, for a worker's operation on a
@@ -638,7 +668,8 @@ func (b *Broker) deliver(r route, msg any, sender actors.Ref) {
 // only) and the receipt, on an actor's goroutine, and must not block. Operations sent by one goroutine reach the job in the
 // order sent, which a connection that goes on reading needs (an event before its completion).
 func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
-	b.askVia(toJob(jobIDOf(op)), op, func(r any, err error) {
+	jobID, _ := idsOf(op)
+	b.askVia(toJob(jobID), op, func(r any, err error) {
 		switch r := r.(type) {
 		case actors.ProgressAck:
 			done(r.Number, r.Receipt, firstErr(err, r.Err))

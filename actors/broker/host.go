@@ -52,11 +52,13 @@ func (f *connSink) deliver(m any) { f.send(m) }
 // scheduler (a mailbox and a turn on the pool per cell) and its supervisor. The same host
 // survives restarts (its producer returns it), and the runtime counts the cell's incarnations.
 //
-// A job's cell lives for one lease or less, so its host is not stopped when the cell stops: it
-// is parked (Broker.parkHost) and the next job's cell is bound to it (bindMail). Spawning and
-// stopping an actor per job was a twentieth of the server's CPU in a burn-down. A host that
+// A job's cell lives for one lease or less, and a session's for one connection, so their host
+// is not stopped when the cell stops: it is parked (Broker.parkHost) and the next cell of its
+// kind is bound to it (bindMail). Spawning and stopping an actor per job was a twentieth of the
+// server's CPU in a burn-down, and one per connection left protoactor's registry of actors a
+// little larger for each worker that ever connected (its maps keep their buckets). A host that
 // was ever restarted is not parked: its supervisor counts failures per actor, and they were
-// not the next job's.
+// not the next cell's.
 type host struct {
 	b *Broker
 	// c is the cell the host runs, nil while parked; only the host's own turns touch it.
@@ -119,48 +121,53 @@ func (h *host) handle(ctx actor.Context, m *mail) {
 	}
 }
 
-// retire ends the host's run of its cell, which has stopped: a job's host is parked for the
-// next job, any other stops.
+// retire ends the host's run of its cell, which has stopped: a job's or a session's host is
+// parked for the next cell of its kind, any other stops.
 func (h *host) retire(ctx actor.Context) {
 	c := h.c
-	if c.Ref().Kind != actors.RefJob || h.restarted {
+	if !parks(c.Ref().Kind) || h.restarted {
 		ctx.Stop(ctx.Self()) // Stopped forgets the cell
 		return
 	}
 	h.b.rt.Forget(c)
 	h.c = nil
-	if !h.b.parkHost(h) {
+	if !h.b.parkHost(c.Ref().Kind, h) {
 		ctx.Stop(ctx.Self())
 	}
 }
 
-// hostsParkedMax bounds the parked job hosts: about the jobs in flight at a busy moment; more
-// hosts than that stop when their job ends.
+// parks reports whether the hosts of a kind of cell are parked when their cell stops: those of
+// the short-lived kinds.
+func parks(k actors.RefKind) bool { return k == actors.RefJob || k == actors.RefSession }
+
+// hostsParkedMax bounds the parked hosts of a kind: about the jobs in flight, or the workers
+// that come and go, at a busy moment; more hosts than that stop when their cell does.
 const hostsParkedMax = 4096
 
-// parkHost keeps a job's host whose cell stopped for the next job's cell; false if enough are
-// parked already.
-func (b *Broker) parkHost(h *host) bool {
+// parkHost keeps a host of kind k whose cell stopped for the next cell of that kind; false if
+// enough are parked already.
+func (b *Broker) parkHost(k actors.RefKind, h *host) bool {
 	b.parkedMu.Lock()
 	defer b.parkedMu.Unlock()
-	if len(b.parked) >= hostsParkedMax {
+	if len(b.parked[k]) >= hostsParkedMax {
 		return false
 	}
-	b.parked = append(b.parked, h)
+	b.parked[k] = append(b.parked[k], h)
 	return true
 }
 
-// unparkHost returns a parked job host, or nil.
-func (b *Broker) unparkHost() *host {
+// unparkHost returns a parked host of kind k, or nil.
+func (b *Broker) unparkHost(k actors.RefKind) *host {
 	b.parkedMu.Lock()
 	defer b.parkedMu.Unlock()
-	n := len(b.parked)
+	parked := b.parked[k]
+	n := len(parked)
 	if n == 0 {
 		return nil
 	}
-	h := b.parked[n-1]
-	b.parked[n-1] = nil
-	b.parked = b.parked[:n-1]
+	h := parked[n-1]
+	parked[n-1] = nil
+	b.parked[k] = parked[:n-1]
 	return h
 }
 
@@ -169,8 +176,8 @@ func (b *Broker) unparkHost() *host {
 type scheduler Broker
 
 func (s *scheduler) Start(c *cells.Cell) {
-	if c.Ref().Kind == actors.RefJob {
-		if h := (*Broker)(s).unparkHost(); h != nil {
+	if parks(c.Ref().Kind) {
+		if h := (*Broker)(s).unparkHost(c.Ref().Kind); h != nil {
 			c.Home = h
 			m := mailPool.Get().(*mail)
 			m.c, m.d = c, cells.Wake()

@@ -39,4 +39,10 @@
 // (projections.Flush); Checkpoint.Save writes the checkpoint and the finished jobs' table in one
 // batch wherever the driver likes (the broker: on a goroutine of its own while commits go on),
 // then lets the projections drop what the table holds, a part at a time under the write lock.
+//
+// Reads take the projections' read lock (Read), which every commit's fold waits for. A read of
+// the table on disk (a client's list, a finished job) takes it only for memory and reads the
+// disk without it (ReadOutside, projections.ListOutside), while a table lock keeps a checkpoint
+// from ending (memory dropping the jobs it wrote) under it: a slow disk or a list that skips
+// most of the history holds up a checkpoint's end, never an acknowledgement.
 package cells

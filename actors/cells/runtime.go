@@ -88,6 +88,11 @@ type Runtime struct {
 
 	setMu sync.RWMutex // guards set
 	set   *projections.Set
+	// tableMu is held for reading by a read of the projections' table outside setMu
+	// (ReadOutside), and for writing while a checkpoint lets memory drop what the table now
+	// holds (Checkpoint.Save): during such a read, memory masks every stored job it masked when
+	// the read began. Lock order: tableMu, then setMu.
+	tableMu sync.RWMutex
 
 	// issued and applied count persists: issued when handed to the committer, applied once
 	// their events are in the projections (or failed). They complete in the order issued.
@@ -583,6 +588,16 @@ func (rt *Runtime) Read(fn func(*projections.Set)) {
 	fn(rt.set)
 }
 
+// ReadOutside runs fn, which reads the projections' table on disk with no lock held and its
+// memory through locked, which runs its argument under the read lock, as often as fn needs
+// (projections.ListOutside, projections.JobOutside): commits go on while it reads the disk.
+// No checkpoint ends (lets memory drop what the table holds) until fn returns.
+func (rt *Runtime) ReadOutside(fn func(locked projections.Locked)) {
+	rt.tableMu.RLock()
+	defer rt.tableMu.RUnlock()
+	fn(rt.Read)
+}
+
 // Set returns the projections, for a single-goroutine driver or once the runtime is closed.
 func (rt *Runtime) Set() *projections.Set { return rt.set }
 
@@ -697,11 +712,16 @@ const endFlushPart = 256
 
 // Save writes the checkpoint and the changes to the finished jobs' table to the log in one
 // batch, then lets the projections drop from memory what the table now holds, a part at a time
-// so that commits and reads go on between the parts.
+// so that commits and reads go on between the parts; reads of the table outside the lock
+// (ReadOutside) wait for the whole of that last step, and it for them.
 func (c *Checkpoint) Save(l *eventlog.Log) error {
 	if err := c.flush.Write(l); err != nil {
 		return err
 	}
+	// The table's new copies are masked until memory lets go of them: a read outside setMu
+	// sees them come, but not the masks go.
+	c.rt.tableMu.Lock()
+	defer c.rt.tableMu.Unlock()
 	for done := false; !done; {
 		c.rt.setMu.Lock()
 		done = c.rt.set.EndFlushPart(c.flush, endFlushPart)

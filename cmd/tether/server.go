@@ -118,7 +118,7 @@ func parseServerConfig(args []string, lookupEnv func(string) (string, bool)) (se
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the private key (PEM) of --tls-cert")
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP under --auth token on a non-loopback address: only behind a proxy that terminates TLS")
 	fs.DurationVar(&c.tokenTTL, "worker-token-ttl", broker.WorkerTokenTTLDefault, "how long a worker token lasts; connected workers renew theirs at half of it")
-	fs.DurationVar(&c.retain, "retain", 7*24*time.Hour, "how long a succeeded or cancelled job, or an ended flow, stays queryable (a job's result_ttl_seconds overrides it); 0: until deleted")
+	fs.DurationVar(&c.retain, "retain", 7*24*time.Hour, "how long a succeeded or cancelled job, an ended flow, or a worker registration that can no longer be used stays queryable (a job's result_ttl_seconds overrides it); 0: until deleted")
 	fs.DurationVar(&c.retainDead, "retain-dead", 7*24*time.Hour, "how long a dead-lettered job stays, for an operator to re-drive it; 0: until purged")
 	fs.IntVar(&c.maxDead, "max-dead", 100_000, "the most dead letters a tenant keeps; past it the oldest go first; 0: no cap")
 	fs.DurationVar(&c.archiveAfter, "archive-after", 24*time.Hour, "how old a record must be before it moves from the hot log into a sealed archive segment (it must also be covered by a checkpoint); 0: never")

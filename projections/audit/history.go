@@ -174,6 +174,8 @@ func Describe(p eventlog.Payload) string {
 		return fmt.Sprintf("ended %s%s", e.Status, by(e.APIKeyID))
 	case eventlog.FlowExpired:
 		return fmt.Sprintf("expired (%s); it left every view", e.Reason)
+	case eventlog.WorkerExpired:
+		return fmt.Sprintf("registration expired (%s); it left every view, and its token finds nothing", e.Reason)
 	case eventlog.ScheduleCreated:
 		return fmt.Sprintf("schedule %s created by tenant %s%s: %q in %s, job %s/%s, overlap %s, catch_up %s",
 			e.Name, e.Tenant, by(e.APIKeyID), e.Cron, e.Timezone, e.Job.Queue, e.Job.Type, e.Overlap, e.CatchUp)
