@@ -30,7 +30,11 @@ type Dispatcher struct {
 	ready      map[string]*groupHeap // by tenant + "\x00" + queue
 	scheduled  *entryHeap
 	leased     map[string]leaseRef // by job id
-	sessions   map[string]*slot
+	// inherited holds the leases the rebuild found (made before a restart, whose worker may
+	// never have got them), by worker, then job id, until a heartbeat of the worker says
+	// whether it holds them (heard) or they end.
+	inherited map[string]map[string]string
+	sessions  map[string]*slot
 	hungry     []*slot // sessions that can take a job (credit, and room), in turn order
 	readyCount int     // jobs in the ready heaps that may be leased: none, no matching to do
 	running    map[string]int
@@ -150,6 +154,12 @@ type (
 	}
 	// extend: a heartbeat listed the lease.
 	extend struct{ WorkerID, JobID, LeaseID string }
+	// heard: a heartbeat of the worker, which listed Leases (those of its own that are
+	// current; it holds no other).
+	heard struct {
+		WorkerID string
+		Leases   []extend
+	}
 	// redriveJob: a re-drive the tenant admitted against its quota.
 	redriveJob struct{ Redrive }
 	// startLease asks a job's actor to lease the job, with the tokens the lease took.
@@ -231,6 +241,7 @@ func (d *Dispatcher) Recover(env Env) {
 	*d = Dispatcher{
 		retention: d.retention, expiring: map[string]bool{},
 		waiting: map[string]*entry{}, ready: map[string]*groupHeap{}, scheduled: &entryHeap{less: dueFirst}, leased: map[string]leaseRef{},
+		inherited: map[string]map[string]string{},
 		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
 		redriving: map[string]bool{}, paused: map[string]bool{},
 		keyRunning: map[string]int{}, keyGroups: map[string][]*group{}, keyDefault: map[string]int{}, keyOwn: map[string]int{},
@@ -268,6 +279,10 @@ func (d *Dispatcher) Recover(env Env) {
 				sl.held++
 			}
 			d.leased[j.ID] = lr
+			if d.inherited[lr.workerID] == nil {
+				d.inherited[lr.workerID] = map[string]string{}
+			}
+			d.inherited[lr.workerID][j.ID] = lr.leaseID
 			d.running[j.Tenant]++
 			d.keyLeases(lr.key, 1)
 		}
@@ -459,8 +474,8 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 			d.repeatedCompletion(env, m)
 		}
 		return false
-	case extend:
-		d.route(env, m.JobID, m.LeaseID, m.WorkerID, m)
+	case heard:
+		d.heard(env, m)
 		return false
 	case Persisted:
 		d.persisted(env, m)
@@ -488,6 +503,37 @@ func (d *Dispatcher) route(env Env, jobID, leaseID, workerID string, msg any) bo
 	}
 	env.Forward(JobRef(jobID), msg, env.Sender())
 	return true
+}
+
+// heard passes a worker's heartbeat to the actors of the leases it listed, and tells those of
+// the leases the rebuild found that the worker holds but did not list that it disowns them.
+func (d *Dispatcher) heard(env Env, m heard) {
+	for _, e := range m.Leases {
+		d.route(env, e.JobID, e.LeaseID, e.WorkerID, e)
+	}
+	held := d.inherited[m.WorkerID]
+	if len(held) == 0 {
+		return
+	}
+	delete(d.inherited, m.WorkerID) // one heartbeat says what the worker holds
+	for _, e := range m.Leases {
+		delete(held, e.JobID)
+	}
+	for _, id := range slices.Sorted(maps.Keys(held)) {
+		if lr, ok := d.leased[id]; ok && lr.leaseID == held[id] && !lr.ending {
+			env.Send(JobRef(id), disowned{WorkerID: m.WorkerID, LeaseID: lr.leaseID})
+		}
+	}
+}
+
+// forgetInherited stops tracking a lease the rebuild found: it ended.
+func (d *Dispatcher) forgetInherited(workerID, jobID string) {
+	if held := d.inherited[workerID]; held != nil {
+		delete(held, jobID)
+		if len(held) == 0 {
+			delete(d.inherited, workerID)
+		}
+	}
 }
 
 // sameLease is the lease_id check every worker operation passes.
@@ -688,6 +734,7 @@ func stepEnded(env Env, tenant, flowID string) {
 // more.
 func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
 	delete(d.leased, jobID)
+	d.forgetInherited(lr.workerID, jobID)
 	if lr.ending {
 		return
 	}

@@ -48,4 +48,10 @@ var (
 	mutantForgetDecidedTicks bool
 	// mutantFireOverlapping fires a schedule with overlap: skip while its last job is live.
 	mutantFireOverlapping bool
+	// mutantIgnoreStall expires a lease whose timer comes due while the server is stalled as
+	// soon as it runs again, before it reads the heartbeats that waited in its sockets.
+	mutantIgnoreStall bool
+	// mutantKeepUnacknowledged keeps a lease made before a restart that its worker does not
+	// hold until it runs out, spending an attempt on a job that never ran.
+	mutantKeepUnacknowledged bool
 )

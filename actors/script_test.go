@@ -62,6 +62,9 @@ import (
 //	                                              dropped and rebuilt from the log
 //	down D                                        the clock moves with no timer run: the
 //	                                              server is down (restart tenant then recovers)
+//	stall D                                       the clock moves with nothing run, not even the
+//	                                              runtime's ticks (a SIGSTOP); then the timers
+//	                                              that came due fire, before the next command
 //	sync | fail-sync                              what a nosync command left pending
 //	show job j1 | show flow f1 | show schedule sc1 | show queue q | show counters q | show tenant
 //	show retained                                 how many finished jobs the views keep
@@ -285,6 +288,9 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 		return
 	case "down":
 		s.w.Clock = s.w.Clock.Add(s.posDur(d, 0))
+		return
+	case "stall":
+		s.w.Stall(s.posDur(d, 0))
 		return
 	case "sync":
 		s.w.Run()
