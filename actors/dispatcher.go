@@ -25,15 +25,11 @@ import (
 type Dispatcher struct {
 	// rebuiltAt is the seq the dispatcher's state was rebuilt at; notices of events at or
 	// before it are already part of that state.
-	rebuiltAt uint64
-	waiting   map[string]*entry
-	ready     map[string]*groupHeap // by tenant + "\x00" + queue
-	scheduled *entryHeap
-	leased    map[string]leaseRef // by job id
-	// inherited holds the leases the rebuild found (made before a restart, whose worker may
-	// never have got them), by worker, then job id, until a heartbeat of the worker says
-	// whether it holds them (heard) or they end.
-	inherited  map[string]map[string]string
+	rebuiltAt  uint64
+	waiting    map[string]*entry
+	ready      map[string]*groupHeap // by tenant + "\x00" + queue
+	scheduled  *entryHeap
+	leased     map[string]leaseRef // by job id
 	sessions   map[string]*slot
 	hungry     []*slot // sessions that can take a job (credit, and room), in turn order
 	readyCount int     // jobs in the ready heaps that may be leased: none, no matching to do
@@ -53,6 +49,11 @@ type Dispatcher struct {
 	buckets      map[string]time.Time
 	bucketsSweep int
 	rateWait     rateHeap
+	// inherited holds the leases the rebuild found (made before a restart, whose worker may
+	// never have got them), by worker, then job id, until a heartbeat of the worker says
+	// whether it holds them (heard) or they end.
+	inherited map[string]map[string]string
+
 	// now is the dispatcher's clock when it took the message it is handling.
 	now time.Time
 	// scheduledBy counts the scheduled heap's jobs by tenant, queue and explain's reason, kept
@@ -241,9 +242,8 @@ func (d *Dispatcher) Recover(env Env) {
 	*d = Dispatcher{
 		retention: d.retention, expiring: map[string]bool{},
 		waiting: map[string]*entry{}, ready: map[string]*groupHeap{}, scheduled: &entryHeap{less: dueFirst}, leased: map[string]leaseRef{},
-		inherited: map[string]map[string]string{},
-		sessions:  map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
-		redriving: map[string]bool{}, paused: map[string]bool{},
+		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
+		redriving: map[string]bool{}, paused: map[string]bool{}, inherited: map[string]map[string]string{},
 		keyRunning: map[string]int{}, keyGroups: map[string][]*group{}, keyDefault: map[string]int{}, keyOwn: map[string]int{},
 		scheduledBy: map[WaitingCount]int{}, rateDefs: map[string]rateDef{}, buckets: map[string]time.Time{}, bucketsSweep: bucketsSweepMin,
 	}
