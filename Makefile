@@ -17,7 +17,8 @@ SIMSEEDS ?= 1..1000
 MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_check release_twice map_order credit_outlives_poll heartbeat_fixed progress_twice \
             persisted_before_durable apply_after_reply expire_early delete_live table_index_lost stale_table_copy \
             ignore_pause start_on_lease forget_decided_ticks fire_overlapping pipeline_publishes stop_on_lost_renewal stream_skips_gaps \
-            poll_keeps_offer stop_on_unanswered_renewal key_limit_off_by_one explain_ignores_keys bucket_refills_twice starve_tenants
+            poll_keeps_offer stop_on_unanswered_renewal key_limit_off_by_one explain_ignores_keys bucket_refills_twice starve_tenants \
+            ignore_stall keep_unacknowledged
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants chaos
 

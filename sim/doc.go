@@ -62,7 +62,11 @@
 // transport; misbehaving workers (a lease that ended, another lease's nonce, a bad signature,
 // another tenant's job); server crashes at any step, mid-commit with the records written and
 // not synced (a share of the WAL's unsynced blocks survives), after a commit before its
-// replies, and during recovery; WAL write and sync errors through errorfs; clock jumps both ways.
+// replies, and during recovery; WAL write and sync errors through errorfs; clock jumps both
+// ways; stalls of the server process (FaultStall, stall.go: stopped for a moment to minutes,
+// mostly about a lease_ttl; what reaches it meanwhile waits unread, and when it goes on its
+// overdue timers fire in any order, all before the reads half the time). The server's stall
+// watch (actors/cells) ticks on the true clock, on the process's behalf, so a stall stops it.
 //
 // Planted bugs (make sim-mutants) prove the invariants bite, in the behaviours (actors/mutant*.go),
 // in the cell runtime (actors/cells/mutant*.go), in the log on an upstream (eventlog/mutant*.go)
@@ -73,7 +77,12 @@
 // LivenessBound). Some invariants hold only where no fault interferes, and are checked then:
 // in a run no fault has touched (--off all), no attempt is spent on a lease whose assignment
 // never reached its worker, and no lease expires under its worker; in the liveness phase, no
-// lease expires under a worker alive and connected since before the lease's last lease_ttl. The invariants are checked as things happen: on every durable record by an
+// lease expires under a worker alive and connected since before the lease's last lease_ttl.
+// Under every fault: no lease runs out while a heartbeat of its worker naming it, sent within
+// lease_ttl, had waited cells.StallMin or more to be read ("stall"); a lease made before a
+// restart is put back as unacknowledged only if its worker does not hold it, and none that
+// never reached its worker spends an attempt once the worker was heard from by the process
+// that inherited it ("unacknowledged"). The invariants are checked as things happen: on every durable record by an
 // oracle, a fold of the log written apart from the projections (oracle.go); on every answer as
 // it leaves the server (net.go, worker.go); after every recovery and every 50 commits against a
 // full replay; and at the end.

@@ -167,6 +167,7 @@ func (s *Sim) faultTicks() {
 			s.leaderFault()
 		}
 	})
+	tick(FaultStall, time.Second, 0.7, s.stall)
 	tick(FaultClock, 6*time.Second, 0.3, func() {
 		d := time.Duration(1+s.faultRand[FaultClock].IntN(120)) * time.Second
 		if s.faultRand[FaultClock].IntN(2) == 0 {
@@ -174,6 +175,7 @@ func (s *Sim) faultTicks() {
 		}
 		s.clockOffset += d
 		s.clockJumps++
+		s.offsets = append(s.offsets, s.clockOffset)
 		s.record(fmt.Sprintf("clock jumps %s", d))
 	})
 }
@@ -189,6 +191,8 @@ func (s *Sim) heal() {
 		s.healCluster() // the election brings a leader up, if none runs
 	case !s.srv.up:
 		s.srv.start()
+	default:
+		s.srv.resume()
 	}
 	for _, w := range s.workers {
 		w.pausedTill = time.Time{}

@@ -109,7 +109,7 @@ func TestShrinkKeepsTheFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := small.Config.Command()
-	want := "tether sim --seed 9 --steps 500 --off delay,reorder,dup,partition,worker-crash,pause,misbehave,crash,disk,clock,archive,leader,checkpoint"
+	want := "tether sim --seed 9 --steps 500 --off delay,reorder,dup,partition,worker-crash,pause,misbehave,crash,disk,clock,archive,leader,checkpoint,stall"
 	if got != want || small.Violation == nil {
 		t.Fatalf("shrunk to %q (violation %v), want %q", got, small.Violation, want)
 	}

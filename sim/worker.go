@@ -117,7 +117,7 @@ func (w *worker) connect() {
 				v.pollSink(w, session, msg)
 				return
 			}
-			w.fromServer(v.epoch, session, msg)
+			w.fromServer(v, session, msg)
 		})
 		v.spawnSession(session, sink)
 		return actors.SessionRef(session)
@@ -130,6 +130,7 @@ func (w *worker) connect() {
 		}
 		w.conn = &wconn{session: session, transport: transport, epoch: s.srv.epoch, since: s.now}
 		w.credit()
+		w.beat() // at once, as the Go SDK does on a new connection: the new session adopts what it names
 	}, func() {
 		w.connecting = false
 		s.after(time.Second, w.name+" reconnects", w.connect)
@@ -162,12 +163,12 @@ func (w *worker) serverCrashed() {
 }
 
 // fromServer carries a frame from the worker's session to the worker.
-func (w *worker) fromServer(epoch int, session string, msg any) {
-	s := w.s
+func (w *worker) fromServer(v *server, session string, msg any) {
+	s, epoch := w.s, v.epoch
 	var f wire.Frame
 	switch m := msg.(type) {
 	case actors.Assignment:
-		if !leaseOK(s.srv.set, m) {
+		if !leaseOK(v.set, m) { // the sender's: a deposed leader's may not be the leader's
 			s.fail("durability", "job %s's lease %s was sent to %s before it was durable", m.JobID, m.LeaseID, w.name)
 			return
 		}
@@ -261,17 +262,24 @@ func (w *worker) toServer(f wire.Frame, onAck func(wire.Frame)) {
 		w.acks[f.Ref] = onAck
 	}
 	data := encode(f)
+	sent := s.now
 	s.transmit(w.name, f.Type, func() {
 		v := s.srv
 		if !v.up || v.epoch != c.epoch {
 			return // the connection died with the server
 		}
-		v.onFrame(w, c.session, decode(data))
+		a := arrival{sent: sent, arrived: s.now}
+		v.reach(func() {
+			if v.up && v.epoch == c.epoch {
+				v.onFrame(w, c.session, decode(data), a)
+			}
+		})
 	})
 }
 
-// onFrame is the server's side of a worker's connection, as transport's handlers do it.
-func (v *server) onFrame(w *worker, session string, f wire.Frame) {
+// onFrame is the server's side of a worker's connection, as transport's handlers do it; a is
+// when the frame was sent and reached the server.
+func (v *server) onFrame(w *worker, session string, f wire.Frame, a arrival) {
 	s := v.s
 	send := func(a wire.Frame) {
 		data := encode(a)
@@ -295,6 +303,9 @@ func (v *server) onFrame(w *worker, session string, f wire.Frame) {
 	case wire.FrameHeartbeat:
 		v.request(w.name, actors.SessionRef(session), actors.Heartbeat{Leases: f.Leases}, func(reply any) {
 			r := reply.(actors.HeartbeatAck)
+			if r.Err == nil {
+				s.heartbeatTaken(v, w, f.Leases, a)
+			}
 			a := protocol.Ack(f.Ref, r.Err)
 			a.Cancel, a.Unknown = r.CancelRequested, r.Unknown
 			if rec, ok := v.set.Worker(w.id); ok && r.Err == nil {
@@ -385,9 +396,12 @@ func (w *worker) poll() {
 	id := w.pollID
 	wait := time.Duration(s.workload.IntN(26)) * time.Second
 	s.transmit(w.name, "poll", func() {
-		if v := s.srv; v.up && !v.recovering && v.epoch == c.epoch {
-			v.onPoll(w, c, id, free, wait)
-		}
+		v := s.srv
+		v.reach(func() {
+			if v.up && !v.recovering && v.epoch == c.epoch {
+				v.onPoll(w, c, id, free, wait)
+			}
+		})
 	})
 	s.after(wait+requestTimeout, w.name+" poll timeout", func() {
 		if w.polling && w.pollID == id && w.conn == c {
@@ -749,16 +763,18 @@ func (w *worker) sendDirect(f wire.Frame, onAck func(wire.Frame)) {
 	data := encode(f)
 	s.transmit(w.name, f.Type, func() {
 		v := s.srv
-		if !v.up || v.recovering {
-			return
-		}
-		epoch := v.epoch
-		v.onFrameDirect(w, decode(data), func(a wire.Frame) {
-			ack := encode(a)
-			s.transmit(w.name, "ack", func() {
-				if v.epoch == epoch && w.alive() {
-					onAck(decode(ack))
-				}
+		v.reach(func() {
+			if !v.up || v.recovering {
+				return
+			}
+			epoch := v.epoch
+			v.onFrameDirect(w, decode(data), func(a wire.Frame) {
+				ack := encode(a)
+				s.transmit(w.name, "ack", func() {
+					if v.epoch == epoch && w.alive() {
+						onAck(decode(ack))
+					}
+				})
 			})
 		})
 	})

@@ -20,7 +20,12 @@ func runSim(args []string) error {
 	seed := fs.Uint64("seed", 1, "the seed of one run")
 	seeds := fs.String("seeds", "", "a range of seeds A..B to run instead of one")
 	steps := fs.Int("steps", 2000, "steps of the safety phase (faults on); heal and liveness follow")
-	off := fs.String("off", "", "fault classes to turn off, comma-separated: drop,delay,reorder,dup,partition,worker-crash,pause,misbehave,crash,disk,clock,archive,leader,checkpoint; all: a run without faults")
+	all, _ := sim.ParseFaults("all")
+	names := make([]string, len(all))
+	for i, f := range all {
+		names[i] = f.String()
+	}
+	off := fs.String("off", "", "fault classes to turn off, comma-separated: "+strings.Join(names, ",")+"; all: a run without faults")
 	shrink := fs.Bool("shrink", false, "on a failure, turn fault classes off and shorten the run while it still fails")
 	twice := fs.Bool("check-determinism", false, "run every seed twice in this process and fail if the traces differ")
 	trace := fs.Bool("trace", false, "print every step of a single seed")
