@@ -27,6 +27,9 @@ type watch struct {
 	mu       sync.Mutex
 	lastTick time.Time // on Config.Monotonic; zero before the first tick
 	resumed  time.Time // on Config.Clock: when the last stall ended
+	// early is set when Resumed saw a stall before the ticks did: resumed is its end already,
+	// so that every behaviour reckons from one instant.
+	early bool
 }
 
 // Tick tells the runtime it runs; the driver calls it every TickEvery. It returns how long the
@@ -41,14 +44,18 @@ func (rt *Runtime) Tick() (stalled time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if gap := mono.Sub(w.lastTick); !w.lastTick.IsZero() && gap >= StallMin {
-		stalled, w.resumed = gap, now
+		stalled = gap
+		if !w.early {
+			w.resumed = now
+		}
 	}
-	w.lastTick = mono
+	w.lastTick, w.early = mono, false
 	return stalled
 }
 
 // Resumed is when, on the runtime's Clock, it last came back from a stall; zero if it has not
-// stalled since its first tick. A stall the ticks have not caught up with yet ends now.
+// stalled since its first tick. A stall the ticks have not caught up with yet ended at the
+// first call that saw it.
 func (rt *Runtime) Resumed() time.Time {
 	if rt.cfg.Monotonic == nil {
 		return time.Time{}
@@ -57,8 +64,8 @@ func (rt *Runtime) Resumed() time.Time {
 	w := &rt.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.lastTick.IsZero() && mono.Sub(w.lastTick) >= StallMin {
-		return rt.cfg.Clock.Now()
+	if !w.lastTick.IsZero() && mono.Sub(w.lastTick) >= StallMin && !w.early {
+		w.resumed, w.early = rt.cfg.Clock.Now(), true
 	}
 	return w.resumed
 }

@@ -56,17 +56,24 @@ func TestAGapBetweenTicksIsAStall(t *testing.T) {
 		t.Fatal("a gap shorter than StallMin was taken for a stall")
 	}
 	c.run(30 * time.Second) // SIGSTOP
-	before := c.wall
-	if got := rt.Resumed(); !got.Equal(before) {
-		t.Fatalf("before the ticks caught up, the stall ended at %s, not now (%s)", got, before)
+	seen := c.wall
+	if got := rt.Resumed(); !got.Equal(seen) {
+		t.Fatalf("before the ticks caught up, the stall ended at %s, not now (%s)", got, seen)
 	}
 	c.run(time.Millisecond)
+	if got := rt.Resumed(); !got.Equal(seen) {
+		t.Fatalf("asked again before the ticks caught up, the stall ended at %s, not where it was first seen (%s)", got, seen)
+	}
 	if got := rt.Tick(); got != 30*time.Second+time.Millisecond {
 		t.Fatalf("the tick after the stall saw a gap of %s", got)
 	}
-	at := c.wall
-	if c.tickFor(rt, time.Minute) || !rt.Resumed().Equal(at) {
-		t.Fatalf("after the stall: resumed %s, want %s", rt.Resumed(), at)
+	if c.tickFor(rt, time.Minute) || !rt.Resumed().Equal(seen) {
+		t.Fatalf("after the stall: resumed %s, want %s, where a behaviour first saw it", rt.Resumed(), seen)
+	}
+	c.run(20 * time.Second) // another, which the ticks see first
+	c.run(time.Millisecond)
+	if got := rt.Tick(); got != 20*time.Second+time.Millisecond || !rt.Resumed().Equal(c.wall) {
+		t.Fatalf("the second stall: a gap of %s, resumed %s, want %s", got, rt.Resumed(), c.wall)
 	}
 }
 

@@ -555,3 +555,29 @@ def test_a_result_kept_in_results_dir_outlives_the_worker(client, server, transp
         for p in (first, second):
             if p is not None:
                 p.kill()
+
+
+def test_a_lease_no_worker_got_is_put_back_after_a_restart(client, server, transport):
+    """A lease written to a poll whose answer was lost does not outlive a restart: the worker,
+    reconnecting, names at once the leases it holds, and the server puts back, unspent, the
+    one it does not name. A job of max_attempts 1 then runs, well within the restart's
+    lease_ttl of grace, instead of being dead-lettered without ever running."""
+    reg = client.register_worker("lost", ["py"])
+    j = client.submit("py", "t", max_attempts=1, lease_ttl_seconds=60)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("POST", "/v1/worker/lease", body='{"max":1,"wait_seconds":5}',
+                 headers={"Authorization": "Bearer " + reg["worker_token"], "Content-Type": "application/json"})
+    assert j["id"] in conn.getresponse().read().decode()  # and then lost on the way
+    conn.close()
+    server.stop(signal.SIGKILL)
+    server.start()
+    w = Worker(server.url, token=reg["worker_token"], queues=["py"], transport=transport)
+    w.handler()(lambda ctx: {"ran": True})
+    run_in_thread(w)
+    try:
+        done = Client(server.url).wait(j["id"], timeout=30)
+    finally:
+        w.stop()
+    assert done["status"] == "succeeded" and done["attempt"] == 1
+    released = [e["data"] for e in Client(server.url).events(j["id"])["events"] if e["type"] == "job.lease_released"]
+    assert [r["reason"] for r in released] == ["unacknowledged"]
