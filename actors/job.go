@@ -24,8 +24,8 @@ type Job struct {
 	publicKey string
 	timer     TimerID
 	ending    bool // a decision ended the lease; the events are not durable yet
-	// inherited is the lease Recover found, until its worker names it or writes under it: one
-	// made before a restart, which the worker may never have got (disowned).
+	// inherited is the lease Recover found, until a heartbeat names it: one made before a
+	// restart, which the worker may never have got (disowned).
 	inherited string
 	stash     []stashed
 	pipe      pipeline

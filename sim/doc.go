@@ -82,10 +82,10 @@
 // lease_ttl, had waited cells.StallMin or more to be read ("stall"); a lease made before a
 // restart is put back as unacknowledged only if its worker does not hold it, and none that
 // never reached its worker spends an attempt once the worker was heard from by the process
-// that inherited it ("unacknowledged"). The invariants are checked as things happen: on every durable record by an
-// oracle, a fold of the log written apart from the projections (oracle.go); on every answer as
-// it leaves the server (net.go, worker.go); after every recovery and every 50 commits against a
-// full replay; and at the end.
+// that inherited it ("unacknowledged"). The invariants are checked as things happen: on every
+// durable record by an oracle, a fold of the log written apart from the projections
+// (oracle.go); on every answer as it leaves the server (net.go, worker.go); after every
+// recovery and every 50 commits against a full replay; and at the end.
 //
 // Determinism is the contract: the same Config gives the same trace hash (a SHA-256 of every
 // step), in any process. Nothing here ranges over a map without sorting, and the only
