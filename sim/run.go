@@ -201,22 +201,26 @@ func (s *Sim) heal() {
 		}
 		w.connect()
 	}
-	// The admin resumes every paused queue, and again once any pause still on the network has
-	// landed.
+	// The admin resumes every paused queue, and again every 10 s while one is paused or no
+	// server takes the request (a pause still on the network lands, a leader stops before its
+	// resumes are durable).
 	s.resumeQueues()
-	s.after(10*time.Second, "resume queues", s.resumeQueues)
 }
 
-// resumeQueues resumes every queue the projections hold paused.
+// resumeQueues resumes every queue the projections hold paused, and looks again in 10 s until
+// none is.
 func (s *Sim) resumeQueues() {
-	v := s.srv
-	if !v.up {
-		return
-	}
-	for _, tenant := range v.set.TenantNames() {
-		for _, q := range slices.Sorted(maps.Keys(v.set.Tenant(tenant).Paused)) {
-			v.request("admin", actors.DispatcherRef(), actors.PauseQueue{Tenant: tenant, Queue: q}, func(any) {})
+	v, paused := s.srv, false
+	if v.up {
+		for _, tenant := range v.set.TenantNames() {
+			for _, q := range slices.Sorted(maps.Keys(v.set.Tenant(tenant).Paused)) {
+				paused = true
+				v.request("admin", actors.DispatcherRef(), actors.PauseQueue{Tenant: tenant, Queue: q}, func(any) {})
+			}
 		}
+	}
+	if !v.up || paused || s.now.Sub(s.healedAt) < 10*time.Second {
+		s.after(10*time.Second, "resume queues", s.resumeQueues)
 	}
 }
 

@@ -32,6 +32,9 @@ type worker struct {
 
 	conn       *wconn
 	connecting bool
+	// dialing is the session the worker's connect in progress asks for: the answer to an
+	// earlier one (a connect the worker gave up, or made before it crashed) is not its own.
+	dialing    string
 	transport  string
 	crashed    bool
 	pausedTill time.Time
@@ -105,6 +108,7 @@ func (w *worker) connect() {
 	w.connecting = true
 	w.nSession++
 	session := fmt.Sprintf("%s-s%d", w.name, w.nSession)
+	w.dialing = session
 	if w.transport == "" || s.workload.IntN(3) == 0 {
 		// A reconnect may come over the other transport (WebSocket blocked, say).
 		w.transport = []string{"websocket", "longpoll"}[s.workload.IntN(2)]
@@ -122,6 +126,9 @@ func (w *worker) connect() {
 		v.spawnSession(session, sink)
 		return actors.SessionRef(session)
 	}, open, func(reply any) {
+		if w.dialing != session {
+			return
+		}
 		w.connecting = false
 		r := reply.(actors.SessionOpened)
 		if r.Err != nil || !w.alive() || w.stopping {
@@ -132,6 +139,9 @@ func (w *worker) connect() {
 		w.credit()
 		w.beat() // at once, as the Go SDK does on a new connection: the new session adopts what it names
 	}, func() {
+		if w.dialing != session {
+			return
+		}
 		w.connecting = false
 		s.after(time.Second, w.name+" reconnects", w.connect)
 	})
@@ -895,7 +905,7 @@ func (w *worker) otherLeases(h *held) []*held {
 func (w *worker) crash() {
 	s := w.s
 	s.record(w.name + " crashes")
-	w.crashed, w.conn, w.connecting, w.polling, w.stopping = true, nil, false, false, false
+	w.crashed, w.conn, w.connecting, w.polling, w.stopping, w.dialing = true, nil, false, false, false, ""
 	w.leases, w.acks = map[string]*held{}, map[string]func(wire.Frame){}
 	s.after(time.Duration(1+s.faultRand[FaultWorkerCrash].IntN(30))*time.Second, w.name+" restarts", func() {
 		w.crashed = false
