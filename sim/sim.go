@@ -483,7 +483,10 @@ func Run(cfg Config) (res *Result, err error) {
 	s.result.Records = s.srv.synced.Seq
 	s.result.Trace = hex.EncodeToString(s.trace.Sum(nil))
 	s.result.Violation = s.violation
-	return &s.result, nil
+	// A copy: a pointer into s would keep the whole run (its in-memory disks, its views, its
+	// oracle) alive for as long as the caller keeps the result, and tether sim keeps every seed's.
+	r := s.result
+	return &r, nil
 }
 
 func (s *Sim) close() {
