@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -99,25 +101,15 @@ func TestServerStallRunsNoJobTwice(t *testing.T) {
 	)
 	s := startServer(t, t.TempDir())
 	c := client.New(s.url, "", nil)
-	dir := t.TempDir()
-	starts := func(w int) string { return filepath.Join(dir, fmt.Sprintf("starts-%d", w)) }
+	starts := newStarts(t)
 	var ws []*process
 	for w := range workers {
-		// Each job notes its start (and its pid, for the cleanup: a killed worker's jobs
+		// Each job says it started (and its pid, for the cleanup: a killed worker's jobs
 		// outlive it) and runs well past the stall.
 		ws = append(ws, startTether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, "worker", "--server", s.url, "--name", fmt.Sprintf("w%d", w),
 			"--queue", "q", "--capacity", strconv.Itoa(capacity), "--log-format", "json", "--",
-			"sh", "-c", `echo "$TETHER_JOB_ID $$" >> `+starts(w)+`; exec sleep 30`))
+			"sh", "-c", fmt.Sprintf(`echo "$TETHER_JOB_ID %d $$" > %s; exec sleep 30`, w, starts.path)))
 	}
-	t.Cleanup(func() {
-		for w := range workers {
-			for _, line := range lines(starts(w)) {
-				if pid, err := strconv.Atoi(strings.Fields(line)[1]); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
-	})
 	for _, w := range ws {
 		w.waitFor(t, `"msg":"connected"`)
 	}
@@ -129,31 +121,15 @@ func TestServerStallRunsNoJobTwice(t *testing.T) {
 		}
 		ids = append(ids, j.ID)
 	}
-	ranBy := func() map[string][]int { // job → the workers that started it
-		out := map[string][]int{}
-		for w := range workers {
-			for _, line := range lines(starts(w)) {
-				id := strings.Fields(line)[0]
-				out[id] = append(out[id], w)
-			}
-		}
-		return out
-	}
-	for deadline := time.Now().Add(30 * time.Second); len(ranBy()) < len(ids); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d jobs started in 30 s", len(ranBy()), len(ids))
-		}
-		time.Sleep(50 * time.Millisecond) // polling the jobs' own files
-	}
+	starts.await(t, len(ids), 30*time.Second)
 
 	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	killed := workers - 1 // dies during the stall, its jobs' processes with it
 	_ = syscall.Kill(-ws[killed].cmd.Process.Pid, syscall.SIGKILL)
-	for _, line := range lines(starts(killed)) {
-		pid, _ := strconv.Atoi(strings.Fields(line)[1])
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, st := range starts.by(killed) {
+		_ = syscall.Kill(st.pid, syscall.SIGKILL)
 	}
 	<-time.After(stall) // the stall itself: what the test is about
 	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
@@ -162,12 +138,18 @@ func TestServerStallRunsNoJobTwice(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	twice, graces := 0, 0
+	statuses := map[string]string{}
 	for _, id := range ids {
 		status, err := c.Watch(ctx, id, 0, func(wire.Event) error { return nil })
 		if err != nil {
 			t.Fatalf("job %s: %v", id, err)
 		}
+		statuses[id] = status
+	}
+	ranBy := starts.all() // every job has finished: every start was said
+	twice, graces := 0, 0
+	for _, id := range ids {
+		status := statuses[id]
 		evs, err := c.Events(ctx, id, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -179,7 +161,7 @@ func TestServerStallRunsNoJobTwice(t *testing.T) {
 				graces++
 			}
 		}
-		by := ranBy()[id]
+		by := ranBy[id]
 		switch {
 		case slices.Contains(by, killed):
 			// Its worker died: the lease runs out, a lease_ttl after the stall, and the job
@@ -195,8 +177,94 @@ func TestServerStallRunsNoJobTwice(t *testing.T) {
 	t.Logf("SIGSTOP for %s with %d jobs leased: %d jobs of live workers ran twice; %d leases got the stall's grace", stall, len(ids), twice, graces)
 }
 
-// lines returns the lines of a file, none if it does not exist.
-func lines(path string) []string {
-	b, _ := os.ReadFile(path)
-	return strings.FieldsFunc(string(b), func(r rune) bool { return r == '\n' })
+// jobStarts is what the jobs of a test say as they start, through a FIFO the test reads: a
+// start is a signal to wait on, not a file to poll.
+type jobStarts struct {
+	path string
+	said chan jobStart
+	seen []jobStart
+	stop func() // ends the reading after whatever the jobs said before, and takes it in seen
+}
+
+type jobStart struct {
+	job         string
+	worker, pid int
+}
+
+// newStarts makes the FIFO and reads it until the test ends; the cleanup kills every job
+// process that said it started.
+func newStarts(t *testing.T) *jobStarts {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "starts")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read and write: a job's open never blocks, and the read never sees the end of the FIFO.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const end = "end" // what the test writes itself once it reads no more
+	st := &jobStarts{path: path, said: make(chan jobStart, 1024)}
+	go func() {
+		defer close(st.said)
+		sc := bufio.NewScanner(f)
+		for sc.Scan() && sc.Text() != end {
+			var s jobStart
+			if _, err := fmt.Sscan(sc.Text(), &s.job, &s.worker, &s.pid); err == nil {
+				st.said <- s
+			}
+		}
+	}()
+	st.stop = sync.OnceFunc(func() {
+		_, _ = f.WriteString(end + "\n")
+		for s := range st.said {
+			st.seen = append(st.seen, s)
+		}
+	})
+	t.Cleanup(func() {
+		st.stop()
+		for _, s := range st.seen {
+			_ = syscall.Kill(s.pid, syscall.SIGKILL)
+		}
+		_ = f.Close()
+	})
+	return st
+}
+
+// await waits until n distinct jobs have said they started, failing the test after d.
+func (st *jobStarts) await(t *testing.T, n int, d time.Duration) {
+	t.Helper()
+	giveUp := time.After(d)
+	for jobs := map[string]bool{}; len(jobs) < n; {
+		select {
+		case s := <-st.said:
+			st.seen = append(st.seen, s)
+			jobs[s.job] = true
+		case <-giveUp:
+			t.Fatalf("%d of %d jobs started in %s", len(jobs), n, d)
+		}
+	}
+}
+
+// by returns the starts seen so far of worker w's jobs.
+func (st *jobStarts) by(w int) []jobStart {
+	var out []jobStart
+	for _, s := range st.seen {
+		if s.worker == w {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// all returns, by job, the workers that started it. Call it once every job has finished: a
+// start said before that is read before the reading ends.
+func (st *jobStarts) all() map[string][]int {
+	st.stop()
+	out := map[string][]int{}
+	for _, s := range st.seen {
+		out[s.job] = append(out[s.job], s.worker)
+	}
+	return out
 }
