@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/actors/signing"
@@ -411,9 +413,9 @@ func (a *Job) releaseByWorker(env Env, m ReleaseLease) {
 		return
 	}
 	reason := cmp.Or(m.Reason, "released")
-	if !validName(reason, errorCodeLenMax, true) || reason == eventlog.LeaseUndelivered || reason == eventlog.LeaseUnacknowledged {
-		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "reason must be 1..%d of [A-Za-z0-9_.:/-], and not %q or %q",
-			errorCodeLenMax, eventlog.LeaseUndelivered, eventlog.LeaseUnacknowledged)})
+	if own := eventlog.ServerReleaseReasons(); !validName(reason, errorCodeLenMax, true) || slices.Contains(own, reason) {
+		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "reason must be 1..%d of [A-Za-z0-9_.:/-], and not the server's own (%s)",
+			errorCodeLenMax, strings.Join(own, ", "))})
 		return
 	}
 	msg := m.Message

@@ -204,8 +204,8 @@ const (
 
 // JobLeaseReleased records that a lease ended with the job not attempted: the assignment never
 // reached the worker (LeaseUndelivered: a long poll ended first, the connection died before the
-// frame was written; LeaseUnacknowledged: found so after a restart), or the worker gave the job back untried or unfinished (a clean stop, a
-// command that could not start). No attempt is spent and the job is queued again at once, unless
+// frame was written; LeaseUnacknowledged: found so after a restart), or the worker gave the job
+// back untried or unfinished (a clean stop, a command that could not start). No attempt is spent and the job is queued again at once, unless
 // the job had been released ReleasesMax times in a row (actors): then AttemptSpent is set, the
 // release counts as a failed attempt, and a JobRetryScheduled or JobDeadLettered follows in the
 // same append. A cancel-requested job is cancelled instead (a JobCancelled follows).
@@ -232,6 +232,11 @@ const (
 	// the lease, a crash before the assignment left).
 	LeaseUnacknowledged = "unacknowledged"
 )
+
+// ServerReleaseReasons lists the server's own reasons for a JobLeaseReleased, which a worker's
+// release may not give (actors), nor the SDKs (sdk/python/tether/_codes.py) or the API's
+// description (transport/openapi) allow.
+func ServerReleaseReasons() []string { return []string{LeaseUndelivered, LeaseUnacknowledged} }
 
 // The reasons the Go worker (transport/client) gives a job back with: it is stopping, or the
 // job's command could not start. The server writes the worker's code as it comes.

@@ -66,6 +66,9 @@ class Release(Exception):
     job goes back to the queue with no attempt spent."""
 
     def __init__(self, message: str = "", reason: str = "start_failed"):
+        if reason in _codes.SERVER_RELEASE_REASONS:
+            raise ValueError(f"tether: a release's reason may not be one of the server's own "
+                             f"{', '.join(_codes.SERVER_RELEASE_REASONS)}; got {reason!r}")
         super().__init__(f"{reason}: {message}" if message else reason)
         self.reason = reason
         self.message = message
