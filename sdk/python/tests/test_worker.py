@@ -506,6 +506,25 @@ def test_a_stop_while_the_server_is_away_is_a_clean_stop(server, transport):
     assert not t.is_alive() and not errors, errors
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGSTOPs a process and waits until every thread of it has stopped: the stop takes a
+    moment, in which a server may still answer a request."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while True:
+        states = []
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            try:
+                with open(f"/proc/{proc.pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that ended
+                pass
+        if all(state in ("T", "t") for state in states):
+            return
+        assert time.monotonic() < deadline, f"process {proc.pid} not stopped in 10 s: {states}"
+        time.sleep(0.001)
+
+
 KEEPING_WORKER = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {sdk!r})
@@ -533,7 +552,7 @@ def test_a_result_kept_in_results_dir_outlives_the_worker(client, server, transp
     try:
         job = client.submit("kept", "t", lease_ttl_seconds=60, max_attempts=1)
         assert first.stdout.readline().strip() == "started"
-        server.proc.send_signal(signal.SIGSTOP)  # the result cannot reach it now
+        stop_process(server.proc)  # the result cannot reach it now
         try:
             go.write_text("")
             deadline = time.monotonic() + 30
