@@ -79,6 +79,9 @@ type held struct {
 	leaseTTL time.Duration
 	heard    time.Time
 	sends    policy.Sends
+	// misbehaviour is the report the server must refuse that a misbehaving worker sends
+	// before each send of its honest one (misbehave), if it misbehaves on this lease.
+	misbehaviour func()
 }
 
 func (w *worker) alive() bool { return !w.crashed && !w.s.now.Before(w.pausedTill) }
@@ -647,6 +650,9 @@ func (w *worker) fail(h *held, code string, retryable bool) {
 // lease is done.
 func (w *worker) report(h *held, f wire.Frame) {
 	answered, late := false, false
+	if h.misbehaviour != nil {
+		h.misbehaviour()
+	}
 	w.toServer(f, func(a wire.Frame) {
 		if late {
 			return // given up for lost, as a request whose time ran out is: the resend's answer counts
@@ -835,9 +841,11 @@ func (w *worker) restartLater() {
 	})
 }
 
-// misbehave sends, before its honest report, one that the server must refuse and that must
-// change nothing: a lease that ended, another lease's nonce, a bad signature, or another
-// tenant's job.
+// misbehave makes the report, one that the server must refuse and that must change nothing, a
+// misbehaving worker sends before each send of its honest report on h (report): a lease that
+// ended, another lease's nonce, a bad signature, or another tenant's job. Sent only once, it
+// would mostly be lost with the connection of a worker that finished while the server was
+// stalled or down, and the honest report would land alone when the worker sends it again.
 func (w *worker) misbehave(h *held) {
 	s := w.s
 	out, hash := w.output(h)
@@ -875,18 +883,20 @@ func (w *worker) misbehave(h *held) {
 	if f.Signature == "" {
 		f.Signature = w.sign(f.JobID, f.LeaseID, f.Nonce, hash)
 	}
-	s.record(fmt.Sprintf("%s misbehaves: %s", w.name, probe))
-	w.toServer(f, func(a wire.Frame) {
-		switch {
-		case a.Error == nil:
-			s.fail("stale", "%s's %s on job %s was accepted", w.name, probe, f.JobID)
-		case slices.Contains(want, actors.Code(a.Error.Code)):
-			s.probe(probe)
-		case probe == ProbeForeignJobRejected:
-			s.fail("isolation", "%s's completion of another tenant's job %s was answered %s, not JOB_NOT_FOUND", w.name, f.JobID, a.Error.Code)
-		}
-		// Any other refusal is right too: the lease may have ended while the message travelled.
-	})
+	h.misbehaviour = func() {
+		s.record(fmt.Sprintf("%s misbehaves: %s", w.name, probe))
+		w.toServer(f, func(a wire.Frame) {
+			switch {
+			case a.Error == nil:
+				s.fail("stale", "%s's %s on job %s was accepted", w.name, probe, f.JobID)
+			case slices.Contains(want, actors.Code(a.Error.Code)):
+				s.probe(probe)
+			case probe == ProbeForeignJobRejected:
+				s.fail("isolation", "%s's completion of another tenant's job %s was answered %s, not JOB_NOT_FOUND", w.name, f.JobID, a.Error.Code)
+			}
+			// Any other refusal is right too: the lease may have ended while the message travelled.
+		})
+	}
 }
 
 // otherLeases lists the leases the worker knows of other than h, ended or held: none of them
