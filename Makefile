@@ -70,13 +70,13 @@ sim: ## run the simulator over seeds SIMSEEDS with faults, and over 1..200 witho
 	bin/tether sim --seeds $(SIMSEEDS) --check-determinism
 	bin/tether sim --seeds 1..200 --off all --check-determinism
 
-sim-mutants: ## build each planted bug (MUTANTS) and check the simulator catches it within 30 seeds
+sim-mutants: ## build each planted bug (MUTANTS) and check the simulator catches it within 60 seeds
 	@caught=0; total=0; \
 	for m in $(MUTANTS); do \
 		total=$$((total+1)); \
 		$(GO) build -tags mutant_$$m -o bin/tether-mutant ./cmd/tether || exit 1; \
-		if out=$$(bin/tether-mutant sim --seeds 1..30 --check-determinism 2>&1); then \
-			echo "mutant $$m: NOT caught in seeds 1..30"; \
+		if out=$$(bin/tether-mutant sim --seeds 1..60 --check-determinism --until-broken 2>&1); then \
+			echo "mutant $$m: NOT caught in seeds 1..60"; \
 		else \
 			caught=$$((caught+1)); \
 			echo "mutant $$m: caught: $$(echo "$$out" | grep -m1 '^FAIL')"; \
