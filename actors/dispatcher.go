@@ -174,7 +174,7 @@ type (
 	// offerClosed once every lease it made for the session has arrived there (or was refused).
 	withdrawCredit struct{ SessionID string }
 	// assignmentArrived: a long-poll session got an assignment (to deliver or hand back).
-	assignmentArrived struct{ SessionID string }
+	assignmentArrived struct{ SessionID, JobID, LeaseID string }
 	offerClosed       struct{}
 	// revokeSession ends a revoked worker's session.
 	revokeSession struct{}
@@ -191,7 +191,7 @@ type entry struct {
 // leaseRef is a lease the dispatcher gave. ending is set once the job's actor has decided the
 // lease's end: its slot is free from then on, though the lease is tracked until the end is
 // durable (leaseEnded). polledBy is the long-poll session whose inFlight counts the lease
-// until its assignment arrives.
+// until its assignment arrives there, or the lease is forgotten first (unlease).
 type leaseRef struct {
 	leaseID, sessionID, tenant, workerID string
 	key                                  string // keyOf the job's concurrency key
@@ -366,7 +366,12 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 		}
 		return false
 	case assignmentArrived:
-		d.arrived(env, d.sessions[m.SessionID])
+		// Counted here, or when the lease ends first (unlease), never both.
+		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID && lr.polledBy == m.SessionID {
+			lr.polledBy = ""
+			d.leased[m.JobID] = lr
+			d.arrived(env, d.sessions[m.SessionID])
+		}
 		return false
 	case leaseEnding:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID && !lr.ending {
@@ -380,10 +385,7 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 		return true
 	case leaseRefused:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID {
-			d.unlease(m.JobID, lr, true)
-			if lr.polledBy != "" {
-				d.arrived(env, d.sessions[lr.polledBy]) // its assignment will never come
-			}
+			d.unlease(env, m.JobID, lr, true)
 		}
 		if m.Idle {
 			env.Stop(JobRef(m.JobID))
@@ -708,7 +710,7 @@ func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
 	lr, ok := d.leased[m.JobID]
 	switch {
 	case ok && lr.leaseID == m.LeaseID:
-		d.unlease(m.JobID, lr, false)
+		d.unlease(env, m.JobID, lr, false)
 		env.Stop(JobRef(m.JobID))
 	case !ok && m.Seq <= d.rebuiltAt:
 		env.Stop(JobRef(m.JobID)) // ended before the rebuild, which already counted it
@@ -731,10 +733,15 @@ func stepEnded(env Env, tenant, flowID string) {
 
 // unlease forgets a lease, freeing its slot unless its end did already. A refused lease gives
 // its credit back; an ended one does not: the worker grants credit again when it is ready for
-// more.
-func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
+// more. A long-poll session's offer no longer waits for the lease's assignment if it has not
+// arrived: a refused lease has none, and one that ended before it was durable is never
+// assigned (Job.end drops it).
+func (d *Dispatcher) unlease(env Env, jobID string, lr leaseRef, refund bool) {
 	delete(d.leased, jobID)
 	d.forgetInherited(lr.workerID, jobID)
+	if lr.polledBy != "" {
+		d.arrived(env, d.sessions[lr.polledBy])
+	}
 	if lr.ending {
 		return
 	}

@@ -57,6 +57,8 @@ import (
 //	schedule pause sc1 | schedule resume sc1 | schedule delete sc1
 //	advance D [heartbeat=s1]                      the clock (s1 heartbeating its leases every
 //	                                              HeartbeatInterval)
+//	advance D nosync                              the clock, with nothing made durable meanwhile
+//	                                              (a slow log): sync makes it so
 //	retention [done=D] [dead=D] [max-dead=N]      the dispatcher's retention (it restarts)
 //	restart tenant [payload-max=N]|dispatcher|job j1  a supervisor restart: the actor's state is
 //	                                              dropped and rebuilt from the log
@@ -264,6 +266,10 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 	case "schedule delete":
 		return tr, actors.DeleteSchedule{Tenant: tenant, ID: s.id(s.pos(d, 1))}, "client"
 	case "advance":
+		if d.HasArg("nosync") {
+			s.w.AdvanceUnsynced(s.posDur(d, 0))
+			return
+		}
 		s.advance(s.posDur(d, 0), s.strArg(d, "heartbeat", ""))
 		return
 	case "restart tenant":

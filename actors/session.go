@@ -132,8 +132,8 @@ func (s *Session) assignment(env Env, msg any) {
 		to, notice, _ := Bounce(msg)
 		env.Send(to, notice)
 	}
-	if s.transport == TransportLongPoll {
-		env.Send(DispatcherRef(), assignmentArrived{SessionID: s.id})
+	if a := msg.(Assignment); s.transport == TransportLongPoll {
+		env.Send(DispatcherRef(), assignmentArrived{SessionID: s.id, JobID: a.JobID, LeaseID: a.LeaseID})
 	}
 }
 
