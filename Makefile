@@ -18,7 +18,8 @@ MUTANTS  ?= ack_before_fsync lease_before_fsync skip_lease_check skip_nonce_chec
             persisted_before_durable apply_after_reply expire_early delete_live table_index_lost stale_table_copy \
             ignore_pause start_on_lease forget_decided_ticks fire_overlapping pipeline_publishes stop_on_lost_renewal stream_skips_gaps \
             poll_keeps_offer stop_on_unanswered_renewal healthy_while_unsure key_limit_off_by_one explain_ignores_keys bucket_refills_twice starve_tenants \
-            complete_after_cancel
+            complete_after_cancel \
+            ignore_stall keep_unacknowledged
 
 .PHONY: help run deps test race lint bench fuzz sim sim-mutants chaos
 
@@ -70,13 +71,13 @@ sim: ## run the simulator over seeds SIMSEEDS with faults, and over 1..200 witho
 	bin/tether sim --seeds $(SIMSEEDS) --check-determinism
 	bin/tether sim --seeds 1..200 --off all --check-determinism
 
-sim-mutants: ## build each planted bug (MUTANTS) and check the simulator catches it within 30 seeds
+sim-mutants: ## build each planted bug (MUTANTS) and check the simulator catches it within 60 seeds
 	@caught=0; total=0; \
 	for m in $(MUTANTS); do \
 		total=$$((total+1)); \
 		$(GO) build -tags mutant_$$m -o bin/tether-mutant ./cmd/tether || exit 1; \
-		if out=$$(bin/tether-mutant sim --seeds 1..30 --check-determinism 2>&1); then \
-			echo "mutant $$m: NOT caught in seeds 1..30"; \
+		if out=$$(bin/tether-mutant sim --seeds 1..60 --check-determinism --until-broken 2>&1); then \
+			echo "mutant $$m: NOT caught in seeds 1..60"; \
 		else \
 			caught=$$((caught+1)); \
 			echo "mutant $$m: caught: $$(echo "$$out" | grep -m1 '^FAIL')"; \

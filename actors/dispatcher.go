@@ -49,6 +49,11 @@ type Dispatcher struct {
 	buckets      map[string]time.Time
 	bucketsSweep int
 	rateWait     rateHeap
+	// inherited holds the leases the rebuild found (made before a restart, whose worker may
+	// never have got them), by worker, then job id, until a heartbeat of the worker says
+	// whether it holds them (heard) or they end.
+	inherited map[string]map[string]string
+
 	// now is the dispatcher's clock when it took the message it is handling.
 	now time.Time
 	// scheduledBy counts the scheduled heap's jobs by tenant, queue and explain's reason, kept
@@ -150,6 +155,12 @@ type (
 	}
 	// extend: a heartbeat listed the lease.
 	extend struct{ WorkerID, JobID, LeaseID string }
+	// heard: a heartbeat of the worker, which listed Leases (those of its own that are
+	// current; it holds no other).
+	heard struct {
+		WorkerID string
+		Leases   []extend
+	}
 	// redriveJob: a re-drive the tenant admitted against its quota.
 	redriveJob struct{ Redrive }
 	// startLease asks a job's actor to lease the job, with the tokens the lease took.
@@ -163,7 +174,7 @@ type (
 	// offerClosed once every lease it made for the session has arrived there (or was refused).
 	withdrawCredit struct{ SessionID string }
 	// assignmentArrived: a long-poll session got an assignment (to deliver or hand back).
-	assignmentArrived struct{ SessionID string }
+	assignmentArrived struct{ SessionID, JobID, LeaseID string }
 	offerClosed       struct{}
 	// revokeSession ends a revoked worker's session.
 	revokeSession struct{}
@@ -180,7 +191,7 @@ type entry struct {
 // leaseRef is a lease the dispatcher gave. ending is set once the job's actor has decided the
 // lease's end: its slot is free from then on, though the lease is tracked until the end is
 // durable (leaseEnded). polledBy is the long-poll session whose inFlight counts the lease
-// until its assignment arrives.
+// until its assignment arrives there, or the lease is forgotten first (unlease).
 type leaseRef struct {
 	leaseID, sessionID, tenant, workerID string
 	key                                  string // keyOf the job's concurrency key
@@ -232,7 +243,7 @@ func (d *Dispatcher) Recover(env Env) {
 		retention: d.retention, expiring: map[string]bool{},
 		waiting: map[string]*entry{}, ready: map[string]*groupHeap{}, scheduled: &entryHeap{less: dueFirst}, leased: map[string]leaseRef{},
 		sessions: map[string]*slot{}, running: map[string]int{}, maxRunning: map[string]int{},
-		redriving: map[string]bool{}, paused: map[string]bool{},
+		redriving: map[string]bool{}, paused: map[string]bool{}, inherited: map[string]map[string]string{},
 		keyRunning: map[string]int{}, keyGroups: map[string][]*group{}, keyDefault: map[string]int{}, keyOwn: map[string]int{},
 		scheduledBy: map[WaitingCount]int{}, rateDefs: map[string]rateDef{}, buckets: map[string]time.Time{}, bucketsSweep: bucketsSweepMin,
 	}
@@ -268,6 +279,10 @@ func (d *Dispatcher) Recover(env Env) {
 				sl.held++
 			}
 			d.leased[j.ID] = lr
+			if d.inherited[lr.workerID] == nil {
+				d.inherited[lr.workerID] = map[string]string{}
+			}
+			d.inherited[lr.workerID][j.ID] = lr.leaseID
 			d.running[j.Tenant]++
 			d.keyLeases(lr.key, 1)
 		}
@@ -355,7 +370,12 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 		}
 		return false
 	case assignmentArrived:
-		d.arrived(env, d.sessions[m.SessionID])
+		// Counted here, or when the lease ends first (unlease), never both.
+		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID && lr.polledBy == m.SessionID {
+			lr.polledBy = ""
+			d.leased[m.JobID] = lr
+			d.arrived(env, d.sessions[m.SessionID])
+		}
 		return false
 	case leaseEnding:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID && !lr.ending {
@@ -369,10 +389,7 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 		return true
 	case leaseRefused:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID {
-			d.unlease(m.JobID, lr, true)
-			if lr.polledBy != "" {
-				d.arrived(env, d.sessions[lr.polledBy]) // its assignment will never come
-			}
+			d.unlease(env, m.JobID, lr, true)
 		}
 		if m.Idle {
 			env.Stop(JobRef(m.JobID))
@@ -463,8 +480,8 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 			d.repeatedCompletion(env, m)
 		}
 		return false
-	case extend:
-		d.route(env, m.JobID, m.LeaseID, m.WorkerID, m)
+	case heard:
+		d.heard(env, m)
 		return false
 	case Persisted:
 		d.persisted(env, m)
@@ -492,6 +509,37 @@ func (d *Dispatcher) route(env Env, jobID, leaseID, workerID string, msg any) bo
 	}
 	env.Forward(JobRef(jobID), msg, env.Sender())
 	return true
+}
+
+// heard passes a worker's heartbeat to the actors of the leases it listed, and tells those of
+// the leases the rebuild found that the worker holds but did not list that it disowns them.
+func (d *Dispatcher) heard(env Env, m heard) {
+	for _, e := range m.Leases {
+		d.route(env, e.JobID, e.LeaseID, e.WorkerID, e)
+	}
+	held := d.inherited[m.WorkerID]
+	if len(held) == 0 {
+		return
+	}
+	delete(d.inherited, m.WorkerID) // one heartbeat says what the worker holds
+	for _, e := range m.Leases {
+		delete(held, e.JobID)
+	}
+	for _, id := range slices.Sorted(maps.Keys(held)) {
+		if lr, ok := d.leased[id]; ok && lr.leaseID == held[id] && !lr.ending {
+			env.Send(JobRef(id), disowned{WorkerID: m.WorkerID, LeaseID: lr.leaseID})
+		}
+	}
+}
+
+// forgetInherited stops tracking a lease the rebuild found: it ended.
+func (d *Dispatcher) forgetInherited(workerID, jobID string) {
+	if held := d.inherited[workerID]; held != nil {
+		delete(held, jobID)
+		if len(held) == 0 {
+			delete(d.inherited, workerID)
+		}
+	}
 }
 
 // sameLease is the lease_id check every worker operation passes.
@@ -666,7 +714,7 @@ func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
 	lr, ok := d.leased[m.JobID]
 	switch {
 	case ok && lr.leaseID == m.LeaseID:
-		d.unlease(m.JobID, lr, false)
+		d.unlease(env, m.JobID, lr, false)
 		env.Stop(JobRef(m.JobID))
 	case !ok && m.Seq <= d.rebuiltAt:
 		env.Stop(JobRef(m.JobID)) // ended before the rebuild, which already counted it
@@ -689,9 +737,15 @@ func stepEnded(env Env, tenant, flowID string) {
 
 // unlease forgets a lease, freeing its slot unless its end did already. A refused lease gives
 // its credit back; an ended one does not: the worker grants credit again when it is ready for
-// more.
-func (d *Dispatcher) unlease(jobID string, lr leaseRef, refund bool) {
+// more. A long-poll session's offer no longer waits for the lease's assignment if it has not
+// arrived: a refused lease has none, and one that ended before it was durable is never
+// assigned (Job.end drops it).
+func (d *Dispatcher) unlease(env Env, jobID string, lr leaseRef, refund bool) {
 	delete(d.leased, jobID)
+	d.forgetInherited(lr.workerID, jobID)
+	if lr.polledBy != "" {
+		d.arrived(env, d.sessions[lr.polledBy])
+	}
 	if lr.ending {
 		return
 	}

@@ -42,9 +42,11 @@
 //   - Job (one per leased job): the lease — heartbeat extension, progress, completion (lease,
 //     nonce, output hash, Ed25519 signature), failure with retry or dead-lettering, cancel
 //     requests (once one is asked for, however the lease ends the job ends cancelled: a
-//     completion that comes after it is taken as the worker's acknowledgement), expiry, release on revocation, and the release of a job not tried (a worker's
-//     ReleaseLease, an Undelivered assignment), which spends no attempt unless the job was
-//     released LeaseReleasesMax times in a row. When the lease ends the job goes back to the
+//     completion that comes after it is taken as the worker's acknowledgement), expiry, release
+//     on revocation, and the release of a job not tried (a worker's ReleaseLease, an
+//     Undelivered assignment, a lease made before a restart that its worker, heard from since,
+//     does not hold), which spends no attempt unless the job was released LeaseReleasesMax
+//     times in a row. When the lease ends the job goes back to the
 //     dispatcher, which stops the actor.
 //   - Session (one per connection): delivers assignments and cancel notices to the worker,
 //     answers heartbeats, and ends the session when they stop or the worker is revoked. It
@@ -73,7 +75,11 @@
 //     notices at or below S, which its rebuild already contains.
 //  5. A restarted behaviour rebuilds from the projections (Recover) only once everything it
 //     persisted before is durable. A job found leased gets a fresh lease_ttl of grace, logged,
-//     because heartbeat extensions live only in memory.
+//     because heartbeat extensions live only in memory. Its worker's first heartbeat since
+//     (the dispatcher tells the job, disowned) says whether the worker holds it: one it does
+//     not name, under which no worker wrote, never reached it, and goes back unspent
+//     (eventlog.LeaseUnacknowledged). Workers name every lease they hold, results unacknowledged
+//     included.
 //  6. Every refusal is a *Rejection with a stable Code, each in the one table of codes
 //     (wire.ErrorCodes), which gives its status; a test fails when one is missing there.
 //  7. An assignment is offered to the worker only while someone is there to take it, and one
@@ -83,4 +89,10 @@
 //  8. Each assignment says how often its lease must be heartbeaten (HeartbeatIntervalFor: a
 //     third of its lease_ttl, at most HeartbeatInterval), so a worker that heartbeats on time
 //     never loses a lease the server accepted.
+//  9. A stall of the server is no worker's fault. A server that ran nothing for a while (a
+//     SIGSTOP, a frozen VM, a long pause) read nothing its workers sent meanwhile, and its
+//     overdue timers may fire before those heartbeats are read. The runtime watches its own
+//     clock (Env.Resumed, actors/cells' stall watch): a lease never runs out within lease_ttl of
+//     the end of a stall (the job logs the grace, eventlog.ExtendedStallGrace), and a session's
+//     missed heartbeats count from it.
 package actors

@@ -34,6 +34,11 @@ type Checker interface {
 // that the simulator can drive the same code with a virtual clock and a seeded PRNG.
 type Env interface {
 	Now() time.Time
+	// Resumed is when the server last came back from a stall: a span in which it ran nothing
+	// (a SIGSTOP, a frozen VM, a long pause), so read nothing its workers sent, though they
+	// may have kept sending; zero if it has not stalled since it started. Time the server could
+	// not listen is no worker's fault.
+	Resumed() time.Time
 	Rand() *rand.Rand
 	// Persist hands events to the log and returns at once; the slice is the log's from then
 	// on, and the behaviour must not change it. When they are durable (and applied

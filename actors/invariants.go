@@ -107,11 +107,14 @@ func (d *Dispatcher) CheckInvariants() error {
 	}
 	// INVARIANT: a tenant's running count and a session's held count are its leases whose end
 	// has not been decided.
-	running, held := map[string]int{}, map[string]int{}
+	running, held, inFlight := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, lr := range d.leased {
 		if !lr.ending {
 			running[lr.tenant]++
 			held[lr.sessionID]++
+		}
+		if lr.polledBy != "" {
+			inFlight[lr.polledBy]++
 		}
 	}
 	for t, n := range d.running {
@@ -126,15 +129,16 @@ func (d *Dispatcher) CheckInvariants() error {
 	}
 	hungry := 0
 	for id, s := range d.sessions {
-		// INVARIANT: a session's credit is within 0..capacity and its held count matches its
-		// leases; inFlight is never negative.
+		// INVARIANT: a session's credit is within 0..capacity, its held count matches its
+		// leases, and its in-flight count its leases whose assignment has not arrived: an
+		// offer that waits for one that never comes never closes.
 		switch {
 		case s.held != held[id]:
 			return fmt.Errorf("session %s: held %d, leases %d", id, s.held, held[id])
 		case s.credit < 0 || s.credit > s.capacity:
 			return fmt.Errorf("session %s: credit %d outside 0..%d", id, s.credit, s.capacity)
-		case s.inFlight < 0:
-			return fmt.Errorf("session %s: %d leases in flight", id, s.inFlight)
+		case s.inFlight != inFlight[id]:
+			return fmt.Errorf("session %s: %d leases in flight, %d leases whose assignment has not arrived", id, s.inFlight, inFlight[id])
 		}
 		if s.hungry {
 			hungry++

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/actors/signing"
@@ -24,6 +26,9 @@ type Job struct {
 	publicKey string
 	timer     TimerID
 	ending    bool // a decision ended the lease; the events are not durable yet
+	// inherited is the lease Recover found, until a heartbeat names it: one made before a
+	// restart, which the worker may never have got (disowned).
+	inherited string
 	stash     []stashed
 	pipe      pipeline
 }
@@ -61,6 +66,10 @@ func NewJob(id string) *Job { return &Job{id: id} }
 
 type leaseTimer struct{ leaseID string }
 
+// disowned: a heartbeat of the lease's worker, the first since the lease was inherited
+// (Job.inherited), did not name it.
+type disowned struct{ WorkerID, LeaseID string }
+
 type (
 	leaseGranted struct{}
 	graceGranted struct{}
@@ -84,7 +93,7 @@ type (
 // actor) gets a fresh lease_ttl of grace, logged, because heartbeat extensions live only in
 // memory.
 func (a *Job) Recover(env Env) {
-	a.job, a.publicKey, a.ending, a.stash, a.pipe = nil, "", false, nil, pipeline{}
+	a.job, a.publicKey, a.ending, a.stash, a.pipe, a.inherited = nil, "", false, nil, pipeline{}, ""
 	env.Read(func(s *projections.Set) {
 		if j, ok := s.Job(a.id); ok {
 			a.job = j
@@ -110,6 +119,7 @@ func (a *Job) Recover(env Env) {
 		return
 	}
 	l := a.job.Lease
+	a.inherited = l.LeaseID
 	ev := eventlog.JobLeaseExtended{JobID: a.id, LeaseID: l.LeaseID, ExpiresAt: env.Now().Add(a.job.LeaseTTL).UTC(), Reason: eventlog.ExtendedRestartGrace}
 	a.decide(env, []eventlog.Payload{ev}, graceGranted{})
 	a.armTimer(env)
@@ -151,6 +161,10 @@ func (a *Job) Receive(env Env, msg any) {
 		if a.onLease(env, msg) {
 			a.undelivered(env, m)
 		}
+	case disowned:
+		if a.onLease(env, msg) {
+			a.disowned(env, m)
+		}
 	case leaseTimer:
 		if a.onLease(env, msg) {
 			a.expire(env, m)
@@ -164,19 +178,21 @@ func (a *Job) Receive(env Env, msg any) {
 
 // onLease reports whether a command on the lease is the job's to decide now. While a lease's
 // end is on its way to the log, a command waits (stash), and goes to the dispatcher once the
-// end is durable; the lease's timer is dropped. While the job holds no lease, the dispatcher
-// answers a command; a timer or a revocation has nothing left to end.
+// end is durable; the lease's timer and a disowning are dropped. While the job holds no lease,
+// the dispatcher answers a command; a timer, a revocation or a disowning has nothing left to
+// end.
 func (a *Job) onLease(env Env, msg any) bool {
 	_, timer := msg.(leaseTimer)
 	_, revoke := msg.(revokeLease)
+	_, disown := msg.(disowned)
 	switch {
 	case a.ending:
-		if !timer {
+		if !timer && !disown {
 			a.stash = append(a.stash, stashed{msg, env.Sender()})
 		}
 		return false
 	case a.job == nil || a.job.Lease == nil:
-		if !timer && !revoke {
+		if !timer && !revoke && !disown {
 			env.Forward(DispatcherRef(), msg, env.Sender())
 		}
 		return false
@@ -187,12 +203,22 @@ func (a *Job) onLease(env Env, msg any) bool {
 func (a *Job) extend(env Env, m extend) {
 	if a.holds(m.WorkerID, m.LeaseID) {
 		a.job.Lease.ExpiresAt = env.Now().Add(a.job.LeaseTTL)
+		a.inherited = ""
 	}
 }
 
 func (a *Job) undelivered(env Env, m Undelivered) {
 	if a.job.Lease.LeaseID == m.LeaseID {
 		a.release(env, Ref{}, eventlog.LeaseUndelivered, "")
+	}
+}
+
+// disowned releases a lease made before a restart, at once and unspent, when its worker says
+// it does not hold it and nothing says it ever did: no worker acknowledged the assignment,
+// which never reached it. One the worker wrote under got to it, and runs out as any other.
+func (a *Job) disowned(env Env, m disowned) {
+	if a.holds(m.WorkerID, m.LeaseID) && a.inherited == m.LeaseID && !a.job.LeaseWrittenUnder() && !mutantKeepUnacknowledged {
+		a.release(env, Ref{}, eventlog.LeaseUnacknowledged, "")
 	}
 }
 
@@ -400,8 +426,9 @@ func (a *Job) releaseByWorker(env Env, m ReleaseLease) {
 		return
 	}
 	reason := cmp.Or(m.Reason, "released")
-	if !validName(reason, errorCodeLenMax, true) || reason == eventlog.LeaseUndelivered {
-		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "reason must be 1..%d of [A-Za-z0-9_.:/-], and not %q", errorCodeLenMax, eventlog.LeaseUndelivered)})
+	if own := eventlog.ServerReleaseReasons(); !validName(reason, errorCodeLenMax, true) || slices.Contains(own, reason) {
+		env.Send(env.Sender(), Done{Err: reject(CodeInvalidArgument, "reason must be 1..%d of [A-Za-z0-9_.:/-], and not the server's own (%s)",
+			errorCodeLenMax, strings.Join(own, ", "))})
 		return
 	}
 	msg := m.Message
@@ -439,7 +466,17 @@ func (a *Job) expire(env Env, m leaseTimer) {
 	if l.LeaseID != m.leaseID {
 		return // a timer of an earlier lease
 	}
-	if now := env.Now(); now.Before(l.ExpiresAt) { // extended by heartbeats, or the clock went back
+	now := env.Now()
+	if now.Before(l.ExpiresAt) { // extended by heartbeats, or the clock went back
+		a.armTimer(env)
+		return
+	}
+	// A server that stalled read nothing its workers sent meanwhile: their heartbeats may wait
+	// in its sockets still, and this timer may have fired before they are read. Every lease
+	// runs lease_ttl from the end of the stall, as after a restart.
+	if grace := env.Resumed().Add(a.job.LeaseTTL); now.Before(grace) && !mutantIgnoreStall {
+		a.decide(env, []eventlog.Payload{eventlog.JobLeaseExtended{JobID: a.id, LeaseID: l.LeaseID, ExpiresAt: grace.UTC(), Reason: eventlog.ExtendedStallGrace}},
+			graceGranted{})
 		a.armTimer(env)
 		return
 	}

@@ -51,4 +51,10 @@ var (
 	// mutantCompleteAfterCancel lets a completion that comes after a cancel was asked for
 	// succeed the job, as tether did before a cancel won.
 	mutantCompleteAfterCancel bool
+	// mutantIgnoreStall expires a lease whose timer comes due while the server is stalled as
+	// soon as it runs again, before it reads the heartbeats that waited in its sockets.
+	mutantIgnoreStall bool
+	// mutantKeepUnacknowledged keeps a lease made before a restart that its worker does not
+	// hold until it runs out, spending an attempt on a job that never ran.
+	mutantKeepUnacknowledged bool
 )

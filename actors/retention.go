@@ -68,7 +68,11 @@ func (d *Dispatcher) sweepRetention(env Env) {
 	// still counted: it waits until none is, or it would take one too many.
 	capSettled := len(d.redriving) == 0 && len(d.expiring) == 0
 	for _, e := range due {
-		if d.expiring[e.JobID] || d.redriving[e.JobID] || (e.Reason == eventlog.ExpiredDeadCap && !capSettled) {
+		// A job whose lease ended durably is finished in the views before the dispatcher hears
+		// that its lease ended (leaseEnded): after a stall, both come at once. The next sweep
+		// takes it.
+		_, leased := d.leased[e.JobID]
+		if leased || d.expiring[e.JobID] || d.redriving[e.JobID] || (e.Reason == eventlog.ExpiredDeadCap && !capSettled) {
 			continue
 		}
 		events = append(events, eventlog.JobExpired{JobID: e.JobID, Reason: e.Reason})

@@ -57,11 +57,16 @@ import (
 //	schedule pause sc1 | schedule resume sc1 | schedule delete sc1
 //	advance D [heartbeat=s1]                      the clock (s1 heartbeating its leases every
 //	                                              HeartbeatInterval)
+//	advance D nosync                              the clock, with nothing made durable meanwhile
+//	                                              (a slow log): sync makes it so
 //	retention [done=D] [dead=D] [max-dead=N]      the dispatcher's retention (it restarts)
 //	restart tenant [payload-max=N]|dispatcher|job j1  a supervisor restart: the actor's state is
 //	                                              dropped and rebuilt from the log
 //	down D                                        the clock moves with no timer run: the
 //	                                              server is down (restart tenant then recovers)
+//	stall D                                       the clock moves with nothing run, not even the
+//	                                              runtime's ticks (a SIGSTOP); then the timers
+//	                                              that came due fire, before the next command
 //	sync | fail-sync                              what a nosync command left pending
 //	show job j1 | show flow f1 | show schedule sc1 | show queue q | show counters q | show tenant
 //	show retained                                 how many finished jobs the views keep
@@ -261,6 +266,10 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 	case "schedule delete":
 		return tr, actors.DeleteSchedule{Tenant: tenant, ID: s.id(s.pos(d, 1))}, "client"
 	case "advance":
+		if d.HasArg("nosync") {
+			s.w.AdvanceUnsynced(s.posDur(d, 0))
+			return
+		}
 		s.advance(s.posDur(d, 0), s.strArg(d, "heartbeat", ""))
 		return
 	case "restart tenant":
@@ -285,6 +294,9 @@ func (s *script) command(d *datadriven.TestData) (to actors.Ref, msg any, from s
 		return
 	case "down":
 		s.w.Clock = s.w.Clock.Add(s.posDur(d, 0))
+		return
+	case "stall":
+		s.w.Stall(s.posDur(d, 0))
 		return
 	case "sync":
 		s.w.Run()

@@ -132,8 +132,8 @@ func (s *Session) assignment(env Env, msg any) {
 		to, notice, _ := Bounce(msg)
 		env.Send(to, notice)
 	}
-	if s.transport == TransportLongPoll {
-		env.Send(DispatcherRef(), assignmentArrived{SessionID: s.id})
+	if a := msg.(Assignment); s.transport == TransportLongPoll {
+		env.Send(DispatcherRef(), assignmentArrived{SessionID: s.id, JobID: a.JobID, LeaseID: a.LeaseID})
 	}
 }
 
@@ -169,7 +169,13 @@ func (s *Session) checkLiveness(env Env) {
 	if s.transport == TransportLongPoll && (s.offering || s.withdrawing) {
 		s.lastSeen = env.Now() // a poll that waits is a worker that is there
 	}
-	deadline := s.lastSeen.Add(HeartbeatInterval * HeartbeatMissesMax)
+	// A server that stalled heard nothing meanwhile, though the worker may have spoken: the
+	// misses count from the end of the stall.
+	seen := s.lastSeen
+	if r := env.Resumed(); r.After(seen) {
+		seen = r
+	}
+	deadline := seen.Add(HeartbeatInterval * HeartbeatMissesMax)
 	if now := env.Now(); now.Before(deadline) {
 		s.timer = env.After(min(deadline.Sub(now), HeartbeatInterval), livenessCheck{})
 		return
@@ -250,7 +256,7 @@ func (s *Session) heartbeat(env Env, m Heartbeat) {
 	}
 	s.lastSeen = env.Now()
 	var ack HeartbeatAck
-	var current []extend
+	current := heard{WorkerID: s.workerID}
 	env.Read(func(set *projections.Set) {
 		for _, id := range m.Leases[:min(len(m.Leases), CapacityMax)] {
 			// Any current lease of this worker's counts: a new session adopts the leases its
@@ -263,12 +269,10 @@ func (s *Session) heartbeat(env Env, m Heartbeat) {
 			if j.CancelRequested {
 				ack.CancelRequested = append(ack.CancelRequested, id)
 			}
-			current = append(current, extend{WorkerID: s.workerID, JobID: j.ID, LeaseID: id})
+			current.Leases = append(current.Leases, extend{WorkerID: s.workerID, JobID: j.ID, LeaseID: id})
 		}
 	})
-	for _, e := range current {
-		env.Send(DispatcherRef(), e)
-	}
+	env.Send(DispatcherRef(), current)
 	env.Send(env.Sender(), ack)
 }
 

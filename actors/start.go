@@ -19,7 +19,8 @@ import (
 //     reservations never expire), live flows, which it takes up again, or schedules that are
 //     not paused, whose timers it sets (deciding the ticks missed while the server was down);
 //     and each leased job, which logs a fresh lease_ttl of grace so that a worker that
-//     reconnects in time keeps its job.
+//     reconnects in time keeps its job, and puts back, unspent, the lease of one that
+//     reconnects without it (Job.disowned).
 
 // StaleSessionEnds returns the events that end every session the projections hold open.
 func StaleSessionEnds(s *projections.Set) []eventlog.Payload {

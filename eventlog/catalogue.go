@@ -121,18 +121,25 @@ type RateGrant struct {
 	FullAt time.Time `json:"full_at"`
 }
 
-// JobLeaseExtended records that a lease's expiry moved without a heartbeat being logged: the fresh grace every
-// active lease gets after a restart. Heartbeats themselves are not events.
+// JobLeaseExtended records that a lease's expiry moved without a heartbeat being logged: the
+// fresh lease_ttl of grace every active lease gets after a restart, or after a stall of the
+// server in which it could not hear its workers. Heartbeats themselves are not events.
 type JobLeaseExtended struct {
 	JobID     string    `json:"job_id"`
 	LeaseID   string    `json:"lease_id"`
 	ExpiresAt time.Time `json:"expires_at"`
-	Reason    string    `json:"reason"` // ExtendedRestartGrace
+	Reason    string    `json:"reason"` // ExtendedRestartGrace or ExtendedStallGrace
 }
 
-// ExtendedRestartGrace is the reason of the JobLeaseExtended every active lease gets after a
-// restart.
-const ExtendedRestartGrace = "restart_grace"
+// Why a lease was extended without a heartbeat.
+const (
+	// ExtendedRestartGrace: every active lease gets it after a restart (or a takeover).
+	ExtendedRestartGrace = "restart_grace"
+	// ExtendedStallGrace: a lease that would have run out while the server was stalled (a
+	// SIGSTOP, a frozen VM, a long pause), or within its lease_ttl after, runs lease_ttl from
+	// the end of the stall: its worker's heartbeats may be waiting unread in a socket.
+	ExtendedStallGrace = "stall_grace"
+)
 
 // JobProgress records that the worker holding the lease appended an event (a log line, progress, or any
 // worker-defined type) to the job. It is streamed to clients as it is.
@@ -199,8 +206,8 @@ const (
 
 // JobLeaseReleased records that a lease ended with the job not attempted: the assignment never
 // reached the worker (LeaseUndelivered: a long poll ended first, the connection died before the
-// frame was written), or the worker gave the job back untried or unfinished (a clean stop, a
-// command that could not start). No attempt is spent and the job is queued again at once, unless
+// frame was written; LeaseUnacknowledged: found so after a restart), or the worker gave the job
+// back untried or unfinished (a clean stop, a command that could not start). No attempt is spent and the job is queued again at once, unless
 // the job had been released ReleasesMax times in a row (actors): then AttemptSpent is set, the
 // release counts as a failed attempt, and a JobRetryScheduled or JobDeadLettered follows in the
 // same append. A cancel-requested job is cancelled instead (a JobCancelled follows).
@@ -209,16 +216,30 @@ type JobLeaseReleased struct {
 	LeaseID  string `json:"lease_id"`
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"` // the attempt the lease was granted for
-	// Reason is LeaseUndelivered, or the worker's own code (ReleasedWorkerStopping,
-	// ReleasedStartFailed, ReleasedWorkerRestarted from the Go worker, any short code from
+	// Reason is the server's own (LeaseUndelivered, LeaseUnacknowledged), or the worker's code
+	// (ReleasedWorkerStopping, ReleasedStartFailed, ReleasedWorkerRestarted from the Go worker,
+	// any short code from
 	// another).
 	Reason       string `json:"reason"`
 	Message      string `json:"message,omitempty"`
 	AttemptSpent bool   `json:"attempt_spent,omitempty"`
 }
 
-// LeaseUndelivered is the reason of a JobLeaseReleased whose assignment never reached the worker.
-const LeaseUndelivered = "undelivered"
+// The server's own reasons for a JobLeaseReleased, which no worker may give.
+const (
+	// LeaseUndelivered: the assignment never reached the worker.
+	LeaseUndelivered = "undelivered"
+	// LeaseUnacknowledged: a lease made before a restart or a takeover, whose worker, heard
+	// from since, does not hold it, and which no worker ever acknowledged (it wrote nothing
+	// under it): its assignment never reached the worker (a leader that died as it appended
+	// the lease, a crash before the assignment left).
+	LeaseUnacknowledged = "unacknowledged"
+)
+
+// ServerReleaseReasons lists the server's own reasons for a JobLeaseReleased, which a worker's
+// release may not give (actors), nor the SDKs (sdk/python/tether/_codes.py) or the API's
+// description (transport/openapi) allow.
+func ServerReleaseReasons() []string { return []string{LeaseUndelivered, LeaseUnacknowledged} }
 
 // The reasons the Go worker (transport/client) gives a job back with: it is stopping, the
 // job's command could not start, or it was restarted after it died running the job (kill -9,

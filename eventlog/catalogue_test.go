@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,33 +109,67 @@ func TestDecodeRejects(t *testing.T) {
 // SessionEndReasons lists every Ended* constant of the catalogue: a reason added to the
 // catalogue but not to the list would have no close code and pass the test above.
 func TestSessionEndReasonsListsEveryEnd(t *testing.T) {
-	fs := token.NewFileSet()
-	f, err := parser.ParseFile(fs, "catalogue.go", nil, 0)
+	var ended []string
+	for _, group := range catalogueConsts(t) {
+		for _, c := range group {
+			if strings.HasPrefix(c.name, "Ended") {
+				ended = append(ended, c.value)
+			}
+		}
+	}
+	if got := eventlog.SessionEndReasons(); !slices.Equal(ended, got) {
+		t.Errorf("the catalogue's Ended* constants are %v, SessionEndReasons %v", ended, got)
+	}
+}
+
+// ServerReleaseReasons lists every constant declared beside LeaseUndelivered, the server's own
+// release reasons: one missing from the list would be a reason a worker may give, and that
+// the SDKs and the API's description do not say is the server's.
+func TestServerReleaseReasonsListsTheGroup(t *testing.T) {
+	for _, group := range catalogueConsts(t) {
+		var names, values []string
+		for _, c := range group {
+			names, values = append(names, c.name), append(values, c.value)
+		}
+		if !slices.Contains(names, "LeaseUndelivered") {
+			continue
+		}
+		if got := eventlog.ServerReleaseReasons(); !slices.Equal(values, got) {
+			t.Fatalf("the constants beside LeaseUndelivered are %v (%v), ServerReleaseReasons %v", names, values, got)
+		}
+		return
+	}
+	t.Fatal("catalogue.go declares no LeaseUndelivered")
+}
+
+type namedConst struct{ name, value string }
+
+// catalogueConsts returns catalogue.go's string constants, group by group (one const
+// declaration each), in the order written.
+func catalogueConsts(t *testing.T) [][]namedConst {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "catalogue.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed := map[string]bool{}
-	for _, r := range eventlog.SessionEndReasons() {
-		listed[r] = true
-	}
-	n := 0
-	ast.Inspect(f, func(node ast.Node) bool {
-		spec, ok := node.(*ast.ValueSpec)
-		if !ok {
-			return true
+	var groups [][]namedConst
+	for _, decl := range f.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok || gen.Tok != token.CONST {
+			continue
 		}
-		for i, name := range spec.Names {
-			if !strings.HasPrefix(name.Name, "Ended") || i >= len(spec.Values) {
-				continue
-			}
-			n++
-			if lit, ok := spec.Values[i].(*ast.BasicLit); !ok || !listed[strings.Trim(lit.Value, `"`)] {
-				t.Errorf("%s is not in SessionEndReasons", name.Name)
+		var group []namedConst
+		for _, spec := range gen.Specs {
+			v := spec.(*ast.ValueSpec)
+			for i, name := range v.Names {
+				if i < len(v.Values) {
+					if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						group = append(group, namedConst{name.Name, strings.Trim(lit.Value, `"`)})
+					}
+				}
 			}
 		}
-		return true
-	})
-	if n != len(listed) {
-		t.Errorf("the catalogue has %d Ended* constants, SessionEndReasons %d", n, len(listed))
+		groups = append(groups, group)
 	}
+	return groups
 }

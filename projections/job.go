@@ -149,6 +149,16 @@ func (j *Job) StatusAt(now time.Time) Status {
 // Waiting reports whether the job is queued or scheduled: owned by the queue, not by a lease.
 func (j *Job) Waiting() bool { return j.Status == StatusQueued || j.Status == StatusScheduled }
 
+// LeaseWrittenUnder reports whether the current lease's worker wrote an event under it, so the
+// assignment reached it: an event it numbered, or the newest event kept, if it came after the
+// lease (in a later commit: the worker wrote it once the lease was durable).
+func (j *Job) LeaseWrittenUnder() bool {
+	if j.Lease == nil {
+		return false
+	}
+	return j.WorkerSeq > 0 || (len(j.Progress) > 0 && j.Progress[len(j.Progress)-1].Time.After(j.StartedAt))
+}
+
 // Clone returns a deep copy that shares nothing mutable with j.
 func (j *Job) Clone() *Job {
 	c := *j

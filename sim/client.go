@@ -95,6 +95,9 @@ func (c *client) act() {
 	}
 }
 
+// runAtRound is the grid of the round times some jobs are submitted to run at.
+const runAtRound = 30 * time.Second
+
 func (c *client) spec() actors.JobSpec {
 	r := c.s.workload
 	c.n++
@@ -103,8 +106,13 @@ func (c *client) spec() actors.JobSpec {
 		Payload:     json.RawMessage(fmt.Sprintf(`{"client":%q,"n":%d}`, c.name, c.n)),
 		MaxAttempts: 1 + r.IntN(4), LeaseTTL: time.Duration(5+r.IntN(35)) * time.Second,
 	}
-	if r.IntN(10) == 0 {
+	switch r.IntN(20) {
+	case 0:
 		sp.Delay = time.Duration(1+r.IntN(30)) * time.Second
+	case 1, 2:
+		// A round time, as people schedule work: the jobs of several tenants come due at one
+		// instant, and the dispatcher hands them out in one go.
+		sp.RunAt = c.s.now.Truncate(runAtRound).Add(time.Duration(1+r.IntN(4)) * runAtRound)
 	}
 	if rr := c.s.retentionRand; rr.IntN(5) == 0 {
 		sp.ResultTTL = time.Duration(1+rr.IntN(60)) * time.Second

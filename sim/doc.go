@@ -14,17 +14,18 @@
 //     same functions as the broker (projections.Rebuild, actors.StaleSessionEnds,
 //     actors.ResumedRefs). The behaviours' invariants (actors.Checker) are checked after every
 //     message;
-//   - clients of two or three tenants that submit (with and without idempotency keys, in
-//     batches, with reservations), cancel (their jobs and other tenants'), reserve, release,
-//     re-drive, list, set quotas, and pause and resume their queues (heal resumes them all; a
-//     lease decided after a pause, before its resume, breaks "pause"); they also submit flows of
-//     2..5 steps with random needs, some tolerating failure, and cancel some (flows.go: a step
-//     started before each step it needs succeeded breaks "flow_order", a flow that ends twice or
-//     not as its steps say "flow_end", and after heal every flow must end); and they create
-//     schedules that tick every few seconds or minutes, and pause, resume and delete them
-//     (schedules.go: a tick decided twice, out of order, before its time or while paused breaks
-//     "schedule_ticks", a fire against overlap or catch_up "schedule_policy", and after heal
-//     every schedule still active must decide a tick);
+//   - clients of two or three tenants that submit (with and without idempotency keys, in batches,
+//     with reservations, some after a delay, some to run at a round time, as people schedule work,
+//     so that several tenants' jobs come due at one instant), cancel (their jobs and other
+//     tenants'), reserve, release, re-drive, list, set quotas, and pause and resume their queues
+//     (heal resumes them all; a lease decided after a pause, before its resume, breaks "pause");
+//     they also submit flows of 2..5 steps with random needs, some tolerating failure, and cancel
+//     some (flows.go: a step started before each step it needs succeeded breaks "flow_order", a
+//     flow that ends twice or not as its steps say "flow_end", and after heal every flow must
+//     end); and they create schedules that tick every few seconds or minutes, and pause, resume
+//     and delete them (schedules.go: a tick decided twice, out of order, before its time or while
+//     paused breaks "schedule_ticks", a fire against overlap or catch_up "schedule_policy", and
+//     after heal every schedule still active must decide a tick);
 //   - workers, some with Ed25519 keys, that speak the worker protocol: every frame goes through
 //     the JSON encoding of wire.Frame, and the server side turns frames into commands with
 //     transport/protocol, as the WebSocket and long-poll handlers do. A WebSocket worker grants
@@ -65,9 +66,14 @@
 // Faults, with rates drawn per seed (swarm testing): lost, delayed, reordered and duplicated
 // messages; partitions; worker crashes, pauses past the lease, reconnects over the other
 // transport; misbehaving workers (a lease that ended, another lease's nonce, a bad signature,
-// another tenant's job); server crashes at any step, mid-commit with the records written and
-// not synced (a share of the WAL's unsynced blocks survives), after a commit before its
-// replies, and during recovery; WAL write and sync errors through errorfs; clock jumps both ways.
+// another tenant's job, sent before each send of the honest report); server crashes at any step,
+// mid-commit with the records written and not synced (a share of the WAL's unsynced blocks
+// survives), after a commit before its replies, and during recovery; WAL write and sync errors
+// through errorfs; clock jumps both ways; stalls of the server process (FaultStall, stall.go:
+// stopped for a moment to minutes, mostly about a lease_ttl; what reaches it meanwhile waits
+// unread, and when it goes on its overdue timers fire in any order, all before the reads half the
+// time). The server's stall watch (actors/cells) ticks on the true clock, on the process's behalf,
+// so a stall stops it.
 //
 // Planted bugs (make sim-mutants) prove the invariants bite, in the behaviours (actors/mutant*.go),
 // in the cell runtime (actors/cells/mutant*.go), in the log on an upstream (eventlog/mutant*.go)
@@ -78,10 +84,15 @@
 // LivenessBound). Some invariants hold only where no fault interferes, and are checked then:
 // in a run no fault has touched (--off all), no attempt is spent on a lease whose assignment
 // never reached its worker, and no lease expires under its worker; in the liveness phase, no
-// lease expires under a worker alive and connected since before the lease's last lease_ttl. The invariants are checked as things happen: on every durable record by an
-// oracle, a fold of the log written apart from the projections (oracle.go); on every answer as
-// it leaves the server (net.go, worker.go); after every recovery and every 50 commits against a
-// full replay; and at the end.
+// lease expires under a worker alive and connected since before the lease's last lease_ttl.
+// Under every fault: no lease runs out while a heartbeat of its worker naming it, sent within
+// lease_ttl, had waited cells.StallMin or more to be read ("stall"); a lease made before a
+// restart is put back as unacknowledged only if its worker does not hold it, and none that
+// never reached its worker spends an attempt once the worker was heard from by the process
+// that inherited it ("unacknowledged"). The invariants are checked as things happen: on every
+// durable record by an oracle, a fold of the log written apart from the projections
+// (oracle.go); on every answer as it leaves the server (net.go, worker.go); after every
+// recovery and every 50 commits against a full replay; and at the end.
 //
 // Determinism is the contract: the same Config gives the same trace hash (a SHA-256 of every
 // step), in any process. Nothing here ranges over a map without sorting, and the only

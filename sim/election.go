@@ -392,14 +392,10 @@ func (s *Sim) leaderFault() {
 	n, v := s.nats, s.srv
 	switch k := r.IntN(10); {
 	case k < 4:
-		if !v.up || v.frozen {
-			return
-		}
 		d := simTTL/2 + time.Duration(r.Int64N(int64(3*simTTL-simTTL/2)))
-		v.frozen = true
-		s.probe(ProbeLeaderPaused)
-		s.record(fmt.Sprintf("%s paused for %s", v.node.name, d))
-		s.after(d, "pause ends", v.resume)
+		if v.freeze(d, r, "paused") {
+			s.probe(ProbeLeaderPaused)
+		}
 	case k < 8:
 		if !v.up {
 			return
@@ -417,20 +413,6 @@ func (s *Sim) leaderFault() {
 		n.streamDown = s.now.Add(d)
 		s.record(fmt.Sprintf("the stream elects a raft leader for %s", d))
 	}
-}
-
-// resume lets a paused process go on with everything that came due while it was paused.
-func (v *server) resume() {
-	if !v.up || !v.frozen {
-		return
-	}
-	v.frozen = false
-	v.overtaken = v.overtaken || v.s.srv != v
-	v.s.record(fmt.Sprintf("%s goes on after its pause", v.node.name))
-	for _, it := range v.deferred {
-		v.s.agenda.Again(it, v.s.now)
-	}
-	v.deferred = nil
 }
 
 // healCut sends what a process cut off from NATS held, once the cut has healed.

@@ -55,16 +55,18 @@ func (s *Sim) call(party, what string, to func(*server) actors.Ref, msg any, onR
 	answered := false
 	s.transmit(party, what, func() {
 		v := s.srv
-		if !v.up || v.recovering {
-			return // refused: the server is down or not ready
-		}
-		v.request(party, to(v), msg, func(reply any) {
-			s.checkReply(v, party, msg, reply)
-			s.transmit(party, fmt.Sprintf("reply %T", reply), func() {
-				if !answered {
-					answered = true
-					onReply(reply)
-				}
+		v.reach(func() {
+			if !v.up || v.recovering {
+				return // refused: the server is down or not ready
+			}
+			v.request(party, to(v), msg, func(reply any) {
+				s.checkReply(v, party, msg, reply)
+				s.transmit(party, fmt.Sprintf("reply %T", reply), func() {
+					if !answered {
+						answered = true
+						onReply(reply)
+					}
+				})
 			})
 		})
 	})

@@ -208,7 +208,9 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 		}
 		o.leased(seq, e, decidedAt, clock)
 	case eventlog.JobLeaseExtended:
-		o.current(seq, e.JobID, e.LeaseID, p)
+		if o.current(seq, e.JobID, e.LeaseID, p) != nil && e.Reason == eventlog.ExtendedStallGrace {
+			o.s.probe(ProbeStallGrace)
+		}
 	case eventlog.JobProgress:
 		j := o.current(seq, e.JobID, e.LeaseID, p)
 		if j == nil || e.WorkerSeq == 0 {
@@ -250,6 +252,7 @@ func (o *oracle) apply(seq uint64, at time.Time, p eventlog.Payload, decidedAt t
 					o.s.probe(ProbeLeaseExpiredWorkerAlive)
 				}
 				o.leaseLost(seq, j, e.WorkerID, e.LeaseID)
+				o.s.leaseRanOut(e.JobID, e.LeaseID, e.WorkerID, j.leaseTTL, decidedAt, clock)
 			}
 			o.attemptSpent(seq, e.JobID, e.LeaseID)
 		}
@@ -484,6 +487,11 @@ func (o *oracle) released(seq uint64, e eventlog.JobLeaseReleased) {
 		o.s.probe(ProbeUndeliveredReturned)
 		if o.s.received[e.LeaseID] {
 			o.fail("delivery", "lease %s of job %s was put back as undelivered, but its worker got it (seq %d)", e.LeaseID, e.JobID, seq)
+		}
+	case eventlog.LeaseUnacknowledged:
+		o.s.probe(ProbeUnacknowledgedReleased)
+		if o.s.workerHolds(e.WorkerID, e.LeaseID) {
+			o.fail("unacknowledged", "lease %s of job %s was put back as one no worker holds, but its worker holds it (seq %d)", e.LeaseID, e.JobID, seq)
 		}
 	case eventlog.ReleasedWorkerStopping:
 		o.s.probe(ProbeCleanStopReleased)

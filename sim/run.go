@@ -171,6 +171,7 @@ func (s *Sim) faultTicks() {
 			s.leaderFault()
 		}
 	})
+	tick(FaultStall, time.Second, 0.7, s.stall)
 	tick(FaultClock, 6*time.Second, 0.3, func() {
 		d := time.Duration(1+s.faultRand[FaultClock].IntN(120)) * time.Second
 		if s.faultRand[FaultClock].IntN(2) == 0 {
@@ -178,6 +179,7 @@ func (s *Sim) faultTicks() {
 		}
 		s.clockOffset += d
 		s.clockJumps++
+		s.offsets = append(s.offsets, s.clockOffset)
 		s.record(fmt.Sprintf("clock jumps %s", d))
 	})
 }
@@ -193,6 +195,8 @@ func (s *Sim) heal() {
 		s.healCluster() // the election brings a leader up, if none runs
 	case !s.srv.up:
 		s.srv.start()
+	default:
+		s.srv.resume()
 	}
 	for _, w := range s.workers {
 		w.pausedTill = time.Time{}
@@ -201,22 +205,26 @@ func (s *Sim) heal() {
 		}
 		w.connect()
 	}
-	// The admin resumes every paused queue, and again once any pause still on the network has
-	// landed.
+	// The admin resumes every paused queue, and again every 10 s while one is paused or no
+	// server takes the request (a pause still on the network lands, a leader stops before its
+	// resumes are durable).
 	s.resumeQueues()
-	s.after(10*time.Second, "resume queues", s.resumeQueues)
 }
 
-// resumeQueues resumes every queue the projections hold paused.
+// resumeQueues resumes every queue the projections hold paused, and looks again in 10 s until
+// none is.
 func (s *Sim) resumeQueues() {
-	v := s.srv
-	if !v.up {
-		return
-	}
-	for _, tenant := range v.set.TenantNames() {
-		for _, q := range slices.Sorted(maps.Keys(v.set.Tenant(tenant).Paused)) {
-			v.request("admin", actors.DispatcherRef(), actors.PauseQueue{Tenant: tenant, Queue: q}, func(any) {})
+	v, paused := s.srv, false
+	if v.up {
+		for _, tenant := range v.set.TenantNames() {
+			for _, q := range slices.Sorted(maps.Keys(v.set.Tenant(tenant).Paused)) {
+				paused = true
+				v.request("admin", actors.DispatcherRef(), actors.PauseQueue{Tenant: tenant, Queue: q}, func(any) {})
+			}
 		}
+	}
+	if !v.up || paused || s.now.Sub(s.healedAt) < 10*time.Second {
+		s.after(10*time.Second, "resume queues", s.resumeQueues)
 	}
 }
 

@@ -44,13 +44,16 @@ type server struct {
 
 	// On a replicated log (Sim.replicated) a server is one process of a node: its log is a
 	// copy of the simulated stream, through link; its node's claim is its part in the election.
-	// A process that was paused (frozen) runs nothing until it goes on, and what came
-	// due meanwhile (deferred) then runs in order; one cut off from NATS until cutUntil sends
-	// its requests when the cut heals (cutQueue) and hears no answer meanwhile.
+	// A process that was stalled or paused (frozen) runs nothing until it goes on; what came
+	// due meanwhile (deferred) and what reached it, unread (inbox), then run in an order thaw
+	// draws (stall.go). One cut off from NATS until cutUntil sends its requests when the cut
+	// heals (cutQueue) and hears no answer meanwhile.
 	node     *node
 	link     *link
 	frozen   bool
 	deferred []*cells.Item
+	inbox    []func()
+	thaw     *rand.Rand
 	cutUntil time.Time
 	cutQueue []func()
 	// overtaken: another process took over while this one was paused; it may not say it
@@ -173,6 +176,7 @@ func (v *server) start() {
 	v.external, v.polls = map[string]func(any){}, map[string]*simPoll{}
 	v.rt = cells.New(cells.Config{
 		Scheduler: (*scheduler)(v), Committer: (*committer)(v), Clock: &clock{v: v}, Set: set,
+		Monotonic: func() time.Time { return s.now }, // a stall stops the process, not time
 		Make: func(ref actors.Ref) actors.Behaviour {
 			switch ref.Kind {
 			case actors.RefDispatcher:
@@ -202,6 +206,8 @@ func (v *server) start() {
 		return
 	}
 	s.record(fmt.Sprintf("server up at seq %d", l.Head().Seq))
+	v.tick()
+	v.inherit()
 	if ends := actors.StaleSessionEnds(v.set); len(ends) > 0 {
 		v.rt.Persist(ends, func(eventlog.Receipt, error) {})
 		if !v.commit() {
@@ -385,7 +391,7 @@ func (v *server) halt(what string) {
 	v.shutdown()
 	v.epoch = s.newEpoch()
 	v.up, v.recovering, v.frozen = false, false, false
-	v.rt, v.runnable, v.pending, v.external, v.checkpoint, v.deferred, v.inflight = nil, nil, nil, nil, nil, nil, nil
+	v.rt, v.runnable, v.pending, v.external, v.checkpoint, v.deferred, v.inflight, v.inbox = nil, nil, nil, nil, nil, nil, nil, nil
 	nd := v.node
 	if nd.proc == v {
 		nd.proc = nil
@@ -409,8 +415,8 @@ func (v *server) replace(what string, keep int, rng *rand.Rand, down func() time
 	v.shutdown()
 	v.mem = mem
 	v.epoch = s.newEpoch()
-	v.up, v.recovering = false, false
-	v.rt, v.runnable, v.pending, v.external, v.checkpoint = nil, nil, nil, nil, nil
+	v.up, v.recovering, v.frozen = false, false, false
+	v.rt, v.runnable, v.pending, v.external, v.checkpoint, v.deferred, v.inbox = nil, nil, nil, nil, nil, nil, nil
 	s.record(what)
 	for _, w := range s.workers {
 		w.serverCrashed()
@@ -642,12 +648,14 @@ func (v *server) commit() bool {
 		return false
 	}
 	seq := res.r.First
+	s.deciding = v.epoch
 	for _, p := range batch {
 		for _, pl := range p.events {
 			s.oracle.apply(seq, res.r.Time, pl, p.decidedAt, p.clock)
 			seq++
 		}
 	}
+	s.deciding = -1
 	return v.committed(batch, res.r)
 }
 

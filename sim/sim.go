@@ -43,10 +43,13 @@ const (
 	// operations on the tables it writes and Pebble takes in (their writes, syncs and closes,
 	// the reads and links of the ingestion).
 	FaultCheckpoint
+	// FaultStall: the server process stops for a while (a SIGSTOP, a frozen VM, a long pause),
+	// from a moment to several lease_ttls, and goes on as if nothing happened (stall.go).
+	FaultStall
 	faultClasses
 )
 
-var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock", "archive", "leader", "checkpoint"}
+var faultNames = [faultClasses]string{"drop", "delay", "reorder", "dup", "partition", "worker-crash", "pause", "misbehave", "crash", "disk", "clock", "archive", "leader", "checkpoint", "stall"}
 
 func (f Fault) String() string { return faultNames[f] }
 
@@ -118,6 +121,9 @@ const (
 	ProbeRateLimitFull
 	ProbeCompletedAfterCancel
 	ProbeWorkerExpired
+	ProbeServerStalled
+	ProbeStallGrace
+	ProbeUnacknowledgedReleased
 	probeCount
 )
 
@@ -128,7 +134,8 @@ var probeNames = [probeCount]string{"stale_lease_rejected", "crash_between_appen
 	"archived", "archive_fault", "crash_mid_archive", "queue_paused", "flow_advanced", "flow_failed",
 	"flow_expired", "schedule_fired", "schedule_fired_late",
 	"deposed_append_refused", "deposed_publish_arrived", "lost_answer", "lead_read_back", "leader_paused", "takeover", "archive_damaged",
-	"key_limit_reached", "rate_limit_full", "completed_after_cancel", "worker_expired"}
+	"key_limit_reached", "rate_limit_full", "completed_after_cancel", "worker_expired",
+	"server_stalled", "stall_grace", "unacknowledged_released"}
 
 func (p Probe) String() string { return probeNames[p] }
 
@@ -264,6 +271,18 @@ type Sim struct {
 	// tokens counts the worker tokens the server has made, for their unique names.
 	tokens int
 
+	// What the stall and unacknowledged invariants judge by (stall.go): the heartbeats the
+	// server processes took, by lease they named; when each process first took one of each
+	// worker; the leases that ran out; the leases each process found as it started; the server
+	// clock's offset after each jump; and the process whose decisions the oracle folds now (-1:
+	// unknown).
+	beats     map[string][]beat
+	heard     map[heardKey]time.Time
+	ranOut    map[string]ranOut
+	inherited map[string]int
+	offsets   []time.Duration
+	deciding  int
+
 	// retention is the server's policy for finished jobs; retentionRand draws the clients'
 	// result TTLs, deletes and purges, apart from the rest of the workload.
 	retention     projections.Retention
@@ -294,6 +313,7 @@ func newSim(cfg Config) *Sim {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &Sim{
 		cfg: cfg, start: start, now: start, trace: sha256.New(), partitioned: map[string]time.Time{}, received: map[string]bool{},
+		beats: map[string][]beat{}, heard: map[heardKey]time.Time{}, ranOut: map[string]ranOut{}, inherited: map[string]int{}, offsets: []time.Duration{0}, deciding: -1,
 		workload: stream(cfg.Seed, "workload"), network: stream(cfg.Seed, "network"),
 		sched: stream(cfg.Seed, "sched"), serverRand: stream(cfg.Seed, "server"), renewals: stream(cfg.Seed, "renewals"),
 		resends: stream(cfg.Seed, "resends"),
@@ -469,7 +489,10 @@ func Run(cfg Config) (res *Result, err error) {
 	s.result.Records = s.srv.synced.Seq
 	s.result.Trace = hex.EncodeToString(s.trace.Sum(nil))
 	s.result.Violation = s.violation
-	return &s.result, nil
+	// A copy: a pointer into s would keep the whole run (its in-memory disks, its views, its
+	// oracle) alive for as long as the caller keeps the result, and tether sim keeps every seed's.
+	r := s.result
+	return &r, nil
 }
 
 func (s *Sim) close() {

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -109,7 +110,7 @@ func TestShrinkKeepsTheFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := small.Config.Command()
-	want := "tether sim --seed 9 --steps 500 --off delay,reorder,dup,partition,worker-crash,pause,misbehave,crash,disk,clock,archive,leader,checkpoint"
+	want := "tether sim --seed 9 --steps 500 --off delay,reorder,dup,partition,worker-crash,pause,misbehave,crash,disk,clock,archive,leader,checkpoint,stall"
 	if got != want || small.Violation == nil {
 		t.Fatalf("shrunk to %q (violation %v), want %q", got, small.Violation, want)
 	}
@@ -122,5 +123,36 @@ func TestParseFaults(t *testing.T) {
 	}
 	if _, err := sim.ParseFaults("gremlins"); err == nil {
 		t.Fatal("an unknown fault class was accepted")
+	}
+}
+
+// A result keeps nothing of its run: tether sim keeps every seed's result until it ends, and a
+// result that held on to its run kept a thousand worlds (their in-memory disks, views and
+// oracles) alive, gigabytes.
+func TestAResultKeepsNothingOfItsRun(t *testing.T) {
+	const runs = 8
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	if _, err := sim.Run(sim.Config{Seed: runs + 1, Steps: 200}); err != nil { // what is made once per process
+		t.Fatal(err)
+	}
+	before := heap()
+	kept := make([]*sim.Result, 0, runs)
+	for seed := uint64(1); seed <= runs; seed++ {
+		r, err := sim.Run(sim.Config{Seed: seed, Steps: 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, r)
+	}
+	grew := int64(heap()) - int64(before)
+	runtime.KeepAlive(kept)
+	t.Logf("the heap grew %d KiB keeping %d results", grew>>10, runs)
+	if grew > runs*128<<10 { // a run kept is about 850 KiB, a result alone tens
+		t.Fatalf("the heap grew %d KiB keeping %d results: they keep their runs", grew>>10, runs)
 	}
 }

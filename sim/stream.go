@@ -352,13 +352,15 @@ func (n *natsModel) store(payload []byte, from *server) uint64 {
 			return seq
 		}
 		at, clock := r.Time, -1
+		s.deciding = -1
 		if from != nil {
 			if d, ok := from.decided[r.Seq]; ok {
-				at, clock = d.at, d.clock
+				at, clock, s.deciding = d.at, d.clock, from.epoch
 				delete(from.decided, r.Seq)
 			}
 		}
 		s.oracle.apply(r.Seq, r.Time, p, at, clock)
+		s.deciding = -1
 	}
 	s.record(fmt.Sprintf("stream stored message %d (seqs to %d)", seq, head.Seq))
 	return seq

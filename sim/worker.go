@@ -32,6 +32,9 @@ type worker struct {
 
 	conn       *wconn
 	connecting bool
+	// dialing is the session the worker's connect in progress asks for: the answer to an
+	// earlier one (a connect the worker gave up, or made before it crashed) is not its own.
+	dialing    string
 	transport  string
 	crashed    bool
 	pausedTill time.Time
@@ -78,6 +81,9 @@ type held struct {
 	leaseTTL time.Duration
 	heard    time.Time
 	sends    policy.Sends
+	// misbehaviour is the report the server must refuse that a misbehaving worker sends
+	// before each send of its honest one (misbehave), if it misbehaves on this lease.
+	misbehaviour func()
 }
 
 func (w *worker) alive() bool { return !w.crashed && !w.s.now.Before(w.pausedTill) }
@@ -107,6 +113,7 @@ func (w *worker) connect() {
 	w.connecting = true
 	w.nSession++
 	session := fmt.Sprintf("%s-s%d", w.name, w.nSession)
+	w.dialing = session
 	if w.transport == "" || s.workload.IntN(3) == 0 {
 		// A reconnect may come over the other transport (WebSocket blocked, say).
 		w.transport = []string{"websocket", "longpoll"}[s.workload.IntN(2)]
@@ -119,11 +126,14 @@ func (w *worker) connect() {
 				v.pollSink(w, session, msg)
 				return
 			}
-			w.fromServer(v.epoch, session, msg)
+			w.fromServer(v, session, msg)
 		})
 		v.spawnSession(session, sink)
 		return actors.SessionRef(session)
 	}, open, func(reply any) {
+		if w.dialing != session {
+			return
+		}
 		w.connecting = false
 		r := reply.(actors.SessionOpened)
 		if r.Err != nil || !w.alive() || w.stopping {
@@ -132,7 +142,11 @@ func (w *worker) connect() {
 		}
 		w.conn = &wconn{session: session, transport: transport, epoch: s.srv.epoch, since: s.now}
 		w.credit()
+		w.beat() // at once, as the Go SDK does on a new connection: the new session adopts what it names
 	}, func() {
+		if w.dialing != session {
+			return
+		}
 		w.connecting = false
 		s.after(time.Second, w.name+" reconnects", w.connect)
 	})
@@ -164,12 +178,12 @@ func (w *worker) serverCrashed() {
 }
 
 // fromServer carries a frame from the worker's session to the worker.
-func (w *worker) fromServer(epoch int, session string, msg any) {
-	s := w.s
+func (w *worker) fromServer(v *server, session string, msg any) {
+	s, epoch := w.s, v.epoch
 	var f wire.Frame
 	switch m := msg.(type) {
 	case actors.Assignment:
-		if !leaseOK(s.srv.set, m) {
+		if !leaseOK(v.set, m) { // the sender's: a deposed leader's may not be the leader's
 			s.fail("durability", "job %s's lease %s was sent to %s before it was durable", m.JobID, m.LeaseID, w.name)
 			return
 		}
@@ -263,17 +277,24 @@ func (w *worker) toServer(f wire.Frame, onAck func(wire.Frame)) {
 		w.acks[f.Ref] = onAck
 	}
 	data := encode(f)
+	sent := s.now
 	s.transmit(w.name, f.Type, func() {
 		v := s.srv
 		if !v.up || v.epoch != c.epoch {
 			return // the connection died with the server
 		}
-		v.onFrame(w, c.session, decode(data))
+		a := arrival{sent: sent, arrived: s.now}
+		v.reach(func() {
+			if v.up && v.epoch == c.epoch {
+				v.onFrame(w, c.session, decode(data), a)
+			}
+		})
 	})
 }
 
-// onFrame is the server's side of a worker's connection, as transport's handlers do it.
-func (v *server) onFrame(w *worker, session string, f wire.Frame) {
+// onFrame is the server's side of a worker's connection, as transport's handlers do it; a is
+// when the frame was sent and reached the server.
+func (v *server) onFrame(w *worker, session string, f wire.Frame, a arrival) {
 	s := v.s
 	send := func(a wire.Frame) {
 		data := encode(a)
@@ -297,6 +318,9 @@ func (v *server) onFrame(w *worker, session string, f wire.Frame) {
 	case wire.FrameHeartbeat:
 		v.request(w.name, actors.SessionRef(session), actors.Heartbeat{Leases: f.Leases}, func(reply any) {
 			r := reply.(actors.HeartbeatAck)
+			if r.Err == nil {
+				s.heartbeatTaken(v, w, f.Leases, a)
+			}
 			a := protocol.Ack(f.Ref, r.Err)
 			a.Cancel, a.Unknown = r.CancelRequested, r.Unknown
 			if rec, ok := v.set.Worker(w.id); ok && r.Err == nil {
@@ -387,9 +411,12 @@ func (w *worker) poll() {
 	id := w.pollID
 	wait := time.Duration(s.workload.IntN(26)) * time.Second
 	s.transmit(w.name, "poll", func() {
-		if v := s.srv; v.up && !v.recovering && v.epoch == c.epoch {
-			v.onPoll(w, c, id, free, wait)
-		}
+		v := s.srv
+		v.reach(func() {
+			if v.up && !v.recovering && v.epoch == c.epoch {
+				v.onPoll(w, c, id, free, wait)
+			}
+		})
 	})
 	s.after(wait+requestTimeout, w.name+" poll timeout", func() {
 		if w.polling && w.pollID == id && w.conn == c {
@@ -644,6 +671,9 @@ func (w *worker) fail(h *held, code string, retryable bool) {
 // lease is done.
 func (w *worker) report(h *held, f wire.Frame) {
 	answered, late := false, false
+	if h.misbehaviour != nil {
+		h.misbehaviour()
+	}
 	w.toServer(f, func(a wire.Frame) {
 		if late {
 			return // given up for lost, as a request whose time ran out is: the resend's answer counts
@@ -773,16 +803,18 @@ func (w *worker) sendDirect(f wire.Frame, onAck func(wire.Frame)) {
 	data := encode(f)
 	s.transmit(w.name, f.Type, func() {
 		v := s.srv
-		if !v.up || v.recovering {
-			return
-		}
-		epoch := v.epoch
-		v.onFrameDirect(w, decode(data), func(a wire.Frame) {
-			ack := encode(a)
-			s.transmit(w.name, "ack", func() {
-				if v.epoch == epoch && w.alive() {
-					onAck(decode(ack))
-				}
+		v.reach(func() {
+			if !v.up || v.recovering {
+				return
+			}
+			epoch := v.epoch
+			v.onFrameDirect(w, decode(data), func(a wire.Frame) {
+				ack := encode(a)
+				s.transmit(w.name, "ack", func() {
+					if v.epoch == epoch && w.alive() {
+						onAck(decode(ack))
+					}
+				})
 			})
 		})
 	})
@@ -833,9 +865,11 @@ func (w *worker) restartLater() {
 	})
 }
 
-// misbehave sends, before its honest report, one that the server must refuse and that must
-// change nothing: a lease that ended, another lease's nonce, a bad signature, or another
-// tenant's job.
+// misbehave makes the report, one that the server must refuse and that must change nothing, a
+// misbehaving worker sends before each send of its honest report on h (report): a lease that
+// ended, another lease's nonce, a bad signature, or another tenant's job. Sent only once, it
+// would mostly be lost with the connection of a worker that finished while the server was
+// stalled or down, and the honest report would land alone when the worker sends it again.
 func (w *worker) misbehave(h *held) {
 	s := w.s
 	out, hash := w.output(h)
@@ -873,18 +907,20 @@ func (w *worker) misbehave(h *held) {
 	if f.Signature == "" {
 		f.Signature = w.sign(f.JobID, f.LeaseID, f.Nonce, hash)
 	}
-	s.record(fmt.Sprintf("%s misbehaves: %s", w.name, probe))
-	w.toServer(f, func(a wire.Frame) {
-		switch {
-		case a.Error == nil:
-			s.fail("stale", "%s's %s on job %s was accepted", w.name, probe, f.JobID)
-		case slices.Contains(want, actors.Code(a.Error.Code)):
-			s.probe(probe)
-		case probe == ProbeForeignJobRejected:
-			s.fail("isolation", "%s's completion of another tenant's job %s was answered %s, not JOB_NOT_FOUND", w.name, f.JobID, a.Error.Code)
-		}
-		// Any other refusal is right too: the lease may have ended while the message travelled.
-	})
+	h.misbehaviour = func() {
+		s.record(fmt.Sprintf("%s misbehaves: %s", w.name, probe))
+		w.toServer(f, func(a wire.Frame) {
+			switch {
+			case a.Error == nil:
+				s.fail("stale", "%s's %s on job %s was accepted", w.name, probe, f.JobID)
+			case slices.Contains(want, actors.Code(a.Error.Code)):
+				s.probe(probe)
+			case probe == ProbeForeignJobRejected:
+				s.fail("isolation", "%s's completion of another tenant's job %s was answered %s, not JOB_NOT_FOUND", w.name, f.JobID, a.Error.Code)
+			}
+			// Any other refusal is right too: the lease may have ended while the message travelled.
+		})
+	}
 }
 
 // otherLeases lists the leases the worker knows of other than h, ended or held: none of them
@@ -903,7 +939,7 @@ func (w *worker) otherLeases(h *held) []*held {
 func (w *worker) crash() {
 	s := w.s
 	s.record(w.name + " crashes")
-	w.crashed, w.conn, w.connecting, w.polling, w.stopping = true, nil, false, false, false
+	w.crashed, w.conn, w.connecting, w.polling, w.stopping, w.dialing = true, nil, false, false, false, ""
 	w.leases, w.acks = map[string]*held{}, map[string]func(wire.Frame){}
 	s.after(time.Duration(1+s.faultRand[FaultWorkerCrash].IntN(30))*time.Second, w.name+" restarts", func() {
 		w.crashed = false

@@ -47,7 +47,7 @@ func (s *Server) serveMetrics(r *request) error {
 			{"tether_jobs_failed_total", "Failed attempts (lease expiries included), by queue.", func(c projections.Counters) uint64 { return c.Failed }},
 			{"tether_jobs_retried_total", "Retries scheduled, by queue.", func(c projections.Counters) uint64 { return c.Retried }},
 			{"tether_lease_expired_total", "Leases that ran out, by queue.", func(c projections.Counters) uint64 { return c.LeaseExpired }},
-			{"tether_lease_released_total", "Leases given back untried (undelivered, a worker stopping, a command that could not start), by queue.", func(c projections.Counters) uint64 { return c.Released }},
+			{"tether_lease_released_total", "Leases given back untried (undelivered, unacknowledged after a restart, a worker stopping, a command that could not start), by queue.", func(c projections.Counters) uint64 { return c.Released }},
 			{"tether_jobs_dead_lettered_total", "Jobs dead-lettered, by queue.", func(c projections.Counters) uint64 { return c.DeadLettered }},
 			{"tether_jobs_cancelled_total", "Jobs cancelled, by queue.", func(c projections.Counters) uint64 { return c.Cancelled }},
 			{"tether_jobs_expired_total", "Finished jobs that left every view (retention ended, deleted, purged, over the dead-letter cap), by queue.", func(c projections.Counters) uint64 { return c.Expired }},

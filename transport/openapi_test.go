@@ -3,6 +3,7 @@ package transport_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/transport"
 	"github.com/tetherhq/tether/transport/openapi"
 	"github.com/tetherhq/tether/transport/wire"
@@ -147,4 +149,50 @@ func decode(t *testing.T, resp *http.Response, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The description of a release says which reasons are the server's own and refuses them: a
+// request that gives one does not match it, and the reason's text names each.
+func TestOpenAPIRefusesTheServersReleaseReasons(t *testing.T) {
+	t.Parallel()
+	doc, err := libopenapi.NewDocument(openapi.Document())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	release := func(reason string) bool {
+		req, _ := http.NewRequest("POST", "http://tether/v1/worker/jobs/01J/release", strings.NewReader(`{"lease_id":"L","reason":"`+reason+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer tw_x")
+		ok, _ := v.ValidateHttpRequest(req)
+		return ok
+	}
+	if !release(eventlog.ReleasedWorkerStopping) {
+		t.Fatalf("a release with reason %s does not match the description", eventlog.ReleasedWorkerStopping)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(openapi.Document(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	described := fmt.Sprint(dig(raw, "paths", "/v1/worker/jobs/{id}/release", "post", "requestBody", "content", "application/json", "schema", "properties", "reason", "description"))
+	for _, r := range eventlog.ServerReleaseReasons() {
+		if release(r) {
+			t.Errorf("a release with the server's own reason %s matches the description", r)
+		}
+		if !strings.Contains(described, r) {
+			t.Errorf("the release reason's description does not name %s, the server's own: %q", r, described)
+		}
+	}
+}
+
+// dig walks a decoded JSON document by key.
+func dig(doc any, keys ...string) any {
+	for _, k := range keys {
+		m, _ := doc.(map[string]any)
+		doc = m[k]
+	}
+	return doc
 }

@@ -6,6 +6,10 @@
 //
 // Durability is explicit: persisted events wait until Sync (Run syncs whenever the world is
 // otherwise idle), so a test can look at the moment between a decision and its fsync.
+//
+// The runtime watches itself for stalls on the world's clock: Advance ticks it every
+// cells.TickEvery as the clock moves, and Stall moves the clock with no tick, as a process
+// stopped for a while.
 package actorstest
 
 import (
@@ -42,6 +46,7 @@ type World struct {
 	pending []pendingCommit
 	agenda  cells.Agenda
 	inbox   map[string][]any // replies and frames by external name
+	ticked  time.Time        // the clock at the runtime's last tick
 }
 
 type queued struct {
@@ -59,7 +64,8 @@ func New(seed uint64, start time.Time) *World {
 	w := &World{Clock: start, inbox: map[string][]any{}}
 	w.rt = cells.New(cells.Config{
 		Scheduler: (*fifo)(w), Committer: (*syncer)(w), Clock: (*clock)(w),
-		Make: w.make,
+		Monotonic: func() time.Time { return w.Clock },
+		Make:      w.make,
 		External: func(to actors.Ref, msg any) {
 			w.inbox[to.ID] = append(w.inbox[to.ID], msg)
 		},
@@ -73,7 +79,30 @@ func New(seed uint64, start time.Time) *World {
 		CheckInvariants: true,
 	})
 	w.Set = w.rt.Set()
+	w.tick()
 	return w
+}
+
+// tick ticks the runtime's stall watch at the clock's time.
+func (w *World) tick() {
+	w.ticked = w.Clock
+	w.rt.Tick()
+}
+
+// tickTo ticks the runtime every cells.TickEvery from its last tick up to at, moving the clock
+// with the ticks: the process ran all along. After a Stall the first tick is at once.
+func (w *World) tickTo(at time.Time) {
+	for {
+		next := w.ticked.Add(cells.TickEvery)
+		if next.Before(w.Clock) {
+			next = w.Clock
+		}
+		if next.After(at) {
+			return
+		}
+		w.Clock = next
+		w.tick()
+	}
 }
 
 func (w *World) make(ref actors.Ref) actors.Behaviour {
@@ -185,9 +214,16 @@ func (w *World) Run() {
 }
 
 // Advance moves the clock forward by d, firing timers as their time comes, and runs the world.
-func (w *World) Advance(d time.Duration) {
+func (w *World) Advance(d time.Duration) { w.advance(d, w.Run) }
+
+// AdvanceUnsynced moves the clock forward by d as Advance does, firing timers as their time
+// comes, but makes nothing durable: the log is slow (a disk that stalls, a replicated log that
+// waits on its stream), and what is persisted meanwhile waits for a Sync.
+func (w *World) AdvanceUnsynced(d time.Duration) { w.advance(d, func() { w.Step() }) }
+
+func (w *World) advance(d time.Duration, run func()) {
 	end := w.Clock.Add(d)
-	w.Run()
+	run()
 	for {
 		it, ok := w.agenda.Next()
 		if !ok || it.At.After(end) {
@@ -195,12 +231,32 @@ func (w *World) Advance(d time.Duration) {
 		}
 		w.agenda.Take()
 		if it.At.After(w.Clock) {
+			w.tickTo(it.At)
 			w.Clock = it.At
 		}
 		it.Run()
-		w.Run()
+		run()
 	}
+	w.tickTo(end)
 	w.Clock = end
+}
+
+// Stall stops the process for d: the clock moves, and nothing runs, not even the runtime's
+// ticks. Then it goes on as a process does after a SIGSTOP: the timers that came due meanwhile
+// fire first, all at once, before anything sent to it after (a heartbeat that waited in a
+// socket) is read; the world runs once they have.
+func (w *World) Stall(d time.Duration) {
+	w.Run()
+	w.Clock = w.Clock.Add(d)
+	for {
+		it, ok := w.agenda.Next()
+		if !ok || it.At.After(w.Clock) {
+			break
+		}
+		w.agenda.Take()
+		it.Run()
+	}
+	w.Run()
 }
 
 // Since returns the payloads made durable after the first n records.

@@ -104,6 +104,7 @@ type Broker struct {
 	archiver sync.WaitGroup // the archive and scrub loops
 	archive  archiveCounters
 	scrub    scrubState
+	ticker   sync.WaitGroup // the stall watch's ticks (watchStalls)
 
 	changedMu sync.Mutex
 	changed   chan struct{} // closed and replaced when the projections change, if watched
@@ -192,6 +193,8 @@ func (b *Broker) start(set *projections.Set) (*Broker, error) {
 		_ = b.elog.Close()
 		return nil, err
 	}
+	b.ticker.Add(1)
+	go b.watchStalls()
 	b.startActors()
 	if err := b.resume(); err != nil {
 		_ = b.Close()
@@ -236,6 +239,7 @@ func (b *Broker) observer(set *projections.Set) func(uint64, time.Time, eventlog
 func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 	return cells.New(cells.Config{
 		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: runtimeClock{b.clock, b.cfg.AfterFunc}, Set: set,
+		Monotonic: time.Now,
 		Make:      b.make,
 		Committed: b.committed,
 		Applied:   b.observer(set),
@@ -246,6 +250,27 @@ func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", p.Stream()), zap.Error(err))
 		},
 	})
+}
+
+// watchStalls ticks the runtime's stall watch (cells.TickEvery) until Close, on the monotonic
+// clock whatever Config.Clock is, and says when the server was stopped: its leases then run
+// lease_ttl from now, since it heard nothing its workers sent meanwhile.
+func (b *Broker) watchStalls() {
+	defer b.ticker.Done()
+	t := time.NewTicker(cells.TickEvery)
+	defer t.Stop()
+	b.rt.Tick()
+	for {
+		select {
+		case <-t.C:
+			if d := b.rt.Tick(); d > 0 {
+				b.log.Warn("the server ran nothing for a while (SIGSTOP, a frozen VM, a long pause): leases whose heartbeats it could not read run lease_ttl from now",
+					zap.String("code", "SERVER_STALLED"), zap.Duration("stalled", d))
+			}
+		case <-b.closing:
+			return
+		}
+	}
 }
 
 // make returns the behaviour of a tenant, job or dispatcher cell, as Decorate has it.
@@ -505,6 +530,7 @@ func (b *Broker) Close() error {
 		b.rt.Close()
 		b.rt.Halt()
 		b.checkpoints.Wait()
+		b.ticker.Wait()
 		b.archiver.Wait() // it stops at its next 4096 records once closing is closed
 		if set := b.rt.Set(); b.elog.Err() == nil && set.Seq() > b.lastCheckpoint.Load() {
 			err = b.checkpoint(b.rt.BeginCheckpoint())

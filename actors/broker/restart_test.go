@@ -360,3 +360,78 @@ func (d deaf) Receive(env actors.Env, msg any) {
 	}
 	d.Behaviour.Receive(env, msg)
 }
+
+// After a restart, a lease its worker does not hold goes back to the queue at once, unspent,
+// if nothing says the worker ever had it: its first heartbeat on the new server names every
+// lease it holds, and no other. One it names keeps running; one it wrote under (so it had
+// it) runs out as any other.
+func TestRestartReleasesLeasesNoWorkerHolds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := open(t, broker.Config{Dir: dir})
+	var jobs []string
+	for range 3 {
+		res, _, err := b.Submit(ctx(t), "acme", "", actors.JobSpec{Queue: "q", Type: "t", MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, res[0].Job.ID)
+	}
+	s := worker(t, b, 3)
+	s.Credit(3)
+	leases := map[string]actors.Assignment{}
+	for range 3 {
+		a := next(t, s)
+		leases[a.JobID] = a
+	}
+	held, wrote, lost := leases[jobs[0]], leases[jobs[1]], leases[jobs[2]]
+	if _, _, err := b.Event(ctx(t), actors.Progress{WorkerID: s.WorkerID, JobID: wrote.JobID, LeaseID: wrote.LeaseID, Kind: "log"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	b2 := open(t, broker.Config{Dir: dir})
+	defer b2.Close()
+	s2, err := b2.Connect(ctx(t), s.WorkerID, "websocket", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker got the first job and the second (and lost that one: a restart that forgot
+	// it); the third's assignment never reached it.
+	if ack, err := s2.Heartbeat(ctx(t), []string{held.LeaseID}); err != nil || len(ack.Unknown) > 0 {
+		t.Fatalf("heartbeat: %+v, %v", ack, err)
+	}
+	var j *projections.Job
+	for giveUp := time.After(10 * time.Second); ; {
+		changed := b2.Changed()
+		if j, _ = b2.Get("acme", lost.JobID); j.Status != projections.StatusLeased {
+			break
+		}
+		select {
+		case <-changed:
+		case <-giveUp: // well before its restart's grace would end it
+			t.Fatal("the lease no worker had is still held")
+		}
+	}
+	if j.Status != projections.StatusQueued || j.Attempt != 0 {
+		t.Fatalf("the lease no worker had: %s, attempt %d", j.Status, j.Attempt)
+	}
+	var last eventlog.Record
+	for r, err := range b2.JobStream(lost.JobID, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r
+	}
+	if p, _ := eventlog.Decode(last.Type, last.Data); p != (eventlog.JobLeaseReleased{JobID: lost.JobID, LeaseID: lost.LeaseID, WorkerID: s.WorkerID, Attempt: 1,
+		Reason: eventlog.LeaseUnacknowledged}) {
+		t.Fatalf("its history ends %s %s", last.Type, last.Data)
+	}
+	for _, a := range []actors.Assignment{held, wrote} {
+		if j, _ := b2.Get("acme", a.JobID); j.Status != projections.StatusLeased || j.Lease.LeaseID != a.LeaseID {
+			t.Fatalf("job %s after the heartbeat: %s %+v", a.JobID, j.Status, j.Lease)
+		}
+	}
+}

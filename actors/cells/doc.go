@@ -31,6 +31,11 @@
 // commit, or the simulator's, which injects crashes and disk faults there) and the Clock (the
 // wall clock, or a virtual Timeline).
 //
+// The runtime also watches its own clock for stalls (stall.go): given Config.Monotonic, its
+// driver ticks it every TickEvery, and a gap of StallMin or more is a stall, whose end
+// actors.Env.Resumed tells the behaviours (a lease must not run out because the server could
+// not read its heartbeats).
+//
 // Behaviours may state invariants of their state (actors.Checker); with Config.CheckInvariants
 // the runtime checks them after every message, as the simulator and the tests do.
 //

@@ -48,6 +48,10 @@ type Config struct {
 	Scheduler Scheduler
 	Committer Committer
 	Clock     Clock
+	// Monotonic, if set, is the process's own clock, which no step of the wall clock moves
+	// (time.Now, whose monotonic reading Sub uses; the simulator's true time): with it the
+	// runtime watches itself for stalls (stall.go), and the driver must call Tick.
+	Monotonic func() time.Time
 	// Set is the projections as recovered; the runtime folds every commit into it.
 	Set *projections.Set
 	// Make returns the behaviour of a tenant, job or dispatcher cell made on first use, and nil
@@ -109,6 +113,8 @@ type Runtime struct {
 	// open any more.
 	turns  sync.RWMutex
 	halted bool
+
+	watch watch
 }
 
 // cellKey is what names a cell in the map: a Ref without its External handle, which would make
@@ -605,6 +611,9 @@ func (rt *Runtime) Set() *projections.Set { return rt.set }
 
 // Now is the runtime's clock.
 func (c *Cell) Now() time.Time { return c.rt.cfg.Clock.Now() }
+
+// Resumed is when the runtime last came back from a stall (Runtime.Resumed).
+func (c *Cell) Resumed() time.Time { return c.rt.Resumed() }
 
 // Rand is the runtime's shared randomness, or a stream of the cell's own made on first use
 // (most job cells draw only a nonce). Secrets never come from here but from crypto/rand.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/sim"
@@ -20,11 +21,17 @@ func runSim(args []string) error {
 	seed := fs.Uint64("seed", 1, "the seed of one run")
 	seeds := fs.String("seeds", "", "a range of seeds A..B to run instead of one")
 	steps := fs.Int("steps", 2000, "steps of the safety phase (faults on); heal and liveness follow")
-	off := fs.String("off", "", "fault classes to turn off, comma-separated: drop,delay,reorder,dup,partition,worker-crash,pause,misbehave,crash,disk,clock,archive,leader,checkpoint; all: a run without faults")
+	all, _ := sim.ParseFaults("all")
+	names := make([]string, len(all))
+	for i, f := range all {
+		names[i] = f.String()
+	}
+	off := fs.String("off", "", "fault classes to turn off, comma-separated: "+strings.Join(names, ",")+"; all: a run without faults")
 	shrink := fs.Bool("shrink", false, "on a failure, turn fault classes off and shorten the run while it still fails")
 	twice := fs.Bool("check-determinism", false, "run every seed twice in this process and fail if the traces differ")
 	trace := fs.Bool("trace", false, "print every step of a single seed")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "seeds run at once with --seeds")
+	untilBroken := fs.Bool("until-broken", false, "with --seeds, start no more seeds once one breaks an invariant (they start in order: the first that breaks one always runs)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
@@ -45,35 +52,26 @@ func runSim(args []string) error {
 	if *twice {
 		run = sim.RunTwice
 	}
-	results := make([]*sim.Result, last-first+1)
-	errs := make([]error, len(results))
 	start := time.Now()
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range max(*parallel, 1) {
-		wg.Go(func() {
-			for i := range next {
-				cfg := sim.Config{Seed: first + uint64(i), Steps: *steps, Off: faults}
-				if *trace && first == last {
-					cfg.Trace = os.Stdout
-				}
-				results[i], errs[i] = run(cfg)
-			}
-		})
-	}
-	for i := range results {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	results, errs := runSeeds(first, last, *parallel, *untilBroken, func(seed uint64) (*sim.Result, error) {
+		cfg := sim.Config{Seed: seed, Steps: *steps, Off: faults}
+		if *trace && first == last {
+			cfg.Trace = os.Stdout
+		}
+		return run(cfg)
+	})
 	took := time.Since(start)
 
-	failed, totalSteps := 0, 0
+	failed, ran, totalSteps := 0, 0, 0
 	hit := make([]int, len(sim.Probes()))
 	for i, r := range results {
 		if errs[i] != nil {
 			return errs[i]
 		}
+		if r == nil {
+			continue // not started: an earlier seed broke an invariant (--until-broken)
+		}
+		ran++
 		totalSteps += r.Steps
 		for p, n := range r.Probes {
 			hit[p] += n
@@ -101,18 +99,54 @@ func runSim(args []string) error {
 				never = append(never, sim.Probe(p).String())
 			}
 		}
-		runs := len(results)
+		runs := ran
 		if *twice {
 			runs *= 2
 		}
-		fmt.Printf("seeds %d..%d: %d passed, %d failed; %d steps in %s (%.0f steps/s, %.0f seeds/min); probes never hit: %s\n",
-			first, last, len(results)-failed, failed, totalSteps, took.Round(time.Millisecond),
-			float64(totalSteps)/took.Seconds()*float64(runs)/float64(len(results)), float64(runs)/took.Minutes(), orNone(never))
+		fmt.Printf("seeds %d..%d: %d passed, %d failed, %d not run; %d steps in %s (%.0f steps/s, %.0f seeds/min); probes never hit: %s\n",
+			first, last, ran-failed, failed, len(results)-ran, totalSteps, took.Round(time.Millisecond),
+			float64(totalSteps)/took.Seconds()*float64(runs)/float64(ran), float64(runs)/took.Minutes(), orNone(never))
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d seeds broke an invariant", failed, len(results))
+		return fmt.Errorf("%d of %d seeds broke an invariant", failed, ran)
 	}
 	return nil
+}
+
+// runSeeds runs seeds first..last, parallel at once, and returns each one's result or error
+// by seed. With untilBroken a seed after one that broke an invariant is not run (its result is
+// nil), but every seed before it is, so the first seed that breaks one is always found.
+func runSeeds(first, last uint64, parallel int, untilBroken bool, run func(seed uint64) (*sim.Result, error)) ([]*sim.Result, []error) {
+	results := make([]*sim.Result, last-first+1)
+	errs := make([]error, len(results))
+	var broken atomic.Int64 // the index of the first seed known to have broken one, or -1
+	broken.Store(-1)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(parallel, 1) {
+		wg.Go(func() {
+			for i := range next {
+				if b := broken.Load(); untilBroken && b >= 0 && int64(i) > b {
+					continue
+				}
+				results[i], errs[i] = run(first + uint64(i))
+				if errs[i] == nil && results[i].Violation == nil {
+					continue
+				}
+				for b := broken.Load(); b < 0 || int64(i) < b; b = broken.Load() {
+					if broken.CompareAndSwap(b, int64(i)) {
+						break
+					}
+				}
+			}
+		})
+	}
+	for i := range results {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return results, errs
 }
 
 func reportViolation(r *sim.Result) {

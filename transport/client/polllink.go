@@ -95,7 +95,7 @@ func (r *runner) runPoll(ctx context.Context) (connected bool, err error) {
 	r.log.Info("connected", zap.String("transport", TransportLongPoll))
 	done := make(chan struct{})
 	defer close(done)
-	go r.heartbeats(l, seconds(hello.HeartbeatSeconds), done)
+	go r.heartbeats(l, seconds(hello.HeartbeatSeconds), done, false) // hello was one
 	for ctx.Err() == nil {
 		n := r.free()
 		if n <= 0 {

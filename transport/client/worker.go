@@ -1061,13 +1061,18 @@ func (r *runner) checkKey(registered string) error {
 }
 
 // heartbeats heartbeats every lease the worker holds until done: as often as the lease with the
-// shortest interval needs (each assignment says its own), and every base otherwise. It stops the
-// jobs the server wants cancelled or no longer knows.
-func (r *runner) heartbeats(l link, base time.Duration, done <-chan struct{}) {
+// shortest interval needs (each assignment says its own), and every base otherwise; the first
+// at once if atOnce (a new connection: its session adopts the leases it names, and a server
+// that restarted releases at once those it finds the worker does not hold). It stops the jobs
+// the server wants cancelled or no longer knows.
+func (r *runner) heartbeats(l link, base time.Duration, done <-chan struct{}, atOnce bool) {
 	if base <= 0 {
 		base = heartbeatDefault
 	}
 	last := time.Now()
+	if atOnce {
+		last = time.Time{}
+	}
 	timer := time.NewTimer(base)
 	defer timer.Stop()
 	for {
@@ -1176,7 +1181,7 @@ func (r *runner) stop(err error) {
 	r.setLink(l)
 	done := make(chan struct{})
 	defer close(done)
-	go r.heartbeats(l, heartbeatDefault, done)
+	go r.heartbeats(l, heartbeatDefault, done, false)
 	r.log.Info("stopping: running jobs have their grace to finish", zap.Int("jobs", r.busy()), zap.Duration("grace", max(r.w.Grace, 0)))
 	if !r.waitIdle(r.w.Grace, r.w.Hurry) {
 		for _, l := range r.leases() {

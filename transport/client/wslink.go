@@ -381,7 +381,7 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 	r.log.Info("connected", zap.String("transport", TransportWebSocket), zap.String("worker_id", welcome.WorkerID))
 	r.creditOnConnect(l)
 	readDone := make(chan struct{})
-	go r.heartbeats(l, seconds(welcome.HeartbeatSeconds), readDone)
+	go r.heartbeats(l, seconds(welcome.HeartbeatSeconds), readDone, true)
 	go func() {
 		select {
 		case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/transport/wire"
 )
 
@@ -118,11 +119,12 @@ func TestErrorsDocIsTheTable(t *testing.T) {
 }
 
 // The Python SDK (sdk/python) decides what to send again from the same table, kept in
-// tether/_codes.py; `go test ./transport/wire -run PythonCodes -update` rewrites it.
+// tether/_codes.py, with the release reasons that are the server's own (a worker's Release
+// refuses them); `go test ./transport/wire -run PythonCodes -update` rewrites it.
 func TestPythonCodesAreTheTable(t *testing.T) {
 	var b bytes.Buffer
 	b.WriteString("\"\"\"The server's error codes: (HTTP status, whether the same request may pass later).\n\n")
-	b.WriteString("Generated from wire.ErrorCodes (transport/wire/codes.go) by\n")
+	b.WriteString("Generated from wire.ErrorCodes (transport/wire/codes.go) and eventlog.ServerReleaseReasons by\n")
 	b.WriteString("`go test ./transport/wire -run PythonCodes -update`; a test fails when it differs.\n\"\"\"\n\n")
 	b.WriteString("CODES = {\n")
 	for _, c := range wire.ErrorCodes {
@@ -132,7 +134,14 @@ func TestPythonCodesAreTheTable(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "    %q: (%d, %s),\n", c.Code, c.Status, retry)
 	}
-	b.WriteString("}\n")
+	b.WriteString("}\n\n#: The release reasons that are the server's own, which no worker may give.\nSERVER_RELEASE_REASONS = (")
+	for i, r := range eventlog.ServerReleaseReasons() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", r)
+	}
+	b.WriteString(")\n")
 	checkGenerated(t, "../../sdk/python/tether/_codes.py", "PythonCodes", b.Bytes(), nil)
 }
 

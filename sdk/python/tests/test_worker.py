@@ -514,6 +514,25 @@ def test_a_stop_while_the_server_is_away_is_a_clean_stop(server, transport):
     assert not t.is_alive() and not errors, errors
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGSTOPs a process and waits until every thread of it has stopped: the stop takes a
+    moment, in which a server may still answer a request."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while True:
+        states = []
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            try:
+                with open(f"/proc/{proc.pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that ended
+                pass
+        if all(state in ("T", "t") for state in states):
+            return
+        assert time.monotonic() < deadline, f"process {proc.pid} not stopped in 10 s: {states}"
+        time.sleep(0.001)
+
+
 KEEPING_WORKER = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {sdk!r})
@@ -541,7 +560,7 @@ def test_a_result_kept_in_results_dir_outlives_the_worker(client, server, transp
     try:
         job = client.submit("kept", "t", lease_ttl_seconds=60, max_attempts=1)
         assert first.stdout.readline().strip() == "started"
-        server.proc.send_signal(signal.SIGSTOP)  # the result cannot reach it now
+        stop_process(server.proc)  # the result cannot reach it now
         try:
             go.write_text("")
             deadline = time.monotonic() + 30
@@ -710,3 +729,29 @@ def test_settings_the_server_would_refuse_are_refused_at_once(settings):
     with pytest.raises(ValueError, match="tether: "):
         Worker("http://127.0.0.1:1", token="tw_x", **settings)
     Worker("http://127.0.0.1:1", token="tw_x", queues=("images",), capacity=1000, grace=0)
+
+
+def test_a_lease_no_worker_got_is_put_back_after_a_restart(client, server, transport):
+    """A lease written to a poll whose answer was lost does not outlive a restart: the worker,
+    reconnecting, names at once the leases it holds, and the server puts back, unspent, the
+    one it does not name. A job of max_attempts 1 then runs, well within the restart's
+    lease_ttl of grace, instead of being dead-lettered without ever running."""
+    reg = client.register_worker("lost", ["py"])
+    j = client.submit("py", "t", max_attempts=1, lease_ttl_seconds=60)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("POST", "/v1/worker/lease", body='{"max":1,"wait_seconds":5}',
+                 headers={"Authorization": "Bearer " + reg["worker_token"], "Content-Type": "application/json"})
+    assert j["id"] in conn.getresponse().read().decode()  # and then lost on the way
+    conn.close()
+    server.stop(signal.SIGKILL)
+    server.start()
+    w = Worker(server.url, token=reg["worker_token"], queues=["py"], transport=transport)
+    w.handler()(lambda ctx: {"ran": True})
+    run_in_thread(w)
+    try:
+        done = Client(server.url).wait(j["id"], timeout=30)
+    finally:
+        w.stop()
+    assert done["status"] == "succeeded" and done["attempt"] == 1
+    released = [e["data"] for e in Client(server.url).events(j["id"])["events"] if e["type"] == "job.lease_released"]
+    assert [r["reason"] for r in released] == ["unacknowledged"]

@@ -1,6 +1,6 @@
 """The server's error codes: (HTTP status, whether the same request may pass later).
 
-Generated from wire.ErrorCodes (transport/wire/codes.go) by
+Generated from wire.ErrorCodes (transport/wire/codes.go) and eventlog.ServerReleaseReasons by
 `go test ./transport/wire -run PythonCodes -update`; a test fails when it differs.
 """
 
@@ -49,3 +49,6 @@ CODES = {
     "NOT_READY": (503, True),
     "STANDBY": (503, True),
 }
+
+#: The release reasons that are the server's own, which no worker may give.
+SERVER_RELEASE_REASONS = ("undelivered", "unacknowledged")

@@ -71,9 +71,9 @@ class Release(Exception):
     eleven times in a row."""
 
     def __init__(self, message: str = "", reason: str = "released"):
-        if not _REASON.fullmatch(reason) or reason == "undelivered":
-            raise ValueError(f"tether: a release's reason must be 1..64 of [A-Za-z0-9_.:/-], and not the server's own "
-                             f"'undelivered'; got {reason!r}")
+        if not _REASON.fullmatch(reason) or reason in _codes.SERVER_RELEASE_REASONS:
+            raise ValueError(f"tether: a release's reason must be 1..64 of [A-Za-z0-9_.:/-], and not one of the server's own "
+                             f"{', '.join(_codes.SERVER_RELEASE_REASONS)}; got {reason!r}")
         super().__init__(f"{reason}: {message}" if message else reason)
         self.reason = reason
         self.message = message

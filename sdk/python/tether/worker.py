@@ -1046,9 +1046,11 @@ class _WSLink:
     async def heartbeats(self, every: float) -> None:
         """Heartbeats the leases held (and the session itself) as often as the shortest of
         them needs, reckoned again as leases come: a job with a short lease arriving while the
-        worker idles is heartbeated in time."""
+        worker idles is heartbeated in time. The first goes at once: the new session adopts
+        the leases it names, and a server that restarted puts back, unspent, those it finds
+        the worker does not hold."""
         w = self._worker
-        last = time.monotonic()
+        last = float("-inf")
         while True:
             await asyncio.sleep(0.25)
             with w._lock:

@@ -1,0 +1,5 @@
+//go:build mutant_ignore_stall
+
+package actors
+
+func init() { mutantIgnoreStall = true }
