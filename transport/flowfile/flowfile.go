@@ -378,10 +378,15 @@ func nodeKind(n *yaml.Node) string {
 // 123456789012345678901234567890 stays exact (the YAML library makes it a float64), and 1e999
 // is refused by the check that refuses it in a JSON body (the library makes it the string
 // "1e999"); a YAML-only form (0x1F, 1_000, .5) is converted. A date stays the text it was
-// written as. Mapping keys must be strings; aliases and merge keys (<<) are followed.
+// written as. Mapping keys must be strings; aliases and merge keys (<<) are followed, within
+// the largest payload a submit takes: every node writes a byte at least, so a file of aliases
+// of aliases (a "billion laughs") is refused once its expansion passes it, not built.
 func appendJSON(b []byte, n *yaml.Node, path string, depth int) ([]byte, error) {
 	if depth > wire.JSONDepthMax {
 		return nil, at(n, path, "the payload is nested deeper than %d", wire.JSONDepthMax)
+	}
+	if len(b) > actors.DefaultPayloadBytesMax {
+		return nil, at(n, path, "the payload, its aliases expanded, is larger than %d bytes of JSON", actors.DefaultPayloadBytesMax)
 	}
 	switch n.Kind {
 	case yaml.DocumentNode:

@@ -177,3 +177,19 @@ func TestPayloadReadsAsJSON(t *testing.T) {
 		}
 	}
 }
+
+// A payload of aliases of aliases (a "billion laughs": 9^7 strings from a few lines) is refused
+// once its expansion passes the largest payload a submit takes, in about the time that takes,
+// rather than built in memory.
+func TestAPayloadOfAliasesIsBounded(t *testing.T) {
+	file := "flow:\n  steps:\n    a:\n      queue: q\n      payload:\n        a0: &a0 [\"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\"]\n"
+	for i := 1; i <= 6; i++ { // 9^7 strings, 29 MB of JSON: refused at 1 MiB
+		prev := fmt.Sprintf("*a%d", i-1)
+		file += fmt.Sprintf("        a%d: &a%d [%s]\n", i, i, strings.Repeat(prev+", ", 8)+prev)
+	}
+	_, err := flowfile.Parse([]byte(file))
+	var fe *flowfile.Error
+	if !errors.As(err, &fe) || !strings.HasPrefix(fe.Path, "flow.steps.a.payload") || !strings.Contains(fe.Message, "aliases expanded") {
+		t.Fatalf("a payload of 9^7 strings: %v", err)
+	}
+}
