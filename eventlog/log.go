@@ -245,7 +245,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.WALPrefill > 0 && !opts.ReadOnly {
 		fs.FS = prefillFS{FS: base, chunk: opts.WALPrefill}
 	}
-	if opts.ReadOnly && base == vfs.Default {
+	if opts.ReadOnly {
 		fs.FS = readOnlyLockFS{FS: base}
 	}
 	exists, err := checkDir(fs, dir, opts.ReadOnly, opts.Companions)

@@ -17,6 +17,8 @@ import (
 // and takes a write lock, which such a mount refuses, so the lock is taken for reading on the
 // LOCK file a server left. A server that writes the same store through another mount holds
 // its write lock, which a read lock still conflicts with, so the open is refused as before.
+// The LOCK file is read from the operating system's file system: under another (a test's
+// memory) there is none to read, and the file system's own answer stands.
 type readOnlyLockFS struct{ vfs.FS }
 
 func (fs readOnlyLockFS) Lock(name string) (io.Closer, error) {

@@ -3,6 +3,7 @@
 package eventlog
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -39,5 +40,28 @@ func TestReadOnlyOpenLocksAReadOnlyMount(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// tether replay's open of a data dir a server left, on a read-only mount, reads it.
+func TestReadOnlyOpenOfAReadOnlyMount(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(context.Background(), Event{Stream: "job/1", Type: "job.submitted", Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := Open(dir, Options{ReadOnly: true, FS: readOnlyMount{vfs.Default}})
+	if err != nil {
+		t.Fatalf("a read-only open on a read-only mount: %v", err)
+	}
+	defer ro.Close()
+	if head := ro.Head(); head.Seq != 1 {
+		t.Fatalf("head %+v, want the record the server wrote", head)
 	}
 }
