@@ -403,11 +403,12 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 		close(readDone)
 	}()
 	var f wire.Frame // one for the connection: Read resets it, and nothing keeps it
+	deadline := frames.IdleDeadline{Idle: idle}
 	for {
 		if err := l.reader.Read(conn, &f); err != nil {
 			return true, err
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(idle))
+		deadline.Extend(conn)
 		switch f.Type {
 		case wire.FrameAssign:
 			r.start(f)
