@@ -934,7 +934,7 @@ func (r *runner) finish(t *task, f wire.Frame, err error) {
 		wait := backoff(d.Tries, policy.ResendMin, policy.ResendMax)
 		r.log.Warn("the server did not take the job's result; sending it again", zap.String("job_id", j.ID),
 			zap.String("report", f.Type), zap.Error(err), zap.Duration("in", wait), zap.Int("tries", d.Tries))
-		time.AfterFunc(wait, func() { r.reportAndWait(t, f) })
+		r.resendAfter(wait, t, f)
 		return
 	case policy.GiveUp:
 		r.log.Error("the server did not take the job's result before its lease surely expired; the job runs again elsewhere",
@@ -964,6 +964,12 @@ func (r *runner) finish(t *task, f wire.Frame, err error) {
 		return
 	}
 	r.forget(t)
+}
+
+// resendAfter sends f for t again once wait has passed. (A function of its own: a closure in
+// finish that kept f would copy every result's frame to the heap, resent or not.)
+func (r *runner) resendAfter(wait time.Duration, t *task, f wire.Frame) {
+	time.AfterFunc(wait, func() { r.reportAndWait(t, f) })
 }
 
 // answerOf is what came of a send that returned err: a refusal (an *Error, whose code and

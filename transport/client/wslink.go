@@ -175,8 +175,9 @@ func (l *wsLink) requestAsync(f wire.Frame, credit int, done ackFunc) string {
 		done(wire.Frame{}, errLinkDown)
 		return f.Ref
 	}
+	ref := f.Ref // the closure keeps the ref, not the frame (which would then be copied to the heap)
 	l.post(f, credit, func(err error) {
-		if done := l.take(f.Ref); done != nil {
+		if done := l.take(ref); done != nil {
 			done(wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err))
 		}
 	})

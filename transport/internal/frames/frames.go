@@ -24,6 +24,7 @@ type Reader struct {
 	// server holds what workers send to the rules of the API's bodies.
 	Check func(data []byte) error
 	buf   bytes.Buffer
+	names names // the connection's queues and job types
 }
 
 // Read reads the next message into f. Errors are the connection's (websocket.ErrReadLimit for
@@ -43,13 +44,16 @@ func (r *Reader) Read(conn *websocket.Conn, f *wire.Frame) error {
 			return err
 		}
 	}
-	return Decode(r.buf.Bytes(), f)
+	return decode(r.buf.Bytes(), f, &r.names)
 }
 
 // Decode decodes a frame as json.Unmarshal does into a zero Frame, keeping nothing of data.
-func Decode(data []byte, f *wire.Frame) error {
+func Decode(data []byte, f *wire.Frame) error { return decode(data, f, nil) }
+
+// decode decodes as Decode does, a name in names to the string kept for it.
+func decode(data []byte, f *wire.Frame, names *names) error {
 	*f = wire.Frame{}
-	if decodeFast(data, f) {
+	if decodeFast(data, f, names) {
 		return nil
 	}
 	*f = wire.Frame{}
