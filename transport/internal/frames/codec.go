@@ -97,8 +97,13 @@ type names struct {
 }
 
 // namesMax bounds the names a connection keeps: a worker takes jobs of at most 32 queues, and
-// its jobs' types are mostly few; past it, a name costs its string as before.
-const namesMax = 16
+// its jobs' types are mostly few; past it, a name costs its string as before. Only a name of
+// at most nameLenMax bytes is kept (a queue's name is at most 64, a job type at most 128): a
+// peer that sends long ones pins no memory to the connection.
+const (
+	namesMax   = 16
+	nameLenMax = 128
+)
 
 // frameTypes are the protocol's frame types.
 var frameTypes = &names{fixed: true, kept: []string{wire.FrameAssign, wire.FrameAck, wire.FrameComplete, wire.FrameCredit,
@@ -117,7 +122,7 @@ func (n *names) read(s *fastjson.Scanner, dst *string) bool {
 		}
 	}
 	*dst = string(v)
-	if n != nil && ok && !n.fixed && len(n.kept) < namesMax {
+	if n != nil && ok && !n.fixed && len(n.kept) < namesMax && len(v) <= nameLenMax {
 		n.kept = append(n.kept, *dst)
 	}
 	return ok

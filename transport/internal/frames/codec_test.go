@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -279,5 +280,16 @@ func TestRecurringNamesAreNotAllocated(t *testing.T) {
 	}
 	if got.Queue != "emails" || got.JobType != "send" || got.Type != wire.FrameAssign {
 		t.Errorf("decoded %+v", got)
+	}
+	// A long name is decoded, not kept: a peer cannot pin its frames' strings to the connection.
+	long := strings.Repeat("q", nameLenMax+1)
+	for i := range namesMax {
+		data, _ := json.Marshal(wire.Frame{Type: wire.FrameAssign, Queue: long + strconv.Itoa(i)})
+		if err := decode(data, &got, &kept); err != nil || got.Queue != long+strconv.Itoa(i) {
+			t.Fatalf("decoded %q, %v", got.Queue, err)
+		}
+	}
+	if len(kept.kept) != 2 {
+		t.Errorf("names kept %d, want the 2 short ones", len(kept.kept))
 	}
 }
