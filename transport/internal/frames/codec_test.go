@@ -143,7 +143,7 @@ func decodeSeeds() [][]byte {
 }
 
 // Whatever the fast decoder takes, it decodes as json.Unmarshal does; what it does not take,
-// Decode leaves to json.Unmarshal.
+// decode leaves to json.Unmarshal.
 func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 	for _, b := range decodeSeeds() {
 		f.Add(b)
@@ -165,8 +165,8 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 			t.Fatalf("%q: fast %+v, encoding/json %+v", data, fast, slow)
 		}
 		var viaDecode wire.Frame
-		if err := Decode(data, &viaDecode); err != nil || !reflect.DeepEqual(viaDecode, slow) {
-			t.Fatalf("%q: Decode %+v %v", data, viaDecode, err)
+		if err := decode(data, &viaDecode, nil); err != nil || !reflect.DeepEqual(viaDecode, slow) {
+			t.Fatalf("%q: decode %+v %v", data, viaDecode, err)
 		}
 	})
 }

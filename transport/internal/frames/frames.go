@@ -47,10 +47,8 @@ func (r *Reader) Read(conn *websocket.Conn, f *wire.Frame) error {
 	return decode(r.buf.Bytes(), f, &r.names)
 }
 
-// Decode decodes a frame as json.Unmarshal does into a zero Frame, keeping nothing of data.
-func Decode(data []byte, f *wire.Frame) error { return decode(data, f, nil) }
-
-// decode decodes as Decode does, a name in names to the string kept for it.
+// decode decodes a frame as json.Unmarshal does into a zero Frame, keeping nothing of data, a
+// name in names to the string kept for it.
 func decode(data []byte, f *wire.Frame, names *names) error {
 	*f = wire.Frame{}
 	if decodeFast(data, f, names) {
