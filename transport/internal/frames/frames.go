@@ -2,7 +2,9 @@
 // buffers kept per connection, for the server and the Go client alike. ReadMessage and
 // json.Marshal allocate a buffer per frame, the largest share of the bytes a job allocated.
 // The frames every job sends are encoded and decoded without reflection (codec.go), to the
-// same bytes and values as encoding/json.
+// same bytes and values as encoding/json, a connection's recurring names (frame types, queues,
+// job types) to strings it keeps. A connection's read and write deadlines move at most once a
+// second (IdleDeadline, Cork), not once a frame.
 package frames
 
 import (
