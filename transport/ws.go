@@ -384,6 +384,7 @@ func (c *wsConn) writeFrame(f wire.Frame) (written, ok bool) {
 
 func (c *wsConn) readLoop() {
 	var f wire.Frame // one for the connection: read resets it, and handle takes a copy
+	deadline := frames.IdleDeadline{Idle: ReadIdleTimeout}
 	for {
 		if err := c.read(&f); err != nil {
 			var syntax *json.SyntaxError
@@ -399,7 +400,7 @@ func (c *wsConn) readLoop() {
 			}
 			return
 		}
-		_ = c.conn.SetReadDeadline(time.Now().Add(ReadIdleTimeout))
+		deadline.Extend(c.conn)
 		c.sess.Touch(c.s.clock())
 		c.handle(f)
 	}

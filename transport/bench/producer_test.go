@@ -2,10 +2,13 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -101,5 +104,78 @@ func TestProducerAgainstNetHTTP(t *testing.T) {
 	}
 	if p.conn == nil {
 		t.Fatal("the connection was not kept")
+	}
+}
+
+// A submit's body is what json.Marshal writes for it, whichever path encodes it: every field
+// of wire.SubmitRequest is set in turn (a field added later included), with strings that
+// encoding/json escapes and payloads it compacts.
+func TestSubmitBodyIsMarshals(t *testing.T) {
+	base := wire.SubmitRequest{Queue: "bench-0123456789ab", Type: "noop", Payload: appendPayload(nil, 1763772000000000000)}
+	cases := []wire.SubmitRequest{
+		base,
+		{Queue: "q", Type: "t"},
+		{Queue: "q<&>", Type: "t\u2028é\"\\"},
+		{Queue: "q", Type: "t", Payload: json.RawMessage(`{ "a" : [1, 2] }`)},
+		{Queue: "q", Type: "t", Payload: json.RawMessage(`{"a":"<b>"}`)},
+		{Queue: "q", Type: "t", ConcurrencyKey: "k7", RateLimits: []wire.RateLimitUse{{Name: "bench", Key: "k7"}, {Name: "other"}}},
+	}
+	v := reflect.ValueOf(&base).Elem()
+	for i := range v.NumField() {
+		req := base
+		f := reflect.ValueOf(&req).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int, reflect.Int64:
+			f.SetInt(3)
+		case reflect.Float64:
+			f.SetFloat(1.5)
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		case reflect.Map:
+			f.Set(reflect.MakeMapWithSize(f.Type(), 1))
+			f.SetMapIndex(reflect.ValueOf("k"), reflect.ValueOf("v"))
+		case reflect.Slice:
+			if f.Type() == reflect.TypeOf(json.RawMessage(nil)) {
+				f.SetBytes([]byte(`[1,"two"]`))
+			} else {
+				f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+			}
+		default:
+			t.Fatalf("field %s is a %s, which this test does not set", v.Type().Field(i).Name, f.Kind())
+		}
+		cases = append(cases, req)
+	}
+	for _, req := range cases {
+		want, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendSubmit([]byte("leftover"), req)
+		if err != nil || !bytes.Equal(bytes.TrimPrefix(got, []byte("leftover")), want) {
+			t.Errorf("%+v:\n got %s %v\nwant %s", req, got, err, want)
+		}
+	}
+}
+
+// The handler reads back the moment appendPayload wrote, and any JSON's "sent".
+func TestSentOfReadsPayloads(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		sent int64
+		ok   bool
+	}{
+		{string(appendPayload(nil, 1763772000000000000)), 1763772000000000000, true},
+		{`{ "sent": 42 }`, 42, true},
+		{`{"sent":0}`, 0, false},
+		{`{"sent":-5}`, 0, false},
+		{`{"sent":"x"}`, 0, false},
+		{`null`, 0, false},
+		{``, 0, false},
+	} {
+		if sent, ok := sentOf([]byte(c.raw)); sent != c.sent || ok != c.ok {
+			t.Errorf("sentOf(%q) = %d, %v; want %d, %v", c.raw, sent, ok, c.sent, c.ok)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
 
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/transport/client/policy"
@@ -214,5 +216,35 @@ func TestDrainKeepsBytesPastTheDeadline(t *testing.T) {
 	got, err := io.ReadAll(&drainReader{f: r, exited: make(chan struct{})})
 	if err != nil || string(got) != `{"i":7}` {
 		t.Fatalf("read %q, %v; want the bytes the program wrote", got, err)
+	}
+}
+
+// A new lease wakes the heartbeat loop only when it needs heartbeats more often than the loop
+// already sends them: a worker pays that wake-up per lease that tightens its schedule, not per
+// job.
+func TestOnlyATighterLeaseWakesTheHeartbeats(t *testing.T) {
+	w := &Worker{Capacity: 2, Handler: func(ctx context.Context, _ *Job) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	r := &runner{w: w, log: zap.NewNop(), runCtx: context.Background(), tasks: map[string]*task{}, linkUp: make(chan struct{}),
+		freed: make(chan struct{}, 1), tighter: make(chan struct{}, 1), idle: make(chan *task), ended: make(chan struct{})}
+	defer close(r.ended)
+	r.heartbeatEvery(10 * time.Second) // the loop waits 10 s between heartbeats
+	r.start(wire.Frame{Type: wire.FrameAssign, JobID: "j1", LeaseID: "l1", HeartbeatSeconds: 10})
+	if len(r.tighter) != 0 {
+		t.Error("a lease heartbeaten every 10 s woke a loop that heartbeats every 10 s")
+	}
+	r.start(wire.Frame{Type: wire.FrameAssign, JobID: "j2", LeaseID: "l2", HeartbeatSeconds: 2})
+	if len(r.tighter) != 1 {
+		t.Error("a lease heartbeaten every 2 s did not wake a loop that heartbeats every 10 s")
+	}
+	if got := r.heartbeatEvery(10 * time.Second); got != 2*time.Second {
+		t.Errorf("the loop reckons %s, want 2s", got)
+	}
+	r.stopTask("l1", "lost")
+	r.stopTask("l2", "lost")
+	if !r.waitIdle(10*time.Second, nil) {
+		t.Fatal("the stopped jobs did not end")
 	}
 }

@@ -462,6 +462,9 @@ type runner struct {
 	linkUp      chan struct{} // closed when a link is set, replaced when it goes
 	freed       chan struct{} // a handler returned, a job finished reporting, or a pause ended
 	tighter     chan struct{} // a lease that needs heartbeats more often arrived
+	// heartbeatsEvery is the interval the heartbeat loop last reckoned (0: none yet): a new
+	// lease wakes the loop only if it needs heartbeats more often than that, not on every job.
+	heartbeatsEvery time.Duration
 
 	// idle hands a task to a goroutine that finished one and waits for the next; parked
 	// counts those, at most Capacity. A goroutine that has run a job has grown its stack:
@@ -701,10 +704,13 @@ func (r *runner) start(a wire.Frame) {
 	if !stopping {
 		r.running++
 	}
+	tighter := t.heartbeat > 0 && (r.heartbeatsEvery == 0 || t.heartbeat < r.heartbeatsEvery)
 	r.mu.Unlock()
-	select {
-	case r.tighter <- struct{}{}:
-	default:
+	if tighter {
+		select {
+		case r.tighter <- struct{}{}:
+		default:
+		}
 	}
 	if stopping { // it came as the worker stopped: give it back untried
 		t.cancelled.Store("stopping")
@@ -798,8 +804,11 @@ func (r *runner) report(t *task, out any, herr error) {
 // asRelease returns the *Release err is, or nil. (A function of its own: the target errors.As
 // takes escapes, and a completion, the common case, need not pay for it.)
 func asRelease(err error) *Release {
+	if err == nil { // before rel, whose address escapes
+		return nil
+	}
 	var rel *Release
-	if err == nil || !errors.As(err, &rel) {
+	if !errors.As(err, &rel) {
 		return nil
 	}
 	return rel
@@ -817,12 +826,19 @@ func (r *runner) completion(j *Job, out any) (wire.Frame, error) {
 		return f, &Failure{Code: "output_too_large", Message: fmt.Sprintf("the output is %d bytes of JSON; the limit is %d", len(raw), wire.OutputBytesMax)}
 	}
 	f.Output = raw
-	f.OutputHash, _ = signing.OutputHash(raw)
+	if string(raw) == "null" { // what a handler returns most: hashed once
+		f.OutputHash = nullOutputHash
+	} else {
+		f.OutputHash, _ = signing.OutputHash(raw)
+	}
 	if r.w.Key != nil {
 		f.Signature = signing.SignCompletion(r.w.Key, j.ID, j.LeaseID, j.nonce, f.OutputHash)
 	}
 	return f, nil
 }
+
+// nullOutputHash is the hash of the output null (signing.OutputHash).
+var nullOutputHash, _ = signing.OutputHash(json.RawMessage("null"))
 
 // failFrame is the fail frame for a handler's error.
 func failFrame(j *Job, herr error, cancelled bool) wire.Frame {
@@ -918,7 +934,7 @@ func (r *runner) finish(t *task, f wire.Frame, err error) {
 		wait := backoff(d.Tries, policy.ResendMin, policy.ResendMax)
 		r.log.Warn("the server did not take the job's result; sending it again", zap.String("job_id", j.ID),
 			zap.String("report", f.Type), zap.Error(err), zap.Duration("in", wait), zap.Int("tries", d.Tries))
-		time.AfterFunc(wait, func() { r.reportAndWait(t, f) })
+		r.resendAfter(wait, t, f)
 		return
 	case policy.GiveUp:
 		r.log.Error("the server did not take the job's result before its lease surely expired; the job runs again elsewhere",
@@ -950,14 +966,20 @@ func (r *runner) finish(t *task, f wire.Frame, err error) {
 	r.forget(t)
 }
 
+// resendAfter sends f for t again once wait has passed. (A function of its own: a closure in
+// finish that kept f would copy every result's frame to the heap, resent or not.)
+func (r *runner) resendAfter(wait time.Duration, t *task, f wire.Frame) {
+	time.AfterFunc(wait, func() { r.reportAndWait(t, f) })
+}
+
 // answerOf is what came of a send that returned err: a refusal (an *Error, whose code and
 // status policy judges), or no answer at all.
 func answerOf(err error) policy.Answer {
-	var e *Error
-	switch {
-	case err == nil:
+	if err == nil { // before e, whose address escapes: a result taken, the common case, need not pay for it
 		return policy.Answer{}
-	case errors.As(err, &e):
+	}
+	var e *Error
+	if errors.As(err, &e) {
 		return policy.Answer{Code: e.Code, Status: e.Status}
 	}
 	return policy.Answer{NoAnswer: true}
@@ -1134,17 +1156,19 @@ func (r *runner) heard(when time.Time, leases, unknown []string) {
 	}
 }
 
-// heartbeatEvery is the heartbeat interval the leases held now need.
+// heartbeatEvery is the heartbeat interval the leases held now need, which the heartbeat loop
+// then waits on (heartbeatsEvery).
 func (r *runner) heartbeatEvery(base time.Duration) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return policy.HeartbeatEvery(base, func(yield func(time.Duration) bool) {
+	r.heartbeatsEvery = policy.HeartbeatEvery(base, func(yield func(time.Duration) bool) {
 		for _, t := range r.tasks {
 			if !yield(t.heartbeat) {
 				return
 			}
 		}
 	})
+	return r.heartbeatsEvery
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

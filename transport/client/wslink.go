@@ -175,8 +175,9 @@ func (l *wsLink) requestAsync(f wire.Frame, credit int, done ackFunc) string {
 		done(wire.Frame{}, errLinkDown)
 		return f.Ref
 	}
+	ref := f.Ref // the closure keeps the ref, not the frame (which would then be copied to the heap)
 	l.post(f, credit, func(err error) {
-		if done := l.take(f.Ref); done != nil {
+		if done := l.take(ref); done != nil {
 			done(wire.Frame{}, fmt.Errorf("%w: %w", errLinkDown, err))
 		}
 	})
@@ -403,11 +404,12 @@ func (r *runner) runWS(ctx context.Context) (connected bool, err error) {
 		close(readDone)
 	}()
 	var f wire.Frame // one for the connection: Read resets it, and nothing keeps it
+	deadline := frames.IdleDeadline{Idle: idle}
 	for {
 		if err := l.reader.Read(conn, &f); err != nil {
 			return true, err
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(idle))
+		deadline.Extend(conn)
 		switch f.Type {
 		case wire.FrameAssign:
 			r.start(f)

@@ -16,12 +16,12 @@ import (
 // decodeFast decodes data into f, which must be zero, if data is a JSON object whose keys are
 // the frame's field names exactly and whose values fastjson reads. It reports false, with f in
 // any state, for anything else: a key it does not know, an escape, a null, a float, a list.
-func decodeFast(data []byte, f *wire.Frame) bool {
+func decodeFast(data []byte, f *wire.Frame, names *names) bool {
 	s := fastjson.Scanner{B: data}
 	return s.Object(true, func(key []byte) bool {
 		switch string(key) {
 		case "type":
-			return s.String(&f.Type)
+			return frameTypes.read(&s, &f.Type)
 		case "ref":
 			return s.String(&f.Ref)
 		case "capacity":
@@ -65,9 +65,9 @@ func decodeFast(data []byte, f *wire.Frame) bool {
 		case "public_key":
 			return s.String(&f.PublicKey)
 		case "queue":
-			return s.String(&f.Queue)
+			return names.read(&s, &f.Queue)
 		case "job_type":
-			return s.String(&f.JobType)
+			return names.read(&s, &f.JobType)
 		case "payload":
 			return s.Raw(&f.Payload)
 		case "attempt":
@@ -86,6 +86,46 @@ func decodeFast(data []byte, f *wire.Frame) bool {
 		}
 		return false
 	})
+}
+
+// names are the strings of names that recur on a connection (frame types, queues, job types),
+// which a frame's name decodes to instead of a new string of its own: two allocations of an
+// assignment's eight. It keeps the first namesMax it reads; nil keeps none.
+type names struct {
+	kept  []string
+	fixed bool // no more are kept
+}
+
+// namesMax bounds the names a connection keeps: a worker takes jobs of at most 32 queues, and
+// its jobs' types are mostly few; past it, a name costs its string as before. Only a name of
+// at most nameLenMax bytes is kept (a queue's name is at most 64, a job type at most 128): a
+// peer that sends long ones pins no memory to the connection.
+const (
+	namesMax   = 16
+	nameLenMax = 128
+)
+
+// frameTypes are the protocol's frame types.
+var frameTypes = &names{fixed: true, kept: []string{wire.FrameAssign, wire.FrameAck, wire.FrameComplete, wire.FrameCredit,
+	wire.FrameHeartbeat, wire.FrameEvent, wire.FrameFail, wire.FrameRelease, wire.FrameCancel, wire.FrameHello, wire.FrameWelcome,
+	wire.FrameRenew}}
+
+// read reads a string as s.String does into dst, one of the names kept if it is one.
+func (n *names) read(s *fastjson.Scanner, dst *string) bool {
+	v, ok := s.Str()
+	if n != nil {
+		for _, k := range n.kept {
+			if string(v) == k {
+				*dst = k
+				return ok
+			}
+		}
+	}
+	*dst = string(v)
+	if n != nil && ok && !n.fixed && len(n.kept) < namesMax && len(v) <= nameLenMax {
+		n.kept = append(n.kept, *dst)
+	}
+	return ok
 }
 
 // decodeReceipt decodes {"seq":N,"hash":"..."}.

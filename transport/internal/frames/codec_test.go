@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestEveryFieldIsCoded(t *testing.T) {
 		if err := json.Unmarshal(want, &viaJSON); err != nil {
 			t.Fatal(err)
 		}
-		if ok := decodeFast(want, &fast); ok && !reflect.DeepEqual(fast, viaJSON) {
+		if ok := decodeFast(want, &fast, nil); ok && !reflect.DeepEqual(fast, viaJSON) {
 			t.Errorf("a frame with %s set: %s\nthe fast decoder read %+v\njson.Unmarshal reads %+v", what, want, fast, viaJSON)
 		} else if !ok && !decodeSlowly {
 			t.Errorf("a frame with %s set: %s\nthe fast decoder leaves it to encoding/json (codec.go's decodeFast lacks it)", what, want)
@@ -103,7 +104,7 @@ func TestHotFramesTakeTheFastPath(t *testing.T) {
 			continue // lists are encoded fast but decoded by encoding/json: they are rare
 		}
 		var fast, slow wire.Frame
-		if !decodeFast(want, &fast) {
+		if !decodeFast(want, &fast, nil) {
 			t.Fatalf("%s: %s was not decoded fast", f.Type, want)
 		}
 		if err := json.Unmarshal(want, &slow); err != nil {
@@ -142,15 +143,20 @@ func decodeSeeds() [][]byte {
 }
 
 // Whatever the fast decoder takes, it decodes as json.Unmarshal does; what it does not take,
-// Decode leaves to json.Unmarshal.
+// decode leaves to json.Unmarshal.
 func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 	for _, b := range decodeSeeds() {
 		f.Add(b)
 	}
+	var kept names // across inputs, as a connection's across frames
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var fast, slow wire.Frame
-		if !decodeFast(data, &fast) {
+		if !decodeFast(data, &fast, nil) {
 			return
+		}
+		var named wire.Frame
+		if !decodeFast(data, &named, &kept) || !reflect.DeepEqual(named, fast) {
+			t.Fatalf("%q: with the names kept %+v, without %+v", data, named, fast)
 		}
 		if err := json.Unmarshal(data, &slow); err != nil {
 			t.Fatalf("%q: the fast decoder took what encoding/json refuses: %v", data, err)
@@ -159,8 +165,8 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 			t.Fatalf("%q: fast %+v, encoding/json %+v", data, fast, slow)
 		}
 		var viaDecode wire.Frame
-		if err := Decode(data, &viaDecode); err != nil || !reflect.DeepEqual(viaDecode, slow) {
-			t.Fatalf("%q: Decode %+v %v", data, viaDecode, err)
+		if err := decode(data, &viaDecode, nil); err != nil || !reflect.DeepEqual(viaDecode, slow) {
+			t.Fatalf("%q: decode %+v %v", data, viaDecode, err)
 		}
 	})
 }
@@ -250,4 +256,40 @@ func FuzzEncodeMatchesMarshal(f *testing.F) {
 			t.Fatalf("fast %s\nwant %s", got, want)
 		}
 	})
+}
+
+// An assignment's type, queue and job type decode to strings the connection keeps, from its
+// second assignment on: what is left to allocate is the ids, the nonce, the payload and the
+// lease's expiry.
+func TestRecurringNamesAreNotAllocated(t *testing.T) {
+	f := wire.Frame{Type: wire.FrameAssign, JobID: "job_01", LeaseID: "lease_01", Nonce: "6f1d3c2b", Queue: "emails", JobType: "send",
+		Payload: json.RawMessage(`{"to":"a@b"}`), Attempt: 1, LeaseExpiresAt: new(time.Now().UTC()), HeartbeatSeconds: 10}
+	data, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept names
+	var got wire.Frame
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := decode(data, &got, &kept); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 5 {
+		t.Errorf("decoding an assignment allocates %.0f times, want 5 (job id, lease id, nonce, payload, expiry)", allocs)
+	}
+	if got.Queue != "emails" || got.JobType != "send" || got.Type != wire.FrameAssign {
+		t.Errorf("decoded %+v", got)
+	}
+	// A long name is decoded, not kept: a peer cannot pin its frames' strings to the connection.
+	long := strings.Repeat("q", nameLenMax+1)
+	for i := range namesMax {
+		data, _ := json.Marshal(wire.Frame{Type: wire.FrameAssign, Queue: long + strconv.Itoa(i)})
+		if err := decode(data, &got, &kept); err != nil || got.Queue != long+strconv.Itoa(i) {
+			t.Fatalf("decoded %q, %v", got.Queue, err)
+		}
+	}
+	if len(kept.kept) != 2 {
+		t.Errorf("names kept %d, want the 2 short ones", len(kept.kept))
+	}
 }

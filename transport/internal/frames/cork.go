@@ -25,6 +25,8 @@ type Cork struct {
 	mu     sync.Mutex
 	corked bool
 	held   []byte
+	// deadline is the write deadline Conn has, as set through the Cork.
+	deadline time.Time
 }
 
 // Write holds p back while the cork is in, and writes it otherwise.
@@ -47,6 +49,12 @@ func (c *Cork) SetWriteDeadline(t time.Time) error {
 	if c.corked {
 		return nil
 	}
+	return c.setWriteDeadline(t)
+}
+
+// setWriteDeadline sets Conn's write deadline; c.mu is held.
+func (c *Cork) setWriteDeadline(t time.Time) error {
+	c.deadline = t
 	return c.Conn.SetWriteDeadline(t)
 }
 
@@ -74,8 +82,10 @@ func (c *Cork) Held() int {
 }
 
 // Uncork sends what was held back, in one write with the given deadline (none if zero), and
-// lets later writes through. It returns how many of the held bytes were written: every byte
-// when err is nil, fewer when it is not.
+// lets later writes through. A deadline already set less than idleSlack before the one given
+// stands: moving it is a change to the runtime's timers, and a connection that writes many
+// times a second would move it on every flush for nothing. It returns how many of the held
+// bytes were written: every byte when err is nil, fewer when it is not.
 func (c *Cork) Uncork(deadline time.Time) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -83,7 +93,11 @@ func (c *Cork) Uncork(deadline time.Time) (int, error) {
 	if len(c.held) == 0 {
 		return 0, nil
 	}
-	n, err := 0, c.Conn.SetWriteDeadline(deadline)
+	var err error
+	if early := deadline.Sub(c.deadline); deadline.IsZero() != c.deadline.IsZero() || early < 0 || early >= idleSlack {
+		err = c.setWriteDeadline(deadline)
+	}
+	n := 0
 	if err == nil {
 		n, err = c.Conn.Write(c.held)
 	}

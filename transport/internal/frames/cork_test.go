@@ -74,3 +74,44 @@ func TestCorkSaysHowMuchLeft(t *testing.T) {
 		t.Error("a failed flush is held still")
 	}
 }
+
+// A flush keeps the write deadline already set when it is at most a second earlier than the
+// flush's own, and moves it otherwise: later by a second or more, earlier, or to none.
+func TestCorkMovesTheDeadlineOnlyWhenItMatters(t *testing.T) {
+	rc := &recordConn{budget: 1 << 20}
+	c := &Cork{Conn: rc}
+	base := time.Unix(100, 0)
+	flush := func(deadline time.Time) {
+		c.Cork()
+		_, _ = c.Write([]byte("x"))
+		if _, err := c.Uncork(deadline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []time.Time{
+		base,                             // set
+		base.Add(10 * time.Millisecond),  // kept: 10 ms later
+		base.Add(999 * time.Millisecond), // kept
+		base.Add(time.Second),            // set: a second later
+		base.Add(500 * time.Millisecond), // set: earlier
+		{},                               // set: none
+		{},                               // kept
+		base.Add(2 * time.Second),        // set
+	} {
+		flush(d)
+	}
+	want := []time.Time{base, base.Add(time.Second), base.Add(500 * time.Millisecond), {}, base.Add(2 * time.Second)}
+	if len(rc.deadlines) != len(want) {
+		t.Fatalf("deadlines set %v, want %v", rc.deadlines, want)
+	}
+	for i := range want {
+		if !rc.deadlines[i].Equal(want[i]) {
+			t.Fatalf("deadlines set %v, want %v", rc.deadlines, want)
+		}
+	}
+	_ = c.SetWriteDeadline(base.Add(time.Hour)) // uncorked: straight through, and known
+	flush(base.Add(2 * time.Second))
+	if last := rc.deadlines[len(rc.deadlines)-1]; !last.Equal(base.Add(2 * time.Second)) {
+		t.Errorf("after a deadline set directly, the flush left %v", last)
+	}
+}

@@ -2,7 +2,9 @@
 // buffers kept per connection, for the server and the Go client alike. ReadMessage and
 // json.Marshal allocate a buffer per frame, the largest share of the bytes a job allocated.
 // The frames every job sends are encoded and decoded without reflection (codec.go), to the
-// same bytes and values as encoding/json.
+// same bytes and values as encoding/json, a connection's recurring names (frame types, queues,
+// job types) to strings it keeps. A connection's read and write deadlines move at most once a
+// second (IdleDeadline, Cork), not once a frame.
 package frames
 
 import (
@@ -24,6 +26,7 @@ type Reader struct {
 	// server holds what workers send to the rules of the API's bodies.
 	Check func(data []byte) error
 	buf   bytes.Buffer
+	names names // the connection's queues and job types
 }
 
 // Read reads the next message into f. Errors are the connection's (websocket.ErrReadLimit for
@@ -43,13 +46,14 @@ func (r *Reader) Read(conn *websocket.Conn, f *wire.Frame) error {
 			return err
 		}
 	}
-	return Decode(r.buf.Bytes(), f)
+	return decode(r.buf.Bytes(), f, &r.names)
 }
 
-// Decode decodes a frame as json.Unmarshal does into a zero Frame, keeping nothing of data.
-func Decode(data []byte, f *wire.Frame) error {
+// decode decodes a frame as json.Unmarshal does into a zero Frame, keeping nothing of data, a
+// name in names to the string kept for it.
+func decode(data []byte, f *wire.Frame, names *names) error {
 	*f = wire.Frame{}
-	if decodeFast(data, f) {
+	if decodeFast(data, f, names) {
 		return nil
 	}
 	*f = wire.Frame{}
