@@ -404,13 +404,12 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		eventlog.ScheduleResumed, eventlog.ScheduleDeleted:
 		return s.applySchedule(seq, at, p)
 	}
-	stream := p.Stream()
-	if strings.HasPrefix(stream, "worker/") {
-		s.applyWorker(at, p)
-		return nil
-	}
-	id, ok := strings.CutPrefix(stream, "job/")
+	id, ok := eventlog.JobOf(p)
 	if !ok {
+		if strings.HasPrefix(p.Stream(), "worker/") {
+			s.applyWorker(at, p)
+			return nil
+		}
 		return fmt.Errorf("projections: seq %d: no fold for %T", seq, p)
 	}
 	j := s.load(id)
