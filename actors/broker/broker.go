@@ -309,7 +309,7 @@ func (b *Broker) startActors() {
 	b.props = map[actors.RefKind]*actor.Props{}
 	for _, k := range []actors.RefKind{actors.RefDispatcher, actors.RefTenant, actors.RefJob, actors.RefSession} {
 		strategy := actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)
-		b.props[k] = actor.PropsFromFunc(nil, actor.WithGuardian(strategy), actor.WithDispatcher(b.pool))
+		b.props[k] = actor.PropsFromFunc(nil, actor.WithGuardian(strategy), actor.WithDispatcher(b.pool), actor.WithMailbox(newMailbox))
 	}
 }
 
