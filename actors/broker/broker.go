@@ -350,19 +350,6 @@ func (b *Broker) resume() error {
 	return b.elog.Err()
 }
 
-// encode turns payloads into events of their streams.
-func encode(payloads []eventlog.Payload) []eventlog.Event {
-	events := make([]eventlog.Event, len(payloads))
-	for i, p := range payloads {
-		e, err := eventlog.NewEvent(p.Stream(), p)
-		if err != nil {
-			panic(err) // a catalogue payload always encodes
-		}
-		events[i] = e
-	}
-	return events
-}
-
 // maybeCheckpoint starts a checkpoint once CheckpointEvery events, and at least four times as
 // many events as there are live jobs, have passed since the last. A checkpoint costs the live
 // jobs and the finished jobs it moves to the table (projections.Flush), so the second
