@@ -471,6 +471,9 @@ type Conn struct {
 	b    *Broker
 	ref  actors.Ref
 	live *Liveness
+	// creditOne is SessionCredit{N: 1} boxed once: a worker that grants credit per result
+	// (the Go worker, the command runner) sends it for every job.
+	creditOne any
 }
 
 // framesFor bounds what a session of a worker of the registered capacity buffers for its
@@ -527,13 +530,18 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	if b.cfg.IdleHeartbeat > 0 {
 		every = min(every, b.cfg.IdleHeartbeat)
 	}
-	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.liveness(workerID)}, nil
+	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.liveness(workerID),
+		creditOne: actors.SessionCredit{SessionID: id, N: 1}}, nil
 }
 
 // Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps
 // the session's credit; the session actor has nothing to add.
 func (s *Conn) Credit(n int) {
-	s.b.rt.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: s.ID, N: n}, actors.Ref{})
+	msg := s.creditOne
+	if n != 1 || msg == nil {
+		msg = actors.SessionCredit{SessionID: s.ID, N: n}
+	}
+	s.b.rt.Send(actors.DispatcherRef(), msg, actors.Ref{})
 }
 
 // Heartbeat extends the listed leases and says which of them to cancel or forget.
