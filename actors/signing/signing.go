@@ -71,7 +71,7 @@ func OutputHash(output json.RawMessage) (string, error) {
 // (none to remove, and none inside a string, where it would be kept). Most outputs of a
 // completion are such ("null", a number, a short string), and Canonical would copy them.
 func isCanonical(raw []byte) bool {
-	return bytes.IndexAny(raw, "{\\ \t\r\n") < 0 && json.Valid(raw)
+	return !bytes.ContainsAny(raw, "{\\ \t\r\n") && json.Valid(raw)
 }
 
 // SignedCompletion returns the bytes a worker signs: the canonical JSON of
