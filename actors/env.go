@@ -123,6 +123,11 @@ func (r Ref) IsZero() bool { return r.Kind == RefNone }
 // NewID returns a ULID made from the Env's clock and randomness, so the simulator's IDs repeat
 // with its seed.
 func NewID(env Env) string {
+	id := newULID(env)
+	return id.String()
+}
+
+func newULID(env Env) ulid.ULID {
 	var entropy [16]byte
 	r := env.Rand()
 	binary.BigEndian.PutUint64(entropy[:8], r.Uint64())
@@ -130,7 +135,7 @@ func NewID(env Env) string {
 	var id ulid.ULID
 	_ = id.SetTime(ulid.Timestamp(env.Now()))
 	_ = id.SetEntropy(entropy[:10])
-	return id.String()
+	return id
 }
 
 // NextID returns NewID's ULID unless it does not sort after *last (made in the same
@@ -138,8 +143,7 @@ func NewID(env Env) string {
 // So the IDs one issuer makes sort in the order it made them: a tenant's jobs, which lists page
 // through by id, newest first by id.
 func NextID(env Env, last *ulid.ULID) string {
-	var id ulid.ULID
-	_ = id.UnmarshalText([]byte(NewID(env)))
+	id := newULID(env) // not NewID's string, which was made only to be parsed again
 	if id.Compare(*last) <= 0 {
 		id = *last
 		for i := len(id) - 1; i >= 0; i-- { // id + 1, as a 128-bit big-endian number

@@ -47,6 +47,8 @@ type reservationExpiry struct{ id string }
 // redriveSettled tells the tenant that a re-drive it admitted is durable or refused.
 type redriveSettled struct{ jobID string }
 
+// submitDone is a submit's then-value, handed to the log as a pointer: a value would be boxed,
+// an allocation of its own.
 type submitDone struct {
 	reply    Ref
 	jobs     []SubmittedJob
@@ -55,6 +57,26 @@ type submitDone struct {
 	keys     []string
 	consumed []string // reservations
 	newJobs  int
+}
+
+// submission is what a submit of one job needs, in one allocation: its answer, its events (a
+// job.submitted, perhaps a job.scheduled and a reservation.consumed), its entry for the
+// dispatcher and its then-value. A batch's slices are made apart.
+type submission struct {
+	done    submitDone
+	jobs    [1]SubmittedJob
+	events  [3]eventlog.Payload
+	waiting [1]Waiting
+}
+
+func newSubmission(jobs int) *submission {
+	sub := new(submission)
+	if jobs == 1 {
+		sub.done.jobs, sub.done.events, sub.done.waiting = sub.jobs[:], sub.events[:0], sub.waiting[:0]
+	} else {
+		sub.done.jobs, sub.done.events = make([]SubmittedJob, jobs), make([]eventlog.Payload, 0, jobs)
+	}
+	return sub
 }
 
 type quotaDone struct {
@@ -142,7 +164,8 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 		return
 	}
 	now := env.Now()
-	out := make([]SubmittedJob, len(m.Jobs))
+	sub := newSubmission(len(m.Jobs))
+	out := sub.done.jobs
 	hashes := make([]string, len(m.Jobs))
 	consumed := map[string]bool{}
 	newJobs := 0
@@ -220,8 +243,9 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 		})
 		return
 	}
-	done := submitDone{reply: reply, jobs: out, newJobs: newJobs}
-	events := make([]eventlog.Payload, 0, newJobs)
+	done := &sub.done
+	done.reply, done.newJobs = reply, newJobs
+	events := done.events
 	for i, spec := range m.Jobs {
 		if out[i].IdempotentHit {
 			continue
@@ -264,7 +288,7 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 	}
 }
 
-func (in *intake) submitted(env Env, d submitDone, m Persisted) {
+func (in *intake) submitted(env Env, d *submitDone, m Persisted) {
 	in.pendingJobs -= d.newJobs
 	for _, k := range d.keys {
 		delete(in.pendingIdem, k)

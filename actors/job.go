@@ -82,12 +82,21 @@ type (
 		sessionID string
 		leaseID   string
 	}
+	// leaseEndDone is handed to the log as a pointer (a value would be boxed apart) in a
+	// leaseEnd, with the events it waits for.
 	leaseEndDone struct {
 		reply   Ref // zero for expiries and releases
 		leaseID string
 		requeue *Waiting
 	}
 )
+
+// leaseEnd is the end of a lease in one allocation: its then-value and room for its events (the
+// end, and a retry, cancel or dead letter after it).
+type leaseEnd struct {
+	done   leaseEndDone
+	events [2]eventlog.Payload
+}
 
 // Recover implements Behaviour. A job found leased (after a restart of the server or of this
 // actor) gets a fresh lease_ttl of grace, logged, because heartbeat extensions live only in
@@ -489,7 +498,8 @@ func (a *Job) expire(env Env, m leaseTimer) {
 // cancel (if one was asked for), a retry with backoff, or the dead-letter queue.
 func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	j, l := a.job, a.job.Lease
-	events := []eventlog.Payload{ev}
+	end := new(leaseEnd)
+	events := append(end.events[:0], ev)
 	var requeue *Waiting
 	release, released := ev.(eventlog.JobLeaseReleased)
 	switch _, succeeded := ev.(eventlog.JobSucceeded); {
@@ -537,7 +547,8 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	env.Cancel(a.timer)
 	env.DropRelays() // a lease that ends before it is durable is never assigned
 	a.ending = true
-	a.decide(env, events, leaseEndDone{reply: reply, leaseID: l.LeaseID, requeue: requeue})
+	end.done = leaseEndDone{reply: reply, leaseID: l.LeaseID, requeue: requeue}
+	a.decide(env, events, &end.done)
 	// Sent after the events went to the log, so whatever the dispatcher leases next is appended
 	// after them (see leaseEnding).
 	env.Send(DispatcherRef(), leaseEnding{JobID: a.id, LeaseID: l.LeaseID})
@@ -555,7 +566,7 @@ func (a *Job) persisted(env Env, m Persisted) {
 			env.Send(SessionRef(t.sessionID), CancelNotice{JobID: a.id, LeaseID: t.leaseID})
 		}
 		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
-	case leaseEndDone:
+	case *leaseEndDone:
 		if err != nil {
 			if !t.reply.IsZero() {
 				env.Send(t.reply, Done{Err: err})

@@ -124,11 +124,10 @@ func (d *Dispatcher) heldBack(g *group) bool {
 
 // pushReady puts a ready job in its queue's heap, in its key's group.
 func (d *Dispatcher) pushReady(e *entry) {
-	qk := readyKey(e.Tenant, e.Queue)
-	q := d.ready[qk]
+	q := d.ready[readyKey(e.Tenant, e.Queue)] // a lookup's key is made on the stack
 	if q == nil {
 		q = &groupHeap{byKey: map[string]*group{}}
-		d.ready[qk] = q
+		d.ready[readyKey(e.Tenant, e.Queue)] = q
 	}
 	k := keyOf(e.Tenant, e.Key)
 	id := groupID(k, e.RateLimits)

@@ -8,7 +8,6 @@ import (
 	"github.com/tetherhq/tether/actors/signing"
 	"github.com/tetherhq/tether/eventlog"
 	"github.com/tetherhq/tether/projections"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -150,10 +149,14 @@ func checkLabels(labels map[string]string) *Rejection {
 	if len(labels) > LabelsMax {
 		return reject(CodeInvalidArgument, "%d labels; the limit is %d", len(labels), LabelsMax)
 	}
-	for _, k := range slices.Sorted(maps.Keys(labels)) { // the same label named every time
-		if v := labels[k]; !validName(k, LabelKeyLenMax, true) || len(v) > LabelValueLenMax {
-			return reject(CodeInvalidArgument, "label %q must be 1..%d of [A-Za-z0-9_.:/-] with a value of at most %d bytes", clip(k), LabelKeyLenMax, LabelValueLenMax)
+	bad, found := "", false // the first bad key in order, so the same label is named every time
+	for k, v := range labels {
+		if (!validName(k, LabelKeyLenMax, true) || len(v) > LabelValueLenMax) && (!found || k < bad) {
+			bad, found = k, true
 		}
+	}
+	if found {
+		return reject(CodeInvalidArgument, "label %q must be 1..%d of [A-Za-z0-9_.:/-] with a value of at most %d bytes", clip(bad), LabelKeyLenMax, LabelValueLenMax)
 	}
 	return nil
 }

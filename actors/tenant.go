@@ -119,7 +119,7 @@ func (t *Tenant) Receive(env Env, msg any) {
 func (t *Tenant) persisted(env Env, m Persisted) {
 	defer t.pipe.settled()
 	switch d := m.Then.(type) {
-	case submitDone:
+	case *submitDone:
 		t.intake.submitted(env, d, m)
 	case reserveDone:
 		t.intake.reserved(env, d, m)

@@ -17,6 +17,45 @@ import (
 // JobStream names the stream of one job's events.
 func JobStream(jobID string) string { return "job/" + jobID }
 
+// JobOf returns the job of an event of a job's stream, which is JobStream of it, and false for
+// an event of another stream: what p.Stream() says, without building the stream's name, which
+// the projections' fold of every job event did only to cut it off again.
+func JobOf(p Payload) (string, bool) {
+	switch e := p.(type) {
+	case JobSubmitted:
+		return e.JobID, true
+	case JobScheduled:
+		return e.JobID, true
+	case JobLeased:
+		return e.JobID, true
+	case JobLeaseExtended:
+		return e.JobID, true
+	case JobProgress:
+		return e.JobID, true
+	case JobSucceeded:
+		return e.JobID, true
+	case JobFailed:
+		return e.JobID, true
+	case JobRetryScheduled:
+		return e.JobID, true
+	case JobLeaseExpired:
+		return e.JobID, true
+	case JobLeaseReleased:
+		return e.JobID, true
+	case JobDeadLettered:
+		return e.JobID, true
+	case JobCancelRequested:
+		return e.JobID, true
+	case JobCancelled:
+		return e.JobID, true
+	case JobRedriven:
+		return e.JobID, true
+	case JobExpired:
+		return e.JobID, true
+	}
+	return "", false
+}
+
 // WorkerStream names the stream of one worker's events.
 func WorkerStream(workerID string) string { return "worker/" + workerID }
 

@@ -173,3 +173,22 @@ func catalogueConsts(t *testing.T) [][]namedConst {
 	}
 	return groups
 }
+
+// TestJobOfAgreesWithStream: JobOf names the job of every event whose stream is a job's, and
+// no other: a job event added to the catalogue but not to JobOf would fold as no event at all.
+func TestJobOfAgreesWithStream(t *testing.T) {
+	for _, p := range eventlog.Catalogue() {
+		v := reflect.New(reflect.TypeOf(p)).Elem()
+		if f := v.FieldByName("JobID"); f.IsValid() {
+			f.SetString("01JOB")
+		}
+		p = v.Interface().(eventlog.Payload)
+		want, isJob := strings.CutPrefix(p.Stream(), eventlog.JobStream(""))
+		if !isJob {
+			want = ""
+		}
+		if got, ok := eventlog.JobOf(p); got != want || ok != isJob {
+			t.Errorf("%s: JobOf = %q, %v; its stream %q says %q, %v", p.EventType(), got, ok, p.Stream(), want, isJob)
+		}
+	}
+}

@@ -211,6 +211,7 @@ const (
 // appendReq is one Append or AppendAsync call on its way through the pipeline.
 type appendReq struct {
 	events  []Event
+	one     [1]Event // events' array for an append of one event (AppendPayloadsAsync)
 	bytes   int
 	receipt Receipt
 	done    func(Receipt, error)
@@ -521,9 +522,33 @@ func (l *Log) Append(ctx context.Context, events ...Event) (Receipt, error) {
 // Successive AppendAsync calls from one goroutine are sequenced in call order. This is what
 // lets an actor pipeline: decide, hand the events over, and take its next message at once.
 func (l *Log) AppendAsync(events []Event, done func(Receipt, error)) {
-	size, err := l.validate(events)
+	l.appendAsync(&appendReq{events: events, done: done})
+}
+
+// AppendPayloadsAsync is AppendAsync of catalogue payloads, each as an event of its own stream
+// (NewEvent). An append of one event, the commonest (a submit, a lease, its end), takes one
+// allocation for its request and its events together, where AppendAsync takes two.
+func (l *Log) AppendPayloadsAsync(payloads []Payload, done func(Receipt, error)) {
+	req := &appendReq{done: done}
+	req.events = req.one[:0]
+	if len(payloads) > len(req.one) {
+		req.events = make([]Event, 0, len(payloads))
+	}
+	for _, p := range payloads {
+		e, err := NewEvent(p.Stream(), p)
+		if err != nil {
+			done(Receipt{}, err)
+			return
+		}
+		req.events = append(req.events, e)
+	}
+	l.appendAsync(req)
+}
+
+func (l *Log) appendAsync(req *appendReq) {
+	size, err := l.validate(req.events)
 	if err != nil {
-		done(Receipt{}, err)
+		req.done(Receipt{}, err)
 		return
 	}
 	l.mu.Lock()
@@ -538,10 +563,11 @@ func (l *Log) AppendAsync(events []Event, done func(Receipt, error)) {
 	}
 	if err != nil {
 		l.mu.Unlock()
-		done(Receipt{}, err)
+		req.done(Receipt{}, err)
 		return
 	}
-	l.pending = append(l.pending, &appendReq{events: events, bytes: size, done: done, start: time.Now()})
+	req.bytes, req.start = size, time.Now()
+	l.pending = append(l.pending, req)
 	l.pendingBytes += size
 	if l.parked == parkedForWork {
 		l.parked = running

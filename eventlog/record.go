@@ -23,7 +23,11 @@ type Record struct {
 type Hash [sha256.Size]byte
 
 // String returns the hash as lowercase hex, the form used in receipts and exports.
-func (h Hash) String() string { return hex.EncodeToString(h[:]) }
+func (h Hash) String() string {
+	var digits [2 * len(h)]byte // on the stack: a receipt's hash costs only the string
+	hex.Encode(digits[:], h[:])
+	return string(digits[:])
+}
 
 // MarshalText writes the hash as its hex digits, as String does, so that JSON shows it so.
 func (h Hash) MarshalText() ([]byte, error) { return []byte(h.String()), nil }

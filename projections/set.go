@@ -404,13 +404,12 @@ func (s *Set) Apply(seq uint64, at time.Time, p eventlog.Payload) error {
 		eventlog.ScheduleResumed, eventlog.ScheduleDeleted:
 		return s.applySchedule(seq, at, p)
 	}
-	stream := p.Stream()
-	if strings.HasPrefix(stream, "worker/") {
-		s.applyWorker(at, p)
-		return nil
-	}
-	id, ok := strings.CutPrefix(stream, "job/")
+	id, ok := eventlog.JobOf(p)
 	if !ok {
+		if strings.HasPrefix(p.Stream(), "worker/") {
+			s.applyWorker(at, p)
+			return nil
+		}
 		return fmt.Errorf("projections: seq %d: no fold for %T", seq, p)
 	}
 	j := s.load(id)
@@ -601,14 +600,18 @@ func (s *Set) undead(j *Job) {
 	}
 }
 
+// waitKey is a job's tenant/queue key. A lookup by it costs nothing when the key is short (the
+// concatenation, which does not escape, is made on the stack); storing it allocates, so the
+// folds look up first and make the key to keep only for a queue they have not seen.
 func waitKey(j *Job) string { return j.Tenant + "\x00" + j.Queue }
 
 func (s *Set) wait(j *Job) {
-	k := waitKey(j)
-	if s.waiting[k] == nil {
-		s.waiting[k] = map[string]*Job{}
+	queue := s.waiting[waitKey(j)]
+	if queue == nil {
+		queue = map[string]*Job{}
+		s.waiting[waitKey(j)] = queue
 	}
-	s.waiting[k][j.ID] = j
+	queue[j.ID] = j
 }
 
 func (s *Set) applyWorker(at time.Time, p eventlog.Payload) {

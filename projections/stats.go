@@ -97,11 +97,10 @@ func slotOf(minute int64) int64 {
 }
 
 func (s *Set) throughputOf(j *Job) *Throughput {
-	k := waitKey(j)
-	t := s.throughput[k]
+	t := s.throughput[waitKey(j)]
 	if t == nil {
 		t = &Throughput{Tenant: j.Tenant, Queue: j.Queue}
-		s.throughput[k] = t
+		s.throughput[waitKey(j)] = t
 	}
 	return t
 }

@@ -309,7 +309,7 @@ func (b *Broker) startActors() {
 	b.props = map[actors.RefKind]*actor.Props{}
 	for _, k := range []actors.RefKind{actors.RefDispatcher, actors.RefTenant, actors.RefJob, actors.RefSession} {
 		strategy := actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)
-		b.props[k] = actor.PropsFromFunc(nil, actor.WithGuardian(strategy), actor.WithDispatcher(b.pool))
+		b.props[k] = actor.PropsFromFunc(nil, actor.WithGuardian(strategy), actor.WithDispatcher(b.pool), actor.WithMailbox(newMailbox))
 	}
 }
 
@@ -348,19 +348,6 @@ func (b *Broker) resume() error {
 		b.log.Info("leases resumed with a fresh lease_ttl of grace", zap.Int("leases", leases))
 	}
 	return b.elog.Err()
-}
-
-// encode turns payloads into events of their streams.
-func encode(payloads []eventlog.Payload) []eventlog.Event {
-	events := make([]eventlog.Event, len(payloads))
-	for i, p := range payloads {
-		e, err := eventlog.NewEvent(p.Stream(), p)
-		if err != nil {
-			panic(err) // a catalogue payload always encodes
-		}
-		events[i] = e
-	}
-	return events
 }
 
 // maybeCheckpoint starts a checkpoint once CheckpointEvery events, and at least four times as

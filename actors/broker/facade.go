@@ -471,6 +471,9 @@ type Conn struct {
 	b    *Broker
 	ref  actors.Ref
 	live *Liveness
+	// creditOne is SessionCredit{N: 1} boxed once: a worker that grants credit per result
+	// (the Go worker, the command runner) sends it for every job.
+	creditOne any
 }
 
 // framesFor bounds what a session of a worker of the registered capacity buffers for its
@@ -527,13 +530,18 @@ func (b *Broker) Connect(ctx context.Context, workerID, transport string, capaci
 	if b.cfg.IdleHeartbeat > 0 {
 		every = min(every, b.cfg.IdleHeartbeat)
 	}
-	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.liveness(workerID)}, nil
+	return &Conn{ID: id, WorkerID: workerID, HeartbeatInterval: every, LeaseTTL: r.LeaseTTL, Frames: frames, b: b, ref: ref, live: b.liveness(workerID),
+		creditOne: actors.SessionCredit{SessionID: id, N: 1}}, nil
 }
 
 // Credit lets the server assign n more jobs. It goes straight to the dispatcher, which keeps
 // the session's credit; the session actor has nothing to add.
 func (s *Conn) Credit(n int) {
-	s.b.rt.Send(actors.DispatcherRef(), actors.SessionCredit{SessionID: s.ID, N: n}, actors.Ref{})
+	msg := s.creditOne
+	if n != 1 || msg == nil {
+		msg = actors.SessionCredit{SessionID: s.ID, N: n}
+	}
+	s.b.rt.Send(actors.DispatcherRef(), msg, actors.Ref{})
 }
 
 // Heartbeat extends the listed leases and says which of them to cancel or forget.
@@ -669,19 +677,42 @@ func (b *Broker) deliver(r route, msg any, sender actors.Ref) {
 // order sent, which a connection that goes on reading needs (an event before its completion).
 func (b *Broker) WorkerOp(op any, done func(number int, rc actors.Receipt, err error)) {
 	jobID, _ := idsOf(op)
-	b.askVia(toJob(jobID), op, func(r any, err error) {
-		switch r := r.(type) {
-		case actors.ProgressAck:
-			done(r.Number, r.Receipt, firstErr(err, r.Err))
-		case actors.Done:
-			if err = firstErr(err, r.Err); err == nil {
-				r.Receipt = b.fill(r.Receipt)
-			}
-			done(0, r.Receipt, err)
-		default:
-			done(0, actors.Receipt{}, err)
+	s := &opSink{b: b, done: done}
+	select {
+	case <-b.closing:
+		s.answer(nil, ErrClosed)
+		return
+	default:
+	}
+	b.deliver(toJob(jobID), op, actors.Ref{Kind: actors.RefExternal, External: s})
+}
+
+// opSink is the sink of a WorkerOp: an asked with the op's callback, in one allocation where
+// an ask and a closure were two.
+type opSink struct {
+	b        *Broker
+	done     func(number int, rc actors.Receipt, err error)
+	answered atomic.Bool
+}
+
+func (s *opSink) deliver(m any) {
+	if s.answered.CompareAndSwap(false, true) {
+		s.answer(m, nil)
+	}
+}
+
+func (s *opSink) answer(r any, err error) {
+	switch r := r.(type) {
+	case actors.ProgressAck:
+		s.done(r.Number, r.Receipt, firstErr(err, r.Err))
+	case actors.Done:
+		if err = firstErr(err, r.Err); err == nil {
+			r.Receipt = s.b.fill(r.Receipt)
 		}
-	})
+		s.done(0, r.Receipt, err)
+	default:
+		s.done(0, actors.Receipt{}, err)
+	}
 }
 
 // ask sends msg to an actor now and calls done with the one reply, or with ErrClosed if the

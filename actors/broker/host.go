@@ -210,7 +210,7 @@ func (s *scheduler) Schedule(c *cells.Cell, d cells.Delivery) {
 type committer Broker
 
 func (cm *committer) Commit(payloads []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	cm.elog.AppendAsync(encode(payloads), done)
+	cm.elog.AppendPayloadsAsync(payloads, done)
 }
 
 // committed runs after each commit is applied and told: it wakes watchers and decides on a

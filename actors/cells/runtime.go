@@ -168,9 +168,13 @@ type Cell struct {
 	stopped     bool
 	sender      actors.Ref
 	rand        *rand.Rand
-	log         *zap.Logger
-	timers      map[actors.TimerID]Timer
-	timerSeq    actors.TimerID
+	// pcg and rnd back rand, in the cell itself: a job's cell draws a nonce, and a stream of
+	// its own made apart cost two allocations a job.
+	pcg      rand.PCG
+	rnd      rand.Rand
+	log      *zap.Logger
+	timers   timerSet
+	timerSeq actors.TimerID
 	// relayEpoch counts DropRelays: a relay made before the last one sends nothing. It is
 	// written on the cell's turn and read on the committer's goroutine.
 	relayEpoch atomic.Uint64
@@ -388,9 +392,7 @@ func (rt *Runtime) Handle(c *Cell, d Delivery) {
 			return
 		}
 	case kindTimer:
-		_, live := c.timers[d.timer]
-		delete(c.timers, d.timer)
-		if !live || d.incarnation != c.incarnation {
+		if c.timers.take(d.timer) == nil || d.incarnation != c.incarnation {
 			return
 		}
 	}
@@ -622,7 +624,9 @@ func (c *Cell) Rand() *rand.Rand {
 		return c.rt.cfg.Rand
 	}
 	if c.rand == nil {
-		c.rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		c.pcg.Seed(rand.Uint64(), rand.Uint64())
+		c.rnd = *rand.New(&c.pcg)
+		c.rand = &c.rnd
 	}
 	return c.rand
 }
@@ -663,20 +667,16 @@ func (c *Cell) Forward(to actors.Ref, msg any, sender actors.Ref) { c.rt.Send(to
 func (c *Cell) After(d time.Duration, msg any) actors.TimerID {
 	c.timerSeq++
 	id, inc, rt := c.timerSeq, c.incarnation, c.rt
-	if c.timers == nil {
-		c.timers = map[actors.TimerID]Timer{}
-	}
-	c.timers[id] = rt.cfg.Clock.AfterFunc(d, func() {
+	c.timers.put(id, rt.cfg.Clock.AfterFunc(d, func() {
 		rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindTimer, msg: msg, incarnation: inc, timer: id})
-	})
+	}))
 	return id
 }
 
 // Cancel stops a timer of this cell; it will not fire.
 func (c *Cell) Cancel(id actors.TimerID) {
-	if t := c.timers[id]; t != nil {
+	if t := c.timers.take(id); t != nil {
 		t.Stop()
-		delete(c.timers, id)
 	}
 }
 
@@ -686,10 +686,56 @@ func (c *Cell) Stop(ref actors.Ref) { c.rt.Stop(ref) }
 // Read runs fn with the committed projections.
 func (c *Cell) Read(fn func(*projections.Set)) { c.rt.Read(fn) }
 
-func (c *Cell) stopTimers() {
-	for id, t := range c.timers {
+func (c *Cell) stopTimers() { c.timers.stopAll() }
+
+// timerSet is a cell's running timers by id. A job's cell runs one at a time (its lease's
+// expiry), so the first few live in the cell itself, and a map, made only for more, holds the
+// rest: a map per job cell cost two allocations a job.
+type timerSet struct {
+	first [2]struct {
+		id actors.TimerID // 0: free (ids count from 1)
+		t  Timer
+	}
+	more map[actors.TimerID]Timer
+}
+
+func (s *timerSet) put(id actors.TimerID, t Timer) {
+	for i := range s.first {
+		if s.first[i].id == 0 {
+			s.first[i].id, s.first[i].t = id, t
+			return
+		}
+	}
+	if s.more == nil {
+		s.more = map[actors.TimerID]Timer{}
+	}
+	s.more[id] = t
+}
+
+// take removes the timer id and returns it, nil if it is not running.
+func (s *timerSet) take(id actors.TimerID) Timer {
+	for i := range s.first {
+		if s.first[i].id == id {
+			t := s.first[i].t
+			s.first[i].id, s.first[i].t = 0, nil
+			return t
+		}
+	}
+	t := s.more[id]
+	delete(s.more, id)
+	return t
+}
+
+func (s *timerSet) stopAll() {
+	for i := range s.first {
+		if t := s.first[i].t; t != nil {
+			t.Stop()
+		}
+		s.first[i].id, s.first[i].t = 0, nil
+	}
+	for id, t := range s.more {
 		t.Stop()
-		delete(c.timers, id)
+		delete(s.more, id)
 	}
 }
 

@@ -53,12 +53,25 @@ func marshalCanonical(v any) ([]byte, error) {
 
 // OutputHash is the lowercase hex SHA-256 of the canonical JSON of an output.
 func OutputHash(output json.RawMessage) (string, error) {
-	c, err := Canonical(output)
-	if err != nil {
-		return "", err
+	c := []byte(output)
+	if !isCanonical(output) {
+		var err error
+		if c, err = Canonical(output); err != nil {
+			return "", err
+		}
 	}
 	sum := sha256.Sum256(c)
-	return hex.EncodeToString(sum[:]), nil
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], sum[:])
+	return string(digits[:]), nil
+}
+
+// isCanonical reports whether raw is its own canonical JSON without a copy: a valid value with
+// no object (no keys to sort), no escape (no string to normalise) and no whitespace at all
+// (none to remove, and none inside a string, where it would be kept). Most outputs of a
+// completion are such ("null", a number, a short string), and Canonical would copy them.
+func isCanonical(raw []byte) bool {
+	return !bytes.ContainsAny(raw, "{\\ \t\r\n") && json.Valid(raw)
 }
 
 // SignedCompletion returns the bytes a worker signs: the canonical JSON of
