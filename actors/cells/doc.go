@@ -14,7 +14,10 @@
 //     log order, and only then schedules Persisted to the cell that made them: an actor that
 //     hears its events are durable can read them back, and so can anyone it tells. A relay
 //     (Cell.Relay) sends its message instead, as from the cell, at the same point and under
-//     the same rule; a failed commit sends nothing.
+//     the same rule; a failed commit sends nothing. The committer reports a group commit at a
+//     time (Flush): the runtime applies the whole group under one hold of the lock, then
+//     tells each cell what the group holds for it in one delivery, in commit order, so that
+//     an fsync wakes each actor once, however many of its persists it made durable.
 //  3. A Persisted or a timer meant for an earlier incarnation of a cell is dropped: the
 //     restarted behaviour rebuilt its state from projections that hold those events. A restart
 //     (Restart) first waits until every persist issued before it is applied.

@@ -87,6 +87,7 @@ func (d *driver) sync(err error) {
 		d.seq += uint64(len(c.events))
 		c.done(eventlog.Receipt{First: first, Last: d.seq, Time: d.now}, nil)
 	}
+	d.rt.Flush()
 }
 
 // advance moves the clock, firing what falls due.
@@ -325,3 +326,33 @@ type echo struct{}
 
 func (echo) Recover(actors.Env)              {}
 func (echo) Receive(env actors.Env, msg any) { env.Send(env.Sender(), msg) }
+
+// TestGroupCommitTellsEachCellOnce: what one group commit tells a cell (its Persisted notices,
+// the relays to it) reaches it in one delivery, in the order of the commits, and the whole
+// group is applied before any of it is told: an fsync of many commits wakes each actor once.
+func TestGroupCommitTellsEachCellOnce(t *testing.T) {
+	d := newDriver()
+	a, c := actors.TenantRef("a"), actors.TenantRef("c")
+	d.rt.Send(a, setQuota{1}, actors.Ref{})
+	d.rt.Send(c, relayQuota{n: 8, to: "b"}, actors.Ref{})
+	d.rt.Send(a, setQuota{2}, actors.Ref{})
+	d.rt.Send(c, relayQuota{n: 9, to: "b"}, actors.Ref{})
+	d.rt.Send(a, relayQuota{n: 3, to: "b"}, actors.Ref{})
+	d.run()
+	d.sync(nil)
+	var to []string
+	for _, q := range d.queue {
+		to = append(to, q.c.Ref().ID)
+	}
+	if want := []string{"a", "b"}; !slices.Equal(to, want) {
+		t.Fatalf("the group commit made deliveries to %q, want one to each of %q", to, want)
+	}
+	d.run()
+	want := []string{
+		"a persisted {1} err=<nil> projections=3", "a persisted {2} err=<nil> projections=3",
+		"b sees c's quota 9, from c", "b sees c's quota 9, from c", "b sees a's quota 3, from a",
+	}
+	if !slices.Equal(d.out, want) {
+		t.Fatalf("saw\n  %q\nwant\n  %q", d.out, want)
+	}
+}
