@@ -178,14 +178,20 @@ type Cell struct {
 	incarnation uint64
 	recovered   bool
 	stopped     bool
-	sender      actors.Ref
-	rand        *rand.Rand
-	log         *zap.Logger
-	timers      map[actors.TimerID]Timer
-	timerSeq    actors.TimerID
+	// draining: the cell stopped itself (Cell.Stop of its own Ref) and is unbound, but still
+	// runs what reached it before, as a stop delivery would have let it.
+	draining bool
+	sender   actors.Ref
+	rand     *rand.Rand
+	log      *zap.Logger
+	timers   map[actors.TimerID]Timer
+	timerSeq actors.TimerID
 	// relayEpoch counts DropRelays: a relay made before the last one sends nothing. It is
 	// written on the cell's turn and read on the committer's goroutine.
 	relayEpoch atomic.Uint64
+	// outbox holds what the cell sends on a batch's turn (coalescing), until the turn ends.
+	outbox     []pendingGroup
+	coalescing bool
 }
 
 // Ref names the cell.
@@ -414,6 +420,14 @@ func (rt *Runtime) Handle(c *Cell, d Delivery) {
 		return // the broker has closed: no behaviour runs again
 	}
 	if d.kind == kindBatch {
+		// What the cell sends on a batch's turn goes at its end, one delivery per cell it
+		// goes to: a tenant told of eight durable submits enqueues them with the dispatcher
+		// in one delivery, not eight.
+		c.coalescing = true
+		defer func() { // a panic sends what was sent before it, as it would without a batch
+			c.coalescing = false
+			c.sendOutbox()
+		}()
 		for _, in := range d.msg.([]Delivery) {
 			rt.handle(c, in)
 		}
@@ -425,11 +439,11 @@ func (rt *Runtime) Handle(c *Cell, d Delivery) {
 // handle runs one delivery that is not a batch, on the cell's turn.
 func (rt *Runtime) handle(c *Cell, d Delivery) {
 	if d.kind == kindStop {
-		c.stopped = true
+		c.stopped, c.draining = true, false
 		c.stopTimers()
 		return
 	}
-	if c.stopped {
+	if c.stopped && !c.draining {
 		rt.bounce(c.ref, d.msg) // a dead letter
 		return
 	}
@@ -458,6 +472,9 @@ func (rt *Runtime) handle(c *Cell, d Delivery) {
 	}
 	c.beh.Receive(c, d.msg)
 	rt.check(c)
+	if c.draining {
+		c.stopTimers()
+	}
 }
 
 func (rt *Runtime) check(c *Cell) {
@@ -839,10 +856,35 @@ func (c *Cell) Relay(events []eventlog.Payload, to actors.Ref, msg any) { c.rela
 func (c *Cell) DropRelays() { c.relayEpoch.Add(1) }
 
 // Send delivers msg to an actor, from this cell.
-func (c *Cell) Send(to actors.Ref, msg any) { c.rt.Send(to, msg, c.ref) }
+func (c *Cell) Send(to actors.Ref, msg any) { c.Forward(to, msg, c.ref) }
 
 // Forward delivers msg as if sender had sent it.
-func (c *Cell) Forward(to actors.Ref, msg any, sender actors.Ref) { c.rt.Send(to, msg, sender) }
+func (c *Cell) Forward(to actors.Ref, msg any, sender actors.Ref) {
+	if !c.coalescing {
+		c.rt.Send(to, msg, sender)
+		return
+	}
+	d := Delivery{msg: msg, sender: sender}
+	if to.Kind != actors.RefExternal {
+		for i := range c.outbox {
+			if g := &c.outbox[i]; g.to.Kind != actors.RefExternal && keyOf(g.to) == keyOf(to) {
+				g.add(d)
+				return
+			}
+		}
+	}
+	c.outbox = append(c.outbox, pendingGroup{to: to, first: d})
+}
+
+// sendOutbox sends what the cell holds back on a batch's turn, in the order of each
+// destination's first message.
+func (c *Cell) sendOutbox() {
+	for i := range c.outbox {
+		c.outbox[i].tell(c.rt)
+		c.outbox[i] = pendingGroup{}
+	}
+	c.outbox = c.outbox[:0]
+}
 
 // After delivers msg to this incarnation of the cell once d has passed on the clock.
 func (c *Cell) After(d time.Duration, msg any) actors.TimerID {
@@ -865,8 +907,24 @@ func (c *Cell) Cancel(id actors.TimerID) {
 	}
 }
 
-// Stop stops the actor at ref after the messages already sent to it.
-func (c *Cell) Stop(ref actors.Ref) { c.rt.Stop(ref) }
+// Stop stops the actor at ref after the messages already sent to it. A cell that stops itself
+// is unbound at once and stops at the end of its turn, with no stop delivery: what reached it
+// before still runs on it, and what is sent after goes to a new cell.
+func (c *Cell) Stop(ref actors.Ref) {
+	c.sendOutbox() // what was sent before the stop reaches the cell it stops
+	if keyOf(ref) != keyOf(c.ref) {
+		c.rt.Stop(ref)
+		return
+	}
+	key := keyOf(ref)
+	sh := c.rt.shard(key)
+	sh.mu.Lock()
+	if sh.cells[key] == c {
+		delete(sh.cells, key)
+	}
+	sh.mu.Unlock()
+	c.stopped, c.draining = true, true
+}
 
 // Read runs fn with the committed projections.
 func (c *Cell) Read(fn func(*projections.Set)) { c.rt.Read(fn) }
