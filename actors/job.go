@@ -574,6 +574,10 @@ func (a *Job) persisted(env Env, m Persisted) {
 			return
 		}
 		a.ending = false
+		// The lease is over: the cell stops itself, with no stop delivery, before the
+		// dispatcher hears of it, whose Stop then finds nothing bound; a next lease makes a
+		// new cell, which recovers from the projections that hold this end.
+		env.Stop(JobRef(a.id))
 		env.Send(DispatcherRef(), leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last, FlowID: a.job.FlowID, Tenant: a.job.Tenant})
 		if !t.reply.IsZero() {
 			env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt)})

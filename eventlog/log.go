@@ -197,6 +197,8 @@ type Log struct {
 	parked     parking
 	// inHand counts the batches the sequencer handed to the syncer that it has not finished.
 	inHand int
+	// afterBatch, if set, is called after the dones of each batch (AfterEachBatch).
+	afterBatch func()
 }
 
 // parking is what the sequencer waits for, if anything.
@@ -786,8 +788,12 @@ func (l *Log) syncLoop() {
 			}
 			l.settled.Signal()
 		}
+		after := l.afterBatch
 		l.mu.Unlock()
 		l.finish(f.reqs, f.bytes, err)
+		if after != nil {
+			after()
+		}
 		l.mu.Lock()
 		l.inHand--
 		l.mu.Unlock()
@@ -825,6 +831,17 @@ func (l *Log) advanceLocked(head Head) {
 	l.durable = head
 	close(l.advanced)
 	l.advanced = make(chan struct{})
+}
+
+// AfterEachBatch sets f to be called on the log's goroutine after it has called the dones of
+// the appends of one group commit (or of a batch that failed), so that a caller can act once
+// per group: the cells runtime tells an actor of all its appends that one fsync made durable
+// in one message. The dones of durable appends are all called on that goroutine. Call it
+// before the first append.
+func (l *Log) AfterEachBatch(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.afterBatch = f
 }
 
 // finish completes requests and returns their bytes to the pending budget.

@@ -736,8 +736,8 @@ func (v *server) committed(batch []*persist, r eventlog.Receipt) bool {
 			}
 		}
 	}
-	// Each Commit hears of its own events: the runtime folds them into the projections, then
-	// schedules Persisted to the cell that made them.
+	// Each Commit hears of its own events; then the runtime folds the group into the
+	// projections and tells each cell that made some of them, once (Runtime.Flush).
 	first := r.First
 	for _, p := range batch {
 		last := first + uint64(len(p.events)) - 1
@@ -751,10 +751,11 @@ func (v *server) committed(batch []*persist, r eventlog.Receipt) bool {
 			rc.Hash = rec.Hash
 		}
 		p.done(rc, nil)
-		if s.violation != nil {
-			return false
-		}
 		first = last + 1
+	}
+	v.rt.Flush()
+	if s.violation != nil {
+		return false
 	}
 	if v.checkpoint == nil && s.sched.IntN(10) == 0 {
 		v.beginCheckpoint()

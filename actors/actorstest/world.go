@@ -185,10 +185,13 @@ func (w *World) Step() int {
 func (w *World) Sync() {
 	pending := w.pending
 	w.pending = nil
+	first := uint64(len(w.Log)) + 1
 	for _, p := range pending {
-		first := uint64(len(w.Log)) + 1
-		p.done(eventlog.Receipt{First: first, Last: first + uint64(len(p.events)) - 1, Time: w.Clock}, nil)
+		last := first + uint64(len(p.events)) - 1
+		p.done(eventlog.Receipt{First: first, Last: last, Time: w.Clock}, nil)
+		first = last + 1
 	}
+	w.rt.Flush() // one group commit
 }
 
 // FailSync fails every pending persist, as a failed fsync does: nothing becomes durable, and

@@ -237,7 +237,7 @@ func (b *Broker) observer(set *projections.Set) func(uint64, time.Time, eventlog
 }
 
 func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
-	return cells.New(cells.Config{
+	rt := cells.New(cells.Config{
 		Scheduler: (*scheduler)(b), Committer: (*committer)(b), Clock: runtimeClock{b.clock, b.cfg.AfterFunc}, Set: set,
 		Monotonic: time.Now,
 		Make:      b.make,
@@ -250,6 +250,8 @@ func (b *Broker) newRuntime(set *projections.Set) *cells.Runtime {
 				zap.String("code", "PROJECTION_REJECTED"), zap.Uint64("seq", seq), zap.String("stream", p.Stream()), zap.Error(err))
 		},
 	})
+	b.elog.AfterEachBatch(rt.Flush) // a group commit's notices are told together
+	return rt
 }
 
 // watchStalls ticks the runtime's stall watch (cells.TickEvery) until Close, on the monotonic

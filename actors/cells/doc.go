@@ -14,7 +14,12 @@
 //     log order, and only then schedules Persisted to the cell that made them: an actor that
 //     hears its events are durable can read them back, and so can anyone it tells. A relay
 //     (Cell.Relay) sends its message instead, as from the cell, at the same point and under
-//     the same rule; a failed commit sends nothing.
+//     the same rule; a failed commit sends nothing. The committer reports a group commit at a
+//     time (Flush): the runtime applies the whole group under one hold of the lock, then
+//     tells each cell what the group holds for it in one delivery, in commit order, so that
+//     an fsync wakes each actor once, however many of its persists it made durable. What a
+//     cell sends on the turn of such a delivery goes at the end of the turn, one delivery per
+//     cell it goes to, in the order sent.
 //  3. A Persisted or a timer meant for an earlier incarnation of a cell is dropped: the
 //     restarted behaviour rebuilt its state from projections that hold those events. A restart
 //     (Restart) first waits until every persist issued before it is applied.
@@ -22,8 +27,9 @@
 //  5. Timers run on the injected Clock and die with their incarnation; a cancelled timer never
 //     fires.
 //  6. Stop unbinds a Ref at once, so the next message to it makes a new cell, and stops the old
-//     cell after the messages already scheduled to it. A message to a session that is gone
-//     bounces (actors.Bounce).
+//     cell after the messages already scheduled to it (a cell that stops itself does so with
+//     no stop delivery: it still runs what reached it before). A message to a session that is
+//     gone bounces (actors.Bounce).
 //  7. A failed commit delivers Persisted with Err set; the server is stopping.
 //
 // The extension points are the Scheduler (protoactor's mailboxes and goroutines, or the

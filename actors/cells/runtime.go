@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +28,11 @@ type Scheduler interface {
 }
 
 // Committer makes events durable. Commit returns at once; done is called once per Commit, in
-// the order of the calls, with the receipt of the events or the error that stopped them.
+// the order of the calls, with the receipt of the events or the error that stopped them. The
+// dones of durable commits are called on one goroutine at a time, and after those of a group
+// (a group commit's, or any number) the committer calls Runtime.Flush on that goroutine: the
+// runtime applies and tells a group at once, so that an actor told of many commits of one
+// fsync is woken once, not once per commit. A failed commit is told at once.
 type Committer interface {
 	Commit(events []eventlog.Payload, done func(eventlog.Receipt, error))
 }
@@ -106,8 +112,14 @@ type Runtime struct {
 	applyMu sync.Mutex
 	applied uint64
 	advance *sync.Cond
-	// deferred holds a commit the apply_after_reply mutant has not applied yet.
-	deferred []func()
+	// settleMu guards durable, the commits whose dones came since the last Flush.
+	settleMu sync.Mutex
+	durable  []settled
+	// flush is Flush's scratch, only the committer's goroutine touches it: the commits it is
+	// settling and their deliveries grouped by cell.
+	flush flushScratch
+	// deferred holds the commits the apply_after_reply mutant has not applied yet.
+	deferred []settled
 	// turns is held for reading while a behaviour runs (Handle), and for writing by Halt,
 	// which ends them for good: after it, nothing a behaviour reads (the log's views) may be
 	// open any more.
@@ -166,8 +178,11 @@ type Cell struct {
 	incarnation uint64
 	recovered   bool
 	stopped     bool
-	sender      actors.Ref
-	rand        *rand.Rand
+	// draining: the cell stopped itself (Cell.Stop of its own Ref) and is unbound, but still
+	// runs what reached it before, as a stop delivery would have let it.
+	draining bool
+	sender   actors.Ref
+	rand     *rand.Rand
 	// pcg and rnd back rand, in the cell itself: a job's cell draws a nonce, and a stream of
 	// its own made apart cost two allocations a job.
 	pcg      rand.PCG
@@ -178,6 +193,9 @@ type Cell struct {
 	// relayEpoch counts DropRelays: a relay made before the last one sends nothing. It is
 	// written on the cell's turn and read on the committer's goroutine.
 	relayEpoch atomic.Uint64
+	// outbox holds what the cell sends on a batch's turn (coalescing), until the turn ends.
+	outbox     []pendingGroup
+	coalescing bool
 }
 
 // Ref names the cell.
@@ -194,6 +212,9 @@ const (
 	kindTimer
 	kindStop
 	kindWake
+	// kindBatch carries several deliveries (msg, a []Delivery) to one cell in one turn: what
+	// one Flush tells it.
+	kindBatch
 )
 
 // Delivery is one item of a cell's mailbox.
@@ -208,13 +229,32 @@ type Delivery struct {
 // Wake is a delivery that only makes the cell recover if it has not yet.
 func Wake() Delivery { return Delivery{kind: kindWake} }
 
-// Droppable reports whether a stopped cell drops the delivery anyway (a Persisted, a timer): no
-// message of a sender is lost with it.
-func (d Delivery) Droppable() bool { return d.kind == kindPersisted || d.kind == kindTimer }
+// Droppable reports whether a stopped cell drops the delivery anyway (a Persisted, a timer, a
+// batch of those): no message of a sender is lost with it.
+func (d Delivery) Droppable() bool {
+	if d.kind == kindBatch {
+		for _, in := range d.msg.([]Delivery) {
+			if !in.Droppable() {
+				return false
+			}
+		}
+		return true
+	}
+	return d.kind == kindPersisted || d.kind == kindTimer
+}
 
 // String names the delivery for traces.
 func (d Delivery) String() string {
 	switch d.kind {
+	case kindBatch:
+		var b strings.Builder
+		for i, in := range d.msg.([]Delivery) {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(in.String())
+		}
+		return b.String()
 	case kindStop:
 		return "stop"
 	case kindWake:
@@ -235,25 +275,31 @@ func (rt *Runtime) Send(to actors.Ref, msg any, sender actors.Ref) {
 		rt.cfg.External(to, msg)
 		return
 	}
+	if !rt.schedule(to, Delivery{msg: msg, sender: sender}) {
+		rt.bounce(to, msg)
+	}
+}
+
+// schedule puts d in the mailbox of the cell bound to to now, making a tenant, job or
+// dispatcher cell on first use; false if there is none (a session that is gone).
+func (rt *Runtime) schedule(to actors.Ref, d Delivery) bool {
 	key := keyOf(to)
 	sh := rt.shard(key)
 	sh.mu.RLock()
 	c := sh.cells[key]
 	if c != nil {
-		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
+		rt.cfg.Scheduler.Schedule(c, d)
 		sh.mu.RUnlock()
-		return
+		return true
 	}
 	sh.mu.RUnlock()
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	c = rt.bindLocked(sh, to, nil)
 	if c != nil {
-		rt.cfg.Scheduler.Schedule(c, Delivery{msg: msg, sender: sender})
+		rt.cfg.Scheduler.Schedule(c, d)
 	}
-	sh.mu.Unlock()
-	if c == nil {
-		rt.bounce(to, msg)
-	}
+	return c != nil
 }
 
 // SendIfBound delivers msg to the cell bound to to, if there is one, and reports whether it did;
@@ -377,12 +423,31 @@ func (rt *Runtime) Handle(c *Cell, d Delivery) {
 	if rt.halted {
 		return // the broker has closed: no behaviour runs again
 	}
+	if d.kind == kindBatch {
+		// What the cell sends on a batch's turn goes at its end, one delivery per cell it
+		// goes to: a tenant told of eight durable submits enqueues them with the dispatcher
+		// in one delivery, not eight.
+		c.coalescing = true
+		defer func() { // a panic sends what was sent before it, as it would without a batch
+			c.coalescing = false
+			c.sendOutbox()
+		}()
+		for _, in := range d.msg.([]Delivery) {
+			rt.handle(c, in)
+		}
+		return
+	}
+	rt.handle(c, d)
+}
+
+// handle runs one delivery that is not a batch, on the cell's turn.
+func (rt *Runtime) handle(c *Cell, d Delivery) {
 	if d.kind == kindStop {
-		c.stopped = true
+		c.stopped, c.draining = true, false
 		c.stopTimers()
 		return
 	}
-	if c.stopped {
+	if c.stopped && !c.draining {
 		rt.bounce(c.ref, d.msg) // a dead letter
 		return
 	}
@@ -409,6 +474,9 @@ func (rt *Runtime) Handle(c *Cell, d Delivery) {
 	}
 	c.beh.Receive(c, d.msg)
 	rt.check(c)
+	if c.draining {
+		c.stopTimers()
+	}
 }
 
 func (rt *Runtime) check(c *Cell) {
@@ -499,62 +567,196 @@ func (rt *Runtime) issue(p persisting) {
 	rt.cfg.Committer.Commit(p.events, func(r eventlog.Receipt, err error) { rt.committed(p, r, err) })
 }
 
-// committed folds a durable commit's events into the projections and only then tells who made
-// them; a failed one is told at once.
+// committed takes a commit's outcome: a durable one waits for Flush, which applies and tells
+// the group it is part of; a failed one, which the projections never see, is told at once.
 func (rt *Runtime) committed(p persisting, r eventlog.Receipt, err error) {
-	ok := true
 	if err == nil {
-		if mutantApplyAfterReply {
-			// The planted bug: the projections catch up on the next commit, after the replies.
-			pending := rt.deferred
-			rt.deferred = []func(){func() { rt.apply(p.events, r) }}
-			for _, f := range pending {
-				f()
-			}
-		} else {
-			ok = rt.apply(p.events, r)
-		}
+		rt.settleMu.Lock()
+		rt.durable = append(rt.durable, settled{p: p, r: r})
+		rt.settleMu.Unlock()
+		return
 	}
-	if ok {
-		switch {
-		case p.relay != nil:
-			if err == nil && p.cell.relayEpoch.Load() == p.relayEpoch {
-				rt.Send(p.relayTo, p.relay, p.cell.ref)
-			}
-		case p.cell != nil:
-			rt.cfg.Scheduler.Schedule(p.cell, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: p.then, Receipt: r, Err: err}, incarnation: p.incarnation})
-		default:
-			p.done(r, err)
-		}
+	switch {
+	case p.relay != nil:
+	case p.cell != nil:
+		rt.cfg.Scheduler.Schedule(p.cell, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: p.then, Err: err}, incarnation: p.incarnation})
+	default:
+		p.done(eventlog.Receipt{}, err)
 	}
-	// The hook runs before the commit counts as applied, so Drain (and Close) wait for it too:
+	rt.settledCount(1)
+}
+
+// settled is a durable commit waiting for Flush; refused says the projections refused one of
+// its events, and nothing of it is told.
+type settled struct {
+	p       persisting
+	r       eventlog.Receipt
+	refused bool
+}
+
+// flushScratch is what Flush reuses from one group to the next.
+type flushScratch struct {
+	group []settled
+	// cells and refs group the deliveries of a flush by the cell they go to: a persist's cell,
+	// or a relay's Ref, which is bound when the group is scheduled. order is their first
+	// appearance, the order the groups are scheduled in.
+	cells map[*Cell]int
+	refs  map[cellKey]int
+	order []pendingGroup
+}
+
+// pendingGroup is what one Flush tells one cell: its one delivery, or all of them in more
+// once there is a second.
+type pendingGroup struct {
+	cell  *Cell      // a persist's cell; nil for a relay's, bound to to
+	to    actors.Ref // a relay's destination
+	first Delivery
+	more  []Delivery
+	// done and r: a persist made outside the cells (Runtime.Persist), told alone.
+	done func(eventlog.Receipt, error)
+	r    eventlog.Receipt
+}
+
+// add adds a delivery to the group.
+func (g *pendingGroup) add(d Delivery) {
+	if g.more == nil {
+		g.more = []Delivery{g.first}
+	}
+	g.more = append(g.more, d)
+}
+
+// Flush applies the commits made durable since the last Flush to the projections, in log
+// order under one hold of the write lock, and only then tells who made them: each cell gets
+// what the group holds for it (its Persisted notices, the relays to it) in one delivery, in the
+// order of the commits. The committer calls it after the dones of a group (see Committer).
+func (rt *Runtime) Flush() {
+	rt.settleMu.Lock()
+	f := &rt.flush
+	f.group, rt.durable = rt.durable, f.group[:0]
+	rt.settleMu.Unlock()
+	if len(f.group) == 0 {
+		return
+	}
+	if mutantApplyAfterReply {
+		// The planted bug: the projections catch up on the next group, after its replies.
+		behind := rt.deferred
+		rt.deferred = slices.Clone(f.group)
+		rt.apply(behind)
+	} else {
+		rt.apply(f.group)
+	}
+	rt.deliver(f)
+	// The hook runs before the commits count as applied, so Drain (and Close) wait for it too:
 	// what it starts, a checkpoint, is then known to whoever waits after a Drain.
-	if ok && err == nil && rt.cfg.Committed != nil {
+	if rt.cfg.Committed != nil {
 		rt.cfg.Committed()
 	}
+	n := len(f.group)
+	clear(f.group)
+	f.group = f.group[:0]
+	rt.settledCount(n)
+}
+
+// settledCount counts n persists as applied (or failed), for Drain.
+func (rt *Runtime) settledCount(n int) {
 	rt.applyMu.Lock()
-	rt.applied++
+	rt.applied += uint64(n)
 	rt.advance.Broadcast()
 	rt.applyMu.Unlock()
 }
 
-func (rt *Runtime) apply(events []eventlog.Payload, r eventlog.Receipt) bool {
+// apply folds the group's events into the projections, in log order. A commit with an event
+// the projections refuse is marked refused, and the fold goes on with the next commit.
+func (rt *Runtime) apply(group []settled) {
 	rt.setMu.Lock()
 	defer rt.setMu.Unlock()
-	for i, p := range events {
-		seq := r.First + uint64(i)
-		if err := rt.set.Apply(seq, r.Time, p); err != nil {
-			if rt.cfg.Refused == nil {
-				panic(fmt.Sprintf("cells: the projections refused durable seq %d: %v", seq, err))
+	for k := range group {
+		s := &group[k]
+		for i, p := range s.p.events {
+			seq := s.r.First + uint64(i)
+			if err := rt.set.Apply(seq, s.r.Time, p); err != nil {
+				if rt.cfg.Refused == nil {
+					panic(fmt.Sprintf("cells: the projections refused durable seq %d: %v", seq, err))
+				}
+				rt.cfg.Refused(seq, p, err)
+				s.refused = true
+				break
 			}
-			rt.cfg.Refused(seq, p, err)
-			return false
-		}
-		if rt.cfg.Applied != nil {
-			rt.cfg.Applied(seq, r.Time, p)
+			if rt.cfg.Applied != nil {
+				rt.cfg.Applied(seq, s.r.Time, p)
+			}
 		}
 	}
-	return true
+}
+
+// deliver tells the group's makers, one delivery per cell, in the order of each cell's first
+// notice: nothing is told before what an earlier commit told is scheduled.
+func (rt *Runtime) deliver(f *flushScratch) {
+	if f.cells == nil {
+		f.cells, f.refs = map[*Cell]int{}, map[cellKey]int{}
+	}
+	for _, s := range f.group {
+		p := s.p
+		switch {
+		case s.refused:
+		case p.relay != nil:
+			if p.cell.relayEpoch.Load() != p.relayEpoch {
+				continue // dropped (Env.DropRelays)
+			}
+			d := Delivery{msg: p.relay, sender: p.cell.ref}
+			if p.relayTo.Kind == actors.RefExternal {
+				f.order = append(f.order, pendingGroup{to: p.relayTo, first: d})
+				continue
+			}
+			k := keyOf(p.relayTo)
+			if i, ok := f.refs[k]; ok {
+				f.order[i].add(d)
+				continue
+			}
+			f.refs[k] = len(f.order)
+			f.order = append(f.order, pendingGroup{to: p.relayTo, first: d})
+		case p.cell != nil:
+			d := Delivery{kind: kindPersisted, msg: actors.Persisted{Then: p.then, Receipt: s.r}, incarnation: p.incarnation}
+			if i, ok := f.cells[p.cell]; ok {
+				f.order[i].add(d)
+				continue
+			}
+			f.cells[p.cell] = len(f.order)
+			f.order = append(f.order, pendingGroup{cell: p.cell, first: d})
+		default:
+			f.order = append(f.order, pendingGroup{done: p.done, r: s.r})
+		}
+	}
+	for i := range f.order {
+		f.order[i].tell(rt)
+		f.order[i] = pendingGroup{}
+	}
+	f.order = f.order[:0]
+	clear(f.cells)
+	clear(f.refs)
+}
+
+// tell schedules the group's delivery, or calls its done.
+func (g *pendingGroup) tell(rt *Runtime) {
+	d := g.first
+	if g.more != nil {
+		d = Delivery{kind: kindBatch, msg: g.more}
+	}
+	switch {
+	case g.done != nil:
+		g.done(g.r, nil)
+	case g.cell != nil:
+		rt.cfg.Scheduler.Schedule(g.cell, d)
+	case g.to.Kind == actors.RefExternal:
+		rt.cfg.External(g.to, d.msg)
+	case !rt.schedule(g.to, d):
+		if g.more == nil {
+			g.more = []Delivery{g.first}
+		}
+		for _, in := range g.more {
+			rt.bounce(g.to, in.msg)
+		}
+	}
 }
 
 // Drain waits until every persist issued so far is applied. With a single-goroutine
@@ -658,10 +860,35 @@ func (c *Cell) Relay(events []eventlog.Payload, to actors.Ref, msg any) { c.rela
 func (c *Cell) DropRelays() { c.relayEpoch.Add(1) }
 
 // Send delivers msg to an actor, from this cell.
-func (c *Cell) Send(to actors.Ref, msg any) { c.rt.Send(to, msg, c.ref) }
+func (c *Cell) Send(to actors.Ref, msg any) { c.Forward(to, msg, c.ref) }
 
 // Forward delivers msg as if sender had sent it.
-func (c *Cell) Forward(to actors.Ref, msg any, sender actors.Ref) { c.rt.Send(to, msg, sender) }
+func (c *Cell) Forward(to actors.Ref, msg any, sender actors.Ref) {
+	if !c.coalescing {
+		c.rt.Send(to, msg, sender)
+		return
+	}
+	d := Delivery{msg: msg, sender: sender}
+	if to.Kind != actors.RefExternal {
+		for i := range c.outbox {
+			if g := &c.outbox[i]; g.to.Kind != actors.RefExternal && keyOf(g.to) == keyOf(to) {
+				g.add(d)
+				return
+			}
+		}
+	}
+	c.outbox = append(c.outbox, pendingGroup{to: to, first: d})
+}
+
+// sendOutbox sends what the cell holds back on a batch's turn, in the order of each
+// destination's first message.
+func (c *Cell) sendOutbox() {
+	for i := range c.outbox {
+		c.outbox[i].tell(c.rt)
+		c.outbox[i] = pendingGroup{}
+	}
+	c.outbox = c.outbox[:0]
+}
 
 // After delivers msg to this incarnation of the cell once d has passed on the clock.
 func (c *Cell) After(d time.Duration, msg any) actors.TimerID {
@@ -680,8 +907,24 @@ func (c *Cell) Cancel(id actors.TimerID) {
 	}
 }
 
-// Stop stops the actor at ref after the messages already sent to it.
-func (c *Cell) Stop(ref actors.Ref) { c.rt.Stop(ref) }
+// Stop stops the actor at ref after the messages already sent to it. A cell that stops itself
+// is unbound at once and stops at the end of its turn, with no stop delivery: what reached it
+// before still runs on it, and what is sent after goes to a new cell.
+func (c *Cell) Stop(ref actors.Ref) {
+	c.sendOutbox() // what was sent before the stop reaches the cell it stops
+	if keyOf(ref) != keyOf(c.ref) {
+		c.rt.Stop(ref)
+		return
+	}
+	key := keyOf(ref)
+	sh := c.rt.shard(key)
+	sh.mu.Lock()
+	if sh.cells[key] == c {
+		delete(sh.cells, key)
+	}
+	sh.mu.Unlock()
+	c.stopped, c.draining = true, true
+}
 
 // Read runs fn with the committed projections.
 func (c *Cell) Read(fn func(*projections.Set)) { c.rt.Read(fn) }

@@ -24,6 +24,7 @@ type driver struct {
 	seq     uint64
 	out     []string // what reached external parties, and what the probes saw
 	broken  []string
+	handled int // deliveries run
 }
 
 type queued struct {
@@ -71,6 +72,7 @@ func (d *driver) run() {
 		q := d.queue[0]
 		d.queue = d.queue[1:]
 		d.rt.Handle(q.c, q.d)
+		d.handled++
 	}
 }
 
@@ -87,6 +89,7 @@ func (d *driver) sync(err error) {
 		d.seq += uint64(len(c.events))
 		c.done(eventlog.Receipt{First: first, Last: d.seq, Time: d.now}, nil)
 	}
+	d.rt.Flush()
 }
 
 // advance moves the clock, firing what falls due.
@@ -121,7 +124,12 @@ type (
 		n  int
 		to string
 	}
-	seeQuota   struct{ of string }
+	seeQuota struct{ of string }
+	// tellAfter persists a quota of n and, once it is durable, tells the probe named to.
+	tellAfter struct {
+		n  int
+		to string
+	}
 	dropRelays struct{}
 )
 
@@ -132,9 +140,15 @@ func (p *probe) Receive(env actors.Env, msg any) {
 	case setQuota:
 		env.Persist([]eventlog.Payload{eventlog.TenantQuotaSet{Tenant: p.name, MaxActive: m.n}}, m)
 	case actors.Persisted:
+		if t, ok := m.Then.(tellAfter); ok {
+			env.Send(actors.TenantRef(t.to), fmt.Sprintf("%s's quota %d is durable", p.name, t.n))
+			return
+		}
 		var seen int
 		env.Read(func(s *projections.Set) { seen = s.Tenant(p.name).MaxActive })
 		p.d.out = append(p.d.out, fmt.Sprintf("%s persisted %v err=%v projections=%d", p.name, m.Then, m.Err, seen))
+	case tellAfter:
+		env.Persist([]eventlog.Payload{eventlog.TenantQuotaSet{Tenant: p.name, MaxActive: m.n}}, m)
 	case relayQuota:
 		env.Relay([]eventlog.Payload{eventlog.TenantQuotaSet{Tenant: p.name, MaxActive: m.n}}, actors.TenantRef(m.to), seeQuota{p.name})
 	case dropRelays:
@@ -325,3 +339,85 @@ type echo struct{}
 
 func (echo) Recover(actors.Env)              {}
 func (echo) Receive(env actors.Env, msg any) { env.Send(env.Sender(), msg) }
+
+// TestGroupCommitTellsEachCellOnce: what one group commit tells a cell (its Persisted notices,
+// the relays to it) reaches it in one delivery, in the order of the commits, and the whole
+// group is applied before any of it is told: an fsync of many commits wakes each actor once.
+func TestGroupCommitTellsEachCellOnce(t *testing.T) {
+	d := newDriver()
+	a, c := actors.TenantRef("a"), actors.TenantRef("c")
+	d.rt.Send(a, setQuota{1}, actors.Ref{})
+	d.rt.Send(c, relayQuota{n: 8, to: "b"}, actors.Ref{})
+	d.rt.Send(a, setQuota{2}, actors.Ref{})
+	d.rt.Send(c, relayQuota{n: 9, to: "b"}, actors.Ref{})
+	d.rt.Send(a, relayQuota{n: 3, to: "b"}, actors.Ref{})
+	d.run()
+	d.sync(nil)
+	var to []string
+	for _, q := range d.queue {
+		to = append(to, q.c.Ref().ID)
+	}
+	if want := []string{"a", "b"}; !slices.Equal(to, want) {
+		t.Fatalf("the group commit made deliveries to %q, want one to each of %q", to, want)
+	}
+	d.run()
+	want := []string{
+		"a persisted {1} err=<nil> projections=3", "a persisted {2} err=<nil> projections=3",
+		"b sees c's quota 9, from c", "b sees c's quota 9, from c", "b sees a's quota 3, from a",
+	}
+	if !slices.Equal(d.out, want) {
+		t.Fatalf("saw\n  %q\nwant\n  %q", d.out, want)
+	}
+}
+
+// TestStopSelfCostsNoDelivery: a cell that stops itself is unbound on its turn, with no stop
+// delivery after it (a job's cell does so when its lease's end is durable); what was sent to
+// it before still runs on it, and what comes after makes a new cell.
+func TestStopSelfCostsNoDelivery(t *testing.T) {
+	d := newDriver()
+	a := actors.TenantRef("a")
+	d.rt.Send(a, "first", actors.Ref{})
+	d.rt.Send(a, stopSelf{}, actors.Ref{})
+	d.rt.Send(a, "queued before the stop", actors.Ref{})
+	handled := 0
+	for len(d.queue) > 0 {
+		q := d.queue[0]
+		d.queue = d.queue[1:]
+		d.rt.Handle(q.c, q.d)
+		handled++
+	}
+	if handled != 3 {
+		t.Fatalf("%d deliveries for three messages and a stop of itself, want 3", handled)
+	}
+	if d.rt.Bound(a) != nil {
+		t.Fatal("the stopped cell is still bound")
+	}
+	d.rt.Send(a, "after", actors.Ref{})
+	d.run()
+	want := []string{"a got first (recovered 1)", "a got queued before the stop (recovered 1)", "a got after (recovered 1)"}
+	if !slices.Equal(d.out, want) {
+		t.Fatalf("saw\n  %q\nwant\n  %q", d.out, want)
+	}
+}
+
+// TestBatchTurnSendsOncePerCell: what a cell sends on the turn of a group commit's notices goes
+// to each cell in one delivery at the end of the turn (a tenant's enqueues of the submits one
+// fsync made durable reach the dispatcher together), in the order sent.
+func TestBatchTurnSendsOncePerCell(t *testing.T) {
+	d := newDriver()
+	a := actors.TenantRef("a")
+	for n := range 3 {
+		d.rt.Send(a, tellAfter{n: n, to: "b"}, actors.Ref{})
+	}
+	d.run()
+	d.sync(nil)
+	d.handled = 0
+	d.run()
+	want := []string{"b got a's quota 0 is durable (recovered 1)", "b got a's quota 1 is durable (recovered 1)", "b got a's quota 2 is durable (recovered 1)"}
+	if !slices.Equal(d.out, want) {
+		t.Fatalf("saw\n  %q\nwant\n  %q", d.out, want)
+	}
+	if d.handled != 2 {
+		t.Fatalf("%d deliveries after the sync, want 2: the three Persisted to a in one, a's three messages to b in one", d.handled)
+	}
+}
