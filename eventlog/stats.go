@@ -186,10 +186,12 @@ func (l *Log) StorageStats() StorageStats {
 	for i := range s.Levels {
 		lm := &m.Levels[i]
 		s.Levels[i] = LevelStats{
-			Tables:         lm.TablesCount,
-			TableBytes:     lm.TablesSize,
-			FlushedBytes:   lm.TableBytesFlushed + lm.BlobBytesFlushed,
-			CompactedBytes: lm.TableBytesCompacted + lm.BlobBytesCompacted,
+			Tables:       lm.TablesCount,
+			TableBytes:   lm.TablesSize,
+			FlushedBytes: lm.TableBytesFlushed + lm.BlobBytesFlushed,
+			// Pebble counts a flush's blob files as compacted too (compaction.go, where it
+			// takes a flush for a compaction): they are the flush's alone here.
+			CompactedBytes: lm.TableBytesCompacted + lm.BlobBytesCompacted - lm.BlobBytesFlushed,
 			ReadBytes:      lm.TableBytesRead,
 			IngestedTables: lm.TablesIngested,
 			IngestedBytes:  lm.TableBytesIngested,

@@ -2,6 +2,8 @@ package eventlog_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -20,8 +22,13 @@ func TestStorageStatsCountPebblesWrites(t *testing.T) {
 	}
 	defer l.Close()
 	before := l.StorageStats()
+	big := eventlog.Event{Stream: "job/b", Type: "test.big", Data: fmt.Appendf(nil, `{"pad":%q}`, strings.Repeat("x", 1000))}
 	for i := range 100 {
-		if _, err := l.Append(context.Background(), eventlogtest.Event("job/s", i)); err != nil {
+		ev := eventlogtest.Event("job/s", i)
+		if i%2 == 0 {
+			ev = big // a value the flush separates into a blob file (layout.go)
+		}
+		if _, err := l.Append(context.Background(), ev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -37,6 +44,9 @@ func TestStorageStatsCountPebblesWrites(t *testing.T) {
 	}
 	if st.Flushes != before.Flushes+1 || st.Levels[0].FlushedBytes == 0 {
 		t.Errorf("flushes %d (%d before), L0 flushed %d bytes", st.Flushes, before.Flushes, st.Levels[0].FlushedBytes)
+	}
+	if st.Compactions == before.Compactions && st.CompactedBytes() != 0 {
+		t.Errorf("no compaction ran, and yet compactions wrote %d bytes (a flush's blob file counted twice?)", st.CompactedBytes())
 	}
 	var tables, ingested uint64
 	for _, lv := range st.Levels {
