@@ -204,7 +204,10 @@ func (l *Log) ingestGroups(keys []ingestKey) ([]ingestGroup, error) {
 		spanEnd []byte // the end of the run's span
 	}
 	var runs []run
-	it, err := l.db.NewIter(nil)
+	// Over the view table alone: the checkpoint's own key replaces the last one, always. The
+	// seeks go forwards only, so that Pebble tries each from where the last one stopped, in
+	// the block it holds, before it seeks again from the top of every level.
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefixView), UpperBound: []byte(prefixViewEnd)})
 	if err != nil {
 		return nil, err
 	}
@@ -220,10 +223,12 @@ func (l *Log) ingestGroups(keys []ingestKey) ([]ingestGroup, error) {
 		_, spanEnd, _ := keySpan(k.key)
 		r := run{ingestGroup: ingestGroup{i, i + 1}, clean: true, spanEnd: spanEnd}
 		next = nil
-		if it.SeekGE(k.key) {
+		if !bytes.HasPrefix(k.key, []byte(prefixView)) {
+			r.clean = false
+		} else if it.SeekGE(k.key) {
 			if bytes.Equal(it.Key(), k.key) {
-				r.clean = false // k replaces or deletes a key the store holds
-				it.Next()
+				r.clean = false                                     // k replaces or deletes a key the store holds
+				it.SeekGE(append(k.key[:len(k.key):len(k.key)], 0)) // the key after k
 			}
 			if it.Valid() {
 				next = bytes.Clone(it.Key())
