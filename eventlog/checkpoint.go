@@ -227,8 +227,9 @@ func (l *Log) ingestGroups(keys []ingestKey) ([]ingestGroup, error) {
 			r.clean = false
 		} else if it.SeekGE(k.key) {
 			if bytes.Equal(it.Key(), k.key) {
-				r.clean = false                                     // k replaces or deletes a key the store holds
-				it.SeekGE(append(k.key[:len(k.key):len(k.key)], 0)) // the key after k
+				// k replaces or deletes a key the store holds: look on from the key after k.
+				r.clean = false
+				it.SeekGE(append(k.key[:len(k.key):len(k.key)], 0))
 			}
 			if it.Valid() {
 				next = bytes.Clone(it.Key())
