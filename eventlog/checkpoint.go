@@ -116,8 +116,8 @@ type ingestKey struct {
 const ingestPrefix = "checkpoint-ingest-"
 
 // writeIngestTables writes keys as tables to ingest, sorted, the last write of a key winning
-// (a batch's rule), one table per span of the store's layout (layout.go), so that an ingested
-// table is cut where Pebble's own would be and lands beside them.
+// (a batch's rule). It cuts them where ingestGroups says, so that what a checkpoint appends
+// past everything the store holds goes into the bottom level as it is (doc.go, "Tables").
 func (l *Log) writeIngestTables(keys []ingestKey) (paths []string, err error) {
 	// By key, then in the order written: pdqsort with the order as a tiebreak, several times
 	// faster here than a stable sort's merges.
@@ -127,47 +127,148 @@ func (l *Log) writeIngestTables(keys []ingestKey) (paths []string, err error) {
 		}
 		return cmp.Compare(a.order, b.order)
 	})
-	fs := l.popts.FS
-	var (
-		w       *sstable.Writer
-		spanEnd []byte
-	)
-	finish := func() error {
-		if w == nil {
-			return nil
-		}
-		err := w.Close()
-		w = nil
-		return err
-	}
+	kept := keys[:0]
 	for i, k := range keys {
 		if i+1 < len(keys) && bytes.Equal(k.key, keys[i+1].key) {
 			continue // a later write of the key replaces this one
 		}
-		if w == nil || spanEnd != nil && bytes.Compare(k.key, spanEnd) >= 0 {
-			if err := finish(); err != nil {
-				return paths, err
-			}
-			_, spanEnd, _ = keySpan(k.key)
-			path := fs.PathJoin(l.dir, fmt.Sprintf("%s%d.sst", ingestPrefix, l.ingestTables.Add(1)))
-			f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
-			if err != nil {
-				return paths, err
-			}
-			paths = append(paths, path)
-			w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), l.popts.MakeWriterOptions(0, l.db.TableFormat()))
-		}
-		if k.del {
-			err = w.Delete(k.key)
-		} else {
-			err = w.Set(k.key, k.value)
-		}
+		kept = append(kept, k)
+	}
+	keys = kept
+	groups, err := l.ingestGroups(keys)
+	if err != nil {
+		return nil, err
+	}
+	fs := l.popts.FS
+	for _, g := range groups {
+		path := fs.PathJoin(l.dir, fmt.Sprintf("%s%d.sst", ingestPrefix, l.ingestTables.Add(1)))
+		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 		if err != nil {
-			_ = finish()
+			return paths, err
+		}
+		paths = append(paths, path)
+		w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), l.popts.MakeWriterOptions(0, l.db.TableFormat()))
+		for _, k := range keys[g.start:g.end] {
+			if k.del {
+				err = w.Delete(k.key)
+			} else {
+				err = w.Set(k.key, k.value)
+			}
+			if err != nil {
+				_ = w.Close()
+				return paths, err
+			}
+		}
+		if err := w.Close(); err != nil {
 			return paths, err
 		}
 	}
-	return paths, finish()
+	return paths, nil
+}
+
+// ingestGroup is keys[start:end] of a checkpoint, written as one table.
+type ingestGroup struct{ start, end int }
+
+// ingestRunKeysMin is the fewest keys a run that overlaps nothing gets a table of its own for:
+// one table a key (a lone late job, a label's new value) would cost a file and a sync each, at
+// every checkpoint, for a few bytes that a compaction merges cheaply.
+const ingestRunKeysMin = 64
+
+// ingestGapBytesMax is how much of the store a table of scattered keys may reach across and
+// still take in its neighbours: past it they go in tables of their own, so that a compaction
+// merges each with what is around it, not with everything between (retention's deletes at the
+// old end of a span, late jobs at its new end).
+const ingestGapBytesMax = 1 << 20
+
+// ingestTablesMax bounds the tables of one checkpoint: past it, the scattered keys of a span go
+// in one table, however far apart.
+const ingestTablesMax = 256
+
+// ingestGroups cuts sorted keys into the tables of a checkpoint's ingestion. Pebble puts an
+// ingested table in the lowest level where nothing overlaps it (nothing of the store lies
+// between its first and last key): a table there is never rewritten by a compaction of its
+// own, where one that overlaps goes into L0 and is merged, with every table of the level below
+// that it overlaps, into the bottom again.
+//
+// So the keys are cut into runs, at the end of each span of the layout (layout.go), as Pebble
+// cuts its own tables, and wherever the store holds a key between two of them or the key
+// itself. A run of ingestRunKeysMin keys or more that overlaps nothing is a table: the jobs a
+// checkpoint adds to each index past all it held (view/j, each of List's indexes, view/d, ...),
+// which land in the bottom level beside the tables before them. The other runs of a span (late
+// jobs, deletes, overwrites) go together into one table between two such, unless the store
+// holds more than ingestGapBytesMax between them.
+func (l *Log) ingestGroups(keys []ingestKey) ([]ingestGroup, error) {
+	type run struct {
+		ingestGroup
+		clean   bool   // the store holds no key from the run's first key to its last
+		spanEnd []byte // the end of the run's span
+	}
+	var runs []run
+	// Over the view table alone: the checkpoint's own key replaces the last one, always. The
+	// seeks go forwards only, so that Pebble tries each from where the last one stopped, in
+	// the block it holds, before it seeks again from the top of every level.
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefixView), UpperBound: []byte(prefixViewEnd)})
+	if err != nil {
+		return nil, err
+	}
+	var next []byte // the first key of the store after the run's last key so far; nil: none
+	for i, k := range keys {
+		if len(runs) > 0 {
+			r := &runs[len(runs)-1]
+			if (r.spanEnd == nil || bytes.Compare(k.key, r.spanEnd) < 0) && (next == nil || bytes.Compare(k.key, next) < 0) {
+				r.end = i + 1
+				continue
+			}
+		}
+		_, spanEnd, _ := keySpan(k.key)
+		r := run{ingestGroup: ingestGroup{i, i + 1}, clean: true, spanEnd: spanEnd}
+		next = nil
+		if !bytes.HasPrefix(k.key, []byte(prefixView)) {
+			r.clean = false
+		} else if it.SeekGE(k.key) {
+			if bytes.Equal(it.Key(), k.key) {
+				// k replaces or deletes a key the store holds: look on from the key after k.
+				r.clean = false
+				it.SeekGE(append(k.key[:len(k.key):len(k.key)], 0))
+			}
+			if it.Valid() {
+				next = bytes.Clone(it.Key())
+			}
+		}
+		runs = append(runs, r)
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	group := func(bridgeGaps bool) ([]ingestGroup, error) {
+		var groups []ingestGroup
+		scattered := false // the last group is of scattered runs, which the next may join
+		for i, r := range runs {
+			alone := r.clean && r.end-r.start >= ingestRunKeysMin
+			if !alone && scattered && bytes.Equal(r.spanEnd, runs[i-1].spanEnd) {
+				join := bridgeGaps
+				if !join {
+					gap, err := l.db.EstimateDiskUsage(keys[r.start-1].key, keys[r.start].key)
+					if err != nil {
+						return nil, err
+					}
+					join = gap <= ingestGapBytesMax
+				}
+				if join {
+					groups[len(groups)-1].end = r.end
+					continue
+				}
+			}
+			groups = append(groups, r.ingestGroup)
+			scattered = !alone
+		}
+		return groups, nil
+	}
+	groups, err := group(len(runs) > 4*ingestTablesMax) // past that, the gaps are not worth a look each
+	if err == nil && len(groups) > ingestTablesMax {
+		groups, err = group(true)
+	}
+	return groups, err
 }
 
 // removeIngestLeftovers removes the tables to ingest that a crash left beside the store. One it

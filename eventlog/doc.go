@@ -67,7 +67,20 @@
 // one per kind of stream (idx/job/, idx/worker/, ...), view/ one per first byte of a view key.
 // Each span is appended at one end or a few (log/ at the head, idx/job/ and view/j at the
 // newest jobs), so a flushed table overlaps only the last tables of its span below it, and a
-// compaction leaves the rest of the log where it is.
+// compaction leaves the rest of the log where it is. The tables below L0 are cut at 1 MiB in
+// the base level (twice that a level down), a quarter of Pebble's size: idx/job/ is not
+// appended at one end only, since every record of a job goes beside its first, and under a
+// backlog each compaction rewrote the one table that held all of it (layout.go).
+//
+// A checkpoint's view writes do not pass through L0 when they need not (checkpoint.go). They
+// are written as tables cut at the spans and, within a span, wherever the store holds a key
+// between two of them: what a checkpoint adds past everything an index held (view/j, each of
+// List's indexes, which share the span view/l, view/d) is a table that overlaps nothing, and
+// Pebble puts it in the bottom level as it is, splitting the table there whose bounds (not
+// keys) it falls within. Only the rest (late jobs, deletes, what a checkpoint replaces) goes
+// into L0 in small tables, and a compaction merges each with the few tables it overlaps, not
+// with a whole index. So what a checkpoint costs the disk does not grow with the history the
+// views hold.
 //
 // Values of 256 bytes or more (records, view values) are separated: a flush writes them to a
 // blob file beside its table, one blob file per table and so per span, and the table keeps a
@@ -77,10 +90,14 @@
 // blob files. Checkpoints and meta/ keep their values in their tables: a checkpoint is replaced
 // at every save.
 //
-// None of this changes what a crash keeps. Every batch still goes whole into Pebble's WAL,
-// with the records in it, and the rules below are about the WAL alone; a flush syncs its
-// tables and blob files before the MANIFEST names them, and the WAL it replaces is removed
-// only after that. Blob files need Pebble's format FormatValueSeparation: a store is opened
+// None of this changes what a crash keeps. A checkpoint's tables, however many, go in one
+// ingestion, which Pebble applies as one MANIFEST edit after syncing every table: a crash
+// leaves all of them (the checkpoint and its view writes) or none, as with one table. The key
+// layout itself did not change with the cuts, so a store of any earlier build opens as it is,
+// and its tables are cut anew as compactions rewrite them. Every batch still goes whole into
+// Pebble's WAL, with the records in it, and the rules below are about the WAL alone; a flush
+// syncs its tables and blob files before the MANIFEST names them, and the WAL it replaces is
+// removed only after that. Blob files need Pebble's format FormatValueSeparation: a store is opened
 // for writing at FormatNewest (which is that), so an older store is ratcheted up at its first
 // writable open; a read-only open reads it at the format it has.
 //

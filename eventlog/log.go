@@ -279,7 +279,12 @@ func Open(dir string, opts Options) (*Log, error) {
 		popts.Levels[i].BlockSize = hotLogBlockSize
 	}
 	popts.Experimental.SpanPolicyFunc = keySpan // tables cut at spans (layout.go)
-	gate := newCompactionGate()                 // shut while Open runs (compactions.go)
+	// A checkpoint's table that overlaps no key of the store, only the bounds of a table in
+	// the bottom level, goes into that level, the table split around it (checkpoint.go).
+	popts.Experimental.IngestSplit = func() bool { return true }
+	// Tables below L0 cut smaller than Pebble's, so a compaction rewrites less (layout.go).
+	popts.TargetFileSizes[0], popts.TargetFileSizes[1] = l0TableSize, baseTableSize
+	gate := newCompactionGate() // shut while Open runs (compactions.go)
 	popts.Experimental.CompactionScheduler = gate
 	popts.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy { return hotLogValueSeparation }
 	if !opts.ReadOnly {

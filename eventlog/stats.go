@@ -121,3 +121,81 @@ func (l *Log) HotBytes() uint64 {
 	}
 	return n
 }
+
+// StorageStats is what Pebble did with the store since Open, and what the store holds now:
+// what a job costs the disk beyond its own records (flushes, compactions, the checkpoints'
+// ingestions), for metrics and benchmarks. It is read from Pebble's metrics, which take a lock
+// of Pebble's: a scrape's figure, not the commit path's.
+type StorageStats struct {
+	// WALBytesIn is the bytes of the batches written to the WAL; WALBytesWritten the bytes of
+	// the WAL files, with their framing and padding.
+	WALBytesIn, WALBytesWritten uint64
+	// Flushes, Compactions and Ingestions count what Pebble finished; an ingestion is a
+	// checkpoint's tables taken in (SaveCheckpoint).
+	Flushes, Compactions, Ingestions uint64
+	// CompactionSeconds is the time compactions took, added up.
+	CompactionSeconds float64
+	// CompactionDebtBytes is Pebble's estimate of what compactions must still write to bring
+	// the levels into shape.
+	CompactionDebtBytes uint64
+	// ReadAmp is how many tables (L0's sublevels and the other levels that hold any) a read
+	// that finds nothing must look in.
+	ReadAmp int
+	// BlobFiles and BlobBytes are the blob files that hold the separated values (layout.go).
+	BlobFiles, BlobBytes uint64
+	// Levels are L0..L6.
+	Levels [7]LevelStats
+}
+
+// LevelStats is one level of the LSM.
+type LevelStats struct {
+	Tables, TableBytes int64 // the tables the level holds now, and their size
+	// FlushedBytes: tables and blob files flushes wrote into the level (L0 alone).
+	FlushedBytes uint64
+	// CompactedBytes: tables and blob files compactions wrote into the level; ReadBytes what
+	// they read of the level's own tables to do it.
+	CompactedBytes, ReadBytes uint64
+	// IngestedTables and IngestedBytes: the checkpoints' tables that ingestion put in the
+	// level; the lower the level, the less Pebble rewrites them later.
+	IngestedTables, IngestedBytes uint64
+}
+
+// CompactedBytes is what compactions wrote into every level.
+func (s StorageStats) CompactedBytes() (n uint64) {
+	for _, l := range s.Levels {
+		n += l.CompactedBytes
+	}
+	return n
+}
+
+// StorageStats returns what Pebble reports of the store.
+func (l *Log) StorageStats() StorageStats {
+	m := l.db.Metrics()
+	s := StorageStats{
+		WALBytesIn:          m.WAL.BytesIn,
+		WALBytesWritten:     m.WAL.BytesWritten,
+		Flushes:             uint64(m.Flush.Count),
+		Compactions:         uint64(m.Compact.Count),
+		Ingestions:          m.Ingest.Count,
+		CompactionSeconds:   m.Compact.Duration.Seconds(),
+		CompactionDebtBytes: m.Compact.EstimatedDebt,
+		ReadAmp:             m.ReadAmp(),
+		BlobFiles:           m.BlobFiles.LiveCount,
+		BlobBytes:           m.BlobFiles.LiveSize,
+	}
+	for i := range s.Levels {
+		lm := &m.Levels[i]
+		s.Levels[i] = LevelStats{
+			Tables:       lm.TablesCount,
+			TableBytes:   lm.TablesSize,
+			FlushedBytes: lm.TableBytesFlushed + lm.BlobBytesFlushed,
+			// Pebble counts a flush's blob files as compacted too (compaction.go, where it
+			// takes a flush for a compaction): they are the flush's alone here.
+			CompactedBytes: lm.TableBytesCompacted + lm.BlobBytesCompacted - lm.BlobBytesFlushed,
+			ReadBytes:      lm.TableBytesRead,
+			IngestedTables: lm.TablesIngested,
+			IngestedBytes:  lm.TableBytesIngested,
+		}
+	}
+	return s
+}

@@ -28,6 +28,10 @@
 //
 // So memory, a checkpoint, shutdown and start-up cost what is live and what finished since the
 // last checkpoint, never the history, and a read of a finished job costs a page of the table.
+// Nor does the disk: the table's keys are laid out so that what a flush adds comes after all
+// its index held (a job's id, which grows with time, or when it finished, ends every key), and
+// the log writes those keys as tables of their own that go into the bottom level of its store
+// untouched, where compactions never rewrite them (eventlog's doc, "Tables").
 // A query merges memory's keys with the table's, memory winning for any job it holds or that
 // changed since the last flush (table.go has the key layout and the invariants). An event on a
 // stored job (an expiry, a re-drive) brings it back into memory first.

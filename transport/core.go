@@ -22,6 +22,7 @@ type Core interface {
 	Head() eventlog.Head
 	LogStats() eventlog.Stats
 	LogBytes() uint64
+	StorageStats() eventlog.StorageStats
 	Archive() broker.ArchiveState
 	Checkpoint() (seq uint64, covers time.Time)
 

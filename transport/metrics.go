@@ -149,6 +149,7 @@ func (s *Server) serveMetrics(r *request) error {
 	}
 	e.family("tether_log_size_bytes", "gauge", "Disk space the event log's store takes.")
 	e.sample("tether_log_size_bytes", float64(r.b.LogBytes()))
+	e.storage(r.b.StorageStats())
 	arch := r.b.Archive()
 	for _, m := range []struct {
 		name, kind, help string
@@ -275,6 +276,46 @@ func (s *Server) serveStandbyMetrics(w http.ResponseWriter, r *http.Request, st 
 	e.process()
 	w.Header().Set("Content-Type", metricsContentType)
 	_, _ = w.Write(e.buf.Bytes())
+}
+
+// storage is the tether_pebble_* families: what the log's store wrote beyond the log's own
+// records and what it holds, per level where Pebble counts per level.
+func (e *exposition) storage(st eventlog.StorageStats) {
+	for _, m := range []struct {
+		name, kind, help string
+		v                float64
+	}{
+		{"tether_pebble_wal_bytes_in_total", "counter", "Bytes of the batches written to Pebble's WAL.", float64(st.WALBytesIn)},
+		{"tether_pebble_wal_bytes_written_total", "counter", "Bytes written to Pebble's WAL files, framing included.", float64(st.WALBytesWritten)},
+		{"tether_pebble_flushes_total", "counter", "Memtables Pebble flushed to tables.", float64(st.Flushes)},
+		{"tether_pebble_compactions_total", "counter", "Compactions Pebble finished.", float64(st.Compactions)},
+		{"tether_pebble_compaction_seconds_total", "counter", "Time Pebble's compactions took, added up.", st.CompactionSeconds},
+		{"tether_pebble_ingestions_total", "counter", "Checkpoints' tables Pebble took in, one ingestion a checkpoint.", float64(st.Ingestions)},
+		{"tether_pebble_compaction_debt_bytes", "gauge", "Pebble's estimate of the bytes compactions must still write to bring the levels into shape.", float64(st.CompactionDebtBytes)},
+		{"tether_pebble_read_amp", "gauge", "Tables a read that finds nothing looks in: L0's sublevels and every other level that holds a table.", float64(st.ReadAmp)},
+		{"tether_pebble_blob_files", "gauge", "Blob files holding the values separated from the tables.", float64(st.BlobFiles)},
+		{"tether_pebble_blob_bytes", "gauge", "Bytes of those blob files.", float64(st.BlobBytes)},
+	} {
+		e.family(m.name, m.kind, m.help)
+		e.sample(m.name, m.v)
+	}
+	for _, m := range []struct {
+		name, kind, help string
+		v                func(eventlog.LevelStats) float64
+	}{
+		{"tether_pebble_flush_bytes_total", "counter", "Bytes of tables and blob files flushes wrote, by level (L0 alone).", func(l eventlog.LevelStats) float64 { return float64(l.FlushedBytes) }},
+		{"tether_pebble_compaction_bytes_written_total", "counter", "Bytes of tables and blob files compactions wrote into each level.", func(l eventlog.LevelStats) float64 { return float64(l.CompactedBytes) }},
+		{"tether_pebble_compaction_bytes_read_total", "counter", "Bytes of each level's tables compactions read and rewrote.", func(l eventlog.LevelStats) float64 { return float64(l.ReadBytes) }},
+		{"tether_pebble_ingested_bytes_total", "counter", "Bytes of checkpoint tables ingested into each level (the lower, the less is rewritten later).", func(l eventlog.LevelStats) float64 { return float64(l.IngestedBytes) }},
+		{"tether_pebble_ingested_tables_total", "counter", "Checkpoint tables ingested into each level.", func(l eventlog.LevelStats) float64 { return float64(l.IngestedTables) }},
+		{"tether_pebble_level_tables", "gauge", "Tables each level holds.", func(l eventlog.LevelStats) float64 { return float64(l.Tables) }},
+		{"tether_pebble_level_bytes", "gauge", "Bytes of the tables each level holds.", func(l eventlog.LevelStats) float64 { return float64(l.TableBytes) }},
+	} {
+		e.family(m.name, m.kind, m.help)
+		for i, l := range st.Levels {
+			e.sample(m.name, m.v(l), "level", strconv.Itoa(i))
+		}
+	}
 }
 
 // role is the tether_role family: 1 for this server's role.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -139,6 +140,22 @@ func TestMetricsAfterWork(t *testing.T) {
 	}
 	if _, ok := got["tether_checkpoint_seq"]; !ok {
 		t.Error("no tether_checkpoint_seq")
+	}
+	// Pebble's own figures: the WAL took the events, and every level has its series.
+	if got["tether_pebble_wal_bytes_written_total"] < got["tether_pebble_wal_bytes_in_total"] || got["tether_pebble_wal_bytes_in_total"] <= 0 {
+		t.Errorf("WAL bytes in %v, written %v", got["tether_pebble_wal_bytes_in_total"], got["tether_pebble_wal_bytes_written_total"])
+	}
+	for _, name := range []string{"tether_pebble_compaction_bytes_written_total", "tether_pebble_flush_bytes_total", "tether_pebble_ingested_bytes_total", "tether_pebble_level_tables", "tether_pebble_level_bytes"} {
+		for level := range 7 {
+			if _, ok := got[fmt.Sprintf(`%s{level="%d"}`, name, level)]; !ok {
+				t.Errorf("no %s for level %d", name, level)
+			}
+		}
+	}
+	for _, name := range []string{"tether_pebble_read_amp", "tether_pebble_compactions_total", "tether_pebble_flushes_total", "tether_pebble_ingestions_total", "tether_pebble_compaction_debt_bytes"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no %s", name)
+		}
 	}
 	checkKEDAExample(t, got)
 }

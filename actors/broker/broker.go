@@ -426,6 +426,10 @@ func (b *Broker) LogStats() eventlog.Stats { return b.elog.Stats() }
 // LogBytes is the space the log's store takes on disk.
 func (b *Broker) LogBytes() uint64 { return b.elog.DiskBytes() }
 
+// StorageStats reports what the log's store (Pebble) wrote and holds: flushes, compactions,
+// ingestions, levels.
+func (b *Broker) StorageStats() eventlog.StorageStats { return b.elog.StorageStats() }
+
 // JobStream yields the durable records of a job's stream from seq on, in order: what an event
 // stream (SSE) of the job sends.
 func (b *Broker) JobStream(jobID string, from uint64) iter.Seq2[eventlog.Record, error] {
