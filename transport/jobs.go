@@ -88,8 +88,10 @@ func specOf(req wire.SubmitRequest, header string) (actors.JobSpec, error) {
 	return spec, nil
 }
 
-// submitted holds what a submit's answer points at besides the job.
+// submitted holds the spec a submit hands the broker (a variadic argument through the Core
+// interface escapes) and what its answer points at besides the job: one allocation for all.
 type submitted struct {
+	spec    [1]actors.JobSpec
 	receipt wire.Receipt
 	hit     bool
 }
@@ -99,12 +101,13 @@ func (s *Server) submit(r *request) error {
 	if err := r.decodeSubmit(int64(actors.DefaultPayloadBytesMax+envelopeBytes), &req); err != nil {
 		return err
 	}
-	spec, err := specOf(req, r.Header.Get(IdempotencyKeyHeader))
-	if err != nil {
+	x := new(submitted)
+	var err error
+	if x.spec[0], err = specOf(req, r.Header.Get(IdempotencyKeyHeader)); err != nil {
 		return err
 	}
 	tp, span := s.startSubmit(r, "tether.submit")
-	res, rc, err := r.b.Submit(withTraceparent(r.Context(), tp), r.by.tenant, r.by.apiKeyID, spec)
+	res, rc, err := r.b.Submit(withTraceparent(r.Context(), tp), r.by.tenant, r.by.apiKeyID, x.spec[:]...)
 	if err != nil {
 		span.End(err)
 		return err
@@ -114,7 +117,7 @@ func (s *Server) submit(r *request) error {
 	span.SetInt(tracing.AttrSeq, int64(rc.Seq))
 	span.End(nil)
 	job := jobResource(res[0].Job, s.clock())
-	x := &submitted{receipt(rc), res[0].IdempotentHit} // one allocation for both
+	x.receipt, x.hit = receipt(rc), res[0].IdempotentHit
 	job.Receipt, job.IdempotentHit = &x.receipt, &x.hit
 	status := http.StatusCreated
 	if x.hit {

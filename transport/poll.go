@@ -426,7 +426,7 @@ func (s *Server) workerReport(r *request, limit int64, req any, frame func() wir
 		return err
 	}
 	f := frame()
-	f.JobID, f.Traceparent = r.PathValue("id"), r.Header.Get(TraceparentHeader)
+	f.JobID, f.Traceparent = r.PathValue("id"), r.Header.Get(traceparentKey)
 	op, err := protocol.WorkerOp(r.by.worker.ID, f.JobID, f)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,6 +251,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeError(w, errorf(wire.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+		return
+	}
+	if r.RequestURI != "*" && !strings.Contains(pattern, "{") {
+		// What the mux's ServeHTTP would do, without matching the request a second time: a
+		// pattern without wildcards gives the handler no path values, only itself.
+		r.Pattern = pattern
+		h.ServeHTTP(w, r)
 		return
 	}
 	s.mux.ServeHTTP(w, r)

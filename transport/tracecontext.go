@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/tetherhq/tether/actors"
@@ -13,6 +14,10 @@ import (
 
 // TraceparentHeader is the W3C Trace Context header a submit continues.
 const TraceparentHeader = "traceparent"
+
+// traceparentKey is TraceparentHeader as net/http keys a request's headers: Header.Get
+// canonicalizes a key that is not, and allocates the canonical copy on every call.
+var traceparentKey = http.CanonicalHeaderKey(TraceparentHeader)
 
 // assignFrame is the assign frame of a, with the trace context of its attempt when tracing is
 // on (tracing.Tracer.Assigned).
@@ -43,7 +48,7 @@ func unreported(error) {}
 // it holds a valid one (W3C Trace Context: a header that does not parse is ignored, never
 // refused), else "".
 func (s *Server) startSubmit(r *request, name string) (string, tracing.Span) {
-	caller, _ := ParseTraceparent(r.Header.Get(TraceparentHeader))
+	caller, _ := ParseTraceparent(r.Header.Get(traceparentKey))
 	return s.cfg.Tracing.StartSubmit(r.Context(), name, caller, r.by.tenant)
 }
 
