@@ -303,7 +303,7 @@ func (e *exposition) storage(st eventlog.StorageStats) {
 		name, kind, help string
 		v                func(eventlog.LevelStats) float64
 	}{
-		{"tether_pebble_flush_bytes_total", "counter", "Bytes of tables and blob files flushes wrote, by level (L0 alone).", func(l eventlog.LevelStats) float64 { return float64(l.FlushedBytes) }},
+		{"tether_pebble_flush_bytes_total", "counter", "Bytes of tables and blob files flushes wrote, by level: flushes write into L0, so the other levels stay 0 (kept so that every tether_pebble_ series by level has the same labels).", func(l eventlog.LevelStats) float64 { return float64(l.FlushedBytes) }},
 		{"tether_pebble_compaction_bytes_written_total", "counter", "Bytes of tables and blob files compactions wrote into each level.", func(l eventlog.LevelStats) float64 { return float64(l.CompactedBytes) }},
 		{"tether_pebble_compaction_bytes_read_total", "counter", "Bytes of each level's tables compactions read and rewrote.", func(l eventlog.LevelStats) float64 { return float64(l.ReadBytes) }},
 		{"tether_pebble_ingested_bytes_total", "counter", "Bytes of checkpoint tables ingested into each level (the lower, the less is rewritten later).", func(l eventlog.LevelStats) float64 { return float64(l.IngestedBytes) }},
