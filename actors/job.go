@@ -82,20 +82,19 @@ type (
 		sessionID string
 		leaseID   string
 	}
-	// leaseEndDone is handed to the log as a pointer (a value would be boxed apart) in a
-	// leaseEnd, with the events it waits for.
-	leaseEndDone struct {
-		reply   Ref // zero for expiries and releases
-		leaseID string
-		requeue *Waiting
-	}
 )
 
-// leaseEnd is the end of a lease in one allocation: its then-value and room for its events (the
-// end, and a retry, cancel or dead letter after it).
+// leaseEnd is the end of a lease in one allocation: the log's then-value (the leaseEnd itself,
+// a pointer, so it is not boxed apart), room for its events (the end, and a retry, cancel or
+// dead letter after it), and the two notices the dispatcher gets of it, sent as pointers into
+// it for the same reason. Nothing writes a notice once it is sent.
 type leaseEnd struct {
-	done   leaseEndDone
-	events [2]eventlog.Payload
+	reply   Ref // zero for expiries and releases
+	leaseID string
+	requeue *Waiting
+	events  [2]eventlog.Payload
+	ending  leaseEnding
+	ended   leaseEnded
 }
 
 // Recover implements Behaviour. A job found leased (after a restart of the server or of this
@@ -123,7 +122,7 @@ func (a *Job) Recover(env Env) {
 				w := waitingOf(j, j.RunAt)
 				requeue = &w
 			}
-			env.Send(DispatcherRef(), leaseEnded{JobID: j.ID, LeaseID: j.LastLeaseID, Requeue: requeue, Seq: j.LastSeq, FlowID: j.FlowID, Tenant: j.Tenant})
+			env.Send(DispatcherRef(), &leaseEnded{JobID: j.ID, LeaseID: j.LastLeaseID, Requeue: requeue, Seq: j.LastSeq, FlowID: j.FlowID, Tenant: j.Tenant})
 		}
 		return
 	}
@@ -140,7 +139,7 @@ func (a *Job) Receive(env Env, msg any) {
 	switch m := msg.(type) {
 	case Persisted:
 		a.persisted(env, m)
-	case startLease:
+	case *startLease:
 		a.start(env, m)
 	case Progress:
 		if a.onLease(env, msg) {
@@ -251,7 +250,7 @@ func (a *Job) decide(env Env, events []eventlog.Payload, then any) {
 	a.pipe.persist(env, events, then)
 }
 
-func (a *Job) start(env Env, m startLease) {
+func (a *Job) start(env Env, m *startLease) {
 	if a.ending { // the dispatcher learns that the last lease ended before it leases the job again
 		env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID})
 		return
@@ -547,11 +546,12 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	env.Cancel(a.timer)
 	env.DropRelays() // a lease that ends before it is durable is never assigned
 	a.ending = true
-	end.done = leaseEndDone{reply: reply, leaseID: l.LeaseID, requeue: requeue}
-	a.decide(env, events, &end.done)
+	end.reply, end.leaseID, end.requeue = reply, l.LeaseID, requeue
+	a.decide(env, events, end)
 	// Sent after the events went to the log, so whatever the dispatcher leases next is appended
 	// after them (see leaseEnding).
-	env.Send(DispatcherRef(), leaseEnding{JobID: a.id, LeaseID: l.LeaseID})
+	end.ending = leaseEnding{JobID: a.id, LeaseID: l.LeaseID}
+	env.Send(DispatcherRef(), &end.ending)
 }
 
 func (a *Job) persisted(env Env, m Persisted) {
@@ -566,7 +566,7 @@ func (a *Job) persisted(env Env, m Persisted) {
 			env.Send(SessionRef(t.sessionID), CancelNotice{JobID: a.id, LeaseID: t.leaseID})
 		}
 		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
-	case *leaseEndDone:
+	case *leaseEnd:
 		if err != nil {
 			if !t.reply.IsZero() {
 				env.Send(t.reply, Done{Err: err})
@@ -578,7 +578,8 @@ func (a *Job) persisted(env Env, m Persisted) {
 		// dispatcher hears of it, whose Stop then finds nothing bound; a next lease makes a
 		// new cell, which recovers from the projections that hold this end.
 		env.Stop(JobRef(a.id))
-		env.Send(DispatcherRef(), leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last, FlowID: a.job.FlowID, Tenant: a.job.Tenant})
+		t.ended = leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last, FlowID: a.job.FlowID, Tenant: a.job.Tenant}
+		env.Send(DispatcherRef(), &t.ended)
 		if !t.reply.IsZero() {
 			env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt)})
 		}
