@@ -97,7 +97,7 @@ func waitingOf(j *projections.Job, runAt time.Time) Waiting {
 
 // Notices to the dispatcher. Seq is the seq of the event a notice announces.
 type (
-	// Enqueue hands newly waiting jobs to the dispatcher.
+	// Enqueue hands newly waiting jobs to the dispatcher. It is sent as a pointer (*Enqueue).
 	Enqueue struct {
 		Jobs []Waiting
 		Seq  uint64
@@ -320,7 +320,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 // became ready, credit given or freed, a limit raised, a queue resumed. Every case says which.
 func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 	switch m := msg.(type) {
-	case Enqueue:
+	case *Enqueue:
 		if m.Seq > d.rebuiltAt {
 			now := env.Now()
 			for _, w := range m.Jobs {

@@ -31,6 +31,14 @@ type Job struct {
 	inherited string
 	stash     []stashed
 	pipe      pipeline
+	// read is readProjections, made once with the Job: a closure made for each Env.Read would
+	// be an allocation of its own. keyOf is the worker whose key a lease's start reads.
+	read  func(*projections.Set)
+	keyOf string
+	// leased is room for the event of a lease's start. A job starts a lease only once the last
+	// one's end is durable, and so its start too, which the runtime applied before it told of
+	// the end: no append still reads the room when it is written again.
+	leased [1]eventlog.Payload
 }
 
 type stashed struct {
@@ -62,7 +70,27 @@ func Backoff(n int) time.Duration {
 }
 
 // NewJob returns the behaviour of the actor of job id.
-func NewJob(id string) *Job { return &Job{id: id} }
+func NewJob(id string) *Job {
+	a := &Job{id: id}
+	a.read = a.readProjections
+	return a
+}
+
+// readProjections reads what the job needs of the projections: while it has no snapshot
+// (Recover), the snapshot and the key of the worker holding its lease, if one does; else the
+// key of the worker keyOf (a lease's start).
+func (a *Job) readProjections(s *projections.Set) {
+	worker := a.keyOf
+	if a.job == nil {
+		j, ok := s.Job(a.id)
+		if !ok || j.Lease == nil {
+			a.job = j
+			return
+		}
+		a.job, worker = j, j.Lease.WorkerID
+	}
+	a.publicKey = s.PublicKey(worker)
+}
 
 type leaseTimer struct{ leaseID string }
 
@@ -102,14 +130,7 @@ type leaseEnd struct {
 // memory.
 func (a *Job) Recover(env Env) {
 	a.job, a.publicKey, a.ending, a.stash, a.pipe, a.inherited = nil, "", false, nil, pipeline{}, ""
-	env.Read(func(s *projections.Set) {
-		if j, ok := s.Job(a.id); ok {
-			a.job = j
-			if j.Lease != nil {
-				a.publicKey = s.PublicKey(j.Lease.WorkerID)
-			}
-		}
-	})
+	env.Read(a.read)
 	if a.job == nil {
 		return
 	}
@@ -259,7 +280,8 @@ func (a *Job) start(env Env, m *startLease) {
 		env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID, Idle: a.job == nil || a.job.Lease == nil})
 		return
 	}
-	env.Read(func(s *projections.Set) { a.publicKey = s.PublicKey(m.WorkerID) })
+	a.keyOf = m.WorkerID
+	env.Read(a.read)
 	var nonce [16]byte
 	r := env.Rand()
 	for i := range nonce {
@@ -279,7 +301,8 @@ func (a *Job) start(env Env, m *startLease) {
 		a.pipe.persist(env, []eventlog.Payload{ev}, leaseGranted{})
 		env.Send(SessionRef(ev.SessionID), a.assignment())
 	} else {
-		env.Relay([]eventlog.Payload{ev}, SessionRef(ev.SessionID), a.assignment())
+		a.leased[0] = ev
+		env.Relay(a.leased[:], SessionRef(ev.SessionID), a.assignment())
 	}
 	a.armTimer(env)
 }
