@@ -39,6 +39,10 @@ type Job struct {
 	// one's end is durable, and so its start too, which the runtime applied before it told of
 	// the end: no append still reads the room when it is written again.
 	leased [1]eventlog.Payload
+	// timerMsg is the lease timer's message, sent as a pointer into the Job so that it is not
+	// boxed apart. A message is not written once sent: every timer of one lease says the same,
+	// and another lease's (after a Recover) gets one of its own.
+	timerMsg leaseTimer
 }
 
 type stashed struct {
@@ -92,6 +96,7 @@ func (a *Job) readProjections(s *projections.Set) {
 	a.publicKey = s.PublicKey(worker)
 }
 
+// leaseTimer is sent as a pointer (armTimer).
 type leaseTimer struct{ leaseID string }
 
 // disowned: a heartbeat of the lease's worker, the first since the lease was inherited
@@ -194,7 +199,7 @@ func (a *Job) Receive(env Env, msg any) {
 		if a.onLease(env, msg) {
 			a.disowned(env, m)
 		}
-	case leaseTimer:
+	case *leaseTimer:
 		if a.onLease(env, msg) {
 			a.expire(env, m)
 		}
@@ -211,7 +216,7 @@ func (a *Job) Receive(env Env, msg any) {
 // the dispatcher answers a command; a timer, a revocation or a disowning has nothing left to
 // end.
 func (a *Job) onLease(env Env, msg any) bool {
-	_, timer := msg.(leaseTimer)
+	_, timer := msg.(*leaseTimer)
 	_, revoke := msg.(revokeLease)
 	_, disown := msg.(disowned)
 	switch {
@@ -319,7 +324,15 @@ func (a *Job) assignment() Assignment {
 
 func (a *Job) armTimer(env Env) {
 	env.Cancel(a.timer)
-	a.timer = env.After(max(a.job.Lease.ExpiresAt.Sub(env.Now()), 0), leaseTimer{a.job.Lease.LeaseID})
+	msg := &a.timerMsg
+	switch id := a.job.Lease.LeaseID; msg.leaseID {
+	case "":
+		msg.leaseID = id
+	case id:
+	default:
+		msg = &leaseTimer{id}
+	}
+	a.timer = env.After(max(a.job.Lease.ExpiresAt.Sub(env.Now()), 0), msg)
 }
 
 func (a *Job) progress(env Env, m Progress) {
@@ -492,7 +505,7 @@ func (a *Job) cancel(env Env, m Cancel) {
 		cancelRequestDone{reply: env.Sender(), sessionID: a.job.Lease.SessionID, leaseID: a.job.Lease.LeaseID})
 }
 
-func (a *Job) expire(env Env, m leaseTimer) {
+func (a *Job) expire(env Env, m *leaseTimer) {
 	l := a.job.Lease
 	if l.LeaseID != m.leaseID {
 		return // a timer of an earlier lease
