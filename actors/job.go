@@ -43,6 +43,10 @@ type Job struct {
 	// boxed apart. A message is not written once sent: every timer of one lease says the same,
 	// and another lease's (after a Recover) gets one of its own.
 	timerMsg leaseTimer
+	// endRoom is room for the end of its lease (end): a job's actor ends one lease, then stops
+	// once the end is durable. A second end in it gets room of its own: the first's notices
+	// are not written once sent.
+	endRoom leaseEnd
 }
 
 type stashed struct {
@@ -117,8 +121,8 @@ type (
 	}
 )
 
-// leaseEnd is the end of a lease in one allocation: the log's then-value (the leaseEnd itself,
-// a pointer, so it is not boxed apart), room for its events (the end, and a retry, cancel or
+// leaseEnd is the end of a lease in memory the job's actor has (Job.endRoom): the log's
+// then-value (the leaseEnd itself, a pointer, so it is not boxed apart), room for its events (the end, and a retry, cancel or
 // dead letter after it), and the two notices the dispatcher gets of it, sent as pointers into
 // it for the same reason. Nothing writes a notice once it is sent.
 type leaseEnd struct {
@@ -533,7 +537,10 @@ func (a *Job) expire(env Env, m *leaseTimer) {
 // cancel (if one was asked for), a retry with backoff, or the dead-letter queue.
 func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	j, l := a.job, a.job.Lease
-	end := new(leaseEnd)
+	end := &a.endRoom
+	if end.leaseID != "" {
+		end = new(leaseEnd)
+	}
 	events := append(end.events[:0], ev)
 	var requeue *Waiting
 	release, released := ev.(eventlog.JobLeaseReleased)
