@@ -121,10 +121,11 @@ type (
 	}
 )
 
-// leaseEnd is the end of a lease in memory the job's actor has (Job.endRoom): the log's
-// then-value (the leaseEnd itself, a pointer, so it is not boxed apart), room for its events (the end, and a retry, cancel or
-// dead letter after it), and the two notices the dispatcher gets of it, sent as pointers into
-// it for the same reason. Nothing writes a notice once it is sent.
+// leaseEnd is the end of a lease, in memory the job's actor has (Job.endRoom): the log's
+// then-value (the leaseEnd itself, a pointer, so it is not boxed apart), room for its events
+// (the end, and a retry, cancel or dead letter after it), and the two notices the dispatcher
+// gets of it, sent as pointers into it for the same reason. Nothing writes a notice once it is
+// sent.
 type leaseEnd struct {
 	reply   Ref // zero for expiries and releases
 	leaseID string
