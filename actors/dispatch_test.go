@@ -84,7 +84,7 @@ func TestRefusedLeaseRefundsCredit(t *testing.T) {
 		t.Fatal(d.Err)
 	}
 	stale := actors.Waiting{ID: first[0].JobID, Tenant: "acme", Queue: "q"}
-	f.w.Send(actors.DispatcherRef(), actors.Enqueue{Jobs: []actors.Waiting{stale}, Seq: 1 << 40}, actorstest.External("stale"))
+	f.w.Send(actors.DispatcherRef(), &actors.Enqueue{Jobs: []actors.Waiting{stale}, Seq: 1 << 40}, actorstest.External("stale"))
 	if more := f.credit("s1", 1); len(more) != 0 {
 		t.Fatalf("the finished job was assigned again: %+v", more)
 	}

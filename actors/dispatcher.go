@@ -97,7 +97,7 @@ func waitingOf(j *projections.Job, runAt time.Time) Waiting {
 
 // Notices to the dispatcher. Seq is the seq of the event a notice announces.
 type (
-	// Enqueue hands newly waiting jobs to the dispatcher.
+	// Enqueue hands newly waiting jobs to the dispatcher. It is sent as a pointer (*Enqueue).
 	Enqueue struct {
 		Jobs []Waiting
 		Seq  uint64
@@ -186,6 +186,10 @@ type entry struct {
 	Waiting
 	heap  *entryHeap
 	index int // its position in heap
+	// start is the message that leases it, sent as a pointer into the entry so that it is not
+	// boxed apart. An entry is leased once (lease removes it; a job that waits again gets a
+	// new one), so nothing writes start once it is sent.
+	start startLease
 }
 
 // leaseRef is a lease the dispatcher gave. ending is set once the job's actor has decided the
@@ -316,7 +320,7 @@ func (d *Dispatcher) Receive(env Env, msg any) {
 // became ready, credit given or freed, a limit raised, a queue resumed. Every case says which.
 func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 	switch m := msg.(type) {
-	case Enqueue:
+	case *Enqueue:
 		if m.Seq > d.rebuiltAt {
 			now := env.Now()
 			for _, w := range m.Jobs {
@@ -377,14 +381,14 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 			d.arrived(env, d.sessions[m.SessionID])
 		}
 		return false
-	case leaseEnding:
+	case *leaseEnding:
 		if lr, ok := d.leased[m.JobID]; ok && lr.leaseID == m.LeaseID && !lr.ending {
 			lr.ending = true
 			d.leased[m.JobID] = lr
 			d.free(lr)
 		}
 		return true
-	case leaseEnded:
+	case *leaseEnded:
 		d.leaseEnded(env, m)
 		return true
 	case leaseRefused:
@@ -707,7 +711,7 @@ func (d *Dispatcher) pauseQueue(env Env, m PauseQueue) {
 	d.pipe.persist(env, []eventlog.Payload{ev}, replyDone{env.Sender()})
 }
 
-func (d *Dispatcher) leaseEnded(env Env, m leaseEnded) {
+func (d *Dispatcher) leaseEnded(env Env, m *leaseEnded) {
 	if m.Requeue == nil { // whether or not the lease is still tracked: telling twice is harmless
 		defer stepEnded(env, m.Tenant, m.FlowID)
 	}
@@ -921,7 +925,8 @@ func (d *Dispatcher) lease(env Env, s *slot, e *entry) {
 	if g != nil && len(g.rates) > 0 {
 		grants = d.takeTokens(g, d.now)
 	}
-	env.Send(JobRef(e.ID), startLease{JobID: e.ID, LeaseID: lr.leaseID, SessionID: s.id, WorkerID: s.workerID, RateGrants: grants})
+	e.start = startLease{JobID: e.ID, LeaseID: lr.leaseID, SessionID: s.id, WorkerID: s.workerID, RateGrants: grants}
+	env.Send(JobRef(e.ID), &e.start)
 }
 
 // dispatchFirst orders ready jobs: higher priority first, then older.

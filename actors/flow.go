@@ -417,7 +417,7 @@ func (fl *flows) persisted(t *Tenant, env Env, d flowDone, m Persisted) {
 	delete(fl.again, d.flowID)
 	err := unavailable(m.Err)
 	if err == nil {
-		enqueue(env, d.waiting, m.Receipt)
+		enqueue(env, nil, d.waiting, m.Receipt)
 	}
 	switch {
 	case d.submit:

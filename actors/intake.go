@@ -57,6 +57,7 @@ type submitDone struct {
 	keys     []string
 	consumed []string // reservations
 	newJobs  int
+	enqueue  Enqueue // the dispatcher's notice, sent as a pointer into the submit (enqueue)
 }
 
 // submission is what a submit of one job needs, in one allocation: its answer, its events (a
@@ -300,7 +301,7 @@ func (in *intake) submitted(env Env, d *submitDone, m Persisted) {
 		env.Send(d.reply, Submitted{Err: err})
 		return
 	}
-	enqueue(env, d.waiting, m.Receipt)
+	enqueue(env, &d.enqueue, d.waiting, m.Receipt)
 	if !mutantAckBeforeFsync {
 		snapshots(d.jobs, d.events, m.Receipt)
 		env.Send(d.reply, Submitted{Jobs: d.jobs, Receipt: receiptOf(m.Receipt)})

@@ -31,6 +31,22 @@ type Job struct {
 	inherited string
 	stash     []stashed
 	pipe      pipeline
+	// read is readProjections, made once with the Job: a closure made for each Env.Read would
+	// be an allocation of its own. keyOf is the worker whose key a lease's start reads.
+	read  func(*projections.Set)
+	keyOf string
+	// leased is room for the event of a lease's start. A job starts a lease only once the last
+	// one's end is durable, and so its start too, which the runtime applied before it told of
+	// the end: no append still reads the room when it is written again.
+	leased [1]eventlog.Payload
+	// timerMsg is the lease timer's message, sent as a pointer into the Job so that it is not
+	// boxed apart. A message is not written once sent: every timer of one lease says the same,
+	// and another lease's (after a Recover) gets one of its own.
+	timerMsg leaseTimer
+	// endRoom is room for the end of its lease (end): a job's actor ends one lease, then stops
+	// once the end is durable. A second end in it gets room of its own: the first's notices
+	// are not written once sent.
+	endRoom leaseEnd
 }
 
 type stashed struct {
@@ -62,8 +78,29 @@ func Backoff(n int) time.Duration {
 }
 
 // NewJob returns the behaviour of the actor of job id.
-func NewJob(id string) *Job { return &Job{id: id} }
+func NewJob(id string) *Job {
+	a := &Job{id: id}
+	a.read = a.readProjections
+	return a
+}
 
+// readProjections reads what the job needs of the projections: while it has no snapshot
+// (Recover), the snapshot and the key of the worker holding its lease, if one does; else the
+// key of the worker keyOf (a lease's start).
+func (a *Job) readProjections(s *projections.Set) {
+	worker := a.keyOf
+	if a.job == nil {
+		j, ok := s.Job(a.id)
+		if !ok || j.Lease == nil {
+			a.job = j
+			return
+		}
+		a.job, worker = j, j.Lease.WorkerID
+	}
+	a.publicKey = s.PublicKey(worker)
+}
+
+// leaseTimer is sent as a pointer (armTimer).
 type leaseTimer struct{ leaseID string }
 
 // disowned: a heartbeat of the lease's worker, the first since the lease was inherited
@@ -82,20 +119,20 @@ type (
 		sessionID string
 		leaseID   string
 	}
-	// leaseEndDone is handed to the log as a pointer (a value would be boxed apart) in a
-	// leaseEnd, with the events it waits for.
-	leaseEndDone struct {
-		reply   Ref // zero for expiries and releases
-		leaseID string
-		requeue *Waiting
-	}
 )
 
-// leaseEnd is the end of a lease in one allocation: its then-value and room for its events (the
-// end, and a retry, cancel or dead letter after it).
+// leaseEnd is the end of a lease, in memory the job's actor has (Job.endRoom): the log's
+// then-value (the leaseEnd itself, a pointer, so it is not boxed apart), room for its events
+// (the end, and a retry, cancel or dead letter after it), and the two notices the dispatcher
+// gets of it, sent as pointers into it for the same reason. Nothing writes a notice once it is
+// sent.
 type leaseEnd struct {
-	done   leaseEndDone
-	events [2]eventlog.Payload
+	reply   Ref // zero for expiries and releases
+	leaseID string
+	requeue *Waiting
+	events  [2]eventlog.Payload
+	ending  leaseEnding
+	ended   leaseEnded
 }
 
 // Recover implements Behaviour. A job found leased (after a restart of the server or of this
@@ -103,14 +140,7 @@ type leaseEnd struct {
 // memory.
 func (a *Job) Recover(env Env) {
 	a.job, a.publicKey, a.ending, a.stash, a.pipe, a.inherited = nil, "", false, nil, pipeline{}, ""
-	env.Read(func(s *projections.Set) {
-		if j, ok := s.Job(a.id); ok {
-			a.job = j
-			if j.Lease != nil {
-				a.publicKey = s.PublicKey(j.Lease.WorkerID)
-			}
-		}
-	})
+	env.Read(a.read)
 	if a.job == nil {
 		return
 	}
@@ -123,7 +153,7 @@ func (a *Job) Recover(env Env) {
 				w := waitingOf(j, j.RunAt)
 				requeue = &w
 			}
-			env.Send(DispatcherRef(), leaseEnded{JobID: j.ID, LeaseID: j.LastLeaseID, Requeue: requeue, Seq: j.LastSeq, FlowID: j.FlowID, Tenant: j.Tenant})
+			env.Send(DispatcherRef(), &leaseEnded{JobID: j.ID, LeaseID: j.LastLeaseID, Requeue: requeue, Seq: j.LastSeq, FlowID: j.FlowID, Tenant: j.Tenant})
 		}
 		return
 	}
@@ -140,7 +170,7 @@ func (a *Job) Receive(env Env, msg any) {
 	switch m := msg.(type) {
 	case Persisted:
 		a.persisted(env, m)
-	case startLease:
+	case *startLease:
 		a.start(env, m)
 	case Progress:
 		if a.onLease(env, msg) {
@@ -174,7 +204,7 @@ func (a *Job) Receive(env Env, msg any) {
 		if a.onLease(env, msg) {
 			a.disowned(env, m)
 		}
-	case leaseTimer:
+	case *leaseTimer:
 		if a.onLease(env, msg) {
 			a.expire(env, m)
 		}
@@ -191,7 +221,7 @@ func (a *Job) Receive(env Env, msg any) {
 // the dispatcher answers a command; a timer, a revocation or a disowning has nothing left to
 // end.
 func (a *Job) onLease(env Env, msg any) bool {
-	_, timer := msg.(leaseTimer)
+	_, timer := msg.(*leaseTimer)
 	_, revoke := msg.(revokeLease)
 	_, disown := msg.(disowned)
 	switch {
@@ -251,7 +281,7 @@ func (a *Job) decide(env Env, events []eventlog.Payload, then any) {
 	a.pipe.persist(env, events, then)
 }
 
-func (a *Job) start(env Env, m startLease) {
+func (a *Job) start(env Env, m *startLease) {
 	if a.ending { // the dispatcher learns that the last lease ended before it leases the job again
 		env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID})
 		return
@@ -260,7 +290,8 @@ func (a *Job) start(env Env, m startLease) {
 		env.Send(DispatcherRef(), leaseRefused{JobID: m.JobID, LeaseID: m.LeaseID, Idle: a.job == nil || a.job.Lease == nil})
 		return
 	}
-	env.Read(func(s *projections.Set) { a.publicKey = s.PublicKey(m.WorkerID) })
+	a.keyOf = m.WorkerID
+	env.Read(a.read)
 	var nonce [16]byte
 	r := env.Rand()
 	for i := range nonce {
@@ -280,7 +311,8 @@ func (a *Job) start(env Env, m startLease) {
 		a.pipe.persist(env, []eventlog.Payload{ev}, leaseGranted{})
 		env.Send(SessionRef(ev.SessionID), a.assignment())
 	} else {
-		env.Relay([]eventlog.Payload{ev}, SessionRef(ev.SessionID), a.assignment())
+		a.leased[0] = ev
+		env.Relay(a.leased[:], SessionRef(ev.SessionID), a.assignment())
 	}
 	a.armTimer(env)
 }
@@ -297,7 +329,15 @@ func (a *Job) assignment() Assignment {
 
 func (a *Job) armTimer(env Env) {
 	env.Cancel(a.timer)
-	a.timer = env.After(max(a.job.Lease.ExpiresAt.Sub(env.Now()), 0), leaseTimer{a.job.Lease.LeaseID})
+	msg := &a.timerMsg
+	switch id := a.job.Lease.LeaseID; msg.leaseID {
+	case "":
+		msg.leaseID = id
+	case id:
+	default:
+		msg = &leaseTimer{id}
+	}
+	a.timer = env.After(max(a.job.Lease.ExpiresAt.Sub(env.Now()), 0), msg)
 }
 
 func (a *Job) progress(env Env, m Progress) {
@@ -470,7 +510,7 @@ func (a *Job) cancel(env Env, m Cancel) {
 		cancelRequestDone{reply: env.Sender(), sessionID: a.job.Lease.SessionID, leaseID: a.job.Lease.LeaseID})
 }
 
-func (a *Job) expire(env Env, m leaseTimer) {
+func (a *Job) expire(env Env, m *leaseTimer) {
 	l := a.job.Lease
 	if l.LeaseID != m.leaseID {
 		return // a timer of an earlier lease
@@ -498,7 +538,10 @@ func (a *Job) expire(env Env, m leaseTimer) {
 // cancel (if one was asked for), a retry with backoff, or the dead-letter queue.
 func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	j, l := a.job, a.job.Lease
-	end := new(leaseEnd)
+	end := &a.endRoom
+	if end.leaseID != "" {
+		end = new(leaseEnd)
+	}
 	events := append(end.events[:0], ev)
 	var requeue *Waiting
 	release, released := ev.(eventlog.JobLeaseReleased)
@@ -547,11 +590,12 @@ func (a *Job) end(env Env, reply Ref, ev eventlog.Payload) {
 	env.Cancel(a.timer)
 	env.DropRelays() // a lease that ends before it is durable is never assigned
 	a.ending = true
-	end.done = leaseEndDone{reply: reply, leaseID: l.LeaseID, requeue: requeue}
-	a.decide(env, events, &end.done)
+	end.reply, end.leaseID, end.requeue = reply, l.LeaseID, requeue
+	a.decide(env, events, end)
 	// Sent after the events went to the log, so whatever the dispatcher leases next is appended
 	// after them (see leaseEnding).
-	env.Send(DispatcherRef(), leaseEnding{JobID: a.id, LeaseID: l.LeaseID})
+	end.ending = leaseEnding{JobID: a.id, LeaseID: l.LeaseID}
+	env.Send(DispatcherRef(), &end.ending)
 }
 
 func (a *Job) persisted(env Env, m Persisted) {
@@ -566,7 +610,7 @@ func (a *Job) persisted(env Env, m Persisted) {
 			env.Send(SessionRef(t.sessionID), CancelNotice{JobID: a.id, LeaseID: t.leaseID})
 		}
 		env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt), Err: err})
-	case *leaseEndDone:
+	case *leaseEnd:
 		if err != nil {
 			if !t.reply.IsZero() {
 				env.Send(t.reply, Done{Err: err})
@@ -578,7 +622,8 @@ func (a *Job) persisted(env Env, m Persisted) {
 		// dispatcher hears of it, whose Stop then finds nothing bound; a next lease makes a
 		// new cell, which recovers from the projections that hold this end.
 		env.Stop(JobRef(a.id))
-		env.Send(DispatcherRef(), leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last, FlowID: a.job.FlowID, Tenant: a.job.Tenant})
+		t.ended = leaseEnded{JobID: a.id, LeaseID: t.leaseID, Requeue: t.requeue, Seq: m.Receipt.Last, FlowID: a.job.FlowID, Tenant: a.job.Tenant}
+		env.Send(DispatcherRef(), &t.ended)
 		if !t.reply.IsZero() {
 			env.Send(t.reply, Done{Receipt: receiptOf(m.Receipt)})
 		}

@@ -517,7 +517,7 @@ func (sc *schedules) persisted(t *Tenant, env Env, d scheduleDone, m Persisted) 
 	}
 	err := unavailable(m.Err)
 	if err == nil {
-		enqueue(env, d.waiting, m.Receipt)
+		enqueue(env, nil, d.waiting, m.Receipt)
 	}
 	switch {
 	case d.create:

@@ -179,13 +179,18 @@ func (t *Tenant) templateJob(env Env, tpl eventlog.JobTemplate, payload json.Raw
 }
 
 // enqueue hands the dispatcher the jobs an append submitted, once it is durable; each one's
-// SubmitSeq holds its event's index in the append until then.
-func enqueue(env Env, waiting []Waiting, r eventlog.Receipt) {
+// SubmitSeq holds its event's index in the append until then. The notice is sent as a pointer,
+// which is not boxed apart: into msg, where the caller has room for it, else a new one.
+func enqueue(env Env, msg *Enqueue, waiting []Waiting, r eventlog.Receipt) {
 	if len(waiting) == 0 {
 		return
 	}
 	for i := range waiting {
 		waiting[i].SubmitSeq += r.First
 	}
-	env.Send(DispatcherRef(), Enqueue{Jobs: waiting, Seq: r.Last})
+	if msg == nil {
+		msg = new(Enqueue)
+	}
+	*msg = Enqueue{Jobs: waiting, Seq: r.Last}
+	env.Send(DispatcherRef(), msg)
 }
