@@ -755,3 +755,45 @@ def test_a_lease_no_worker_got_is_put_back_after_a_restart(client, server, trans
     assert done["status"] == "succeeded" and done["attempt"] == 1
     released = [e["data"] for e in Client(server.url).events(j["id"])["events"] if e["type"] == "job.lease_released"]
     assert [r["reason"] for r in released] == ["unacknowledged"]
+
+
+SIGNAL_IN_WAIT_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {sdk!r})
+    from tether import Worker
+    w = Worker("http://127.0.0.1:9", queues=["q"], token="t", results_dir={results!r})
+    w._catch_signals()
+    # The main thread inside the stop flag's wait, holding its lock, when SIGTERM lands: the
+    # handler runs right here, on this thread, before the next bytecode.
+    with w._stopping._cond:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            pass
+    print("stopping" if w._stopping.is_set() else "not stopping", flush=True)
+""")
+
+
+def test_sigterm_inside_the_stop_flags_wait_stops_the_worker(tmp_path):
+    """A SIGTERM that lands while the main thread holds the stop flag's lock (inside a backoff's
+    wait) stops the worker; on threading.Event it waited for the lock for ever (a worker that
+    never exited, seen in CI when `kill $worker` and a second SIGTERM came together)."""
+    sdk = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_IN_WAIT_SCRIPT.format(sdk=sdk, results=str(tmp_path))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the worker's SIGTERM handler waited for the stop flag's lock, held by the thread it interrupted")
+    assert proc.returncode == 0, err
+    assert out.strip() == "stopping"
+
+
+def test_stop_flag_wait():
+    from tether.worker import _StopFlag
+    f = _StopFlag()
+    t0 = time.monotonic()
+    assert f.wait(0.05) is False and time.monotonic() - t0 >= 0.05
+    threading.Timer(0.05, f.set).start()
+    assert f.wait(10) is True and f.is_set()
+    assert f.wait() is True  # set: no wait at all

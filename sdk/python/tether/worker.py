@@ -106,6 +106,40 @@ def _parse_time(s: Optional[str]) -> Optional[_dt.datetime]:
     return _dt.datetime.fromisoformat(s)
 
 
+class _StopFlag:
+    """threading.Event's set, is_set and wait, but safe to set from a signal handler. A handler
+    runs on the main thread between two of its bytecodes; threading.Event guards its flag with a
+    plain Lock, so a SIGTERM that lands while the main thread is inside the Event's wait, holding
+    that Lock, made set() wait for it for ever: a worker that never stopped (seen in CI, a second
+    SIGTERM right after `kill $worker`). Here the lock is reentrant, and a wait looks at the flag
+    at least every WAIT_SLICE seconds, so a set() that lands between the wait's look at the flag
+    and its sleep is seen within that slice."""
+
+    WAIT_SLICE = 0.25
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.RLock())
+        self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        with self._cond:
+            self._flag = True
+            self._cond.notify_all()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._flag:
+                left = self.WAIT_SLICE if deadline is None else min(self.WAIT_SLICE, deadline - time.monotonic())
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return self._flag
+
+
 class JobContext:
     """A job leased to the worker, as its handler sees it."""
 
@@ -262,7 +296,7 @@ class Worker:
         self._handlers: Dict[str, Handler] = {}
         self._lock = threading.Condition()
         self._active: Dict[str, JobContext] = {}  # by lease id
-        self._stopping = threading.Event()
+        self._stopping = _StopFlag()
         self._poll_conn: Any = None
         self._ws: Optional[_WSLink] = None  # the WebSocket link while one is up
         self._renew_at: Optional[float] = None  # when to renew the worker token (monotonic)
