@@ -13,6 +13,20 @@ import (
 	"github.com/tetherhq/tether/eventlog/eventlogtest"
 )
 
+// openWithARecord opens a log in memory holding one record, which a checkpoint needs to cover.
+func openWithARecord(t *testing.T) *eventlog.Log {
+	t.Helper()
+	l, err := eventlog.Open("/data/log", eventlog.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if _, err := l.Append(context.Background(), eventlogtest.Event("job/c", 1)); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // listCheckpoint is the table writes of a checkpoint that stores jobs first..first+n-1 the way
 // the projections' table keys them (projections/table.go): the job, List's four indexes and
 // the retention index. Every checkpoint's jobs come after the last one's, but for late ones,
@@ -46,14 +60,7 @@ func listCheckpoint(first, n int) []eventlog.ViewWrite {
 // of it rewrote the whole index (and view/j's table overlapped too, for its late jobs).
 func TestCheckpointsAppendToTheBottomLevel(t *testing.T) {
 	t.Parallel()
-	l, err := eventlog.Open("/data/log", eventlog.Options{FS: vfs.NewMem()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if _, err := l.Append(context.Background(), eventlogtest.Event("job/c", 1)); err != nil {
-		t.Fatal(err)
-	}
+	l := openWithARecord(t)
 	const rounds, jobs = 30, 1000
 	for r := range rounds {
 		if err := l.SaveCheckpoint("c", 1, []byte("state"), listCheckpoint(r*jobs, jobs)...); err != nil {
@@ -87,14 +94,7 @@ func TestCheckpointsAppendToTheBottomLevel(t *testing.T) {
 // each: they go together, in as few tables as the store between them allows, and read back.
 func TestCheckpointOfScatteredKeysIsFewTables(t *testing.T) {
 	t.Parallel()
-	l, err := eventlog.Open("/data/log", eventlog.Options{FS: vfs.NewMem()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if _, err := l.Append(context.Background(), eventlogtest.Event("job/c", 1)); err != nil {
-		t.Fatal(err)
-	}
+	l := openWithARecord(t)
 	writes := func(parity int) (w []eventlog.ViewWrite) {
 		for i := parity; i < 20000; i += 2 {
 			w = append(w, eventlog.ViewWrite{Key: fmt.Appendf(nil, "L%06d", i), Value: []byte{}})
