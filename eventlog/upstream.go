@@ -416,8 +416,14 @@ func (l *Log) applyLocked(seq uint64, payload []byte) error {
 
 // Follow copies what the leader appends to the upstream into this follower's copy as it
 // arrives, until ctx ends, the log closes, Lead promotes it (then it returns nil, whether Lead
-// came before or during it), or the upstream or the local store fails. Readers
-// and subscriptions see each message once it is copied: it is durable in the upstream.
+// came before or during it), or the copy itself fails. Readers and subscriptions see each
+// message once it is copied: it is durable in the upstream.
+//
+// A failure of the upstream's read (a timeout, a lost connection, this process paused past a
+// deadline) is not the copy's: Follow reads again from its next message after a pause that
+// doubles up to followRetryMax, and logs each retry (FOLLOW_RETRY). Only what the copy cannot
+// take ends it: a message that breaks the chain or a gap (ErrChainBroken), or the local
+// store's failure.
 func (l *Log) Follow(ctx context.Context) error {
 	if l.opts.Upstream == nil || l.opts.Lead || l.opts.ReadOnly {
 		return errors.New("eventlog: Follow needs a log opened on an upstream without Lead")
@@ -431,18 +437,51 @@ func (l *Log) Follow(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	l.applyMu.Lock()
-	from, promoted := l.upApplied+1, l.promoted
-	l.applyMu.Unlock()
-	if promoted {
-		return nil // Lead came first: the copying is its own now
+	pause := followRetryMin
+	for {
+		l.applyMu.Lock()
+		from, promoted := l.upApplied+1, l.promoted
+		l.applyMu.Unlock()
+		if promoted {
+			return nil // Lead came first: the copying is its own now
+		}
+		var copyErr error
+		copied := false
+		err := l.opts.Upstream.Read(ctx, from, func(seq uint64, payload []byte) error {
+			if copyErr = l.followMessage(seq, payload); copyErr == nil {
+				copied = true
+			}
+			return copyErr
+		})
+		if ctx.Err() != nil || errors.Is(err, errLeading) {
+			return nil
+		}
+		if copyErr != nil || errors.Is(err, ErrChainBroken) {
+			return err
+		}
+		if copied {
+			pause = followRetryMin
+		}
+		l.opts.Logger.Warn("reading the upstream failed; reading again", zap.String("code", "FOLLOW_RETRY"),
+			zap.Uint64("from_seq", from), zap.Duration("after", pause), zap.Error(err))
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+		pause = min(2*pause, followRetryMax)
 	}
-	err := l.opts.Upstream.Read(ctx, from, l.followMessage)
-	if ctx.Err() != nil || errors.Is(err, errLeading) {
-		return nil
-	}
-	return err
 }
+
+// followRetryMin and followRetryMax bound Follow's pause between reads of an upstream that
+// failed: short enough that a standby whose process was paused is following again at once,
+// long enough not to hammer an upstream that is down.
+const (
+	followRetryMin = 50 * time.Millisecond
+	followRetryMax = 5 * time.Second
+)
 
 // Lead makes a follower the upstream's writer in place, as Open with Options.Lead would: it
 // stops Follow, catches up, fences the upstream, and takes appends from then on. Readers,

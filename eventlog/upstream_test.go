@@ -350,3 +350,96 @@ func TestUpstreamLag(t *testing.T) {
 		t.Fatalf("behind a fence: lag %+v %v, want %+v", lag, err, want)
 	}
 }
+
+// flakyReads is an upstream whose first reads fail after copying at most one message, as a
+// JetStream read does when its connection drops or its process was paused past a deadline.
+type flakyReads struct {
+	*eventlog.MemUpstream
+	mu    sync.Mutex
+	fails int
+}
+
+func (u *flakyReads) Read(ctx context.Context, from uint64, visit func(uint64, []byte) error) error {
+	u.mu.Lock()
+	fail := u.fails > 0
+	u.fails--
+	u.mu.Unlock()
+	if !fail {
+		return u.MemUpstream.Read(ctx, from, visit)
+	}
+	if m, err := u.MemUpstream.Get(ctx, from); err == nil {
+		if err := visit(from, m); err != nil {
+			return err
+		}
+	}
+	return context.DeadlineExceeded
+}
+
+// A follower whose upstream reads fail goes on reading from its next message: a lost
+// connection or a paused process does not end a standby (it once stopped the server).
+func TestFollowReadsAgainAfterTheUpstreamFails(t *testing.T) {
+	ctx := context.Background()
+	up := &flakyReads{MemUpstream: eventlog.NewMemUpstream()}
+	fs := vfs.NewMem()
+	leader := openOn(t, up.MemUpstream, fs, "/a", true)
+	follower := openOn(t, up, fs, "/b", false)
+	for i := range 4 {
+		if _, err := leader.Append(ctx, eventlogtest.Event("job/x", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	up.fails = 3
+	fctx, stop := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() { followed <- follower.Follow(fctx) }()
+	sub := follower.Subscribe(1)
+	var seqs []uint64
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for len(seqs) < 4 {
+		recs, err := sub.Next(wait, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			seqs = append(seqs, r.Seq)
+		}
+	}
+	if h := follower.Head(); h != leader.Head() {
+		t.Fatalf("the follower is at %+v after failed reads, the leader at %+v", h, leader.Head())
+	}
+	eventlogtest.MustVerify(t, follower)
+	stop()
+	if err := <-followed; err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+}
+
+// A message the copy cannot take still ends Follow: that is the copy's failure, not the
+// upstream's read, and reading it again would not help.
+func TestFollowStopsAtABrokenChain(t *testing.T) {
+	ctx := context.Background()
+	up := eventlog.NewMemUpstream()
+	fs := vfs.NewMem()
+	leader := openOn(t, up, fs, "/a", true)
+	if _, err := leader.Append(ctx, eventlogtest.Event("job/x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	follower := openOn(t, up, fs, "/b", false)
+	raw, err := up.Get(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), raw...)
+	bad[len(bad)-1] ^= 1
+	if _, err := up.Publish(2, bad)(); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, time.Minute) // a Follow that read again for ever returns nil here
+	defer cancel()
+	if err := follower.Follow(fctx); err == nil || fctx.Err() != nil {
+		t.Fatalf("Follow over a damaged message: %v, want its error at once", err)
+	} else {
+		t.Logf("Follow: %v", err)
+	}
+}

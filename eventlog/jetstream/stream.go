@@ -425,7 +425,7 @@ func (s *Stream) Read(ctx context.Context, from uint64, visit func(uint64, []byt
 			return err
 		}
 		if meta.Sequence.Stream != next {
-			return fmt.Errorf("the stream %s delivered message %d where %d was due", s.name, meta.Sequence.Stream, next)
+			return fmt.Errorf("%w: the stream %s delivered message %d where %d was due", eventlog.ErrChainBroken, s.name, meta.Sequence.Stream, next)
 		}
 		if err := visit(next, m.Data()); err != nil {
 			return err
