@@ -14,8 +14,8 @@ import (
 	"github.com/tetherhq/tether/eventlog"
 )
 
-// The behaviours are pure: they import neither protoactor nor transport (DESIGN §1), and read
-// neither the wall clock nor global randomness (DESIGN §2).
+// The behaviours are pure: they import neither protoactor nor transport (docs/design.md §1), and
+// read neither the wall clock nor global randomness (docs/design.md §2).
 func TestBehavioursArePure(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "github.com/tetherhq/tether/actors", "github.com/tetherhq/tether/projections").CombinedOutput()

@@ -1,5 +1,5 @@
 // Package actors holds tether's decision code: the tenant, dispatcher, job and worker-session
-// behaviours, which turn commands into events (DESIGN §2, §4).
+// behaviours, which turn commands into events (docs/design.md §2, §4).
 //
 // A behaviour is pure. It gets its state, one message and an Env that supplies the time,
 // randomness, IDs, persistence, sends and timers; it never imports protoactor, reads the wall
@@ -58,7 +58,7 @@
 // The ordering rules:
 //
 //  1. A behaviour decides, folds its events into its own state at once, and persists them; it
-//     never waits for its own appends (pipelining, DESIGN §2).
+//     never waits for its own appends (pipelining, docs/design.md §2).
 //  2. Nothing that depends on an event leaves the behaviour before the event is durable: replies,
 //     assignments, notices to other actors are sent when Persisted arrives, or, for a decision
 //     whose one consequence is a message (a lease and its assignment), relayed by the runtime

@@ -12,8 +12,8 @@ import (
 	"github.com/tetherhq/tether/projections"
 )
 
-// Flows (DESIGN §9) are decided by their tenant's actor: it admits a flow as it admits jobs
-// (validation, idempotency, quota), and it starts each later step as a job of the tenant, so
+// Flows (docs/design.md §9) are decided by their tenant's actor: it admits a flow as it admits
+// jobs (validation, idempotency, quota), and it starts each later step as a job of the tenant, so
 // that the tenant's usage and its job ids stay the one actor's to keep. The dispatcher tells it
 // when a step's job has finished (flowStepEnded); what to do next is read from the flow's
 // projection, so a restart, which loses that notice, loses nothing: Recover looks at every live

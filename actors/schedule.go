@@ -16,12 +16,12 @@ import (
 	"github.com/tetherhq/tether/projections"
 )
 
-// Schedules (DESIGN §9) are decided by their tenant's actor, which submits the jobs they fire
-// as its own. It keeps a timer per schedule that is not paused, and at each one reads the
-// schedule from the projections: the ticks due are those after its anchor (creation, last
-// resume, or last tick decided) up to now. A tick is decided once, by one event (fired or
-// skipped), and the next decision waits until that event is durable, so a schedule fires at
-// most once per tick across crashes: a restart reads the last decided tick from the log.
+// Schedules (docs/design.md §9) are decided by their tenant's actor, which submits the jobs they
+// fire as its own. It keeps a timer per schedule that is not paused, and at each one reads the
+// schedule from the projections: the ticks due are those after its anchor (creation, last resume,
+// or last tick decided) up to now. A tick is decided once, by one event (fired or skipped), and
+// the next decision waits until that event is durable, so a schedule fires at most once per tick
+// across crashes: a restart reads the last decided tick from the log.
 //
 // What a decision does with its due ticks:
 //   - the newest tick, if it is at most ScheduleGrace old, is on time and fires;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# history-pair.sh: is tether as cheap with history as fresh (issue 55, DESIGN section 8)?
+# history-pair.sh: is tether as cheap with history as fresh (issue 55; docs/design.md §8, §14)?
 #   bash docs/history-pair.sh [TETHER_BIN [FILL [ROUNDS [JOBS]]]]
 # One server is filled with FILL retained jobs (`tether bench --burn-down`); then, ROUNDS times,
 # `tether bench --jobs JOBS` runs on it and on a fresh server in turn, and each run prints its

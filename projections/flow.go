@@ -12,7 +12,7 @@ import (
 	"github.com/tetherhq/tether/eventlog"
 )
 
-// Flow is a flow (DESIGN §9): its steps as submitted and where each stands. A step's state
+// Flow is a flow (docs/design.md §9): its steps as submitted and where each stands. A step's state
 // mirrors its job's status from the job's submit on, so it stays known after the job expires.
 type Flow struct {
 	ID         string               `json:"id"`

@@ -9,7 +9,7 @@ import (
 	"github.com/tetherhq/tether/eventlog"
 )
 
-// Status is a job's place in its lifecycle (DESIGN §4).
+// Status is a job's place in its lifecycle (docs/design.md §4).
 type Status string
 
 const (

@@ -11,8 +11,8 @@ import (
 	"github.com/tetherhq/tether/eventlog"
 )
 
-// Schedule is a schedule (DESIGN §9): its definition, whether it is paused, and the last tick it
-// decided. A deleted schedule leaves the views; its events stay in the log.
+// Schedule is a schedule (docs/design.md §9): its definition, whether it is paused, and the last
+// tick it decided. A deleted schedule leaves the views; its events stay in the log.
 type Schedule struct {
 	ID       string               `json:"id"`
 	Tenant   string               `json:"tenant"`

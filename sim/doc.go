@@ -1,4 +1,4 @@
-// Package sim is tether's deterministic simulator (DESIGN §7): `tether sim`.
+// Package sim is tether's deterministic simulator (docs/design.md §7): `tether sim`.
 //
 // A run is one goroutine, a virtual clock, seeded random streams (workload, network, the
 // scheduler, the server's Env, and one per fault class, so that turning a class off does not
@@ -39,7 +39,7 @@
 //     whose cancel was asked for that ends succeeded breaks "cancel";
 //
 // Half the seeds (a stream of their own picks which) run the log on a replicated JetStream
-// stream instead (DESIGN §10), as processes of three nodes (stream.go, election.go). The
+// stream instead (docs/design.md §10), as processes of three nodes (stream.go, election.go). The
 // stream takes a publish by the rule the real stream's leader applies (the message it names
 // must be its last, counting the publishes it took and has not stored), stores it a raft round
 // later, and checks that every message it stores continues the chain (invariant

@@ -134,7 +134,7 @@ type idemUse struct {
 	at    time.Time
 }
 
-// IdempotencyTTL is how long an idempotency key names one job (DESIGN §4).
+// IdempotencyTTL is how long an idempotency key names one job (docs/design.md §4).
 const IdempotencyTTL = 24 * time.Hour
 
 func newOracle(s *Sim) *oracle {

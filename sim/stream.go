@@ -13,7 +13,7 @@ import (
 	"github.com/tetherhq/tether/eventlog"
 )
 
-// The replicated log (DESIGN §10) as the simulator models it: a JetStream stream, with the
+// The replicated log (docs/design.md §10) as the simulator models it: a JetStream stream, with the
 // rule the real server applies, and the log of each server process on it through a link that
 // the network delays, loses, and cuts.
 //

@@ -1,8 +1,8 @@
 // Package transport is tether's network shell: the HTTP API, the WebSocket and long-poll worker
-// endpoints, SSE, authentication, and the operations endpoints (DESIGN §5). It translates
+// endpoints, SSE, authentication, and the operations endpoints (docs/design.md §5). It translates
 // requests into calls on the broker through the Core interface (actors/broker.Broker in a
 // server) and reads views from the projections through it; it holds no decision logic and
-// never touches the store or the event log directly (DESIGN §1).
+// never touches the store or the event log directly (docs/design.md §1).
 //
 // Contract:
 //   - Every error has the shape of wire.Error, with a stable code from the one table of codes

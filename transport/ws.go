@@ -52,7 +52,7 @@ var upgrader = websocket.Upgrader{
 	},
 }
 
-// connect serves GET /v1/worker/connect: the worker protocol over WebSocket (DESIGN §5).
+// connect serves GET /v1/worker/connect: the worker protocol over WebSocket (docs/design.md §5).
 func (s *Server) connect(r *request) error {
 	if !websocket.IsWebSocketUpgrade(r.Request) {
 		return errorf(wire.CodeBadHandshake, "this endpoint speaks WebSocket; use POST /v1/worker/lease to long-poll")

@@ -33,10 +33,10 @@
 // logs a damaged one once (ARCHIVE_DAMAGED). Neither runs before Open returns, nor on the
 // commit path.
 //
-// On a replicated log (DESIGN §10) a server stands by before it leads (Lead): a Standby folds
-// the upstream into its copy while package election's Driver campaigns; once the Driver won the
-// key, its renewals already running, the Standby takes over in place (catch up, fence, start the
-// actors). An append the upstream refuses (eventlog.ErrFenced) deposes the Driver.
+// On a replicated log (docs/design.md §10) a server stands by before it leads (Lead): a Standby
+// folds the upstream into its copy while package election's Driver campaigns; once the Driver won
+// the key, its renewals already running, the Standby takes over in place (catch up, fence, start
+// the actors). An append the upstream refuses (eventlog.ErrFenced) deposes the Driver.
 //
 // The facade gives transport what it needs and no more: commands that return once their events
 // are durable, reads of the projections (Read, Get, List), a job's stream for SSE (JobStream),

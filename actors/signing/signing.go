@@ -1,7 +1,7 @@
 // Package signing is how a worker proves a result: the canonical JSON that output hashes and
 // signatures are computed over, the output hash, and the Ed25519 signature of a completion
-// (DESIGN §4). It imports only the standard library, so a worker program can use it without
-// linking the broker.
+// (docs/design.md §4). It imports only the standard library, so a worker program can use it
+// without linking the broker.
 package signing
 
 import (

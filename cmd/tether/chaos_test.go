@@ -24,9 +24,9 @@ import (
 	"github.com/tetherhq/tether/transport/wire"
 )
 
-// The chaos test (DESIGN §10): three real nats-server processes in a JetStream cluster, three
-// tether servers on one R3 stream, each reaching NATS through TCP proxies of its own (so it can
-// be partitioned), a `tether worker` process whose command logs every run, and producers that
+// The chaos test (docs/design.md §10): three real nats-server processes in a JetStream cluster,
+// three tether servers on one R3 stream, each reaching NATS through TCP proxies of its own (so it
+// can be partitioned), a `tether worker` process whose command logs every run, and producers that
 // submit under idempotency keys; then the faults operators meet, from outside.
 
 var (

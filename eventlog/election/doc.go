@@ -1,7 +1,7 @@
-// Package election decides which server writes a replicated event log (DESIGN §10), and when a
-// leader stops: the decisions alone, without a clock, a network or a bucket, so that the server
-// (cmd/tether, on the wall clock and a JetStream KV bucket) and the simulator (on its virtual
-// clock and its model of the bucket) run the same rules.
+// Package election decides which server writes a replicated event log (docs/design.md §10), and
+// when a leader stops: the decisions alone, without a clock, a network or a bucket, so that the
+// server (cmd/tether, on the wall clock and a JetStream KV bucket) and the simulator (on its
+// virtual clock and its model of the bucket) run the same rules.
 //
 // The election only decides who tries to lead. Safety is the log's fence (eventlog, "One
 // writer"): a server that wrongly believes it leads has every append refused. So the rules here

@@ -1,6 +1,6 @@
 // Package jetstream puts tether's event log on a replicated NATS JetStream stream, for when one
-// machine is not enough (DESIGN §10). It is an eventlog.Upstream, and the leader election that
-// picks the stream's one writer.
+// machine is not enough (docs/design.md §10). It is an eventlog.Upstream, and the leader election
+// that picks the stream's one writer.
 //
 // # The stream
 //

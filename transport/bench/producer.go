@@ -240,7 +240,7 @@ func (p *producer) readResponse() (status int, closing bool, err error) {
 }
 
 // hasJobID reports whether a submit's answer names the job it made. The resource starts with
-// its id (DESIGN §5); finding it there spares the generator decoding every answer in full,
+// its id (docs/design.md §5); finding it there spares the generator decoding every answer in full,
 // CPU it would take from the server it shares the machine with.
 func hasJobID(data []byte) bool {
 	rest, ok := bytes.CutPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte(`{"id":"`))

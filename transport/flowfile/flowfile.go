@@ -1,4 +1,4 @@
-// Package flowfile reads a flow file (DESIGN §9): YAML whose one top-level key is `flow`,
+// Package flowfile reads a flow file (docs/design.md §9): YAML whose one top-level key is `flow`,
 //
 //	flow:
 //	  name: nightly            # optional; the submit's name wins

@@ -4,8 +4,8 @@
 //
 // A poll offers the worker's free slots to its session (actors.Offer) and waits. The shell
 // feeds it what happens (Step) and does what it returns (Actions); the machine reads no clock,
-// starts no timer and sends nothing itself. Its rules, which are DESIGN §5's "capacity is an
-// offer that holds only while someone is there to take it":
+// starts no timer and sends nothing itself. Its rules, which are docs/design.md §5's "capacity is
+// an offer that holds only while someone is there to take it":
 //
 //  1. Credit lasts exactly as long as the poll waits. When the wait ends, for any reason (an
 //     assignment came, the wait is over, the client went away), the poll withdraws its offer

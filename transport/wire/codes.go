@@ -2,9 +2,9 @@ package wire
 
 import "net/http"
 
-// ErrorCode is one stable error code of the API (DESIGN §5): its HTTP status, whether a client
-// should send the same request again, the WebSocket close code of a session that ends with it,
-// and what it means. Codes never change meaning once released; new ones may be added.
+// ErrorCode is one stable error code of the API (docs/design.md §5): its HTTP status, whether a
+// client should send the same request again, the WebSocket close code of a session that ends with
+// it, and what it means. Codes never change meaning once released; new ones may be added.
 type ErrorCode struct {
 	Code   string
 	Status int

@@ -1,5 +1,5 @@
-// Package wire is tether's wire contract (DESIGN §5) as Go types: the JSON bodies of the HTTP
-// API, the worker protocol's frames, and the error shape. The server (package transport) and
+// Package wire is tether's wire contract (docs/design.md §5) as Go types: the JSON bodies of the
+// HTTP API, the worker protocol's frames, and the error shape. The server (package transport) and
 // the client (package transport/client) both use it, so they cannot drift apart; it imports
 // nothing of the broker, so a program that only talks to tether does not link the server.
 package wire

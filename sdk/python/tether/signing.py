@@ -1,5 +1,5 @@
-"""Proof of a result (DESIGN §4): the canonical JSON that output hashes and signatures are
-computed over, the output hash, and the Ed25519 signature of a completion.
+"""Proof of a result (docs/design.md §4): the canonical JSON that output hashes and signatures
+are computed over, the output hash, and the Ed25519 signature of a completion.
 
 Signing needs PyNaCl or cryptography; hashing needs neither.
 """

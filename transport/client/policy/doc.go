@@ -5,8 +5,8 @@
 // SDK's rules, not a copy of them. It imports transport/wire alone.
 //
 // A result (a complete, fail or release) is kept, on disk with Worker.ResultsDir, from before
-// its first send until the server has it or refused it for good (DESIGN §10, "nothing finished
-// is dropped"). After each send (Sends.After):
+// its first send until the server has it or refused it for good (docs/design.md §10, "nothing
+// finished is dropped"). After each send (Sends.After):
 //
 //  1. An answer that may pass (none came; a code the table marks Retry: UNAVAILABLE, NOT_READY,
 //     STANDBY, ...; a 5xx or 429 with no tether code, a proxy's) sends the same result again,
