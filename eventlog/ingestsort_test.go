@@ -32,7 +32,8 @@ func TestSortIngestKeysIsAStableSort(t *testing.T) {
 		}
 		want := slices.Clone(keys)
 		slices.SortStableFunc(want, func(a, b ingestKey) int { return bytes.Compare(a.key, b.key) })
-		got := sortIngestKeys(slices.Clone(keys))
+		var scratch []ingestKey
+		got := sortIngestKeys(slices.Clone(keys), &scratch)
 		if !slices.EqualFunc(got, want, func(a, b ingestKey) bool {
 			return bytes.Equal(a.key, b.key) && bytes.Equal(a.value, b.value)
 		}) {

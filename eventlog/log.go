@@ -141,6 +141,8 @@ type Log struct {
 	popts *pebble.Options // what SaveCheckpoint writes its tables with
 	// ingestTables numbers the tables SaveCheckpoint writes to ingest.
 	ingestTables atomic.Uint64
+	// ingestScratch is the last checkpoint's memory for its keys, or nil while one is saved.
+	ingestScratch atomic.Pointer[ingestScratch]
 	lock         *pebble.Lock // held from Open to Close when the store existed before Open
 	opts         Options
 	stats        *logStats
