@@ -143,9 +143,9 @@ type Log struct {
 	ingestTables atomic.Uint64
 	// ingestScratch is the last checkpoint's memory for its keys, or nil while one is saved.
 	ingestScratch atomic.Pointer[ingestScratch]
-	lock         *pebble.Lock // held from Open to Close when the store existed before Open
-	opts         Options
-	stats        *logStats
+	lock          *pebble.Lock // held from Open to Close when the store existed before Open
+	opts          Options
+	stats         *logStats
 
 	mu sync.Mutex
 	// work is signalled when pending gets a request or the log starts closing; space when
