@@ -500,9 +500,9 @@ func (f *Flush) Encode() ([]byte, []eventlog.ViewWrite, error) {
 // They come in a few ascending runs: a run of writes for each index (or the jobs' rows, or the
 // tombstones), its deletes apart from its puts, each over the jobs in id order, whose entries
 // ascend with them (a timed index's nearly so), and the runs, deletes before puts, by their
-// first keys after the rows. The log sorts
-// a checkpoint's keys by merging the ascending runs they come in (eventlog's sortIngestKeys):
-// a comparison or two a key, where the keys of one job after another's cost a full sort's.
+// first keys after the rows. The log sorts a checkpoint's keys by merging the ascending runs
+// they come in (eventlog's sortIngestKeys): a comparison or two a key, where the keys of one
+// job after another's cost a full sort's.
 func (f *Flush) tableWrites() ([]eventlog.ViewWrite, error) {
 	var arena keyArena
 	runs := writeRuns{writes: make([]eventlog.ViewWrite, 0, 8*len(f.put)+len(f.ids))}
@@ -572,11 +572,8 @@ type lastRun struct {
 // add appends w, the slot-th write of its job, to x's run of deletes or puts.
 func (r *writeRuns) add(slot int, x index, delete bool, w eventlog.ViewWrite) {
 	k := writeRun{x, delete}
-	if slot >= len(r.last) {
-		r.last = append(r.last, make([]lastRun, slot+1-len(r.last))...)
-		for i := range r.last {
-			r.last[i].run = -1
-		}
+	for slot >= len(r.last) {
+		r.last = append(r.last, lastRun{run: -1})
 	}
 	c := &r.last[slot]
 	if c.run < 0 || c.writeRun != k {
