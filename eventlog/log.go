@@ -141,9 +141,11 @@ type Log struct {
 	popts *pebble.Options // what SaveCheckpoint writes its tables with
 	// ingestTables numbers the tables SaveCheckpoint writes to ingest.
 	ingestTables atomic.Uint64
-	lock         *pebble.Lock // held from Open to Close when the store existed before Open
-	opts         Options
-	stats        *logStats
+	// ingestScratch is the last checkpoint's memory for its keys, or nil while one is saved.
+	ingestScratch atomic.Pointer[ingestScratch]
+	lock          *pebble.Lock // held from Open to Close when the store existed before Open
+	opts          Options
+	stats         *logStats
 
 	mu sync.Mutex
 	// work is signalled when pending gets a request or the log starts closing; space when

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math/rand"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -205,4 +206,98 @@ func dirBytes(b *testing.B, dir string) int64 {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// BenchmarkCheckpointSave measures what the periodic checkpoint of a server costs a job that
+// finished since the last one: BeginFlush, Encode, the log's SaveCheckpoint (the table's writes
+// and the live state, ingested) and EndFlush, on a log whose table grows with each checkpoint,
+// as a server's does. Each op is one checkpoint of finished jobs (3 events each, a
+// tether bench job's shape: ids as the server makes them, no labels), beside live jobs that
+// stay queued. It reports ns, allocations and bytes ingested per finished job.
+func BenchmarkCheckpointSave(b *testing.B) {
+	for _, tc := range []struct {
+		name           string
+		finished, live int
+	}{
+		{"finished=5000/live=60", 5000, 60},
+		{"finished=5000/live=5000", 5000, 5000},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			l, err := eventlog.Open(b.TempDir(), eventlog.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			if _, err := l.Append(b.Context(), eventlog.Event{Stream: "job/x", Type: "t", Data: []byte(`{}`)}); err != nil {
+				b.Fatal(err)
+			}
+			s := projections.NewOn(l.Views())
+			entropy := ulid.Monotonic(rand.New(rand.NewSource(1)), 0)
+			at := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+			seq := uint64(0)
+			apply := func(p eventlog.Payload) {
+				seq++
+				if err := s.Apply(seq, at, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			newID := func() string {
+				at = at.Add(100 * time.Microsecond)
+				return ulid.MustNew(ulid.Timestamp(at), entropy).String()
+			}
+			submit := func(id string) {
+				apply(eventlog.JobSubmitted{JobID: id, Tenant: "default", Queue: "bench", Type: "noop", Payload: json.RawMessage(`{"sent":1796000000000000000}`), MaxAttempts: 3, LeaseTTLMillis: 30000})
+			}
+			for range tc.live {
+				submit(newID())
+			}
+			var ingested uint64
+			var cpu time.Duration
+			ingestedNow := func() (n uint64) {
+				for _, lv := range l.StorageStats().Levels {
+					n += lv.IngestedBytes
+				}
+				return n
+			}
+			for b.Loop() {
+				b.StopTimer()
+				for range tc.finished {
+					id := newID()
+					submit(id)
+					apply(eventlog.JobLeased{JobID: id, LeaseID: "L" + id, WorkerID: "w1", Nonce: "n", Attempt: 1, ExpiresAt: at.Add(30 * time.Second)})
+					apply(eventlog.JobSucceeded{JobID: id, LeaseID: "L" + id, Attempt: 1, Output: json.RawMessage(`{"ok":true}`), OutputHash: "h"})
+				}
+				before := ingestedNow()
+				cpu0 := cpuTime(b)
+				b.StartTimer()
+				f := s.BeginFlush()
+				data, writes, err := f.Encode()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.SaveCheckpoint(projections.CheckpointName, 1, data, writes...); err != nil {
+					b.Fatal(err)
+				}
+				s.EndFlush(f)
+				b.StopTimer()
+				cpu += cpuTime(b) - cpu0
+				ingested += ingestedNow() - before
+				b.StartTimer()
+			}
+			jobs := float64(b.N * tc.finished)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/jobs, "ns/job")
+			b.ReportMetric(float64(cpu.Nanoseconds())/jobs, "cpu-ns/job")
+			b.ReportMetric(float64(ingested)/jobs, "ingested-bytes/job")
+		})
+	}
+}
+
+// cpuTime is the CPU time the process has used, user and system: a checkpoint's own work and
+// Pebble's on its behalf, without the waits for the disk that its wall time holds.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -752,10 +752,16 @@ func (s *Set) WriteCheckpoint(w io.Writer) error {
 	if len(jobs) == 0 {
 		bw.WriteString("null") // as encoding/json writes a nil slice
 	}
+	var b []byte
 	for i, j := range jobs {
-		b, err := json.Marshal(j)
-		if err != nil {
-			return err
+		// json.Marshal's bytes (encodeJob's), without its reflection for the jobs that fastjson
+		// writes, which are all but a few: a checkpoint writes every live job.
+		var ok bool
+		if b, ok = appendJob(b[:0], j); !ok {
+			var err error
+			if b, err = json.Marshal(j); err != nil {
+				return err
+			}
 		}
 		bw.WriteByte("[,"[min(i, 1)])
 		bw.Write(b)

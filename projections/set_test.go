@@ -3,6 +3,7 @@ package projections_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -353,4 +354,69 @@ func TestUnindexedSpillsEqualReplay(t *testing.T) {
 		}
 	}()
 	projections.NewUnindexedOn(projectionstest.NewStore()).Expirable(projections.Retention{Done: time.Hour}, time.Now(), 10)
+}
+
+// A flush's table writes come in a few ascending runs (the deletes, then the puts, each index's
+// keys together in id order), not one job's keys after another's: the log sorts a checkpoint's
+// keys by merging the runs they come in, which costs n·log2(runs) comparisons. The jobs here are
+// of two tenants, three queues and two labels each, and some are expired after their first
+// flush, so the second flush deletes their keys and writes their tombstones.
+func TestFlushWritesComeInFewRuns(t *testing.T) {
+	store := projectionstest.NewStore()
+	s := projections.NewOn(store)
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	seq := uint64(0)
+	apply := func(p eventlog.Payload) {
+		t.Helper()
+		seq++
+		at = at.Add(time.Millisecond)
+		if err := s.Apply(seq, at, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := func(i int) string { return fmt.Sprintf("01JOB%021d", i) }
+	runs := func(writes []eventlog.ViewWrite) int {
+		n := 1
+		for i := 1; i < len(writes); i++ {
+			if bytes.Compare(writes[i-1].Key, writes[i].Key) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	finish := func(from, to int) {
+		for i := from; i < to; i++ {
+			apply(eventlog.JobSubmitted{JobID: id(i), Tenant: fmt.Sprintf("t%d", i%2), Queue: fmt.Sprintf("q%d", i%3), Type: "t",
+				Labels: map[string]string{"a": fmt.Sprint(i % 4), "b": "x"}, MaxAttempts: 1, LeaseTTLMillis: 30000})
+			apply(eventlog.JobLeased{JobID: id(i), LeaseID: "L" + id(i), WorkerID: "w", Nonce: "n", Attempt: 1, ExpiresAt: at.Add(time.Minute)})
+			if i%5 == 0 {
+				apply(eventlog.JobFailed{JobID: id(i), LeaseID: "L" + id(i), Attempt: 1, ErrorCode: "e"})
+				apply(eventlog.JobDeadLettered{JobID: id(i), Reason: eventlog.DeadMaxAttempts, Attempt: 1})
+			} else {
+				apply(eventlog.JobSucceeded{JobID: id(i), LeaseID: "L" + id(i), Attempt: 1, Output: json.RawMessage(`null`), OutputHash: "h"})
+			}
+		}
+	}
+	finish(0, 300)
+	f := s.BeginFlush()
+	writes, err := f.Writes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := runs(writes); n > 2 {
+		t.Errorf("the first flush's %d writes come in %d ascending runs, want the jobs' rows and their index keys", len(writes), n)
+	}
+	store.Apply(writes)
+	s.EndFlush(f)
+
+	for i := 0; i < 300; i += 7 {
+		apply(eventlog.JobExpired{JobID: id(i), Reason: eventlog.ExpiredRetention})
+	}
+	finish(300, 600)
+	if writes, err = s.BeginSpill().Writes(); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs(writes); n > 4 {
+		t.Errorf("the second flush's %d writes come in %d ascending runs, want the deletes' and the puts' two each", len(writes), n)
+	}
 }

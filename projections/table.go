@@ -3,6 +3,7 @@ package projections
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -494,20 +495,29 @@ func (f *Flush) Encode() ([]byte, []eventlog.ViewWrite, error) {
 }
 
 // tableWrites are the flush's changes to the table: the stored copies it replaces deleted with
-// their keys, then its finished jobs stored with theirs.
+// their keys, then its finished jobs stored with theirs, then the tombstones.
+//
+// They come in a few ascending runs: a run of writes for each index (or the jobs' rows, or the
+// tombstones), its deletes apart from its puts, each over the jobs in id order, whose entries
+// ascend with them (a timed index's nearly so), and the runs, deletes before puts, by their
+// first keys after the rows. The log sorts a checkpoint's keys by merging the ascending runs
+// they come in (eventlog's sortIngestKeys): a comparison or two a key, where the keys of one
+// job after another's cost a full sort's.
 func (f *Flush) tableWrites() ([]eventlog.ViewWrite, error) {
-	writes := make([]eventlog.ViewWrite, 0, 8*len(f.put)+len(f.ids))
 	var arena keyArena
+	runs := writeRuns{writes: make([]eventlog.ViewWrite, 0, 8*len(f.put)+len(f.ids))}
 	empty := []byte{}
 	for _, id := range f.ids {
 		old := f.had[id]
 		if old == nil {
 			continue
 		}
-		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, id), Delete: true})
+		runs.add(0, index{kind: keyJob}, true, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, id), Delete: true})
 		if !f.unindexed {
+			slot := 1
 			entries(old, func(x index, e string) {
-				writes = append(writes, eventlog.ViewWrite{Key: arena.key(x, e), Delete: true})
+				runs.add(slot, x, true, eventlog.ViewWrite{Key: arena.key(x, e), Delete: true})
+				slot++
 			})
 		}
 	}
@@ -516,21 +526,107 @@ func (f *Flush) tableWrites() ([]eventlog.ViewWrite, error) {
 		if err != nil {
 			return nil, err
 		}
-		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, j.ID), Value: v})
+		runs.add(0, index{kind: keyJob}, false, eventlog.ViewWrite{Key: arena.key(index{kind: keyJob}, j.ID), Value: v})
 		if f.unindexed {
 			continue
 		}
+		slot := 1
 		entries(j, func(x index, e string) {
 			if mutantTableIndexLost && x.field == byStatus {
 				return
 			}
-			writes = append(writes, eventlog.ViewWrite{Key: arena.key(x, e), Value: empty})
+			runs.add(slot, x, false, eventlog.ViewWrite{Key: arena.key(x, e), Value: empty})
+			slot++
 		})
 	}
 	for _, g := range f.gone {
-		writes = append(writes, eventlog.ViewWrite{Key: arena.key(index{kind: keyGone}, g.id), Value: g.value()})
+		runs.add(0, index{kind: keyGone}, false, eventlog.ViewWrite{Key: arena.key(index{kind: keyGone}, g.id), Value: g.value()})
 	}
-	return writes, nil
+	return runs.sorted(), nil
+}
+
+// writeRuns gathers a flush's writes with the run each belongs to: its index (or the jobs'
+// rows, or the tombstones), its deletes apart from its puts. sorted lays the runs end to end by
+// their first keys, each in the order written: a stable counting sort by run.
+type writeRuns struct {
+	writes []eventlog.ViewWrite
+	run    []int32 // each write's run
+	at     map[writeRun]int32
+	count  []int // writes by run
+	// last is the run of the last write in each slot of a job (its row, then its entries in
+	// the order entries gives them): consecutive jobs mostly share their indexes, so this
+	// spares most writes a look in at.
+	last []lastRun
+}
+
+type writeRun struct {
+	index
+	delete bool
+}
+
+type lastRun struct {
+	writeRun
+	run int32
+}
+
+// add appends w, the slot-th write of its job, to x's run of deletes or puts.
+func (r *writeRuns) add(slot int, x index, delete bool, w eventlog.ViewWrite) {
+	k := writeRun{x, delete}
+	for slot >= len(r.last) {
+		r.last = append(r.last, lastRun{run: -1})
+	}
+	c := &r.last[slot]
+	if c.run < 0 || c.writeRun != k {
+		if r.at == nil {
+			r.at = map[writeRun]int32{}
+		}
+		i, ok := r.at[k]
+		if !ok {
+			i = int32(len(r.count))
+			r.at[k] = i
+			r.count = append(r.count, 0)
+		}
+		*c = lastRun{k, i}
+	}
+	r.writes = append(r.writes, w)
+	r.run = append(r.run, c.run)
+	r.count[c.run]++
+}
+
+func (r *writeRuns) sorted() []eventlog.ViewWrite {
+	if len(r.count) <= 1 {
+		return r.writes
+	}
+	// The deletes before the puts, as written: a store that applies the writes in order (a
+	// spill's) must delete a job's old keys before it puts the new ones. In each, the jobs'
+	// rows first, as the writes always began, then the other runs by their first keys: the runs
+	// of two indexes do not interleave (names hold no NUL, which ends each), so the writes are
+	// a few ascending runs.
+	first := make([][]byte, len(r.count))
+	deletes := make([]bool, len(r.count))
+	for i := len(r.writes) - 1; i >= 0; i-- {
+		first[r.run[i]], deletes[r.run[i]] = r.writes[i].Key, r.writes[i].Delete
+	}
+	order := make([]int32, len(r.count))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		return cmp.Or(boolCompare(!deletes[a], !deletes[b]), boolCompare(first[a][0] != keyJob, first[b][0] != keyJob),
+			bytes.Compare(first[a], first[b]))
+	})
+	start := make([]int, len(r.count))
+	at := 0
+	for _, i := range order {
+		start[i] = at
+		at += r.count[i]
+	}
+	out := make([]eventlog.ViewWrite, len(r.writes))
+	for i, w := range r.writes {
+		out[start[r.run[i]]] = w
+		start[r.run[i]]++
+	}
+	return out
 }
 
 // keyArena hands out keys and values carved from large buffers: a flush writes several a job.
