@@ -216,8 +216,18 @@ type appendReq struct {
 	one     [1]Event // events' array for an append of one event (AppendPayloadsAsync)
 	bytes   int
 	receipt Receipt
-	done    func(Receipt, error)
+	done    func(Receipt, error) // or, for AppendPayloadsTo, to
+	to      AppendDone
 	start   time.Time // when it was handed over, for the append latency
+}
+
+// tell calls the request's done, or tells its AppendDone.
+func (r *appendReq) tell(rc Receipt, err error) {
+	if r.to != nil {
+		r.to.Done(rc, err)
+		return
+	}
+	r.done(rc, err)
 }
 
 // inflight is a Pebble batch applied to the memtable and WAL whose fsync is not yet confirmed.
@@ -537,6 +547,28 @@ func (l *Log) AppendAsync(events []Event, done func(Receipt, error)) {
 // allocation for its request and its events together, where AppendAsync takes two.
 func (l *Log) AppendPayloadsAsync(payloads []Payload, done func(Receipt, error)) {
 	req := &appendReq{done: done}
+	l.appendPayloads(req, payloads)
+}
+
+// AppendDone is told the outcome of an append made with AppendPayloadsTo, once, as
+// AppendAsync's done is.
+type AppendDone interface {
+	Done(Receipt, error)
+}
+
+// AppendRequest is the memory of one append, which its caller provides (AppendPayloadsTo) in
+// a struct of its own: an append then costs the caller's one allocation, where a done closure
+// and the log's request are two. The log keeps it until it tells the outcome; it must not be
+// handed to the log again.
+type AppendRequest struct{ req appendReq }
+
+// AppendPayloadsTo is AppendPayloadsAsync with the request in m and the outcome told to to.
+func (l *Log) AppendPayloadsTo(m *AppendRequest, payloads []Payload, to AppendDone) {
+	m.req = appendReq{to: to}
+	l.appendPayloads(&m.req, payloads)
+}
+
+func (l *Log) appendPayloads(req *appendReq, payloads []Payload) {
 	req.events = req.one[:0]
 	if len(payloads) > len(req.one) {
 		req.events = make([]Event, 0, len(payloads))
@@ -544,7 +576,7 @@ func (l *Log) AppendPayloadsAsync(payloads []Payload, done func(Receipt, error))
 	for _, p := range payloads {
 		e, err := NewEvent(p.Stream(), p)
 		if err != nil {
-			done(Receipt{}, err)
+			req.tell(Receipt{}, err)
 			return
 		}
 		req.events = append(req.events, e)
@@ -555,7 +587,7 @@ func (l *Log) AppendPayloadsAsync(payloads []Payload, done func(Receipt, error))
 func (l *Log) appendAsync(req *appendReq) {
 	size, err := l.validate(req.events)
 	if err != nil {
-		req.done(Receipt{}, err)
+		req.tell(Receipt{}, err)
 		return
 	}
 	l.mu.Lock()
@@ -570,7 +602,7 @@ func (l *Log) appendAsync(req *appendReq) {
 	}
 	if err != nil {
 		l.mu.Unlock()
-		req.done(Receipt{}, err)
+		req.tell(Receipt{}, err)
 		return
 	}
 	req.bytes, req.start = size, time.Now()
@@ -858,9 +890,9 @@ func (l *Log) finish(reqs []*appendReq, size int, err error) {
 	for _, r := range reqs {
 		l.stats.appends.observeDuration(time.Since(r.start))
 		if err != nil {
-			r.done(Receipt{}, err)
+			r.tell(Receipt{}, err)
 		} else {
-			r.done(r.receipt, nil)
+			r.tell(r.receipt, nil)
 		}
 	}
 }

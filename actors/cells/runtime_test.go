@@ -41,8 +41,8 @@ func (d *driver) Start(*cells.Cell) {}
 func (d *driver) Schedule(c *cells.Cell, del cells.Delivery) {
 	d.queue = append(d.queue, queued{c, del})
 }
-func (d *driver) Commit(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	d.commits = append(d.commits, commit{events, done})
+func (d *driver) Commit(c *cells.Commit) {
+	d.commits = append(d.commits, commit{c.Events, c.Done})
 }
 func (d *driver) Now() time.Time { return d.now }
 func (d *driver) AfterFunc(after time.Duration, f func()) cells.Timer {
@@ -139,7 +139,7 @@ func (p *probe) Receive(env actors.Env, msg any) {
 	switch m := msg.(type) {
 	case setQuota:
 		env.Persist([]eventlog.Payload{eventlog.TenantQuotaSet{Tenant: p.name, MaxActive: m.n}}, m)
-	case actors.Persisted:
+	case *actors.Persisted:
 		if t, ok := m.Then.(tellAfter); ok {
 			env.Send(actors.TenantRef(t.to), fmt.Sprintf("%s's quota %d is durable", p.name, t.n))
 			return
