@@ -28,6 +28,17 @@ type Event struct {
 
 	// encoded says NewEvent made Data with json.Marshal, so it is valid JSON without a check.
 	encoded bool
+	// job, set by AppendPayloadsAsync for an event of a job's stream (JobOf), names the stream
+	// "job/" + job in place of Stream, so that the append builds no string for it.
+	job string
+}
+
+// stream is the event's stream name.
+func (e *Event) stream() streamName {
+	if e.job != "" {
+		return streamName{head: jobStreamPrefix, tail: e.job}
+	}
+	return nameOf(e.Stream)
 }
 
 // Receipt says where an append landed: the seqs of its first and last records and the chain
@@ -574,11 +585,17 @@ func (l *Log) appendPayloads(req *appendReq, payloads []Payload) {
 		req.events = make([]Event, 0, len(payloads))
 	}
 	for _, p := range payloads {
-		e, err := NewEvent(p.Stream(), p)
+		job, isJob := JobOf(p)
+		stream := ""
+		if !isJob || job == "" {
+			stream = p.Stream()
+		}
+		e, err := NewEvent(stream, p)
 		if err != nil {
 			req.tell(Receipt{}, err)
 			return
 		}
+		e.job = job
 		req.events = append(req.events, e)
 	}
 	l.appendAsync(req)
@@ -654,7 +671,8 @@ func (l *Log) validate(events []Event) (int, error) {
 	}
 	size := 0
 	for i, e := range events {
-		if err := checkName("stream", e.Stream, StreamLenMax); err != nil {
+		stream := e.stream()
+		if err := checkStream(stream); err != nil {
 			return 0, fmt.Errorf("event %d: %w", i, err)
 		}
 		if err := checkName("type", e.Type, TypeLenMax); err != nil {
@@ -666,7 +684,7 @@ func (l *Log) validate(events []Event) (int, error) {
 		if !e.encoded && !json.Valid(e.Data) {
 			return 0, fmt.Errorf("event %d: %w: data is not valid JSON", i, ErrInvalidEvent)
 		}
-		size += encodedLen(e.Stream, e.Type, e.Data) + idxKeyLen(e.Stream)
+		size += encodedLen(stream, e.Type, e.Data) + idxKeyLen(stream)
 	}
 	if size > l.opts.PendingBytesMax {
 		return 0, fmt.Errorf("%w: append of %d bytes exceeds the pending limit %d", ErrInvalidEvent, size, l.opts.PendingBytesMax)
@@ -675,6 +693,20 @@ func (l *Log) validate(events []Event) (int, error) {
 		return 0, fmt.Errorf("%w: append of %d bytes exceeds the upstream's message limit %d", ErrInvalidEvent, size, l.batchMax)
 	}
 	return size, nil
+}
+
+// checkStream is checkName of a stream's name, which may come in two parts.
+func checkStream(s streamName) error {
+	if s.tail == "" {
+		return checkName("stream", s.head, StreamLenMax)
+	}
+	if n := s.len(); n > StreamLenMax {
+		return fmt.Errorf("%w: stream must be 1..%d bytes, got %d", ErrInvalidEvent, StreamLenMax, n)
+	}
+	if err := checkName("stream", s.head, StreamLenMax); err != nil {
+		return err
+	}
+	return checkName("stream", s.tail, StreamLenMax)
 }
 
 func checkName(what, s string, max int) error {
@@ -776,15 +808,16 @@ func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head, []byte) {
 		r.receipt.First, r.receipt.Time = head.Seq+1, stamp
 		for _, e := range r.events {
 			head.Seq++
-			op := batch.SetDeferred(len(prefixLog)+8, encodedLen(e.Stream, e.Type, e.Data))
+			stream := e.stream()
+			op := batch.SetDeferred(len(prefixLog)+8, encodedLen(stream, e.Type, e.Data))
 			putLogKey(op.Key, head.Seq)
-			head.Hash = encodeRecord(op.Value, head.Hash, head.Seq, now, e.Stream, e.Type, e.Data)
+			head.Hash = encodeRecord(op.Value, head.Hash, head.Seq, now, stream, e.Type, e.Data)
 			if l.opts.Upstream != nil {
 				payload = append(payload, op.Value...)
 			}
 			_ = op.Finish()
-			idx := batch.SetDeferred(idxKeyLen(e.Stream), 0)
-			putIdxKey(idx.Key, e.Stream, head.Seq)
+			idx := batch.SetDeferred(idxKeyLen(stream), 0)
+			putIdxKey(idx.Key, stream, head.Seq)
 			_ = idx.Finish()
 		}
 		r.receipt.Last, r.receipt.Hash = head.Seq, head.Hash
