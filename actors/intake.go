@@ -336,7 +336,7 @@ func snapshots(jobs []SubmittedJob, events []eventlog.Payload, r eventlog.Receip
 				next++
 			}
 			last = projections.NewJob(seq, r.Time, e)
-			jobs[next].Snapshot = last
+			jobs[next].Job = last
 			next++
 		case eventlog.JobScheduled:
 			last.Fold(seq, r.Time, e)
