@@ -38,9 +38,9 @@ type Committer interface {
 }
 
 // Commit is one persist on its way to the committer: its events, and memory for the log's
-// request (eventlog.Log.AppendPayloadsTo, which tells Done), so that a persist costs one
-// allocation, this. Each persist has its own, never reused: the Persisted notice it carries is
-// delivered by pointer, and the cell it goes to may keep it.
+// request (eventlog.Log.AppendPayloadsTo, which tells Done), so that a persist costs at most
+// one allocation, this. Each persist has its own, never reused: the Persisted notice it
+// carries is delivered by pointer, and the cell it goes to may keep it.
 type Commit struct {
 	Events []eventlog.Payload
 	Log    eventlog.AppendRequest
@@ -212,6 +212,10 @@ type Cell struct {
 	// outbox holds what the cell sends on a batch's turn (coalescing), until the turn ends.
 	outbox     []pendingGroup
 	coalescing bool
+	// commits is the rest of the last chunk of Commits made for the cell's persists
+	// (newCommit), and commitChunk the size of the next.
+	commits     []Commit
+	commitChunk int
 }
 
 // Ref names the cell.
@@ -533,7 +537,22 @@ func (rt *Runtime) Restart(c *Cell, b actors.Behaviour) {
 // once they are durable and applied, or failed. Like a behaviour's, the events are the
 // runtime's from then on: the caller must not change them.
 func (rt *Runtime) Persist(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	rt.issue(persisting{events: events, done: done})
+	rt.issue(&Commit{p: persisting{events: events, done: done}})
+}
+
+// newCommit returns a Commit for a persist of the cell, on its turn. A cell's Commits are
+// carved from chunks, the first of two (a job's cell persists its lease and its end) and each
+// next one twice as large, up to 16 (a tenant's submits): one allocation for many persists.
+// None is reused, so nothing the log or the cell still reads changes; a chunk is garbage once
+// all of its Commits are, which is soon after each is told.
+func (c *Cell) newCommit() *Commit {
+	if len(c.commits) == 0 {
+		c.commitChunk = min(max(2*c.commitChunk, 2), 16)
+		c.commits = make([]Commit, c.commitChunk)
+	}
+	cm := &c.commits[0]
+	c.commits = c.commits[1:]
+	return cm
 }
 
 func (c *Cell) persist(events []eventlog.Payload, then any) {
@@ -542,7 +561,9 @@ func (c *Cell) persist(events []eventlog.Payload, then any) {
 		c.rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: &actors.Persisted{Then: then}, incarnation: c.incarnation})
 		p.cell, p.done = nil, func(eventlog.Receipt, error) {}
 	}
-	c.rt.issue(p)
+	cm := c.newCommit()
+	cm.p = p
+	c.rt.issue(cm)
 }
 
 func (c *Cell) relay(events []eventlog.Payload, to actors.Ref, msg any) {
@@ -551,7 +572,9 @@ func (c *Cell) relay(events []eventlog.Payload, to actors.Ref, msg any) {
 		c.rt.Send(to, msg, c.ref)
 		p.cell, p.relay, p.done = nil, nil, func(eventlog.Receipt, error) {}
 	}
-	c.rt.issue(p)
+	cm := c.newCommit()
+	cm.p = p
+	c.rt.issue(cm)
 }
 
 // persisting is one persist on its way: what it commits and whom to tell.
@@ -568,11 +591,10 @@ type persisting struct {
 	done        func(eventlog.Receipt, error)
 }
 
-// issue hands a persist to the committer. Its Commit is the one allocation a persist costs
-// the runtime and the log together. The persist counts as issued before it is handed over, so
-// Drain waits for it; the hand-over itself (where production encodes the events) is outside the
-// lock, which every cell's persists share.
-func (rt *Runtime) issue(p persisting) {
+// issue hands a persist, in its Commit, to the committer. The persist counts as issued before
+// it is handed over, so Drain waits for it; the hand-over itself (where production encodes the
+// events) is outside the lock, which every cell's persists share.
+func (rt *Runtime) issue(cm *Commit) {
 	rt.issueMu.Lock()
 	if rt.closed {
 		rt.issueMu.Unlock()
@@ -580,7 +602,8 @@ func (rt *Runtime) issue(p persisting) {
 	}
 	rt.issued++
 	rt.issueMu.Unlock()
-	rt.cfg.Committer.Commit(&Commit{Events: p.events, rt: rt, p: p})
+	cm.Events, cm.rt = cm.p.events, rt
+	rt.cfg.Committer.Commit(cm)
 }
 
 // committed takes a commit's outcome: a durable one waits for Flush, which applies and tells
