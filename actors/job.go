@@ -21,8 +21,10 @@ import (
 // command there; commands that arrive while the end of a lease is not durable yet wait, then
 // follow the lease-ended notice, so the dispatcher sees them in that order.
 type Job struct {
-	id        string
-	job       *projections.Job
+	id  string
+	job *projections.Job // own, or nil before Recover finds the job
+	// own is the memory of job, the actor's copy of the projections' (ReadProjections).
+	own       projections.Job
 	publicKey string
 	timer     TimerID
 	ending    bool // a decision ended the lease; the events are not durable yet
@@ -87,12 +89,15 @@ func NewJob(id string) *Job {
 func (a *Job) ReadProjections(s *projections.Set) {
 	worker := a.keyOf
 	if a.job == nil {
-		j, ok := s.Job(a.id)
-		if !ok || j.Lease == nil {
-			a.job = j
+		j := s.JobRef(a.id)
+		if j == nil {
 			return
 		}
-		a.job, worker = j, j.Lease.WorkerID
+		j.CloneInto(&a.own)
+		if a.job = &a.own; a.job.Lease == nil {
+			return
+		}
+		worker = a.job.Lease.WorkerID
 	}
 	a.publicKey = s.PublicKey(worker)
 }
