@@ -28,8 +28,9 @@ type Event struct {
 
 	// encoded says NewEvent made Data with json.Marshal, so it is valid JSON without a check.
 	encoded bool
-	// job, set by AppendPayloadsAsync for an event of a job's stream (JobOf), names the stream
-	// "job/" + job in place of Stream, so that the append builds no string for it.
+	// job, set by AppendPayloadsAsync and AppendPayloadsTo for an event of a job's stream
+	// (JobOf), names the stream "job/" + job in place of Stream, so that the append builds no
+	// string for it.
 	job string
 }
 
