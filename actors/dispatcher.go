@@ -487,8 +487,8 @@ func (d *Dispatcher) handle(env Env, msg any) (mayLease bool) {
 	case heard:
 		d.heard(env, m)
 		return false
-	case Persisted:
-		d.persisted(env, m)
+	case *Persisted:
+		d.persisted(env, *m)
 		return true
 	default:
 		return false // the dispatcher takes no other message

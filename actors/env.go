@@ -42,7 +42,8 @@ type Env interface {
 	Rand() *rand.Rand
 	// Persist hands events to the log and returns at once; the slice is the log's from then
 	// on, and the behaviour must not change it. When they are durable (and applied
-	// to the projections) the runtime delivers Persisted{Then: then} to this actor; if the log
+	// to the projections) the runtime delivers a *Persisted{Then: then} to this actor (a
+	// pointer into the memory the persist already has, so the notice is not boxed anew); if the log
 	// failed, Persisted.Err is set and the server is stopping. Persists of one actor complete in
 	// the order they were made.
 	Persist(events []eventlog.Payload, then any)
@@ -69,10 +70,20 @@ type Env interface {
 	Stop(ref Ref)
 	// Read runs fn with the committed projections. fn must not keep or modify what it reads.
 	Read(fn func(*projections.Set))
+	// ReadBy is Read of a Reader the behaviour already is or has, where the func Read takes
+	// would be an allocation of its own each time it is made.
+	ReadBy(r Reader)
 	Log() *zap.Logger
 }
 
-// Persisted is delivered to an actor when the events of one of its Persist calls are durable.
+// Reader reads the projections for Env.ReadBy, under their read lock; it must not keep or
+// modify what it reads.
+type Reader interface {
+	ReadProjections(*projections.Set)
+}
+
+// Persisted is delivered (by pointer) to an actor when the events of one of its Persist calls
+// are durable.
 type Persisted struct {
 	Then    any
 	Receipt eventlog.Receipt

@@ -33,6 +33,8 @@ type intake struct {
 	redriving map[string]bool
 	// pendingIdem holds the idempotency keys of the jobs of pendingJobs that have one.
 	pendingIdem map[string]pendingKey
+	// spare is the rest of the last chunk of submissions made (newSubmission).
+	spare []submission
 }
 
 type reservation struct {
@@ -63,6 +65,12 @@ type submitDone struct {
 // submission is what a submit of one job needs, in one allocation: its answer, its events (a
 // job.submitted, perhaps a job.scheduled and a reservation.consumed), its entry for the
 // dispatcher and its then-value. A batch's slices are made apart.
+//
+// The tenant carves its submissions from chunks of submissionChunk (intake.spare): one
+// allocation for that many submits. None is ever reused, so nothing a submit handed on (its
+// events to the log, its notice to the dispatcher, its answer) can change under its reader; a
+// chunk is garbage once its last submission is, and a submission lives only until its submit
+// is durable and answered.
 type submission struct {
 	done    submitDone
 	jobs    [1]SubmittedJob
@@ -70,8 +78,15 @@ type submission struct {
 	waiting [1]Waiting
 }
 
-func newSubmission(jobs int) *submission {
-	sub := new(submission)
+// submissionChunk is how many submissions one allocation makes.
+const submissionChunk = 16
+
+func (in *intake) newSubmission(jobs int) *submission {
+	if len(in.spare) == 0 {
+		in.spare = make([]submission, submissionChunk)
+	}
+	sub := &in.spare[0]
+	in.spare = in.spare[1:]
 	if jobs == 1 {
 		sub.done.jobs, sub.done.events, sub.done.waiting = sub.jobs[:], sub.events[:0], sub.waiting[:0]
 	} else {
@@ -165,7 +180,7 @@ func (in *intake) submit(t *Tenant, env Env, m Submit) {
 		return
 	}
 	now := env.Now()
-	sub := newSubmission(len(m.Jobs))
+	sub := in.newSubmission(len(m.Jobs))
 	out := sub.done.jobs
 	hashes := make([]string, len(m.Jobs))
 	consumed := map[string]bool{}
@@ -321,7 +336,7 @@ func snapshots(jobs []SubmittedJob, events []eventlog.Payload, r eventlog.Receip
 				next++
 			}
 			last = projections.NewJob(seq, r.Time, e)
-			jobs[next].Snapshot = last
+			jobs[next].Job = last
 			next++
 		case eventlog.JobScheduled:
 			last.Fold(seq, r.Time, e)

@@ -21,8 +21,10 @@ import (
 // command there; commands that arrive while the end of a lease is not durable yet wait, then
 // follow the lease-ended notice, so the dispatcher sees them in that order.
 type Job struct {
-	id        string
-	job       *projections.Job
+	id  string
+	job *projections.Job // own, or nil before Recover finds the job
+	// own is the memory of job, the actor's copy of the projections' (ReadProjections).
+	own       projections.Job
 	publicKey string
 	timer     TimerID
 	ending    bool // a decision ended the lease; the events are not durable yet
@@ -31,9 +33,7 @@ type Job struct {
 	inherited string
 	stash     []stashed
 	pipe      pipeline
-	// read is readProjections, made once with the Job: a closure made for each Env.Read would
-	// be an allocation of its own. keyOf is the worker whose key a lease's start reads.
-	read  func(*projections.Set)
+	// keyOf is the worker whose key a lease's start reads (ReadProjections).
 	keyOf string
 	// leased is room for the event of a lease's start. A job starts a lease only once the last
 	// one's end is durable, and so its start too, which the runtime applied before it told of
@@ -79,23 +79,25 @@ func Backoff(n int) time.Duration {
 
 // NewJob returns the behaviour of the actor of job id.
 func NewJob(id string) *Job {
-	a := &Job{id: id}
-	a.read = a.readProjections
-	return a
+	return &Job{id: id}
 }
 
-// readProjections reads what the job needs of the projections: while it has no snapshot
-// (Recover), the snapshot and the key of the worker holding its lease, if one does; else the
-// key of the worker keyOf (a lease's start).
-func (a *Job) readProjections(s *projections.Set) {
+// ReadProjections implements Reader (Env.ReadBy, which reads with the Job itself: a func made
+// for Env.Read would be an allocation). It reads what the job needs of the projections: while
+// it has no snapshot (Recover), the snapshot and the key of the worker holding its lease, if
+// one does; else the key of the worker keyOf (a lease's start).
+func (a *Job) ReadProjections(s *projections.Set) {
 	worker := a.keyOf
 	if a.job == nil {
-		j, ok := s.Job(a.id)
-		if !ok || j.Lease == nil {
-			a.job = j
+		j := s.JobRef(a.id)
+		if j == nil {
 			return
 		}
-		a.job, worker = j, j.Lease.WorkerID
+		j.CloneInto(&a.own)
+		if a.job = &a.own; a.job.Lease == nil {
+			return
+		}
+		worker = a.job.Lease.WorkerID
 	}
 	a.publicKey = s.PublicKey(worker)
 }
@@ -140,7 +142,7 @@ type leaseEnd struct {
 // memory.
 func (a *Job) Recover(env Env) {
 	a.job, a.publicKey, a.ending, a.stash, a.pipe, a.inherited = nil, "", false, nil, pipeline{}, ""
-	env.Read(a.read)
+	env.ReadBy(a)
 	if a.job == nil {
 		return
 	}
@@ -168,8 +170,8 @@ func (a *Job) Recover(env Env) {
 // one whose end is not on its way to the log (onLease).
 func (a *Job) Receive(env Env, msg any) {
 	switch m := msg.(type) {
-	case Persisted:
-		a.persisted(env, m)
+	case *Persisted:
+		a.persisted(env, *m)
 	case *startLease:
 		a.start(env, m)
 	case Progress:
@@ -291,7 +293,7 @@ func (a *Job) start(env Env, m *startLease) {
 		return
 	}
 	a.keyOf = m.WorkerID
-	env.Read(a.read)
+	env.ReadBy(a)
 	var nonce [16]byte
 	r := env.Rand()
 	for i := range nonce {

@@ -33,10 +33,10 @@ type Submitted struct {
 type SubmittedJob struct {
 	ID            string
 	IdempotentHit bool
-	// Snapshot is the job as its submit made it, durable at the reply's receipt, for the
-	// caller to answer with (no read of the projections); nil for an idempotent hit, which is
-	// read from them.
-	Snapshot *projections.Job
+	// Job is the job as its submit made it, durable at the reply's receipt, for the caller to
+	// answer with (no read of the projections); nil for an idempotent hit, which is read from
+	// them (the facade's Submit fills it in).
+	Job *projections.Job
 }
 
 // Reserve asks a tenant to hold one max_active slot for TTL (0: ReservationTTLDefault).

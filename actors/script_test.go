@@ -441,6 +441,9 @@ func (s *script) fields(v reflect.Value, skip string) string {
 		if v.Type() == reflect.TypeFor[eventlog.FlowStep]() && f.Name == "JobTemplate" {
 			continue // each step's job.submitted shows it
 		}
+		if v.Type() == reflect.TypeFor[actors.SubmittedJob]() && f.Name == "Job" {
+			continue // a submit's job snapshot repeats its job.submitted
+		}
 		if fv.Kind() == reflect.String && fv.String() == skip {
 			continue
 		}
@@ -458,7 +461,7 @@ var idOf = map[string]string{"SubmittedJob": "JobID", "Reserved": "ReservationID
 
 // quiet fields are left out: hashes and digests that say nothing a reader checks, and a
 // submit's job snapshots, which repeat its job.submitted.
-var quiet = map[string]bool{"RequestHash": true, "SpecHash": true, "Hash": true, "YAMLSHA256": true, "Snapshot": true}
+var quiet = map[string]bool{"RequestHash": true, "SpecHash": true, "Hash": true, "YAMLSHA256": true}
 
 func (s *script) value(field string, v reflect.Value) string {
 	switch x := v.Interface().(type) {

@@ -118,8 +118,8 @@ func (s *Session) Receive(env Env, msg any) {
 		s.close(env, m.Reason)
 	case revokeSession:
 		s.close(env, eventlog.EndedRevoked)
-	case Persisted:
-		s.persisted(env, m)
+	case *Persisted:
+		s.persisted(env, *m)
 	}
 }
 

@@ -109,8 +109,8 @@ func (t *Tenant) Receive(env Env, msg any) {
 		t.schedules.delete(t, env, m, env.Sender())
 	case scheduleTick:
 		t.schedules.tick(t, env, m.id)
-	case Persisted:
-		t.persisted(env, m)
+	case *Persisted:
+		t.persisted(env, *m)
 	}
 }
 

@@ -15,7 +15,10 @@ import (
 // Every event belongs to exactly one stream, named by the entity it changes.
 
 // JobStream names the stream of one job's events.
-func JobStream(jobID string) string { return "job/" + jobID }
+func JobStream(jobID string) string { return jobStreamPrefix + jobID }
+
+// jobStreamPrefix begins the name of every job's stream.
+const jobStreamPrefix = "job/"
 
 // JobOf returns the job of an event of a job's stream, which is JobStream of it, and false for
 // an event of another stream: what p.Stream() says, without building the stream's name, which

@@ -109,7 +109,8 @@
 // # Ordering rules
 //
 //  1. Nothing is acknowledged before it is fsynced: Append returns, and AppendAsync's callback
-//     runs, only after the fsync that covers the records has returned without error.
+//     (AppendPayloadsTo's AppendDone) runs, only after the fsync that covers the records has
+//     returned without error.
 //  2. Group commit: a single sequencer goroutine takes everything pending (up to 4 MiB) as one
 //     Pebble batch, assigns seqs and hashes, and applies it without waiting for its fsync; Pebble
 //     covers every batch whose WAL write finished by the time an fsync starts with that one

@@ -45,22 +45,37 @@ var logKeyEnd = []byte("log0") // '0' is the byte after '/'
 // idxKeyEnd is the exclusive upper bound of every index key.
 var idxKeyEnd = []byte("idx0")
 
+// streamName is a stream's name in two parts written one after the other, head then tail: an
+// appended event of a job's stream names it by its job ("job/", id; Event.job), so that an
+// append does not build the name's string. Any other name is its head alone (nameOf).
+type streamName struct{ head, tail string }
+
+func nameOf(stream string) streamName { return streamName{head: stream} }
+
+func (s streamName) len() int { return len(s.head) + len(s.tail) }
+
+// put writes the name at the start of dst and returns its length.
+func (s streamName) put(dst []byte) int {
+	n := copy(dst, s.head)
+	return n + copy(dst[n:], s.tail)
+}
+
 // idxKeyLen is the length of the index key for a stream.
-func idxKeyLen(stream string) int { return len(prefixIdx) + len(stream) + 1 + 8 }
+func idxKeyLen(stream streamName) int { return len(prefixIdx) + stream.len() + 1 + 8 }
 
 // putIdxKey writes "idx/" + stream + 0x00 + seq (8 bytes big-endian). The NUL separator keeps
 // one stream's keys from interleaving with a stream whose name extends it ("job/a" vs "job/ab");
 // stream names may not contain NUL.
-func putIdxKey(dst []byte, stream string, seq uint64) {
+func putIdxKey(dst []byte, stream streamName, seq uint64) {
 	n := copy(dst, prefixIdx)
-	n += copy(dst[n:], stream)
+	n += stream.put(dst[n:])
 	dst[n] = 0
 	binary.BigEndian.PutUint64(dst[n+1:], seq)
 }
 
 func idxKey(stream string, seq uint64) []byte {
-	k := make([]byte, idxKeyLen(stream))
-	putIdxKey(k, stream, seq)
+	k := make([]byte, idxKeyLen(nameOf(stream)))
+	putIdxKey(k, nameOf(stream), seq)
 	return k
 }
 

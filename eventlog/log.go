@@ -28,6 +28,18 @@ type Event struct {
 
 	// encoded says NewEvent made Data with json.Marshal, so it is valid JSON without a check.
 	encoded bool
+	// job, set by AppendPayloadsAsync and AppendPayloadsTo for an event of a job's stream
+	// (JobOf), names the stream "job/" + job in place of Stream, so that the append builds no
+	// string for it.
+	job string
+}
+
+// stream is the event's stream name.
+func (e *Event) stream() streamName {
+	if e.job != "" {
+		return streamName{head: jobStreamPrefix, tail: e.job}
+	}
+	return nameOf(e.Stream)
 }
 
 // Receipt says where an append landed: the seqs of its first and last records and the chain
@@ -218,8 +230,18 @@ type appendReq struct {
 	one     [1]Event // events' array for an append of one event (AppendPayloadsAsync)
 	bytes   int
 	receipt Receipt
-	done    func(Receipt, error)
+	done    func(Receipt, error) // or, for AppendPayloadsTo, to
+	to      AppendDone
 	start   time.Time // when it was handed over, for the append latency
+}
+
+// tell calls the request's done, or tells its AppendDone.
+func (r *appendReq) tell(rc Receipt, err error) {
+	if r.to != nil {
+		r.to.Done(rc, err)
+		return
+	}
+	r.done(rc, err)
 }
 
 // inflight is a Pebble batch applied to the memtable and WAL whose fsync is not yet confirmed.
@@ -539,16 +561,44 @@ func (l *Log) AppendAsync(events []Event, done func(Receipt, error)) {
 // allocation for its request and its events together, where AppendAsync takes two.
 func (l *Log) AppendPayloadsAsync(payloads []Payload, done func(Receipt, error)) {
 	req := &appendReq{done: done}
+	l.appendPayloads(req, payloads)
+}
+
+// AppendDone is told the outcome of an append made with AppendPayloadsTo, once, as
+// AppendAsync's done is.
+type AppendDone interface {
+	Done(Receipt, error)
+}
+
+// AppendRequest is the memory of one append, which its caller provides (AppendPayloadsTo) in
+// a struct of its own: an append then costs the caller's one allocation, where a done closure
+// and the log's request are two. The log keeps it until it tells the outcome; it must not be
+// handed to the log again.
+type AppendRequest struct{ req appendReq }
+
+// AppendPayloadsTo is AppendPayloadsAsync with the request in m and the outcome told to to.
+func (l *Log) AppendPayloadsTo(m *AppendRequest, payloads []Payload, to AppendDone) {
+	m.req = appendReq{to: to}
+	l.appendPayloads(&m.req, payloads)
+}
+
+func (l *Log) appendPayloads(req *appendReq, payloads []Payload) {
 	req.events = req.one[:0]
 	if len(payloads) > len(req.one) {
 		req.events = make([]Event, 0, len(payloads))
 	}
 	for _, p := range payloads {
-		e, err := NewEvent(p.Stream(), p)
+		job, isJob := JobOf(p)
+		stream := ""
+		if !isJob || job == "" {
+			stream = p.Stream()
+		}
+		e, err := NewEvent(stream, p)
 		if err != nil {
-			done(Receipt{}, err)
+			req.tell(Receipt{}, err)
 			return
 		}
+		e.job = job
 		req.events = append(req.events, e)
 	}
 	l.appendAsync(req)
@@ -557,7 +607,7 @@ func (l *Log) AppendPayloadsAsync(payloads []Payload, done func(Receipt, error))
 func (l *Log) appendAsync(req *appendReq) {
 	size, err := l.validate(req.events)
 	if err != nil {
-		req.done(Receipt{}, err)
+		req.tell(Receipt{}, err)
 		return
 	}
 	l.mu.Lock()
@@ -572,7 +622,7 @@ func (l *Log) appendAsync(req *appendReq) {
 	}
 	if err != nil {
 		l.mu.Unlock()
-		req.done(Receipt{}, err)
+		req.tell(Receipt{}, err)
 		return
 	}
 	req.bytes, req.start = size, time.Now()
@@ -624,7 +674,8 @@ func (l *Log) validate(events []Event) (int, error) {
 	}
 	size := 0
 	for i, e := range events {
-		if err := checkName("stream", e.Stream, StreamLenMax); err != nil {
+		stream := e.stream()
+		if err := checkStream(stream); err != nil {
 			return 0, fmt.Errorf("event %d: %w", i, err)
 		}
 		if err := checkName("type", e.Type, TypeLenMax); err != nil {
@@ -636,7 +687,7 @@ func (l *Log) validate(events []Event) (int, error) {
 		if !e.encoded && !json.Valid(e.Data) {
 			return 0, fmt.Errorf("event %d: %w: data is not valid JSON", i, ErrInvalidEvent)
 		}
-		size += encodedLen(e.Stream, e.Type, e.Data) + idxKeyLen(e.Stream)
+		size += encodedLen(stream, e.Type, e.Data) + idxKeyLen(stream)
 	}
 	if size > l.opts.PendingBytesMax {
 		return 0, fmt.Errorf("%w: append of %d bytes exceeds the pending limit %d", ErrInvalidEvent, size, l.opts.PendingBytesMax)
@@ -645,6 +696,20 @@ func (l *Log) validate(events []Event) (int, error) {
 		return 0, fmt.Errorf("%w: append of %d bytes exceeds the upstream's message limit %d", ErrInvalidEvent, size, l.batchMax)
 	}
 	return size, nil
+}
+
+// checkStream is checkName of a stream's name, which may come in two parts.
+func checkStream(s streamName) error {
+	if s.tail == "" {
+		return checkName("stream", s.head, StreamLenMax)
+	}
+	if n := s.len(); n > StreamLenMax {
+		return fmt.Errorf("%w: stream must be 1..%d bytes, got %d", ErrInvalidEvent, StreamLenMax, n)
+	}
+	if err := checkName("stream", s.head, StreamLenMax); err != nil {
+		return err
+	}
+	return checkName("stream", s.tail, StreamLenMax)
 }
 
 func checkName(what, s string, max int) error {
@@ -746,15 +811,16 @@ func (l *Log) build(reqs []*appendReq) (*pebble.Batch, Head, []byte) {
 		r.receipt.First, r.receipt.Time = head.Seq+1, stamp
 		for _, e := range r.events {
 			head.Seq++
-			op := batch.SetDeferred(len(prefixLog)+8, encodedLen(e.Stream, e.Type, e.Data))
+			stream := e.stream()
+			op := batch.SetDeferred(len(prefixLog)+8, encodedLen(stream, e.Type, e.Data))
 			putLogKey(op.Key, head.Seq)
-			head.Hash = encodeRecord(op.Value, head.Hash, head.Seq, now, e.Stream, e.Type, e.Data)
+			head.Hash = encodeRecord(op.Value, head.Hash, head.Seq, now, stream, e.Type, e.Data)
 			if l.opts.Upstream != nil {
 				payload = append(payload, op.Value...)
 			}
 			_ = op.Finish()
-			idx := batch.SetDeferred(idxKeyLen(e.Stream), 0)
-			putIdxKey(idx.Key, e.Stream, head.Seq)
+			idx := batch.SetDeferred(idxKeyLen(stream), 0)
+			putIdxKey(idx.Key, stream, head.Seq)
 			_ = idx.Finish()
 		}
 		r.receipt.Last, r.receipt.Hash = head.Seq, head.Hash
@@ -860,9 +926,9 @@ func (l *Log) finish(reqs []*appendReq, size int, err error) {
 	for _, r := range reqs {
 		l.stats.appends.observeDuration(time.Since(r.start))
 		if err != nil {
-			r.done(Receipt{}, err)
+			r.tell(Receipt{}, err)
 		} else {
-			r.done(r.receipt, nil)
+			r.tell(r.receipt, nil)
 		}
 	}
 }

@@ -362,12 +362,12 @@ func (l *Log) Audit(ctx context.Context, from Head, visit func(Record) error) (A
 			}
 			continue
 		}
-		if n := idxKeyLen(r.Stream); cap(key) < n {
+		if n := idxKeyLen(nameOf(r.Stream)); cap(key) < n {
 			key = make([]byte, n, 2*n)
 		} else {
 			key = key[:n]
 		}
-		putIdxKey(key, r.Stream, r.Seq)
+		putIdxKey(key, nameOf(r.Stream), r.Seq)
 		xorInto(&digest, sha256.Sum256(key))
 	}
 	streams, indexed, err := l.indexDigest(ctx)

@@ -58,13 +58,13 @@ const (
 )
 
 // encodedLen is the size of the encoded record for an event, hash included.
-func encodedLen(stream, typ string, data []byte) int {
-	return headerLen + len(stream) + len(typ) + len(data) + hashLen
+func encodedLen(stream streamName, typ string, data []byte) int {
+	return headerLen + stream.len() + len(typ) + len(data) + hashLen
 }
 
 // encodeRecord writes the record into dst, which must be exactly encodedLen bytes, computes its
 // hash from prev and stores it in the last 32 bytes. It returns the hash.
-func encodeRecord(dst []byte, prev Hash, seq uint64, unixNano int64, stream, typ string, data []byte) Hash {
+func encodeRecord(dst []byte, prev Hash, seq uint64, unixNano int64, stream streamName, typ string, data []byte) Hash {
 	n := putBody(dst, seq, unixNano, stream, typ, data)
 	h := chainHash(prev, dst[:n])
 	copy(dst[n:], h[:])
@@ -72,15 +72,15 @@ func encodeRecord(dst []byte, prev Hash, seq uint64, unixNano int64, stream, typ
 }
 
 // putBody writes everything but the hash and returns its length.
-func putBody(dst []byte, seq uint64, unixNano int64, stream, typ string, data []byte) int {
+func putBody(dst []byte, seq uint64, unixNano int64, stream streamName, typ string, data []byte) int {
 	dst[offVersion] = recordVersion
 	binary.BigEndian.PutUint64(dst[offSeq:], seq)
 	binary.BigEndian.PutUint64(dst[offTime:], uint64(unixNano))
-	binary.BigEndian.PutUint16(dst[offStreamLen:], uint16(len(stream)))
+	binary.BigEndian.PutUint16(dst[offStreamLen:], uint16(stream.len()))
 	binary.BigEndian.PutUint16(dst[offTypeLen:], uint16(len(typ)))
 	binary.BigEndian.PutUint32(dst[offDataLen:], uint32(len(data)))
 	n := headerLen
-	n += copy(dst[n:], stream)
+	n += stream.put(dst[n:])
 	n += copy(dst[n:], typ)
 	n += copy(dst[n:], data)
 	return n
@@ -140,8 +140,8 @@ func DecodeRecord(b []byte) (Record, error) {
 // Encode returns the record's encoded bytes with the hash it carries (not a recomputed one).
 // It is the inverse of DecodeRecord, used by tools that export and re-verify records.
 func (r Record) Encode() []byte {
-	b := make([]byte, encodedLen(r.Stream, r.Type, r.Data))
-	n := putBody(b, r.Seq, r.Time.UnixNano(), r.Stream, r.Type, r.Data)
+	b := make([]byte, encodedLen(nameOf(r.Stream), r.Type, r.Data))
+	n := putBody(b, r.Seq, r.Time.UnixNano(), nameOf(r.Stream), r.Type, r.Data)
 	copy(b[n:], r.Hash[:])
 	return b
 }

@@ -161,6 +161,14 @@ func (j *Job) LeaseWrittenUnder() bool {
 
 // Clone returns a deep copy that shares nothing mutable with j.
 func (j *Job) Clone() *Job {
+	c := new(Job)
+	j.CloneInto(c)
+	return c
+}
+
+// CloneInto makes *dst what Clone returns, in memory the caller already has (a job's actor
+// keeps its copy in itself).
+func (j *Job) CloneInto(dst *Job) {
 	c := *j
 	if j.Lease != nil {
 		l := *j.Lease
@@ -177,7 +185,7 @@ func (j *Job) Clone() *Job {
 			c.Labels[k] = v
 		}
 	}
-	return &c
+	*dst = c
 }
 
 // NewJob is the job that a job.submitted at seq, written at at, creates; Fold applies the

@@ -485,9 +485,9 @@ func (sc *scheduler) Schedule(c *cells.Cell, d cells.Delivery) {
 // fsync's time later (scheduleCommit, commit).
 type committer server
 
-func (cm *committer) Commit(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
+func (cm *committer) Commit(c *cells.Commit) {
 	v := (*server)(cm)
-	v.pending = append(v.pending, &persist{events: events, done: done, decidedAt: v.s.serverNow(), clock: v.s.clockJumps})
+	v.pending = append(v.pending, &persist{events: c.Events, done: c.Done, decidedAt: v.s.serverNow(), clock: v.s.clockJumps})
 	v.scheduleCommit()
 }
 

@@ -128,8 +128,8 @@ func (f *fifo) Schedule(c *cells.Cell, d cells.Delivery) {
 // syncer is the world's committer: commits wait until Sync.
 type syncer World
 
-func (s *syncer) Commit(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	s.pending = append(s.pending, pendingCommit{events: events, done: done})
+func (s *syncer) Commit(c *cells.Commit) {
+	s.pending = append(s.pending, pendingCommit{events: c.Events, done: c.Done})
 }
 
 // clock is the world's virtual clock.

@@ -87,11 +87,10 @@ func errOf(r *actors.Rejection) error {
 	return r
 }
 
-// SubmitResult is one job a submit accepted.
-type SubmitResult struct {
-	Job           *projections.Job
-	IdempotentHit bool
-}
+// SubmitResult is one job a submit accepted: the tenant's answer itself, which Submit returns
+// as it came (its slice is the caller's once answered) with an idempotent hit's job filled in,
+// rather than a copy made for each submit.
+type SubmitResult = actors.SubmittedJob
 
 // traceparentKey is the context key of a request's W3C trace context (WithTraceparent).
 type traceparentKey struct{}
@@ -118,25 +117,18 @@ func (b *Broker) Submit(ctx context.Context, tenant, apiKeyID string, specs ...a
 	if err != nil || r.Err != nil {
 		return nil, actors.Receipt{}, firstErr(err, r.Err)
 	}
-	out := make([]SubmitResult, len(r.Jobs))
-	read := false // a job with no snapshot: an idempotent hit
-	for i, j := range r.Jobs {
-		out[i] = SubmitResult{Job: j.Snapshot, IdempotentHit: j.IdempotentHit}
-		read = read || j.Snapshot == nil
-	}
-	if read {
-		now := b.clock()
-		for i, j := range r.Jobs {
-			if out[i].Job != nil {
-				continue
-			}
-			job, ok := b.job(j.ID)
-			if !ok || b.cfg.Retention.Expired(job, now) {
-				// An idempotent hit on a job that has left the views: the key outlives it.
-				job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
-			}
-			out[i].Job = job
+	out := r.Jobs
+	for i, j := range out {
+		if j.Job != nil {
+			continue
 		}
+		// An idempotent hit, which has no snapshot.
+		job, ok := b.job(j.ID)
+		if !ok || b.cfg.Retention.Expired(job, b.clock()) {
+			// An idempotent hit on a job that has left the views: the key outlives it.
+			job = &projections.Job{ID: j.ID, Tenant: tenant, Status: projections.StatusExpired}
+		}
+		out[i].Job = job
 	}
 	return out, b.fill(r.Receipt), nil
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tetherhq/tether/actors"
 	"github.com/tetherhq/tether/actors/cells"
-	"github.com/tetherhq/tether/eventlog"
 )
 
 // mail carries a delivery of the cell runtime into a protoactor mailbox, with the cell it is
@@ -209,8 +208,8 @@ func (s *scheduler) Schedule(c *cells.Cell, d cells.Delivery) {
 // no hand-off between an fsync and the replies that wait for it.
 type committer Broker
 
-func (cm *committer) Commit(payloads []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	cm.elog.AppendPayloadsAsync(payloads, done)
+func (cm *committer) Commit(c *cells.Commit) {
+	cm.elog.AppendPayloadsTo(&c.Log, c.Events, c)
 }
 
 // committed runs after each commit is applied and told: it wakes watchers and decides on a

@@ -28,7 +28,7 @@ func (p panicky) Receive(env actors.Env, msg any) {
 	switch m := msg.(type) {
 	case actors.Complete:
 		*p.armed = string(m.Output) == `"panic"`
-	case actors.Persisted:
+	case *actors.Persisted:
 		if *p.armed {
 			*p.armed = false
 			panic("planted bug after a completion") // its reply and notices are never sent

@@ -27,15 +27,31 @@ type Scheduler interface {
 	Schedule(c *Cell, d Delivery)
 }
 
-// Committer makes events durable. Commit returns at once; done is called once per Commit, in
-// the order of the calls, with the receipt of the events or the error that stopped them. The
-// dones of durable commits are called on one goroutine at a time, and after those of a group
+// Committer makes events durable. Commit returns at once; c.Done is called once per Commit,
+// in the order of the calls, with the receipt of c.Events or the error that stopped them. The
+// Dones of durable commits are called on one goroutine at a time, and after those of a group
 // (a group commit's, or any number) the committer calls Runtime.Flush on that goroutine: the
 // runtime applies and tells a group at once, so that an actor told of many commits of one
 // fsync is woken once, not once per commit. A failed commit is told at once.
 type Committer interface {
-	Commit(events []eventlog.Payload, done func(eventlog.Receipt, error))
+	Commit(c *Commit)
 }
+
+// Commit is one persist on its way to the committer: its events, and memory for the log's
+// request (eventlog.Log.AppendPayloadsTo, which tells Done), so that a persist costs at most
+// one allocation, this. Each persist has its own, never reused: the Persisted notice it
+// carries is delivered by pointer, and the cell it goes to may keep it.
+type Commit struct {
+	Events []eventlog.Payload
+	Log    eventlog.AppendRequest
+
+	rt     *Runtime
+	p      persisting
+	notice actors.Persisted
+}
+
+// Done takes the commit's outcome (see Committer).
+func (c *Commit) Done(r eventlog.Receipt, err error) { c.rt.committed(c, r, err) }
 
 // Clock is the runtime's time. AfterFunc calls f once d has passed (on any goroutine) unless
 // the Timer is stopped first.
@@ -196,6 +212,10 @@ type Cell struct {
 	// outbox holds what the cell sends on a batch's turn (coalescing), until the turn ends.
 	outbox     []pendingGroup
 	coalescing bool
+	// commits is the rest of the last chunk of Commits made for the cell's persists
+	// (newCommit), and commitChunk the size of the next.
+	commits     []Commit
+	commitChunk int
 }
 
 // Ref names the cell.
@@ -260,7 +280,7 @@ func (d Delivery) String() string {
 	case kindWake:
 		return "wake"
 	case kindPersisted:
-		return fmt.Sprintf("persisted %T", d.msg.(actors.Persisted).Then)
+		return fmt.Sprintf("persisted %T", d.msg.(*actors.Persisted).Then)
 	case kindTimer:
 		return fmt.Sprintf("timer %T", d.msg)
 	}
@@ -517,16 +537,33 @@ func (rt *Runtime) Restart(c *Cell, b actors.Behaviour) {
 // once they are durable and applied, or failed. Like a behaviour's, the events are the
 // runtime's from then on: the caller must not change them.
 func (rt *Runtime) Persist(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	rt.issue(persisting{events: events, done: done})
+	rt.issue(&Commit{p: persisting{events: events, done: done}})
+}
+
+// newCommit returns a Commit for a persist of the cell, on its turn. A cell's Commits are
+// carved from chunks, the first of two (a job's cell persists its lease and its end) and each
+// next one twice as large, up to 16 (a tenant's submits): one allocation for many persists.
+// None is reused, so nothing the log or the cell still reads changes; a chunk is garbage once
+// all of its Commits are, which is soon after each is told.
+func (c *Cell) newCommit() *Commit {
+	if len(c.commits) == 0 {
+		c.commitChunk = min(max(2*c.commitChunk, 2), 16)
+		c.commits = make([]Commit, c.commitChunk)
+	}
+	cm := &c.commits[0]
+	c.commits = c.commits[1:]
+	return cm
 }
 
 func (c *Cell) persist(events []eventlog.Payload, then any) {
 	p := persisting{events: events, cell: c, incarnation: c.incarnation, then: then}
 	if mutantPersistedBeforeDurable {
-		c.rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: then}, incarnation: c.incarnation})
+		c.rt.cfg.Scheduler.Schedule(c, Delivery{kind: kindPersisted, msg: &actors.Persisted{Then: then}, incarnation: c.incarnation})
 		p.cell, p.done = nil, func(eventlog.Receipt, error) {}
 	}
-	c.rt.issue(p)
+	cm := c.newCommit()
+	cm.p = p
+	c.rt.issue(cm)
 }
 
 func (c *Cell) relay(events []eventlog.Payload, to actors.Ref, msg any) {
@@ -535,7 +572,9 @@ func (c *Cell) relay(events []eventlog.Payload, to actors.Ref, msg any) {
 		c.rt.Send(to, msg, c.ref)
 		p.cell, p.relay, p.done = nil, nil, func(eventlog.Receipt, error) {}
 	}
-	c.rt.issue(p)
+	cm := c.newCommit()
+	cm.p = p
+	c.rt.issue(cm)
 }
 
 // persisting is one persist on its way: what it commits and whom to tell.
@@ -552,11 +591,10 @@ type persisting struct {
 	done        func(eventlog.Receipt, error)
 }
 
-// issue hands a persist to the committer. Its callback is the one allocation a persist costs
-// the runtime: it carries the persisting by value. The persist counts as issued before it is
-// handed over, so Drain waits for it; the hand-over itself (where production encodes the events)
-// is outside the lock, which every cell's persists share.
-func (rt *Runtime) issue(p persisting) {
+// issue hands a persist, in its Commit, to the committer. The persist counts as issued before
+// it is handed over, so Drain waits for it; the hand-over itself (where production encodes the
+// events) is outside the lock, which every cell's persists share.
+func (rt *Runtime) issue(cm *Commit) {
 	rt.issueMu.Lock()
 	if rt.closed {
 		rt.issueMu.Unlock()
@@ -564,22 +602,24 @@ func (rt *Runtime) issue(p persisting) {
 	}
 	rt.issued++
 	rt.issueMu.Unlock()
-	rt.cfg.Committer.Commit(p.events, func(r eventlog.Receipt, err error) { rt.committed(p, r, err) })
+	cm.Events, cm.rt = cm.p.events, rt
+	rt.cfg.Committer.Commit(cm)
 }
 
 // committed takes a commit's outcome: a durable one waits for Flush, which applies and tells
 // the group it is part of; a failed one, which the projections never see, is told at once.
-func (rt *Runtime) committed(p persisting, r eventlog.Receipt, err error) {
+func (rt *Runtime) committed(c *Commit, r eventlog.Receipt, err error) {
 	if err == nil {
 		rt.settleMu.Lock()
-		rt.durable = append(rt.durable, settled{p: p, r: r})
+		rt.durable = append(rt.durable, settled{c: c, r: r})
 		rt.settleMu.Unlock()
 		return
 	}
-	switch {
+	switch p := &c.p; {
 	case p.relay != nil:
 	case p.cell != nil:
-		rt.cfg.Scheduler.Schedule(p.cell, Delivery{kind: kindPersisted, msg: actors.Persisted{Then: p.then, Err: err}, incarnation: p.incarnation})
+		c.notice = actors.Persisted{Then: p.then, Err: err}
+		rt.cfg.Scheduler.Schedule(p.cell, Delivery{kind: kindPersisted, msg: &c.notice, incarnation: p.incarnation})
 	default:
 		p.done(eventlog.Receipt{}, err)
 	}
@@ -589,7 +629,7 @@ func (rt *Runtime) committed(p persisting, r eventlog.Receipt, err error) {
 // settled is a durable commit waiting for Flush; refused says the projections refused one of
 // its events, and nothing of it is told.
 type settled struct {
-	p       persisting
+	c       *Commit
 	r       eventlog.Receipt
 	refused bool
 }
@@ -672,7 +712,7 @@ func (rt *Runtime) apply(group []settled) {
 	defer rt.setMu.Unlock()
 	for k := range group {
 		s := &group[k]
-		for i, p := range s.p.events {
+		for i, p := range s.c.p.events {
 			seq := s.r.First + uint64(i)
 			if err := rt.set.Apply(seq, s.r.Time, p); err != nil {
 				if rt.cfg.Refused == nil {
@@ -696,7 +736,7 @@ func (rt *Runtime) deliver(f *flushScratch) {
 		f.cells, f.refs = map[*Cell]int{}, map[cellKey]int{}
 	}
 	for _, s := range f.group {
-		p := s.p
+		p := &s.c.p
 		switch {
 		case s.refused:
 		case p.relay != nil:
@@ -716,7 +756,8 @@ func (rt *Runtime) deliver(f *flushScratch) {
 			f.refs[k] = len(f.order)
 			f.order = append(f.order, pendingGroup{to: p.relayTo, first: d})
 		case p.cell != nil:
-			d := Delivery{kind: kindPersisted, msg: actors.Persisted{Then: p.then, Receipt: s.r}, incarnation: p.incarnation}
+			s.c.notice = actors.Persisted{Then: p.then, Receipt: s.r}
+			d := Delivery{kind: kindPersisted, msg: &s.c.notice, incarnation: p.incarnation}
 			if i, ok := f.cells[p.cell]; ok {
 				f.order[i].add(d)
 				continue
@@ -928,6 +969,13 @@ func (c *Cell) Stop(ref actors.Ref) {
 
 // Read runs fn with the committed projections.
 func (c *Cell) Read(fn func(*projections.Set)) { c.rt.Read(fn) }
+
+// ReadBy runs r with the committed projections.
+func (c *Cell) ReadBy(r actors.Reader) {
+	c.rt.setMu.RLock()
+	defer c.rt.setMu.RUnlock()
+	r.ReadProjections(c.rt.set)
+}
 
 func (c *Cell) stopTimers() { c.timers.stopAll() }
 

@@ -25,6 +25,7 @@ type driver struct {
 	out     []string // what reached external parties, and what the probes saw
 	broken  []string
 	handled int // deliveries run
+	probes  map[string]*probe
 }
 
 type queued struct {
@@ -41,8 +42,8 @@ func (d *driver) Start(*cells.Cell) {}
 func (d *driver) Schedule(c *cells.Cell, del cells.Delivery) {
 	d.queue = append(d.queue, queued{c, del})
 }
-func (d *driver) Commit(events []eventlog.Payload, done func(eventlog.Receipt, error)) {
-	d.commits = append(d.commits, commit{events, done})
+func (d *driver) Commit(c *cells.Commit) {
+	d.commits = append(d.commits, commit{c.Events, c.Done})
 }
 func (d *driver) Now() time.Time { return d.now }
 func (d *driver) AfterFunc(after time.Duration, f func()) cells.Timer {
@@ -50,12 +51,14 @@ func (d *driver) AfterFunc(after time.Duration, f func()) cells.Timer {
 }
 
 func newDriver() *driver {
-	d := &driver{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	d := &driver{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), probes: map[string]*probe{}}
 	d.rt = cells.New(cells.Config{
 		Scheduler: d, Committer: d, Clock: d,
 		Make: func(ref actors.Ref) actors.Behaviour {
 			if ref.Kind == actors.RefTenant {
-				return &probe{d: d, name: ref.ID}
+				p := &probe{d: d, name: ref.ID}
+				d.probes[ref.ID] = p
+				return p
 			}
 			return nil
 		},
@@ -110,6 +113,7 @@ type probe struct {
 	timer    actors.TimerID
 	recovers int
 	bad      bool
+	notices  []*actors.Persisted // every one it was told, kept
 }
 
 type (
@@ -139,7 +143,8 @@ func (p *probe) Receive(env actors.Env, msg any) {
 	switch m := msg.(type) {
 	case setQuota:
 		env.Persist([]eventlog.Payload{eventlog.TenantQuotaSet{Tenant: p.name, MaxActive: m.n}}, m)
-	case actors.Persisted:
+	case *actors.Persisted:
+		p.notices = append(p.notices, m)
 		if t, ok := m.Then.(tellAfter); ok {
 			env.Send(actors.TenantRef(t.to), fmt.Sprintf("%s's quota %d is durable", p.name, t.n))
 			return
@@ -419,5 +424,34 @@ func TestBatchTurnSendsOncePerCell(t *testing.T) {
 	}
 	if d.handled != 2 {
 		t.Fatalf("%d deliveries after the sync, want 2: the three Persisted to a in one, a's three messages to b in one", d.handled)
+	}
+}
+
+// TestNoticesAreNotReused: a persist's Commit, which holds its Persisted notice, is carved from
+// chunks a cell shares among its persists, but never used twice: every notice a cell was told
+// and kept still says what it said, after many more persists (more than a chunk holds), alone
+// and in groups, have been told.
+func TestNoticesAreNotReused(t *testing.T) {
+	d := newDriver()
+	a := actors.TenantRef("a")
+	const persists = 100
+	for n := 1; n <= persists; n++ {
+		d.rt.Send(a, setQuota{n}, actors.Ref{})
+		d.run()
+		if n%3 != 0 { // some commits alone, some three to a group
+			d.sync(nil)
+			d.run()
+		}
+	}
+	d.sync(nil)
+	d.run()
+	notices := d.probes["a"].notices
+	if len(notices) != persists {
+		t.Fatalf("a was told %d notices; want %d", len(notices), persists)
+	}
+	for i, m := range notices {
+		if want := (setQuota{i + 1}); m.Then != want || m.Receipt.Last != uint64(i+1) || m.Err != nil {
+			t.Errorf("notice %d says %v, seq %d, err %v; it said %v, seq %d", i, m.Then, m.Receipt.Last, m.Err, want, i+1)
+		}
 	}
 }
