@@ -25,6 +25,11 @@ func TestBenchBurnDown(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 			t.Fatalf("%v: %q", err, stdout)
 		}
+		// A burn-down does not measure submit → start: its JSON leaves it out, not zeros.
+		var keys map[string]any
+		if err := json.Unmarshal([]byte(stdout), &keys); err != nil || keys["submit_to_start_latency"] != nil {
+			t.Fatalf("submit_to_start_latency in a burn-down's JSON (%v): %s", err, stdout)
+		}
 		return res
 	}
 	t.Run("tether", func(t *testing.T) {
@@ -96,7 +101,9 @@ func TestBenchAgainstASilentServer(t *testing.T) {
 	}
 	addr, _ := silentServer(t)
 	_, stderr, code := tether(t, nil, "bench", "--server", "http://"+addr, "--setup-timeout", "1s", "--json")
-	var e struct{ Error struct{ Code, Message string } }
+	var e struct {
+		Error struct{ Code, Message string }
+	}
 	if code != 1 || json.Unmarshal([]byte(stderr), &e) != nil || e.Error.Code != "CLI_UNREACHABLE" ||
 		!strings.Contains(e.Error.Message, "/healthz") || !strings.Contains(e.Error.Message, "no answer within 1s") {
 		t.Fatalf("exit %d, stderr %q: want 1 and CLI_UNREACHABLE naming /healthz and 1s", code, stderr)

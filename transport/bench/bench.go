@@ -139,9 +139,9 @@ type Result struct {
 	Batch           int           `json:"batch,omitempty"`
 	// Database is the River peer's PostgreSQL, as its settings say.
 	Database       *Database `json:"database,omitempty"`
-	Submit         Latency   `json:"submit_latency"`          // request → answer (durable); burn-down mode: of a batch
-	SubmitToStart  Latency   `json:"submit_to_start_latency"` // request sent → handler called
-	Errors         int       `json:"errors"`                  // results not taken as a completion; a failed submit ends the run instead
+	Submit         Latency   `json:"submit_latency"`                   // request → answer (durable); burn-down mode: of a batch
+	SubmitToStart  Latency   `json:"submit_to_start_latency,omitzero"` // request sent → handler called; a burn-down does not measure it (none in its JSON)
+	Errors         int       `json:"errors"`                           // results not taken as a completion; a failed submit ends the run instead
 	Events         float64   `json:"events"`
 	Fsyncs         float64   `json:"fsyncs"`
 	EventsPerFsync float64   `json:"events_per_fsync"`
