@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"time"
@@ -17,9 +18,12 @@ import (
 
 // benchJobsMax caps a run's jobs: the bench keeps a latency for each, and a typo of a few
 // digits more must be refused, not fail allocating.
-const benchJobsMax = 100_000_000
+const benchJobsMax = bench.JobsMax
 
-func runBench(args []string) error {
+// benchInterrupted is the exit status of a run stopped by Ctrl-C, as a shell has it: 128 + SIGINT.
+const benchInterrupted = 130
+
+func runBench(args []string) (err error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg bench.Config
 	cli.ServerVar(fs, &cfg.Server)
@@ -34,6 +38,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.Capacity, "capacity", 1, "with --burn-down: jobs each worker runs at once (the other modes run 1)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "paced mode: submits per second (with --duration)")
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "paced mode: how long to submit")
+	fs.DurationVar(&cfg.Setup, "setup-timeout", bench.SetupDefault, "how long each call outside the load (/healthz, a worker's registration, /metrics; the River peer's queries) waits for an answer before the run fails")
 	fs.IntVar(&cfg.ConcurrencyKeys, "concurrency-keys", 0, "spread the jobs over this many concurrency keys, in turn (0: none)")
 	fs.IntVar(&cfg.MaxRunningPerKey, "max-running-per-key", 1, "with --concurrency-keys: the run's queue's max_running_per_key (0: unlimited)")
 	fs.Float64Var(&cfg.RateLimit, "rate-limit", 0, "every job takes a token of a rate limit of this many a second, burst the same (per concurrency key with --concurrency-keys; 0: none)")
@@ -55,10 +60,20 @@ func runBench(args []string) error {
 	switch {
 	case cfg.Producers < 1 || cfg.Workers < 1 || cfg.Capacity < 1:
 		return cli.BadFlagf(fs, "--producers, --workers and --capacity are 1 or more")
-	case cfg.Rate < 0 || cfg.Duration < 0 || cfg.Jobs < 0 || *fill < 0 || cfg.BurnDown < 0:
-		return cli.BadFlagf(fs, "--jobs, --fill, --burn-down, --rate and --duration are not negative")
+	case !(cfg.Rate >= 0) || math.IsInf(cfg.Rate, 0):
+		return cli.BadFlagf(fs, "--rate is a number of submits a second, 0 or more")
+	case cfg.Duration < 0 || cfg.Jobs < 0 || *fill < 0 || cfg.BurnDown < 0 || cfg.Setup < 0:
+		return cli.BadFlagf(fs, "--jobs, --fill, --burn-down, --duration and --setup-timeout are not negative")
 	case max(cfg.Jobs, *fill, cfg.BurnDown) > benchJobsMax:
 		return cli.BadFlagf(fs, "--jobs, --fill and --burn-down are at most %d: a run keeps a latency for every job", benchJobsMax)
+	case cfg.Rate*cfg.Duration.Seconds() > benchJobsMax:
+		return cli.BadFlagf(fs, "--rate times --duration is at most %d jobs: a run keeps a latency for every job", benchJobsMax)
+	case cfg.Rate > 0 && set["jobs"]:
+		return cli.BadFlagf(fs, "--rate times --duration is the jobs to run; it does not go with --jobs")
+	case set["fill"] && *fill == 0:
+		return cli.BadFlagf(fs, "--fill 0 fills nothing: give it the jobs to run")
+	case *peer != "" && (*fill > 0 || cfg.Rate > 0):
+		return cli.BadFlagf(fs, "--nats-peer runs saturated: it does not go with --fill or --rate")
 	case set["burn-down"] && cfg.BurnDown == 0:
 		return cli.BadFlagf(fs, "--burn-down 0 drains nothing: give it the jobs to submit")
 	case cfg.BurnDown > 0 && set["jobs"]:
@@ -101,8 +116,15 @@ func runBench(args []string) error {
 	cfg.TLS = ca.TLS
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
+	defer func() {
+		if ctx.Err() != nil { // Ctrl-C, whatever the run was doing then
+			fmt.Fprintln(os.Stderr, "tether bench: interrupted")
+			err = &cli.ExitError{Err: context.Cause(ctx), Status: benchInterrupted}
+		}
+	}()
 	if *riverPeer != "" {
-		res, err := bench.RunRiver(ctx, bench.RiverConfig{URL: *riverPeer, Jobs: cfg.BurnDown, Producers: cfg.Producers, Concurrency: cfg.Workers * cfg.Capacity})
+		res, err := bench.RunRiver(ctx, bench.RiverConfig{URL: *riverPeer, Jobs: cfg.BurnDown, Producers: cfg.Producers, Concurrency: cfg.Workers * cfg.Capacity,
+			Stall: cfg.Stall, Setup: cfg.Setup})
 		if err != nil {
 			return err
 		}

@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/transport/bench"
 	"github.com/tetherhq/tether/transport/bench/pgtest"
@@ -20,6 +24,11 @@ func TestBenchBurnDown(t *testing.T) {
 		var res bench.Result
 		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 			t.Fatalf("%v: %q", err, stdout)
+		}
+		// A burn-down does not measure submit → start: its JSON leaves it out, not zeros.
+		var keys map[string]any
+		if err := json.Unmarshal([]byte(stdout), &keys); err != nil || keys["submit_to_start_latency"] != nil {
+			t.Fatalf("submit_to_start_latency in a burn-down's JSON (%v): %s", err, stdout)
 		}
 		return res
 	}
@@ -46,4 +55,64 @@ func TestBenchBurnDown(t *testing.T) {
 			t.Fatalf("%+v", res)
 		}
 	})
+}
+
+// silentServer takes connections on a port of its own and never answers (a paused server, or
+// another program on the port); accepted has a send for each connection it took.
+func silentServer(t *testing.T) (addr string, accepted <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := make(chan struct{}, 64)
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+			select {
+			case took <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String(), took
+}
+
+// tether bench against a server that takes the connection and never answers fails, naming the
+// call, with CLI_UNREACHABLE and exit 1: it used to wait for ever, saying nothing. Ctrl-C ends
+// a run with 130, as a shell's tools do.
+func TestBenchAgainstASilentServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	addr, _ := silentServer(t)
+	_, stderr, code := tether(t, nil, "bench", "--server", "http://"+addr, "--setup-timeout", "1s", "--json")
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	if code != 1 || json.Unmarshal([]byte(stderr), &e) != nil || e.Error.Code != "CLI_UNREACHABLE" ||
+		!strings.Contains(e.Error.Message, "/healthz") || !strings.Contains(e.Error.Message, "no answer within 1s") {
+		t.Fatalf("exit %d, stderr %q: want 1 and CLI_UNREACHABLE naming /healthz and 1s", code, stderr)
+	}
+	addr, accepted := silentServer(t)
+	p := startTether(t, nil, "bench", "--server", "http://"+addr)
+	<-accepted // the run is under way: its signal handler is in place
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(30 * time.Second); code != 130 {
+		t.Fatalf("exit %d after SIGINT, want 130:\n%s", code, p.output())
+	}
 }

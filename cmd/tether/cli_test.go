@@ -54,6 +54,15 @@ func TestCommandLineMistakes(t *testing.T) {
 		{[]string{"bench", srv, "--jobs", "100000001"}, "at most 100000000"},
 		{[]string{"bench", srv, "--burn-down", "0"}, "--burn-down 0 drains nothing"},
 		{[]string{"bench", srv, "--burn-down", "10", "--jobs", "50"}, "does not go with --jobs"},
+		{[]string{"bench", srv, "--rate", "1e12", "--duration", "1h"}, "at most 100000000 jobs"},
+		{[]string{"bench", srv, "--rate", "1e6", "--duration", "1000h"}, "at most 100000000 jobs"},
+		{[]string{"bench", srv, "--rate", "NaN"}, "--rate is a number"},
+		{[]string{"bench", srv, "--rate", "Inf", "--duration", "0s"}, "--rate is a number"},
+		{[]string{"bench", srv, "--rate", "200", "--duration", "1s", "--jobs", "300"}, "does not go with --jobs"},
+		{[]string{"bench", srv, "--fill", "0", "--jobs", "200"}, "--fill 0 fills nothing"},
+		{[]string{"bench", srv, "--nats-peer", "nats://127.0.0.1:1", "--rate", "5"}, "--nats-peer runs saturated"},
+		{[]string{"bench", srv, "--nats-peer", "nats://127.0.0.1:1", "--fill", "5"}, "--nats-peer runs saturated"},
+		{[]string{"bench", srv, "--setup-timeout", "-1s"}, "not negative"},
 	} {
 		stdout, stderr, code := tether(t, []string{"XDG_STATE_HOME=" + t.TempDir()}, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "usage") {

@@ -18,6 +18,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,11 @@ type Config struct {
 	// that died and stays down fails the run rather than hold it for ever, the workers
 	// reconnecting in silence.
 	Stall time.Duration
+	// Setup bounds each call the run makes of the server outside its load (0: SetupDefault):
+	// /healthz, the queue's limits, each worker's registration, each read of /metrics, the
+	// history's reads. A server that takes the connection and never answers (a paused
+	// process) fails the run, naming the call, instead of holding it for ever.
+	Setup time.Duration
 	// TLS, if set, is the TLS configuration for an https server (a private CA's RootCAs).
 	TLS *tls.Config
 	// History, after a saturated run (tether bench --fill N), times the reads of a server that
@@ -96,12 +102,18 @@ func (cfg *Config) keyOf(i int64) string {
 func setLimits(ctx context.Context, cfg Config, hc *http.Client, queue string) error {
 	c := client.New(cfg.Server, cfg.Token, hc)
 	if cfg.ConcurrencyKeys > 0 {
-		if _, err := c.SetQueueLimits(ctx, "", queue, new(cfg.MaxRunningPerKey)); err != nil {
+		if err := cfg.bounded(ctx, "PUT", "/v1/queues/"+queue+"/limits", func(ctx context.Context) error {
+			_, err := c.SetQueueLimits(ctx, "", queue, new(cfg.MaxRunningPerKey))
+			return err
+		}); err != nil {
 			return fmt.Errorf("bench: setting the queue's max_running_per_key: %w", err)
 		}
 	}
 	if cfg.RateLimit > 0 {
-		if _, err := c.SetRateLimit(ctx, "", benchRateLimit, cfg.RateLimit, max(1, int(math.Ceil(cfg.RateLimit)))); err != nil {
+		if err := cfg.bounded(ctx, "PUT", "/v1/rate-limits/"+benchRateLimit, func(ctx context.Context) error {
+			_, err := c.SetRateLimit(ctx, "", benchRateLimit, cfg.RateLimit, max(1, int(math.Ceil(cfg.RateLimit))))
+			return err
+		}); err != nil {
 			return fmt.Errorf("bench: setting the rate limit: %w", err)
 		}
 	}
@@ -127,9 +139,9 @@ type Result struct {
 	Batch           int           `json:"batch,omitempty"`
 	// Database is the River peer's PostgreSQL, as its settings say.
 	Database       *Database `json:"database,omitempty"`
-	Submit         Latency   `json:"submit_latency"`          // request → answer (durable); burn-down mode: of a batch
-	SubmitToStart  Latency   `json:"submit_to_start_latency"` // request sent → handler called
-	Errors         int       `json:"errors"`                  // results not taken as a completion; a failed submit ends the run instead
+	Submit         Latency   `json:"submit_latency"`                   // request → answer (durable); burn-down mode: of a batch
+	SubmitToStart  Latency   `json:"submit_to_start_latency,omitzero"` // request sent → handler called; a burn-down does not measure it (none in its JSON)
+	Errors         int       `json:"errors"`                           // results not taken as a completion; a failed submit ends the run instead
 	Events         float64   `json:"events"`
 	Fsyncs         float64   `json:"fsyncs"`
 	EventsPerFsync float64   `json:"events_per_fsync"`
@@ -191,6 +203,10 @@ func sentOf(raw []byte) (int64, bool) {
 	return p.Sent, true
 }
 
+// JobsMax caps a run's jobs, however they are given (paced: its rate times its duration):
+// a run keeps a latency for each.
+const JobsMax = 100_000_000
+
 // Run runs the benchmark and returns what it measured.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Producers <= 0 || cfg.Workers <= 0 {
@@ -204,7 +220,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	case cfg.BurnDown > 0:
 		total = cfg.BurnDown
 	case paced:
-		total = int(cfg.Rate * cfg.Duration.Seconds())
+		jobs := cfg.Rate * cfg.Duration.Seconds()
+		if !(jobs <= JobsMax) || math.IsInf(cfg.Rate, 0) {
+			return Result{}, fmt.Errorf("bench: a paced run of %g submits a second for %s is more than %d jobs", cfg.Rate, cfg.Duration, JobsMax)
+		}
+		total = int(jobs)
+	}
+	if total > JobsMax {
+		return Result{}, fmt.Errorf("bench: %d jobs is more than %d", total, JobsMax)
 	}
 	if total <= 0 {
 		return Result{}, errors.New("bench: nothing to do: give --jobs, or --rate and --duration")
@@ -221,7 +244,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	queue := newQueue()
-	if err := healthy(ctx, hc, cfg.Server); err != nil { // a server that is there, before workers register
+	if err := healthy(ctx, hc, cfg); err != nil { // a server that is there, before workers register
 		return Result{}, err
 	}
 	if err := setLimits(ctx, cfg, hc, queue); err != nil {
@@ -232,11 +255,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	// Workers: one registration and one WebSocket each, capacity 1, no-op jobs.
 	var (
-		startMu sync.Mutex
-		starts  = make([]time.Duration, 0, total)
-		done    atomic.Int64
-		failed  atomic.Int64
-		all     = make(chan struct{})
+		startMu   sync.Mutex
+		starts    = make([]time.Duration, 0, min(total, preallocated))
+		done      atomic.Int64
+		completed atomic.Int64
+		failed    atomic.Int64
+		all       = make(chan struct{})
 	)
 	handler := func(_ context.Context, j *client.Job) (any, error) {
 		if sent, ok := sentOf(j.Payload); ok {
@@ -250,6 +274,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	onResult := func(_ *client.Job, report string, err error) {
 		if err != nil || report != "complete" {
 			failed.Add(1)
+		} else {
+			completed.Add(1)
 		}
 		if n := done.Add(1); n == int64(total) {
 			close(all)
@@ -281,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer stopRun(nil)
 	var (
 		submitMu  sync.Mutex
-		submits   = make([]time.Duration, 0, total)
+		submits   = make([]time.Duration, 0, min(total, preallocated))
 		next      atomic.Int64
 		keyed     atomic.Int64 // submits made: the next one's key
 		producers sync.WaitGroup
@@ -305,7 +331,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		submitMu.Unlock()
 	}
 	// What the server counts from here on is the run's: the workers are registered and connected.
-	before, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
+	before, err := scrape(ctx, hc, cfg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -359,7 +385,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}()
 		}
 	}
-	if err := waitAll(runCtx, cfg, all, &done, total, nil); err != nil {
+	if err := waitAll(runCtx, cfg, all, &done, &completed, total, nil); err != nil {
 		return Result{}, err
 	}
 	elapsed := time.Since(began)
@@ -384,18 +410,24 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, nil
 }
 
+// preallocated bounds the latencies a run makes room for at its start: a long run's grow as
+// they come, not all at once before the first job.
+const preallocated = 1 << 20
+
 // StallDefault is Config.Stall's default: longer than a lease's default TTL and the backoff of
 // a retry, so that a lost lease or a server's restart does not end a run.
 const StallDefault = 2 * time.Minute
 
 // waitAll waits for all to close, drawing the progress of done out of total, or for ctx to end
 // (its cause) or a worker to stop (stopped: nil if a run goes on without it), whichever is first;
-// a run in which no job finished for cfg.Stall fails.
-func waitAll(ctx context.Context, cfg Config, all <-chan struct{}, done *atomic.Int64, total int, stopped <-chan error) error {
+// a run in which no job completed (completed did not move) for cfg.Stall fails. A result the
+// server did not take (its connection lost) counts in done but is no progress: a paused server
+// makes many.
+func waitAll(ctx context.Context, cfg Config, all <-chan struct{}, done, completed *atomic.Int64, total int, stopped <-chan error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	stall := cmp.Or(cfg.Stall, StallDefault)
-	last, moved := done.Load(), time.Now()
+	last, moved := completed.Load(), time.Now()
 	for {
 		select {
 		case <-all:
@@ -407,8 +439,8 @@ func waitAll(ctx context.Context, cfg Config, all <-chan struct{}, done *atomic.
 			if cfg.Progress != nil {
 				cfg.Progress(int(n), total)
 			}
-			if n != last {
-				last, moved = n, now
+			if c := completed.Load(); c != last {
+				last, moved = c, now
 			} else if now.Sub(moved) >= stall {
 				return fmt.Errorf("bench: no job finished for %s (%d of %d done): is the server up?", stall, n, total)
 			}
@@ -425,7 +457,7 @@ func endRun(ctx context.Context, cfg Config, hc *http.Client, total int, before 
 		cfg.Progress(total, total)
 	}
 	cpu, _ := proc.CPU()
-	after, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
+	after, err := scrape(ctx, hc, cfg)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -484,10 +516,35 @@ func leaderOf(ctx context.Context, hc *http.Client, servers []string) (string, e
 	}
 }
 
-// healthy checks that a tether server answers at server.
-func healthy(ctx context.Context, hc *http.Client, server string) error {
-	if err := get(ctx, hc, strings.TrimRight(server, "/")+"/healthz", ""); err != nil {
-		return fmt.Errorf("bench: the server at %s: %w", server, err)
+// SetupDefault is Config.Setup's default: far longer than a server that runs, even a loaded
+// one, takes to answer any of the calls it bounds.
+const SetupDefault = 30 * time.Second
+
+// bounded makes call, a request to the server outside the run's load, giving it cfg.Setup to
+// answer; op and path name it.
+func (cfg *Config) bounded(ctx context.Context, op, path string, call func(context.Context) error) error {
+	return answerWithin(ctx, cmp.Or(cfg.Setup, SetupDefault), op, strings.TrimRight(cfg.Server, "/")+path, call)
+}
+
+// answerWithin makes call, a request of target, with wait to answer. One that runs out of it
+// fails as a request to a server that cannot be reached fails, a *url.Error (the command
+// line's CLI_UNREACHABLE), that names the request and how long it waited.
+func answerWithin(ctx context.Context, wait time.Duration, op, target string, call func(context.Context) error) error {
+	callCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := call(callCtx)
+	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
+		return &url.Error{Op: op, URL: target, Err: fmt.Errorf("no answer within %s (a paused server, or another program on its port?)", wait)}
+	}
+	return err
+}
+
+// healthy checks that a tether server answers at cfg.Server.
+func healthy(ctx context.Context, hc *http.Client, cfg Config) error {
+	if err := cfg.bounded(ctx, "GET", "/healthz", func(ctx context.Context) error {
+		return get(ctx, hc, strings.TrimRight(cfg.Server, "/")+"/healthz", "")
+	}); err != nil {
+		return fmt.Errorf("bench: the server at %s: %w", cfg.Server, err)
 	}
 	return nil
 }
@@ -523,8 +580,16 @@ func restarted(before, after map[string]float64) bool {
 }
 
 // scrape reads the unlabelled samples of the server's /metrics, or returns nil if the server
-// wants a credential the run was not given.
-func scrape(ctx context.Context, hc *http.Client, server, token string) (map[string]float64, error) {
+// wants a credential the run was not given; the server has cfg.Setup to answer.
+func scrape(ctx context.Context, hc *http.Client, cfg Config) (m map[string]float64, err error) {
+	err = cfg.bounded(ctx, "GET", "/metrics", func(ctx context.Context) error {
+		m, err = scrapeOnce(ctx, hc, cfg.Server, cfg.MetricsToken)
+		return err
+	})
+	return m, err
+}
+
+func scrapeOnce(ctx context.Context, hc *http.Client, server, token string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/metrics", nil)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -354,10 +355,36 @@ func TestBurnDownRunsEveryJob(t *testing.T) {
 // A run in which no job finishes for Config.Stall fails, saying so: a server that died and
 // stays down used to hold a run for ever, its workers reconnecting in silence.
 func TestARunThatStallsFails(t *testing.T) {
-	var done atomic.Int64
+	var done, completed atomic.Int64
 	done.Store(7)
-	err := bench.WaitAll(runCtx(t), bench.Config{Stall: 300 * time.Millisecond}, make(chan struct{}), &done, 10, nil)
+	completed.Store(7)
+	err := bench.WaitAll(runCtx(t), bench.Config{Stall: 300 * time.Millisecond}, make(chan struct{}), &done, &completed, 10, nil)
 	if err == nil || !strings.Contains(err.Error(), "no job finished for 300ms (7 of 10 done)") {
+		t.Fatalf("err = %v, want the stall named", err)
+	}
+}
+
+// Results the server did not take (a paused server's workers losing their connections) are
+// no progress: they used to restart the stall's clock, and a paused server's run failed only
+// long after Config.Stall.
+func TestFailedResultsDoNotHoldOffTheStall(t *testing.T) {
+	var done, completed atomic.Int64
+	ctx, cancel := context.WithCancel(runCtx(t))
+	defer cancel()
+	go func() { // a failed result every 20 ms, none completed
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for done.Load() < 1_000_000 {
+			select {
+			case <-tick.C:
+				done.Add(1)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	err := bench.WaitAll(ctx, bench.Config{Stall: 300 * time.Millisecond}, make(chan struct{}), &done, &completed, 1_000_000, nil)
+	if err == nil || !strings.Contains(err.Error(), "no job finished for 300ms") {
 		t.Fatalf("err = %v, want the stall named", err)
 	}
 }
@@ -416,4 +443,69 @@ func TestSkewRefusesAServerWithoutTenants(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--auth token") {
 		t.Fatalf("a skew run against --auth none: %v", err)
 	}
+}
+
+// silent listens on a port of its own and takes every connection without ever answering: a
+// paused server, or another program on the port.
+func silent(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// noAnswer checks that err says the server did not answer call within 500ms, as a request to a
+// server that cannot be reached (the command line's CLI_UNREACHABLE).
+func noAnswer(t *testing.T, err error, call string) {
+	t.Helper()
+	var unreachable *neturl.Error
+	if err == nil || !errors.As(err, &unreachable) || !strings.Contains(err.Error(), call) || !strings.Contains(err.Error(), "no answer within 500ms") {
+		t.Fatalf("err = %v, want %s named as not answering within 500ms, a *url.Error", err, call)
+	}
+}
+
+// A server that takes the connection and never answers fails the run at its first call: the
+// run used to wait for its /healthz for ever, saying nothing.
+func TestAServerThatDoesNotAnswerFailsTheRun(t *testing.T) {
+	_, err := bench.Run(runCtx(t), bench.Config{Server: silent(t), Jobs: 10, Producers: 1, Workers: 1, Setup: 500 * time.Millisecond})
+	noAnswer(t, err, "/healthz")
+}
+
+// A server whose /healthz answers and whose other calls do not fails the run at the worker's
+// registration, and a /metrics that does not answer fails its read.
+func TestEverySetupCallIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			<-release
+		}
+	}))
+	defer hung.Close()
+	defer close(release)
+	cfg := bench.Config{Server: hung.URL, Jobs: 10, Producers: 1, Workers: 1, Setup: 500 * time.Millisecond}
+	_, err := bench.Run(runCtx(t), cfg)
+	noAnswer(t, err, "/v1/workers/register")
+	_, err = bench.Scrape(runCtx(t), http.DefaultClient, cfg)
+	noAnswer(t, err, "/metrics")
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -30,7 +31,7 @@ func burnDown(ctx context.Context, cfg Config, hc *http.Client, queue string) (R
 		return Result{}, err
 	}
 	var keyed atomic.Int64
-	batches, insert, err := insertBatches(ctx, total, cfg.Producers, func(ctx context.Context, n int) error {
+	batches, insert, err := insertBatches(ctx, total, cfg.Producers, cmp.Or(cfg.Stall, StallDefault), cfg.Server, func(ctx context.Context, n int) error {
 		jobs := make([]wire.SubmitRequest, n)
 		for i := range jobs {
 			jobs[i] = cfg.job(queue, keyed.Add(1), nil)
@@ -46,27 +47,29 @@ func burnDown(ctx context.Context, cfg Config, hc *http.Client, queue string) (R
 	}
 
 	var (
-		done, failed atomic.Int64
-		all          = make(chan struct{})
-		last         time.Time // the last completion's acknowledgement
+		done, completed, failed atomic.Int64
+		all                     = make(chan struct{})
+		last                    time.Time // the last completion's acknowledgement
 	)
 	onResult := func(_ *client.Job, report string, err error) {
 		if err != nil || report != "complete" {
 			failed.Add(1)
+		} else {
+			completed.Add(1)
 		}
 		if done.Add(1) == int64(total) {
 			last = time.Now()
 			close(all)
 		}
 	}
-	before, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
+	before, err := scrape(ctx, hc, cfg)
 	if err != nil {
 		return Result{}, err
 	}
 	cpuBefore, cpuKnown := proc.CPU()
 	ws := startWorkers(ctx, cfg, hc, regs, capacity, func(context.Context, *client.Job) (any, error) { return nil, nil }, onResult)
 	defer ws.stop()
-	if err := waitAll(ctx, cfg, all, &done, total, ws.stopped); err != nil {
+	if err := waitAll(ctx, cfg, all, &done, &completed, total, ws.stopped); err != nil {
 		return Result{}, err
 	}
 	first := time.Unix(0, ws.first.Load())
@@ -86,7 +89,7 @@ func burnDown(ctx context.Context, cfg Config, hc *http.Client, queue string) (R
 // insertBatches submits total jobs in batches of at most BatchJobs, producers batches at once,
 // with submit(ctx, n) for a batch of n. It returns each batch's latency and how long it took
 // in all; the first batch that fails stops it with its reason.
-func insertBatches(ctx context.Context, total, producers int, submit func(context.Context, int) error) ([]time.Duration, time.Duration, error) {
+func insertBatches(ctx context.Context, total, producers int, stall time.Duration, target string, submit func(context.Context, int) error) ([]time.Duration, time.Duration, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -105,7 +108,7 @@ func insertBatches(ctx context.Context, total, producers int, submit func(contex
 					return
 				}
 				sent := time.Now()
-				if err := submit(ctx, int(n)); err != nil {
+				if err := answerWithin(ctx, stall, fmt.Sprintf("a batch of %d jobs to", n), target, func(ctx context.Context) error { return submit(ctx, int(n)) }); err != nil {
 					cancel(fmt.Errorf("bench: a batch submit failed, so the run stopped: %w", err))
 					return
 				}
@@ -128,11 +131,15 @@ func register(ctx context.Context, cfg Config, hc *http.Client, queue string, ca
 	enroll := client.New(cfg.Server, cfg.EnrollToken, hc)
 	regs := make([]wire.Registration, cfg.Workers)
 	for i := range regs {
-		reg, err := enroll.RegisterWorker(ctx, wire.RegisterRequest{Name: fmt.Sprintf("bench-%d", i), Queues: []string{queue}, Capacity: capacity})
-		if err != nil {
+		if err := cfg.bounded(ctx, "POST", "/v1/workers/register", func(ctx context.Context) error {
+			reg, err := enroll.RegisterWorker(ctx, wire.RegisterRequest{Name: fmt.Sprintf("bench-%d", i), Queues: []string{queue}, Capacity: capacity})
+			if err == nil {
+				regs[i] = *reg
+			}
+			return err
+		}); err != nil {
 			return nil, fmt.Errorf("bench: registering worker %d: %w", i, err)
 		}
-		regs[i] = *reg
 	}
 	return regs, nil
 }

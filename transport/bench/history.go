@@ -47,7 +47,7 @@ func measureHistory(ctx context.Context, hc *http.Client, cfg Config, queue stri
 		ds := make([]time.Duration, 0, readRepeats)
 		for i := range readWarmups + readRepeats {
 			began := time.Now()
-			if err := get(ctx, hc, cfg.Server+path, cfg.Token); err != nil {
+			if err := cfg.bounded(ctx, "GET", path, func(ctx context.Context) error { return get(ctx, hc, cfg.Server+path, cfg.Token) }); err != nil {
 				return nil, fmt.Errorf("bench: %w", err)
 			}
 			if i >= readWarmups {
@@ -56,7 +56,7 @@ func measureHistory(ctx context.Context, hc *http.Client, cfg Config, queue stri
 		}
 		h.Reads = append(h.Reads, Read{Path: path, Latency: latencyOf(ds)})
 	}
-	m, err := scrape(ctx, hc, cfg.Server, cfg.MetricsToken)
+	m, err := scrape(ctx, hc, cfg)
 	if err != nil {
 		return nil, err
 	}

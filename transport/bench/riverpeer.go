@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,6 +29,10 @@ type RiverConfig struct {
 	Jobs        int
 	Producers   int
 	Concurrency int
+	// Stall ends a run in which no job completed, or no batch was answered, for this long
+	// (0: StallDefault), as Config.Stall ends tether's; Setup bounds each call before and after
+	// the drain (0: SetupDefault), as Config.Setup does.
+	Stall, Setup time.Duration
 }
 
 // Database is what the River peer's PostgreSQL says of its durability, with SHOW.
@@ -56,9 +63,18 @@ func RunRiver(ctx context.Context, cfg RiverConfig) (Result, error) {
 		return Result{}, fmt.Errorf("bench: River peer: %w", err)
 	}
 	defer pool.Close()
+	// Every call outside the drain has cfg.Setup to answer: a PostgreSQL that took the
+	// connection and is paused fails the run rather than hold it.
+	where := pool.Config().ConnConfig.Host + ":" + strconv.Itoa(int(pool.Config().ConnConfig.Port))
+	setup := func(ctx context.Context, what string, call func(context.Context) error) error {
+		return answerWithin(ctx, cmp.Or(cfg.Setup, SetupDefault), what, "postgres://"+where, call)
+	}
+	stall := cmp.Or(cfg.Stall, StallDefault)
 	var db Database
-	if err := pool.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')").
-		Scan(&db.Version, &db.Fsync, &db.SynchronousCommit); err != nil {
+	if err := setup(ctx, "SELECT current_setting", func(ctx context.Context) error {
+		return pool.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')").
+			Scan(&db.Version, &db.Fsync, &db.SynchronousCommit)
+	}); err != nil {
 		return Result{}, fmt.Errorf("bench: River peer: %w", err)
 	}
 	if db.Fsync != "on" || db.SynchronousCommit == "off" {
@@ -69,7 +85,10 @@ func RunRiver(ctx context.Context, cfg RiverConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+	if err := setup(ctx, "migrating River's schema on", func(ctx context.Context) error {
+		_, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		return err
+	}); err != nil {
 		return Result{}, fmt.Errorf("bench: migrating River's schema: %w", err)
 	}
 
@@ -84,9 +103,14 @@ func RunRiver(ctx context.Context, cfg RiverConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer func() { _, _ = pool.Exec(context.Background(), "DELETE FROM river_job WHERE queue = $1", queue) }()
+	defer func() {
+		_ = setup(context.WithoutCancel(ctx), "DELETE FROM river_job", func(ctx context.Context) error {
+			_, err := pool.Exec(ctx, "DELETE FROM river_job WHERE queue = $1", queue)
+			return err
+		})
+	}()
 
-	batches, insert, err := insertBatches(ctx, cfg.Jobs, cfg.Producers, func(ctx context.Context, n int) error {
+	batches, insert, err := insertBatches(ctx, cfg.Jobs, cfg.Producers, stall, "postgres://"+where, func(ctx context.Context, n int) error {
 		params := make([]river.InsertManyParams, n)
 		for i := range params {
 			params[i] = river.InsertManyParams{Args: riverNoop{}, InsertOpts: &river.InsertOpts{Queue: queue}}
@@ -105,35 +129,58 @@ func RunRiver(ctx context.Context, cfg RiverConfig) (Result, error) {
 	events, unsubscribe := rc.SubscribeConfig(&river.SubscribeConfig{ChanSize: cfg.Jobs,
 		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled, river.EventKindJobSnoozed}})
 	defer unsubscribe()
-	pgBefore, pgKnown := postgresCPU(ctx, pool)
+	var pgBefore, pgAfter time.Duration
+	var pgKnown bool
+	_ = setup(ctx, "reading PostgreSQL's CPU on", func(ctx context.Context) error {
+		pgBefore, pgKnown = postgresCPU(ctx, pool)
+		return nil
+	})
 	cpuBefore, cpuKnown := proc.CPU()
 	began := time.Now()
-	if err := rc.Start(ctx); err != nil {
+	if err := rc.Start(ctx); err != nil { // not bounded: its context is the client's life
 		return Result{}, err
 	}
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = rc.Stop(stopCtx)
 	}()
-	completed, failed := 0, 0
-	for completed+failed < cfg.Jobs {
-		select {
-		case e := <-events:
-			if e.Kind == river.EventKindJobCompleted {
-				completed++
-			} else {
-				failed++
+	// The drain is under the stall check of tether's runs: a PostgreSQL paused mid-run fails it.
+	var done, completed, failed atomic.Int64
+	all := make(chan struct{})
+	drainCtx, stopDrain := context.WithCancel(ctx)
+	defer stopDrain()
+	go func() {
+		for {
+			select {
+			case e := <-events:
+				if e.Kind == river.EventKindJobCompleted {
+					completed.Add(1)
+				} else {
+					failed.Add(1)
+				}
+				if done.Add(1) == int64(cfg.Jobs) {
+					close(all)
+					return
+				}
+			case <-drainCtx.Done():
+				return
 			}
-		case <-ctx.Done():
-			return Result{}, fmt.Errorf("bench: River peer: %d of %d jobs completed: %w", completed, cfg.Jobs, ctx.Err())
 		}
+	}()
+	if err := waitAll(ctx, Config{Stall: stall}, all, &done, &completed, cfg.Jobs, nil); err != nil {
+		return Result{}, fmt.Errorf("bench: River peer: %d of %d jobs completed: %w", completed.Load(), cfg.Jobs, err)
 	}
 	elapsed := time.Since(began)
 	cpuAfter, _ := proc.CPU()
-	pgAfter, _ := postgresCPU(ctx, pool)
+	_ = setup(ctx, "reading PostgreSQL's CPU on", func(ctx context.Context) error {
+		var ok bool
+		pgAfter, ok = postgresCPU(ctx, pool)
+		pgKnown = pgKnown && ok
+		return nil
+	})
 	res := Result{Mode: "River burn-down", Queue: queue, Jobs: cfg.Jobs, Producers: cfg.Producers, Workers: 1, Capacity: cfg.Concurrency,
-		Elapsed: elapsed, JobsPerSecond: float64(cfg.Jobs) / elapsed.Seconds(), Errors: failed,
+		Elapsed: elapsed, JobsPerSecond: float64(cfg.Jobs) / elapsed.Seconds(), Errors: int(failed.Load()),
 		Insert: insert, InsertPerSecond: float64(cfg.Jobs) / insert.Seconds(), Batch: BatchJobs, Submit: latencyOf(batches), Database: &db}
 	if cpuKnown {
 		res.GeneratorCPUPerJob = (cpuAfter - cpuBefore) / time.Duration(cfg.Jobs)

@@ -23,8 +23,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -47,13 +49,35 @@ func withServer[R any](dir string, srv ServerConfig, drive func(addr string) (R,
 	}
 	child := exec.Command(self, "--serve", filepath.Join(tmp, "records"), fmt.Sprintf("--fsync=%v", srv.Fsync), fmt.Sprintf("--cpu-per-job=%v", srv.CPUPerJob))
 	child.Stderr = os.Stderr
+	child.SysProcAttr = childAttr()
 	out, err := child.StdoutPipe()
 	if err != nil {
 		return res, err
 	}
+	// A SIGINT or SIGTERM stops the child and removes the records before the process exits, as
+	// the shell has it (128 + the signal): a deferred call does not run on a signal.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
 	if err := child.Start(); err != nil {
 		return res, err
 	}
+	driven, exiting := make(chan struct{}), make(chan struct{})
+	defer close(driven)
+	go func() {
+		select {
+		case sig := <-signals:
+			close(exiting)
+			_ = child.Process.Kill()
+			_ = os.RemoveAll(tmp)
+			code := 1
+			if s, ok := sig.(syscall.Signal); ok {
+				code = 128 + int(s)
+			}
+			os.Exit(code)
+		case <-driven:
+		}
+	}()
 	defer func() {
 		_ = child.Process.Kill()
 		_ = child.Wait()
@@ -63,7 +87,13 @@ func withServer[R any](dir string, srv ServerConfig, drive func(addr string) (R,
 	if err != nil {
 		return res, fmt.Errorf("server did not start: %w", err)
 	}
-	return drive(strings.TrimSpace(line))
+	res, err = drive(strings.TrimSpace(line))
+	select {
+	case <-exiting:
+		select {} // the run failed because the child was stopped: the handler exits with the signal's status
+	default:
+	}
+	return res, err
 }
 
 // Write prints r, a run of s, as a table.
