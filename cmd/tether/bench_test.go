@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"net"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/transport/bench"
 	"github.com/tetherhq/tether/transport/bench/pgtest"
+	"github.com/tetherhq/tether/transport/transporttest"
 )
 
 // tether bench --burn-down drains every job it submitted, against the real binary's server,
@@ -57,41 +57,6 @@ func TestBenchBurnDown(t *testing.T) {
 	})
 }
 
-// silentServer takes connections on a port of its own and never answers (a paused server, or
-// another program on the port); accepted has a send for each connection it took.
-func silentServer(t *testing.T) (addr string, accepted <-chan struct{}) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := make(chan struct{}, 64)
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-			select {
-			case took <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String(), took
-}
-
 // tether bench against a server that takes the connection and never answers fails, naming the
 // call, with CLI_UNREACHABLE and exit 1: it used to wait for ever, saying nothing. Ctrl-C ends
 // a run with 130, as a shell's tools do.
@@ -99,7 +64,7 @@ func TestBenchAgainstASilentServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
 	}
-	addr, _ := silentServer(t)
+	addr, _ := transporttest.Silent(t)
 	_, stderr, code := tether(t, nil, "bench", "--server", "http://"+addr, "--setup-timeout", "1s", "--json")
 	var e struct {
 		Error struct{ Code, Message string }
@@ -108,7 +73,7 @@ func TestBenchAgainstASilentServer(t *testing.T) {
 		!strings.Contains(e.Error.Message, "/healthz") || !strings.Contains(e.Error.Message, "no answer within 1s") {
 		t.Fatalf("exit %d, stderr %q: want 1 and CLI_UNREACHABLE naming /healthz and 1s", code, stderr)
 	}
-	addr, accepted := silentServer(t)
+	addr, accepted := transporttest.Silent(t)
 	p := startTether(t, nil, "bench", "--server", "http://"+addr)
 	<-accepted // the run is under way: its signal handler is in place
 	p.signal(t, syscall.SIGINT)

@@ -3,7 +3,6 @@ package bench_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -445,36 +444,6 @@ func TestSkewRefusesAServerWithoutTenants(t *testing.T) {
 	}
 }
 
-// silent listens on a port of its own and takes every connection without ever answering: a
-// paused server, or another program on the port.
-func silent(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return "http://" + ln.Addr().String()
-}
-
 // noAnswer checks that err says the server did not answer call within 500ms, as a request to a
 // server that cannot be reached (the command line's CLI_UNREACHABLE).
 func noAnswer(t *testing.T, err error, call string) {
@@ -488,7 +457,7 @@ func noAnswer(t *testing.T, err error, call string) {
 // A server that takes the connection and never answers fails the run at its first call: the
 // run used to wait for its /healthz for ever, saying nothing.
 func TestAServerThatDoesNotAnswerFailsTheRun(t *testing.T) {
-	_, err := bench.Run(runCtx(t), bench.Config{Server: silent(t), Jobs: 10, Producers: 1, Workers: 1, Setup: 500 * time.Millisecond})
+	_, err := bench.Run(runCtx(t), bench.Config{Server: silentURL(t), Jobs: 10, Producers: 1, Workers: 1, Setup: 500 * time.Millisecond})
 	noAnswer(t, err, "/healthz")
 }
 
@@ -508,4 +477,10 @@ func TestEverySetupCallIsBounded(t *testing.T) {
 	noAnswer(t, err, "/v1/workers/register")
 	_, err = bench.Scrape(runCtx(t), http.DefaultClient, cfg)
 	noAnswer(t, err, "/metrics")
+}
+
+// silentURL is the URL of a server that takes connections and never answers.
+func silentURL(t *testing.T) string {
+	addr, _ := transporttest.Silent(t)
+	return "http://" + addr
 }
