@@ -64,6 +64,15 @@ func withServer[R any](dir string, srv ServerConfig, drive func(addr string) (R,
 	}
 	driven, exiting := make(chan struct{}), make(chan struct{})
 	defer close(driven)
+	defer func() {
+		select {
+		case <-exiting:
+			// Whatever failed here failed because the child was stopped (the run, or the wait
+			// for its address): the handler exits with the signal's status, not the caller.
+			select {}
+		default:
+		}
+	}()
 	go func() {
 		select {
 		case sig := <-signals:
@@ -87,13 +96,7 @@ func withServer[R any](dir string, srv ServerConfig, drive func(addr string) (R,
 	if err != nil {
 		return res, fmt.Errorf("server did not start: %w", err)
 	}
-	res, err = drive(strings.TrimSpace(line))
-	select {
-	case <-exiting:
-		select {} // the run failed because the child was stopped: the handler exits with the signal's status
-	default:
-	}
-	return res, err
+	return drive(strings.TrimSpace(line))
 }
 
 // Write prints r, a run of s, as a table.
