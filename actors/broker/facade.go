@@ -221,8 +221,38 @@ func (b *Broker) Retention() projections.Retention { return b.cfg.Retention }
 func (b *Broker) Read(fn func(*projections.Set)) { b.rt.Read(fn) }
 
 // Cancel cancels a tenant's job: at once when it waits, by request when it is leased.
+//
+// A job the views already show queued may not have reached the dispatcher yet: a schedule's
+// or a flow's job, or one re-queued after a failed attempt, is folded into the views before its
+// Enqueue is delivered, and the dispatcher answers a cancel of a job it does not hold with
+// ALREADY_TERMINAL. Such an answer, for a job the views show unfinished and unleased, is asked
+// again after a pause (at most cancelTries times, about a second in all); it persisted nothing.
 func (b *Broker) Cancel(ctx context.Context, tenant, apiKeyID, id string) (actors.Receipt, error) {
-	return b.jobDone(ctx, tenant, id, actors.DispatcherRef(), actors.Cancel{Tenant: tenant, JobID: id, APIKeyID: apiKeyID})
+	msg := actors.Cancel{Tenant: tenant, JobID: id, APIKeyID: apiKeyID}
+	pause := time.Millisecond
+	for try := 1; ; try++ {
+		rc, err := b.jobDone(ctx, tenant, id, actors.DispatcherRef(), msg)
+		r, ok := err.(*actors.Rejection)
+		if !ok || r.Code != actors.CodeAlreadyTerminal || try == cancelTries || !b.queuedNotHeld(tenant, id) {
+			return rc, err
+		}
+		select {
+		case <-ctx.Done():
+			return rc, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// cancelTries bounds Cancel's asks of a job that is queued in the views but not yet in the
+// dispatcher's hands.
+const cancelTries = 15
+
+// queuedNotHeld says whether the views show the job unfinished and without a lease.
+func (b *Broker) queuedNotHeld(tenant, id string) bool {
+	j, ok := b.Get(tenant, id)
+	return ok && !j.Status.Terminal() && j.Lease == nil
 }
 
 // Retry re-drives a dead-lettered job with a fresh attempt budget.
