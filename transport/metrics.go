@@ -116,20 +116,14 @@ func (s *Server) serveMetrics(r *request) error {
 	})
 	if t := s.cfg.Tracing; t != nil {
 		spans, eventsDropped := t.Counts()
-		for _, m := range []struct {
-			name, kind, help string
-			v                int64
-		}{
-			{"tether_trace_spans_ended_total", "counter", "Spans the server made to export (--otel-endpoint): each is exported, failed, dropped or queued.", spans.Ended},
-			{"tether_trace_spans_exported_total", "counter", "Spans the collector took.", spans.Exported},
-			{"tether_trace_spans_export_failed_total", "counter", "Spans in exports that failed or timed out (a collector down, refusing, too slow).", spans.Failed},
-			{"tether_trace_spans_dropped_total", "counter", "Spans dropped unexported: the export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full, the collector too slow or away.", spans.Dropped},
-			{"tether_trace_spans_queued", "gauge", "Spans waiting to be exported, in the queue or the export under way.", spans.Queued},
-			{"tether_trace_events_dropped_total", "counter", "Committed events whose spans were not made: more ended than the tracer could keep up with.", eventsDropped},
-		} {
-			e.family(m.name, m.kind, m.help)
-			e.sample(m.name, float64(m.v))
-		}
+		e.scalars([]scalar{
+			{"tether_trace_spans_ended_total", "counter", "Spans the server made to export (--otel-endpoint): each is exported, failed, dropped or queued.", float64(spans.Ended)},
+			{"tether_trace_spans_exported_total", "counter", "Spans the collector took.", float64(spans.Exported)},
+			{"tether_trace_spans_export_failed_total", "counter", "Spans in exports that failed or timed out (a collector down, refusing, too slow).", float64(spans.Failed)},
+			{"tether_trace_spans_dropped_total", "counter", "Spans dropped unexported: the export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full, the collector too slow or away.", float64(spans.Dropped)},
+			{"tether_trace_spans_queued", "gauge", "Spans waiting to be exported, in the queue or the export under way.", float64(spans.Queued)},
+			{"tether_trace_events_dropped_total", "counter", "Committed events whose spans were not made: more ended than the tracer could keep up with.", float64(eventsDropped)},
+		})
 	}
 	st, head := r.b.LogStats(), r.b.Head()
 	e.family("tether_log_events_total", "counter", "Events made durable by this process.")
@@ -151,10 +145,7 @@ func (s *Server) serveMetrics(r *request) error {
 	e.sample("tether_log_size_bytes", float64(r.b.LogBytes()))
 	e.storage(r.b.StorageStats())
 	arch := r.b.Archive()
-	for _, m := range []struct {
-		name, kind, help string
-		v                float64
-	}{
+	e.scalars([]scalar{
 		{"tether_log_hot_bytes", "gauge", "Disk space (estimated) of the hot log: the records and stream index still in the store.", float64(arch.HotBytes)},
 		{"tether_log_oldest_hot_seq", "gauge", "Seq of the oldest record in the hot log; older ones are in archive segments.", float64(arch.OldestHotSeq)},
 		{"tether_archive_bytes", "gauge", "Bytes of the sealed archive segments in the archive directory.", float64(arch.ArchiveBytes)},
@@ -166,10 +157,7 @@ func (s *Server) serveMetrics(r *request) error {
 		{"tether_archive_scrubs_total", "counter", "Scrubs by this process that read every archive segment against its checksum (--archive-scrub-every).", float64(arch.ScrubPasses)},
 		{"tether_archive_scrubbed_bytes_total", "counter", "Bytes of archive segments the scrubs read (at most --archive-scrub-rate a second).", float64(arch.ScrubbedBytes)},
 		{"tether_archive_scrub_last_end_timestamp_seconds", "gauge", "When the last scrub that read every segment ended, Unix seconds; 0: none yet.", unixSeconds(arch.ScrubLastEnd)},
-	} {
-		e.family(m.name, m.kind, m.help)
-		e.sample(m.name, m.v)
-	}
+	})
 	// Why jobs wait, from the dispatcher (what GET /v1/jobs/{id}/explain says of each), apart
 	// from the projections' lock: a moment later than the figures above.
 	waiting, err := r.b.WaitingReasons(r.Context())
@@ -281,10 +269,7 @@ func (s *Server) serveStandbyMetrics(w http.ResponseWriter, r *http.Request, st 
 // storage is the tether_pebble_* families: what the log's store wrote beyond the log's own
 // records and what it holds, per level where Pebble counts per level.
 func (e *exposition) storage(st eventlog.StorageStats) {
-	for _, m := range []struct {
-		name, kind, help string
-		v                float64
-	}{
+	e.scalars([]scalar{
 		{"tether_pebble_wal_bytes_in_total", "counter", "Bytes of the batches written to Pebble's WAL.", float64(st.WALBytesIn)},
 		{"tether_pebble_wal_bytes_written_total", "counter", "Bytes written to Pebble's WAL files, framing included.", float64(st.WALBytesWritten)},
 		{"tether_pebble_flushes_total", "counter", "Memtables Pebble flushed to tables.", float64(st.Flushes)},
@@ -295,10 +280,7 @@ func (e *exposition) storage(st eventlog.StorageStats) {
 		{"tether_pebble_read_amp", "gauge", "Tables a read that finds nothing looks in: L0's sublevels and every other level that holds a table.", float64(st.ReadAmp)},
 		{"tether_pebble_blob_files", "gauge", "Blob files holding the values separated from the tables.", float64(st.BlobFiles)},
 		{"tether_pebble_blob_bytes", "gauge", "Bytes of those blob files.", float64(st.BlobBytes)},
-	} {
-		e.family(m.name, m.kind, m.help)
-		e.sample(m.name, m.v)
-	}
+	})
 	for _, m := range []struct {
 		name, kind, help string
 		v                func(eventlog.LevelStats) float64
@@ -366,6 +348,20 @@ type exposition struct{ buf bytes.Buffer }
 
 func (e *exposition) family(name, typ, help string) {
 	fmt.Fprintf(&e.buf, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
+
+// scalar is one family of one sample without labels.
+type scalar struct {
+	name, kind, help string
+	v                float64
+}
+
+// scalars writes each as its family and its one sample.
+func (e *exposition) scalars(all []scalar) {
+	for _, m := range all {
+		e.family(m.name, m.kind, m.help)
+		e.sample(m.name, m.v)
+	}
 }
 
 // sample writes one sample; labels come in name, value pairs.
